@@ -1,0 +1,138 @@
+//! The `roar` command: argument parsing, dispatch, and turning errors into one line and an exit code.
+
+mod config;
+mod fmt;
+mod hash_cmd;
+mod query_cmd;
+// mod run_cmd;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use roar_store::{Project, StoreError};
+
+/// Exit codes of roar's own failures (a traced command's status is passed through by `roar run`).
+pub mod exit {
+    /// Something went wrong that has no more specific code.
+    pub const FAILURE: u8 = 1;
+    /// Bad command-line usage (clap's own code).
+    pub const USAGE: u8 = 2;
+    /// No roar project above the current directory.
+    pub const NO_PROJECT: u8 = 3;
+    /// A job, hash or path that the store does not know.
+    pub const NOT_FOUND: u8 = 4;
+    /// A hash prefix that names more than one artifact.
+    pub const AMBIGUOUS: u8 = 5;
+    /// The store cannot be used: corrupt, newer schema, read-only.
+    pub const STORE: u8 = 6;
+}
+
+#[derive(Parser)]
+#[command(
+    name = "roar",
+    version,
+    about = "Record data lineage by observing execution",
+    long_about = "roar records which command made each file from which exact inputs (by content hash), \
+                  by watching programs run instead of asking you to declare a pipeline.",
+    after_help = "Exit codes: 0 ok, 1 failure, 2 usage, 3 no project, 4 not found, 5 ambiguous hash prefix, \
+                  6 store unusable; `roar run` exits with the command's own status (128+N for signal N)."
+)]
+struct Cli {
+    /// Print machine-readable JSON instead of text (query commands).
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create a roar project (.roar/ with the store and config) in DIR or the current directory.
+    Init {
+        /// Directory to make a project root (default: the current directory).
+        dir: Option<PathBuf>,
+    },
+    /// Print the content hash of files (like b3sum) and record them in the hash cache.
+    Hash {
+        /// Files or directories (directories are walked recursively).
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Also compute sha256 (printed after the blake3 hash).
+        #[arg(long)]
+        sha256: bool,
+    },
+    /// List recorded jobs, newest first.
+    Log {
+        /// Show at most this many jobs.
+        #[arg(short = 'n', long, default_value_t = 20)]
+        limit: usize,
+    },
+    /// Show a job (by id), an artifact (by hash prefix) or a path with its history.
+    Show {
+        /// A job id, a blake3 hash prefix (at least 4 hex digits), or a path.
+        what: OsString,
+    },
+    /// Show the store's size, schema version and row counts.
+    Db,
+    // RUN_PLACEHOLDER
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { exit::USAGE } else { 0 });
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("ROAR_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .without_time()
+        .init();
+    match dispatch(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("roar: error: {e:#}");
+            ExitCode::from(exit_code(&e))
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    let json = cli.json;
+    match cli.command {
+        Command::Init { dir } => query_cmd::init(dir, json)?,
+        Command::Hash { paths, sha256 } => hash_cmd::hash(&paths, sha256, json)?,
+        Command::Log { limit } => query_cmd::log(limit, json)?,
+        Command::Show { what } => query_cmd::show(&what, json)?,
+        Command::Db => query_cmd::db(json)?,
+        // RUN_DISPATCH
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn exit_code(e: &anyhow::Error) -> u8 {
+    match e.chain().find_map(|c| c.downcast_ref::<StoreError>()) {
+        Some(StoreError::NoProject { .. }) => exit::NO_PROJECT,
+        Some(StoreError::UnknownHash { .. } | StoreError::UnknownJob { .. } | StoreError::UnknownPath { .. }) => {
+            exit::NOT_FOUND
+        }
+        Some(StoreError::AmbiguousHash { .. }) => exit::AMBIGUOUS,
+        Some(StoreError::Corrupt { .. } | StoreError::NewerSchema { .. } | StoreError::ReadOnly { .. }) => {
+            exit::STORE
+        }
+        _ => exit::FAILURE,
+    }
+}
+
+/// The project around the current directory.
+pub fn project() -> anyhow::Result<Project> {
+    let cwd = std::env::current_dir()?;
+    Ok(Project::find(&cwd)?)
+}

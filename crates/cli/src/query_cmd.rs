@@ -1,0 +1,240 @@
+//! `roar init`, `roar log`, `roar show` and `roar db`.
+
+use std::ffi::OsStr;
+use std::io::Write;
+use std::path::{Component, Path, PathBuf};
+
+use roar_store::{ArtifactDetail, JobDetail, PathDetail, Project, Store, Use};
+use serde::Serialize;
+
+use crate::fmt::{self, bold, rel, short_hash};
+
+pub fn init(dir: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
+    let cwd = std::env::current_dir()?;
+    let root = absolute(&cwd, &dir.unwrap_or_else(|| cwd.clone()));
+    let (project, fresh) = Project::init(&root)?;
+    if json {
+        #[derive(Serialize)]
+        struct Out {
+            root: String,
+            created: bool,
+        }
+        return fmt::print_json(&Out {
+            root: project.root.to_string_lossy().into_owned(),
+            created: fresh,
+        });
+    }
+    let verb = if fresh { "Initialised" } else { "Reinitialised existing" };
+    println!("{verb} roar project in {}", project.dir().display());
+    Ok(())
+}
+
+pub fn log(limit: usize, json: bool) -> anyhow::Result<()> {
+    let project = crate::project()?;
+    let store = Store::open(&project.db_path())?;
+    let jobs = store.jobs(limit)?;
+    if json {
+        return fmt::print_json(&jobs);
+    }
+    let mut out = std::io::stdout().lock();
+    for j in &jobs {
+        let argv = j.argv.join(" ");
+        let label = j.name.as_deref().map(|n| format!("[{n}] ")).unwrap_or_default();
+        writeln!(
+            out,
+            "{:>5}  {}  {:<10} {:>3} in {:>3} out  {:<7} {label}{argv}{}",
+            bold(&format!("#{}", j.id)),
+            fmt::time_ns(j.started_ns),
+            fmt::status(&j.status, j.exit_code, j.signal),
+            j.inputs,
+            j.outputs,
+            j.backend,
+            if j.incomplete { "  (incomplete)" } else { "" },
+        )?;
+    }
+    if jobs.is_empty() {
+        writeln!(out, "no jobs recorded yet; try `roar run -- CMD`")?;
+    }
+    Ok(())
+}
+
+/// What `roar show` was asked about, decided from the argument's form.
+enum Target {
+    Job(i64),
+    Hash(String),
+    Path(PathBuf),
+}
+
+/// `123` is a job id, `b3:…` or 4+ hex digits a hash prefix (unless a file of that name exists),
+/// anything else a path.
+fn classify(what: &OsStr, cwd: &Path) -> Target {
+    let s = what.to_string_lossy();
+    if let Ok(id) = s.parse::<i64>() {
+        return Target::Job(id);
+    }
+    if let Some(h) = s.strip_prefix("b3:") {
+        return Target::Hash(h.to_owned());
+    }
+    let path = absolute(cwd, Path::new(what));
+    let hexish = s.len() >= 4 && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_hexdigit());
+    if hexish && !path.exists() {
+        return Target::Hash(s.into_owned());
+    }
+    Target::Path(path)
+}
+
+pub fn show(what: &OsStr, json: bool) -> anyhow::Result<()> {
+    let project = crate::project()?;
+    let store = Store::open(&project.db_path())?;
+    let cwd = std::env::current_dir()?;
+    match classify(what, &cwd) {
+        Target::Job(id) => {
+            let job = store.job(id)?;
+            if json {
+                return fmt::print_json(&job);
+            }
+            print_job(&job, &project.root)
+        }
+        Target::Hash(prefix) => {
+            let hash = store.resolve_hash(&prefix)?;
+            let detail = store.artifact(&hash)?;
+            if json {
+                return fmt::print_json(&detail);
+            }
+            print_artifact(&detail, &project.root)
+        }
+        Target::Path(path) => {
+            let path = std::fs::canonicalize(&path).unwrap_or(path);
+            let detail = store.path(&path)?;
+            if json {
+                return fmt::print_json(&detail);
+            }
+            print_path(&detail, &project.root)
+        }
+    }
+}
+
+fn print_job(job: &JobDetail, root: &Path) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    let s = &job.summary;
+    writeln!(out, "{} {}", bold(&format!("job {}", s.id)), s.argv.join(" "))?;
+    if let Some(n) = &s.name {
+        writeln!(out, "  name     {n}")?;
+    }
+    writeln!(
+        out,
+        "  status   {}{}",
+        fmt::status(&s.status, s.exit_code, s.signal),
+        if s.incomplete { " (incomplete: not every access was seen)" } else { "" }
+    )?;
+    let took = s
+        .ended_ns
+        .map(|e| format!(" ({})", fmt::duration_ns(e - s.started_ns)))
+        .unwrap_or_default();
+    writeln!(out, "  started  {}{took}", fmt::time_ns(s.started_ns))?;
+    writeln!(out, "  cwd      {}", s.cwd)?;
+    writeln!(out, "  backend  {}", s.backend)?;
+    if let Some(g) = &s.git {
+        let commit = g.commit.as_deref().map(|c| &c[..c.len().min(12)]).unwrap_or("(no commit)");
+        let branch = g.branch.as_deref().unwrap_or("detached");
+        let dirty = if g.dirty { ", dirty" } else { "" };
+        writeln!(out, "  git      {commit} ({branch}{dirty})")?;
+    }
+    for (title, role) in [
+        ("inputs", roar_store::Role::Input),
+        ("outputs", roar_store::Role::Output),
+        ("temporaries", roar_store::Role::Temp),
+    ] {
+        let files: Vec<_> = job.files.iter().filter(|f| f.role == role).collect();
+        if files.is_empty() {
+            continue;
+        }
+        writeln!(out, "{} ({})", bold(title), files.len())?;
+        for f in files {
+            let hash = f.hash.as_ref().map(short_hash).unwrap_or_else(|| "-".repeat(fmt::SHORT_HASH));
+            let size = f.hash.as_ref().map(|h| fmt::size(h.size)).unwrap_or_default();
+            writeln!(out, "  {hash}  {size:>9}  {}", rel(&f.path, root))?;
+        }
+    }
+    if !job.processes.is_empty() {
+        writeln!(out, "{} ({})", bold("processes"), job.processes.len())?;
+        for p in &job.processes {
+            let argv: Vec<_> = p.argv.iter().map(|a| a.to_string_lossy()).collect();
+            let parent = p.parent_pid.map(|p| format!(" <- {p}")).unwrap_or_default();
+            writeln!(out, "  {}{parent}  {}", p.pid, argv.join(" "))?;
+        }
+    }
+    Ok(())
+}
+
+fn print_uses(out: &mut impl Write, title: &str, uses: &[Use], root: &Path) -> anyhow::Result<()> {
+    writeln!(out, "{}", bold(title))?;
+    if uses.is_empty() {
+        writeln!(out, "  (none recorded)")?;
+    }
+    for u in uses {
+        writeln!(out, "  job {:<5} {}  {}", u.job_id, rel(&u.path, root), u.argv.join(" "))?;
+    }
+    Ok(())
+}
+
+fn print_artifact(a: &ArtifactDetail, root: &Path) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{} {}", bold("artifact"), a.hash.blake3)?;
+    if let Some(s) = &a.hash.sha256 {
+        writeln!(out, "  sha256  {s}")?;
+    }
+    writeln!(out, "  size    {}", fmt::size(a.hash.size))?;
+    print_uses(&mut out, "made by", &a.made_by, root)?;
+    print_uses(&mut out, "used by", &a.used_by, root)
+}
+
+fn print_path(p: &PathDetail, root: &Path) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{} {}", bold("path"), rel(&p.path, root))?;
+    for u in &p.history {
+        let hash = u.hash.as_ref().map(short_hash).unwrap_or_else(|| "-".repeat(fmt::SHORT_HASH));
+        writeln!(
+            out,
+            "  {}  {:<6} job {:<5} {}",
+            hash,
+            u.role.as_str(),
+            u.job_id,
+            u.argv.join(" ")
+        )?;
+    }
+    Ok(())
+}
+
+pub fn db(json: bool) -> anyhow::Result<()> {
+    let project = crate::project()?;
+    let stats = Store::open(&project.db_path())?.stats()?;
+    if json {
+        return fmt::print_json(&stats);
+    }
+    println!("store       {}", stats.path);
+    println!("size        {}", fmt::size(stats.size_bytes));
+    println!("schema      {} (this roar writes {})", stats.schema_version, roar_store::SCHEMA_VERSION);
+    println!("jobs        {}", stats.jobs);
+    println!("processes   {}", stats.processes);
+    println!("artifacts   {}", stats.artifacts);
+    println!("job files   {}", stats.job_files);
+    println!("s3 objects  {}", stats.s3_objects);
+    println!("hash cache  {}", stats.hash_cache);
+    Ok(())
+}
+
+/// `path` made absolute against `cwd` and lexically normalised (no filesystem access).
+pub fn absolute(cwd: &Path, path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in cwd.join(path).components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}

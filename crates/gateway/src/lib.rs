@@ -1,0 +1,1 @@
+//! The S3 gateway behind `roar gateway` (filled by the gateway issue).

@@ -1,0 +1,1 @@
+//! roarfs: the FUSE passthrough filesystem behind `roar mount` (filled by the mount issue).

@@ -1,0 +1,187 @@
+//! Opening the SQLite store: pragmas, schema migrations and error classification.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{Connection, ErrorCode, OpenFlags};
+
+use crate::error::{Result, StoreError};
+
+/// Append-only: a released migration is never edited, only followed by a new one.
+/// The index + 1 of each entry is the `PRAGMA user_version` it leaves behind.
+pub(crate) const MIGRATIONS: &[&str] = &[
+    // 1: jobs, their processes, artifacts and the files each job touched.
+    r#"
+    CREATE TABLE jobs (
+        id          INTEGER PRIMARY KEY,
+        name        TEXT,
+        argv        BLOB NOT NULL,           -- NUL-separated, exact bytes
+        cwd         BLOB NOT NULL,
+        started_ns  INTEGER NOT NULL,
+        ended_ns    INTEGER,
+        status      TEXT NOT NULL,           -- running | exited | signaled | failed_to_start
+        exit_code   INTEGER,
+        signal      INTEGER,
+        incomplete  INTEGER NOT NULL DEFAULT 0,
+        backend     TEXT NOT NULL,
+        git_commit  TEXT,
+        git_branch  TEXT,
+        git_dirty   INTEGER,
+        env         TEXT NOT NULL DEFAULT '{}',  -- JSON object, secrets redacted
+        host        TEXT
+    );
+    CREATE TABLE processes (
+        id          INTEGER PRIMARY KEY,
+        job_id      INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+        pid         INTEGER NOT NULL,
+        parent_pid  INTEGER,
+        exe         BLOB,
+        argv        BLOB,
+        started_ns  INTEGER,
+        ended_ns    INTEGER
+    );
+    CREATE INDEX processes_job ON processes(job_id);
+    CREATE TABLE artifacts (
+        id      INTEGER PRIMARY KEY,
+        blake3  TEXT NOT NULL UNIQUE,
+        sha256  TEXT,
+        size    INTEGER NOT NULL
+    );
+    CREATE TABLE s3_objects (
+        id          INTEGER PRIMARY KEY,
+        bucket      TEXT NOT NULL,
+        key         TEXT NOT NULL,
+        version_id  TEXT,
+        etag        TEXT,
+        artifact_id INTEGER REFERENCES artifacts(id)
+    );
+    CREATE TABLE job_files (
+        id                 INTEGER PRIMARY KEY,
+        job_id             INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+        role               TEXT NOT NULL CHECK (role IN ('input', 'output', 'temp')),
+        kind               TEXT NOT NULL CHECK (kind IN ('file', 's3')),
+        path               BLOB NOT NULL,    -- absolute path, or s3://bucket/key
+        artifact_id        INTEGER REFERENCES artifacts(id),
+        before_artifact_id INTEGER REFERENCES artifacts(id),
+        s3_object_id       INTEGER REFERENCES s3_objects(id),
+        ops                TEXT NOT NULL,    -- comma list: read,write,create,truncate,rename,unlink
+        first_ns           INTEGER,
+        last_ns            INTEGER
+    );
+    CREATE INDEX job_files_job ON job_files(job_id);
+    CREATE INDEX job_files_artifact ON job_files(artifact_id);
+    CREATE INDEX job_files_path ON job_files(path);
+    "#,
+    // 2: the hash cache, keyed by inode and validated by size and timestamps.
+    r#"
+    CREATE TABLE hash_cache (
+        dev        INTEGER NOT NULL,
+        ino        INTEGER NOT NULL,
+        size       INTEGER NOT NULL,
+        mtime_ns   INTEGER NOT NULL,
+        ctime_ns   INTEGER NOT NULL,
+        blake3     TEXT NOT NULL,
+        sha256     TEXT,
+        hashed_ns  INTEGER NOT NULL,
+        PRIMARY KEY (dev, ino)
+    ) WITHOUT ROWID;
+    "#,
+];
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Opens (creating if `create`) the store at `path`, sets the pragmas every
+/// connection needs and brings the schema up to date.
+pub fn open(path: &Path, create: bool) -> Result<Connection> {
+    let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    if create {
+        flags |= OpenFlags::SQLITE_OPEN_CREATE;
+    }
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| classify(path, e))?;
+    configure(&conn).map_err(|e| classify(path, e))?;
+    migrate(&conn, path, MIGRATIONS.len())?;
+    Ok(conn)
+}
+
+fn configure(conn: &Connection) -> rusqlite::Result<()> {
+    conn.busy_timeout(Duration::from_secs(30))?;
+    // journal_mode answers with a row, so it is read rather than executed.
+    let _mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+    conn.execute_batch(
+        "PRAGMA synchronous = NORMAL;
+         PRAGMA foreign_keys = ON;
+         PRAGMA temp_store = MEMORY;",
+    )
+}
+
+/// Applies migrations until the database is at version `target`.
+/// Exposed to tests through [`crate::testing`] to build databases of an older schema.
+pub(crate) fn migrate(conn: &Connection, path: &Path, target: usize) -> Result<()> {
+    let version = user_version(conn).map_err(|e| classify(path, e))?;
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::NewerSchema {
+            path: path.to_owned(),
+            found: version,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().take(target).skip(version as usize) {
+        let step = || -> rusqlite::Result<()> {
+            conn.execute_batch("BEGIN IMMEDIATE")?;
+            let applied = conn
+                .execute_batch(sql)
+                .and_then(|()| conn.pragma_update(None, "user_version", (i + 1) as i64));
+            match applied {
+                Ok(()) => conn.execute_batch("COMMIT"),
+                Err(e) => {
+                    let _ = conn.execute_batch("ROLLBACK");
+                    Err(e)
+                }
+            }
+        };
+        // Another process may have migrated between our read and our lock.
+        if user_version(conn).map_err(|e| classify(path, e))? > i as i64 {
+            continue;
+        }
+        step().map_err(|e| classify(path, e))?;
+    }
+    Ok(())
+}
+
+fn user_version(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+}
+
+/// Turns a raw SQLite error into the store error a user can act on.
+pub(crate) fn classify(path: &Path, e: rusqlite::Error) -> StoreError {
+    let path: PathBuf = path.to_owned();
+    match e.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase) | Some(ErrorCode::DatabaseCorrupt) => {
+            StoreError::Corrupt { path, source: e }
+        }
+        Some(ErrorCode::ReadOnly) | Some(ErrorCode::CannotOpen) | Some(ErrorCode::PermissionDenied)
+            if !dir_writable(&path) =>
+        {
+            StoreError::ReadOnly { path, source: e }
+        }
+        _ => StoreError::Sqlite { path, source: e },
+    }
+}
+
+fn dir_writable(db: &Path) -> bool {
+    // Root ignores mode bits, so the only honest test is to try: a probe file is created and
+    // removed next to the database (this runs only on the error path).
+    let dir = db.parent().unwrap_or(Path::new("."));
+    let probe = dir.join(format!(".roar-write-probe-{}", std::process::id()));
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .is_ok();
+    if created {
+        let _ = std::fs::remove_file(&probe);
+    }
+    let db_writable = std::fs::OpenOptions::new().append(true).open(db).is_ok() || !db.exists();
+    created && db_writable
+}

@@ -1,0 +1,210 @@
+//! Content hashing: blake3 (always) and sha256 (on request), files in parallel across cores,
+//! big files across cores too, and the hash cache that skips files that did not change.
+//!
+//! A cache entry is trusted only if the file's timestamps are older than the moment it was hashed
+//! by more than [`RACY_NS`]: a write landing in the same timestamp tick as the hash would otherwise
+//! leave size and times unchanged and the stale entry would look valid (git's "racily clean" rule).
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
+use rusqlite::Connection;
+use sha2::Digest;
+
+use crate::model::{now_ns, CacheEntry, ContentHash, FileStat};
+
+/// How far apart a file's ctime and its hashing time must be for the cache entry to be trusted.
+pub const RACY_NS: i64 = 100_000_000;
+
+/// Files at least this big are memory-mapped and hashed with all cores.
+const MMAP_MIN: u64 = 1 << 20;
+const READ_BUF: usize = 64 * 1024;
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HashOptions {
+    /// Compute sha256 as well as blake3.
+    pub sha256: bool,
+}
+
+/// One file's hash, with the identity it had when hashed.
+#[derive(Debug, Clone)]
+pub struct Hashed {
+    pub hash: ContentHash,
+    pub stat: FileStat,
+    pub from_cache: bool,
+    /// When the read began; what the cache compares timestamps against.
+    pub read_ns: i64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HashError {
+    #[error("cannot hash {path}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot hash {path}: not a regular file")]
+    NotAFile { path: PathBuf },
+    #[error("{path} changed while it was being hashed")]
+    Changed { path: PathBuf },
+}
+
+/// Hashes one open file. Returns the identity of the file as of before the read; fails with
+/// [`HashError::Changed`] if that identity moved during the read.
+pub fn hash_open_file(file: &File, path: &Path, opts: HashOptions) -> Result<Hashed, HashError> {
+    let io_err = |source| HashError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let read_ns = now_ns();
+    let meta = file.metadata().map_err(io_err)?;
+    if !meta.is_file() {
+        return Err(HashError::NotAFile {
+            path: path.to_owned(),
+        });
+    }
+    let stat = FileStat::from_metadata(&meta);
+    let mut b3 = blake3::Hasher::new();
+    let mut sha = opts.sha256.then(sha2::Sha256::new);
+    let mut size = 0u64;
+    if stat.size >= MMAP_MIN {
+        // SAFETY-free: memmap2 marks mapping as unsafe because another process may change the
+        // file under us; the before/after identity check below turns that into HashError::Changed.
+        let map = map_file(file).map_err(io_err)?;
+        b3.update_rayon(&map);
+        if let Some(s) = sha.as_mut() {
+            s.update(&map[..]);
+        }
+        size = map.len() as u64;
+    } else {
+        let mut buf = vec![0u8; READ_BUF];
+        let mut f = file;
+        loop {
+            let n = match f.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(io_err(e)),
+            };
+            b3.update(&buf[..n]);
+            if let Some(s) = sha.as_mut() {
+                s.update(&buf[..n]);
+            }
+            size += n as u64;
+        }
+    }
+    let after = FileStat::from_metadata(&file.metadata().map_err(io_err)?);
+    if after != stat || size != stat.size {
+        return Err(HashError::Changed {
+            path: path.to_owned(),
+        });
+    }
+    Ok(Hashed {
+        hash: ContentHash {
+            blake3: b3.finalize().to_hex().to_string(),
+            sha256: sha.map(|s| hex(&s.finalize())),
+            size,
+        },
+        stat,
+        from_cache: false,
+        read_ns,
+    })
+}
+
+fn map_file(file: &File) -> io::Result<memmap2::Mmap> {
+    // The mapping is only read, and a concurrent writer is detected by the identity re-check.
+    #[allow(unsafe_code)]
+    // SAFETY: the map lives only while hashing; truncation by another process could SIGBUS, the
+    // same exposure b3sum accepts, and content changes are caught by the caller's stat re-check.
+    unsafe {
+        memmap2::Mmap::map(file)
+    }
+}
+
+pub fn hash_path(path: &Path, opts: HashOptions) -> Result<Hashed, HashError> {
+    let file = File::open(path).map_err(|source| HashError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    hash_open_file(&file, path, opts)
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 15) as usize] as char);
+    }
+    s
+}
+
+/// Looks `stat` up in the hash cache; a hit must also carry sha256 if the caller needs it.
+pub fn cache_get(conn: &Connection, stat: &FileStat, opts: HashOptions) -> Option<ContentHash> {
+    let (hash, hashed_ns) = crate::writer::cache_lookup(conn, stat).ok().flatten()?;
+    let racy = stat.ctime_ns.max(stat.mtime_ns) + RACY_NS >= hashed_ns;
+    if racy || (opts.sha256 && hash.sha256.is_none()) {
+        return None;
+    }
+    Some(hash)
+}
+
+/// The result of hashing a batch: one result per path, in order, and the cache entries to store.
+pub struct Batch {
+    pub results: Vec<Result<Hashed, HashError>>,
+    pub new_cache: Vec<CacheEntry>,
+}
+
+/// Hashes `paths` in parallel, answering from `cache` where it can. `progress` is called with the
+/// byte count of each file as it completes (from several threads).
+pub fn hash_paths(
+    paths: &[PathBuf],
+    opts: HashOptions,
+    cache: Option<&Connection>,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Batch {
+    let stats: Vec<io::Result<std::fs::Metadata>> =
+        paths.par_iter().map(std::fs::metadata).collect();
+    let cached: Vec<Option<ContentHash>> = paths
+        .iter()
+        .zip(&stats)
+        .map(|(_, m)| {
+            let (conn, m) = (cache?, m.as_ref().ok()?);
+            cache_get(conn, &FileStat::from_metadata(m), opts)
+        })
+        .collect();
+    let results: Vec<Result<Hashed, HashError>> = paths
+        .par_iter()
+        .zip(stats.par_iter())
+        .zip(cached.into_par_iter())
+        .map(|((path, meta), hit)| {
+            let r = match (hit, meta) {
+                (Some(hash), Ok(m)) => Ok(Hashed {
+                    hash,
+                    stat: FileStat::from_metadata(m),
+                    from_cache: true,
+                    read_ns: 0,
+                }),
+                _ => hash_path(path, opts),
+            };
+            if let Ok(h) = &r {
+                progress(h.hash.size);
+            }
+            r
+        })
+        .collect();
+    let new_cache = results
+        .iter()
+        .filter_map(|r| r.as_ref().ok())
+        .filter(|h| !h.from_cache)
+        .map(|h| CacheEntry {
+            stat: h.stat,
+            hash: h.hash.clone(),
+            hashed_ns: h.read_ns,
+        })
+        .collect();
+    Batch { results, new_cache }
+}

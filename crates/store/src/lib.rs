@@ -1,0 +1,37 @@
+//! roar's lineage store: the SQLite schema and its migrations, the single writer thread, content
+//! hashing with its cache, secret redaction, and the queries the CLI answers from.
+//!
+//! Every producer (tracers, the mount, the gateway) hands finished [`JobRecord`]s to a [`Writer`];
+//! nothing else writes to the database.
+
+mod db;
+mod error;
+pub mod hash;
+mod model;
+mod project;
+mod query;
+pub mod redact;
+mod writer;
+
+pub use db::{open, SCHEMA_VERSION};
+pub use error::{Result, StoreError};
+pub use model::{
+    argv_from_blob, argv_to_blob, now_ns, shell_join, shell_quote, CacheEntry, ContentHash,
+    FileRecord, FileStat, GitState, JobRecord, Ops, Outcome, ProcessRecord, Role, S3Object,
+};
+pub use project::{Project, CONFIG_NAME, DB_NAME, DEFAULT_CONFIG, DIR_NAME};
+pub use query::{ArtifactDetail, DbStats, FileRow, JobDetail, JobSummary, PathDetail, Store, Use};
+pub use writer::Writer;
+
+/// Helpers for tests that need databases of an older schema.
+#[doc(hidden)]
+pub mod testing {
+    use std::path::Path;
+
+    /// Creates a database at `path` migrated only up to `version`.
+    pub fn create_at_version(path: &Path, version: usize) -> crate::Result<rusqlite::Connection> {
+        let conn = rusqlite::Connection::open(path).map_err(|e| crate::db::classify(path, e))?;
+        crate::db::migrate(&conn, path, version)?;
+        Ok(conn)
+    }
+}

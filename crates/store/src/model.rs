@@ -1,0 +1,276 @@
+//! What the store records: the plain data types producers hand to the writer and queries return.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+/// The content identity of one artifact. blake3 is always present; sha256 only when asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ContentHash {
+    pub blake3: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    pub size: u64,
+}
+
+/// How a job ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Running,
+    Exited(i32),
+    Signaled(i32),
+    /// The command never started (not found, not executable); the text says why.
+    FailedToStart(String),
+}
+
+impl Outcome {
+    pub fn status(&self) -> &'static str {
+        match self {
+            Outcome::Running => "running",
+            Outcome::Exited(_) => "exited",
+            Outcome::Signaled(_) => "signaled",
+            Outcome::FailedToStart(_) => "failed_to_start",
+        }
+    }
+}
+
+/// The git state of the working tree the job ran in. A dirty tree is recorded, never refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GitState {
+    pub commit: Option<String>,
+    pub branch: Option<String>,
+    pub dirty: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Input,
+    Output,
+    /// Created and deleted inside the job: listed, never an artifact.
+    Temp,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Input => "input",
+            Role::Output => "output",
+            Role::Temp => "temp",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Role {
+        match s {
+            "input" => Role::Input,
+            "output" => Role::Output,
+            _ => Role::Temp,
+        }
+    }
+}
+
+/// The operations a job did on one path, as a small bit set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ops(u8);
+
+impl Ops {
+    pub const READ: Ops = Ops(1);
+    pub const WRITE: Ops = Ops(2);
+    pub const CREATE: Ops = Ops(4);
+    pub const TRUNCATE: Ops = Ops(8);
+    pub const RENAME: Ops = Ops(16);
+    pub const UNLINK: Ops = Ops(32);
+    const NAMES: [(Ops, &'static str); 6] = [
+        (Ops::READ, "read"),
+        (Ops::WRITE, "write"),
+        (Ops::CREATE, "create"),
+        (Ops::TRUNCATE, "truncate"),
+        (Ops::RENAME, "rename"),
+        (Ops::UNLINK, "unlink"),
+    ];
+
+    pub fn contains(self, other: Ops) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    pub fn insert(&mut self, other: Ops) {
+        self.0 |= other.0;
+    }
+
+    pub fn names(self) -> Vec<&'static str> {
+        Ops::NAMES
+            .iter()
+            .filter(|(op, _)| self.contains(*op))
+            .map(|(_, name)| *name)
+            .collect()
+    }
+
+    pub fn parse(s: &str) -> Ops {
+        let mut ops = Ops::default();
+        for word in s.split(',') {
+            if let Some((op, _)) = Ops::NAMES.iter().find(|(_, n)| *n == word) {
+                ops.insert(*op);
+            }
+        }
+        ops
+    }
+}
+
+impl std::ops::BitOr for Ops {
+    type Output = Ops;
+    fn bitor(self, rhs: Ops) -> Ops {
+        Ops(self.0 | rhs.0)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct S3Object {
+    pub bucket: String,
+    pub key: String,
+    pub version_id: Option<String>,
+    pub etag: Option<String>,
+}
+
+/// One path (or S3 object) a job touched.
+#[derive(Debug, Clone)]
+pub struct FileRecord {
+    pub role: Role,
+    pub path: PathBuf,
+    /// Content at the end of the job for outputs, as read for inputs. None when it could not
+    /// be hashed (gone, unreadable, or changed while the job read it).
+    pub hash: Option<ContentHash>,
+    /// The last content the store knew for this path before the job, for outputs that replaced it.
+    pub before: Option<ContentHash>,
+    pub ops: Ops,
+    pub first_ns: Option<i64>,
+    pub last_ns: Option<i64>,
+    pub s3: Option<S3Object>,
+}
+
+/// One process of a job's tree.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProcessRecord {
+    pub pid: i32,
+    pub parent_pid: Option<i32>,
+    #[serde(serialize_with = "ser_path")]
+    pub exe: Option<PathBuf>,
+    #[serde(serialize_with = "ser_argv")]
+    pub argv: Vec<OsString>,
+    pub started_ns: Option<i64>,
+    pub ended_ns: Option<i64>,
+}
+
+/// Everything recorded about one job, handed to the writer in one piece.
+#[derive(Debug, Clone)]
+pub struct JobRecord {
+    pub name: Option<String>,
+    pub argv: Vec<OsString>,
+    pub cwd: PathBuf,
+    pub started_ns: i64,
+    pub ended_ns: Option<i64>,
+    pub outcome: Outcome,
+    /// The tracer could not promise it saw every access (lost events, unsupported syscalls).
+    pub incomplete: bool,
+    pub backend: String,
+    pub git: Option<GitState>,
+    pub env: BTreeMap<String, String>,
+    pub host: Option<String>,
+    pub processes: Vec<ProcessRecord>,
+    pub files: Vec<FileRecord>,
+}
+
+/// A file's identity as the hash cache sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStat {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+}
+
+impl FileStat {
+    pub fn from_metadata(m: &std::fs::Metadata) -> FileStat {
+        use std::os::unix::fs::MetadataExt;
+        FileStat {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+            ctime_ns: m.ctime() * 1_000_000_000 + m.ctime_nsec(),
+        }
+    }
+}
+
+/// A hash-cache entry: this content was read from a file with this identity at `hashed_ns`.
+#[derive(Debug, Clone)]
+pub struct CacheEntry {
+    pub stat: FileStat,
+    pub hash: ContentHash,
+    pub hashed_ns: i64,
+}
+
+pub fn argv_to_blob(argv: &[OsString]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (i, a) in argv.iter().enumerate() {
+        if i > 0 {
+            out.push(0);
+        }
+        out.extend_from_slice(a.as_bytes());
+    }
+    out
+}
+
+pub fn argv_from_blob(blob: &[u8]) -> Vec<OsString> {
+    if blob.is_empty() {
+        return Vec::new();
+    }
+    blob.split(|b| *b == 0)
+        .map(|a| OsString::from_vec(a.to_vec()))
+        .collect()
+}
+
+/// Renders argv as a shell would need it typed: plain words bare, anything else single-quoted.
+pub fn shell_join(argv: &[OsString]) -> String {
+    argv.iter()
+        .map(|a| shell_quote(&a.to_string_lossy()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub fn shell_quote(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b));
+    if plain {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+pub(crate) fn ser_path<S: serde::Serializer>(p: &Option<PathBuf>, s: S) -> Result<S::Ok, S::Error> {
+    match p {
+        Some(p) => s.serialize_some(&p.to_string_lossy()),
+        None => s.serialize_none(),
+    }
+}
+
+pub(crate) fn ser_argv<S: serde::Serializer>(argv: &[OsString], s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeSeq;
+    let mut seq = s.serialize_seq(Some(argv.len()))?;
+    for a in argv {
+        seq.serialize_element(&a.to_string_lossy())?;
+    }
+    seq.end()
+}
+
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}

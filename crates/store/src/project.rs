@@ -1,0 +1,117 @@
+//! Finding and creating a roar project: the `.roar/` directory holding `roar.db` and
+//! `config.toml`, found by walking up from the current directory like git does.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Result, StoreError};
+
+pub const DIR_NAME: &str = ".roar";
+pub const DB_NAME: &str = "roar.db";
+pub const CONFIG_NAME: &str = "config.toml";
+
+/// Written by `roar init`; every key shows its default.
+pub const DEFAULT_CONFIG: &str = r#"# roar project configuration.
+
+# Content hash recorded for every artifact: "blake3", or "sha256" to record sha256 as well.
+hash = "blake3"
+
+# Default tracer for `roar run`: "auto", "preload", "ptrace" or "ebpf".
+tracer = "auto"
+
+# Paths a job may touch without them becoming inputs or outputs (globs; `**` crosses directories).
+# These are added to the built-in list (/proc, /sys, /dev, system library paths, .roar/, __pycache__).
+ignore = []
+"#;
+
+#[derive(Debug, Clone)]
+pub struct Project {
+    /// The directory that contains `.roar/`.
+    pub root: PathBuf,
+}
+
+impl Project {
+    pub fn dir(&self) -> PathBuf {
+        self.root.join(DIR_NAME)
+    }
+
+    pub fn db_path(&self) -> PathBuf {
+        self.dir().join(DB_NAME)
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir().join(CONFIG_NAME)
+    }
+
+    /// Finds the project containing `start`. `ROAR_DIR`, if set, names the `.roar` directory
+    /// directly (for stores kept outside the tree).
+    pub fn find(start: &Path) -> Result<Project> {
+        if let Some(dir) = std::env::var_os("ROAR_DIR") {
+            let dir = PathBuf::from(dir);
+            if dir.join(DB_NAME).is_file() {
+                let root = dir.parent().unwrap_or(Path::new("/")).to_owned();
+                return Ok(Project { root });
+            }
+            return Err(StoreError::NoProject { start: dir });
+        }
+        let mut cur = Some(start);
+        while let Some(dir) = cur {
+            if dir.join(DIR_NAME).join(DB_NAME).is_file() {
+                return Ok(Project {
+                    root: dir.to_owned(),
+                });
+            }
+            cur = dir.parent();
+        }
+        Err(StoreError::NoProject {
+            start: start.to_owned(),
+        })
+    }
+
+    /// Creates `.roar/` in `root` (idempotent: an existing project is opened and left as is).
+    /// Returns the project and whether it was newly created.
+    pub fn init(root: &Path) -> Result<(Project, bool)> {
+        let project = Project {
+            root: root.to_owned(),
+        };
+        let dir = project.dir();
+        let fresh = !project.db_path().exists();
+        std::fs::create_dir_all(&dir).map_err(|e| StoreError::io("create", &dir, e))?;
+        if !project.config_path().exists() {
+            std::fs::write(project.config_path(), DEFAULT_CONFIG)
+                .map_err(|e| StoreError::io("write", project.config_path(), e))?;
+        }
+        crate::db::open(&project.db_path(), true)?;
+        if root.join(".git").exists() {
+            ignore_in_git(root)?;
+        }
+        Ok((project, fresh))
+    }
+}
+
+/// Adds `.roar/` to the repository's `.gitignore` unless a line already ignores it.
+fn ignore_in_git(root: &Path) -> Result<()> {
+    let path = root.join(".gitignore");
+    let existing = match std::fs::read_to_string(&path) {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(StoreError::io("read", &path, e)),
+    };
+    if existing
+        .lines()
+        .any(|l| matches!(l.trim(), ".roar" | ".roar/" | "/.roar" | "/.roar/"))
+    {
+        return Ok(());
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(&path)
+        .map_err(|e| StoreError::io("open", &path, e))?;
+    let sep = if existing.is_empty() || existing.ends_with('\n') {
+        ""
+    } else {
+        "\n"
+    };
+    write!(f, "{sep}.roar/\n").map_err(|e| StoreError::io("write", &path, e))
+}

@@ -1,0 +1,361 @@
+//! Read-side queries behind `roar log`, `roar show` and `roar db`.
+
+use std::collections::BTreeMap;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use rusqlite::{params, Connection, OptionalExtension, Row};
+use serde::Serialize;
+
+use crate::error::{Result, StoreError};
+use crate::model::{argv_from_blob, ContentHash, GitState, Ops, ProcessRecord, Role};
+
+/// One line of `roar log`.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobSummary {
+    pub id: i64,
+    pub name: Option<String>,
+    pub argv: Vec<String>,
+    pub cwd: String,
+    pub started_ns: i64,
+    pub ended_ns: Option<i64>,
+    pub status: String,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub incomplete: bool,
+    pub backend: String,
+    pub git: Option<GitState>,
+    pub inputs: i64,
+    pub outputs: i64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FileRow {
+    pub role: Role,
+    pub kind: String,
+    pub path: String,
+    pub hash: Option<ContentHash>,
+    pub before: Option<ContentHash>,
+    pub ops: Vec<&'static str>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct JobDetail {
+    #[serde(flatten)]
+    pub summary: JobSummary,
+    pub host: Option<String>,
+    pub env: BTreeMap<String, String>,
+    pub processes: Vec<ProcessRecord>,
+    pub files: Vec<FileRow>,
+}
+
+/// One job's use of an artifact or path.
+#[derive(Debug, Clone, Serialize)]
+pub struct Use {
+    pub job_id: i64,
+    pub role: Role,
+    pub path: String,
+    pub argv: Vec<String>,
+    pub started_ns: i64,
+    pub hash: Option<ContentHash>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ArtifactDetail {
+    pub hash: ContentHash,
+    pub made_by: Vec<Use>,
+    pub used_by: Vec<Use>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PathDetail {
+    pub path: String,
+    /// Every job that read or wrote the path, oldest first.
+    pub history: Vec<Use>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DbStats {
+    pub path: String,
+    pub size_bytes: u64,
+    pub schema_version: i64,
+    pub jobs: i64,
+    pub processes: i64,
+    pub artifacts: i64,
+    pub job_files: i64,
+    pub s3_objects: i64,
+    pub hash_cache: i64,
+}
+
+const SUMMARY_COLS: &str = "j.id, j.name, j.argv, j.cwd, j.started_ns, j.ended_ns, j.status, j.exit_code,
+     j.signal, j.incomplete, j.backend, j.git_commit, j.git_branch, j.git_dirty,
+     (SELECT count(*) FROM job_files f WHERE f.job_id = j.id AND f.role = 'input'),
+     (SELECT count(*) FROM job_files f WHERE f.job_id = j.id AND f.role = 'output')";
+
+fn lossy_argv(blob: &[u8]) -> Vec<String> {
+    argv_from_blob(blob)
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect()
+}
+
+fn lossy(blob: Vec<u8>) -> String {
+    String::from_utf8_lossy(&blob).into_owned()
+}
+
+fn summary_from_row(r: &Row) -> rusqlite::Result<JobSummary> {
+    let dirty: Option<bool> = r.get(13)?;
+    let commit: Option<String> = r.get(11)?;
+    let branch: Option<String> = r.get(12)?;
+    Ok(JobSummary {
+        id: r.get(0)?,
+        name: r.get(1)?,
+        argv: lossy_argv(&r.get::<_, Vec<u8>>(2)?),
+        cwd: lossy(r.get(3)?),
+        started_ns: r.get(4)?,
+        ended_ns: r.get(5)?,
+        status: r.get(6)?,
+        exit_code: r.get(7)?,
+        signal: r.get(8)?,
+        incomplete: r.get(9)?,
+        backend: r.get(10)?,
+        git: dirty.map(|dirty| GitState {
+            commit,
+            branch,
+            dirty,
+        }),
+        inputs: r.get(14)?,
+        outputs: r.get(15)?,
+    })
+}
+
+fn hash_from(blake3: Option<String>, sha256: Option<String>, size: Option<i64>) -> Option<ContentHash> {
+    Some(ContentHash {
+        blake3: blake3?,
+        sha256,
+        size: size? as u64,
+    })
+}
+
+/// The store, opened for reading and querying.
+pub struct Store {
+    pub(crate) conn: Connection,
+    pub(crate) path: PathBuf,
+}
+
+impl Store {
+    pub fn open(path: &Path) -> Result<Store> {
+        Ok(Store {
+            conn: crate::db::open(path, false)?,
+            path: path.to_owned(),
+        })
+    }
+
+    pub fn conn(&self) -> &Connection {
+        &self.conn
+    }
+
+    fn err(&self, e: rusqlite::Error) -> StoreError {
+        crate::db::classify(&self.path, e)
+    }
+
+    /// Jobs, newest first.
+    pub fn jobs(&self, limit: usize) -> Result<Vec<JobSummary>> {
+        let sql = format!("SELECT {SUMMARY_COLS} FROM jobs j ORDER BY j.id DESC LIMIT ?1");
+        let mut stmt = self.conn.prepare(&sql).map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([limit as i64], summary_from_row)
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>());
+        rows.map_err(|e| self.err(e))
+    }
+
+    pub fn job(&self, id: i64) -> Result<JobDetail> {
+        let sql = format!("SELECT {SUMMARY_COLS}, j.host, j.env FROM jobs j WHERE j.id = ?1");
+        let found = self
+            .conn
+            .query_row(&sql, [id], |r| {
+                Ok((summary_from_row(r)?, r.get::<_, Option<String>>(16)?, r.get::<_, String>(17)?))
+            })
+            .optional()
+            .map_err(|e| self.err(e))?;
+        let Some((summary, host, env)) = found else {
+            return Err(StoreError::UnknownJob { id });
+        };
+        let processes = self.processes(id).map_err(|e| self.err(e))?;
+        let files = self.files(id).map_err(|e| self.err(e))?;
+        Ok(JobDetail {
+            summary,
+            host,
+            env: serde_json::from_str(&env).unwrap_or_default(),
+            processes,
+            files,
+        })
+    }
+
+    fn processes(&self, job: i64) -> rusqlite::Result<Vec<ProcessRecord>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT pid, parent_pid, exe, argv, started_ns, ended_ns FROM processes
+             WHERE job_id = ?1 ORDER BY id",
+        )?;
+        let rows = stmt.query_map([job], |r| {
+            Ok(ProcessRecord {
+                pid: r.get(0)?,
+                parent_pid: r.get(1)?,
+                exe: r
+                    .get::<_, Option<Vec<u8>>>(2)?
+                    .map(|b| PathBuf::from(std::ffi::OsString::from(lossy(b)))),
+                argv: argv_from_blob(&r.get::<_, Option<Vec<u8>>>(3)?.unwrap_or_default()),
+                started_ns: r.get(4)?,
+                ended_ns: r.get(5)?,
+            })
+        })?;
+        rows.collect()
+    }
+
+    fn files(&self, job: i64) -> rusqlite::Result<Vec<FileRow>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT f.role, f.kind, f.path, a.blake3, a.sha256, a.size, b.blake3, b.sha256, b.size, f.ops
+             FROM job_files f
+             LEFT JOIN artifacts a ON a.id = f.artifact_id
+             LEFT JOIN artifacts b ON b.id = f.before_artifact_id
+             WHERE f.job_id = ?1
+             ORDER BY CASE f.role WHEN 'input' THEN 0 WHEN 'output' THEN 1 ELSE 2 END, f.path",
+        )?;
+        let rows = stmt.query_map([job], |r| {
+            Ok(FileRow {
+                role: Role::parse(&r.get::<_, String>(0)?),
+                kind: r.get(1)?,
+                path: lossy(r.get(2)?),
+                hash: hash_from(r.get(3)?, r.get(4)?, r.get(5)?),
+                before: hash_from(r.get(6)?, r.get(7)?, r.get(8)?),
+                ops: Ops::parse(&r.get::<_, String>(9)?).names(),
+            })
+        })?;
+        rows.collect()
+    }
+
+    /// Resolves a hex prefix of a blake3 hash to the one artifact it names.
+    pub fn resolve_hash(&self, prefix: &str) -> Result<ContentHash> {
+        let prefix = prefix.to_ascii_lowercase();
+        let mut stmt = self
+            .conn
+            .prepare("SELECT blake3, sha256, size FROM artifacts WHERE blake3 >= ?1 AND blake3 < ?2 ORDER BY blake3 LIMIT 11")
+            .map_err(|e| self.err(e))?;
+        let upper = format!("{prefix}g");
+        let found: Vec<ContentHash> = stmt
+            .query_map(params![prefix, upper], |r| {
+                Ok(ContentHash {
+                    blake3: r.get(0)?,
+                    sha256: r.get(1)?,
+                    size: r.get::<_, i64>(2)? as u64,
+                })
+            })
+            .and_then(|rows| rows.collect())
+            .map_err(|e| self.err(e))?;
+        match found.len() {
+            0 => Err(StoreError::UnknownHash { prefix }),
+            1 => Ok(found.into_iter().next().expect("one")),
+            _ => Err(StoreError::AmbiguousHash {
+                prefix,
+                candidates: found.into_iter().map(|h| h.blake3[..16].to_owned()).collect(),
+            }),
+        }
+    }
+
+    fn uses(&self, where_clause: &str, arg: &dyn rusqlite::ToSql) -> Result<Vec<Use>> {
+        let sql = format!(
+            "SELECT f.job_id, f.role, f.path, j.argv, j.started_ns, a.blake3, a.sha256, a.size
+             FROM job_files f JOIN jobs j ON j.id = f.job_id
+             LEFT JOIN artifacts a ON a.id = f.artifact_id
+             WHERE {where_clause} ORDER BY j.started_ns, f.job_id"
+        );
+        let mut stmt = self.conn.prepare(&sql).map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([arg], |r| {
+                Ok(Use {
+                    job_id: r.get(0)?,
+                    role: Role::parse(&r.get::<_, String>(1)?),
+                    path: lossy(r.get(2)?),
+                    argv: lossy_argv(&r.get::<_, Vec<u8>>(3)?),
+                    started_ns: r.get(4)?,
+                    hash: hash_from(r.get(5)?, r.get(6)?, r.get(7)?),
+                })
+            })
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>());
+        rows.map_err(|e| self.err(e))
+    }
+
+    pub fn artifact(&self, hash: &ContentHash) -> Result<ArtifactDetail> {
+        let all = self.uses(
+            "f.artifact_id = (SELECT id FROM artifacts WHERE blake3 = ?1)",
+            &hash.blake3,
+        )?;
+        let (made_by, used_by) = all.into_iter().partition(|u| u.role == Role::Output);
+        Ok(ArtifactDetail {
+            hash: hash.clone(),
+            made_by,
+            used_by,
+        })
+    }
+
+    /// Every recorded use of an absolute path.
+    pub fn path(&self, path: &Path) -> Result<PathDetail> {
+        let bytes = path.as_os_str().as_bytes().to_vec();
+        let history = self.uses("f.path = ?1", &bytes)?;
+        if history.is_empty() {
+            return Err(StoreError::UnknownPath {
+                path: path.to_owned(),
+            });
+        }
+        Ok(PathDetail {
+            path: path.to_string_lossy().into_owned(),
+            history,
+        })
+    }
+
+    /// The content the store last saw at `path` (as an output, or as an input), if any.
+    pub fn last_known(&self, path: &Path) -> Result<Option<ContentHash>> {
+        let bytes = path.as_os_str().as_bytes();
+        self.conn
+            .query_row(
+                "SELECT a.blake3, a.sha256, a.size FROM job_files f JOIN artifacts a ON a.id = f.artifact_id
+                 WHERE f.path = ?1 AND f.role != 'temp' ORDER BY f.id DESC LIMIT 1",
+                [bytes],
+                |r| Ok(hash_from(r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()
+            .map(Option::flatten)
+            .map_err(|e| self.err(e))
+    }
+
+    pub fn stats(&self) -> Result<DbStats> {
+        let count = |table: &str| -> Result<i64> {
+            self.conn
+                .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
+                .map_err(|e| self.err(e))
+        };
+        let size_bytes = ["", "-wal"]
+            .iter()
+            .filter_map(|s| {
+                let mut p = self.path.clone().into_os_string();
+                p.push(s);
+                std::fs::metadata(p).ok()
+            })
+            .map(|m| m.len())
+            .sum();
+        Ok(DbStats {
+            path: self.path.to_string_lossy().into_owned(),
+            size_bytes,
+            schema_version: self
+                .conn
+                .query_row("PRAGMA user_version", [], |r| r.get(0))
+                .map_err(|e| self.err(e))?,
+            jobs: count("jobs")?,
+            processes: count("processes")?,
+            artifacts: count("artifacts")?,
+            job_files: count("job_files")?,
+            s3_objects: count("s3_objects")?,
+            hash_cache: count("hash_cache")?,
+        })
+    }
+}

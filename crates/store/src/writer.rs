@@ -1,0 +1,295 @@
+//! The one writer of a process: a thread that owns a connection, drains a channel and commits
+//! whatever is queued in one `BEGIN IMMEDIATE` transaction.
+
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::thread::JoinHandle;
+
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
+
+use crate::db;
+use crate::error::{Result, StoreError};
+use crate::model::{argv_to_blob, CacheEntry, ContentHash, JobRecord};
+
+/// Most messages one transaction takes before it commits and starts the next.
+const MAX_BATCH: usize = 4096;
+
+enum Msg {
+    Job(Box<JobRecord>, Sender<Result<i64>>),
+    Cache(Vec<CacheEntry>),
+    Artifacts(Vec<ContentHash>),
+    Flush(Sender<Result<()>>),
+}
+
+/// Handle to the writer thread. Dropping it flushes what is queued and joins the thread.
+pub struct Writer {
+    tx: Option<Sender<Msg>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Writer {
+    /// Opens the store at `path` for writing and starts the writer thread.
+    pub fn start(path: &Path) -> Result<Writer> {
+        let conn = db::open(path, false)?;
+        let (tx, rx) = mpsc::channel();
+        let path = path.to_owned();
+        let thread = std::thread::Builder::new()
+            .name("roar-store-writer".into())
+            .spawn(move || run(conn, path, rx))
+            .map_err(|e| StoreError::io("start the writer thread for", "roar.db", e))?;
+        Ok(Writer {
+            tx: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// Records a whole job and returns its id once committed.
+    pub fn record_job(&self, job: JobRecord) -> Result<i64> {
+        let (reply, answer) = mpsc::channel();
+        self.send(Msg::Job(Box::new(job), reply))?;
+        answer.recv().map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// Queues hash-cache entries; they are committed with the next batch.
+    pub fn cache(&self, entries: Vec<CacheEntry>) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        self.send(Msg::Cache(entries))
+    }
+
+    /// Queues artifacts known by content alone (from `roar hash`), with no job attached.
+    pub fn artifacts(&self, hashes: Vec<ContentHash>) -> Result<()> {
+        if hashes.is_empty() {
+            return Ok(());
+        }
+        self.send(Msg::Artifacts(hashes))
+    }
+
+    /// Waits until everything queued before this call is committed.
+    pub fn flush(&self) -> Result<()> {
+        let (reply, answer) = mpsc::channel();
+        self.send(Msg::Flush(reply))?;
+        answer.recv().map_err(|_| StoreError::WriterGone)?
+    }
+
+    fn send(&self, msg: Msg) -> Result<()> {
+        self.tx
+            .as_ref()
+            .ok_or(StoreError::WriterGone)?
+            .send(msg)
+            .map_err(|_| StoreError::WriterGone)
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn run(mut conn: Connection, path: PathBuf, rx: Receiver<Msg>) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(m) => batch.push(m),
+                Err(_) => break,
+            }
+        }
+        commit(&mut conn, &path, batch);
+    }
+}
+
+/// Applies one batch in one transaction, then answers every waiting caller.
+fn commit(conn: &mut Connection, path: &Path, batch: Vec<Msg>) {
+    let mut job_ids = Vec::new();
+    let outcome = (|| -> rusqlite::Result<()> {
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        for msg in &batch {
+            match msg {
+                Msg::Job(job, _) => job_ids.push(insert_job(&tx, job)?),
+                Msg::Cache(entries) => insert_cache(&tx, entries)?,
+                Msg::Artifacts(hashes) => {
+                    for h in hashes {
+                        upsert_artifact(&tx, h)?;
+                    }
+                }
+                Msg::Flush(_) => {}
+            }
+        }
+        tx.commit()
+    })();
+    let mut ids = job_ids.into_iter();
+    for msg in batch {
+        let err = || match &outcome {
+            Ok(()) => unreachable!(),
+            Err(e) => db::classify(path, clone_err(e)),
+        };
+        match msg {
+            Msg::Job(_, reply) => {
+                let _ = reply.send(match &outcome {
+                    Ok(()) => Ok(ids.next().expect("one id per job")),
+                    Err(_) => Err(err()),
+                });
+            }
+            Msg::Flush(reply) => {
+                let _ = reply.send(outcome.as_ref().map(|_| ()).map_err(|_| err()));
+            }
+            Msg::Cache(_) | Msg::Artifacts(_) => {
+                if outcome.is_err() {
+                    // Nobody waits on these: a lost entry only costs a re-hash later, and the
+                    // caller's flush() reports the failure.
+                    tracing::warn!("hash records not stored: {}", err());
+                }
+            }
+        }
+    }
+}
+
+/// rusqlite errors are not Clone; every waiter of a failed batch gets an equivalent one.
+fn clone_err(e: &rusqlite::Error) -> rusqlite::Error {
+    match e {
+        rusqlite::Error::SqliteFailure(code, msg) => rusqlite::Error::SqliteFailure(*code, msg.clone()),
+        other => rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
+            Some(other.to_string()),
+        ),
+    }
+}
+
+pub(crate) fn upsert_artifact(tx: &Transaction, h: &ContentHash) -> rusqlite::Result<i64> {
+    let mut stmt = tx.prepare_cached(
+        "INSERT INTO artifacts (blake3, sha256, size) VALUES (?1, ?2, ?3)
+         ON CONFLICT (blake3) DO UPDATE SET sha256 = coalesce(artifacts.sha256, excluded.sha256)
+         RETURNING id",
+    )?;
+    stmt.query_row(params![h.blake3, h.sha256, h.size as i64], |r| r.get(0))
+}
+
+fn insert_job(tx: &Transaction, job: &JobRecord) -> rusqlite::Result<i64> {
+    let (exit_code, signal) = match &job.outcome {
+        crate::Outcome::Exited(c) => (Some(*c), None),
+        crate::Outcome::Signaled(s) => (None, Some(*s)),
+        _ => (None, None),
+    };
+    let env = serde_json::to_string(&job.env).unwrap_or_else(|_| "{}".into());
+    tx.prepare_cached(
+        "INSERT INTO jobs (name, argv, cwd, started_ns, ended_ns, status, exit_code, signal,
+                           incomplete, backend, git_commit, git_branch, git_dirty, env, host)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+    )?
+    .execute(params![
+        job.name,
+        argv_to_blob(&job.argv),
+        job.cwd.as_os_str().as_bytes(),
+        job.started_ns,
+        job.ended_ns,
+        job.outcome.status(),
+        exit_code,
+        signal,
+        job.incomplete,
+        job.backend,
+        job.git.as_ref().and_then(|g| g.commit.clone()),
+        job.git.as_ref().and_then(|g| g.branch.clone()),
+        job.git.as_ref().map(|g| g.dirty),
+        env,
+        job.host,
+    ])?;
+    let job_id = tx.last_insert_rowid();
+
+    let mut proc_stmt = tx.prepare_cached(
+        "INSERT INTO processes (job_id, pid, parent_pid, exe, argv, started_ns, ended_ns)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?;
+    for p in &job.processes {
+        proc_stmt.execute(params![
+            job_id,
+            p.pid,
+            p.parent_pid,
+            p.exe.as_ref().map(|e| e.as_os_str().as_bytes().to_vec()),
+            argv_to_blob(&p.argv),
+            p.started_ns,
+            p.ended_ns,
+        ])?;
+    }
+
+    for f in &job.files {
+        let artifact = f.hash.as_ref().map(|h| upsert_artifact(tx, h)).transpose()?;
+        let before = f.before.as_ref().map(|h| upsert_artifact(tx, h)).transpose()?;
+        let s3_id = match &f.s3 {
+            Some(o) => Some(
+                tx.prepare_cached(
+                    "INSERT INTO s3_objects (bucket, key, version_id, etag, artifact_id)
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                )?
+                .insert(params![o.bucket, o.key, o.version_id, o.etag, artifact])?,
+            ),
+            None => None,
+        };
+        tx.prepare_cached(
+            "INSERT INTO job_files (job_id, role, kind, path, artifact_id, before_artifact_id,
+                                    s3_object_id, ops, first_ns, last_ns)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        )?
+        .execute(params![
+            job_id,
+            f.role.as_str(),
+            if f.s3.is_some() { "s3" } else { "file" },
+            f.path.as_os_str().as_bytes(),
+            artifact,
+            before,
+            s3_id,
+            f.ops.names().join(","),
+            f.first_ns,
+            f.last_ns,
+        ])?;
+    }
+    Ok(job_id)
+}
+
+fn insert_cache(tx: &Transaction, entries: &[CacheEntry]) -> rusqlite::Result<()> {
+    let mut stmt = tx.prepare_cached(
+        "INSERT OR REPLACE INTO hash_cache (dev, ino, size, mtime_ns, ctime_ns, blake3, sha256, hashed_ns)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?;
+    for e in entries {
+        stmt.execute(params![
+            e.stat.dev as i64,
+            e.stat.ino as i64,
+            e.stat.size as i64,
+            e.stat.mtime_ns,
+            e.stat.ctime_ns,
+            e.hash.blake3,
+            e.hash.sha256,
+            e.hashed_ns,
+        ])?;
+    }
+    Ok(())
+}
+
+/// Looks up a cache entry valid for `stat` (see [`crate::hash`] for the racy-entry rule).
+pub(crate) fn cache_lookup(conn: &Connection, stat: &crate::FileStat) -> rusqlite::Result<Option<(ContentHash, i64)>> {
+    conn.prepare_cached(
+        "SELECT blake3, sha256, hashed_ns FROM hash_cache
+         WHERE dev = ?1 AND ino = ?2 AND size = ?3 AND mtime_ns = ?4 AND ctime_ns = ?5",
+    )?
+    .query_row(
+        params![stat.dev as i64, stat.ino as i64, stat.size as i64, stat.mtime_ns, stat.ctime_ns],
+        |r| {
+            Ok((
+                ContentHash {
+                    blake3: r.get(0)?,
+                    sha256: r.get(1)?,
+                    size: stat.size,
+                },
+                r.get(2)?,
+            ))
+        },
+    )
+    .optional()
+}

@@ -1,0 +1,1 @@
+//! Tracer backends for `roar run`.
