@@ -59,7 +59,7 @@ pub fn hash(paths: &[PathBuf], sha256: bool, json: bool) -> anyhow::Result<()> {
             }
             Err(e) => {
                 failed += 1;
-                eprintln!("roar: {e}");
+                eprintln!("roar: {:#}", anyhow::Error::from(e));
             }
         }
     }

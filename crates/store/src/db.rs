@@ -99,6 +99,8 @@ pub fn open(path: &Path, create: bool) -> Result<Connection> {
         flags |= OpenFlags::SQLITE_OPEN_CREATE;
     }
     let conn = Connection::open_with_flags(path, flags).map_err(|e| classify(path, e))?;
+    // Refuse a newer or foreign database before anything (even the WAL switch) writes to it.
+    check_version(&conn, path)?;
     configure(&conn).map_err(|e| classify(path, e))?;
     migrate(&conn, path, MIGRATIONS.len())?;
     Ok(conn)
@@ -117,7 +119,7 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
 
 /// Applies migrations until the database is at version `target`.
 /// Exposed to tests through [`crate::testing`] to build databases of an older schema.
-pub(crate) fn migrate(conn: &Connection, path: &Path, target: usize) -> Result<()> {
+fn check_version(conn: &Connection, path: &Path) -> Result<i64> {
     let version = user_version(conn).map_err(|e| classify(path, e))?;
     if version > SCHEMA_VERSION {
         return Err(StoreError::NewerSchema {
@@ -126,6 +128,11 @@ pub(crate) fn migrate(conn: &Connection, path: &Path, target: usize) -> Result<(
             supported: SCHEMA_VERSION,
         });
     }
+    Ok(version)
+}
+
+pub(crate) fn migrate(conn: &Connection, path: &Path, target: usize) -> Result<()> {
+    let version = check_version(conn, path)?;
     for (i, sql) in MIGRATIONS.iter().enumerate().take(target).skip(version as usize) {
         let step = || -> rusqlite::Result<()> {
             conn.execute_batch("BEGIN IMMEDIATE")?;

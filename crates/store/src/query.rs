@@ -103,6 +103,14 @@ fn lossy(blob: Vec<u8>) -> String {
     String::from_utf8_lossy(&blob).into_owned()
 }
 
+/// A path or argv column as bytes, whether it was stored as BLOB (roar) or TEXT (by hand).
+fn bytes(r: &Row, idx: usize) -> rusqlite::Result<Vec<u8>> {
+    match r.get_ref(idx)? {
+        rusqlite::types::ValueRef::Null => Ok(Vec::new()),
+        v => Ok(v.as_bytes()?.to_vec()),
+    }
+}
+
 fn summary_from_row(r: &Row) -> rusqlite::Result<JobSummary> {
     let dirty: Option<bool> = r.get(13)?;
     let commit: Option<String> = r.get(11)?;
@@ -110,8 +118,8 @@ fn summary_from_row(r: &Row) -> rusqlite::Result<JobSummary> {
     Ok(JobSummary {
         id: r.get(0)?,
         name: r.get(1)?,
-        argv: lossy_argv(&r.get::<_, Vec<u8>>(2)?),
-        cwd: lossy(r.get(3)?),
+        argv: lossy_argv(&bytes(r, 2)?),
+        cwd: lossy(bytes(r, 3)?),
         started_ns: r.get(4)?,
         ended_ns: r.get(5)?,
         status: r.get(6)?,
@@ -225,7 +233,7 @@ impl Store {
             Ok(FileRow {
                 role: Role::parse(&r.get::<_, String>(0)?),
                 kind: r.get(1)?,
-                path: lossy(r.get(2)?),
+                path: lossy(bytes(r, 2)?),
                 hash: hash_from(r.get(3)?, r.get(4)?, r.get(5)?),
                 before: hash_from(r.get(6)?, r.get(7)?, r.get(8)?),
                 ops: Ops::parse(&r.get::<_, String>(9)?).names(),
@@ -275,8 +283,8 @@ impl Store {
                 Ok(Use {
                     job_id: r.get(0)?,
                     role: Role::parse(&r.get::<_, String>(1)?),
-                    path: lossy(r.get(2)?),
-                    argv: lossy_argv(&r.get::<_, Vec<u8>>(3)?),
+                    path: lossy(bytes(r, 2)?),
+                    argv: lossy_argv(&bytes(r, 3)?),
                     started_ns: r.get(4)?,
                     hash: hash_from(r.get(5)?, r.get(6)?, r.get(7)?),
                 })

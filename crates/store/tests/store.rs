@@ -1,0 +1,309 @@
+//! Store tests with no kernel features: migrations, refusal of bad databases, concurrent writers
+//! from several processes, hashing vectors and the hash cache, and the queries.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use roar_store::hash::{hash_path, hash_paths, HashOptions};
+use roar_store::{
+    ContentHash, FileRecord, JobRecord, Ops, Outcome, Role, Store, StoreError, Writer, SCHEMA_VERSION,
+};
+
+fn job(argv: &[&str], files: Vec<FileRecord>) -> JobRecord {
+    JobRecord {
+        name: None,
+        argv: argv.iter().map(OsString::from).collect(),
+        cwd: PathBuf::from("/work"),
+        started_ns: 1_700_000_000_000_000_000,
+        ended_ns: Some(1_700_000_001_000_000_000),
+        outcome: Outcome::Exited(0),
+        incomplete: false,
+        backend: "test".into(),
+        git: None,
+        env: Default::default(),
+        host: None,
+        processes: vec![],
+        files,
+    }
+}
+
+fn file(role: Role, path: &str, content: &[u8]) -> FileRecord {
+    FileRecord {
+        role,
+        path: PathBuf::from(path),
+        hash: Some(ContentHash {
+            blake3: blake3::hash(content).to_hex().to_string(),
+            sha256: None,
+            size: content.len() as u64,
+        }),
+        before: None,
+        ops: if role == Role::Input { Ops::READ } else { Ops::WRITE | Ops::CREATE },
+        first_ns: None,
+        last_ns: None,
+        s3: None,
+    }
+}
+
+fn new_db(dir: &Path) -> PathBuf {
+    let path = dir.join("roar.db");
+    roar_store::open(&path, true).unwrap();
+    path
+}
+
+#[test]
+fn migrates_an_empty_database_to_the_current_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = new_db(dir.path());
+    assert_eq!(Store::open(&db).unwrap().stats().unwrap().schema_version, SCHEMA_VERSION);
+}
+
+#[test]
+fn migrates_a_previous_version_database_keeping_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("roar.db");
+    let old = roar_store::testing::create_at_version(&db, 1).unwrap();
+    old.execute(
+        "INSERT INTO jobs (argv, cwd, started_ns, status, backend) VALUES (x'6563686f00686921', '/w', 1, 'exited', 'preload')",
+        [],
+    )
+    .unwrap();
+    let v: i64 = old.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+    assert_eq!(v, 1);
+    drop(old);
+
+    let store = Store::open(&db).unwrap();
+    let stats = store.stats().unwrap();
+    assert_eq!(stats.schema_version, SCHEMA_VERSION);
+    assert_eq!(stats.jobs, 1);
+    assert_eq!(store.job(1).unwrap().summary.argv, vec!["echo", "hi!"]);
+    assert_eq!(stats.hash_cache, 0, "the migration created the cache table");
+}
+
+#[test]
+fn refuses_a_newer_schema_and_leaves_it_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = new_db(dir.path());
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.pragma_update(None, "user_version", 99).unwrap();
+    conn.pragma_update(None, "journal_mode", "DELETE").unwrap();
+    drop(conn);
+    let before = std::fs::read(&db).unwrap();
+    match roar_store::open(&db, false) {
+        Err(StoreError::NewerSchema { found: 99, .. }) => {}
+        other => panic!("expected NewerSchema, got {:?}", other.err()),
+    }
+    assert_eq!(std::fs::read(&db).unwrap(), before);
+}
+
+#[test]
+fn refuses_a_corrupt_database_and_leaves_it_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("roar.db");
+    let garbage = b"this is not sqlite, it is somebody's notes\n".repeat(200);
+    std::fs::write(&db, &garbage).unwrap();
+    match roar_store::open(&db, false) {
+        Err(StoreError::Corrupt { .. }) => {}
+        other => panic!("expected Corrupt, got {:?}", other.err()),
+    }
+    assert_eq!(std::fs::read(&db).unwrap(), garbage);
+}
+
+const WORKER_ENV: &str = "ROAR_TEST_WRITER_DB";
+const JOBS_PER_WORKER: usize = 150;
+const FILES_PER_JOB: usize = 4;
+
+/// Not a test on its own: the body of each writer process of the concurrency test.
+#[test]
+fn concurrent_writer_worker() {
+    let Some(db) = std::env::var_os(WORKER_ENV) else {
+        return;
+    };
+    let me = std::process::id();
+    let writer = Writer::start(Path::new(&db)).unwrap();
+    for i in 0..JOBS_PER_WORKER {
+        let files = (0..FILES_PER_JOB)
+            .map(|f| file(Role::Output, &format!("/out/{me}/{i}/{f}"), format!("{me}-{i}-{f}").as_bytes()))
+            .collect();
+        writer.record_job(job(&["worker"], files)).unwrap();
+    }
+}
+
+#[test]
+fn concurrent_writers_in_several_processes_lose_no_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = new_db(dir.path());
+    let exe = std::env::current_exe().unwrap();
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            Command::new(&exe)
+                .args(["--exact", "concurrent_writer_worker", "--test-threads=1"])
+                .env(WORKER_ENV, &db)
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut w in workers {
+        assert!(w.wait().unwrap().success(), "a writer process failed");
+    }
+    let stats = Store::open(&db).unwrap().stats().unwrap();
+    assert_eq!(stats.jobs, 4 * JOBS_PER_WORKER as i64);
+    assert_eq!(stats.job_files, (4 * JOBS_PER_WORKER * FILES_PER_JOB) as i64);
+    assert_eq!(stats.artifacts, (4 * JOBS_PER_WORKER * FILES_PER_JOB) as i64);
+}
+
+#[test]
+fn known_hash_vectors() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = HashOptions { sha256: true };
+    let cases: [(&[u8], &str, &str); 2] = [
+        (
+            b"",
+            "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262",
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+        ),
+        (
+            b"abc",
+            "6437b3ac38465133ffb63b75273a8db548c558465d79db03fd359c6cd5bd9d85",
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+        ),
+    ];
+    for (i, (content, b3, sha)) in cases.iter().enumerate() {
+        let p = dir.path().join(format!("v{i}"));
+        std::fs::write(&p, content).unwrap();
+        let h = hash_path(&p, opts).unwrap().hash;
+        assert_eq!(h.blake3, *b3);
+        assert_eq!(h.sha256.as_deref(), Some(*sha));
+        assert_eq!(h.size, content.len() as u64);
+    }
+}
+
+#[test]
+fn big_files_hash_the_same_through_the_parallel_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("big");
+    let content: Vec<u8> = (0..5_000_000u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    std::fs::write(&p, &content).unwrap();
+    let h = hash_path(&p, HashOptions { sha256: true }).unwrap().hash;
+    assert_eq!(h.blake3, blake3::hash(&content).to_hex().to_string());
+    use sha2::Digest;
+    assert_eq!(h.sha256.unwrap(), roar_store::hash::hex(&sha2::Sha256::digest(&content)));
+}
+
+/// Sets a file's timestamps into the past so its cache entry is not "racy".
+fn age(path: &Path, secs_ago: u64) {
+    let t = std::time::SystemTime::now() - std::time::Duration::from_secs(secs_ago);
+    let f = std::fs::File::options().write(true).open(path).unwrap();
+    f.set_times(std::fs::FileTimes::new().set_modified(t).set_accessed(t)).unwrap();
+}
+
+#[test]
+fn cache_hits_until_content_changes_even_with_the_same_mtime_and_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = new_db(dir.path());
+    let f = dir.path().join("data.bin");
+    std::fs::write(&f, b"version one").unwrap();
+    age(&f, 60);
+    let mtime = std::fs::metadata(&f).unwrap().modified().unwrap();
+    let paths = vec![f.clone()];
+    let writer = Writer::start(&db).unwrap();
+    let store = Store::open(&db).unwrap();
+    let opts = HashOptions::default();
+    // ctime cannot be set back: wait out the racy window so the entry is trusted.
+    std::thread::sleep(std::time::Duration::from_nanos(2 * roar_store::hash::RACY_NS as u64));
+
+    let first = hash_paths(&paths, opts, Some(store.conn()), &|_| {});
+    assert!(!first.results[0].as_ref().unwrap().from_cache);
+    writer.cache(first.new_cache).unwrap();
+    writer.flush().unwrap();
+
+    let second = hash_paths(&paths, opts, Some(store.conn()), &|_| {});
+    let second = second.results[0].as_ref().unwrap();
+    assert!(second.from_cache, "an unchanged, old file is answered from the cache");
+    assert_eq!(second.hash.blake3, blake3::hash(b"version one").to_hex().to_string());
+
+    // Same size, mtime put back: only ctime betrays the change.
+    std::fs::write(&f, b"version two").unwrap();
+    let file = std::fs::File::options().write(true).open(&f).unwrap();
+    file.set_modified(mtime).unwrap();
+    assert_eq!(std::fs::metadata(&f).unwrap().modified().unwrap(), mtime);
+    let third = hash_paths(&paths, opts, Some(store.conn()), &|_| {});
+    let third = third.results[0].as_ref().unwrap();
+    assert!(!third.from_cache);
+    assert_eq!(third.hash.blake3, blake3::hash(b"version two").to_hex().to_string());
+}
+
+#[test]
+fn freshly_written_files_are_not_trusted_from_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = new_db(dir.path());
+    let f = dir.path().join("new.bin");
+    std::fs::write(&f, b"just written").unwrap();
+    let writer = Writer::start(&db).unwrap();
+    let store = Store::open(&db).unwrap();
+    let paths = vec![f];
+    let first = hash_paths(&paths, HashOptions::default(), Some(store.conn()), &|_| {});
+    writer.cache(first.new_cache).unwrap();
+    writer.flush().unwrap();
+    let again = hash_paths(&paths, HashOptions::default(), Some(store.conn()), &|_| {});
+    assert!(
+        !again.results[0].as_ref().unwrap().from_cache,
+        "a file hashed within the racy window of its last change must be re-read"
+    );
+}
+
+#[test]
+fn queries_resolve_prefixes_paths_and_uses() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = new_db(dir.path());
+    let writer = Writer::start(&db).unwrap();
+    let made = writer
+        .record_job(job(&["make-it"], vec![file(Role::Output, "/w/out.txt", b"payload")]))
+        .unwrap();
+    let used = writer
+        .record_job(job(
+            &["use-it"],
+            vec![file(Role::Input, "/w/out.txt", b"payload"), file(Role::Output, "/w/sum.txt", b"7")],
+        ))
+        .unwrap();
+    let store = Store::open(&db).unwrap();
+    let full = blake3::hash(b"payload").to_hex().to_string();
+    let hash = store.resolve_hash(&full[..6]).unwrap();
+    assert_eq!(hash.blake3, full);
+    let detail = store.artifact(&hash).unwrap();
+    assert_eq!(detail.made_by.iter().map(|u| u.job_id).collect::<Vec<_>>(), vec![made]);
+    assert_eq!(detail.used_by.iter().map(|u| u.job_id).collect::<Vec<_>>(), vec![used]);
+    assert_eq!(store.path(Path::new("/w/out.txt")).unwrap().history.len(), 2);
+    assert!(matches!(store.path(Path::new("/w/nope")), Err(StoreError::UnknownPath { .. })));
+    assert!(matches!(store.resolve_hash("ffffffff"), Err(StoreError::UnknownHash { .. })));
+    assert!(matches!(store.job(99), Err(StoreError::UnknownJob { id: 99 })));
+    let jobs = store.jobs(10).unwrap();
+    assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<_>>(), vec![used, made], "newest first");
+    assert_eq!((jobs[0].inputs, jobs[0].outputs), (1, 1));
+}
+
+#[test]
+fn ambiguous_prefixes_list_their_candidates() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = new_db(dir.path());
+    let writer = Writer::start(&db).unwrap();
+    // Enough distinct artifacts that two share a first hex digit.
+    let hashes: Vec<ContentHash> = (0..40)
+        .map(|i| ContentHash {
+            blake3: blake3::hash(&[i]).to_hex().to_string(),
+            sha256: None,
+            size: 1,
+        })
+        .collect();
+    writer.artifacts(hashes.clone()).unwrap();
+    writer.flush().unwrap();
+    let store = Store::open(&db).unwrap();
+    let first = &hashes[0].blake3[..1];
+    let sharing = hashes.iter().filter(|h| h.blake3.starts_with(first)).count();
+    assert!(sharing >= 2, "40 hashes over 16 digits must collide on the first");
+    match store.resolve_hash(first) {
+        Err(StoreError::AmbiguousHash { candidates, .. }) => assert_eq!(candidates.len(), sharing.min(11)),
+        other => panic!("expected AmbiguousHash, got {other:?}"),
+    }
+}
