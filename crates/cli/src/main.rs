@@ -4,7 +4,7 @@ mod config;
 mod fmt;
 mod hash_cmd;
 mod query_cmd;
-// mod run_cmd;
+mod run_cmd;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -76,7 +76,13 @@ enum Command {
     },
     /// Show the store's size, schema version and row counts.
     Db,
-    // RUN_PLACEHOLDER
+    /// Run a command and record every file it reads and writes.
+    Run(run_cmd::RunArgs),
+    /// Inspect the tracer backends.
+    Tracer {
+        #[command(subcommand)]
+        command: run_cmd::TracerCommand,
+    },
 }
 
 fn main() -> ExitCode {
@@ -112,7 +118,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Log { limit } => query_cmd::log(limit, json)?,
         Command::Show { what } => query_cmd::show(&what, json)?,
         Command::Db => query_cmd::db(json)?,
-        // RUN_DISPATCH
+        Command::Run(args) => return run_cmd::run(args),
+        Command::Tracer { command } => return run_cmd::tracer(command, json),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,1 +1,952 @@
-//! preload
+//! roar's LD_PRELOAD shim: interposes libc's file, exec and process calls in traced programs and
+//! sends one datagram per successful access to the `roar run` that started them.
+//!
+//! Rules inside a hook: no allocation, no std I/O, no panics, errno preserved, the real call made
+//! exactly once with the caller's arguments and its result returned untouched. Paths are sent as
+//! the program gave them plus a base directory (the tracked cwd, or a dirfd resolved through
+//! /proc/self/fd); roar joins them, so the hot path never canonicalises anything.
+#![allow(clippy::missing_safety_doc)]
+
+use core::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use core::ptr;
+use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicUsize, Ordering};
+
+use libc::{mode_t, off_t, pid_t, FILE};
+use roar_wire::{Header, Kind, WireStat, LIB_ENV, SOCK_ENV};
+
+const PATH_MAX: usize = 4096;
+/// Our socket is moved to a high fd so programs that assume small fds are unaffected.
+const SOCK_FD_MIN: c_int = 800;
+
+static SOCK: AtomicI32 = AtomicI32::new(-1);
+
+/// Everything below is written once by the constructor, before any other thread exists.
+static mut SOCK_NAME: [u8; 108] = [0; 108];
+static SOCK_NAME_LEN: AtomicUsize = AtomicUsize::new(0);
+/// "ROAR_INTERNAL_SOCK=..." and "ROAR_INTERNAL_LIB=...", NUL-terminated, for exec environments.
+static mut SOCK_ENTRY: [u8; 160] = [0; 160];
+static mut LIB_ENTRY: [u8; PATH_MAX + 32] = [0; PATH_MAX + 32];
+static LIB_LEN: AtomicUsize = AtomicUsize::new(0);
+/// Scratch for the argv of the Exec event, used only by the constructor.
+static mut ARGV_BUF: [u8; 32 * 1024] = [0; 32 * 1024];
+
+/// The current directory as this process last set it. Forked children inherit it with the memory.
+static mut CWD: [u8; PATH_MAX] = [0; PATH_MAX];
+static CWD_LEN: AtomicUsize = AtomicUsize::new(0);
+
+macro_rules! real {
+    ($name:ident : $ty:ty) => {{
+        static P: AtomicPtr<c_void> = AtomicPtr::new(ptr::null_mut());
+        let mut p = P.load(Ordering::Relaxed);
+        if p.is_null() {
+            #[allow(unused_unsafe)]
+            // SAFETY: the symbol name is a NUL-terminated literal.
+            let found = unsafe { libc::dlsym(libc::RTLD_NEXT, concat!(stringify!($name), "\0").as_ptr().cast()) };
+            p = found;
+            P.store(p, Ordering::Relaxed);
+        }
+        #[allow(unused_unsafe)]
+        // SAFETY: libc's symbol of this name has this signature.
+        let f = unsafe { core::mem::transmute::<*mut c_void, $ty>(p) };
+        f
+    }};
+}
+
+/// Saves errno on creation and restores it on drop, so reporting never disturbs the caller.
+struct KeepErrno(c_int);
+
+impl KeepErrno {
+    fn new() -> KeepErrno {
+        // SAFETY: __errno_location always returns this thread's errno.
+        KeepErrno(unsafe { *libc::__errno_location() })
+    }
+}
+
+impl Drop for KeepErrno {
+    fn drop(&mut self) {
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = self.0 };
+    }
+}
+
+fn enabled() -> bool {
+    SOCK.load(Ordering::Relaxed) >= 0
+}
+
+unsafe fn cstr<'a>(p: *const c_char) -> &'a [u8] {
+    if p.is_null() {
+        &[]
+    } else {
+        // SAFETY: callers pass C strings that libc just accepted.
+        unsafe { CStr::from_ptr(p) }.to_bytes()
+    }
+}
+
+fn now_ns() -> i64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid out-pointer; CLOCK_REALTIME is served by the vDSO.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+unsafe fn connect_socket() -> c_int {
+    let len = SOCK_NAME_LEN.load(Ordering::Relaxed);
+    if len == 0 {
+        return -1;
+    }
+    // SAFETY: plain socket calls on a zeroed sockaddr_un we fill within bounds.
+    unsafe {
+        let fd = libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return -1;
+        }
+        let mut addr: libc::sockaddr_un = core::mem::zeroed();
+        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        // Abstract namespace: sun_path[0] stays NUL.
+        let name = &*ptr::addr_of!(SOCK_NAME);
+        for i in 0..len.min(106) {
+            addr.sun_path[i + 1] = name[i] as c_char;
+        }
+        let addr_len = (core::mem::size_of::<libc::sa_family_t>() + 1 + len) as libc::socklen_t;
+        if libc::connect(fd, ptr::addr_of!(addr).cast(), addr_len) != 0 {
+            real!(close: unsafe extern "C" fn(c_int) -> c_int)(fd);
+            return -1;
+        }
+        let high = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, SOCK_FD_MIN);
+        if high >= 0 {
+            real!(close: unsafe extern "C" fn(c_int) -> c_int)(fd);
+            high
+        } else {
+            fd
+        }
+    }
+}
+
+/// Sends one event. Blocks if roar's queue is full (events are never dropped by the shim).
+unsafe fn send(kind: Kind, arg: i64, fd: c_int, stat: WireStat, parts: [&[u8]; 4]) {
+    let mut h = Header {
+        kind: kind as u16,
+        // SAFETY: getpid has no preconditions; it is not cached so raw clones report correctly.
+        pid: unsafe { libc::getpid() },
+        arg,
+        fd,
+        ts_ns: now_ns(),
+        stat,
+        ..Header::default()
+    };
+    for (i, p) in parts.iter().enumerate() {
+        h.lens[i] = p.len() as u32;
+    }
+    let mut iov = [libc::iovec {
+        iov_base: ptr::null_mut(),
+        iov_len: 0,
+    }; 5];
+    iov[0] = libc::iovec {
+        iov_base: h.as_bytes().as_ptr() as *mut c_void,
+        iov_len: h.as_bytes().len(),
+    };
+    for (i, p) in parts.iter().enumerate() {
+        iov[i + 1] = libc::iovec {
+            iov_base: p.as_ptr() as *mut c_void,
+            iov_len: p.len(),
+        };
+    }
+    // SAFETY: msghdr zeroed then pointed at our iovecs, which outlive the call.
+    let mut msg: libc::msghdr = unsafe { core::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = iov.len();
+    for _attempt in 0..2 {
+        let sock = SOCK.load(Ordering::Relaxed);
+        if sock < 0 {
+            return;
+        }
+        loop {
+            // SAFETY: msg is valid; MSG_NOSIGNAL keeps a vanished roar from killing the program.
+            let n = unsafe { libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) };
+            if n >= 0 {
+                return;
+            }
+            // SAFETY: reading errno.
+            let err = unsafe { *libc::__errno_location() };
+            if err == libc::EINTR {
+                continue;
+            }
+            if err == libc::EBADF || err == libc::ENOTSOCK || err == libc::ENOTCONN {
+                // Our fd was closed behind our back (raw syscall): reconnect once.
+                // SAFETY: no preconditions.
+                let fresh = unsafe { connect_socket() };
+                SOCK.store(fresh, Ordering::Relaxed);
+                break;
+            }
+            return;
+        }
+    }
+}
+
+/// The directory a relative `path` is resolved against, written into `buf` when it must be read
+/// from /proc. Empty for absolute paths.
+unsafe fn base<'a>(dirfd: c_int, path: &[u8], buf: &'a mut [u8; PATH_MAX]) -> &'a [u8] {
+    if path.first() == Some(&b'/') {
+        return &[];
+    }
+    if dirfd == libc::AT_FDCWD {
+        let len = CWD_LEN.load(Ordering::Relaxed);
+        // SAFETY: CWD is only written by chdir hooks; a torn read yields a wrong base, not UB
+        // worse than the race the program itself has with its own chdir.
+        return unsafe { &(&*ptr::addr_of!(CWD))[..len] };
+    }
+    // SAFETY: fd_path writes within buf.
+    unsafe { fd_path(dirfd, buf) }
+}
+
+/// readlink("/proc/self/fd/N") into `buf`.
+unsafe fn fd_path(fd: c_int, buf: &mut [u8; PATH_MAX]) -> &[u8] {
+    let mut link = *b"/proc/self/fd/\0\0\0\0\0\0\0\0\0\0\0\0";
+    let mut digits = [0u8; 11];
+    let mut n = fd.max(0) as u32;
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let d = &digits[i..];
+    link[14..14 + d.len()].copy_from_slice(d);
+    // SAFETY: link is NUL-terminated; buf is writable for its length.
+    let len = unsafe { libc::readlink(link.as_ptr().cast(), buf.as_mut_ptr().cast(), buf.len()) };
+    if len <= 0 {
+        &[]
+    } else {
+        &buf[..len as usize]
+    }
+}
+
+fn wire_stat(st: &libc::stat) -> WireStat {
+    WireStat {
+        dev: st.st_dev,
+        ino: st.st_ino,
+        size: st.st_size as u64,
+        mtime_ns: st.st_mtime * 1_000_000_000 + st.st_mtime_nsec,
+        ctime_ns: st.st_ctime * 1_000_000_000 + st.st_ctime_nsec,
+        mode: st.st_mode,
+        _pad: 0,
+    }
+}
+
+/// Reports a successful open of a regular file; directories, devices and pipes are of no interest.
+unsafe fn after_open(dirfd: c_int, path: *const c_char, flags: c_int, fd: c_int) {
+    if fd < 0 || !enabled() {
+        return;
+    }
+    let _errno = KeepErrno::new();
+    // SAFETY: fstat into a zeroed struct.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return;
+    }
+    let p = unsafe { cstr(path) };
+    let mut buf = [0u8; PATH_MAX];
+    let b = unsafe { base(dirfd, p, &mut buf) };
+    unsafe { send(Kind::Open, flags as i64, fd, wire_stat(&st), [b, p, &[], &[]]) };
+}
+
+unsafe fn report_path(kind: Kind, dirfd: c_int, path: *const c_char) {
+    if !enabled() {
+        return;
+    }
+    let _errno = KeepErrno::new();
+    let p = unsafe { cstr(path) };
+    let mut buf = [0u8; PATH_MAX];
+    let b = unsafe { base(dirfd, p, &mut buf) };
+    unsafe { send(kind, 0, -1, WireStat::default(), [b, p, &[], &[]]) };
+}
+
+unsafe fn report_pair(kind: Kind, fd1: c_int, p1: *const c_char, fd2: c_int, p2: *const c_char) {
+    if !enabled() {
+        return;
+    }
+    let _errno = KeepErrno::new();
+    let (a, b) = unsafe { (cstr(p1), cstr(p2)) };
+    let mut buf1 = [0u8; PATH_MAX];
+    let mut buf2 = [0u8; PATH_MAX];
+    let (ba, bb) = unsafe { (base(fd1, a, &mut buf1), base(fd2, b, &mut buf2)) };
+    unsafe { send(kind, 0, -1, WireStat::default(), [ba, a, bb, b]) };
+}
+
+// ---- open family -------------------------------------------------------------------------------
+// `mode` is variadic in C; on the supported ABIs it arrives in the register a fixed third argument
+// would use, and it is only read by the kernel when O_CREAT/O_TMPFILE is set.
+
+#[no_mangle]
+pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    let fd = unsafe { real!(open: unsafe extern "C" fn(*const c_char, c_int, c_uint) -> c_int)(path, flags, mode) };
+    unsafe { after_open(libc::AT_FDCWD, path, flags, fd) };
+    fd
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    let fd = unsafe { real!(open64: unsafe extern "C" fn(*const c_char, c_int, c_uint) -> c_int)(path, flags, mode) };
+    unsafe { after_open(libc::AT_FDCWD, path, flags, fd) };
+    fd
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
+    let fd = unsafe { real!(__open_2: unsafe extern "C" fn(*const c_char, c_int) -> c_int)(path, flags) };
+    unsafe { after_open(libc::AT_FDCWD, path, flags, fd) };
+    fd
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
+    let fd = unsafe { real!(__open64_2: unsafe extern "C" fn(*const c_char, c_int) -> c_int)(path, flags) };
+    unsafe { after_open(libc::AT_FDCWD, path, flags, fd) };
+    fd
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    let fd = unsafe {
+        real!(openat: unsafe extern "C" fn(c_int, *const c_char, c_int, c_uint) -> c_int)(dirfd, path, flags, mode)
+    };
+    unsafe { after_open(dirfd, path, flags, fd) };
+    fd
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn openat64(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    let fd = unsafe {
+        real!(openat64: unsafe extern "C" fn(c_int, *const c_char, c_int, c_uint) -> c_int)(dirfd, path, flags, mode)
+    };
+    unsafe { after_open(dirfd, path, flags, fd) };
+    fd
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    let fd = unsafe { real!(__openat_2: unsafe extern "C" fn(c_int, *const c_char, c_int) -> c_int)(dirfd, path, flags) };
+    unsafe { after_open(dirfd, path, flags, fd) };
+    fd
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    let fd =
+        unsafe { real!(__openat64_2: unsafe extern "C" fn(c_int, *const c_char, c_int) -> c_int)(dirfd, path, flags) };
+    unsafe { after_open(dirfd, path, flags, fd) };
+    fd
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn creat(path: *const c_char, mode: mode_t) -> c_int {
+    let fd = unsafe { real!(creat: unsafe extern "C" fn(*const c_char, mode_t) -> c_int)(path, mode) };
+    unsafe { after_open(libc::AT_FDCWD, path, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, fd) };
+    fd
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
+    let fd = unsafe { real!(creat64: unsafe extern "C" fn(*const c_char, mode_t) -> c_int)(path, mode) };
+    unsafe { after_open(libc::AT_FDCWD, path, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, fd) };
+    fd
+}
+
+// mkstemp and friends open through glibc's internal open, which no PLT hook sees.
+const TEMP_FLAGS: c_int = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL;
+
+#[no_mangle]
+pub unsafe extern "C" fn mkstemp(template: *mut c_char) -> c_int {
+    let fd = unsafe { real!(mkstemp: unsafe extern "C" fn(*mut c_char) -> c_int)(template) };
+    unsafe { after_open(libc::AT_FDCWD, template, TEMP_FLAGS, fd) };
+    fd
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkstemp64(template: *mut c_char) -> c_int {
+    let fd = unsafe { real!(mkstemp64: unsafe extern "C" fn(*mut c_char) -> c_int)(template) };
+    unsafe { after_open(libc::AT_FDCWD, template, TEMP_FLAGS, fd) };
+    fd
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkostemp(template: *mut c_char, flags: c_int) -> c_int {
+    let fd = unsafe { real!(mkostemp: unsafe extern "C" fn(*mut c_char, c_int) -> c_int)(template, flags) };
+    unsafe { after_open(libc::AT_FDCWD, template, TEMP_FLAGS | flags, fd) };
+    fd
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkostemp64(template: *mut c_char, flags: c_int) -> c_int {
+    let fd = unsafe { real!(mkostemp64: unsafe extern "C" fn(*mut c_char, c_int) -> c_int)(template, flags) };
+    unsafe { after_open(libc::AT_FDCWD, template, TEMP_FLAGS | flags, fd) };
+    fd
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkstemps(template: *mut c_char, suffix: c_int) -> c_int {
+    let fd = unsafe { real!(mkstemps: unsafe extern "C" fn(*mut c_char, c_int) -> c_int)(template, suffix) };
+    unsafe { after_open(libc::AT_FDCWD, template, TEMP_FLAGS, fd) };
+    fd
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkostemps(template: *mut c_char, suffix: c_int, flags: c_int) -> c_int {
+    let fd =
+        unsafe { real!(mkostemps: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> c_int)(template, suffix, flags) };
+    unsafe { after_open(libc::AT_FDCWD, template, TEMP_FLAGS | flags, fd) };
+    fd
+}
+
+/// open(2) flags equivalent to an fopen mode string.
+unsafe fn fopen_flags(mode: *const c_char) -> c_int {
+    let m = unsafe { cstr(mode) };
+    let plus = m.contains(&b'+');
+    match (m.first(), plus) {
+        (Some(b'r'), false) => libc::O_RDONLY,
+        (Some(b'r'), true) => libc::O_RDWR,
+        (Some(b'w'), p) => (if p { libc::O_RDWR } else { libc::O_WRONLY }) | libc::O_CREAT | libc::O_TRUNC,
+        (Some(b'a'), p) => (if p { libc::O_RDWR } else { libc::O_WRONLY }) | libc::O_CREAT | libc::O_APPEND,
+        _ => libc::O_RDONLY,
+    }
+}
+
+unsafe fn after_fopen(path: *const c_char, mode: *const c_char, f: *mut FILE) {
+    if f.is_null() || !enabled() {
+        return;
+    }
+    let _errno = KeepErrno::new();
+    // SAFETY: f is a stream fopen just returned.
+    let fd = unsafe { libc::fileno(f) };
+    unsafe { after_open(libc::AT_FDCWD, path, fopen_flags(mode), fd) };
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut FILE {
+    let f = unsafe { real!(fopen: unsafe extern "C" fn(*const c_char, *const c_char) -> *mut FILE)(path, mode) };
+    unsafe { after_fopen(path, mode, f) };
+    f
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut FILE {
+    let f = unsafe { real!(fopen64: unsafe extern "C" fn(*const c_char, *const c_char) -> *mut FILE)(path, mode) };
+    unsafe { after_fopen(path, mode, f) };
+    f
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn freopen(path: *const c_char, mode: *const c_char, s: *mut FILE) -> *mut FILE {
+    let f = unsafe {
+        real!(freopen: unsafe extern "C" fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE)(path, mode, s)
+    };
+    if !path.is_null() {
+        unsafe { after_fopen(path, mode, f) };
+    }
+    f
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn freopen64(path: *const c_char, mode: *const c_char, s: *mut FILE) -> *mut FILE {
+    let f = unsafe {
+        real!(freopen64: unsafe extern "C" fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE)(path, mode, s)
+    };
+    if !path.is_null() {
+        unsafe { after_fopen(path, mode, f) };
+    }
+    f
+}
+
+// ---- namespace changes -------------------------------------------------------------------------
+
+#[no_mangle]
+pub unsafe extern "C" fn rename(old: *const c_char, new: *const c_char) -> c_int {
+    let r = unsafe { real!(rename: unsafe extern "C" fn(*const c_char, *const c_char) -> c_int)(old, new) };
+    if r == 0 {
+        unsafe { report_pair(Kind::Rename, libc::AT_FDCWD, old, libc::AT_FDCWD, new) };
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn renameat(ofd: c_int, old: *const c_char, nfd: c_int, new: *const c_char) -> c_int {
+    let r = unsafe {
+        real!(renameat: unsafe extern "C" fn(c_int, *const c_char, c_int, *const c_char) -> c_int)(ofd, old, nfd, new)
+    };
+    if r == 0 {
+        unsafe { report_pair(Kind::Rename, ofd, old, nfd, new) };
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn renameat2(ofd: c_int, old: *const c_char, nfd: c_int, new: *const c_char, flags: c_uint) -> c_int {
+    let r = unsafe {
+        real!(renameat2: unsafe extern "C" fn(c_int, *const c_char, c_int, *const c_char, c_uint) -> c_int)(
+            ofd, old, nfd, new, flags,
+        )
+    };
+    if r == 0 {
+        unsafe { report_pair(Kind::Rename, ofd, old, nfd, new) };
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
+    let r = unsafe { real!(unlink: unsafe extern "C" fn(*const c_char) -> c_int)(path) };
+    if r == 0 {
+        unsafe { report_path(Kind::Unlink, libc::AT_FDCWD, path) };
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    let r = unsafe { real!(unlinkat: unsafe extern "C" fn(c_int, *const c_char, c_int) -> c_int)(dirfd, path, flags) };
+    if r == 0 {
+        let kind = if flags & libc::AT_REMOVEDIR != 0 { Kind::Rmdir } else { Kind::Unlink };
+        unsafe { report_path(kind, dirfd, path) };
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn link(old: *const c_char, new: *const c_char) -> c_int {
+    let r = unsafe { real!(link: unsafe extern "C" fn(*const c_char, *const c_char) -> c_int)(old, new) };
+    if r == 0 {
+        unsafe { report_pair(Kind::Link, libc::AT_FDCWD, old, libc::AT_FDCWD, new) };
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn linkat(ofd: c_int, old: *const c_char, nfd: c_int, new: *const c_char, flags: c_int) -> c_int {
+    let r = unsafe {
+        real!(linkat: unsafe extern "C" fn(c_int, *const c_char, c_int, *const c_char, c_int) -> c_int)(
+            ofd, old, nfd, new, flags,
+        )
+    };
+    if r == 0 {
+        unsafe { report_pair(Kind::Link, ofd, old, nfd, new) };
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn truncate(path: *const c_char, len: off_t) -> c_int {
+    let r = unsafe { real!(truncate: unsafe extern "C" fn(*const c_char, off_t) -> c_int)(path, len) };
+    if r == 0 {
+        unsafe { report_path(Kind::Truncate, libc::AT_FDCWD, path) };
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn truncate64(path: *const c_char, len: off_t) -> c_int {
+    let r = unsafe { real!(truncate64: unsafe extern "C" fn(*const c_char, off_t) -> c_int)(path, len) };
+    if r == 0 {
+        unsafe { report_path(Kind::Truncate, libc::AT_FDCWD, path) };
+    }
+    r
+}
+
+unsafe fn report_ftruncate(fd: c_int) {
+    if !enabled() {
+        return;
+    }
+    let _errno = KeepErrno::new();
+    let mut buf = [0u8; PATH_MAX];
+    let p = unsafe { fd_path(fd, &mut buf) };
+    if p.first() == Some(&b'/') {
+        unsafe { send(Kind::Truncate, 0, fd, WireStat::default(), [&[], p, &[], &[]]) };
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
+    let r = unsafe { real!(ftruncate: unsafe extern "C" fn(c_int, off_t) -> c_int)(fd, len) };
+    if r == 0 {
+        unsafe { report_ftruncate(fd) };
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ftruncate64(fd: c_int, len: off_t) -> c_int {
+    let r = unsafe { real!(ftruncate64: unsafe extern "C" fn(c_int, off_t) -> c_int)(fd, len) };
+    if r == 0 {
+        unsafe { report_ftruncate(fd) };
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {
+    let r = unsafe { real!(mkdir: unsafe extern "C" fn(*const c_char, mode_t) -> c_int)(path, mode) };
+    if r == 0 {
+        unsafe { report_path(Kind::Mkdir, libc::AT_FDCWD, path) };
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int {
+    let r = unsafe { real!(mkdirat: unsafe extern "C" fn(c_int, *const c_char, mode_t) -> c_int)(dirfd, path, mode) };
+    if r == 0 {
+        unsafe { report_path(Kind::Mkdir, dirfd, path) };
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
+    let r = unsafe { real!(rmdir: unsafe extern "C" fn(*const c_char) -> c_int)(path) };
+    if r == 0 {
+        unsafe { report_path(Kind::Rmdir, libc::AT_FDCWD, path) };
+    }
+    r
+}
+
+// ---- working directory -------------------------------------------------------------------------
+
+unsafe fn refresh_cwd() {
+    let _errno = KeepErrno::new();
+    // SAFETY: getcwd writes at most PATH_MAX bytes into CWD.
+    unsafe {
+        let buf = &mut *ptr::addr_of_mut!(CWD);
+        if libc::getcwd(buf.as_mut_ptr().cast(), buf.len()).is_null() {
+            CWD_LEN.store(0, Ordering::Relaxed);
+        } else {
+            CWD_LEN.store(cstr(buf.as_ptr().cast()).len(), Ordering::Relaxed);
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
+    let r = unsafe { real!(chdir: unsafe extern "C" fn(*const c_char) -> c_int)(path) };
+    if r == 0 {
+        unsafe { refresh_cwd() };
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
+    let r = unsafe { real!(fchdir: unsafe extern "C" fn(c_int) -> c_int)(fd) };
+    if r == 0 {
+        unsafe { refresh_cwd() };
+    }
+    r
+}
+
+// ---- exec: keep the shim in environments that a program scrubbed -------------------------------
+
+const ENV_SLOTS: usize = 1024;
+
+unsafe fn starts_with(entry: *const c_char, prefix: &[u8]) -> bool {
+    unsafe { cstr(entry) }.starts_with(prefix)
+}
+
+/// Returns `envp`, or a copy in `out` with roar's variables and LD_PRELOAD put back.
+unsafe fn fix_env(
+    envp: *const *const c_char,
+    out: &mut [*const c_char; ENV_SLOTS],
+    preload: &mut [u8; 2 * PATH_MAX],
+) -> *const *const c_char {
+    let lib_len = LIB_LEN.load(Ordering::Relaxed);
+    if !enabled() || lib_len == 0 || envp.is_null() {
+        return envp;
+    }
+    // SAFETY: LIB_ENTRY/SOCK_ENTRY were written by the constructor and are NUL-terminated.
+    let (lib_entry, sock_entry) = unsafe { (&*ptr::addr_of!(LIB_ENTRY), &*ptr::addr_of!(SOCK_ENTRY)) };
+    let lib = &lib_entry[LIB_ENV.len() + 1..LIB_ENV.len() + 1 + lib_len];
+    let (mut has_sock, mut has_lib, mut preload_at, mut n) = (false, false, None, 0usize);
+    // SAFETY: envp is a NULL-terminated array supplied to exec.
+    unsafe {
+        while !(*envp.add(n)).is_null() {
+            let e = *envp.add(n);
+            has_sock |= starts_with(e, SOCK_ENV.as_bytes()) && cstr(e).get(SOCK_ENV.len()) == Some(&b'=');
+            has_lib |= starts_with(e, LIB_ENV.as_bytes()) && cstr(e).get(LIB_ENV.len()) == Some(&b'=');
+            if starts_with(e, b"LD_PRELOAD=") {
+                preload_at = Some(n);
+            }
+            n += 1;
+        }
+    }
+    let preload_ok = preload_at.is_some_and(|i| {
+        // SAFETY: i < n, a valid entry.
+        let v = unsafe { cstr(*envp.add(i)) };
+        v.windows(lib.len()).any(|w| w == lib)
+    });
+    if has_sock && has_lib && preload_ok {
+        return envp;
+    }
+    if n + 4 > ENV_SLOTS {
+        return envp;
+    }
+    // LD_PRELOAD=<ours>[:<theirs>]
+    let mut len = 0;
+    for part in [b"LD_PRELOAD=".as_slice(), lib] {
+        preload[len..len + part.len()].copy_from_slice(part);
+        len += part.len();
+    }
+    if let Some(i) = preload_at {
+        // SAFETY: i < n.
+        let theirs = unsafe { &cstr(*envp.add(i))[b"LD_PRELOAD=".len()..] };
+        if !theirs.is_empty() && len + 1 + theirs.len() < preload.len() {
+            preload[len] = b':';
+            preload[len + 1..len + 1 + theirs.len()].copy_from_slice(theirs);
+            len += 1 + theirs.len();
+        }
+    }
+    preload[len] = 0;
+    let mut k = 0;
+    for i in 0..n {
+        if Some(i) == preload_at {
+            continue;
+        }
+        // SAFETY: i < n.
+        out[k] = unsafe { *envp.add(i) };
+        k += 1;
+    }
+    out[k] = preload.as_ptr().cast();
+    k += 1;
+    if !has_sock {
+        out[k] = sock_entry.as_ptr().cast();
+        k += 1;
+    }
+    if !has_lib {
+        out[k] = lib_entry.as_ptr().cast();
+        k += 1;
+    }
+    out[k] = ptr::null();
+    out.as_ptr()
+}
+
+extern "C" {
+    static environ: *const *const c_char;
+}
+
+type ExecveFn = unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+
+#[no_mangle]
+pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    let mut out = [ptr::null(); ENV_SLOTS];
+    let mut preload = [0u8; 2 * PATH_MAX];
+    let env = unsafe { fix_env(envp, &mut out, &mut preload) };
+    unsafe { real!(execve: ExecveFn)(path, argv, env) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
+    unsafe { execve(path, argv, environ) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    let mut out = [ptr::null(); ENV_SLOTS];
+    let mut preload = [0u8; 2 * PATH_MAX];
+    let env = unsafe { fix_env(envp, &mut out, &mut preload) };
+    unsafe { real!(execvpe: ExecveFn)(file, argv, env) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
+    unsafe { execvpe(file, argv, environ) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    let mut out = [ptr::null(); ENV_SLOTS];
+    let mut preload = [0u8; 2 * PATH_MAX];
+    let env = unsafe { fix_env(envp, &mut out, &mut preload) };
+    unsafe { real!(fexecve: unsafe extern "C" fn(c_int, *const *const c_char, *const *const c_char) -> c_int)(fd, argv, env) }
+}
+
+type SpawnFn = unsafe extern "C" fn(
+    *mut pid_t,
+    *const c_char,
+    *const libc::posix_spawn_file_actions_t,
+    *const libc::posix_spawnattr_t,
+    *const *const c_char,
+    *const *const c_char,
+) -> c_int;
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawn(
+    pid: *mut pid_t,
+    path: *const c_char,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    let mut out = [ptr::null(); ENV_SLOTS];
+    let mut preload = [0u8; 2 * PATH_MAX];
+    let env = unsafe { fix_env(envp, &mut out, &mut preload) };
+    unsafe { real!(posix_spawn: SpawnFn)(pid, path, actions, attr, argv, env) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawnp(
+    pid: *mut pid_t,
+    file: *const c_char,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    let mut out = [ptr::null(); ENV_SLOTS];
+    let mut preload = [0u8; 2 * PATH_MAX];
+    let env = unsafe { fix_env(envp, &mut out, &mut preload) };
+    unsafe { real!(posix_spawnp: SpawnFn)(pid, file, actions, attr, argv, env) }
+}
+
+// ---- processes and our own fd ------------------------------------------------------------------
+
+#[no_mangle]
+pub unsafe extern "C" fn fork() -> pid_t {
+    let pid = unsafe { real!(fork: unsafe extern "C" fn() -> pid_t)() };
+    if pid == 0 && enabled() {
+        let _errno = KeepErrno::new();
+        // SAFETY: no preconditions.
+        let ppid = unsafe { libc::getppid() };
+        unsafe { send(Kind::Fork, ppid as i64, -1, WireStat::default(), [&[]; 4]) };
+    }
+    pid
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    if fd >= 0 && fd == SOCK.load(Ordering::Relaxed) {
+        // Programs that close every fd would cut roar off; the socket is CLOEXEC anyway.
+        return 0;
+    }
+    unsafe { real!(close: unsafe extern "C" fn(c_int) -> c_int)(fd) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    let f = real!(close_range: unsafe extern "C" fn(c_uint, c_uint, c_int) -> c_int);
+    let sock = SOCK.load(Ordering::Relaxed);
+    if sock < 0 || (sock as c_uint) < first || (sock as c_uint) > last {
+        return unsafe { f(first, last, flags) };
+    }
+    let s = sock as c_uint;
+    let mut r = 0;
+    if s > first {
+        r = unsafe { f(first, s - 1, flags) };
+    }
+    if r == 0 && s < last {
+        r = unsafe { f(s + 1, last, flags) };
+    }
+    r
+}
+
+/// Moves our socket out of the way before the program takes its fd number.
+unsafe fn vacate(newfd: c_int) {
+    let sock = SOCK.load(Ordering::Relaxed);
+    if sock >= 0 && sock == newfd {
+        let _errno = KeepErrno::new();
+        // SAFETY: duplicating an fd we own.
+        let moved = unsafe { libc::fcntl(sock, libc::F_DUPFD_CLOEXEC, newfd + 1) };
+        SOCK.store(moved, Ordering::Relaxed);
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    unsafe { vacate(new) };
+    unsafe { real!(dup2: unsafe extern "C" fn(c_int, c_int) -> c_int)(old, new) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    unsafe { vacate(new) };
+    unsafe { real!(dup3: unsafe extern "C" fn(c_int, c_int, c_int) -> c_int)(old, new, flags) }
+}
+
+unsafe fn report_exit(status: c_int) {
+    if enabled() {
+        unsafe { send(Kind::Exit, status as i64, -1, WireStat::default(), [&[]; 4]) };
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn exit(status: c_int) -> ! {
+    unsafe { report_exit(status) };
+    unsafe { real!(exit: unsafe extern "C" fn(c_int) -> !)(status) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _exit(status: c_int) -> ! {
+    unsafe { report_exit(status) };
+    unsafe { real!(_exit: unsafe extern "C" fn(c_int) -> !)(status) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
+    unsafe { report_exit(status) };
+    unsafe { real!(_Exit: unsafe extern "C" fn(c_int) -> !)(status) }
+}
+
+// ---- constructor -------------------------------------------------------------------------------
+
+unsafe fn copy_entry(dst: &mut [u8], name: &str, value: &[u8]) -> usize {
+    let total = name.len() + 1 + value.len();
+    if total + 1 > dst.len() {
+        return 0;
+    }
+    dst[..name.len()].copy_from_slice(name.as_bytes());
+    dst[name.len()] = b'=';
+    dst[name.len() + 1..total].copy_from_slice(value);
+    dst[total] = 0;
+    value.len()
+}
+
+unsafe extern "C" fn init(argc: c_int, argv: *const *const c_char, _envp: *const *const c_char) {
+    // SAFETY: the constructor runs once, before main and before any thread of the program exists.
+    unsafe {
+        let sock = cstr(libc::getenv(c"ROAR_INTERNAL_SOCK".as_ptr()));
+        let lib = cstr(libc::getenv(c"ROAR_INTERNAL_LIB".as_ptr()));
+        if sock.is_empty() || sock.len() > 100 {
+            return;
+        }
+        (&mut *ptr::addr_of_mut!(SOCK_NAME))[..sock.len()].copy_from_slice(sock);
+        SOCK_NAME_LEN.store(sock.len(), Ordering::Relaxed);
+        copy_entry(&mut *ptr::addr_of_mut!(SOCK_ENTRY), SOCK_ENV, sock);
+        LIB_LEN.store(copy_entry(&mut *ptr::addr_of_mut!(LIB_ENTRY), LIB_ENV, lib), Ordering::Relaxed);
+        refresh_cwd();
+        SOCK.store(connect_socket(), Ordering::Relaxed);
+
+        let args = &mut *ptr::addr_of_mut!(ARGV_BUF);
+        let mut len = 0;
+        for i in 0..argc.max(0) as usize {
+            let a = cstr(*argv.add(i));
+            if len + a.len() + 1 > args.len() {
+                break;
+            }
+            if i > 0 {
+                args[len] = 0;
+                len += 1;
+            }
+            args[len..len + a.len()].copy_from_slice(a);
+            len += a.len();
+        }
+        let mut exe = [0u8; PATH_MAX];
+        let n = libc::readlink(c"/proc/self/exe".as_ptr(), exe.as_mut_ptr().cast(), exe.len());
+        let exe = if n > 0 { &exe[..n as usize] } else { &[][..] };
+        let cwd = &(&*ptr::addr_of!(CWD))[..CWD_LEN.load(Ordering::Relaxed)];
+        let ppid = libc::getppid();
+        send(Kind::Exec, ppid as i64, -1, WireStat::default(), [cwd, exe, &args[..len], &[]]);
+    }
+}
+
+#[used]
+#[link_section = ".init_array"]
+static INIT: unsafe extern "C" fn(c_int, *const *const c_char, *const *const c_char) = init;

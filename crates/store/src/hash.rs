@@ -10,7 +10,7 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
-use rusqlite::Connection;
+pub use rusqlite::Connection;
 use sha2::Digest;
 
 use crate::model::{now_ns, CacheEntry, ContentHash, FileStat};

@@ -1,1 +1,97 @@
-//! Tracer backends for `roar run`.
+//! The tracer backends behind `roar run`, and the classification of what a traced job touched.
+//!
+//! Every backend turns kernel or libc activity into [`Event`]s; [`collect`] turns events into the
+//! store's file records. Backends: `preload` (LD_PRELOAD shim, default), `ptrace` (seccomp-filtered,
+//! for static and setuid programs). [`check`] is the deterministic preflight behind
+//! `roar tracer check` and `--tracer auto`.
+
+pub mod check;
+pub mod collect;
+pub mod event;
+pub mod ignore;
+mod launch;
+mod preload;
+mod ptrace;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+pub use check::{check, choose, Backend, Verdict};
+pub use event::Event;
+pub use launch::Status;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("{cmd}: command not found")]
+    NotFound { cmd: String },
+    #[error("{cmd}: cannot execute")]
+    NotExecutable {
+        cmd: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot start {cmd}")]
+    Spawn {
+        cmd: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot set up the event socket")]
+    Socket {
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot wait for the traced command")]
+    Wait {
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("ptrace failed on pid {pid}")]
+    Ptrace {
+        pid: i32,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the {backend} tracer cannot run here: {reason}")]
+    Unavailable { backend: &'static str, reason: String },
+}
+
+impl TraceError {
+    /// The exit status a shell gives for this failure to start (127 not found, 126 not executable).
+    pub fn exit_code(&self) -> Option<i32> {
+        match self {
+            TraceError::NotFound { .. } => Some(127),
+            TraceError::NotExecutable { .. } => Some(126),
+            _ => None,
+        }
+    }
+}
+
+/// What a traced run produced.
+#[derive(Debug)]
+pub struct Traced {
+    pub events: Vec<Event>,
+    pub status: Status,
+    pub started_ns: i64,
+    pub ended_ns: i64,
+    /// Datagrams or stops that could not be decoded: the job is marked incomplete if non-zero.
+    pub malformed: usize,
+}
+
+/// Runs `argv` under `backend`. `preload_lib` is the shim for the preload backend.
+pub fn run(backend: Backend, argv: &[OsString], preload_lib: Option<&PathBuf>) -> Result<Traced, TraceError> {
+    match backend {
+        Backend::Preload => {
+            let lib = preload_lib.ok_or_else(|| TraceError::Unavailable {
+                backend: "preload",
+                reason: "libroar_preload.so was not found".into(),
+            })?;
+            preload::run(argv, lib)
+        }
+        Backend::Ptrace => ptrace::run(argv),
+        Backend::Ebpf => Err(TraceError::Unavailable {
+            backend: "ebpf",
+            reason: "this build has no eBPF backend yet (see docs/SEMANTICS.md)".into(),
+        }),
+    }
+}

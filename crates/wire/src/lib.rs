@@ -1,1 +1,136 @@
-//! wire
+//! The datagram format between the preload shim (sender, inside traced processes) and roar's
+//! tracer (receiver). One datagram is one event: a fixed [`Header`] followed by up to four byte
+//! strings whose lengths the header carries. The sender never allocates: it points an iovec at each
+//! part. Both ends are the same build of roar, so the layout is native-endian `repr(C)`.
+#![no_std]
+
+/// Environment variable naming the abstract unix socket (without the leading NUL) to send to.
+pub const SOCK_ENV: &str = "ROAR_INTERNAL_SOCK";
+/// Environment variable holding the shim's own path, re-added to `LD_PRELOAD` on exec.
+pub const LIB_ENV: &str = "ROAR_INTERNAL_LIB";
+
+/// What happened. Strings per kind are listed as `s0, s1, ...`.
+#[repr(u16)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A new program image started. s0 = cwd, s1 = exe, s2 = argv (NUL-separated).
+    Exec = 1,
+    /// A forked child that did not exec (yet). `arg` holds the parent pid.
+    Fork = 2,
+    /// A successful open. s0 = base dir (empty if s1 is absolute), s1 = path.
+    /// `arg` = open flags, `fd` = the new fd, `stat` = identity of the opened file.
+    Open = 3,
+    /// s0 = base of old, s1 = old, s2 = base of new, s3 = new.
+    Rename = 4,
+    /// s0 = base, s1 = path.
+    Unlink = 5,
+    /// s0 = base of target, s1 = target, s2 = base of link, s3 = link.
+    Link = 6,
+    /// s0 = base, s1 = path (for ftruncate, the fd's resolved path).
+    Truncate = 7,
+    /// s0 = base, s1 = path.
+    Mkdir = 8,
+    /// s0 = base, s1 = path.
+    Rmdir = 9,
+    /// The process is exiting through exit/_exit. `arg` = status.
+    Exit = 10,
+}
+
+impl Kind {
+    pub fn from_u16(v: u16) -> Option<Kind> {
+        Some(match v {
+            1 => Kind::Exec,
+            2 => Kind::Fork,
+            3 => Kind::Open,
+            4 => Kind::Rename,
+            5 => Kind::Unlink,
+            6 => Kind::Link,
+            7 => Kind::Truncate,
+            8 => Kind::Mkdir,
+            9 => Kind::Rmdir,
+            10 => Kind::Exit,
+            _ => return None,
+        })
+    }
+}
+
+/// Identity of an opened file, as `fstat` saw it right after the open.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WireStat {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+    pub mode: u32,
+    pub _pad: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Header {
+    pub kind: u16,
+    pub _pad: u16,
+    pub pid: i32,
+    pub arg: i64,
+    pub fd: i32,
+    pub _pad2: i32,
+    pub ts_ns: i64,
+    pub stat: WireStat,
+    pub lens: [u32; 4],
+}
+
+pub const HEADER_LEN: usize = core::mem::size_of::<Header>();
+
+impl Header {
+    pub fn as_bytes(&self) -> &[u8] {
+        // SAFETY: Header is repr(C), Copy, made only of integers with explicit padding fields,
+        // so every byte is initialised.
+        unsafe { core::slice::from_raw_parts(self as *const Header as *const u8, HEADER_LEN) }
+    }
+
+    /// Splits a received datagram into its header and strings; None if it is malformed.
+    pub fn parse(buf: &[u8]) -> Option<(Header, [&[u8]; 4])> {
+        if buf.len() < HEADER_LEN {
+            return None;
+        }
+        // SAFETY: the length was checked; read_unaligned copes with any alignment, and any bit
+        // pattern is a valid Header.
+        let h: Header = unsafe { core::ptr::read_unaligned(buf.as_ptr() as *const Header) };
+        let mut rest = &buf[HEADER_LEN..];
+        let mut parts: [&[u8]; 4] = [&[]; 4];
+        for (i, len) in h.lens.iter().enumerate() {
+            let len = *len as usize;
+            if rest.len() < len {
+                return None;
+            }
+            parts[i] = &rest[..len];
+            rest = &rest[len..];
+        }
+        Some((h, parts))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let mut h = Header {
+            kind: Kind::Rename as u16,
+            pid: 42,
+            lens: [4, 1, 0, 3],
+            ..Header::default()
+        };
+        h.stat.ino = 7;
+        let mut buf = [0u8; HEADER_LEN + 8];
+        buf[..HEADER_LEN].copy_from_slice(h.as_bytes());
+        buf[HEADER_LEN..].copy_from_slice(b"/tmpaxyz");
+        let (back, parts) = Header::parse(&buf).unwrap();
+        assert_eq!((back.pid, back.stat.ino), (42, 7));
+        assert_eq!(parts, [&b"/tmp"[..], b"a", b"", b"xyz"]);
+        assert!(Header::parse(&buf[..HEADER_LEN + 3]).is_none());
+    }
+}

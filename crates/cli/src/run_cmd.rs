@@ -1,0 +1,309 @@
+//! `roar run` and `roar tracer check`: trace a command, classify and hash what it touched, record
+//! the job, and leave the command's exit status, signals and output as if it had run bare.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::{Args, Subcommand};
+use roar_store::hash::HashOptions;
+use roar_store::{now_ns, GitState, JobRecord, Outcome, Project, Role, Store, Writer};
+use roar_tracer::collect;
+use roar_tracer::ignore::Ignore;
+use roar_tracer::{Backend, Status, TraceError};
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::fmt::{self, rel};
+
+#[derive(Args)]
+#[command(trailing_var_arg = true)]
+pub struct RunArgs {
+    /// Capture backend: auto, preload, ptrace or ebpf (default: the project's config, else auto).
+    #[arg(long, value_parser = ["auto", "preload", "ptrace", "ebpf"])]
+    tracer: Option<String>,
+    /// A name for the job, shown by `roar log`.
+    #[arg(long)]
+    name: Option<String>,
+    /// List the job's inputs and outputs after it finishes.
+    #[arg(short, long)]
+    verbose: bool,
+    /// Print where roar's own time went (also ROAR_TIMING=1).
+    #[arg(long)]
+    timing: bool,
+    /// The command and its arguments (put `--` before it if it has options of its own).
+    #[arg(required = true, allow_hyphen_values = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+#[derive(Subcommand)]
+pub enum TracerCommand {
+    /// Say for each backend whether it will work here, and why not.
+    Check {
+        /// Check only this backend.
+        #[arg(value_parser = ["preload", "ptrace", "ebpf"])]
+        backend: Option<String>,
+    },
+}
+
+/// The preload shim: `ROAR_PRELOAD_LIB`, else `libroar_preload.so` next to the roar binary.
+fn preload_lib() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("ROAR_PRELOAD_LIB") {
+        return Some(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    [dir.join("libroar_preload.so"), dir.join("../lib/libroar_preload.so")]
+        .into_iter()
+        .find(|p| p.is_file())
+}
+
+pub fn tracer(command: TracerCommand, json: bool) -> anyhow::Result<ExitCode> {
+    let TracerCommand::Check { backend } = command;
+    let lib = preload_lib();
+    let backends: Vec<Backend> = match &backend {
+        Some(b) => vec![Backend::parse(b).expect("clap checked the name")],
+        None => Backend::ALL.to_vec(),
+    };
+    let verdicts: Vec<_> = backends.iter().map(|b| roar_tracer::check(*b, lib.as_deref())).collect();
+    if json {
+        #[derive(Serialize)]
+        struct Out<'a> {
+            backend: &'a str,
+            ok: bool,
+            reason: &'a str,
+        }
+        let out: Vec<_> = verdicts
+            .iter()
+            .map(|v| Out {
+                backend: v.backend.name(),
+                ok: v.ok,
+                reason: &v.reason,
+            })
+            .collect();
+        fmt::print_json(&out)?;
+    } else {
+        for v in &verdicts {
+            println!("{:<8} {:<4} {}", v.backend.name(), if v.ok { "ok" } else { "no" }, v.reason);
+        }
+    }
+    let all_ok = verdicts.iter().all(|v| v.ok);
+    Ok(if all_ok || backend.is_none() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(crate::exit::FAILURE)
+    })
+}
+
+/// Reads the git state of `dir` before the job starts. A dirty tree is recorded, never refused.
+fn git_state(dir: &Path) -> Option<GitState> {
+    let root = dir.ancestors().find(|d| d.join(".git").exists())?;
+    let out = std::process::Command::new("git")
+        .args(["status", "--porcelain=v2", "--branch", "--untracked-files=no"])
+        .current_dir(root)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut state = GitState {
+        commit: None,
+        branch: None,
+        dirty: false,
+    };
+    for line in text.lines() {
+        if let Some(c) = line.strip_prefix("# branch.oid ") {
+            state.commit = (c != "(initial)").then(|| c.to_owned());
+        } else if let Some(b) = line.strip_prefix("# branch.head ") {
+            state.branch = (b != "(detached)").then(|| b.to_owned());
+        } else if !line.starts_with('#') {
+            state.dirty = true;
+        }
+    }
+    Some(state)
+}
+
+fn hostname() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_owned())
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        6 => "SIGABRT",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        15 => "SIGTERM",
+        _ => "signal",
+    }
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let t0 = Instant::now();
+    let timing = args.timing || std::env::var_os("ROAR_TIMING").is_some_and(|v| v == "1");
+    // No project, bad config or an unusable backend: fail before anything runs.
+    let project = crate::project()?;
+    let config = Config::load(&project)?;
+    let lib = preload_lib();
+    let requested = args.tracer.clone().unwrap_or_else(|| config.tracer.clone());
+    let (backend, why) = match requested.as_str() {
+        "auto" => roar_tracer::choose(&args.command[0], lib.as_deref()),
+        name => {
+            let b = Backend::parse(name)
+                .ok_or_else(|| anyhow::anyhow!("unknown tracer {name:?} in config; use auto, preload, ptrace or ebpf"))?;
+            (b, "requested".to_owned())
+        }
+    };
+    let verdict = roar_tracer::check(backend, lib.as_deref());
+    if !verdict.ok {
+        anyhow::bail!(
+            "the {} tracer cannot run here: {}; see `roar tracer check`",
+            backend.name(),
+            verdict.reason
+        );
+    }
+    tracing::debug!("tracer {} ({why})", backend.name());
+    let cwd = std::env::current_dir()?;
+    let git = git_state(&cwd);
+    let env = roar_store::redact::filter_env(std::env::vars_os());
+    let t_setup = t0.elapsed();
+
+    let traced = roar_tracer::run(backend, &args.command, lib.as_ref());
+    let t_traced = t0.elapsed();
+    let mut job = JobRecord {
+        name: args.name.clone(),
+        argv: args.command.clone(),
+        cwd: cwd.clone(),
+        started_ns: now_ns(),
+        ended_ns: None,
+        outcome: Outcome::Running,
+        incomplete: false,
+        backend: backend.name().to_owned(),
+        git,
+        env,
+        host: hostname(),
+        processes: Vec::new(),
+        files: Vec::new(),
+    };
+    let traced = match traced {
+        Ok(t) => t,
+        Err(e) => return failed_to_start(&project, job, e),
+    };
+    job.started_ns = traced.started_ns;
+    job.ended_ns = Some(traced.ended_ns);
+    job.outcome = match traced.status {
+        Status::Exited(c) => Outcome::Exited(c),
+        Status::Signaled(s) => Outcome::Signaled(s),
+    };
+    job.incomplete = traced.malformed > 0;
+    let code = traced.status.code();
+    if let Status::Signaled(s) = traced.status {
+        eprintln!("roar: command killed by {} ({s})", signal_name(s));
+    }
+
+    // From here on the command's status is final: a failure to record never changes it.
+    let ignore = Ignore::new(&config.ignore);
+    let classified = collect::classify(&traced.events, traced.started_ns, &ignore);
+    let store = Store::open(&project.db_path()).ok();
+    let opts = HashOptions { sha256: config.sha256() };
+    let hashed = collect::hash(&classified, opts, store.as_ref().map(|s| s.conn()));
+    let t_hashed = t0.elapsed();
+    job.processes = classified.processes;
+    job.files = hashed.files;
+    if let Some(store) = &store {
+        for f in job.files.iter_mut().filter(|f| f.role == Role::Output) {
+            f.before = store.last_known(&f.path).ok().flatten();
+        }
+    }
+    let (n_in, n_out) = (
+        job.files.iter().filter(|f| f.role == Role::Input).count(),
+        job.files.iter().filter(|f| f.role == Role::Output).count(),
+    );
+    let listing = args.verbose.then(|| job.files.clone());
+    let recorded = Writer::start(&project.db_path()).and_then(|w| {
+        w.cache(hashed.new_cache)?;
+        let id = w.record_job(job)?;
+        Ok(id)
+    });
+    let t_recorded = t0.elapsed();
+    let child_ns = traced.ended_ns - traced.started_ns;
+    let overhead_ms = (t_recorded.as_nanos() as i64 - child_ns) as f64 / 1e6;
+    let mut err = std::io::stderr().lock();
+    match recorded {
+        Ok(id) => {
+            let incomplete = if traced.malformed > 0 {
+                format!(", incomplete ({} undecodable events)", traced.malformed)
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                err,
+                "roar: job {id}, {n_in} inputs, {n_out} outputs, {}, +{overhead_ms:.0} ms{incomplete}",
+                backend.name()
+            );
+            if hashed.unhashed_inputs > 0 {
+                let _ = writeln!(
+                    err,
+                    "roar: {} inputs changed before they could be hashed; their content is unknown",
+                    hashed.unhashed_inputs
+                );
+            }
+        }
+        Err(e) => {
+            let _ = writeln!(
+                err,
+                "roar: job could not be recorded: {:#}",
+                anyhow::Error::from(e)
+            );
+        }
+    }
+    if let Some(files) = listing {
+        for f in files.iter().filter(|f| f.role != Role::Temp) {
+            let hash = f.hash.as_ref().map(fmt::short_hash).unwrap_or_else(|| "-".repeat(fmt::SHORT_HASH));
+            let _ = writeln!(
+                err,
+                "  {:<6} {hash}  {}",
+                f.role.as_str(),
+                rel(&f.path.to_string_lossy(), &project.root)
+            );
+        }
+    }
+    if timing {
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        let _ = writeln!(
+            err,
+            "roar: timing: setup {:.2} ms, traced run {:.2} ms (command {:.2} ms), hashing {:.2} ms, recording {:.2} ms",
+            ms(t_setup),
+            ms(t_traced - t_setup),
+            child_ns as f64 / 1e6,
+            ms(t_hashed - t_traced),
+            ms(t_recorded - t_hashed),
+        );
+    }
+    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// The command never started: say so like a shell would, record the attempt, exit 127/126.
+fn failed_to_start(project: &Project, mut job: JobRecord, e: TraceError) -> anyhow::Result<ExitCode> {
+    let Some(code) = e.exit_code() else {
+        return Err(e.into());
+    };
+    eprintln!("roar: {:#}", anyhow::Error::from(e));
+    job.outcome = Outcome::FailedToStart(format!("exit {code}"));
+    job.ended_ns = Some(job.started_ns);
+    match Writer::start(&project.db_path()).and_then(|w| w.record_job(job)) {
+        Ok(id) => eprintln!("roar: job {id} recorded as not started"),
+        Err(e) => eprintln!("roar: job could not be recorded: {:#}", anyhow::Error::from(e)),
+    }
+    Ok(ExitCode::from(code as u8))
+}

@@ -1,0 +1,151 @@
+//! The deterministic preflight: for each backend, whether it will work here and why not, and the
+//! rule `--tracer auto` follows.
+//!
+//! auto: preload, unless the program is statically linked or setuid/setgid (the dynamic loader
+//! would not load the shim), then ptrace. eBPF is never chosen until its backend exists.
+
+use std::ffi::OsStr;
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Preload,
+    Ptrace,
+    Ebpf,
+}
+
+impl Backend {
+    pub const ALL: [Backend; 3] = [Backend::Preload, Backend::Ptrace, Backend::Ebpf];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Preload => "preload",
+            Backend::Ptrace => "ptrace",
+            Backend::Ebpf => "ebpf",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Backend> {
+        Backend::ALL.into_iter().find(|b| b.name() == s)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Verdict {
+    pub backend: Backend,
+    pub ok: bool,
+    pub reason: String,
+}
+
+/// Whether `backend` can run on this machine (independent of the command).
+pub fn check(backend: Backend, preload_lib: Option<&Path>) -> Verdict {
+    let (ok, reason) = match backend {
+        Backend::Preload => match preload_lib {
+            Some(lib) if lib.is_file() => (true, format!("shim at {}", lib.display())),
+            Some(lib) => (false, format!("shim {} does not exist; build it with `cargo build --release`", lib.display())),
+            None => (false, "libroar_preload.so not found next to the roar binary; set ROAR_PRELOAD_LIB".into()),
+        },
+        Backend::Ptrace => ptrace_verdict(),
+        Backend::Ebpf => (false, "not built into this roar yet".into()),
+    };
+    Verdict { backend, ok, reason }
+}
+
+fn ptrace_verdict() -> (bool, String) {
+    if !cfg!(target_arch = "x86_64") {
+        return (false, "the seccomp filter is written for x86_64 only".into());
+    }
+    match std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope") {
+        Ok(s) if s.trim() == "3" => (false, "kernel.yama.ptrace_scope=3 forbids ptrace".into()),
+        _ => match std::fs::read_to_string("/proc/self/status") {
+            Ok(s) if s.lines().any(|l| l.starts_with("Seccomp:") && l.trim_end().ends_with('2')) => {
+                (true, "seccomp filter stacking on an existing filter".into())
+            }
+            _ => (true, "PTRACE_O_TRACESECCOMP with a seccomp-bpf filter".into()),
+        },
+    }
+}
+
+/// What kind of program `exe` is, as far as the dynamic loader is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Linkage {
+    Dynamic,
+    Static,
+    SetId,
+    /// A script (`#!`) or anything not ELF: its interpreter decides, assumed dynamic.
+    Other,
+}
+
+pub fn linkage(exe: &Path) -> Linkage {
+    let Ok(meta) = std::fs::metadata(exe) else {
+        return Linkage::Other;
+    };
+    if meta.permissions().mode() & 0o6000 != 0 {
+        return Linkage::SetId;
+    }
+    let mut head = [0u8; 64];
+    let Ok(mut f) = std::fs::File::open(exe) else {
+        return Linkage::Other;
+    };
+    if f.read_exact(&mut head).is_err() || &head[..4] != b"\x7fELF" || head[4] != 2 {
+        return Linkage::Other;
+    }
+    // ELF64: program headers at e_phoff (0x20), e_phentsize at 0x36, e_phnum at 0x38.
+    let phoff = u64::from_le_bytes(head[0x20..0x28].try_into().expect("8 bytes"));
+    let phentsize = u16::from_le_bytes([head[0x36], head[0x37]]) as u64;
+    let phnum = u16::from_le_bytes([head[0x38], head[0x39]]) as u64;
+    let mut table = vec![0u8; (phentsize * phnum) as usize];
+    use std::io::{Seek, SeekFrom};
+    if f.seek(SeekFrom::Start(phoff)).is_err() || f.read_exact(&mut table).is_err() {
+        return Linkage::Other;
+    }
+    const PT_INTERP: u32 = 3;
+    let has_interp = table
+        .chunks(phentsize.max(4) as usize)
+        .any(|ph| u32::from_le_bytes(ph[..4].try_into().expect("4 bytes")) == PT_INTERP);
+    if has_interp {
+        Linkage::Dynamic
+    } else {
+        Linkage::Static
+    }
+}
+
+/// Resolves a command name through PATH as execvp would.
+pub fn resolve(cmd: &OsStr) -> Option<PathBuf> {
+    let p = Path::new(cmd);
+    if p.components().count() > 1 {
+        return Some(p.to_owned());
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(cmd))
+        .find(|c| c.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+}
+
+/// The backend `auto` picks for `cmd`, with the reason.
+pub fn choose(cmd: &OsStr, preload_lib: Option<&Path>) -> (Backend, String) {
+    let exe = resolve(cmd);
+    let link = exe.as_deref().map(linkage).unwrap_or(Linkage::Other);
+    let preload = check(Backend::Preload, preload_lib);
+    match link {
+        Linkage::Static => (Backend::Ptrace, "static binary: the preload shim cannot load".into()),
+        Linkage::SetId => (Backend::Ptrace, "setuid/setgid binary: the loader drops LD_PRELOAD".into()),
+        _ if !preload.ok => (Backend::Ptrace, format!("preload unavailable: {}", preload.reason)),
+        _ => (Backend::Preload, "dynamically linked program".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recognises_dynamic_binaries_and_scripts() {
+        assert_eq!(linkage(Path::new("/bin/sh")), Linkage::Dynamic);
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("s.sh");
+        std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+        assert_eq!(linkage(&script), Linkage::Other);
+    }
+}

@@ -1,0 +1,309 @@
+//! Turns a job's event stream into what the store records: each path classified as input, output
+//! or temporary with its content hash, and the process tree.
+//!
+//! Per path, in event order: a read of content the job did not make marks the path as an input
+//! (its identity at that first read is kept); a write, truncate, or rename onto it makes its final
+//! content an output; content the job created and then removed is a temporary. Renames carry a
+//! path's state to its new name, so `write tmp; rename tmp out` yields the output `out`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use roar_store::hash::{cache_get, hash_paths, Connection, HashOptions};
+use roar_store::{CacheEntry, ContentHash, FileRecord, FileStat, Ops, ProcessRecord, Role};
+
+use crate::event::Event;
+use crate::ignore::Ignore;
+
+#[derive(Debug, Clone, Default)]
+struct PathState {
+    ops: Ops,
+    first_ns: i64,
+    last_ns: i64,
+    /// Content the job did not make was read (or kept by an appending/in-place write).
+    reads_prior: bool,
+    /// Identity of that prior content when first opened.
+    read_stat: Option<FileStat>,
+    /// The content now at the path was made by the job.
+    job_made: bool,
+    /// As far as the events tell, the path exists at the end.
+    exists: bool,
+    /// A pre-existing file moved away from here, unread, now lives at this path.
+    moved_to: Option<PathBuf>,
+}
+
+/// A job's paths, classified but not yet hashed.
+#[derive(Debug, Default)]
+pub struct Classified {
+    paths: Vec<(PathBuf, PathState)>,
+    pub processes: Vec<ProcessRecord>,
+}
+
+const O_ACCMODE: i32 = libc::O_ACCMODE;
+
+pub fn classify(events: &[Event], job_start_ns: i64, ignore: &Ignore) -> Classified {
+    let mut states: HashMap<PathBuf, PathState> = HashMap::new();
+    let mut order: Vec<PathBuf> = Vec::new();
+    let mut processes: Vec<ProcessRecord> = Vec::new();
+    let mut latest: HashMap<i32, usize> = HashMap::new();
+
+    fn entry<'a>(
+        states: &'a mut HashMap<PathBuf, PathState>,
+        order: &mut Vec<PathBuf>,
+        path: &Path,
+        ts: i64,
+    ) -> &'a mut PathState {
+        if !states.contains_key(path) {
+            order.push(path.to_owned());
+            states.insert(
+                path.to_owned(),
+                PathState {
+                    first_ns: ts,
+                    ..PathState::default()
+                },
+            );
+        }
+        let st = states.get_mut(path).expect("inserted above");
+        st.last_ns = ts;
+        st
+    }
+
+    for ev in events {
+        match ev {
+            Event::Exec {
+                pid,
+                ppid,
+                exe,
+                argv,
+                ts_ns,
+                ..
+            } => {
+                latest.insert(*pid, processes.len());
+                processes.push(ProcessRecord {
+                    pid: *pid,
+                    parent_pid: Some(*ppid),
+                    exe: Some(exe.clone()),
+                    argv: argv.clone(),
+                    started_ns: Some(*ts_ns),
+                    ended_ns: None,
+                });
+            }
+            Event::Fork { pid, ppid, ts_ns } => {
+                let parent = latest.get(ppid).map(|&i| processes[i].clone());
+                latest.insert(*pid, processes.len());
+                processes.push(ProcessRecord {
+                    pid: *pid,
+                    parent_pid: Some(*ppid),
+                    exe: parent.as_ref().and_then(|p| p.exe.clone()),
+                    argv: parent.map(|p| p.argv).unwrap_or_default(),
+                    started_ns: Some(*ts_ns),
+                    ended_ns: None,
+                });
+            }
+            Event::Exit { pid, ts_ns } => {
+                if let Some(&i) = latest.get(pid) {
+                    processes[i].ended_ns = Some(*ts_ns);
+                }
+            }
+            Event::Open {
+                path,
+                flags,
+                stat,
+                ts_ns,
+                ..
+            } => {
+                if ignore.is_ignored(path) {
+                    continue;
+                }
+                let st = entry(&mut states, &mut order, path, *ts_ns);
+                let acc = flags & O_ACCMODE;
+                let reads = acc == libc::O_RDONLY || acc == libc::O_RDWR;
+                let writes = acc == libc::O_WRONLY || acc == libc::O_RDWR;
+                let truncates = flags & libc::O_TRUNC != 0 && writes;
+                let first_access = st.ops == Ops::default();
+                let created_now = flags & libc::O_CREAT != 0
+                    && (flags & libc::O_EXCL != 0 || stat.is_some_and(|s| s.size == 0 && s.ctime_ns >= job_start_ns));
+                // No old bytes: the job removed the path earlier, or creates/truncates it on first touch.
+                let no_prior = (!first_access && !st.exists) || (first_access && (truncates || created_now));
+                let prior_is_foreign = !st.job_made && !no_prior;
+                if reads {
+                    st.ops.insert(Ops::READ);
+                }
+                if (reads || (writes && !truncates)) && prior_is_foreign {
+                    // Appending or writing in place keeps the old bytes: they are an input too,
+                    // unless there were none (a new, empty file).
+                    let has_prior = reads || stat.is_some_and(|s| s.size > 0 && s.ctime_ns < job_start_ns);
+                    if has_prior && !st.reads_prior {
+                        st.reads_prior = true;
+                        st.read_stat = *stat;
+                    }
+                }
+                if writes {
+                    st.ops.insert(Ops::WRITE);
+                    st.job_made = true;
+                    if flags & libc::O_CREAT != 0 && stat.is_some_and(|s| s.ctime_ns >= job_start_ns) {
+                        st.ops.insert(Ops::CREATE);
+                    }
+                }
+                if truncates {
+                    st.ops.insert(Ops::TRUNCATE);
+                }
+                st.exists = true;
+            }
+            Event::Truncate { path, ts_ns, .. } => {
+                if ignore.is_ignored(path) {
+                    continue;
+                }
+                let st = entry(&mut states, &mut order, path, *ts_ns);
+                st.ops.insert(Ops::TRUNCATE | Ops::WRITE);
+                st.job_made = true;
+                st.exists = true;
+            }
+            Event::Rename { from, to, ts_ns, .. } | Event::Link { from, to, ts_ns, .. } => {
+                let is_rename = matches!(ev, Event::Rename { .. });
+                let ignored_from = ignore.is_ignored(from);
+                let ignored_to = ignore.is_ignored(to);
+                let src = if ignored_from {
+                    None
+                } else {
+                    let st = entry(&mut states, &mut order, from, *ts_ns);
+                    let snapshot = st.clone();
+                    if is_rename {
+                        st.ops.insert(Ops::RENAME);
+                        st.exists = false;
+                        if !st.job_made && !st.reads_prior {
+                            // A pre-existing file moved away unread: consumed as an input, and its
+                            // content is whatever lands at the destination.
+                            st.reads_prior = true;
+                            if !ignored_to {
+                                st.moved_to = Some(to.clone());
+                            }
+                        }
+                    }
+                    Some(snapshot)
+                };
+                if ignored_to {
+                    continue;
+                }
+                let dst = entry(&mut states, &mut order, to, *ts_ns);
+                dst.ops.insert(Ops::RENAME);
+                dst.exists = true;
+                // New content at the destination either way; its old content, if the job had read
+                // it, stays an input through `reads_prior`.
+                dst.job_made = true;
+                if src.is_some_and(|s| s.ops.contains(Ops::CREATE)) {
+                    dst.ops.insert(Ops::CREATE);
+                }
+            }
+            Event::Unlink { path, ts_ns, .. } => {
+                if ignore.is_ignored(path) {
+                    continue;
+                }
+                let st = entry(&mut states, &mut order, path, *ts_ns);
+                st.ops.insert(Ops::UNLINK);
+                st.exists = false;
+            }
+            Event::Mkdir { .. } | Event::Rmdir { .. } => {}
+        }
+    }
+    let paths = order
+        .into_iter()
+        .map(|p| {
+            let st = states.remove(&p).expect("every ordered path has a state");
+            (p, st)
+        })
+        .collect();
+    Classified { paths, processes }
+}
+
+/// Everything recorded for a job's files, with the hash-cache entries learned on the way.
+pub struct Hashed {
+    pub files: Vec<FileRecord>,
+    pub new_cache: Vec<CacheEntry>,
+    /// Inputs whose content could not be pinned down (changed or gone before hashing).
+    pub unhashed_inputs: usize,
+}
+
+/// Hashes outputs (final content) and inputs (content as first read) in parallel.
+pub fn hash(classified: &Classified, opts: HashOptions, cache: Option<&Connection>) -> Hashed {
+    let mut want: Vec<PathBuf> = Vec::new();
+    let mut index: HashMap<PathBuf, usize> = HashMap::new();
+    for (path, st) in &classified.paths {
+        for p in [st.exists.then_some(path), st.moved_to.as_ref()].into_iter().flatten() {
+            if !index.contains_key(p) {
+                index.insert(p.clone(), want.len());
+                want.push(p.clone());
+            }
+        }
+    }
+    let batch = hash_paths(&want, opts, cache, &|_| {});
+    let current = |p: &Path| -> Option<&roar_store::hash::Hashed> { batch.results[*index.get(p)?].as_ref().ok() };
+
+    let mut files = Vec::new();
+    let mut unhashed_inputs = 0;
+    let states: HashMap<&Path, &PathState> = classified.paths.iter().map(|(p, s)| (p.as_path(), s)).collect();
+    for (path, st) in &classified.paths {
+        let record = |role: Role, hash: Option<ContentHash>| FileRecord {
+            role,
+            path: path.clone(),
+            hash,
+            before: None,
+            ops: st.ops,
+            first_ns: Some(st.first_ns),
+            last_ns: Some(st.last_ns),
+            s3: None,
+        };
+        if st.reads_prior {
+            let hash = input_hash(path, st, &states, &current, cache, opts);
+            if hash.is_none() {
+                unhashed_inputs += 1;
+            }
+            files.push(record(Role::Input, hash));
+        }
+        if st.exists && st.job_made {
+            files.push(record(Role::Output, current(path).map(|h| h.hash.clone())));
+        } else if !st.exists && st.job_made && !st.reads_prior {
+            files.push(record(Role::Temp, None));
+        } else if !st.exists && !st.reads_prior && st.ops.contains(Ops::UNLINK) {
+            // A pre-existing file the job deleted: an output with no content.
+            files.push(record(Role::Output, None));
+        }
+    }
+    Hashed {
+        files,
+        new_cache: batch.new_cache,
+        unhashed_inputs,
+    }
+}
+
+fn input_hash<'a>(
+    path: &Path,
+    st: &PathState,
+    states: &HashMap<&Path, &PathState>,
+    current: &dyn Fn(&Path) -> Option<&'a roar_store::hash::Hashed>,
+    cache: Option<&Connection>,
+    opts: HashOptions,
+) -> Option<ContentHash> {
+    if let Some(read) = &st.read_stat {
+        // Unchanged since the job opened it: its current content is what was read.
+        if let Some(now) = current(path) {
+            if same_content_identity(&now.stat, read) {
+                return Some(now.hash.clone());
+            }
+        }
+        // Replaced since (sed -i, an in-place rewrite): known only if hashed before the job.
+        return cache.and_then(|c| cache_get(c, read, opts));
+    }
+    let to = st.moved_to.as_deref()?;
+    let dst = states.get(to)?;
+    if dst.ops.contains(Ops::WRITE) || dst.ops.contains(Ops::TRUNCATE) {
+        return None;
+    }
+    current(to).map(|h| h.hash.clone())
+}
+
+/// Rename changes ctime but not content; size, mtime and inode still identify the bytes.
+fn same_content_identity(a: &FileStat, b: &FileStat) -> bool {
+    a.dev == b.dev && a.ino == b.ino && a.size == b.size && a.mtime_ns == b.mtime_ns
+}
+

@@ -1,0 +1,78 @@
+//! The one event type every capture backend produces.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Component, Path, PathBuf};
+
+use roar_store::FileStat;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A process started a new program image.
+    Exec {
+        pid: i32,
+        ppid: i32,
+        exe: PathBuf,
+        argv: Vec<OsString>,
+        cwd: PathBuf,
+        ts_ns: i64,
+    },
+    /// A process was forked (and has not exec'd yet).
+    Fork { pid: i32, ppid: i32, ts_ns: i64 },
+    /// A process exited.
+    Exit { pid: i32, ts_ns: i64 },
+    /// A regular file was opened. `stat` is its identity right after the open.
+    Open {
+        pid: i32,
+        path: PathBuf,
+        flags: i32,
+        stat: Option<FileStat>,
+        ts_ns: i64,
+    },
+    Rename { pid: i32, from: PathBuf, to: PathBuf, ts_ns: i64 },
+    Link { pid: i32, from: PathBuf, to: PathBuf, ts_ns: i64 },
+    Unlink { pid: i32, path: PathBuf, ts_ns: i64 },
+    Truncate { pid: i32, path: PathBuf, ts_ns: i64 },
+    Mkdir { pid: i32, path: PathBuf, ts_ns: i64 },
+    Rmdir { pid: i32, path: PathBuf, ts_ns: i64 },
+}
+
+/// Joins `base` and `path` (unless `path` is absolute) and removes `.`, `..` and repeated slashes
+/// lexically. No filesystem access: symlinks are kept as the program named them.
+pub fn join_normalize(base: &[u8], path: &[u8]) -> PathBuf {
+    let mut joined = Vec::with_capacity(base.len() + path.len() + 1);
+    if path.first() != Some(&b'/') {
+        joined.extend_from_slice(base);
+        joined.push(b'/');
+    }
+    joined.extend_from_slice(path);
+    let raw = PathBuf::from(OsString::from_vec(joined));
+    let mut out = PathBuf::from("/");
+    for c in raw.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    out
+}
+
+pub fn bytes(p: &Path) -> &[u8] {
+    p.as_os_str().as_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn joins_and_normalizes() {
+        assert_eq!(join_normalize(b"/a/b", b"c"), Path::new("/a/b/c"));
+        assert_eq!(join_normalize(b"/a/b", b"../c/./d"), Path::new("/a/c/d"));
+        assert_eq!(join_normalize(b"/ignored", b"/x//y/"), Path::new("/x/y"));
+        assert_eq!(join_normalize(b"/", b"../../z"), Path::new("/z"));
+    }
+}

@@ -1,0 +1,463 @@
+//! The ptrace backend: a seccomp-bpf filter makes only file-namespace syscalls stop, so the traced
+//! program runs at full speed between them; forks, clones and execs are followed with ptrace
+//! options. Works for static and setuid programs, which the preload shim cannot enter.
+//!
+//! Each filtered syscall costs two stops: at entry (seccomp) its path arguments are read and
+//! resolved against the tracee's cwd or dirfd; at exit its result decides whether it is reported.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
+use std::io;
+use std::os::unix::ffi::OsStringExt;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+
+use roar_store::{now_ns, FileStat};
+
+use crate::event::{join_normalize, Event};
+use crate::launch::{self, Status};
+use crate::{TraceError, Traced};
+
+// x86_64 syscall numbers of everything that names or changes a file.
+const SYS_OPEN: u64 = 2;
+const SYS_TRUNCATE: u64 = 76;
+const SYS_FTRUNCATE: u64 = 77;
+const SYS_RENAME: u64 = 82;
+const SYS_MKDIR: u64 = 83;
+const SYS_RMDIR: u64 = 84;
+const SYS_CREAT: u64 = 85;
+const SYS_LINK: u64 = 86;
+const SYS_UNLINK: u64 = 87;
+const SYS_OPENAT: u64 = 257;
+const SYS_MKDIRAT: u64 = 258;
+const SYS_UNLINKAT: u64 = 263;
+const SYS_RENAMEAT: u64 = 264;
+const SYS_LINKAT: u64 = 265;
+const SYS_RENAMEAT2: u64 = 316;
+const SYS_OPENAT2: u64 = 437;
+const TRACED_SYSCALLS: [u64; 16] = [
+    SYS_OPEN,
+    SYS_TRUNCATE,
+    SYS_FTRUNCATE,
+    SYS_RENAME,
+    SYS_MKDIR,
+    SYS_RMDIR,
+    SYS_CREAT,
+    SYS_LINK,
+    SYS_UNLINK,
+    SYS_OPENAT,
+    SYS_MKDIRAT,
+    SYS_UNLINKAT,
+    SYS_RENAMEAT,
+    SYS_LINKAT,
+    SYS_RENAMEAT2,
+    SYS_OPENAT2,
+];
+
+const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
+const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+const SECCOMP_RET_TRACE: u32 = 0x7ff0_0000;
+const AT_FDCWD: i64 = libc::AT_FDCWD as i64;
+
+fn bpf(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
+    libc::sock_filter { code, jt, jf, k }
+}
+
+/// `RET_TRACE` for the syscalls above (x86_64 ABI only), `RET_ALLOW` for everything else.
+fn filter() -> Vec<libc::sock_filter> {
+    let n = TRACED_SYSCALLS.len();
+    let ld = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+    let jeq = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+    let ret = (libc::BPF_RET | libc::BPF_K) as u16;
+    let mut prog = vec![
+        bpf(ld, 0, 0, 4), // seccomp_data.arch
+        bpf(jeq, 0, (n + 1) as u8, AUDIT_ARCH_X86_64),
+        bpf(ld, 0, 0, 0), // seccomp_data.nr
+    ];
+    for (i, nr) in TRACED_SYSCALLS.iter().enumerate() {
+        prog.push(bpf(jeq, (n - i) as u8, 0, *nr as u32));
+    }
+    prog.push(bpf(ret, 0, 0, SECCOMP_RET_ALLOW));
+    prog.push(bpf(ret, 0, 0, SECCOMP_RET_TRACE));
+    prog
+}
+
+/// A syscall seen at entry, waiting for its result.
+enum Pending {
+    Open { path: PathBuf, flags: i32 },
+    One { kind: OneKind, path: PathBuf },
+    Two { rename: bool, from: PathBuf, to: PathBuf },
+}
+
+#[derive(Clone, Copy)]
+enum OneKind {
+    Unlink,
+    Rmdir,
+    Mkdir,
+    Truncate,
+}
+
+fn read_string(pid: i32, addr: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 256];
+    let mut at = addr;
+    while out.len() < 4096 && at != 0 {
+        // Never cross a page boundary in one read: the next page may be unmapped.
+        let room = (4096 - (at % 4096)) as usize;
+        let want = room.min(buf.len());
+        let local = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: want,
+        };
+        let remote = libc::iovec {
+            iov_base: at as *mut libc::c_void,
+            iov_len: want,
+        };
+        // SAFETY: both iovecs describe valid buffers of `want` bytes (remote in the tracee).
+        let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+        if n <= 0 {
+            break;
+        }
+        let got = &buf[..n as usize];
+        if let Some(end) = got.iter().position(|b| *b == 0) {
+            out.extend_from_slice(&got[..end]);
+            return out;
+        }
+        out.extend_from_slice(got);
+        at += n as u64;
+    }
+    out
+}
+
+fn read_u64(pid: i32, addr: u64) -> Option<u64> {
+    let mut v = 0u64;
+    let local = libc::iovec {
+        iov_base: std::ptr::addr_of_mut!(v).cast(),
+        iov_len: 8,
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: 8,
+    };
+    // SAFETY: as in read_string.
+    let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+    (n == 8).then_some(v)
+}
+
+fn proc_link(pid: i32, what: &str) -> Vec<u8> {
+    std::fs::read_link(format!("/proc/{pid}/{what}"))
+        .map(|p| p.into_os_string().into_vec())
+        .unwrap_or_default()
+}
+
+/// The absolute path a (dirfd, path) pair of the tracee names.
+fn resolve(pid: i32, dirfd: i64, addr: u64) -> PathBuf {
+    let path = read_string(pid, addr);
+    let base = if path.first() == Some(&b'/') {
+        Vec::new()
+    } else if dirfd == AT_FDCWD || dirfd as i32 == libc::AT_FDCWD {
+        proc_link(pid, "cwd")
+    } else {
+        proc_link(pid, &format!("fd/{}", dirfd as i32))
+    };
+    join_normalize(&base, &path)
+}
+
+fn regs(pid: i32) -> io::Result<libc::user_regs_struct> {
+    // SAFETY: user_regs_struct is plain data; PTRACE_GETREGS fills it.
+    unsafe {
+        let mut r: libc::user_regs_struct = std::mem::zeroed();
+        if libc::ptrace(libc::PTRACE_GETREGS, pid, 0, &mut r) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(r)
+    }
+}
+
+fn on_entry(pid: i32, r: &libc::user_regs_struct) -> Option<Pending> {
+    let (a0, a1, a2, a3) = (r.rdi, r.rsi, r.rdx, r.r10);
+    let one = |kind, dirfd: i64, addr| Pending::One {
+        kind,
+        path: resolve(pid, dirfd, addr),
+    };
+    Some(match r.orig_rax {
+        SYS_OPEN => Pending::Open {
+            path: resolve(pid, AT_FDCWD, a0),
+            flags: a1 as i32,
+        },
+        SYS_OPENAT => Pending::Open {
+            path: resolve(pid, a0 as i64, a1),
+            flags: a2 as i32,
+        },
+        SYS_OPENAT2 => Pending::Open {
+            path: resolve(pid, a0 as i64, a1),
+            flags: read_u64(pid, a2).unwrap_or(0) as i32,
+        },
+        SYS_CREAT => Pending::Open {
+            path: resolve(pid, AT_FDCWD, a0),
+            flags: libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+        },
+        SYS_RENAME | SYS_LINK => Pending::Two {
+            rename: r.orig_rax == SYS_RENAME,
+            from: resolve(pid, AT_FDCWD, a0),
+            to: resolve(pid, AT_FDCWD, a1),
+        },
+        SYS_RENAMEAT | SYS_RENAMEAT2 | SYS_LINKAT => Pending::Two {
+            rename: r.orig_rax != SYS_LINKAT,
+            from: resolve(pid, a0 as i64, a1),
+            to: resolve(pid, a2 as i64, a3),
+        },
+        SYS_UNLINK => one(OneKind::Unlink, AT_FDCWD, a0),
+        SYS_UNLINKAT => {
+            let kind = if a2 as i32 & libc::AT_REMOVEDIR != 0 {
+                OneKind::Rmdir
+            } else {
+                OneKind::Unlink
+            };
+            one(kind, a0 as i64, a1)
+        }
+        SYS_RMDIR => one(OneKind::Rmdir, AT_FDCWD, a0),
+        SYS_MKDIR => one(OneKind::Mkdir, AT_FDCWD, a0),
+        SYS_MKDIRAT => one(OneKind::Mkdir, a0 as i64, a1),
+        SYS_TRUNCATE => one(OneKind::Truncate, AT_FDCWD, a0),
+        SYS_FTRUNCATE => Pending::One {
+            kind: OneKind::Truncate,
+            path: PathBuf::from(OsString::from_vec(proc_link(pid, &format!("fd/{}", a0 as i32)))),
+        },
+        _ => return None,
+    })
+}
+
+fn on_exit(pid: i32, pending: Pending, result: i64) -> Option<Event> {
+    if result < 0 {
+        return None;
+    }
+    let ts_ns = now_ns();
+    Some(match pending {
+        Pending::Open { path, flags } => {
+            let meta = std::fs::metadata(format!("/proc/{pid}/fd/{result}")).ok()?;
+            if !meta.is_file() {
+                return None;
+            }
+            Event::Open {
+                pid,
+                path,
+                flags,
+                stat: Some(FileStat::from_metadata(&meta)),
+                ts_ns,
+            }
+        }
+        Pending::Two { rename: true, from, to } => Event::Rename { pid, from, to, ts_ns },
+        Pending::Two { rename: false, from, to } => Event::Link { pid, from, to, ts_ns },
+        Pending::One { kind, path } => match kind {
+            OneKind::Unlink => Event::Unlink { pid, path, ts_ns },
+            OneKind::Rmdir => Event::Rmdir { pid, path, ts_ns },
+            OneKind::Mkdir => Event::Mkdir { pid, path, ts_ns },
+            OneKind::Truncate => Event::Truncate { pid, path, ts_ns },
+        },
+    })
+}
+
+fn exec_event(pid: i32) -> Event {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let cmdline = cmdline.strip_suffix(b"\0").unwrap_or(&cmdline);
+    let ppid = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("PPid:").and_then(|v| v.trim().parse().ok()))
+        })
+        .unwrap_or(0);
+    Event::Exec {
+        pid,
+        ppid,
+        exe: PathBuf::from(OsString::from_vec(proc_link(pid, "exe"))),
+        argv: roar_store::argv_from_blob(cmdline),
+        cwd: PathBuf::from(OsString::from_vec(proc_link(pid, "cwd"))),
+        ts_ns: now_ns(),
+    }
+}
+
+fn is_thread(tid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{tid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Tgid:").and_then(|v| v.trim().parse::<i32>().ok()))
+        })
+        .is_some_and(|tgid| tgid != tid)
+}
+
+fn cont(request: libc::c_uint, pid: i32, sig: i32) {
+    // SAFETY: resuming a tracee of ours; failure means it is gone, which waitpid will report.
+    unsafe { libc::ptrace(request, pid, 0, sig as libc::c_long) };
+}
+
+pub fn run(argv: &[OsString]) -> Result<Traced, TraceError> {
+    let guard = launch::SignalGuard::install();
+    launch::become_subreaper();
+    let mut cmd = launch::command(argv, launch::original_dispositions(&guard));
+    let prog = filter();
+    // SAFETY: the closure runs between fork and exec and only makes raw syscalls.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // Without CAP_SYS_ADMIN a filter needs no_new_privs (which also defuses setuid).
+            if libc::geteuid() != 0 && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let fprog = libc::sock_fprog {
+                len: prog.len() as u16,
+                filter: prog.as_ptr() as *mut libc::sock_filter,
+            };
+            if libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &fprog as *const _ as usize, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let started_ns = now_ns();
+    // exec happens before the first stop, so spawn returns (its error pipe closes on exec).
+    let child = cmd.spawn().map_err(|e| launch::spawn_error(&argv[0], e))?;
+    let root = child.id() as i32;
+    guard.set_child(root);
+    drop(child);
+
+    let mut events = vec![exec_event(root)];
+    let mut pending: HashMap<i32, Pending> = HashMap::new();
+    // Processes (not threads) whose exit is reported, and every tid whose first stop was seen.
+    let mut known: HashSet<i32> = HashSet::from([root]);
+    let mut seen: HashSet<i32> = HashSet::from([root]);
+    let mut root_status = None;
+    let mut options_set = false;
+    let mut malformed = 0;
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid with a valid out-pointer.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::__WALL) };
+        if pid < 0 {
+            match io::Error::last_os_error().raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::ECHILD) => break,
+                _ => {
+                    return Err(TraceError::Wait {
+                        source: io::Error::last_os_error(),
+                    })
+                }
+            }
+        }
+        if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+            pending.remove(&pid);
+            if known.remove(&pid) {
+                events.push(Event::Exit { pid, ts_ns: now_ns() });
+            }
+            if pid == root {
+                root_status = Some(Status::from_wait(status));
+            }
+            continue;
+        }
+        if !libc::WIFSTOPPED(status) {
+            continue;
+        }
+        let sig = libc::WSTOPSIG(status);
+        let event = status >> 16;
+        if pid == root && !options_set {
+            // The SIGTRAP of the first exec under PTRACE_TRACEME: now the options can be set.
+            options_set = true;
+            let opts = libc::PTRACE_O_TRACESECCOMP
+                | libc::PTRACE_O_TRACEFORK
+                | libc::PTRACE_O_TRACEVFORK
+                | libc::PTRACE_O_TRACECLONE
+                | libc::PTRACE_O_TRACEEXEC
+                | libc::PTRACE_O_TRACESYSGOOD
+                | libc::PTRACE_O_EXITKILL;
+            // SAFETY: setting options on our stopped tracee.
+            if unsafe { libc::ptrace(libc::PTRACE_SETOPTIONS, pid, 0, opts as libc::c_long) } != 0 {
+                return Err(TraceError::Ptrace {
+                    pid,
+                    source: io::Error::last_os_error(),
+                });
+            }
+            cont(libc::PTRACE_CONT, pid, 0);
+            continue;
+        }
+        match (sig, event) {
+            (libc::SIGTRAP, libc::PTRACE_EVENT_SECCOMP) => match regs(pid).ok().and_then(|r| on_entry(pid, &r)) {
+                Some(p) => {
+                    pending.insert(pid, p);
+                    cont(libc::PTRACE_SYSCALL, pid, 0);
+                }
+                None => cont(libc::PTRACE_CONT, pid, 0),
+            },
+            (libc::SIGTRAP, libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK | libc::PTRACE_EVENT_CLONE) => {
+                let mut new: libc::c_ulong = 0;
+                // SAFETY: GETEVENTMSG writes one c_ulong.
+                unsafe { libc::ptrace(libc::PTRACE_GETEVENTMSG, pid, 0, &mut new) };
+                let new = new as i32;
+                if new > 0 && !is_thread(new) {
+                    known.insert(new);
+                    events.push(Event::Fork {
+                        pid: new,
+                        ppid: pid,
+                        ts_ns: now_ns(),
+                    });
+                }
+                cont(libc::PTRACE_CONT, pid, 0);
+            }
+            (libc::SIGTRAP, libc::PTRACE_EVENT_EXEC) => {
+                known.insert(pid);
+                events.push(exec_event(pid));
+                cont(libc::PTRACE_CONT, pid, 0);
+            }
+            (s, 0) if s == libc::SIGTRAP | 0x80 => {
+                match (pending.remove(&pid), regs(pid)) {
+                    (Some(p), Ok(r)) => events.extend(on_exit(pid, p, r.rax as i64)),
+                    (Some(_), Err(_)) => malformed += 1,
+                    _ => {}
+                }
+                cont(libc::PTRACE_CONT, pid, 0);
+            }
+            (libc::SIGSTOP, 0) if !seen.contains(&pid) => {
+                // The initial stop of an auto-attached child or thread (it may beat the fork event).
+                seen.insert(pid);
+                cont(libc::PTRACE_CONT, pid, 0);
+            }
+            (s, 0) => {
+                // A signal for the tracee: deliver it, unless this is a group-stop report.
+                // SAFETY: siginfo_t is plain data; GETSIGINFO fails (EINVAL) for group-stops.
+                let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+                let real = unsafe { libc::ptrace(libc::PTRACE_GETSIGINFO, pid, 0, &mut info) } == 0;
+                cont(libc::PTRACE_CONT, pid, if real { s } else { 0 });
+            }
+            _ => cont(libc::PTRACE_CONT, pid, 0),
+        }
+    }
+    let ended_ns = now_ns();
+    drop(guard);
+    Ok(Traced {
+        events,
+        status: root_status.unwrap_or(Status::Exited(0)),
+        started_ns,
+        ended_ns,
+        malformed,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn filter_jumps_land_on_the_returns() {
+        let prog = super::filter();
+        let n = super::TRACED_SYSCALLS.len();
+        assert_eq!(prog.len(), n + 5);
+        // Every comparison on the syscall number jumps to the final RET_TRACE when it matches.
+        for (i, ins) in prog[3..3 + n].iter().enumerate() {
+            assert_eq!(3 + i + 1 + ins.jt as usize, prog.len() - 1);
+        }
+        assert_eq!(prog[prog.len() - 1].k, super::SECCOMP_RET_TRACE);
+        assert_eq!(prog[1 + 1 + prog[1].jf as usize].k, super::SECCOMP_RET_ALLOW);
+    }
+}
+
