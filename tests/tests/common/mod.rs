@@ -1,0 +1,136 @@
+//! Helpers shared by the integration tests: find the built `roar`, make projects, run commands.
+#![allow(dead_code)]
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The `roar` binary cargo built next to this test executable.
+pub fn roar_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
+    let bin = dir.join("roar");
+    assert!(
+        bin.is_file(),
+        "{} is missing: run the tests with `cargo test --workspace` so the roar binary is built",
+        bin.display()
+    );
+    bin
+}
+
+pub struct Project {
+    pub dir: tempfile::TempDir,
+}
+
+impl Project {
+    /// A fresh directory with `roar init` done.
+    pub fn new() -> Project {
+        let dir = tempfile::Builder::new().prefix("roar-it-").tempdir().unwrap();
+        let p = Project { dir };
+        let out = p.roar(["init"]);
+        assert!(out.status.success(), "roar init failed: {}", stderr(&out));
+        p
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn cmd<I, S>(&self, args: I) -> Command
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut c = Command::new(roar_bin());
+        c.args(args).current_dir(self.path()).env("NO_COLOR", "1").env_remove("ROAR_DIR");
+        c
+    }
+
+    pub fn roar<I, S>(&self, args: I) -> Output
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.cmd(args).output().unwrap()
+    }
+
+    pub fn write(&self, rel: &str, content: &[u8]) {
+        let p = self.path().join(rel);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(p, content).unwrap();
+    }
+
+    /// `roar show ID --json` parsed.
+    pub fn job_json(&self, id: i64) -> serde_json::Value {
+        let out = self.roar(["show", &id.to_string(), "--json"]);
+        assert!(out.status.success(), "show {id}: {}", stderr(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    pub fn last_job(&self) -> serde_json::Value {
+        let out = self.roar(["log", "--json", "-n", "1"]);
+        let log: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let id = log[0]["id"].as_i64().expect("a job was recorded");
+        self.job_json(id)
+    }
+
+    /// Paths (relative to the project) of the job's files with `role`, sorted.
+    pub fn files(&self, job: &serde_json::Value, role: &str) -> Vec<String> {
+        let root = std::fs::canonicalize(self.path()).unwrap();
+        let mut v: Vec<String> = job["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["role"] == role)
+            .map(|f| {
+                let p = f["path"].as_str().unwrap();
+                Path::new(p)
+                    .strip_prefix(&root)
+                    .map(|r| r.to_string_lossy().into_owned())
+                    .unwrap_or_else(|_| p.to_owned())
+            })
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// True when a missing capability must fail the test (CI) instead of skipping it.
+pub fn strict() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// Skips (loudly) or fails (under CI=true) when `tool` is not installed.
+pub fn require_tool(tool: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(!strict(), "{tool} is required under CI=true but is not installed");
+        eprintln!("SKIPPED: {tool} is not installed (install it with scripts/setup.sh)");
+    }
+    found
+}
+
+/// Compares `actual` with the golden file tests/snapshots/NAME; UPDATE_SNAPSHOTS=1 rewrites it.
+pub fn snapshot(name: &str, actual: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("snapshots").join(name);
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|_| panic!("snapshot {} missing; run with UPDATE_SNAPSHOTS=1", path.display()));
+    assert_eq!(actual, expected, "snapshot {name} differs");
+}
