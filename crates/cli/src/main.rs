@@ -103,6 +103,7 @@ fn main() -> ExitCode {
         .init();
     match dispatch(cli) {
         Ok(code) => code,
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("roar: error: {e:#}");
             ExitCode::from(exit_code(&e))
@@ -122,6 +123,13 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Tracer { command } => return run_cmd::tracer(command, json),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `roar log | head` closes our stdout early: that is not an error worth a message.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain()
+        .filter_map(|c| c.downcast_ref::<std::io::Error>())
+        .any(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
 fn exit_code(e: &anyhow::Error) -> u8 {

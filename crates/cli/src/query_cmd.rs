@@ -157,8 +157,13 @@ fn print_job(job: &JobDetail, root: &Path) -> anyhow::Result<()> {
         }
     }
     if !job.processes.is_empty() {
+        const SHOWN: usize = 20;
         writeln!(out, "{} ({})", bold("processes"), job.processes.len())?;
-        for p in &job.processes {
+        if job.processes.len() > SHOWN {
+            writeln!(out, "  ... {} more; `roar show {} --json` lists all", job.processes.len() - SHOWN, s.id)?;
+        }
+        // The last ones are the interesting ones: the command's own program comes after wrappers.
+        for p in job.processes.iter().skip(job.processes.len().saturating_sub(SHOWN)) {
             let argv: Vec<_> = p.argv.iter().map(|a| a.to_string_lossy()).collect();
             let parent = p.parent_pid.map(|p| format!(" <- {p}")).unwrap_or_default();
             writeln!(out, "  {}{parent}  {}", p.pid, argv.join(" "))?;

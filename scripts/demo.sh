@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Builds roar and runs a small pipeline under `roar run` in a scratch project, then shows the
+# lineage it recorded. Usage: bash scripts/demo.sh [DIR]   (default: /tmp/roar-demo)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+cargo build --release --locked -p roar-cli -p roar-preload
+ROAR="$PWD/target/release/roar"
+DEMO="${1:-/tmp/roar-demo}"
+rm -rf "$DEMO"
+mkdir -p "$DEMO"
+cd "$DEMO"
+git init -q . && git config user.email demo@roar && git config user.name demo
+
+cat > make_raw.py <<'PY'
+import random, sys
+random.seed(7)
+with open("raw.csv", "w") as f:
+    f.write("x,y\n")
+    for _ in range(1000):
+        x = random.random()
+        f.write(f"{x:.6f},{3 * x + random.gauss(0, 0.1):.6f}\n")
+PY
+cat > prep.py <<'PY'
+import os
+rows = [l.strip().split(",") for l in open("raw.csv")][1:]
+os.makedirs("features", exist_ok=True)
+for i in range(4):
+    with open(f"features/shard{i}.csv", "w") as f:
+        for x, y in rows[i::4]:
+            f.write(f"{x},{y}\n")
+PY
+cat > train.py <<'PY'
+import glob, json, os
+xs, ys = [], []
+for shard in sorted(glob.glob("features/shard*.csv")):
+    for line in open(shard):
+        x, y = map(float, line.split(","))
+        xs.append(x); ys.append(y)
+n = len(xs); mx = sum(xs) / n; my = sum(ys) / n
+slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+tmp = "model.json.tmp"
+json.dump({"slope": slope, "intercept": my - slope * mx}, open(tmp, "w"))
+os.rename(tmp, "model.json")  # written atomically: roar follows the rename
+PY
+git add . && git commit -qm "demo pipeline"
+
+"$ROAR" init
+"$ROAR" run --name make-raw -- python3 make_raw.py
+"$ROAR" run --name prep -- python3 prep.py
+"$ROAR" run --name train -v -- python3 train.py
+"$ROAR" run --name report -- bash -c 'cat model.json > report.txt; echo >> report.txt; wc -l raw.csv >> report.txt'
+echo
+echo "== roar log"
+"$ROAR" log
+echo
+echo "== roar show model.json   (which job made it, from which inputs)"
+"$ROAR" show model.json
+echo
+echo "== roar show 3            (the training job: inputs, outputs, processes, git state)"
+"$ROAR" show 3

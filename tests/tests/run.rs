@@ -1,0 +1,492 @@
+//! `roar run` on real processes, under each backend: the coverage workloads, with strace as the
+//! oracle for which files each one touched, and the command's exit status and signals kept.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+
+use common::{require_tool, stderr, Project};
+
+const BACKENDS: [&str; 2] = ["preload", "ptrace"];
+
+struct Workload {
+    name: &'static str,
+    /// Untraced preparation, run with `sh -c` in the project.
+    setup: &'static str,
+    argv: &'static [&'static str],
+    inputs: &'static [&'static str],
+    outputs: &'static [&'static str],
+    exit: i32,
+    /// Whether strace's file set must equal roar's (off where the program chdirs or uses dirfds,
+    /// which strace prints unresolved).
+    oracle: bool,
+}
+
+const PY_POOL: &str = "
+import multiprocessing as mp
+def work(i):
+    with open(f'w{i}.txt', 'w') as f:
+        f.write(str(i) * 100)
+if __name__ == '__main__':
+    with mp.Pool(4) as p:
+        p.map(work, range(8))
+";
+
+const C_FOPEN: &str = r#"
+#include <stdio.h>
+int main(void) {
+    FILE *in = fopen("f.in", "r"), *out = fopen("f.out", "w");
+    int c;
+    if (!in || !out) return 2;
+    while ((c = fgetc(in)) != EOF) fputc(c, out);
+    fclose(in); fclose(out);
+    return 0;
+}
+"#;
+
+fn workloads() -> Vec<Workload> {
+    vec![
+        Workload {
+            name: "bash redirect",
+            setup: "",
+            argv: &["bash", "-c", "echo hi > x"],
+            inputs: &[],
+            outputs: &["x"],
+            exit: 0,
+            oracle: true,
+        },
+        Workload {
+            name: "bash append",
+            setup: "echo 1 > a.txt",
+            argv: &["bash", "-c", "echo 2 >> a.txt"],
+            inputs: &["a.txt"],
+            outputs: &["a.txt"],
+            exit: 0,
+            oracle: true,
+        },
+        Workload {
+            name: "cp",
+            setup: "echo data > src",
+            argv: &["cp", "src", "dst"],
+            inputs: &["src"],
+            outputs: &["dst"],
+            exit: 0,
+            oracle: true,
+        },
+        Workload {
+            name: "mv",
+            setup: "echo data > m1",
+            argv: &["mv", "m1", "m2"],
+            inputs: &["m1"],
+            outputs: &["m2"],
+            exit: 0,
+            oracle: true,
+        },
+        Workload {
+            name: "rm",
+            setup: "echo data > r1",
+            argv: &["rm", "r1"],
+            inputs: &[],
+            outputs: &["r1"],
+            exit: 0,
+            oracle: true,
+        },
+        Workload {
+            name: "sed -i",
+            setup: "echo abc > s.txt",
+            argv: &["sed", "-i", "s/a/b/", "s.txt"],
+            inputs: &["s.txt"],
+            outputs: &["s.txt"],
+            exit: 0,
+            oracle: true,
+        },
+        Workload {
+            name: "tar c",
+            setup: "mkdir d && echo 1 > d/f1 && echo 2 > d/f2",
+            argv: &["tar", "cf", "d.tar", "d"],
+            inputs: &["d/f1", "d/f2"],
+            outputs: &["d.tar"],
+            exit: 0,
+            oracle: false,
+        },
+        Workload {
+            name: "tar x",
+            setup: "mkdir t && echo 1 > t/g1 && echo 2 > t/g2 && tar cf t.tar t && rm -r t && mkdir out",
+            argv: &["tar", "xf", "t.tar", "-C", "out"],
+            inputs: &["t.tar"],
+            outputs: &["out/t/g1", "out/t/g2"],
+            exit: 0,
+            oracle: false,
+        },
+        Workload {
+            name: "python open",
+            setup: "echo in > p.in",
+            argv: &["python3", "-c", "open('p.out','w').write(open('p.in').read())"],
+            inputs: &["p.in"],
+            outputs: &["p.out"],
+            exit: 0,
+            oracle: true,
+        },
+        Workload {
+            name: "python os.rename",
+            setup: "",
+            argv: &["python3", "-c", "import os; open('t.tmp','w').write('x'); os.rename('t.tmp','final')"],
+            inputs: &[],
+            outputs: &["final"],
+            exit: 0,
+            oracle: true,
+        },
+        Workload {
+            name: "python shutil.copy",
+            setup: "echo c > c.in",
+            argv: &["python3", "-c", "import shutil; shutil.copy('c.in','c.out')"],
+            inputs: &["c.in"],
+            outputs: &["c.out"],
+            exit: 0,
+            oracle: true,
+        },
+        Workload {
+            name: "numpy save and load",
+            setup: "python3 -c \"import numpy as np; np.save('seed.npy', np.ones(3))\"",
+            argv: &[
+                "python3",
+                "-c",
+                "import numpy as np; np.save('arr.npy', np.load('seed.npy') * 2)",
+            ],
+            inputs: &["seed.npy"],
+            outputs: &["arr.npy"],
+            exit: 0,
+            oracle: true,
+        },
+        Workload {
+            name: "C fopen",
+            setup: "echo cfile > f.in && cat > prog.c <<'EOF'\nC_FOPEN\nEOF\ncc -O1 -o prog prog.c",
+            argv: &["./prog"],
+            inputs: &["f.in"],
+            outputs: &["f.out"],
+            exit: 0,
+            oracle: true,
+        },
+        Workload {
+            name: "python multiprocessing pool",
+            setup: "cat > pool.py <<'EOF'\nPY_POOL\nEOF",
+            argv: &["python3", "pool.py"],
+            inputs: &["pool.py"],
+            outputs: &["w0.txt", "w1.txt", "w2.txt", "w3.txt", "w4.txt", "w5.txt", "w6.txt", "w7.txt"],
+            exit: 0,
+            oracle: true,
+        },
+        Workload {
+            name: "make with several steps",
+            setup: "echo a > a.txt && printf 'c.txt: b.txt\\n\\tcat b.txt b.txt > c.txt\\nb.txt: a.txt\\n\\tcat a.txt > b.txt\\n' > Makefile",
+            argv: &["make", "-s"],
+            inputs: &["Makefile", "a.txt"],
+            outputs: &["b.txt", "c.txt"],
+            exit: 0,
+            oracle: true,
+        },
+        Workload {
+            name: "failing command",
+            setup: "",
+            argv: &["sh", "-c", "echo x > partial; exit 3"],
+            inputs: &[],
+            outputs: &["partial"],
+            exit: 3,
+            oracle: true,
+        },
+        Workload {
+            name: "killed by SIGKILL",
+            setup: "",
+            argv: &["sh", "-c", "echo y > before; kill -9 $$"],
+            inputs: &[],
+            outputs: &["before"],
+            exit: 137,
+            oracle: true,
+        },
+        Workload {
+            name: "relative paths after chdir",
+            setup: "mkdir sub && echo top > top.txt",
+            argv: &["sh", "-c", "cd sub && cat ../top.txt > here.txt"],
+            inputs: &["top.txt"],
+            outputs: &["sub/here.txt"],
+            exit: 0,
+            oracle: false,
+        },
+        Workload {
+            name: "openat with a dirfd",
+            setup: "mkdir sub",
+            argv: &[
+                "python3",
+                "-c",
+                "import os; d=os.open('sub', os.O_RDONLY); f=os.open('df.txt', os.O_WRONLY|os.O_CREAT, dir_fd=d); os.write(f, b'x')",
+            ],
+            inputs: &[],
+            outputs: &["sub/df.txt"],
+            exit: 0,
+            oracle: false,
+        },
+        Workload {
+            name: "environment scrubbed with env -i",
+            setup: "",
+            argv: &["env", "-i", "/bin/sh", "-c", "echo z > scrubbed"],
+            inputs: &[],
+            outputs: &["scrubbed"],
+            exit: 0,
+            oracle: true,
+        },
+        Workload {
+            name: "program that closes all fds",
+            setup: "",
+            argv: &["python3", "-c", "import os; os.closerange(3, 4096); open('after_close','w').write('x')"],
+            inputs: &[],
+            outputs: &["after_close"],
+            exit: 0,
+            oracle: true,
+        },
+    ]
+}
+
+fn sh(p: &Project, script: &str) {
+    let script = script.replace("C_FOPEN", C_FOPEN).replace("PY_POOL", PY_POOL);
+    let out = Command::new("sh").args(["-c", &script]).current_dir(p.path()).output().unwrap();
+    assert!(out.status.success(), "setup failed: {script}\n{}", stderr(&out));
+}
+
+fn set(v: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = v.iter().map(|s| s.to_string()).collect();
+    v.sort();
+    v
+}
+
+fn prerequisites() -> bool {
+    ["python3", "make", "cc", "tar", "sed", "strace"].iter().all(|t| require_tool(t))
+        && python_has_numpy()
+}
+
+fn python_has_numpy() -> bool {
+    let ok = Command::new("python3").args(["-c", "import numpy"]).status().is_ok_and(|s| s.success());
+    if !ok {
+        assert!(!common::strict(), "numpy is required under CI=true (scripts/setup.sh installs it)");
+        eprintln!("SKIPPED: numpy is not installed");
+    }
+    ok
+}
+
+/// The files strace saw the command open, create, rename, link, truncate or unlink successfully,
+/// relative to the project, excluding directories.
+fn strace_files(p: &Project, argv: &[&str]) -> BTreeSet<String> {
+    // -ff writes one log per process, so no call is split into unfinished/resumed halves.
+    let log = p.path().join(".roar/strace.log");
+    let status = Command::new("strace")
+        .args(["-ff", "-qq", "-e", "trace=open,openat,creat,rename,renameat,renameat2,link,linkat,unlink,unlinkat,truncate", "-o"])
+        .arg(&log)
+        .args(argv)
+        .current_dir(p.path())
+        .output()
+        .unwrap();
+    let _ = status;
+    let root = std::fs::canonicalize(p.path()).unwrap();
+    let mut text = String::new();
+    for entry in std::fs::read_dir(p.path().join(".roar")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().unwrap().to_string_lossy().starts_with("strace.log.") {
+            text.push_str(&std::fs::read_to_string(path).unwrap());
+        }
+    }
+    let mut files = BTreeSet::new();
+    for line in text.lines() {
+        let Some(eq) = line.rfind(" = ") else { continue };
+        let ok = line[eq + 3..].split_whitespace().next().and_then(|r| r.parse::<i64>().ok()).is_some_and(|r| r >= 0);
+        if !ok || line.contains("O_DIRECTORY") || line.contains("AT_REMOVEDIR") {
+            continue;
+        }
+        for quoted in line.split('"').skip(1).step_by(2) {
+            let path = root.join(quoted);
+            let Ok(rel) = path.strip_prefix(&root) else { continue };
+            let rel = rel.to_string_lossy().into_owned();
+            if rel.starts_with(".roar") || rel.is_empty() || path.is_dir() {
+                continue;
+            }
+            files.insert(rel);
+        }
+    }
+    files
+}
+
+#[test]
+fn coverage_workloads_match_expectations_and_strace_on_every_backend() {
+    if !prerequisites() {
+        return;
+    }
+    let mut failures = Vec::new();
+    for w in workloads() {
+        let mut strace_set = None;
+        for backend in BACKENDS {
+            let p = Project::new();
+            sh(&p, w.setup);
+            let out = p.roar([&["run", "--tracer", backend, "--"][..], w.argv].concat());
+            if out.status.code() != Some(w.exit) {
+                failures.push(format!("{} [{backend}]: exit {:?}, want {}: {}", w.name, out.status.code(), w.exit, stderr(&out)));
+                continue;
+            }
+            let job = p.last_job();
+            let (inputs, outputs) = (p.files(&job, "input"), p.files(&job, "output"));
+            if inputs != set(w.inputs) || outputs != set(w.outputs) {
+                failures.push(format!(
+                    "{} [{backend}]: inputs {inputs:?} outputs {outputs:?}, want {:?} {:?}",
+                    w.name, w.inputs, w.outputs
+                ));
+            }
+            let expected_backend = job["backend"].as_str().unwrap_or_default();
+            assert_eq!(expected_backend, backend);
+            if w.oracle {
+                let roar_set: BTreeSet<String> = inputs
+                    .iter()
+                    .chain(&outputs)
+                    .chain(&p.files(&job, "temp"))
+                    .cloned()
+                    .collect();
+                // strace runs the same workload in a fresh copy of the same setup.
+                let oracle = strace_set.get_or_insert_with(|| {
+                    let q = Project::new();
+                    sh(&q, w.setup);
+                    strace_files(&q, w.argv)
+                });
+                let normalize = |s: &BTreeSet<String>| -> BTreeSet<String> {
+                    // Random temporary names (sed's, Python's) differ between runs.
+                    s.iter().map(|f| if f.starts_with("sed") { "sed*".into() } else { f.clone() }).collect()
+                };
+                if normalize(&roar_set) != normalize(oracle) {
+                    failures.push(format!("{} [{backend}]: roar saw {roar_set:?}, strace saw {oracle:?}", w.name));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn paths_with_spaces_newlines_and_non_utf8_bytes_are_recorded_exactly() {
+    if !require_tool("python3") {
+        return;
+    }
+    for backend in BACKENDS {
+        let p = Project::new();
+        let script = "import os\nfor n in [b'with space.txt', b'new\\nline.txt', b'caf\\xe9.txt']:\n    open(n, 'wb').write(n)\n";
+        let out = p.roar(["run", "--tracer", backend, "--", "python3", "-c", script]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let outputs = p.files(&p.last_job(), "output");
+        assert_eq!(outputs.len(), 3, "[{backend}] {outputs:?}");
+        assert!(outputs.contains(&"with space.txt".to_owned()), "[{backend}] {outputs:?}");
+        assert!(outputs.contains(&"new\nline.txt".to_owned()), "[{backend}] {outputs:?}");
+        assert!(outputs.contains(&"caf\u{fffd}.txt".to_owned()), "[{backend}] {outputs:?}");
+        // The exact bytes are stored: the path resolves back to the artifact.
+        let show = p.roar(["show", "with space.txt"]);
+        assert!(show.status.success(), "{}", stderr(&show));
+    }
+}
+
+#[test]
+fn a_statically_linked_program_is_traced_by_ptrace_under_auto() {
+    if !require_tool("cc") {
+        return;
+    }
+    let p = Project::new();
+    sh(&p, &format!("echo cfile > f.in && cat > prog.c <<'EOF'\n{C_FOPEN}\nEOF\ncc -static -O1 -o sprog prog.c"));
+    let out = p.roar(["run", "--", "./sprog"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let job = p.last_job();
+    assert_eq!(job["backend"], "ptrace", "auto must pick ptrace for a static binary");
+    assert_eq!(p.files(&job, "input"), vec!["f.in"]);
+    assert_eq!(p.files(&job, "output"), vec!["f.out"]);
+}
+
+#[test]
+fn stdout_stderr_and_stdin_pass_through_untouched() {
+    for backend in BACKENDS {
+        let p = Project::new();
+        let mut child = p
+            .cmd(["run", "--tracer", backend, "--", "sh", "-c", "cat; echo err >&2"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(b"payload\n").unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.stdout, b"payload\n", "[{backend}]");
+        assert!(stderr(&out).starts_with("err\n"), "[{backend}] {}", stderr(&out));
+    }
+}
+
+#[test]
+fn a_missing_command_exits_127_and_is_recorded_as_not_started() {
+    let p = Project::new();
+    let out = p.roar(["run", "--", "definitely-not-a-command-roar"]);
+    assert_eq!(out.status.code(), Some(127));
+    assert!(stderr(&out).contains("definitely-not-a-command-roar: command not found"));
+    assert_eq!(p.last_job()["status"], "failed_to_start");
+    p.write("noexec", b"data");
+    let out = p.roar(["run", "--", "./noexec"]);
+    assert_eq!(out.status.code(), Some(126), "{}", stderr(&out));
+}
+
+#[test]
+fn secrets_in_the_environment_are_not_stored() {
+    let p = Project::new();
+    let out = p
+        .cmd(["run", "--", "true"])
+        .env("AWS_SECRET_ACCESS_KEY", "hunter2-very-secret")
+        .env("MY_API_TOKEN", "tok-123")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let job = p.last_job();
+    assert_eq!(job["env"]["AWS_SECRET_ACCESS_KEY"], "<redacted>");
+    assert_eq!(job["env"]["MY_API_TOKEN"], "<redacted>");
+    let db = std::fs::read(p.path().join(".roar/roar.db")).unwrap();
+    let wal = std::fs::read(p.path().join(".roar/roar.db-wal")).unwrap_or_default();
+    for bytes in [db, wal] {
+        assert!(!bytes.windows(19).any(|w| w == b"hunter2-very-secret"), "a secret reached the store");
+    }
+}
+
+#[test]
+fn a_dirty_git_tree_is_recorded_not_refused() {
+    if !require_tool("git") {
+        return;
+    }
+    let p = Project::new();
+    let git = |args: &[&str]| {
+        assert!(Command::new("git").args(args).current_dir(p.path()).output().unwrap().status.success(), "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    p.write("tracked.txt", b"v1");
+    git(&["add", "tracked.txt"]);
+    git(&["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "c"]);
+    p.write("tracked.txt", b"v2");
+    let out = p.roar(["run", "--", "true"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let job = p.last_job();
+    assert_eq!(job["git"]["dirty"], true);
+    assert_eq!(job["git"]["commit"].as_str().map(str::len), Some(40));
+}
+
+#[test]
+fn tracer_check_reports_every_backend() {
+    let p = Project::new();
+    let out = p.roar(["tracer", "check", "--json"]);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<_> = v.as_array().unwrap().iter().map(|b| b["backend"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(names, ["preload", "ptrace", "ebpf"]);
+    assert_eq!(v[0]["ok"], true, "the preload shim is built next to roar");
+    // An unavailable backend is refused before anything runs.
+    let out = p.roar(["run", "--tracer", "ebpf", "--", "touch", "nope"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("the ebpf tracer cannot run here"), "{}", stderr(&out));
+    assert!(!Path::new(&p.path().join("nope")).exists());
+}
