@@ -27,20 +27,32 @@ fn init_creates_the_store_and_ignores_it_in_git() {
     assert!(dir.path().join(".roar/config.toml").is_file());
     let second = run();
     assert!(stdout(&second).starts_with("Reinitialised existing roar project"));
-    assert_eq!(std::fs::read_to_string(dir.path().join(".gitignore")).unwrap(), "target\n.roar/\n");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join(".gitignore")).unwrap(),
+        "target\n.roar/\n"
+    );
 }
 
 #[test]
 fn commands_outside_a_project_say_so_and_exit_3() {
     let dir = tempfile::tempdir().unwrap();
-    for args in [&["log"][..], &["db"], &["run", "--", "true"], &["show", "1"]] {
+    for args in [
+        &["log"][..],
+        &["db"],
+        &["run", "--", "true"],
+        &["show", "1"],
+    ] {
         let out = std::process::Command::new(roar_bin())
             .args(args)
             .current_dir(dir.path())
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(3), "{args:?}");
-        assert!(stderr(&out).contains("no roar project here"), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("no roar project here"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
     }
 }
 
@@ -74,7 +86,11 @@ fn hash_of_a_missing_file_fails_clearly() {
     let p = Project::new();
     let out = p.roar(["hash", "nope.bin"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("cannot hash nope.bin"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cannot hash nope.bin"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 fn content(s: &str) -> ContentHash {
@@ -90,7 +106,10 @@ fn blake3_hex(b: &[u8]) -> String {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("x");
     std::fs::write(&f, b).unwrap();
-    roar_store::hash::hash_path(&f, Default::default()).unwrap().hash.blake3
+    roar_store::hash::hash_path(&f, Default::default())
+        .unwrap()
+        .hash
+        .blake3
 }
 
 /// Records a two-step pipeline through the store API, with fixed times so output is stable.
@@ -139,7 +158,12 @@ fn record_pipeline(p: &Project) {
             1_795_219_200_000_000_000,
             vec![
                 file(Role::Input, "raw.csv", "a,b\n1,2\n", Ops::READ),
-                file(Role::Output, "clean.csv", "a,b\n1,2\n", Ops::WRITE | Ops::CREATE),
+                file(
+                    Role::Output,
+                    "clean.csv",
+                    "a,b\n1,2\n",
+                    Ops::WRITE | Ops::CREATE,
+                ),
             ],
         ))
         .unwrap();
@@ -149,8 +173,18 @@ fn record_pipeline(p: &Project) {
             1_795_219_260_000_000_000,
             vec![
                 file(Role::Input, "clean.csv", "a,b\n1,2\n", Ops::READ),
-                file(Role::Output, "model.bin", "weights", Ops::WRITE | Ops::CREATE),
-                file(Role::Temp, "tmp.ckpt", "x", Ops::WRITE | Ops::CREATE | Ops::UNLINK),
+                file(
+                    Role::Output,
+                    "model.bin",
+                    "weights",
+                    Ops::WRITE | Ops::CREATE,
+                ),
+                file(
+                    Role::Temp,
+                    "tmp.ckpt",
+                    "x",
+                    Ops::WRITE | Ops::CREATE | Ops::UNLINK,
+                ),
             ],
         ))
         .unwrap();
@@ -165,12 +199,16 @@ fn log_show_and_db_output_snapshots() {
     let show = stdout(&p.roar(["show", "2"])).replace(&*root.to_string_lossy(), "<root>");
     snapshot("show_job.txt", &show);
     let model = blake3_hex(b"weights");
-    snapshot("show_artifact.txt", &stdout(&p.roar(["show", &model[..8]])).replace(&model, "<model-hash>"));
+    snapshot(
+        "show_artifact.txt",
+        &stdout(&p.roar(["show", &model[..8]])).replace(&model, "<model-hash>"),
+    );
     snapshot("show_path.txt", &stdout(&p.roar(["show", "clean.csv"])));
     let db = stdout(&p.roar(["db"]));
     assert!(db.contains("jobs        2"), "{db}");
     assert!(db.contains("artifacts   3"), "{db}");
-    let json: serde_json::Value = serde_json::from_slice(&p.roar(["log", "--json"]).stdout).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_slice(&p.roar(["log", "--json"]).stdout).unwrap();
     assert_eq!(json[0]["argv"][1], "train.py");
     assert_eq!(json[0]["git"]["dirty"], true);
 }
@@ -189,7 +227,11 @@ fn unknown_and_ambiguous_lookups_exit_4_and_5() {
     assert_eq!(out.status.code(), Some(4));
     assert!(stderr(&out).contains("was never recorded by roar"));
     // Find a one-digit prefix shared by two artifacts (there are three): "b3:" forces hash lookup.
-    let hashes = [blake3_hex(b"a,b\n1,2\n"), blake3_hex(b"weights"), blake3_hex(b"x")];
+    let hashes = [
+        blake3_hex(b"a,b\n1,2\n"),
+        blake3_hex(b"weights"),
+        blake3_hex(b"x"),
+    ];
     let shared = (0..3)
         .flat_map(|i| (0..3).map(move |j| (i, j)))
         .filter(|(i, j)| i < j)
@@ -197,7 +239,11 @@ fn unknown_and_ambiguous_lookups_exit_4_and_5() {
     if let Some(prefix) = shared {
         let out = p.roar(["show", &format!("b3:{prefix}")]);
         assert_eq!(out.status.code(), Some(5));
-        assert!(stderr(&out).contains("is ambiguous; candidates:"), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("is ambiguous; candidates:"),
+            "{}",
+            stderr(&out)
+        );
     }
 }
 
@@ -211,23 +257,36 @@ fn corrupt_and_newer_databases_exit_6_and_stay_untouched() {
     std::fs::write(&db, &garbage).unwrap();
     let out = p.roar(["log"]);
     assert_eq!(out.status.code(), Some(6));
-    assert!(stderr(&out).contains("is not a roar database"), "{}", stderr(&out));
-    assert_eq!(stderr(&out).lines().count(), 1, "one line: {}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is not a roar database"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        stderr(&out).lines().count(),
+        1,
+        "one line: {}",
+        stderr(&out)
+    );
     assert_eq!(std::fs::read(&db).unwrap(), garbage);
 
     std::fs::remove_file(&db).unwrap();
-    let conn = rusqlite_like_newer(&db);
-    drop(conn);
+    make_newer(&db);
     let before = std::fs::read(&db).unwrap();
     let out = p.roar(["db"]);
     assert_eq!(out.status.code(), Some(6));
-    assert!(stderr(&out).contains("newer than this roar understands"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("newer than this roar understands"),
+        "{}",
+        stderr(&out)
+    );
     assert_eq!(std::fs::read(&db).unwrap(), before);
 }
 
 /// A database whose schema version is from the future.
-fn rusqlite_like_newer(db: &std::path::Path) {
-    let conn = roar_store::testing::create_at_version(db, roar_store::SCHEMA_VERSION as usize).unwrap();
+fn make_newer(db: &std::path::Path) {
+    let conn =
+        roar_store::testing::create_at_version(db, roar_store::SCHEMA_VERSION as usize).unwrap();
     conn.pragma_update(None, "user_version", 999).unwrap();
 }
 
@@ -241,8 +300,17 @@ fn a_read_only_store_is_a_clear_error_as_root() {
     let p = Project::new();
     p.write("f", b"x");
     let roar_dir = p.path().join(".roar");
-    let sh = |c: &str| std::process::Command::new("sh").args(["-c", c]).status().unwrap().success();
-    assert!(sh(&format!("mount --bind '{0}' '{0}' && mount -o remount,bind,ro '{0}'", roar_dir.display())));
+    let sh = |c: &str| {
+        std::process::Command::new("sh")
+            .args(["-c", c])
+            .status()
+            .unwrap()
+            .success()
+    };
+    assert!(sh(&format!(
+        "mount --bind '{0}' '{0}' && mount -o remount,bind,ro '{0}'",
+        roar_dir.display()
+    )));
     let out = p.roar(["hash", "f"]);
     let run = p.roar(["run", "--", "sh", "-c", "exit 7"]);
     assert!(sh(&format!("umount '{}'", roar_dir.display())));
@@ -250,7 +318,11 @@ fn a_read_only_store_is_a_clear_error_as_root() {
     assert!(stderr(&out).contains("read-only"), "{}", stderr(&out));
     // The command still runs and its status is kept; roar says the job was not recorded.
     assert_eq!(run.status.code(), Some(7), "{}", stderr(&run));
-    assert!(stderr(&run).contains("job could not be recorded"), "{}", stderr(&run));
+    assert!(
+        stderr(&run).contains("job could not be recorded"),
+        "{}",
+        stderr(&run)
+    );
 }
 
 fn unsafe_geteuid() -> u32 {

@@ -249,9 +249,19 @@ fn workloads() -> Vec<Workload> {
 }
 
 fn sh(p: &Project, script: &str) {
-    let script = script.replace("C_FOPEN", C_FOPEN).replace("PY_POOL", PY_POOL);
-    let out = Command::new("sh").args(["-c", &script]).current_dir(p.path()).output().unwrap();
-    assert!(out.status.success(), "setup failed: {script}\n{}", stderr(&out));
+    let script = script
+        .replace("C_FOPEN", C_FOPEN)
+        .replace("PY_POOL", PY_POOL);
+    let out = Command::new("sh")
+        .args(["-c", &script])
+        .current_dir(p.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "setup failed: {script}\n{}",
+        stderr(&out)
+    );
 }
 
 fn set(v: &[&str]) -> Vec<String> {
@@ -261,14 +271,22 @@ fn set(v: &[&str]) -> Vec<String> {
 }
 
 fn prerequisites() -> bool {
-    ["python3", "make", "cc", "tar", "sed", "strace"].iter().all(|t| require_tool(t))
+    ["python3", "make", "cc", "tar", "sed", "strace"]
+        .iter()
+        .all(|t| require_tool(t))
         && python_has_numpy()
 }
 
 fn python_has_numpy() -> bool {
-    let ok = Command::new("python3").args(["-c", "import numpy"]).status().is_ok_and(|s| s.success());
+    let ok = Command::new("python3")
+        .args(["-c", "import numpy"])
+        .status()
+        .is_ok_and(|s| s.success());
     if !ok {
-        assert!(!common::strict(), "numpy is required under CI=true (scripts/setup.sh installs it)");
+        assert!(
+            !common::strict(),
+            "numpy is required under CI=true (scripts/setup.sh installs it)"
+        );
         eprintln!("SKIPPED: numpy is not installed");
     }
     ok
@@ -291,20 +309,33 @@ fn strace_files(p: &Project, argv: &[&str]) -> BTreeSet<String> {
     let mut text = String::new();
     for entry in std::fs::read_dir(p.path().join(".roar")).unwrap() {
         let path = entry.unwrap().path();
-        if path.file_name().unwrap().to_string_lossy().starts_with("strace.log.") {
+        if path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("strace.log.")
+        {
             text.push_str(&std::fs::read_to_string(path).unwrap());
         }
     }
     let mut files = BTreeSet::new();
     for line in text.lines() {
-        let Some(eq) = line.rfind(" = ") else { continue };
-        let ok = line[eq + 3..].split_whitespace().next().and_then(|r| r.parse::<i64>().ok()).is_some_and(|r| r >= 0);
+        let Some(eq) = line.rfind(" = ") else {
+            continue;
+        };
+        let ok = line[eq + 3..]
+            .split_whitespace()
+            .next()
+            .and_then(|r| r.parse::<i64>().ok())
+            .is_some_and(|r| r >= 0);
         if !ok || line.contains("O_DIRECTORY") || line.contains("AT_REMOVEDIR") {
             continue;
         }
         for quoted in line.split('"').skip(1).step_by(2) {
             let path = root.join(quoted);
-            let Ok(rel) = path.strip_prefix(&root) else { continue };
+            let Ok(rel) = path.strip_prefix(&root) else {
+                continue;
+            };
             let rel = rel.to_string_lossy().into_owned();
             if rel.starts_with(".roar") || rel.is_empty() || path.is_dir() {
                 continue;
@@ -328,7 +359,13 @@ fn coverage_workloads_match_expectations_and_strace_on_every_backend() {
             sh(&p, w.setup);
             let out = p.roar([&["run", "--tracer", backend, "--"][..], w.argv].concat());
             if out.status.code() != Some(w.exit) {
-                failures.push(format!("{} [{backend}]: exit {:?}, want {}: {}", w.name, out.status.code(), w.exit, stderr(&out)));
+                failures.push(format!(
+                    "{} [{backend}]: exit {:?}, want {}: {}",
+                    w.name,
+                    out.status.code(),
+                    w.exit,
+                    stderr(&out)
+                ));
                 continue;
             }
             let job = p.last_job();
@@ -356,15 +393,31 @@ fn coverage_workloads_match_expectations_and_strace_on_every_backend() {
                 });
                 let normalize = |s: &BTreeSet<String>| -> BTreeSet<String> {
                     // Random temporary names (sed's, Python's) differ between runs.
-                    s.iter().map(|f| if f.starts_with("sed") { "sed*".into() } else { f.clone() }).collect()
+                    s.iter()
+                        .map(|f| {
+                            if f.starts_with("sed") {
+                                "sed*".into()
+                            } else {
+                                f.clone()
+                            }
+                        })
+                        .collect()
                 };
                 if normalize(&roar_set) != normalize(oracle) {
-                    failures.push(format!("{} [{backend}]: roar saw {roar_set:?}, strace saw {oracle:?}", w.name));
+                    failures.push(format!(
+                        "{} [{backend}]: roar saw {roar_set:?}, strace saw {oracle:?}",
+                        w.name
+                    ));
                 }
             }
         }
     }
-    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -379,9 +432,18 @@ fn paths_with_spaces_newlines_and_non_utf8_bytes_are_recorded_exactly() {
         assert!(out.status.success(), "{}", stderr(&out));
         let outputs = p.files(&p.last_job(), "output");
         assert_eq!(outputs.len(), 3, "[{backend}] {outputs:?}");
-        assert!(outputs.contains(&"with space.txt".to_owned()), "[{backend}] {outputs:?}");
-        assert!(outputs.contains(&"new\nline.txt".to_owned()), "[{backend}] {outputs:?}");
-        assert!(outputs.contains(&"caf\u{fffd}.txt".to_owned()), "[{backend}] {outputs:?}");
+        assert!(
+            outputs.contains(&"with space.txt".to_owned()),
+            "[{backend}] {outputs:?}"
+        );
+        assert!(
+            outputs.contains(&"new\nline.txt".to_owned()),
+            "[{backend}] {outputs:?}"
+        );
+        assert!(
+            outputs.contains(&"caf\u{fffd}.txt".to_owned()),
+            "[{backend}] {outputs:?}"
+        );
         // The exact bytes are stored: the path resolves back to the artifact.
         let show = p.roar(["show", "with space.txt"]);
         assert!(show.status.success(), "{}", stderr(&show));
@@ -398,7 +460,10 @@ fn a_statically_linked_program_is_traced_by_ptrace_under_auto() {
     let out = p.roar(["run", "--", "./sprog"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let job = p.last_job();
-    assert_eq!(job["backend"], "ptrace", "auto must pick ptrace for a static binary");
+    assert_eq!(
+        job["backend"], "ptrace",
+        "auto must pick ptrace for a static binary"
+    );
     assert_eq!(p.files(&job, "input"), vec!["f.in"]);
     assert_eq!(p.files(&job, "output"), vec!["f.out"]);
 }
@@ -408,7 +473,15 @@ fn stdout_stderr_and_stdin_pass_through_untouched() {
     for backend in BACKENDS {
         let p = Project::new();
         let mut child = p
-            .cmd(["run", "--tracer", backend, "--", "sh", "-c", "cat; echo err >&2"])
+            .cmd([
+                "run",
+                "--tracer",
+                backend,
+                "--",
+                "sh",
+                "-c",
+                "cat; echo err >&2",
+            ])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -418,7 +491,11 @@ fn stdout_stderr_and_stdin_pass_through_untouched() {
         child.stdin.take().unwrap().write_all(b"payload\n").unwrap();
         let out = child.wait_with_output().unwrap();
         assert_eq!(out.stdout, b"payload\n", "[{backend}]");
-        assert!(stderr(&out).starts_with("err\n"), "[{backend}] {}", stderr(&out));
+        assert!(
+            stderr(&out).starts_with("err\n"),
+            "[{backend}] {}",
+            stderr(&out)
+        );
     }
 }
 
@@ -450,7 +527,10 @@ fn secrets_in_the_environment_are_not_stored() {
     let db = std::fs::read(p.path().join(".roar/roar.db")).unwrap();
     let wal = std::fs::read(p.path().join(".roar/roar.db-wal")).unwrap_or_default();
     for bytes in [db, wal] {
-        assert!(!bytes.windows(19).any(|w| w == b"hunter2-very-secret"), "a secret reached the store");
+        assert!(
+            !bytes.windows(19).any(|w| w == b"hunter2-very-secret"),
+            "a secret reached the store"
+        );
     }
 }
 
@@ -461,12 +541,29 @@ fn a_dirty_git_tree_is_recorded_not_refused() {
     }
     let p = Project::new();
     let git = |args: &[&str]| {
-        assert!(Command::new("git").args(args).current_dir(p.path()).output().unwrap().status.success(), "git {args:?}");
+        assert!(
+            Command::new("git")
+                .args(args)
+                .current_dir(p.path())
+                .output()
+                .unwrap()
+                .status
+                .success(),
+            "git {args:?}"
+        );
     };
     git(&["init", "-q"]);
     p.write("tracked.txt", b"v1");
     git(&["add", "tracked.txt"]);
-    git(&["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "c"]);
+    git(&[
+        "-c",
+        "user.email=t@t",
+        "-c",
+        "user.name=t",
+        "commit",
+        "-qm",
+        "c",
+    ]);
     p.write("tracked.txt", b"v2");
     let out = p.roar(["run", "--", "true"]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -481,12 +578,21 @@ fn tracer_check_reports_every_backend() {
     let out = p.roar(["tracer", "check", "--json"]);
     assert!(out.status.success());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let names: Vec<_> = v.as_array().unwrap().iter().map(|b| b["backend"].as_str().unwrap().to_owned()).collect();
+    let names: Vec<_> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["backend"].as_str().unwrap().to_owned())
+        .collect();
     assert_eq!(names, ["preload", "ptrace", "ebpf"]);
     assert_eq!(v[0]["ok"], true, "the preload shim is built next to roar");
     // An unavailable backend is refused before anything runs.
     let out = p.roar(["run", "--tracer", "ebpf", "--", "touch", "nope"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("the ebpf tracer cannot run here"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("the ebpf tracer cannot run here"),
+        "{}",
+        stderr(&out)
+    );
     assert!(!Path::new(&p.path().join("nope")).exists());
 }

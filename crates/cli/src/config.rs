@@ -33,8 +33,12 @@ impl Config {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
             Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
         };
-        let config: Config = toml::from_str(&text)
-            .with_context(|| format!("{} is not valid; fix it or delete it to use the defaults", path.display()))?;
+        let config: Config = toml::from_str(&text).with_context(|| {
+            format!(
+                "{} is not valid; fix it or delete it to use the defaults",
+                path.display()
+            )
+        })?;
         if !matches!(config.hash.as_str(), "blake3" | "sha256") {
             anyhow::bail!(
                 "{}: hash = {:?} is not supported; use \"blake3\" or \"sha256\"",

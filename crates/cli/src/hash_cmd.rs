@@ -82,7 +82,8 @@ pub fn hash(paths: &[PathBuf], sha256: bool, json: bool) -> anyhow::Result<()> {
 }
 
 fn expand(path: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
-    let meta = std::fs::metadata(path).with_context(|| format!("cannot hash {}", path.display()))?;
+    let meta =
+        std::fs::metadata(path).with_context(|| format!("cannot hash {}", path.display()))?;
     if !meta.is_dir() {
         out.push(path.to_owned());
         return Ok(());
@@ -113,7 +114,9 @@ struct Progress {
 impl Progress {
     fn new(total: u64) -> Progress {
         let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::hidden());
-        if let Ok(style) = ProgressStyle::with_template("{bar:40} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec}") {
+        if let Ok(style) = ProgressStyle::with_template(
+            "{bar:40} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec}",
+        ) {
             bar.set_style(style);
         }
         Progress {
@@ -127,7 +130,10 @@ impl Progress {
     fn inc(&self, n: u64) {
         self.bar.inc(n);
         use std::sync::atomic::Ordering;
-        if self.tty && self.start.elapsed() > Duration::from_secs(1) && !self.shown.swap(true, Ordering::Relaxed) {
+        if self.tty
+            && self.start.elapsed() > Duration::from_secs(1)
+            && !self.shown.swap(true, Ordering::Relaxed)
+        {
             self.bar.set_draw_target(ProgressDrawTarget::stderr());
         }
     }

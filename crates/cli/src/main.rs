@@ -135,13 +135,17 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 fn exit_code(e: &anyhow::Error) -> u8 {
     match e.chain().find_map(|c| c.downcast_ref::<StoreError>()) {
         Some(StoreError::NoProject { .. }) => exit::NO_PROJECT,
-        Some(StoreError::UnknownHash { .. } | StoreError::UnknownJob { .. } | StoreError::UnknownPath { .. }) => {
-            exit::NOT_FOUND
-        }
+        Some(
+            StoreError::UnknownHash { .. }
+            | StoreError::UnknownJob { .. }
+            | StoreError::UnknownPath { .. },
+        ) => exit::NOT_FOUND,
         Some(StoreError::AmbiguousHash { .. }) => exit::AMBIGUOUS,
-        Some(StoreError::Corrupt { .. } | StoreError::NewerSchema { .. } | StoreError::ReadOnly { .. }) => {
-            exit::STORE
-        }
+        Some(
+            StoreError::Corrupt { .. }
+            | StoreError::NewerSchema { .. }
+            | StoreError::ReadOnly { .. },
+        ) => exit::STORE,
         _ => exit::FAILURE,
     }
 }

@@ -24,7 +24,11 @@ pub fn init(dir: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
             created: fresh,
         });
     }
-    let verb = if fresh { "Initialised" } else { "Reinitialised existing" };
+    let verb = if fresh {
+        "Initialised"
+    } else {
+        "Reinitialised existing"
+    };
     println!("{verb} roar project in {}", project.dir().display());
     Ok(())
 }
@@ -39,7 +43,11 @@ pub fn log(limit: usize, json: bool) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     for j in &jobs {
         let argv = j.argv.join(" ");
-        let label = j.name.as_deref().map(|n| format!("[{n}] ")).unwrap_or_default();
+        let label = j
+            .name
+            .as_deref()
+            .map(|n| format!("[{n}] "))
+            .unwrap_or_default();
         writeln!(
             out,
             "{:>5}  {}  {:<10} {:>3} in {:>3} out  {:<7} {label}{argv}{}",
@@ -117,7 +125,12 @@ pub fn show(what: &OsStr, json: bool) -> anyhow::Result<()> {
 fn print_job(job: &JobDetail, root: &Path) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     let s = &job.summary;
-    writeln!(out, "{} {}", bold(&format!("job {}", s.id)), s.argv.join(" "))?;
+    writeln!(
+        out,
+        "{} {}",
+        bold(&format!("job {}", s.id)),
+        s.argv.join(" ")
+    )?;
     if let Some(n) = &s.name {
         writeln!(out, "  name     {n}")?;
     }
@@ -125,7 +138,11 @@ fn print_job(job: &JobDetail, root: &Path) -> anyhow::Result<()> {
         out,
         "  status   {}{}",
         fmt::status(&s.status, s.exit_code, s.signal),
-        if s.incomplete { " (incomplete: not every access was seen)" } else { "" }
+        if s.incomplete {
+            " (incomplete: not every access was seen)"
+        } else {
+            ""
+        }
     )?;
     let took = s
         .ended_ns
@@ -135,7 +152,11 @@ fn print_job(job: &JobDetail, root: &Path) -> anyhow::Result<()> {
     writeln!(out, "  cwd      {}", s.cwd)?;
     writeln!(out, "  backend  {}", s.backend)?;
     if let Some(g) = &s.git {
-        let commit = g.commit.as_deref().map(|c| &c[..c.len().min(12)]).unwrap_or("(no commit)");
+        let commit = g
+            .commit
+            .as_deref()
+            .map(|c| &c[..c.len().min(12)])
+            .unwrap_or("(no commit)");
         let branch = g.branch.as_deref().unwrap_or("detached");
         let dirty = if g.dirty { ", dirty" } else { "" };
         writeln!(out, "  git      {commit} ({branch}{dirty})")?;
@@ -151,8 +172,16 @@ fn print_job(job: &JobDetail, root: &Path) -> anyhow::Result<()> {
         }
         writeln!(out, "{} ({})", bold(title), files.len())?;
         for f in files {
-            let hash = f.hash.as_ref().map(short_hash).unwrap_or_else(|| "-".repeat(fmt::SHORT_HASH));
-            let size = f.hash.as_ref().map(|h| fmt::size(h.size)).unwrap_or_default();
+            let hash = f
+                .hash
+                .as_ref()
+                .map(short_hash)
+                .unwrap_or_else(|| "-".repeat(fmt::SHORT_HASH));
+            let size = f
+                .hash
+                .as_ref()
+                .map(|h| fmt::size(h.size))
+                .unwrap_or_default();
             writeln!(out, "  {hash}  {size:>9}  {}", rel(&f.path, root))?;
         }
     }
@@ -160,10 +189,19 @@ fn print_job(job: &JobDetail, root: &Path) -> anyhow::Result<()> {
         const SHOWN: usize = 20;
         writeln!(out, "{} ({})", bold("processes"), job.processes.len())?;
         if job.processes.len() > SHOWN {
-            writeln!(out, "  ... {} more; `roar show {} --json` lists all", job.processes.len() - SHOWN, s.id)?;
+            writeln!(
+                out,
+                "  ... {} more; `roar show {} --json` lists all",
+                job.processes.len() - SHOWN,
+                s.id
+            )?;
         }
         // The last ones are the interesting ones: the command's own program comes after wrappers.
-        for p in job.processes.iter().skip(job.processes.len().saturating_sub(SHOWN)) {
+        for p in job
+            .processes
+            .iter()
+            .skip(job.processes.len().saturating_sub(SHOWN))
+        {
             let argv: Vec<_> = p.argv.iter().map(|a| a.to_string_lossy()).collect();
             let parent = p.parent_pid.map(|p| format!(" <- {p}")).unwrap_or_default();
             writeln!(out, "  {}{parent}  {}", p.pid, argv.join(" "))?;
@@ -178,7 +216,13 @@ fn print_uses(out: &mut impl Write, title: &str, uses: &[Use], root: &Path) -> a
         writeln!(out, "  (none recorded)")?;
     }
     for u in uses {
-        writeln!(out, "  job {:<5} {}  {}", u.job_id, rel(&u.path, root), u.argv.join(" "))?;
+        writeln!(
+            out,
+            "  job {:<5} {}  {}",
+            u.job_id,
+            rel(&u.path, root),
+            u.argv.join(" ")
+        )?;
     }
     Ok(())
 }
@@ -198,7 +242,11 @@ fn print_path(p: &PathDetail, root: &Path) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "{} {}", bold("path"), rel(&p.path, root))?;
     for u in &p.history {
-        let hash = u.hash.as_ref().map(short_hash).unwrap_or_else(|| "-".repeat(fmt::SHORT_HASH));
+        let hash = u
+            .hash
+            .as_ref()
+            .map(short_hash)
+            .unwrap_or_else(|| "-".repeat(fmt::SHORT_HASH));
         writeln!(
             out,
             "  {}  {:<6} job {:<5} {}",
@@ -219,7 +267,11 @@ pub fn db(json: bool) -> anyhow::Result<()> {
     }
     println!("store       {}", stats.path);
     println!("size        {}", fmt::size(stats.size_bytes));
-    println!("schema      {} (this roar writes {})", stats.schema_version, roar_store::SCHEMA_VERSION);
+    println!(
+        "schema      {} (this roar writes {})",
+        stats.schema_version,
+        roar_store::SCHEMA_VERSION
+    );
     println!("jobs        {}", stats.jobs);
     println!("processes   {}", stats.processes);
     println!("artifacts   {}", stats.artifacts);

@@ -55,9 +55,12 @@ fn preload_lib() -> Option<PathBuf> {
     }
     let exe = std::env::current_exe().ok()?;
     let dir = exe.parent()?;
-    [dir.join("libroar_preload.so"), dir.join("../lib/libroar_preload.so")]
-        .into_iter()
-        .find(|p| p.is_file())
+    [
+        dir.join("libroar_preload.so"),
+        dir.join("../lib/libroar_preload.so"),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
 }
 
 pub fn tracer(command: TracerCommand, json: bool) -> anyhow::Result<ExitCode> {
@@ -67,7 +70,10 @@ pub fn tracer(command: TracerCommand, json: bool) -> anyhow::Result<ExitCode> {
         Some(b) => vec![Backend::parse(b).expect("clap checked the name")],
         None => Backend::ALL.to_vec(),
     };
-    let verdicts: Vec<_> = backends.iter().map(|b| roar_tracer::check(*b, lib.as_deref())).collect();
+    let verdicts: Vec<_> = backends
+        .iter()
+        .map(|b| roar_tracer::check(*b, lib.as_deref()))
+        .collect();
     if json {
         #[derive(Serialize)]
         struct Out<'a> {
@@ -86,7 +92,12 @@ pub fn tracer(command: TracerCommand, json: bool) -> anyhow::Result<ExitCode> {
         fmt::print_json(&out)?;
     } else {
         for v in &verdicts {
-            println!("{:<8} {:<4} {}", v.backend.name(), if v.ok { "ok" } else { "no" }, v.reason);
+            println!(
+                "{:<8} {:<4} {}",
+                v.backend.name(),
+                if v.ok { "ok" } else { "no" },
+                v.reason
+            );
         }
     }
     let all_ok = verdicts.iter().all(|v| v.ok);
@@ -101,7 +112,12 @@ pub fn tracer(command: TracerCommand, json: bool) -> anyhow::Result<ExitCode> {
 fn git_state(dir: &Path) -> Option<GitState> {
     let root = dir.ancestors().find(|d| d.join(".git").exists())?;
     let out = std::process::Command::new("git")
-        .args(["status", "--porcelain=v2", "--branch", "--untracked-files=no"])
+        .args([
+            "status",
+            "--porcelain=v2",
+            "--branch",
+            "--untracked-files=no",
+        ])
         .current_dir(root)
         .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -159,8 +175,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let (backend, why) = match requested.as_str() {
         "auto" => roar_tracer::choose(&args.command[0], lib.as_deref()),
         name => {
-            let b = Backend::parse(name)
-                .ok_or_else(|| anyhow::anyhow!("unknown tracer {name:?} in config; use auto, preload, ptrace or ebpf"))?;
+            let b = Backend::parse(name).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "unknown tracer {name:?} in config; use auto, preload, ptrace or ebpf"
+                )
+            })?;
             (b, "requested".to_owned())
         }
     };
@@ -215,7 +234,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let ignore = Ignore::new(&config.ignore);
     let classified = collect::classify(&traced.events, traced.started_ns, &ignore);
     let store = Store::open(&project.db_path()).ok();
-    let opts = HashOptions { sha256: config.sha256() };
+    let opts = HashOptions {
+        sha256: config.sha256(),
+    };
     let hashed = collect::hash(&classified, opts, store.as_ref().map(|s| s.conn()));
     let t_hashed = t0.elapsed();
     job.processes = classified.processes;
@@ -269,7 +290,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(files) = listing {
         for f in files.iter().filter(|f| f.role != Role::Temp) {
-            let hash = f.hash.as_ref().map(fmt::short_hash).unwrap_or_else(|| "-".repeat(fmt::SHORT_HASH));
+            let hash = f
+                .hash
+                .as_ref()
+                .map(fmt::short_hash)
+                .unwrap_or_else(|| "-".repeat(fmt::SHORT_HASH));
             let _ = writeln!(
                 err,
                 "  {:<6} {hash}  {}",
@@ -294,7 +319,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// The command never started: say so like a shell would, record the attempt, exit 127/126.
-fn failed_to_start(project: &Project, mut job: JobRecord, e: TraceError) -> anyhow::Result<ExitCode> {
+fn failed_to_start(
+    project: &Project,
+    mut job: JobRecord,
+    e: TraceError,
+) -> anyhow::Result<ExitCode> {
     let Some(code) = e.exit_code() else {
         return Err(e.into());
     };
@@ -303,7 +332,10 @@ fn failed_to_start(project: &Project, mut job: JobRecord, e: TraceError) -> anyh
     job.ended_ns = Some(job.started_ns);
     match Writer::start(&project.db_path()).and_then(|w| w.record_job(job)) {
         Ok(id) => eprintln!("roar: job {id} recorded as not started"),
-        Err(e) => eprintln!("roar: job could not be recorded: {:#}", anyhow::Error::from(e)),
+        Err(e) => eprintln!(
+            "roar: job could not be recorded: {:#}",
+            anyhow::Error::from(e)
+        ),
     }
     Ok(ExitCode::from(code as u8))
 }

@@ -41,7 +41,12 @@ macro_rules! real {
         if p.is_null() {
             #[allow(unused_unsafe)]
             // SAFETY: the symbol name is a NUL-terminated literal.
-            let found = unsafe { libc::dlsym(libc::RTLD_NEXT, concat!(stringify!($name), "\0").as_ptr().cast()) };
+            let found = unsafe {
+                libc::dlsym(
+                    libc::RTLD_NEXT,
+                    concat!(stringify!($name), "\0").as_ptr().cast(),
+                )
+            };
             p = found;
             P.store(p, Ordering::Relaxed);
         }
@@ -83,7 +88,10 @@ unsafe fn cstr<'a>(p: *const c_char) -> &'a [u8] {
 }
 
 fn now_ns() -> i64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: valid out-pointer; CLOCK_REALTIME is served by the vDSO.
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
     ts.tv_sec * 1_000_000_000 + ts.tv_nsec
@@ -104,8 +112,8 @@ unsafe fn connect_socket() -> c_int {
         addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
         // Abstract namespace: sun_path[0] stays NUL.
         let name = &*ptr::addr_of!(SOCK_NAME);
-        for i in 0..len.min(106) {
-            addr.sun_path[i + 1] = name[i] as c_char;
+        for (dst, src) in addr.sun_path[1..].iter_mut().zip(&name[..len.min(106)]) {
+            *dst = *src as c_char;
         }
         let addr_len = (core::mem::size_of::<libc::sa_family_t>() + 1 + len) as libc::socklen_t;
         if libc::connect(fd, ptr::addr_of!(addr).cast(), addr_len) != 0 {
@@ -250,7 +258,15 @@ unsafe fn after_open(dirfd: c_int, path: *const c_char, flags: c_int, fd: c_int)
     let p = unsafe { cstr(path) };
     let mut buf = [0u8; PATH_MAX];
     let b = unsafe { base(dirfd, p, &mut buf) };
-    unsafe { send(Kind::Open, flags as i64, fd, wire_stat(&st), [b, p, &[], &[]]) };
+    unsafe {
+        send(
+            Kind::Open,
+            flags as i64,
+            fd,
+            wire_stat(&st),
+            [b, p, &[], &[]],
+        )
+    };
 }
 
 unsafe fn report_path(kind: Kind, dirfd: c_int, path: *const c_char) {
@@ -282,45 +298,69 @@ unsafe fn report_pair(kind: Kind, fd1: c_int, p1: *const c_char, fd2: c_int, p2:
 
 #[no_mangle]
 pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
-    let fd = unsafe { real!(open: unsafe extern "C" fn(*const c_char, c_int, c_uint) -> c_int)(path, flags, mode) };
+    let fd = unsafe {
+        real!(open: unsafe extern "C" fn(*const c_char, c_int, c_uint) -> c_int)(path, flags, mode)
+    };
     unsafe { after_open(libc::AT_FDCWD, path, flags, fd) };
     fd
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
-    let fd = unsafe { real!(open64: unsafe extern "C" fn(*const c_char, c_int, c_uint) -> c_int)(path, flags, mode) };
+    let fd = unsafe {
+        real!(open64: unsafe extern "C" fn(*const c_char, c_int, c_uint) -> c_int)(
+            path, flags, mode,
+        )
+    };
     unsafe { after_open(libc::AT_FDCWD, path, flags, fd) };
     fd
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
-    let fd = unsafe { real!(__open_2: unsafe extern "C" fn(*const c_char, c_int) -> c_int)(path, flags) };
+    let fd = unsafe {
+        real!(__open_2: unsafe extern "C" fn(*const c_char, c_int) -> c_int)(path, flags)
+    };
     unsafe { after_open(libc::AT_FDCWD, path, flags, fd) };
     fd
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
-    let fd = unsafe { real!(__open64_2: unsafe extern "C" fn(*const c_char, c_int) -> c_int)(path, flags) };
+    let fd = unsafe {
+        real!(__open64_2: unsafe extern "C" fn(*const c_char, c_int) -> c_int)(path, flags)
+    };
     unsafe { after_open(libc::AT_FDCWD, path, flags, fd) };
     fd
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+pub unsafe extern "C" fn openat(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: c_uint,
+) -> c_int {
     let fd = unsafe {
-        real!(openat: unsafe extern "C" fn(c_int, *const c_char, c_int, c_uint) -> c_int)(dirfd, path, flags, mode)
+        real!(openat: unsafe extern "C" fn(c_int, *const c_char, c_int, c_uint) -> c_int)(
+            dirfd, path, flags, mode,
+        )
     };
     unsafe { after_open(dirfd, path, flags, fd) };
     fd
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn openat64(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+pub unsafe extern "C" fn openat64(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: c_uint,
+) -> c_int {
     let fd = unsafe {
-        real!(openat64: unsafe extern "C" fn(c_int, *const c_char, c_int, c_uint) -> c_int)(dirfd, path, flags, mode)
+        real!(openat64: unsafe extern "C" fn(c_int, *const c_char, c_int, c_uint) -> c_int)(
+            dirfd, path, flags, mode,
+        )
     };
     unsafe { after_open(dirfd, path, flags, fd) };
     fd
@@ -328,30 +368,53 @@ pub unsafe extern "C" fn openat64(dirfd: c_int, path: *const c_char, flags: c_in
 
 #[no_mangle]
 pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
-    let fd = unsafe { real!(__openat_2: unsafe extern "C" fn(c_int, *const c_char, c_int) -> c_int)(dirfd, path, flags) };
+    let fd = unsafe {
+        real!(__openat_2: unsafe extern "C" fn(c_int, *const c_char, c_int) -> c_int)(
+            dirfd, path, flags,
+        )
+    };
     unsafe { after_open(dirfd, path, flags, fd) };
     fd
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
-    let fd =
-        unsafe { real!(__openat64_2: unsafe extern "C" fn(c_int, *const c_char, c_int) -> c_int)(dirfd, path, flags) };
+    let fd = unsafe {
+        real!(__openat64_2: unsafe extern "C" fn(c_int, *const c_char, c_int) -> c_int)(
+            dirfd, path, flags,
+        )
+    };
     unsafe { after_open(dirfd, path, flags, fd) };
     fd
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn creat(path: *const c_char, mode: mode_t) -> c_int {
-    let fd = unsafe { real!(creat: unsafe extern "C" fn(*const c_char, mode_t) -> c_int)(path, mode) };
-    unsafe { after_open(libc::AT_FDCWD, path, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, fd) };
+    let fd =
+        unsafe { real!(creat: unsafe extern "C" fn(*const c_char, mode_t) -> c_int)(path, mode) };
+    unsafe {
+        after_open(
+            libc::AT_FDCWD,
+            path,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+            fd,
+        )
+    };
     fd
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
-    let fd = unsafe { real!(creat64: unsafe extern "C" fn(*const c_char, mode_t) -> c_int)(path, mode) };
-    unsafe { after_open(libc::AT_FDCWD, path, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, fd) };
+    let fd =
+        unsafe { real!(creat64: unsafe extern "C" fn(*const c_char, mode_t) -> c_int)(path, mode) };
+    unsafe {
+        after_open(
+            libc::AT_FDCWD,
+            path,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+            fd,
+        )
+    };
     fd
 }
 
@@ -374,29 +437,38 @@ pub unsafe extern "C" fn mkstemp64(template: *mut c_char) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn mkostemp(template: *mut c_char, flags: c_int) -> c_int {
-    let fd = unsafe { real!(mkostemp: unsafe extern "C" fn(*mut c_char, c_int) -> c_int)(template, flags) };
+    let fd = unsafe {
+        real!(mkostemp: unsafe extern "C" fn(*mut c_char, c_int) -> c_int)(template, flags)
+    };
     unsafe { after_open(libc::AT_FDCWD, template, TEMP_FLAGS | flags, fd) };
     fd
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn mkostemp64(template: *mut c_char, flags: c_int) -> c_int {
-    let fd = unsafe { real!(mkostemp64: unsafe extern "C" fn(*mut c_char, c_int) -> c_int)(template, flags) };
+    let fd = unsafe {
+        real!(mkostemp64: unsafe extern "C" fn(*mut c_char, c_int) -> c_int)(template, flags)
+    };
     unsafe { after_open(libc::AT_FDCWD, template, TEMP_FLAGS | flags, fd) };
     fd
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn mkstemps(template: *mut c_char, suffix: c_int) -> c_int {
-    let fd = unsafe { real!(mkstemps: unsafe extern "C" fn(*mut c_char, c_int) -> c_int)(template, suffix) };
+    let fd = unsafe {
+        real!(mkstemps: unsafe extern "C" fn(*mut c_char, c_int) -> c_int)(template, suffix)
+    };
     unsafe { after_open(libc::AT_FDCWD, template, TEMP_FLAGS, fd) };
     fd
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn mkostemps(template: *mut c_char, suffix: c_int, flags: c_int) -> c_int {
-    let fd =
-        unsafe { real!(mkostemps: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> c_int)(template, suffix, flags) };
+    let fd = unsafe {
+        real!(mkostemps: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> c_int)(
+            template, suffix, flags,
+        )
+    };
     unsafe { after_open(libc::AT_FDCWD, template, TEMP_FLAGS | flags, fd) };
     fd
 }
@@ -408,8 +480,12 @@ unsafe fn fopen_flags(mode: *const c_char) -> c_int {
     match (m.first(), plus) {
         (Some(b'r'), false) => libc::O_RDONLY,
         (Some(b'r'), true) => libc::O_RDWR,
-        (Some(b'w'), p) => (if p { libc::O_RDWR } else { libc::O_WRONLY }) | libc::O_CREAT | libc::O_TRUNC,
-        (Some(b'a'), p) => (if p { libc::O_RDWR } else { libc::O_WRONLY }) | libc::O_CREAT | libc::O_APPEND,
+        (Some(b'w'), p) => {
+            (if p { libc::O_RDWR } else { libc::O_WRONLY }) | libc::O_CREAT | libc::O_TRUNC
+        }
+        (Some(b'a'), p) => {
+            (if p { libc::O_RDWR } else { libc::O_WRONLY }) | libc::O_CREAT | libc::O_APPEND
+        }
         _ => libc::O_RDONLY,
     }
 }
@@ -426,22 +502,32 @@ unsafe fn after_fopen(path: *const c_char, mode: *const c_char, f: *mut FILE) {
 
 #[no_mangle]
 pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut FILE {
-    let f = unsafe { real!(fopen: unsafe extern "C" fn(*const c_char, *const c_char) -> *mut FILE)(path, mode) };
+    let f = unsafe {
+        real!(fopen: unsafe extern "C" fn(*const c_char, *const c_char) -> *mut FILE)(path, mode)
+    };
     unsafe { after_fopen(path, mode, f) };
     f
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut FILE {
-    let f = unsafe { real!(fopen64: unsafe extern "C" fn(*const c_char, *const c_char) -> *mut FILE)(path, mode) };
+    let f = unsafe {
+        real!(fopen64: unsafe extern "C" fn(*const c_char, *const c_char) -> *mut FILE)(path, mode)
+    };
     unsafe { after_fopen(path, mode, f) };
     f
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn freopen(path: *const c_char, mode: *const c_char, s: *mut FILE) -> *mut FILE {
+pub unsafe extern "C" fn freopen(
+    path: *const c_char,
+    mode: *const c_char,
+    s: *mut FILE,
+) -> *mut FILE {
     let f = unsafe {
-        real!(freopen: unsafe extern "C" fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE)(path, mode, s)
+        real!(freopen: unsafe extern "C" fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE)(
+            path, mode, s,
+        )
     };
     if !path.is_null() {
         unsafe { after_fopen(path, mode, f) };
@@ -450,9 +536,15 @@ pub unsafe extern "C" fn freopen(path: *const c_char, mode: *const c_char, s: *m
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn freopen64(path: *const c_char, mode: *const c_char, s: *mut FILE) -> *mut FILE {
+pub unsafe extern "C" fn freopen64(
+    path: *const c_char,
+    mode: *const c_char,
+    s: *mut FILE,
+) -> *mut FILE {
     let f = unsafe {
-        real!(freopen64: unsafe extern "C" fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE)(path, mode, s)
+        real!(freopen64: unsafe extern "C" fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE)(
+            path, mode, s,
+        )
     };
     if !path.is_null() {
         unsafe { after_fopen(path, mode, f) };
@@ -464,7 +556,9 @@ pub unsafe extern "C" fn freopen64(path: *const c_char, mode: *const c_char, s: 
 
 #[no_mangle]
 pub unsafe extern "C" fn rename(old: *const c_char, new: *const c_char) -> c_int {
-    let r = unsafe { real!(rename: unsafe extern "C" fn(*const c_char, *const c_char) -> c_int)(old, new) };
+    let r = unsafe {
+        real!(rename: unsafe extern "C" fn(*const c_char, *const c_char) -> c_int)(old, new)
+    };
     if r == 0 {
         unsafe { report_pair(Kind::Rename, libc::AT_FDCWD, old, libc::AT_FDCWD, new) };
     }
@@ -472,9 +566,16 @@ pub unsafe extern "C" fn rename(old: *const c_char, new: *const c_char) -> c_int
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn renameat(ofd: c_int, old: *const c_char, nfd: c_int, new: *const c_char) -> c_int {
+pub unsafe extern "C" fn renameat(
+    ofd: c_int,
+    old: *const c_char,
+    nfd: c_int,
+    new: *const c_char,
+) -> c_int {
     let r = unsafe {
-        real!(renameat: unsafe extern "C" fn(c_int, *const c_char, c_int, *const c_char) -> c_int)(ofd, old, nfd, new)
+        real!(renameat: unsafe extern "C" fn(c_int, *const c_char, c_int, *const c_char) -> c_int)(
+            ofd, old, nfd, new,
+        )
     };
     if r == 0 {
         unsafe { report_pair(Kind::Rename, ofd, old, nfd, new) };
@@ -483,7 +584,13 @@ pub unsafe extern "C" fn renameat(ofd: c_int, old: *const c_char, nfd: c_int, ne
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn renameat2(ofd: c_int, old: *const c_char, nfd: c_int, new: *const c_char, flags: c_uint) -> c_int {
+pub unsafe extern "C" fn renameat2(
+    ofd: c_int,
+    old: *const c_char,
+    nfd: c_int,
+    new: *const c_char,
+    flags: c_uint,
+) -> c_int {
     let r = unsafe {
         real!(renameat2: unsafe extern "C" fn(c_int, *const c_char, c_int, *const c_char, c_uint) -> c_int)(
             ofd, old, nfd, new, flags,
@@ -506,9 +613,17 @@ pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
-    let r = unsafe { real!(unlinkat: unsafe extern "C" fn(c_int, *const c_char, c_int) -> c_int)(dirfd, path, flags) };
+    let r = unsafe {
+        real!(unlinkat: unsafe extern "C" fn(c_int, *const c_char, c_int) -> c_int)(
+            dirfd, path, flags,
+        )
+    };
     if r == 0 {
-        let kind = if flags & libc::AT_REMOVEDIR != 0 { Kind::Rmdir } else { Kind::Unlink };
+        let kind = if flags & libc::AT_REMOVEDIR != 0 {
+            Kind::Rmdir
+        } else {
+            Kind::Unlink
+        };
         unsafe { report_path(kind, dirfd, path) };
     }
     r
@@ -516,7 +631,9 @@ pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_in
 
 #[no_mangle]
 pub unsafe extern "C" fn link(old: *const c_char, new: *const c_char) -> c_int {
-    let r = unsafe { real!(link: unsafe extern "C" fn(*const c_char, *const c_char) -> c_int)(old, new) };
+    let r = unsafe {
+        real!(link: unsafe extern "C" fn(*const c_char, *const c_char) -> c_int)(old, new)
+    };
     if r == 0 {
         unsafe { report_pair(Kind::Link, libc::AT_FDCWD, old, libc::AT_FDCWD, new) };
     }
@@ -524,7 +641,13 @@ pub unsafe extern "C" fn link(old: *const c_char, new: *const c_char) -> c_int {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn linkat(ofd: c_int, old: *const c_char, nfd: c_int, new: *const c_char, flags: c_int) -> c_int {
+pub unsafe extern "C" fn linkat(
+    ofd: c_int,
+    old: *const c_char,
+    nfd: c_int,
+    new: *const c_char,
+    flags: c_int,
+) -> c_int {
     let r = unsafe {
         real!(linkat: unsafe extern "C" fn(c_int, *const c_char, c_int, *const c_char, c_int) -> c_int)(
             ofd, old, nfd, new, flags,
@@ -538,7 +661,8 @@ pub unsafe extern "C" fn linkat(ofd: c_int, old: *const c_char, nfd: c_int, new:
 
 #[no_mangle]
 pub unsafe extern "C" fn truncate(path: *const c_char, len: off_t) -> c_int {
-    let r = unsafe { real!(truncate: unsafe extern "C" fn(*const c_char, off_t) -> c_int)(path, len) };
+    let r =
+        unsafe { real!(truncate: unsafe extern "C" fn(*const c_char, off_t) -> c_int)(path, len) };
     if r == 0 {
         unsafe { report_path(Kind::Truncate, libc::AT_FDCWD, path) };
     }
@@ -547,7 +671,9 @@ pub unsafe extern "C" fn truncate(path: *const c_char, len: off_t) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn truncate64(path: *const c_char, len: off_t) -> c_int {
-    let r = unsafe { real!(truncate64: unsafe extern "C" fn(*const c_char, off_t) -> c_int)(path, len) };
+    let r = unsafe {
+        real!(truncate64: unsafe extern "C" fn(*const c_char, off_t) -> c_int)(path, len)
+    };
     if r == 0 {
         unsafe { report_path(Kind::Truncate, libc::AT_FDCWD, path) };
     }
@@ -562,7 +688,15 @@ unsafe fn report_ftruncate(fd: c_int) {
     let mut buf = [0u8; PATH_MAX];
     let p = unsafe { fd_path(fd, &mut buf) };
     if p.first() == Some(&b'/') {
-        unsafe { send(Kind::Truncate, 0, fd, WireStat::default(), [&[], p, &[], &[]]) };
+        unsafe {
+            send(
+                Kind::Truncate,
+                0,
+                fd,
+                WireStat::default(),
+                [&[], p, &[], &[]],
+            )
+        };
     }
 }
 
@@ -586,7 +720,8 @@ pub unsafe extern "C" fn ftruncate64(fd: c_int, len: off_t) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {
-    let r = unsafe { real!(mkdir: unsafe extern "C" fn(*const c_char, mode_t) -> c_int)(path, mode) };
+    let r =
+        unsafe { real!(mkdir: unsafe extern "C" fn(*const c_char, mode_t) -> c_int)(path, mode) };
     if r == 0 {
         unsafe { report_path(Kind::Mkdir, libc::AT_FDCWD, path) };
     }
@@ -595,7 +730,11 @@ pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int {
-    let r = unsafe { real!(mkdirat: unsafe extern "C" fn(c_int, *const c_char, mode_t) -> c_int)(dirfd, path, mode) };
+    let r = unsafe {
+        real!(mkdirat: unsafe extern "C" fn(c_int, *const c_char, mode_t) -> c_int)(
+            dirfd, path, mode,
+        )
+    };
     if r == 0 {
         unsafe { report_path(Kind::Mkdir, dirfd, path) };
     }
@@ -663,15 +802,18 @@ unsafe fn fix_env(
         return envp;
     }
     // SAFETY: LIB_ENTRY/SOCK_ENTRY were written by the constructor and are NUL-terminated.
-    let (lib_entry, sock_entry) = unsafe { (&*ptr::addr_of!(LIB_ENTRY), &*ptr::addr_of!(SOCK_ENTRY)) };
+    let (lib_entry, sock_entry) =
+        unsafe { (&*ptr::addr_of!(LIB_ENTRY), &*ptr::addr_of!(SOCK_ENTRY)) };
     let lib = &lib_entry[LIB_ENV.len() + 1..LIB_ENV.len() + 1 + lib_len];
     let (mut has_sock, mut has_lib, mut preload_at, mut n) = (false, false, None, 0usize);
     // SAFETY: envp is a NULL-terminated array supplied to exec.
     unsafe {
         while !(*envp.add(n)).is_null() {
             let e = *envp.add(n);
-            has_sock |= starts_with(e, SOCK_ENV.as_bytes()) && cstr(e).get(SOCK_ENV.len()) == Some(&b'=');
-            has_lib |= starts_with(e, LIB_ENV.as_bytes()) && cstr(e).get(LIB_ENV.len()) == Some(&b'=');
+            has_sock |=
+                starts_with(e, SOCK_ENV.as_bytes()) && cstr(e).get(SOCK_ENV.len()) == Some(&b'=');
+            has_lib |=
+                starts_with(e, LIB_ENV.as_bytes()) && cstr(e).get(LIB_ENV.len()) == Some(&b'=');
             if starts_with(e, b"LD_PRELOAD=") {
                 preload_at = Some(n);
             }
@@ -732,10 +874,15 @@ extern "C" {
     static environ: *const *const c_char;
 }
 
-type ExecveFn = unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+type ExecveFn =
+    unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
 
 #[no_mangle]
-pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+pub unsafe extern "C" fn execve(
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
     let mut out = [ptr::null(); ENV_SLOTS];
     let mut preload = [0u8; 2 * PATH_MAX];
     let env = unsafe { fix_env(envp, &mut out, &mut preload) };
@@ -748,7 +895,11 @@ pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) 
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+pub unsafe extern "C" fn execvpe(
+    file: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
     let mut out = [ptr::null(); ENV_SLOTS];
     let mut preload = [0u8; 2 * PATH_MAX];
     let env = unsafe { fix_env(envp, &mut out, &mut preload) };
@@ -761,11 +912,19 @@ pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+pub unsafe extern "C" fn fexecve(
+    fd: c_int,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
     let mut out = [ptr::null(); ENV_SLOTS];
     let mut preload = [0u8; 2 * PATH_MAX];
     let env = unsafe { fix_env(envp, &mut out, &mut preload) };
-    unsafe { real!(fexecve: unsafe extern "C" fn(c_int, *const *const c_char, *const *const c_char) -> c_int)(fd, argv, env) }
+    unsafe {
+        real!(fexecve: unsafe extern "C" fn(c_int, *const *const c_char, *const *const c_char) -> c_int)(
+            fd, argv, env,
+        )
+    }
 }
 
 type SpawnFn = unsafe extern "C" fn(
@@ -920,7 +1079,10 @@ unsafe extern "C" fn init(argc: c_int, argv: *const *const c_char, _envp: *const
         (&mut *ptr::addr_of_mut!(SOCK_NAME))[..sock.len()].copy_from_slice(sock);
         SOCK_NAME_LEN.store(sock.len(), Ordering::Relaxed);
         copy_entry(&mut *ptr::addr_of_mut!(SOCK_ENTRY), SOCK_ENV, sock);
-        LIB_LEN.store(copy_entry(&mut *ptr::addr_of_mut!(LIB_ENTRY), LIB_ENV, lib), Ordering::Relaxed);
+        LIB_LEN.store(
+            copy_entry(&mut *ptr::addr_of_mut!(LIB_ENTRY), LIB_ENV, lib),
+            Ordering::Relaxed,
+        );
         refresh_cwd();
         SOCK.store(connect_socket(), Ordering::Relaxed);
 
@@ -939,11 +1101,21 @@ unsafe extern "C" fn init(argc: c_int, argv: *const *const c_char, _envp: *const
             len += a.len();
         }
         let mut exe = [0u8; PATH_MAX];
-        let n = libc::readlink(c"/proc/self/exe".as_ptr(), exe.as_mut_ptr().cast(), exe.len());
+        let n = libc::readlink(
+            c"/proc/self/exe".as_ptr(),
+            exe.as_mut_ptr().cast(),
+            exe.len(),
+        );
         let exe = if n > 0 { &exe[..n as usize] } else { &[][..] };
         let cwd = &(&*ptr::addr_of!(CWD))[..CWD_LEN.load(Ordering::Relaxed)];
         let ppid = libc::getppid();
-        send(Kind::Exec, ppid as i64, -1, WireStat::default(), [cwd, exe, &args[..len], &[]]);
+        send(
+            Kind::Exec,
+            ppid as i64,
+            -1,
+            WireStat::default(),
+            [cwd, exe, &args[..len], &[]],
+        );
     }
 }
 

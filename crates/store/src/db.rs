@@ -133,7 +133,12 @@ fn check_version(conn: &Connection, path: &Path) -> Result<i64> {
 
 pub(crate) fn migrate(conn: &Connection, path: &Path, target: usize) -> Result<()> {
     let version = check_version(conn, path)?;
-    for (i, sql) in MIGRATIONS.iter().enumerate().take(target).skip(version as usize) {
+    for (i, sql) in MIGRATIONS
+        .iter()
+        .enumerate()
+        .take(target)
+        .skip(version as usize)
+    {
         let step = || -> rusqlite::Result<()> {
             conn.execute_batch("BEGIN IMMEDIATE")?;
             let applied = conn
@@ -167,7 +172,9 @@ pub(crate) fn classify(path: &Path, e: rusqlite::Error) -> StoreError {
         Some(ErrorCode::NotADatabase) | Some(ErrorCode::DatabaseCorrupt) => {
             StoreError::Corrupt { path, source: e }
         }
-        Some(ErrorCode::ReadOnly) | Some(ErrorCode::CannotOpen) | Some(ErrorCode::PermissionDenied)
+        Some(ErrorCode::ReadOnly)
+        | Some(ErrorCode::CannotOpen)
+        | Some(ErrorCode::PermissionDenied)
             if !dir_writable(&path) =>
         {
             StoreError::ReadOnly { path, source: e }

@@ -113,5 +113,5 @@ fn ignore_in_git(root: &Path) -> Result<()> {
     } else {
         "\n"
     };
-    write!(f, "{sep}.roar/\n").map_err(|e| StoreError::io("write", &path, e))
+    writeln!(f, "{sep}.roar/").map_err(|e| StoreError::io("write", &path, e))
 }

@@ -87,7 +87,8 @@ pub struct DbStats {
     pub hash_cache: i64,
 }
 
-const SUMMARY_COLS: &str = "j.id, j.name, j.argv, j.cwd, j.started_ns, j.ended_ns, j.status, j.exit_code,
+const SUMMARY_COLS: &str =
+    "j.id, j.name, j.argv, j.cwd, j.started_ns, j.ended_ns, j.status, j.exit_code,
      j.signal, j.incomplete, j.backend, j.git_commit, j.git_branch, j.git_dirty,
      (SELECT count(*) FROM job_files f WHERE f.job_id = j.id AND f.role = 'input'),
      (SELECT count(*) FROM job_files f WHERE f.job_id = j.id AND f.role = 'output')";
@@ -137,7 +138,11 @@ fn summary_from_row(r: &Row) -> rusqlite::Result<JobSummary> {
     })
 }
 
-fn hash_from(blake3: Option<String>, sha256: Option<String>, size: Option<i64>) -> Option<ContentHash> {
+fn hash_from(
+    blake3: Option<String>,
+    sha256: Option<String>,
+    size: Option<i64>,
+) -> Option<ContentHash> {
     Some(ContentHash {
         blake3: blake3?,
         sha256,
@@ -182,7 +187,11 @@ impl Store {
         let found = self
             .conn
             .query_row(&sql, [id], |r| {
-                Ok((summary_from_row(r)?, r.get::<_, Option<String>>(16)?, r.get::<_, String>(17)?))
+                Ok((
+                    summary_from_row(r)?,
+                    r.get::<_, Option<String>>(16)?,
+                    r.get::<_, String>(17)?,
+                ))
             })
             .optional()
             .map_err(|e| self.err(e))?;
@@ -265,7 +274,10 @@ impl Store {
             1 => Ok(found.into_iter().next().expect("one")),
             _ => Err(StoreError::AmbiguousHash {
                 prefix,
-                candidates: found.into_iter().map(|h| h.blake3[..16].to_owned()).collect(),
+                candidates: found
+                    .into_iter()
+                    .map(|h| h.blake3[..16].to_owned())
+                    .collect(),
             }),
         }
     }

@@ -75,7 +75,9 @@ pub fn redact_url_password(value: &str) -> String {
 }
 
 /// The environment as it is stored for a job.
-pub fn filter_env(vars: impl IntoIterator<Item = (OsString, OsString)>) -> BTreeMap<String, String> {
+pub fn filter_env(
+    vars: impl IntoIterator<Item = (OsString, OsString)>,
+) -> BTreeMap<String, String> {
     vars.into_iter()
         .filter_map(|(k, v)| {
             let k = k.to_string_lossy().into_owned();
@@ -133,7 +135,12 @@ mod tests {
 
     #[test]
     fn urls_without_password_are_untouched() {
-        for v in ["https://example.com/a:b@c", "s3://bucket/key", "plain", "http://user@host/"] {
+        for v in [
+            "https://example.com/a:b@c",
+            "s3://bucket/key",
+            "plain",
+            "http://user@host/",
+        ] {
             assert_eq!(redact_url_password(v), v);
         }
     }

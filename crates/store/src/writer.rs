@@ -154,7 +154,9 @@ fn commit(conn: &mut Connection, path: &Path, batch: Vec<Msg>) {
 /// rusqlite errors are not Clone; every waiter of a failed batch gets an equivalent one.
 fn clone_err(e: &rusqlite::Error) -> rusqlite::Error {
     match e {
-        rusqlite::Error::SqliteFailure(code, msg) => rusqlite::Error::SqliteFailure(*code, msg.clone()),
+        rusqlite::Error::SqliteFailure(code, msg) => {
+            rusqlite::Error::SqliteFailure(*code, msg.clone())
+        }
         other => rusqlite::Error::SqliteFailure(
             rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
             Some(other.to_string()),
@@ -219,15 +221,29 @@ fn insert_job(tx: &Transaction, job: &JobRecord) -> rusqlite::Result<i64> {
     }
 
     for f in &job.files {
-        let artifact = f.hash.as_ref().map(|h| upsert_artifact(tx, h)).transpose()?;
-        let before = f.before.as_ref().map(|h| upsert_artifact(tx, h)).transpose()?;
+        let artifact = f
+            .hash
+            .as_ref()
+            .map(|h| upsert_artifact(tx, h))
+            .transpose()?;
+        let before = f
+            .before
+            .as_ref()
+            .map(|h| upsert_artifact(tx, h))
+            .transpose()?;
         let s3_id = match &f.s3 {
             Some(o) => Some(
                 tx.prepare_cached(
                     "INSERT INTO s3_objects (bucket, key, version_id, etag, artifact_id)
                      VALUES (?1, ?2, ?3, ?4, ?5)",
                 )?
-                .insert(params![o.bucket, o.key, o.version_id, o.etag, artifact])?,
+                .insert(params![
+                    o.bucket,
+                    o.key,
+                    o.version_id,
+                    o.etag,
+                    artifact
+                ])?,
             ),
             None => None,
         };
@@ -273,13 +289,22 @@ fn insert_cache(tx: &Transaction, entries: &[CacheEntry]) -> rusqlite::Result<()
 }
 
 /// Looks up a cache entry valid for `stat` (see [`crate::hash`] for the racy-entry rule).
-pub(crate) fn cache_lookup(conn: &Connection, stat: &crate::FileStat) -> rusqlite::Result<Option<(ContentHash, i64)>> {
+pub(crate) fn cache_lookup(
+    conn: &Connection,
+    stat: &crate::FileStat,
+) -> rusqlite::Result<Option<(ContentHash, i64)>> {
     conn.prepare_cached(
         "SELECT blake3, sha256, hashed_ns FROM hash_cache
          WHERE dev = ?1 AND ino = ?2 AND size = ?3 AND mtime_ns = ?4 AND ctime_ns = ?5",
     )?
     .query_row(
-        params![stat.dev as i64, stat.ino as i64, stat.size as i64, stat.mtime_ns, stat.ctime_ns],
+        params![
+            stat.dev as i64,
+            stat.ino as i64,
+            stat.size as i64,
+            stat.mtime_ns,
+            stat.ctime_ns
+        ],
         |r| {
             Ok((
                 ContentHash {

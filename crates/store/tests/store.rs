@@ -7,7 +7,8 @@ use std::process::Command;
 
 use roar_store::hash::{hash_path, hash_paths, HashOptions};
 use roar_store::{
-    ContentHash, FileRecord, JobRecord, Ops, Outcome, Role, Store, StoreError, Writer, SCHEMA_VERSION,
+    ContentHash, FileRecord, JobRecord, Ops, Outcome, Role, Store, StoreError, Writer,
+    SCHEMA_VERSION,
 };
 
 fn job(argv: &[&str], files: Vec<FileRecord>) -> JobRecord {
@@ -38,7 +39,11 @@ fn file(role: Role, path: &str, content: &[u8]) -> FileRecord {
             size: content.len() as u64,
         }),
         before: None,
-        ops: if role == Role::Input { Ops::READ } else { Ops::WRITE | Ops::CREATE },
+        ops: if role == Role::Input {
+            Ops::READ
+        } else {
+            Ops::WRITE | Ops::CREATE
+        },
         first_ns: None,
         last_ns: None,
         s3: None,
@@ -55,7 +60,10 @@ fn new_db(dir: &Path) -> PathBuf {
 fn migrates_an_empty_database_to_the_current_schema() {
     let dir = tempfile::tempdir().unwrap();
     let db = new_db(dir.path());
-    assert_eq!(Store::open(&db).unwrap().stats().unwrap().schema_version, SCHEMA_VERSION);
+    assert_eq!(
+        Store::open(&db).unwrap().stats().unwrap().schema_version,
+        SCHEMA_VERSION
+    );
 }
 
 #[test]
@@ -68,7 +76,9 @@ fn migrates_a_previous_version_database_keeping_its_rows() {
         [],
     )
     .unwrap();
-    let v: i64 = old.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+    let v: i64 = old
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
     assert_eq!(v, 1);
     drop(old);
 
@@ -123,7 +133,13 @@ fn concurrent_writer_worker() {
     let writer = Writer::start(Path::new(&db)).unwrap();
     for i in 0..JOBS_PER_WORKER {
         let files = (0..FILES_PER_JOB)
-            .map(|f| file(Role::Output, &format!("/out/{me}/{i}/{f}"), format!("{me}-{i}-{f}").as_bytes()))
+            .map(|f| {
+                file(
+                    Role::Output,
+                    &format!("/out/{me}/{i}/{f}"),
+                    format!("{me}-{i}-{f}").as_bytes(),
+                )
+            })
             .collect();
         writer.record_job(job(&["worker"], files)).unwrap();
     }
@@ -149,8 +165,14 @@ fn concurrent_writers_in_several_processes_lose_no_rows() {
     }
     let stats = Store::open(&db).unwrap().stats().unwrap();
     assert_eq!(stats.jobs, 4 * JOBS_PER_WORKER as i64);
-    assert_eq!(stats.job_files, (4 * JOBS_PER_WORKER * FILES_PER_JOB) as i64);
-    assert_eq!(stats.artifacts, (4 * JOBS_PER_WORKER * FILES_PER_JOB) as i64);
+    assert_eq!(
+        stats.job_files,
+        (4 * JOBS_PER_WORKER * FILES_PER_JOB) as i64
+    );
+    assert_eq!(
+        stats.artifacts,
+        (4 * JOBS_PER_WORKER * FILES_PER_JOB) as i64
+    );
 }
 
 #[test]
@@ -183,19 +205,25 @@ fn known_hash_vectors() {
 fn big_files_hash_the_same_through_the_parallel_path() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("big");
-    let content: Vec<u8> = (0..5_000_000u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    let content: Vec<u8> = (0..5_000_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
     std::fs::write(&p, &content).unwrap();
     let h = hash_path(&p, HashOptions { sha256: true }).unwrap().hash;
     assert_eq!(h.blake3, blake3::hash(&content).to_hex().to_string());
     use sha2::Digest;
-    assert_eq!(h.sha256.unwrap(), roar_store::hash::hex(&sha2::Sha256::digest(&content)));
+    assert_eq!(
+        h.sha256.unwrap(),
+        roar_store::hash::hex(&sha2::Sha256::digest(&content))
+    );
 }
 
 /// Sets a file's timestamps into the past so its cache entry is not "racy".
 fn age(path: &Path, secs_ago: u64) {
     let t = std::time::SystemTime::now() - std::time::Duration::from_secs(secs_ago);
     let f = std::fs::File::options().write(true).open(path).unwrap();
-    f.set_times(std::fs::FileTimes::new().set_modified(t).set_accessed(t)).unwrap();
+    f.set_times(std::fs::FileTimes::new().set_modified(t).set_accessed(t))
+        .unwrap();
 }
 
 #[test]
@@ -211,7 +239,9 @@ fn cache_hits_until_content_changes_even_with_the_same_mtime_and_size() {
     let store = Store::open(&db).unwrap();
     let opts = HashOptions::default();
     // ctime cannot be set back: wait out the racy window so the entry is trusted.
-    std::thread::sleep(std::time::Duration::from_nanos(2 * roar_store::hash::RACY_NS as u64));
+    std::thread::sleep(std::time::Duration::from_nanos(
+        2 * roar_store::hash::RACY_NS as u64,
+    ));
 
     let first = hash_paths(&paths, opts, Some(store.conn()), &|_| {});
     assert!(!first.results[0].as_ref().unwrap().from_cache);
@@ -220,8 +250,14 @@ fn cache_hits_until_content_changes_even_with_the_same_mtime_and_size() {
 
     let second = hash_paths(&paths, opts, Some(store.conn()), &|_| {});
     let second = second.results[0].as_ref().unwrap();
-    assert!(second.from_cache, "an unchanged, old file is answered from the cache");
-    assert_eq!(second.hash.blake3, blake3::hash(b"version one").to_hex().to_string());
+    assert!(
+        second.from_cache,
+        "an unchanged, old file is answered from the cache"
+    );
+    assert_eq!(
+        second.hash.blake3,
+        blake3::hash(b"version one").to_hex().to_string()
+    );
 
     // Same size, mtime put back: only ctime betrays the change.
     std::fs::write(&f, b"version two").unwrap();
@@ -231,7 +267,10 @@ fn cache_hits_until_content_changes_even_with_the_same_mtime_and_size() {
     let third = hash_paths(&paths, opts, Some(store.conn()), &|_| {});
     let third = third.results[0].as_ref().unwrap();
     assert!(!third.from_cache);
-    assert_eq!(third.hash.blake3, blake3::hash(b"version two").to_hex().to_string());
+    assert_eq!(
+        third.hash.blake3,
+        blake3::hash(b"version two").to_hex().to_string()
+    );
 }
 
 #[test]
@@ -259,12 +298,18 @@ fn queries_resolve_prefixes_paths_and_uses() {
     let db = new_db(dir.path());
     let writer = Writer::start(&db).unwrap();
     let made = writer
-        .record_job(job(&["make-it"], vec![file(Role::Output, "/w/out.txt", b"payload")]))
+        .record_job(job(
+            &["make-it"],
+            vec![file(Role::Output, "/w/out.txt", b"payload")],
+        ))
         .unwrap();
     let used = writer
         .record_job(job(
             &["use-it"],
-            vec![file(Role::Input, "/w/out.txt", b"payload"), file(Role::Output, "/w/sum.txt", b"7")],
+            vec![
+                file(Role::Input, "/w/out.txt", b"payload"),
+                file(Role::Output, "/w/sum.txt", b"7"),
+            ],
         ))
         .unwrap();
     let store = Store::open(&db).unwrap();
@@ -272,14 +317,36 @@ fn queries_resolve_prefixes_paths_and_uses() {
     let hash = store.resolve_hash(&full[..6]).unwrap();
     assert_eq!(hash.blake3, full);
     let detail = store.artifact(&hash).unwrap();
-    assert_eq!(detail.made_by.iter().map(|u| u.job_id).collect::<Vec<_>>(), vec![made]);
-    assert_eq!(detail.used_by.iter().map(|u| u.job_id).collect::<Vec<_>>(), vec![used]);
-    assert_eq!(store.path(Path::new("/w/out.txt")).unwrap().history.len(), 2);
-    assert!(matches!(store.path(Path::new("/w/nope")), Err(StoreError::UnknownPath { .. })));
-    assert!(matches!(store.resolve_hash("ffffffff"), Err(StoreError::UnknownHash { .. })));
-    assert!(matches!(store.job(99), Err(StoreError::UnknownJob { id: 99 })));
+    assert_eq!(
+        detail.made_by.iter().map(|u| u.job_id).collect::<Vec<_>>(),
+        vec![made]
+    );
+    assert_eq!(
+        detail.used_by.iter().map(|u| u.job_id).collect::<Vec<_>>(),
+        vec![used]
+    );
+    assert_eq!(
+        store.path(Path::new("/w/out.txt")).unwrap().history.len(),
+        2
+    );
+    assert!(matches!(
+        store.path(Path::new("/w/nope")),
+        Err(StoreError::UnknownPath { .. })
+    ));
+    assert!(matches!(
+        store.resolve_hash("ffffffff"),
+        Err(StoreError::UnknownHash { .. })
+    ));
+    assert!(matches!(
+        store.job(99),
+        Err(StoreError::UnknownJob { id: 99 })
+    ));
     let jobs = store.jobs(10).unwrap();
-    assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<_>>(), vec![used, made], "newest first");
+    assert_eq!(
+        jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
+        vec![used, made],
+        "newest first"
+    );
     assert_eq!((jobs[0].inputs, jobs[0].outputs), (1, 1));
 }
 
@@ -300,10 +367,18 @@ fn ambiguous_prefixes_list_their_candidates() {
     writer.flush().unwrap();
     let store = Store::open(&db).unwrap();
     let first = &hashes[0].blake3[..1];
-    let sharing = hashes.iter().filter(|h| h.blake3.starts_with(first)).count();
-    assert!(sharing >= 2, "40 hashes over 16 digits must collide on the first");
+    let sharing = hashes
+        .iter()
+        .filter(|h| h.blake3.starts_with(first))
+        .count();
+    assert!(
+        sharing >= 2,
+        "40 hashes over 16 digits must collide on the first"
+    );
     match store.resolve_hash(first) {
-        Err(StoreError::AmbiguousHash { candidates, .. }) => assert_eq!(candidates.len(), sharing.min(11)),
+        Err(StoreError::AmbiguousHash { candidates, .. }) => {
+            assert_eq!(candidates.len(), sharing.min(11))
+        }
         other => panic!("expected AmbiguousHash, got {other:?}"),
     }
 }

@@ -44,26 +44,48 @@ pub fn check(backend: Backend, preload_lib: Option<&Path>) -> Verdict {
     let (ok, reason) = match backend {
         Backend::Preload => match preload_lib {
             Some(lib) if lib.is_file() => (true, format!("shim at {}", lib.display())),
-            Some(lib) => (false, format!("shim {} does not exist; build it with `cargo build --release`", lib.display())),
-            None => (false, "libroar_preload.so not found next to the roar binary; set ROAR_PRELOAD_LIB".into()),
+            Some(lib) => (
+                false,
+                format!(
+                    "shim {} does not exist; build it with `cargo build --release`",
+                    lib.display()
+                ),
+            ),
+            None => (
+                false,
+                "libroar_preload.so not found next to the roar binary; set ROAR_PRELOAD_LIB".into(),
+            ),
         },
         Backend::Ptrace => ptrace_verdict(),
         Backend::Ebpf => (false, "not built into this roar yet".into()),
     };
-    Verdict { backend, ok, reason }
+    Verdict {
+        backend,
+        ok,
+        reason,
+    }
 }
 
 fn ptrace_verdict() -> (bool, String) {
     if !cfg!(target_arch = "x86_64") {
-        return (false, "the seccomp filter is written for x86_64 only".into());
+        return (
+            false,
+            "the seccomp filter is written for x86_64 only".into(),
+        );
     }
     match std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope") {
         Ok(s) if s.trim() == "3" => (false, "kernel.yama.ptrace_scope=3 forbids ptrace".into()),
         _ => match std::fs::read_to_string("/proc/self/status") {
-            Ok(s) if s.lines().any(|l| l.starts_with("Seccomp:") && l.trim_end().ends_with('2')) => {
+            Ok(s)
+                if s.lines()
+                    .any(|l| l.starts_with("Seccomp:") && l.trim_end().ends_with('2')) =>
+            {
                 (true, "seccomp filter stacking on an existing filter".into())
             }
-            _ => (true, "PTRACE_O_TRACESECCOMP with a seccomp-bpf filter".into()),
+            _ => (
+                true,
+                "PTRACE_O_TRACESECCOMP with a seccomp-bpf filter".into(),
+            ),
         },
     }
 }
@@ -120,7 +142,10 @@ pub fn resolve(cmd: &OsStr) -> Option<PathBuf> {
     }
     std::env::split_paths(&std::env::var_os("PATH")?)
         .map(|dir| dir.join(cmd))
-        .find(|c| c.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+        .find(|c| {
+            c.metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
 }
 
 /// The backend `auto` picks for `cmd`, with the reason.
@@ -129,9 +154,18 @@ pub fn choose(cmd: &OsStr, preload_lib: Option<&Path>) -> (Backend, String) {
     let link = exe.as_deref().map(linkage).unwrap_or(Linkage::Other);
     let preload = check(Backend::Preload, preload_lib);
     match link {
-        Linkage::Static => (Backend::Ptrace, "static binary: the preload shim cannot load".into()),
-        Linkage::SetId => (Backend::Ptrace, "setuid/setgid binary: the loader drops LD_PRELOAD".into()),
-        _ if !preload.ok => (Backend::Ptrace, format!("preload unavailable: {}", preload.reason)),
+        Linkage::Static => (
+            Backend::Ptrace,
+            "static binary: the preload shim cannot load".into(),
+        ),
+        Linkage::SetId => (
+            Backend::Ptrace,
+            "setuid/setgid binary: the loader drops LD_PRELOAD".into(),
+        ),
+        _ if !preload.ok => (
+            Backend::Ptrace,
+            format!("preload unavailable: {}", preload.reason),
+        ),
         _ => (Backend::Preload, "dynamically linked program".into()),
     }
 }

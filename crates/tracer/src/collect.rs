@@ -122,9 +122,11 @@ pub fn classify(events: &[Event], job_start_ns: i64, ignore: &Ignore) -> Classif
                 let truncates = flags & libc::O_TRUNC != 0 && writes;
                 let first_access = st.ops == Ops::default();
                 let created_now = flags & libc::O_CREAT != 0
-                    && (flags & libc::O_EXCL != 0 || stat.is_some_and(|s| s.size == 0 && s.ctime_ns >= job_start_ns));
+                    && (flags & libc::O_EXCL != 0
+                        || stat.is_some_and(|s| s.size == 0 && s.ctime_ns >= job_start_ns));
                 // No old bytes: the job removed the path earlier, or creates/truncates it on first touch.
-                let no_prior = (!first_access && !st.exists) || (first_access && (truncates || created_now));
+                let no_prior =
+                    (!first_access && !st.exists) || (first_access && (truncates || created_now));
                 let prior_is_foreign = !st.job_made && !no_prior;
                 if reads {
                     st.ops.insert(Ops::READ);
@@ -132,7 +134,8 @@ pub fn classify(events: &[Event], job_start_ns: i64, ignore: &Ignore) -> Classif
                 if (reads || (writes && !truncates)) && prior_is_foreign {
                     // Appending or writing in place keeps the old bytes: they are an input too,
                     // unless there were none (a new, empty file).
-                    let has_prior = reads || stat.is_some_and(|s| s.size > 0 && s.ctime_ns < job_start_ns);
+                    let has_prior =
+                        reads || stat.is_some_and(|s| s.size > 0 && s.ctime_ns < job_start_ns);
                     if has_prior && !st.reads_prior {
                         st.reads_prior = true;
                         st.read_stat = *stat;
@@ -141,7 +144,9 @@ pub fn classify(events: &[Event], job_start_ns: i64, ignore: &Ignore) -> Classif
                 if writes {
                     st.ops.insert(Ops::WRITE);
                     st.job_made = true;
-                    if flags & libc::O_CREAT != 0 && stat.is_some_and(|s| s.ctime_ns >= job_start_ns) {
+                    if flags & libc::O_CREAT != 0
+                        && stat.is_some_and(|s| s.ctime_ns >= job_start_ns)
+                    {
                         st.ops.insert(Ops::CREATE);
                     }
                 }
@@ -159,7 +164,12 @@ pub fn classify(events: &[Event], job_start_ns: i64, ignore: &Ignore) -> Classif
                 st.job_made = true;
                 st.exists = true;
             }
-            Event::Rename { from, to, ts_ns, .. } | Event::Link { from, to, ts_ns, .. } => {
+            Event::Rename {
+                from, to, ts_ns, ..
+            }
+            | Event::Link {
+                from, to, ts_ns, ..
+            } => {
                 let is_rename = matches!(ev, Event::Rename { .. });
                 let ignored_from = ignore.is_ignored(from);
                 let ignored_to = ignore.is_ignored(to);
@@ -229,7 +239,10 @@ pub fn hash(classified: &Classified, opts: HashOptions, cache: Option<&Connectio
     let mut want: Vec<PathBuf> = Vec::new();
     let mut index: HashMap<PathBuf, usize> = HashMap::new();
     for (path, st) in &classified.paths {
-        for p in [st.exists.then_some(path), st.moved_to.as_ref()].into_iter().flatten() {
+        for p in [st.exists.then_some(path), st.moved_to.as_ref()]
+            .into_iter()
+            .flatten()
+        {
             if !index.contains_key(p) {
                 index.insert(p.clone(), want.len());
                 want.push(p.clone());
@@ -237,11 +250,17 @@ pub fn hash(classified: &Classified, opts: HashOptions, cache: Option<&Connectio
         }
     }
     let batch = hash_paths(&want, opts, cache, &|_| {});
-    let current = |p: &Path| -> Option<&roar_store::hash::Hashed> { batch.results[*index.get(p)?].as_ref().ok() };
+    let current = |p: &Path| -> Option<&roar_store::hash::Hashed> {
+        batch.results[*index.get(p)?].as_ref().ok()
+    };
 
     let mut files = Vec::new();
     let mut unhashed_inputs = 0;
-    let states: HashMap<&Path, &PathState> = classified.paths.iter().map(|(p, s)| (p.as_path(), s)).collect();
+    let states: HashMap<&Path, &PathState> = classified
+        .paths
+        .iter()
+        .map(|(p, s)| (p.as_path(), s))
+        .collect();
     for (path, st) in &classified.paths {
         let record = |role: Role, hash: Option<ContentHash>| FileRecord {
             role,
@@ -306,4 +325,3 @@ fn input_hash<'a>(
 fn same_content_identity(a: &FileStat, b: &FileStat) -> bool {
     a.dev == b.dev && a.ino == b.ino && a.size == b.size && a.mtime_ns == b.mtime_ns
 }
-

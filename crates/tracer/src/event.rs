@@ -18,9 +18,16 @@ pub enum Event {
         ts_ns: i64,
     },
     /// A process was forked (and has not exec'd yet).
-    Fork { pid: i32, ppid: i32, ts_ns: i64 },
+    Fork {
+        pid: i32,
+        ppid: i32,
+        ts_ns: i64,
+    },
     /// A process exited.
-    Exit { pid: i32, ts_ns: i64 },
+    Exit {
+        pid: i32,
+        ts_ns: i64,
+    },
     /// A regular file was opened. `stat` is its identity right after the open.
     Open {
         pid: i32,
@@ -29,12 +36,38 @@ pub enum Event {
         stat: Option<FileStat>,
         ts_ns: i64,
     },
-    Rename { pid: i32, from: PathBuf, to: PathBuf, ts_ns: i64 },
-    Link { pid: i32, from: PathBuf, to: PathBuf, ts_ns: i64 },
-    Unlink { pid: i32, path: PathBuf, ts_ns: i64 },
-    Truncate { pid: i32, path: PathBuf, ts_ns: i64 },
-    Mkdir { pid: i32, path: PathBuf, ts_ns: i64 },
-    Rmdir { pid: i32, path: PathBuf, ts_ns: i64 },
+    Rename {
+        pid: i32,
+        from: PathBuf,
+        to: PathBuf,
+        ts_ns: i64,
+    },
+    Link {
+        pid: i32,
+        from: PathBuf,
+        to: PathBuf,
+        ts_ns: i64,
+    },
+    Unlink {
+        pid: i32,
+        path: PathBuf,
+        ts_ns: i64,
+    },
+    Truncate {
+        pid: i32,
+        path: PathBuf,
+        ts_ns: i64,
+    },
+    Mkdir {
+        pid: i32,
+        path: PathBuf,
+        ts_ns: i64,
+    },
+    Rmdir {
+        pid: i32,
+        path: PathBuf,
+        ts_ns: i64,
+    },
 }
 
 /// Joins `base` and `path` (unless `path` is absolute) and removes `.`, `..` and repeated slashes

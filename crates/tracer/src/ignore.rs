@@ -78,7 +78,8 @@ pub fn glob_match(pat: &[u8], s: &[u8]) -> bool {
             if glob_match(rest_after_slash, s) {
                 return true;
             }
-            (0..s.len()).any(|i| glob_match(rest, &s[i + 1..]) || glob_match(rest_after_slash, &s[i + 1..]))
+            (0..s.len())
+                .any(|i| glob_match(rest, &s[i + 1..]) || glob_match(rest_after_slash, &s[i + 1..]))
         }
         Some(b'*') => {
             let rest = &pat[1..];
@@ -104,9 +105,18 @@ mod tests {
     #[test]
     fn globs() {
         assert!(glob_match(b"/proc/**", b"/proc/self/status"));
-        assert!(glob_match(b"**/__pycache__/**", b"/w/pkg/__pycache__/m.cpython-311.pyc"));
-        assert!(glob_match(b"**/*.so.*", b"/usr/lib/x86_64-linux-gnu/libc.so.6"));
-        assert!(glob_match(b"**/lib/python3*/**", b"/root/.pyenv/versions/3.11.7/lib/python3.11/os.py"));
+        assert!(glob_match(
+            b"**/__pycache__/**",
+            b"/w/pkg/__pycache__/m.cpython-311.pyc"
+        ));
+        assert!(glob_match(
+            b"**/*.so.*",
+            b"/usr/lib/x86_64-linux-gnu/libc.so.6"
+        ));
+        assert!(glob_match(
+            b"**/lib/python3*/**",
+            b"/root/.pyenv/versions/3.11.7/lib/python3.11/os.py"
+        ));
         assert!(glob_match(b"/data/*.tmp", b"/data/a.tmp"));
         assert!(!glob_match(b"/data/*.tmp", b"/data/sub/a.tmp"));
         assert!(!glob_match(b"/proc/**", b"/process/x"));

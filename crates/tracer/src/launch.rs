@@ -58,10 +58,16 @@ pub(crate) struct SignalGuard {
 impl SignalGuard {
     pub(crate) fn install() -> SignalGuard {
         let mut saved = Vec::new();
-        for (sig, handler) in IGNORED
-            .iter()
-            .map(|s| (*s, libc::SIG_IGN))
-            .chain(FORWARDED.iter().map(|s| (*s, forward as extern "C" fn(libc::c_int) as libc::sighandler_t)))
+        for (sig, handler) in
+            IGNORED
+                .iter()
+                .map(|s| (*s, libc::SIG_IGN))
+                .chain(FORWARDED.iter().map(|s| {
+                    (
+                        *s,
+                        forward as extern "C" fn(libc::c_int) as libc::sighandler_t,
+                    )
+                }))
         {
             // SAFETY: sigaction with a zeroed (then filled) struct; the old one is saved to restore.
             unsafe {
@@ -109,7 +115,10 @@ pub(crate) fn original_dispositions(guard: &SignalGuard) -> Vec<(libc::c_int, li
 }
 
 /// A Command for `argv` whose child restores the caller's signal dispositions before exec.
-pub(crate) fn command(argv: &[OsString], dispositions: Vec<(libc::c_int, libc::sighandler_t)>) -> Command {
+pub(crate) fn command(
+    argv: &[OsString],
+    dispositions: Vec<(libc::c_int, libc::sighandler_t)>,
+) -> Command {
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..]);
     // SAFETY: the closure only calls async-signal-safe functions (signal).

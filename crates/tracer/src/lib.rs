@@ -53,7 +53,10 @@ pub enum TraceError {
         source: std::io::Error,
     },
     #[error("the {backend} tracer cannot run here: {reason}")]
-    Unavailable { backend: &'static str, reason: String },
+    Unavailable {
+        backend: &'static str,
+        reason: String,
+    },
 }
 
 impl TraceError {
@@ -79,7 +82,11 @@ pub struct Traced {
 }
 
 /// Runs `argv` under `backend`. `preload_lib` is the shim for the preload backend.
-pub fn run(backend: Backend, argv: &[OsString], preload_lib: Option<&PathBuf>) -> Result<Traced, TraceError> {
+pub fn run(
+    backend: Backend,
+    argv: &[OsString],
+    preload_lib: Option<&PathBuf>,
+) -> Result<Traced, TraceError> {
     match backend {
         Backend::Preload => {
             let lib = preload_lib.ok_or_else(|| TraceError::Unavailable {

@@ -162,10 +162,26 @@ fn decode(h: &Header, p: [&[u8]; 4]) -> Option<Event> {
             to: path2(),
             ts_ns,
         },
-        Kind::Unlink => Event::Unlink { pid, path: path(), ts_ns },
-        Kind::Truncate => Event::Truncate { pid, path: path(), ts_ns },
-        Kind::Mkdir => Event::Mkdir { pid, path: path(), ts_ns },
-        Kind::Rmdir => Event::Rmdir { pid, path: path(), ts_ns },
+        Kind::Unlink => Event::Unlink {
+            pid,
+            path: path(),
+            ts_ns,
+        },
+        Kind::Truncate => Event::Truncate {
+            pid,
+            path: path(),
+            ts_ns,
+        },
+        Kind::Mkdir => Event::Mkdir {
+            pid,
+            path: path(),
+            ts_ns,
+        },
+        Kind::Rmdir => Event::Rmdir {
+            pid,
+            path: path(),
+            ts_ns,
+        },
     })
 }
 
@@ -185,7 +201,9 @@ pub fn run(argv: &[OsString], lib: &Path) -> Result<Traced, TraceError> {
         preload.push(":");
         preload.push(existing);
     }
-    cmd.env("LD_PRELOAD", preload).env(SOCK_ENV, &sock.name).env(LIB_ENV, lib);
+    cmd.env("LD_PRELOAD", preload)
+        .env(SOCK_ENV, &sock.name)
+        .env(LIB_ENV, lib);
     let started_ns = now_ns();
     let spawned = cmd.spawn();
     let status = match spawned {
@@ -239,4 +257,3 @@ mod tests {
         );
     }
 }
-

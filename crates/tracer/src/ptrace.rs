@@ -84,9 +84,19 @@ fn filter() -> Vec<libc::sock_filter> {
 
 /// A syscall seen at entry, waiting for its result.
 enum Pending {
-    Open { path: PathBuf, flags: i32 },
-    One { kind: OneKind, path: PathBuf },
-    Two { rename: bool, from: PathBuf, to: PathBuf },
+    Open {
+        path: PathBuf,
+        flags: i32,
+    },
+    One {
+        kind: OneKind,
+        path: PathBuf,
+    },
+    Two {
+        rename: bool,
+        from: PathBuf,
+        to: PathBuf,
+    },
 }
 
 #[derive(Clone, Copy)]
@@ -222,7 +232,10 @@ fn on_entry(pid: i32, r: &libc::user_regs_struct) -> Option<Pending> {
         SYS_TRUNCATE => one(OneKind::Truncate, AT_FDCWD, a0),
         SYS_FTRUNCATE => Pending::One {
             kind: OneKind::Truncate,
-            path: PathBuf::from(OsString::from_vec(proc_link(pid, &format!("fd/{}", a0 as i32)))),
+            path: PathBuf::from(OsString::from_vec(proc_link(
+                pid,
+                &format!("fd/{}", a0 as i32),
+            ))),
         },
         _ => return None,
     })
@@ -247,8 +260,26 @@ fn on_exit(pid: i32, pending: Pending, result: i64) -> Option<Event> {
                 ts_ns,
             }
         }
-        Pending::Two { rename: true, from, to } => Event::Rename { pid, from, to, ts_ns },
-        Pending::Two { rename: false, from, to } => Event::Link { pid, from, to, ts_ns },
+        Pending::Two {
+            rename: true,
+            from,
+            to,
+        } => Event::Rename {
+            pid,
+            from,
+            to,
+            ts_ns,
+        },
+        Pending::Two {
+            rename: false,
+            from,
+            to,
+        } => Event::Link {
+            pid,
+            from,
+            to,
+            ts_ns,
+        },
         Pending::One { kind, path } => match kind {
             OneKind::Unlink => Event::Unlink { pid, path, ts_ns },
             OneKind::Rmdir => Event::Rmdir { pid, path, ts_ns },
@@ -282,8 +313,10 @@ fn is_thread(tid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{tid}/status"))
         .ok()
         .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Tgid:").and_then(|v| v.trim().parse::<i32>().ok()))
+            s.lines().find_map(|l| {
+                l.strip_prefix("Tgid:")
+                    .and_then(|v| v.trim().parse::<i32>().ok())
+            })
         })
         .is_some_and(|tgid| tgid != tid)
 }
@@ -312,7 +345,14 @@ pub fn run(argv: &[OsString]) -> Result<Traced, TraceError> {
                 len: prog.len() as u16,
                 filter: prog.as_ptr() as *mut libc::sock_filter,
             };
-            if libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &fprog as *const _ as usize, 0, 0) != 0 {
+            if libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &fprog as *const _ as usize,
+                0,
+                0,
+            ) != 0
+            {
                 return Err(io::Error::last_os_error());
             }
             Ok(())
@@ -351,7 +391,10 @@ pub fn run(argv: &[OsString]) -> Result<Traced, TraceError> {
         if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
             pending.remove(&pid);
             if known.remove(&pid) {
-                events.push(Event::Exit { pid, ts_ns: now_ns() });
+                events.push(Event::Exit {
+                    pid,
+                    ts_ns: now_ns(),
+                });
             }
             if pid == root {
                 root_status = Some(Status::from_wait(status));
@@ -384,14 +427,19 @@ pub fn run(argv: &[OsString]) -> Result<Traced, TraceError> {
             continue;
         }
         match (sig, event) {
-            (libc::SIGTRAP, libc::PTRACE_EVENT_SECCOMP) => match regs(pid).ok().and_then(|r| on_entry(pid, &r)) {
-                Some(p) => {
-                    pending.insert(pid, p);
-                    cont(libc::PTRACE_SYSCALL, pid, 0);
+            (libc::SIGTRAP, libc::PTRACE_EVENT_SECCOMP) => {
+                match regs(pid).ok().and_then(|r| on_entry(pid, &r)) {
+                    Some(p) => {
+                        pending.insert(pid, p);
+                        cont(libc::PTRACE_SYSCALL, pid, 0);
+                    }
+                    None => cont(libc::PTRACE_CONT, pid, 0),
                 }
-                None => cont(libc::PTRACE_CONT, pid, 0),
-            },
-            (libc::SIGTRAP, libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK | libc::PTRACE_EVENT_CLONE) => {
+            }
+            (
+                libc::SIGTRAP,
+                libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK | libc::PTRACE_EVENT_CLONE,
+            ) => {
                 let mut new: libc::c_ulong = 0;
                 // SAFETY: GETEVENTMSG writes one c_ulong.
                 unsafe { libc::ptrace(libc::PTRACE_GETEVENTMSG, pid, 0, &mut new) };
@@ -457,7 +505,9 @@ mod tests {
             assert_eq!(3 + i + 1 + ins.jt as usize, prog.len() - 1);
         }
         assert_eq!(prog[prog.len() - 1].k, super::SECCOMP_RET_TRACE);
-        assert_eq!(prog[1 + 1 + prog[1].jf as usize].k, super::SECCOMP_RET_ALLOW);
+        assert_eq!(
+            prog[1 + 1 + prog[1].jf as usize].k,
+            super::SECCOMP_RET_ALLOW
+        );
     }
 }
-

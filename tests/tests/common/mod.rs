@@ -8,7 +8,10 @@ use std::process::{Command, Output};
 /// The `roar` binary cargo built next to this test executable.
 pub fn roar_bin() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>");
     let bin = dir.join("roar");
     assert!(
         bin.is_file(),
@@ -25,7 +28,10 @@ pub struct Project {
 impl Project {
     /// A fresh directory with `roar init` done.
     pub fn new() -> Project {
-        let dir = tempfile::Builder::new().prefix("roar-it-").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("roar-it-")
+            .tempdir()
+            .unwrap();
         let p = Project { dir };
         let out = p.roar(["init"]);
         assert!(out.status.success(), "roar init failed: {}", stderr(&out));
@@ -42,7 +48,10 @@ impl Project {
         S: AsRef<OsStr>,
     {
         let mut c = Command::new(roar_bin());
-        c.args(args).current_dir(self.path()).env("NO_COLOR", "1").env_remove("ROAR_DIR");
+        c.args(args)
+            .current_dir(self.path())
+            .env("NO_COLOR", "1")
+            .env_remove("ROAR_DIR");
         c
     }
 
@@ -117,7 +126,10 @@ pub fn require_tool(tool: &str) -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !found {
-        assert!(!strict(), "{tool} is required under CI=true but is not installed");
+        assert!(
+            !strict(),
+            "{tool} is required under CI=true but is not installed"
+        );
         eprintln!("SKIPPED: {tool} is not installed (install it with scripts/setup.sh)");
     }
     found
@@ -125,12 +137,18 @@ pub fn require_tool(tool: &str) -> bool {
 
 /// Compares `actual` with the golden file tests/snapshots/NAME; UPDATE_SNAPSHOTS=1 rewrites it.
 pub fn snapshot(name: &str, actual: &str) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("snapshots").join(name);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("snapshots")
+        .join(name);
     if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
         std::fs::write(&path, actual).unwrap();
         return;
     }
-    let expected = std::fs::read_to_string(&path)
-        .unwrap_or_else(|_| panic!("snapshot {} missing; run with UPDATE_SNAPSHOTS=1", path.display()));
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|_| {
+        panic!(
+            "snapshot {} missing; run with UPDATE_SNAPSHOTS=1",
+            path.display()
+        )
+    });
     assert_eq!(actual, expected, "snapshot {name} differs");
 }

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# `roar run` overhead, every figure a ratio or difference against bare execution measured in the
+# same run: fixed cost (`true`), marginal cost per file (write+read N x 4 KiB, N = 0, 1000, 5000,
+# linear fit), and `find /usr -name '*.h'` under each backend and under strace.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release --locked -q -p roar-cli -p roar-preload
+ROAR="$PWD/target/release/roar"
+W="${BENCH_DIR:-/tmp/roar-bench-run}"
+rm -rf "$W" && mkdir -p "$W" && cd "$W"
+"$ROAR" init > /dev/null
+RUNS="${RUNS:-20}"
+
+cat > files.c <<'C'
+#include <stdio.h>
+#include <stdlib.h>
+#include <fcntl.h>
+#include <unistd.h>
+/* Writes then reads back N files of 4 KiB in ./out. */
+int main(int argc, char **argv) {
+    int n = atoi(argv[1]);
+    char buf[4096], name[64];
+    for (int i = 0; i < 4096; i++) buf[i] = (char)i;
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "out/f%d", i);
+        int fd = open(name, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        buf[0] = (char)i; buf[1] = (char)(i >> 8);
+        if (fd < 0 || write(fd, buf, sizeof buf) != sizeof buf) return 1;
+        close(fd);
+    }
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "out/f%d", i);
+        int fd = open(name, O_RDONLY);
+        if (fd < 0 || read(fd, buf, sizeof buf) != sizeof buf) return 1;
+        close(fd);
+    }
+    return 0;
+}
+C
+cc -O2 -o files files.c
+mkdir -p out
+
+hf() { hyperfine -N --warmup 3 --runs "$RUNS" --export-json "$1" "${@:2}" > /dev/null; }
+
+echo "== fixed cost: roar run true"
+hf fixed.json -n bare "true" -n bare2 "true" \
+    -n preload "$ROAR run --tracer preload -- true" -n ptrace "$ROAR run --tracer ptrace -- true"
+
+echo "== per-file cost: write+read N x 4 KiB"
+for n in 0 1000 5000; do
+    hf "files$n.json" --prepare "rm -rf out && mkdir out" \
+        -n bare "./files $n" -n preload "$ROAR run --tracer preload -- ./files $n" \
+        -n ptrace "$ROAR run --tracer ptrace -- ./files $n"
+done
+
+echo "== find /usr -name '*.h'"
+hf find.json -n bare "find /usr -name *.h" -n bare2 "find /usr -name *.h" \
+    -n preload "$ROAR run --tracer preload -- find /usr -name *.h" \
+    -n ptrace "$ROAR run --tracer ptrace -- find /usr -name *.h" \
+    -n "strace -f" "strace -f -o /dev/null find /usr -name *.h" \
+    -n "strace --seccomp-bpf %file" "strace -f --seccomp-bpf -e trace=%file -o /dev/null find /usr -name *.h"
+
+python3 - <<'PY'
+import json
+def load(f):
+    return {x["command"]: x for x in json.load(open(f))["results"]}
+def med(r, k):
+    return r[k]["median"]
+f = load("fixed.json")
+print(f"\nfixed cost (median): bare {med(f,'bare')*1e3:.2f} ms; noise floor bare vs bare {abs(med(f,'bare2')-med(f,'bare'))*1e3:.2f} ms")
+for b in ["preload", "ptrace"]:
+    print(f"  roar run --tracer {b} true: +{(med(f,b)-med(f,'bare'))*1e3:.2f} ms over bare (target <= 5 ms)")
+ns = [0, 1000, 5000]
+rs = {n: load(f"files{n}.json") for n in ns}
+print("\nper-file marginal cost (write+read 4 KiB, trace + hash + record), least-squares slope over N = 0, 1000, 5000:")
+for b in ["bare", "preload", "ptrace"]:
+    xs = ns; ys = [med(rs[n], b) for n in ns]
+    mx = sum(xs)/3; my = sum(ys)/3
+    slope = sum((x-mx)*(y-my) for x, y in zip(xs, ys)) / sum((x-mx)**2 for x in xs)
+    extra = ""
+    if b != "bare":
+        ysb = [med(rs[n], "bare") for n in ns]; myb = sum(ysb)/3
+        sb = sum((x-mx)*(y-myb) for x, y in zip(xs, ysb)) / sum((x-mx)**2 for x in xs)
+        extra = f"; roar's share {(slope-sb)*1e6:.1f} us/file (target <= 15 us with preload)"
+    print(f"  {b:8s} {slope*1e6:6.1f} us/file{extra}")
+fd = load("find.json")
+base = med(fd, "bare")
+print(f"\nfind /usr -name '*.h' (median bare {base*1e3:.1f} ms; noise floor {abs(med(fd,'bare2')/base-1)*100:.1f} %):")
+for k in ["preload", "ptrace", "strace -f", "strace --seccomp-bpf %file"]:
+    print(f"  {k:28s} {med(fd,k)/base:5.2f}x bare")
+print("  targets: preload <= 1.10x, ptrace <= 2.5x")
+PY
