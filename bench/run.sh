@@ -46,9 +46,23 @@ echo "== fixed cost: roar run true"
 hf fixed.json -n bare "true" -n bare2 "true" \
     -n preload "$ROAR run --tracer preload -- true" -n ptrace "$ROAR run --tracer ptrace -- true"
 
+# The Python peer (roar-cli from PyPI) in its own venv; it refuses dirty git trees, so it runs in a
+# committed scratch repository.
+PEER_VENV="${PEER_VENV:-/tmp/roar-bench-peer-venv}"
+if [ ! -x "$PEER_VENV/bin/roar" ]; then
+    python3 -m venv "$PEER_VENV" && "$PEER_VENV/bin/pip" install -q --disable-pip-version-check roar-cli
+fi
+PEER_DIR="$W/peer"
+mkdir -p "$PEER_DIR"
+(cd "$PEER_DIR" && git init -q && "$PEER_VENV/bin/roar" init > /dev/null 2>&1 &&
+    git add -A && git -c user.email=b@b -c user.name=b commit -qm init)
+echo "== fixed cost of the Python peer (roar-cli $("$PEER_VENV/bin/pip" show roar-cli 2>/dev/null | sed -n 's/^Version: //p'))"
+(cd "$PEER_DIR" && hyperfine -N --warmup 1 --runs 5 --export-json "$W/peer.json" \
+    -n bare "true" -n "roar-cli" "$PEER_VENV/bin/roar run true" > /dev/null)
+
 echo "== per-file cost: write+read N x 4 KiB"
 for n in 0 1000 5000; do
-    hf "files$n.json" --prepare "rm -rf out && mkdir out" \
+    hf "files$n.json" --prepare "sh -c 'rm -rf out; mkdir out'" \
         -n bare "./files $n" -n preload "$ROAR run --tracer preload -- ./files $n" \
         -n ptrace "$ROAR run --tracer ptrace -- ./files $n"
 done
@@ -70,6 +84,9 @@ f = load("fixed.json")
 print(f"\nfixed cost (median): bare {med(f,'bare')*1e3:.2f} ms; noise floor bare vs bare {abs(med(f,'bare2')-med(f,'bare'))*1e3:.2f} ms")
 for b in ["preload", "ptrace"]:
     print(f"  roar run --tracer {b} true: +{(med(f,b)-med(f,'bare'))*1e3:.2f} ms over bare (target <= 5 ms)")
+p = load("peer.json")
+peer = med(p, "roar-cli") - med(p, "bare")
+print(f"  roar-cli (Python peer) run true: +{peer*1e3:.0f} ms over bare -> roar preload is {peer/(med(f,'preload')-med(f,'bare')):.0f}x cheaper")
 ns = [0, 1000, 5000]
 rs = {n: load(f"files{n}.json") for n in ns}
 print("\nper-file marginal cost (write+read 4 KiB, trace + hash + record), least-squares slope over N = 0, 1000, 5000:")

@@ -67,6 +67,15 @@ fn workloads() -> Vec<Workload> {
             oracle: true,
         },
         Workload {
+            name: "write, close, reopen and append",
+            setup: "",
+            argv: &["sh", "-c", "echo a > f; echo b >> f; echo c > g; cat g > /dev/null; echo d >> g"],
+            inputs: &[],
+            outputs: &["f", "g"],
+            exit: 0,
+            oracle: true,
+        },
+        Workload {
             name: "cp",
             setup: "echo data > src",
             argv: &["cp", "src", "dst"],
@@ -375,6 +384,30 @@ fn coverage_workloads_match_expectations_and_strace_on_every_backend() {
                     "{} [{backend}]: inputs {inputs:?} outputs {outputs:?}, want {:?} {:?}",
                     w.name, w.inputs, w.outputs
                 ));
+            }
+            // Every recorded output hash is the content the file has now (early hashes taken at
+            // close time must not survive a later write).
+            for f in job["files"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|f| f["role"] == "output")
+            {
+                let Some(recorded) = f["hash"]["blake3"].as_str() else {
+                    continue;
+                };
+                let path = std::path::PathBuf::from(f["path"].as_str().unwrap());
+                let actual = roar_store::hash::hash_path(&path, Default::default())
+                    .unwrap()
+                    .hash
+                    .blake3;
+                if recorded != actual {
+                    failures.push(format!(
+                        "{} [{backend}]: {} recorded {recorded}, is {actual}",
+                        w.name,
+                        path.display()
+                    ));
+                }
             }
             let expected_backend = job["backend"].as_str().unwrap_or_default();
             assert_eq!(expected_backend, backend);

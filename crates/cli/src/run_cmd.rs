@@ -197,7 +197,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let env = roar_store::redact::filter_env(std::env::vars_os());
     let t_setup = t0.elapsed();
 
-    let traced = roar_tracer::run(backend, &args.command, lib.as_ref());
+    let opts = HashOptions {
+        sha256: config.sha256(),
+    };
+    let traced = roar_tracer::run(backend, &args.command, lib.as_ref(), opts);
     let t_traced = t0.elapsed();
     let mut job = JobRecord {
         name: args.name.clone(),
@@ -234,23 +237,21 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let ignore = Ignore::new(&config.ignore);
     let classified = collect::classify(&traced.events, traced.started_ns, &ignore);
     let store = Store::open(&project.db_path()).ok();
-    let opts = HashOptions {
-        sha256: config.sha256(),
-    };
-    let hashed = collect::hash(&classified, opts, store.as_ref().map(|s| s.conn()));
+    let hashed = collect::hash(
+        &classified,
+        opts,
+        store.as_ref().map(|s| s.conn()),
+        &traced.early,
+    );
     let t_hashed = t0.elapsed();
     job.processes = classified.processes;
     job.files = hashed.files;
-    if let Some(store) = &store {
-        for f in job.files.iter_mut().filter(|f| f.role == Role::Output) {
-            f.before = store.last_known(&f.path).ok().flatten();
-        }
-    }
     let (n_in, n_out) = (
         job.files.iter().filter(|f| f.role == Role::Input).count(),
         job.files.iter().filter(|f| f.role == Role::Output).count(),
     );
     let listing = args.verbose.then(|| job.files.clone());
+    let t_before = t0.elapsed();
     let recorded = Writer::start(&project.db_path()).and_then(|w| {
         w.cache(hashed.new_cache)?;
         let id = w.record_job(job)?;
@@ -307,12 +308,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         let _ = writeln!(
             err,
-            "roar: timing: setup {:.2} ms, traced run {:.2} ms (command {:.2} ms), hashing {:.2} ms, recording {:.2} ms",
+            "roar: timing: setup {:.2} ms, traced run {:.2} ms (command {:.2} ms), classify+hash {:.2} ms, previous versions {:.2} ms, commit {:.2} ms",
             ms(t_setup),
             ms(t_traced - t_setup),
             child_ns as f64 / 1e6,
             ms(t_hashed - t_traced),
-            ms(t_recorded - t_hashed),
+            ms(t_before - t_hashed),
+            ms(t_recorded - t_before),
         );
     }
     Ok(ExitCode::from(code.clamp(0, 255) as u8))

@@ -5,6 +5,7 @@
 //! by more than [`RACY_NS`]: a write landing in the same timestamp tick as the hash would otherwise
 //! leave size and times unchanged and the stale entry would look valid (git's "racily clean" rule).
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -16,7 +17,7 @@ use sha2::Digest;
 use crate::model::{now_ns, CacheEntry, ContentHash, FileStat};
 
 /// How far apart a file's ctime and its hashing time must be for the cache entry to be trusted.
-pub const RACY_NS: i64 = 100_000_000;
+pub const RACY_NS: i64 = 20_000_000;
 
 /// Files at least this big are memory-mapped and hashed with all cores.
 const MMAP_MIN: u64 = 1 << 20;
@@ -55,24 +56,36 @@ pub enum HashError {
 /// Hashes one open file. Returns the identity of the file as of before the read; fails with
 /// [`HashError::Changed`] if that identity moved during the read.
 pub fn hash_open_file(file: &File, path: &Path, opts: HashOptions) -> Result<Hashed, HashError> {
-    let io_err = |source| HashError::Io {
+    let read_ns = now_ns();
+    let meta = file.metadata().map_err(|source| HashError::Io {
         path: path.to_owned(),
         source,
-    };
-    let read_ns = now_ns();
-    let meta = file.metadata().map_err(io_err)?;
+    })?;
     if !meta.is_file() {
         return Err(HashError::NotAFile {
             path: path.to_owned(),
         });
     }
-    let stat = FileStat::from_metadata(&meta);
+    hash_as(file, path, FileStat::from_metadata(&meta), read_ns, opts)
+}
+
+/// Hashes `file`, known (by a stat taken after `read_ns`) to have identity `stat`. Reads exactly
+/// `stat.size` bytes and re-checks the identity afterwards: open, read, fstat, close per small file.
+fn hash_as(
+    file: &File,
+    path: &Path,
+    stat: FileStat,
+    read_ns: i64,
+    opts: HashOptions,
+) -> Result<Hashed, HashError> {
+    let io_err = |source| HashError::Io {
+        path: path.to_owned(),
+        source,
+    };
     let mut b3 = blake3::Hasher::new();
     let mut sha = opts.sha256.then(sha2::Sha256::new);
     let mut size = 0u64;
     if stat.size >= MMAP_MIN {
-        // SAFETY-free: memmap2 marks mapping as unsafe because another process may change the
-        // file under us; the before/after identity check below turns that into HashError::Changed.
         let map = map_file(file).map_err(io_err)?;
         b3.update_rayon(&map);
         if let Some(s) = sha.as_mut() {
@@ -80,22 +93,30 @@ pub fn hash_open_file(file: &File, path: &Path, opts: HashOptions) -> Result<Has
         }
         size = map.len() as u64;
     } else {
-        let mut buf = vec![0u8; READ_BUF];
-        let mut f = file;
-        loop {
-            let n = match f.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(io_err(e)),
-            };
-            b3.update(&buf[..n]);
-            if let Some(s) = sha.as_mut() {
-                s.update(&buf[..n]);
-            }
-            size += n as u64;
+        thread_local! {
+            static BUF: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0u8; READ_BUF]);
         }
+        BUF.with_borrow_mut(|buf| -> io::Result<()> {
+            let mut f = file;
+            while size < stat.size {
+                let want = ((stat.size - size) as usize).min(buf.len());
+                let n = match f.read(&mut buf[..want]) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                };
+                b3.update(&buf[..n]);
+                if let Some(s) = sha.as_mut() {
+                    s.update(&buf[..n]);
+                }
+                size += n as u64;
+            }
+            Ok(())
+        })
+        .map_err(io_err)?;
     }
+    // Growth, shrinkage or a rewrite during the read shows in size or timestamps.
     let after = FileStat::from_metadata(&file.metadata().map_err(io_err)?);
     if after != stat || size != stat.size {
         return Err(HashError::Changed {
@@ -124,6 +145,27 @@ fn map_file(file: &File) -> io::Result<memmap2::Mmap> {
     }
 }
 
+/// Hashes `path` if it still has identity `expected` (e.g. as a writer left it at close).
+pub fn hash_if_unchanged(
+    path: &Path,
+    expected: &FileStat,
+    opts: HashOptions,
+) -> Result<Hashed, HashError> {
+    let read_ns = now_ns();
+    let io_err = |source| HashError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let file = File::open(path).map_err(io_err)?;
+    let stat = FileStat::from_metadata(&file.metadata().map_err(io_err)?);
+    if stat != *expected {
+        return Err(HashError::Changed {
+            path: path.to_owned(),
+        });
+    }
+    hash_as(&file, path, stat, read_ns, opts)
+}
+
 pub fn hash_path(path: &Path, opts: HashOptions) -> Result<Hashed, HashError> {
     let file = File::open(path).map_err(|source| HashError::Io {
         path: path.to_owned(),
@@ -144,12 +186,20 @@ pub fn hex(bytes: &[u8]) -> String {
 
 /// Looks `stat` up in the hash cache; a hit must also carry sha256 if the caller needs it.
 pub fn cache_get(conn: &Connection, stat: &FileStat, opts: HashOptions) -> Option<ContentHash> {
+    // A file changed within the racy window cannot have a trusted entry: skip the query.
+    if racy(stat, now_ns()) {
+        return None;
+    }
     let (hash, hashed_ns) = crate::writer::cache_lookup(conn, stat).ok().flatten()?;
-    let racy = stat.ctime_ns.max(stat.mtime_ns) + RACY_NS >= hashed_ns;
-    if racy || (opts.sha256 && hash.sha256.is_none()) {
+    if racy(stat, hashed_ns) || (opts.sha256 && hash.sha256.is_none()) {
         return None;
     }
     Some(hash)
+}
+
+/// Whether a hash read at `read_ns` may have missed a change that left `stat` as it is.
+fn racy(stat: &FileStat, read_ns: i64) -> bool {
+    stat.ctime_ns.max(stat.mtime_ns) + RACY_NS >= read_ns
 }
 
 /// The result of hashing a batch: one result per path, in order, and the cache entries to store.
@@ -158,37 +208,59 @@ pub struct Batch {
     pub new_cache: Vec<CacheEntry>,
 }
 
-/// Hashes `paths` in parallel, answering from `cache` where it can. `progress` is called with the
-/// byte count of each file as it completes (from several threads).
+/// Hashes `paths` in parallel, answering from `known` (hashes taken earlier, valid while the file's
+/// identity is unchanged) or from `cache` where it can. `progress` is called with the byte count of
+/// each file as it completes (from several threads).
 pub fn hash_paths(
     paths: &[PathBuf],
     opts: HashOptions,
     cache: Option<&Connection>,
+    known: Option<&HashMap<PathBuf, Hashed>>,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Batch {
+    // Every stat below happens after this instant, so it is a safe "read began" time for the cache.
+    let read_ns = now_ns();
     let stats: Vec<io::Result<std::fs::Metadata>> =
         paths.par_iter().map(std::fs::metadata).collect();
     let cached: Vec<Option<ContentHash>> = paths
         .iter()
         .zip(&stats)
-        .map(|(_, m)| {
-            let (conn, m) = (cache?, m.as_ref().ok()?);
-            cache_get(conn, &FileStat::from_metadata(m), opts)
+        .map(|(path, m)| {
+            let stat = FileStat::from_metadata(m.as_ref().ok()?);
+            if let Some(early) = known.and_then(|k| k.get(path)) {
+                if early.stat == stat && (!opts.sha256 || early.hash.sha256.is_some()) {
+                    return Some(early.hash.clone());
+                }
+            }
+            cache_get(cache?, &stat, opts)
         })
         .collect();
     let results: Vec<Result<Hashed, HashError>> = paths
         .par_iter()
-        .zip(stats.par_iter())
+        .zip(stats.into_par_iter())
         .zip(cached.into_par_iter())
         .map(|((path, meta), hit)| {
-            let r = match (hit, meta) {
-                (Some(hash), Ok(m)) => Ok(Hashed {
+            let io_err = |source| HashError::Io {
+                path: path.to_owned(),
+                source,
+            };
+            let meta = meta.map_err(io_err)?;
+            if !meta.is_file() {
+                return Err(HashError::NotAFile {
+                    path: path.to_owned(),
+                });
+            }
+            let stat = FileStat::from_metadata(&meta);
+            let r = match hit {
+                Some(hash) => Ok(Hashed {
                     hash,
-                    stat: FileStat::from_metadata(m),
+                    stat,
                     from_cache: true,
-                    read_ns: 0,
+                    read_ns,
                 }),
-                _ => hash_path(path, opts),
+                None => File::open(path)
+                    .map_err(io_err)
+                    .and_then(|f| hash_as(&f, path, stat, read_ns, opts)),
             };
             if let Ok(h) = &r {
                 progress(h.hash.size);
@@ -199,7 +271,8 @@ pub fn hash_paths(
     let new_cache = results
         .iter()
         .filter_map(|r| r.as_ref().ok())
-        .filter(|h| !h.from_cache)
+        // An entry that would be racy on lookup can never be trusted: not worth a row.
+        .filter(|h| !h.from_cache && !racy(&h.stat, h.read_ns))
         .map(|h| CacheEntry {
             stat: h.stat,
             hash: h.hash.clone(),

@@ -234,7 +234,11 @@ impl Store {
             "SELECT f.role, f.kind, f.path, a.blake3, a.sha256, a.size, b.blake3, b.sha256, b.size, f.ops
              FROM job_files f
              LEFT JOIN artifacts a ON a.id = f.artifact_id
-             LEFT JOIN artifacts b ON b.id = f.before_artifact_id
+             -- The previous content: recorded by the producer, else the path's last earlier record.
+             LEFT JOIN artifacts b ON b.id = coalesce(f.before_artifact_id, (
+                 SELECT p.artifact_id FROM job_files p
+                 WHERE p.path = f.path AND p.id < f.id AND p.role != 'temp' AND f.role = 'output'
+                 ORDER BY p.id DESC LIMIT 1))
              WHERE f.job_id = ?1
              ORDER BY CASE f.role WHEN 'input' THEN 0 WHEN 'output' THEN 1 ELSE 2 END, f.path",
         )?;
@@ -331,21 +335,6 @@ impl Store {
             path: path.to_string_lossy().into_owned(),
             history,
         })
-    }
-
-    /// The content the store last saw at `path` (as an output, or as an input), if any.
-    pub fn last_known(&self, path: &Path) -> Result<Option<ContentHash>> {
-        let bytes = path.as_os_str().as_bytes();
-        self.conn
-            .query_row(
-                "SELECT a.blake3, a.sha256, a.size FROM job_files f JOIN artifacts a ON a.id = f.artifact_id
-                 WHERE f.path = ?1 AND f.role != 'temp' ORDER BY f.id DESC LIMIT 1",
-                [bytes],
-                |r| Ok(hash_from(r.get(0)?, r.get(1)?, r.get(2)?)),
-            )
-            .optional()
-            .map(Option::flatten)
-            .map_err(|e| self.err(e))
     }
 
     pub fn stats(&self) -> Result<DbStats> {

@@ -213,7 +213,7 @@ pub fn classify(events: &[Event], job_start_ns: i64, ignore: &Ignore) -> Classif
                 st.ops.insert(Ops::UNLINK);
                 st.exists = false;
             }
-            Event::Mkdir { .. } | Event::Rmdir { .. } => {}
+            Event::Mkdir { .. } | Event::Rmdir { .. } | Event::Close { .. } => {}
         }
     }
     let paths = order
@@ -235,7 +235,13 @@ pub struct Hashed {
 }
 
 /// Hashes outputs (final content) and inputs (content as first read) in parallel.
-pub fn hash(classified: &Classified, opts: HashOptions, cache: Option<&Connection>) -> Hashed {
+/// `early` holds hashes the tracer took while the job ran (valid while a file's identity is unchanged).
+pub fn hash(
+    classified: &Classified,
+    opts: HashOptions,
+    cache: Option<&Connection>,
+    early: &HashMap<PathBuf, roar_store::hash::Hashed>,
+) -> Hashed {
     let mut want: Vec<PathBuf> = Vec::new();
     let mut index: HashMap<PathBuf, usize> = HashMap::new();
     for (path, st) in &classified.paths {
@@ -249,7 +255,7 @@ pub fn hash(classified: &Classified, opts: HashOptions, cache: Option<&Connectio
             }
         }
     }
-    let batch = hash_paths(&want, opts, cache, &|_| {});
+    let batch = hash_paths(&want, opts, cache, Some(early), &|_| {});
     let current = |p: &Path| -> Option<&roar_store::hash::Hashed> {
         batch.results[*index.get(p)?].as_ref().ok()
     };

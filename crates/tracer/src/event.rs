@@ -68,6 +68,13 @@ pub enum Event {
         path: PathBuf,
         ts_ns: i64,
     },
+    /// A file descriptor opened for writing was closed; `stat` is the file as it was left.
+    Close {
+        pid: i32,
+        fd: i32,
+        stat: FileStat,
+        ts_ns: i64,
+    },
 }
 
 /// Joins `base` and `path` (unless `path` is absolute) and removes `.`, `..` and repeated slashes

@@ -47,24 +47,81 @@ pub const DEFAULT_IGNORES: &[&str] = &[
     "**/.git/**",
 ];
 
+/// A glob compiled to the cheapest test that is equivalent to it; checked on every event.
+#[derive(Debug, Clone)]
+enum Pattern {
+    Exact(Vec<u8>),
+    /// `dir/**`
+    Prefix(Vec<u8>),
+    /// `**/*.ext`: the last component ends with the bytes (which hold no `/`).
+    Suffix(Vec<u8>),
+    /// `**/name/**`
+    Contains(Vec<u8>),
+    Glob(Vec<u8>),
+}
+
+fn literal(s: &[u8]) -> bool {
+    !s.iter().any(|b| matches!(b, b'*' | b'?'))
+}
+
+impl Pattern {
+    fn compile(g: &[u8]) -> Pattern {
+        if literal(g) {
+            return Pattern::Exact(g.to_vec());
+        }
+        if let Some(dir) = g.strip_suffix(b"/**") {
+            if literal(dir) {
+                let mut p = dir.to_vec();
+                p.push(b'/');
+                return Pattern::Prefix(p);
+            }
+            if let Some(name) = dir.strip_prefix(b"**/") {
+                if literal(name) {
+                    let mut p = vec![b'/'];
+                    p.extend_from_slice(name);
+                    p.push(b'/');
+                    return Pattern::Contains(p);
+                }
+            }
+        }
+        if let Some(tail) = g.strip_prefix(b"**/*") {
+            if literal(tail) && !tail.contains(&b'/') && !tail.is_empty() {
+                return Pattern::Suffix(tail.to_vec());
+            }
+        }
+        Pattern::Glob(g.to_vec())
+    }
+
+    fn matches(&self, p: &[u8]) -> bool {
+        match self {
+            Pattern::Exact(e) => p == e.as_slice(),
+            Pattern::Prefix(x) => p.starts_with(x),
+            Pattern::Suffix(x) => p.ends_with(x),
+            Pattern::Contains(x) => p.windows(x.len()).any(|w| w == x.as_slice()),
+            Pattern::Glob(g) => glob_match(g, p),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Ignore {
-    globs: Vec<Vec<u8>>,
+    patterns: Vec<Pattern>,
 }
 
 impl Ignore {
     pub fn new(extra: &[String]) -> Ignore {
-        let globs = DEFAULT_IGNORES
+        let patterns = DEFAULT_IGNORES
             .iter()
-            .map(|g| g.as_bytes().to_vec())
-            .chain(extra.iter().map(|g| g.as_bytes().to_vec()))
+            .copied()
+            .chain(extra.iter().map(String::as_str))
+            .map(|g| Pattern::compile(g.as_bytes()))
             .collect();
-        Ignore { globs }
+        Ignore { patterns }
     }
 
     pub fn is_ignored(&self, path: &Path) -> bool {
         let p = crate::event::bytes(path);
-        self.globs.iter().any(|g| glob_match(g, p))
+        self.patterns.iter().any(|g| g.matches(p))
     }
 }
 
@@ -122,5 +179,32 @@ mod tests {
         assert!(!glob_match(b"/proc/**", b"/process/x"));
         assert!(!Ignore::new(&[]).is_ignored(Path::new("/work/data/train.csv")));
         assert!(Ignore::new(&["**/*.log".into()]).is_ignored(Path::new("/w/run.log")));
+    }
+
+    #[test]
+    fn compiled_patterns_agree_with_the_glob_matcher() {
+        let paths: &[&[u8]] = &[
+            b"/proc/self/status",
+            b"/process/x",
+            b"/w/pkg/__pycache__/m.pyc",
+            b"/w/__pycache__",
+            b"/usr/lib/x86_64-linux-gnu/libc.so.6",
+            b"/w/data.so",
+            b"/w/a.pyc/b",
+            b"/etc/passwd",
+            b"/w/.roar/roar.db",
+            b"/w/.roarx/f",
+        ];
+        for g in DEFAULT_IGNORES {
+            let compiled = Pattern::compile(g.as_bytes());
+            for p in paths {
+                assert_eq!(
+                    compiled.matches(p),
+                    glob_match(g.as_bytes(), p),
+                    "{g} on {}",
+                    String::from_utf8_lossy(p)
+                );
+            }
+        }
     }
 }

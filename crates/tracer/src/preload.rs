@@ -1,11 +1,13 @@
 //! The preload backend: runs the command with the shim in LD_PRELOAD and receives its datagrams
 //! on an abstract unix socket owned by this run.
 
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 
+use roar_store::hash::{HashOptions, Hashed};
 use roar_store::{now_ns, FileStat};
 use roar_wire::{Header, Kind, WireStat, HEADER_LEN, LIB_ENV, SOCK_ENV};
 
@@ -87,11 +89,33 @@ fn send_end_marker(name: &str) {
     }
 }
 
-/// Receives until the end marker; returns the events and the count of malformed datagrams.
-fn receive(fd: libc::c_int) -> (Vec<Event>, usize) {
+/// What the receiver thread hands back at the end of the run.
+#[derive(Default)]
+struct Received {
+    events: Vec<Event>,
+    malformed: usize,
+    early: HashMap<PathBuf, Hashed>,
+}
+
+/// Receives until the end marker. Files closed after writing are handed to a hasher thread so
+/// their hashing overlaps the job; the end-of-job pass reuses those hashes if nothing changed since.
+fn receive(fd: libc::c_int, opts: HashOptions) -> Received {
     let mut buf = vec![0u8; RECV_BUF];
     let mut events = Vec::new();
     let mut malformed = 0;
+    let mut written: HashMap<(i32, i32), PathBuf> = HashMap::new();
+    let (to_hash, queue) = std::sync::mpsc::channel::<(PathBuf, FileStat)>();
+    let hasher = std::thread::Builder::new()
+        .name("roar-early-hash".into())
+        .spawn(move || {
+            let mut early = HashMap::new();
+            for (path, stat) in queue {
+                if let Ok(h) = roar_store::hash::hash_if_unchanged(&path, &stat, opts) {
+                    early.insert(path, h);
+                }
+            }
+            early
+        });
     loop {
         // SAFETY: buf is writable for its length.
         let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
@@ -105,13 +129,34 @@ fn receive(fd: libc::c_int) -> (Vec<Event>, usize) {
         match Header::parse(&buf[..n as usize]) {
             Some((h, _)) if h.kind == END_MARKER => break,
             Some((h, parts)) => match decode(&h, parts) {
-                Some(ev) => events.push(ev),
+                Some(ev) => {
+                    match &ev {
+                        Event::Open {
+                            pid, path, flags, ..
+                        } if flags & libc::O_ACCMODE != libc::O_RDONLY => {
+                            written.insert((*pid, h.fd), path.clone());
+                        }
+                        Event::Close { pid, fd, stat, .. } => {
+                            if let Some(path) = written.remove(&(*pid, *fd)) {
+                                let _ = to_hash.send((path, *stat));
+                            }
+                        }
+                        _ => {}
+                    }
+                    events.push(ev);
+                }
                 None => malformed += 1,
             },
             None => malformed += 1,
         }
     }
-    (events, malformed)
+    drop(to_hash);
+    let early = hasher.ok().and_then(|h| h.join().ok()).unwrap_or_default();
+    Received {
+        events,
+        malformed,
+        early,
+    }
 }
 
 fn stat_of(s: &WireStat) -> FileStat {
@@ -143,6 +188,12 @@ fn decode(h: &Header, p: [&[u8]; 4]) -> Option<Event> {
             ts_ns,
         },
         Kind::Exit => Event::Exit { pid, ts_ns },
+        Kind::Close => Event::Close {
+            pid,
+            fd: h.fd,
+            stat: stat_of(&h.stat),
+            ts_ns,
+        },
         Kind::Open => Event::Open {
             pid,
             path: path(),
@@ -185,12 +236,12 @@ fn decode(h: &Header, p: [&[u8]; 4]) -> Option<Event> {
     })
 }
 
-pub fn run(argv: &[OsString], lib: &Path) -> Result<Traced, TraceError> {
+pub fn run(argv: &[OsString], lib: &Path, opts: HashOptions) -> Result<Traced, TraceError> {
     let sock = bind()?;
     let fd = sock.fd;
-    let receiver: JoinHandle<(Vec<Event>, usize)> = std::thread::Builder::new()
+    let receiver: JoinHandle<Received> = std::thread::Builder::new()
         .name("roar-preload-recv".into())
-        .spawn(move || receive(fd))
+        .spawn(move || receive(fd, opts))
         .map_err(|source| TraceError::Socket { source })?;
 
     let guard = launch::SignalGuard::install();
@@ -221,14 +272,15 @@ pub fn run(argv: &[OsString], lib: &Path) -> Result<Traced, TraceError> {
     let ended_ns = now_ns();
     drop(guard);
     send_end_marker(&sock.name);
-    let (events, malformed) = receiver.join().unwrap_or_default();
+    let received = receiver.join().unwrap_or_default();
     let status = status?;
     Ok(Traced {
-        events,
+        events: received.events,
         status,
         started_ns,
         ended_ns,
-        malformed,
+        malformed: received.malformed,
+        early: received.early,
     })
 }
 

@@ -490,6 +490,7 @@ pub fn run(argv: &[OsString]) -> Result<Traced, TraceError> {
         started_ns,
         ended_ns,
         malformed,
+        early: Default::default(),
     })
 }
 

@@ -34,6 +34,9 @@ pub enum Kind {
     Rmdir = 9,
     /// The process is exiting through exit/_exit. `arg` = status.
     Exit = 10,
+    /// A file descriptor opened for writing is about to be closed; `fd`, and `stat` as of now.
+    /// Lets roar hash outputs while the job still runs.
+    Close = 11,
 }
 
 impl Kind {
@@ -49,6 +52,7 @@ impl Kind {
             8 => Kind::Mkdir,
             9 => Kind::Rmdir,
             10 => Kind::Exit,
+            11 => Kind::Close,
             _ => return None,
         })
     }
