@@ -7,8 +7,17 @@ cd "$(dirname "$0")/.."
 cargo build --release --locked -q -p roar-cli -p roar-preload
 ROAR="$PWD/target/release/roar"
 W="${BENCH_DIR:-/tmp/roar-bench-run}"
-rm -rf "$W" && mkdir -p "$W" && cd "$W"
+if mountpoint -q "$W/work" 2>/dev/null; then umount "$W/work"; fi
+rm -rf "$W" && mkdir -p "$W/work" && cd "$W"
 "$ROAR" init > /dev/null
+# The workloads write into a tmpfs below the project (the store stays on disk): ext4 slows down
+# as the same files are created and deleted thousands of times, which would bias whichever
+# command hyperfine runs last.
+if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=1g roar-bench "$W/work" 2>/dev/null; then
+    trap 'cd /; umount "$W/work"' EXIT
+    echo "workloads on tmpfs; store on $(df --output=fstype "$W" | tail -1)"
+fi
+cd "$W/work"
 RUNS="${RUNS:-20}"
 
 cat > files.c <<'C'
@@ -59,6 +68,7 @@ mkdir -p "$PEER_DIR"
 echo "== fixed cost of the Python peer (roar-cli $("$PEER_VENV/bin/pip" show roar-cli 2>/dev/null | sed -n 's/^Version: //p'))"
 (cd "$PEER_DIR" && hyperfine -N --warmup 1 --runs 5 --export-json "$W/peer.json" \
     -n bare "true" -n "roar-cli" "$PEER_VENV/bin/roar run true" > /dev/null)
+cp "$W/peer.json" peer.json
 
 echo "== per-file cost: write+read N x 4 KiB"
 for n in 0 1000 5000; do
@@ -81,7 +91,7 @@ def load(f):
 def med(r, k):
     return r[k]["median"]
 f = load("fixed.json")
-print(f"\nfixed cost (median): bare {med(f,'bare')*1e3:.2f} ms; noise floor bare vs bare {abs(med(f,'bare2')-med(f,'bare'))*1e3:.2f} ms")
+print(f"fixed cost (median): bare {med(f,'bare')*1e3:.2f} ms; noise floor bare vs bare {abs(med(f,'bare2')-med(f,'bare'))*1e3:.2f} ms")
 for b in ["preload", "ptrace"]:
     print(f"  roar run --tracer {b} true: +{(med(f,b)-med(f,'bare'))*1e3:.2f} ms over bare (target <= 5 ms)")
 p = load("peer.json")

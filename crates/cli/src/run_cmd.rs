@@ -236,11 +236,18 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // From here on the command's status is final: a failure to record never changes it.
     let ignore = Ignore::new(&config.ignore);
     let classified = collect::classify(&traced.events, traced.started_ns, &ignore);
-    let store = Store::open(&project.db_path()).ok();
+    // Opened only if some file may be answered from the hash cache.
+    let store = std::cell::OnceCell::new();
+    let cache = || {
+        store
+            .get_or_init(|| Store::open(&project.db_path()).ok())
+            .as_ref()
+            .map(Store::conn)
+    };
     let hashed = collect::hash(
         &classified,
         opts,
-        store.as_ref().map(|s| s.conn()),
+        &cache,
         &traced.early,
     );
     let t_hashed = t0.elapsed();

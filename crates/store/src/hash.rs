@@ -211,17 +211,39 @@ pub struct Batch {
 /// Hashes `paths` in parallel, answering from `known` (hashes taken earlier, valid while the file's
 /// identity is unchanged) or from `cache` where it can. `progress` is called with the byte count of
 /// each file as it completes (from several threads).
-pub fn hash_paths(
+///
+/// `cache` is asked for the cache database only when a lookup is needed (files changed within the
+/// racy window are never looked up), so callers can open it lazily. Small batches run on the
+/// calling thread: waking a thread pool costs more than hashing a few files.
+pub fn hash_paths<'c>(
     paths: &[PathBuf],
     opts: HashOptions,
-    cache: Option<&Connection>,
+    cache: &dyn Fn() -> Option<&'c Connection>,
     known: Option<&HashMap<PathBuf, Hashed>>,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Batch {
+    const PARALLEL_MIN: usize = 32;
+    if paths.len() < PARALLEL_MIN {
+        return hash_batch(paths, opts, cache, known, progress, false);
+    }
+    hash_batch(paths, opts, cache, known, progress, true)
+}
+
+fn hash_batch<'c>(
+    paths: &[PathBuf],
+    opts: HashOptions,
+    cache: &dyn Fn() -> Option<&'c Connection>,
+    known: Option<&HashMap<PathBuf, Hashed>>,
+    progress: &(dyn Fn(u64) + Sync),
+    parallel: bool,
+) -> Batch {
     // Every stat below happens after this instant, so it is a safe "read began" time for the cache.
     let read_ns = now_ns();
-    let stats: Vec<io::Result<std::fs::Metadata>> =
-        paths.par_iter().map(std::fs::metadata).collect();
+    let stats: Vec<io::Result<std::fs::Metadata>> = if parallel {
+        paths.par_iter().map(std::fs::metadata).collect()
+    } else {
+        paths.iter().map(std::fs::metadata).collect()
+    };
     let cached: Vec<Option<ContentHash>> = paths
         .iter()
         .zip(&stats)
@@ -232,14 +254,13 @@ pub fn hash_paths(
                     return Some(early.hash.clone());
                 }
             }
-            cache_get(cache?, &stat, opts)
+            if racy(&stat, read_ns) {
+                return None;
+            }
+            cache_get(cache()?, &stat, opts)
         })
         .collect();
-    let results: Vec<Result<Hashed, HashError>> = paths
-        .par_iter()
-        .zip(stats.into_par_iter())
-        .zip(cached.into_par_iter())
-        .map(|((path, meta), hit)| {
+    let one = |((path, meta), hit): ((&PathBuf, io::Result<std::fs::Metadata>), Option<ContentHash>)| {
             let io_err = |source| HashError::Io {
                 path: path.to_owned(),
                 source,
@@ -266,8 +287,12 @@ pub fn hash_paths(
                 progress(h.hash.size);
             }
             r
-        })
-        .collect();
+    };
+    let results: Vec<Result<Hashed, HashError>> = if parallel {
+        paths.par_iter().zip(stats.into_par_iter()).zip(cached.into_par_iter()).map(one).collect()
+    } else {
+        paths.iter().zip(stats).zip(cached).map(one).collect()
+    };
     let new_cache = results
         .iter()
         .filter_map(|r| r.as_ref().ok())

@@ -236,10 +236,10 @@ pub struct Hashed {
 
 /// Hashes outputs (final content) and inputs (content as first read) in parallel.
 /// `early` holds hashes the tracer took while the job ran (valid while a file's identity is unchanged).
-pub fn hash(
+pub fn hash<'c>(
     classified: &Classified,
     opts: HashOptions,
-    cache: Option<&Connection>,
+    cache: &dyn Fn() -> Option<&'c Connection>,
     early: &HashMap<PathBuf, roar_store::hash::Hashed>,
 ) -> Hashed {
     let mut want: Vec<PathBuf> = Vec::new();
@@ -301,12 +301,12 @@ pub fn hash(
     }
 }
 
-fn input_hash<'a>(
+fn input_hash<'a, 'c>(
     path: &Path,
     st: &PathState,
     states: &HashMap<&Path, &PathState>,
     current: &dyn Fn(&Path) -> Option<&'a roar_store::hash::Hashed>,
-    cache: Option<&Connection>,
+    cache: &dyn Fn() -> Option<&'c Connection>,
     opts: HashOptions,
 ) -> Option<ContentHash> {
     if let Some(read) = &st.read_stat {
@@ -317,7 +317,7 @@ fn input_hash<'a>(
             }
         }
         // Replaced since (sed -i, an in-place rewrite): known only if hashed before the job.
-        return cache.and_then(|c| cache_get(c, read, opts));
+        return cache().and_then(|c| cache_get(c, read, opts));
     }
     let to = st.moved_to.as_deref()?;
     let dst = states.get(to)?;

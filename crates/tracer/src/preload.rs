@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::Sender;
 use std::thread::JoinHandle;
 
 use roar_store::hash::{HashOptions, Hashed};
@@ -104,18 +105,24 @@ fn receive(fd: libc::c_int, opts: HashOptions) -> Received {
     let mut events = Vec::new();
     let mut malformed = 0;
     let mut written: HashMap<(i32, i32), PathBuf> = HashMap::new();
-    let (to_hash, queue) = std::sync::mpsc::channel::<(PathBuf, FileStat)>();
-    let hasher = std::thread::Builder::new()
-        .name("roar-early-hash".into())
-        .spawn(move || {
-            let mut early = HashMap::new();
-            for (path, stat) in queue {
-                if let Ok(h) = roar_store::hash::hash_if_unchanged(&path, &stat, opts) {
-                    early.insert(path, h);
+    // Started at the first close of a written file: most short commands never need it.
+    let mut hasher: Option<(Sender<(PathBuf, FileStat)>, JoinHandle<HashMap<PathBuf, Hashed>>)> = None;
+    let start_hasher = || {
+        let (tx, queue) = std::sync::mpsc::channel::<(PathBuf, FileStat)>();
+        let handle = std::thread::Builder::new()
+            .name("roar-early-hash".into())
+            .spawn(move || {
+                let mut early = HashMap::new();
+                for (path, stat) in queue {
+                    if let Ok(h) = roar_store::hash::hash_if_unchanged(&path, &stat, opts) {
+                        early.insert(path, h);
+                    }
                 }
-            }
-            early
-        });
+                early
+            })
+            .ok()?;
+        Some((tx, handle))
+    };
     loop {
         // SAFETY: buf is writable for its length.
         let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
@@ -138,7 +145,12 @@ fn receive(fd: libc::c_int, opts: HashOptions) -> Received {
                         }
                         Event::Close { pid, fd, stat, .. } => {
                             if let Some(path) = written.remove(&(*pid, *fd)) {
-                                let _ = to_hash.send((path, *stat));
+                                if hasher.is_none() {
+                                    hasher = start_hasher();
+                                }
+                                if let Some((tx, _)) = &hasher {
+                                    let _ = tx.send((path, *stat));
+                                }
                             }
                         }
                         _ => {}
@@ -150,8 +162,13 @@ fn receive(fd: libc::c_int, opts: HashOptions) -> Received {
             None => malformed += 1,
         }
     }
-    drop(to_hash);
-    let early = hasher.ok().and_then(|h| h.join().ok()).unwrap_or_default();
+    let early = match hasher {
+        Some((tx, handle)) => {
+            drop(tx);
+            handle.join().unwrap_or_default()
+        }
+        None => HashMap::new(),
+    };
     Received {
         events,
         malformed,
