@@ -244,12 +244,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .as_ref()
             .map(Store::conn)
     };
-    let hashed = collect::hash(
-        &classified,
-        opts,
-        &cache,
-        &traced.early,
-    );
+    let hashed = collect::hash(&classified, opts, &cache, &traced.early);
     let t_hashed = t0.elapsed();
     job.processes = classified.processes;
     job.files = hashed.files;

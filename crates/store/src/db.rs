@@ -111,7 +111,10 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     // Every roar process is usually the store's only connection: without this, each one would
     // checkpoint the WAL into the database (with an fsync) and delete it when it exits. The WAL
     // is checkpointed by the automatic checkpoint instead, once it reaches 1000 pages.
-    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+        true,
+    )?;
     // journal_mode answers with a row, so it is read rather than executed.
     let _mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
     conn.execute_batch(

@@ -260,36 +260,44 @@ fn hash_batch<'c>(
             cache_get(cache()?, &stat, opts)
         })
         .collect();
-    let one = |((path, meta), hit): ((&PathBuf, io::Result<std::fs::Metadata>), Option<ContentHash>)| {
-            let io_err = |source| HashError::Io {
+    let one = |((path, meta), hit): (
+        (&PathBuf, io::Result<std::fs::Metadata>),
+        Option<ContentHash>,
+    )| {
+        let io_err = |source| HashError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let meta = meta.map_err(io_err)?;
+        if !meta.is_file() {
+            return Err(HashError::NotAFile {
                 path: path.to_owned(),
-                source,
-            };
-            let meta = meta.map_err(io_err)?;
-            if !meta.is_file() {
-                return Err(HashError::NotAFile {
-                    path: path.to_owned(),
-                });
-            }
-            let stat = FileStat::from_metadata(&meta);
-            let r = match hit {
-                Some(hash) => Ok(Hashed {
-                    hash,
-                    stat,
-                    from_cache: true,
-                    read_ns,
-                }),
-                None => File::open(path)
-                    .map_err(io_err)
-                    .and_then(|f| hash_as(&f, path, stat, read_ns, opts)),
-            };
-            if let Ok(h) = &r {
-                progress(h.hash.size);
-            }
-            r
+            });
+        }
+        let stat = FileStat::from_metadata(&meta);
+        let r = match hit {
+            Some(hash) => Ok(Hashed {
+                hash,
+                stat,
+                from_cache: true,
+                read_ns,
+            }),
+            None => File::open(path)
+                .map_err(io_err)
+                .and_then(|f| hash_as(&f, path, stat, read_ns, opts)),
+        };
+        if let Ok(h) = &r {
+            progress(h.hash.size);
+        }
+        r
     };
     let results: Vec<Result<Hashed, HashError>> = if parallel {
-        paths.par_iter().zip(stats.into_par_iter()).zip(cached.into_par_iter()).map(one).collect()
+        paths
+            .par_iter()
+            .zip(stats.into_par_iter())
+            .zip(cached.into_par_iter())
+            .map(one)
+            .collect()
     } else {
         paths.iter().zip(stats).zip(cached).map(one).collect()
     };

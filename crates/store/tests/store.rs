@@ -285,7 +285,7 @@ fn freshly_written_files_are_not_trusted_from_the_cache() {
     let first = hash_paths(
         &paths,
         HashOptions::default(),
-        Some(store.conn()),
+        &|| Some(store.conn()),
         None,
         &|_| {},
     );
@@ -294,7 +294,7 @@ fn freshly_written_files_are_not_trusted_from_the_cache() {
     let again = hash_paths(
         &paths,
         HashOptions::default(),
-        Some(store.conn()),
+        &|| Some(store.conn()),
         None,
         &|_| {},
     );

@@ -106,7 +106,10 @@ fn receive(fd: libc::c_int, opts: HashOptions) -> Received {
     let mut malformed = 0;
     let mut written: HashMap<(i32, i32), PathBuf> = HashMap::new();
     // Started at the first close of a written file: most short commands never need it.
-    let mut hasher: Option<(Sender<(PathBuf, FileStat)>, JoinHandle<HashMap<PathBuf, Hashed>>)> = None;
+    let mut hasher: Option<(
+        Sender<(PathBuf, FileStat)>,
+        JoinHandle<HashMap<PathBuf, Hashed>>,
+    )> = None;
     let start_hasher = || {
         let (tx, queue) = std::sync::mpsc::channel::<(PathBuf, FileStat)>();
         let handle = std::thread::Builder::new()
