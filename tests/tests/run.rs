@@ -629,3 +629,79 @@ fn tracer_check_reports_every_backend() {
     );
     assert!(!Path::new(&p.path().join("nope")).exists());
 }
+
+#[test]
+fn sigterm_sent_to_roar_reaches_the_command_and_its_status_is_kept() {
+    for backend in BACKENDS {
+        let p = Project::new();
+        let mut child = p
+            .cmd([
+                "run",
+                "--tracer",
+                backend,
+                "--",
+                "sh",
+                "-c",
+                "trap 'echo term > got; exit 42' TERM; touch ready; while :; do sleep 0.01; done",
+            ])
+            .spawn()
+            .unwrap();
+        // Wait for the trap to be installed: the command says so by creating `ready`.
+        let ready = p.path().join("ready");
+        for _ in 0..2000 {
+            if ready.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(ready.exists(), "[{backend}] the command never started");
+        let pid = child.id().to_string();
+        assert!(Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success());
+        let status = child.wait().unwrap();
+        assert_eq!(
+            status.code(),
+            Some(42),
+            "[{backend}] the trap's exit status passes through"
+        );
+        assert_eq!(
+            std::fs::read_to_string(p.path().join("got")).unwrap(),
+            "term\n"
+        );
+        assert!(
+            p.files(&p.last_job(), "output").contains(&"got".to_owned()),
+            "[{backend}]"
+        );
+    }
+}
+
+#[test]
+fn a_go_binary_is_traced_by_ptrace_under_auto() {
+    if !require_tool("go") {
+        return;
+    }
+    let p = Project::new();
+    p.write("in.txt", b"go input\n");
+    p.write(
+        "main.go",
+        b"package main\n\nimport \"os\"\n\nfunc main() {\n\tb, err := os.ReadFile(\"in.txt\")\n\tif err != nil {\n\t\tos.Exit(2)\n\t}\n\tif err := os.WriteFile(\"out.txt\", b, 0o644); err != nil {\n\t\tos.Exit(3)\n\t}\n}\n",
+    );
+    let build = Command::new("go")
+        .args(["build", "-o", "gobin", "main.go"])
+        .current_dir(p.path())
+        .env("CGO_ENABLED", "0")
+        .env("GOFLAGS", "-mod=mod")
+        .env("GOTOOLCHAIN", "local")
+        .output()
+        .unwrap();
+    assert!(build.status.success(), "go build: {}", stderr(&build));
+    let out = p.roar(["run", "--", "./gobin"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let job = p.last_job();
+    assert_eq!(job["backend"], "ptrace", "a static Go binary needs ptrace");
+    assert_eq!(p.files(&job, "input"), vec!["in.txt"]);
+    assert_eq!(p.files(&job, "output"), vec!["out.txt"]);
+}

@@ -109,8 +109,8 @@ pub fn open(path: &Path, create: bool) -> Result<Connection> {
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(Duration::from_secs(30))?;
     // Every roar process is usually the store's only connection: without this, each one would
-    // checkpoint the WAL into the database (with an fsync) and delete it when it exits. The WAL
-    // is checkpointed by the automatic checkpoint instead, once it reaches 1000 pages.
+    // checkpoint the WAL into the database (with an fsync) and delete it when it exits. The
+    // writer truncates the WAL itself once it is big (see `writer::checkpoint_if_large`).
     conn.set_db_config(
         rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
         true,
@@ -120,7 +120,9 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch(
         "PRAGMA synchronous = NORMAL;
          PRAGMA foreign_keys = ON;
-         PRAGMA temp_store = MEMORY;",
+         PRAGMA temp_store = MEMORY;
+         -- Index lookups on a store with millions of rows: keep more pages than the default 2 MiB.
+         PRAGMA cache_size = -65536;",
     )
 }
 

@@ -145,27 +145,6 @@ fn map_file(file: &File) -> io::Result<memmap2::Mmap> {
     }
 }
 
-/// Hashes `path` if it still has identity `expected` (e.g. as a writer left it at close).
-pub fn hash_if_unchanged(
-    path: &Path,
-    expected: &FileStat,
-    opts: HashOptions,
-) -> Result<Hashed, HashError> {
-    let read_ns = now_ns();
-    let io_err = |source| HashError::Io {
-        path: path.to_owned(),
-        source,
-    };
-    let file = File::open(path).map_err(io_err)?;
-    let stat = FileStat::from_metadata(&file.metadata().map_err(io_err)?);
-    if stat != *expected {
-        return Err(HashError::Changed {
-            path: path.to_owned(),
-        });
-    }
-    hash_as(&file, path, stat, read_ns, opts)
-}
-
 pub fn hash_path(path: &Path, opts: HashOptions) -> Result<Hashed, HashError> {
     let file = File::open(path).map_err(|source| HashError::Io {
         path: path.to_owned(),

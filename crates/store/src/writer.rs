@@ -103,6 +103,22 @@ fn run(mut conn: Connection, path: PathBuf, rx: Receiver<Msg>) {
         }
         commit(&mut conn, &path, batch);
     }
+    checkpoint_if_large(&conn, &path);
+}
+
+/// WAL size above which the exiting writer folds it into the database and truncates it.
+const WAL_LIMIT: u64 = 4 << 20;
+
+/// Each process opening the store replays the whole WAL (a WAL nobody checkpointed on close is
+/// never restarted), so the WAL is kept small: one fsync'd checkpoint every few megabytes of
+/// writes instead of one per process.
+fn checkpoint_if_large(conn: &Connection, path: &Path) {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    if std::fs::metadata(&wal).is_ok_and(|m| m.len() > WAL_LIMIT) {
+        // Busy (a reader elsewhere) is fine: the next writer tries again.
+        let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+    }
 }
 
 /// Applies one batch in one transaction, then answers every waiting caller.
@@ -165,12 +181,25 @@ fn clone_err(e: &rusqlite::Error) -> rusqlite::Error {
 }
 
 pub(crate) fn upsert_artifact(tx: &Transaction, h: &ContentHash) -> rusqlite::Result<i64> {
-    let mut stmt = tx.prepare_cached(
-        "INSERT INTO artifacts (blake3, sha256, size) VALUES (?1, ?2, ?3)
-         ON CONFLICT (blake3) DO UPDATE SET sha256 = coalesce(artifacts.sha256, excluded.sha256)
-         RETURNING id",
-    )?;
-    stmt.query_row(params![h.blake3, h.sha256, h.size as i64], |r| r.get(0))
+    // Most artifacts are new (fresh outputs) or already known: neither case rewrites a row.
+    let inserted = tx
+        .prepare_cached(
+            "INSERT INTO artifacts (blake3, sha256, size) VALUES (?1, ?2, ?3)
+             ON CONFLICT (blake3) DO NOTHING RETURNING id",
+        )?
+        .query_row(params![h.blake3, h.sha256, h.size as i64], |r| r.get(0))
+        .optional()?;
+    if let Some(id) = inserted {
+        return Ok(id);
+    }
+    let (id, sha256): (i64, Option<String>) = tx
+        .prepare_cached("SELECT id, sha256 FROM artifacts WHERE blake3 = ?1")?
+        .query_row([&h.blake3], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    if sha256.is_none() && h.sha256.is_some() {
+        tx.prepare_cached("UPDATE artifacts SET sha256 = ?2 WHERE id = ?1")?
+            .execute(params![id, h.sha256])?;
+    }
+    Ok(id)
 }
 
 fn insert_job(tx: &Transaction, job: &JobRecord) -> rusqlite::Result<i64> {

@@ -68,11 +68,10 @@ pub enum Event {
         path: PathBuf,
         ts_ns: i64,
     },
-    /// A file descriptor opened for writing was closed; `stat` is the file as it was left.
+    /// A file descriptor opened for writing is being closed.
     Close {
         pid: i32,
         fd: i32,
-        stat: FileStat,
         ts_ns: i64,
     },
 }

@@ -90,6 +90,9 @@ fn send_end_marker(name: &str) {
     }
 }
 
+/// The thread hashing closed outputs during the run, and its queue.
+type EarlyHasher = (Sender<PathBuf>, JoinHandle<HashMap<PathBuf, Hashed>>);
+
 /// What the receiver thread hands back at the end of the run.
 #[derive(Default)]
 struct Received {
@@ -106,18 +109,15 @@ fn receive(fd: libc::c_int, opts: HashOptions) -> Received {
     let mut malformed = 0;
     let mut written: HashMap<(i32, i32), PathBuf> = HashMap::new();
     // Started at the first close of a written file: most short commands never need it.
-    let mut hasher: Option<(
-        Sender<(PathBuf, FileStat)>,
-        JoinHandle<HashMap<PathBuf, Hashed>>,
-    )> = None;
+    let mut hasher: Option<EarlyHasher> = None;
     let start_hasher = || {
-        let (tx, queue) = std::sync::mpsc::channel::<(PathBuf, FileStat)>();
+        let (tx, queue) = std::sync::mpsc::channel::<PathBuf>();
         let handle = std::thread::Builder::new()
             .name("roar-early-hash".into())
             .spawn(move || {
                 let mut early = HashMap::new();
-                for (path, stat) in queue {
-                    if let Ok(h) = roar_store::hash::hash_if_unchanged(&path, &stat, opts) {
+                for path in queue {
+                    if let Ok(h) = roar_store::hash::hash_path(&path, opts) {
                         early.insert(path, h);
                     }
                 }
@@ -146,13 +146,13 @@ fn receive(fd: libc::c_int, opts: HashOptions) -> Received {
                         } if flags & libc::O_ACCMODE != libc::O_RDONLY => {
                             written.insert((*pid, h.fd), path.clone());
                         }
-                        Event::Close { pid, fd, stat, .. } => {
+                        Event::Close { pid, fd, .. } => {
                             if let Some(path) = written.remove(&(*pid, *fd)) {
                                 if hasher.is_none() {
                                     hasher = start_hasher();
                                 }
                                 if let Some((tx, _)) = &hasher {
-                                    let _ = tx.send((path, *stat));
+                                    let _ = tx.send(path);
                                 }
                             }
                         }
@@ -211,7 +211,6 @@ fn decode(h: &Header, p: [&[u8]; 4]) -> Option<Event> {
         Kind::Close => Event::Close {
             pid,
             fd: h.fd,
-            stat: stat_of(&h.stat),
             ts_ns,
         },
         Kind::Open => Event::Open {

@@ -34,8 +34,8 @@ pub enum Kind {
     Rmdir = 9,
     /// The process is exiting through exit/_exit. `arg` = status.
     Exit = 10,
-    /// A file descriptor opened for writing is about to be closed; `fd`, and `stat` as of now.
-    /// Lets roar hash outputs while the job still runs.
+    /// A file descriptor opened for writing is about to be closed (`fd`). Lets roar hash
+    /// outputs while the job still runs.
     Close = 11,
 }
 
