@@ -4,6 +4,7 @@
 # linear fit), and `find /usr -name '*.h'` under each backend and under strace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+REPO="$PWD"
 cargo build --release --locked -q -p roar-cli -p roar-preload
 ROAR="$PWD/target/release/roar"
 W="${BENCH_DIR:-/tmp/roar-bench-run}"
@@ -12,7 +13,7 @@ rm -rf "$W" && mkdir -p "$W/work" && cd "$W"
 "$ROAR" init > /dev/null
 # The workloads write into a tmpfs below the project (the store stays on disk): ext4 slows down
 # as the same files are created and deleted thousands of times, which would bias whichever
-# command hyperfine runs last.
+# command that runs last.
 if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=1g roar-bench "$W/work" 2>/dev/null; then
     trap 'cd /; umount "$W/work"' EXIT
     echo "workloads on tmpfs; store on $(df --output=fstype "$W" | tail -1)"
@@ -49,11 +50,11 @@ C
 cc -O2 -o files files.c
 mkdir -p out
 
-hf() { hyperfine -N --warmup 3 --runs "$RUNS" --export-json "$1" "${@:2}" > /dev/null; }
+CMP="python3 $REPO/bench/lib/compare.py"
 
 echo "== fixed cost: roar run true"
-hf fixed.json -n bare "true" -n bare2 "true" \
-    -n preload "$ROAR run --tracer preload -- true" -n ptrace "$ROAR run --tracer ptrace -- true"
+$CMP fixed.json "$RUNS" bare=true bare2=true \
+    "preload=$ROAR run --tracer preload -- true" "ptrace=$ROAR run --tracer ptrace -- true"
 
 # The Python peer (roar-cli from PyPI) in its own venv; it refuses dirty git trees, so it runs in a
 # committed scratch repository.
@@ -66,53 +67,52 @@ mkdir -p "$PEER_DIR"
 (cd "$PEER_DIR" && git init -q && "$PEER_VENV/bin/roar" init > /dev/null 2>&1 &&
     git add -A && git -c user.email=b@b -c user.name=b commit -qm init)
 echo "== fixed cost of the Python peer (roar-cli $("$PEER_VENV/bin/pip" show roar-cli 2>/dev/null | sed -n 's/^Version: //p'))"
-(cd "$PEER_DIR" && hyperfine -N --warmup 1 --runs 5 --export-json "$W/peer.json" \
-    -n bare "true" -n "roar-cli" "$PEER_VENV/bin/roar run true" > /dev/null)
-cp "$W/peer.json" peer.json
+(cd "$PEER_DIR" && $CMP "$W/work/peer.json" 5 bare=true "roar-cli=$PEER_VENV/bin/roar run true")
 
 echo "== per-file cost: write+read N x 4 KiB"
 for n in 0 1000 5000; do
-    hf "files$n.json" --prepare "sh -c 'rm -rf out; mkdir out'" \
-        -n bare "./files $n" -n preload "$ROAR run --tracer preload -- ./files $n" \
-        -n ptrace "$ROAR run --tracer ptrace -- ./files $n"
+    echo "-- N = $n"
+    # A fresh store for every run: the figure is the cost of recording this job, not of a store
+    # that grows by 5,000 rows per run (see RESULTS.md for a store with a million rows).
+    $CMP "files$n.json" "$RUNS" --prepare "rm -rf out $W/.roar; mkdir out; $ROAR init $W > /dev/null" \
+        "bare=./files $n" "preload=$ROAR run --tracer preload -- ./files $n" \
+        "ptrace=$ROAR run --tracer ptrace -- ./files $n"
 done
 
 echo "== find /usr -name '*.h'"
-hf find.json -n bare "find /usr -name *.h" -n bare2 "find /usr -name *.h" \
-    -n preload "$ROAR run --tracer preload -- find /usr -name *.h" \
-    -n ptrace "$ROAR run --tracer ptrace -- find /usr -name *.h" \
-    -n "strace -f" "strace -f -o /dev/null find /usr -name *.h" \
-    -n "strace --seccomp-bpf %file" "strace -f --seccomp-bpf -e trace=%file -o /dev/null find /usr -name *.h"
+$CMP find.json "${FIND_RUNS:-10}" "bare=find /usr -name *.h" "bare2=find /usr -name *.h" \
+    "preload=$ROAR run --tracer preload -- find /usr -name *.h" \
+    "ptrace=$ROAR run --tracer ptrace -- find /usr -name *.h" \
+    "strace -f=strace -f -o /dev/null find /usr -name *.h" \
+    "strace --seccomp-bpf %file=strace -f --seccomp-bpf -e trace=%file -o /dev/null find /usr -name *.h"
 
 python3 - <<'PY'
 import json
 def load(f):
-    return {x["command"]: x for x in json.load(open(f))["results"]}
+    return json.load(open(f))
 def med(r, k):
     return r[k]["median"]
 f = load("fixed.json")
-print(f"fixed cost (median): bare {med(f,'bare')*1e3:.2f} ms; noise floor bare vs bare {abs(med(f,'bare2')-med(f,'bare'))*1e3:.2f} ms")
+print(f"\nfixed cost (median of interleaved runs): bare {med(f,'bare')*1e3:.2f} ms; noise floor bare vs bare2 {abs(med(f,'bare2')-med(f,'bare'))*1e3:.2f} ms")
 for b in ["preload", "ptrace"]:
     print(f"  roar run --tracer {b} true: +{(med(f,b)-med(f,'bare'))*1e3:.2f} ms over bare (target <= 5 ms)")
 p = load("peer.json")
 peer = med(p, "roar-cli") - med(p, "bare")
-print(f"  roar-cli (Python peer) run true: +{peer*1e3:.0f} ms over bare -> roar preload is {peer/(med(f,'preload')-med(f,'bare')):.0f}x cheaper")
+print(f"  roar-cli (Python peer) run true: +{peer*1e3:.0f} ms over bare -> roar (preload) costs {peer/(med(f,'preload')-med(f,'bare')):.0f}x less")
 ns = [0, 1000, 5000]
 rs = {n: load(f"files{n}.json") for n in ns}
-print("\nper-file marginal cost (write+read 4 KiB, trace + hash + record), least-squares slope over N = 0, 1000, 5000:")
-for b in ["bare", "preload", "ptrace"]:
-    xs = ns; ys = [med(rs[n], b) for n in ns]
-    mx = sum(xs)/3; my = sum(ys)/3
-    slope = sum((x-mx)*(y-my) for x, y in zip(xs, ys)) / sum((x-mx)**2 for x in xs)
-    extra = ""
-    if b != "bare":
-        ysb = [med(rs[n], "bare") for n in ns]; myb = sum(ysb)/3
-        sb = sum((x-mx)*(y-myb) for x, y in zip(xs, ysb)) / sum((x-mx)**2 for x in xs)
-        extra = f"; roar's share {(slope-sb)*1e6:.1f} us/file (target <= 15 us with preload)"
-    print(f"  {b:8s} {slope*1e6:6.1f} us/file{extra}")
+def slope(b):
+    ys = [med(rs[n], b) for n in ns]
+    mx, my = sum(ns) / 3, sum(ys) / 3
+    return sum((x - mx) * (y - my) for x, y in zip(ns, ys)) / sum((x - mx) ** 2 for x in ns)
+print("\nper-file marginal cost (write+read 4 KiB; trace + hash + record), least-squares slope over N = 0, 1000, 5000:")
+sb = slope("bare")
+print(f"  bare     {sb*1e6:6.1f} us/file")
+for b in ["preload", "ptrace"]:
+    print(f"  {b:8s} {slope(b)*1e6:6.1f} us/file; roar's share {(slope(b)-sb)*1e6:.1f} us/file (target <= 15 us with preload)")
 fd = load("find.json")
 base = med(fd, "bare")
-print(f"\nfind /usr -name '*.h' (median bare {base*1e3:.1f} ms; noise floor {abs(med(fd,'bare2')/base-1)*100:.1f} %):")
+print(f"\nfind /usr -name '*.h' (median bare {base*1e3:.1f} ms; noise floor bare vs bare2 {abs(med(fd,'bare2')/base-1)*100:.1f} %):")
 for k in ["preload", "ptrace", "strace -f", "strace --seccomp-bpf %file"]:
     print(f"  {k:28s} {med(fd,k)/base:5.2f}x bare")
 print("  targets: preload <= 1.10x, ptrace <= 2.5x")

@@ -76,6 +76,15 @@ fn workloads() -> Vec<Workload> {
             oracle: true,
         },
         Workload {
+            name: "rename a directory with new files inside",
+            setup: "echo in > src.txt",
+            argv: &["sh", "-c", "mkdir tmp && cp src.txt tmp/a && echo b > tmp/b && mv tmp done"],
+            inputs: &["src.txt"],
+            outputs: &["done/a", "done/b"],
+            exit: 0,
+            oracle: false,
+        },
+        Workload {
             name: "cp",
             setup: "echo data > src",
             argv: &["cp", "src", "dst"],

@@ -171,6 +171,11 @@ pub fn classify(events: &[Event], job_start_ns: i64, ignore: &Ignore) -> Classif
                 from, to, ts_ns, ..
             } => {
                 let is_rename = matches!(ev, Event::Rename { .. });
+                if is_rename && !states.contains_key(from) && to.is_dir() {
+                    // A directory moved: what the job did inside it now lives under the new name.
+                    move_children(&mut states, &mut order, from, to);
+                    continue;
+                }
                 let ignored_from = ignore.is_ignored(from);
                 let ignored_to = ignore.is_ignored(to);
                 let src = if ignored_from {
@@ -216,14 +221,34 @@ pub fn classify(events: &[Event], job_start_ns: i64, ignore: &Ignore) -> Classif
             Event::Mkdir { .. } | Event::Rmdir { .. } | Event::Close { .. } => {}
         }
     }
+    // A path can appear twice in `order` after a directory move onto known paths: first one wins.
     let paths = order
         .into_iter()
-        .map(|p| {
-            let st = states.remove(&p).expect("every ordered path has a state");
-            (p, st)
-        })
+        .filter_map(|p| states.remove(&p).map(|st| (p, st)))
         .collect();
     Classified { paths, processes }
+}
+
+/// Re-keys every tracked path below `from/` to the same place below `to/`.
+fn move_children(
+    states: &mut HashMap<PathBuf, PathState>,
+    order: &mut [PathBuf],
+    from: &Path,
+    to: &Path,
+) {
+    for p in order.iter_mut() {
+        let Ok(rest) = p.strip_prefix(from) else { continue };
+        if rest.as_os_str().is_empty() {
+            continue;
+        }
+        let new = to.join(rest);
+        if let Some(mut st) = states.remove(p.as_path()) {
+            st.ops.insert(Ops::RENAME);
+            // An older state at the new name is replaced: the moved file is what lives there now.
+            states.insert(new.clone(), st);
+        }
+        *p = new;
+    }
 }
 
 /// Everything recorded for a job's files, with the hash-cache entries learned on the way.
