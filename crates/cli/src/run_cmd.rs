@@ -200,7 +200,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let opts = HashOptions {
         sha256: config.sha256(),
     };
-    let traced = roar_tracer::run(backend, &args.command, lib.as_ref(), opts);
+    let traced = roar_tracer::run(backend, &args.command, lib.as_ref());
     let t_traced = t0.elapsed();
     let mut job = JobRecord {
         name: args.name.clone(),
@@ -244,7 +244,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .as_ref()
             .map(Store::conn)
     };
-    let hashed = collect::hash(&classified, opts, &cache, &traced.early);
+    let hashed = collect::hash(&classified, opts, &cache);
     let t_hashed = t0.elapsed();
     job.processes = classified.processes;
     job.files = hashed.files;

@@ -9,7 +9,7 @@
 
 use core::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use core::ptr;
-use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicUsize, Ordering};
 
 use libc::{mode_t, off_t, pid_t, FILE};
 use roar_wire::{Header, Kind, WireStat, LIB_ENV, SOCK_ENV};
@@ -22,27 +22,6 @@ static SOCK: AtomicI32 = AtomicI32::new(-1);
 /// This process's pid, set by the constructor and in the child of a hooked fork (saves a syscall
 /// per event; a child made by a raw clone that never execs reports its parent's pid).
 static PID: AtomicI32 = AtomicI32::new(0);
-
-/// Which fds (below WRITE_FDS_MAX) this process opened for writing: their close is reported.
-const WRITE_FDS_MAX: usize = 65536;
-static WRITE_FDS: [AtomicU64; WRITE_FDS_MAX / 64] =
-    [const { AtomicU64::new(0) }; WRITE_FDS_MAX / 64];
-
-fn mark_written(fd: c_int, on: bool) -> bool {
-    let Ok(i) = usize::try_from(fd) else {
-        return false;
-    };
-    let Some(word) = WRITE_FDS.get(i / 64) else {
-        return false;
-    };
-    let bit = 1u64 << (i % 64);
-    let old = if on {
-        word.fetch_or(bit, Ordering::Relaxed)
-    } else {
-        word.fetch_and(!bit, Ordering::Relaxed)
-    };
-    old & bit != 0
-}
 
 /// Everything below is written once by the constructor, before any other thread exists.
 static mut SOCK_NAME: [u8; 108] = [0; 108];
@@ -277,9 +256,6 @@ unsafe fn after_open(dirfd: c_int, path: *const c_char, flags: c_int, fd: c_int)
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
     if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_mode & libc::S_IFMT != libc::S_IFREG {
         return;
-    }
-    if flags & libc::O_ACCMODE != libc::O_RDONLY {
-        mark_written(fd, true);
     }
     let p = unsafe { cstr(path) };
     let mut buf = [0u8; PATH_MAX];
@@ -1014,35 +990,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
         // Programs that close every fd would cut roar off; the socket is CLOEXEC anyway.
         return 0;
     }
-    unsafe { report_close(fd) };
     unsafe { real!(close: unsafe extern "C" fn(c_int) -> c_int)(fd) }
-}
-
-/// Reports the last state of a file written through `fd`, which is about to be closed.
-unsafe fn report_close(fd: c_int) {
-    if !enabled() || !mark_written(fd, false) {
-        return;
-    }
-    let _errno = KeepErrno::new();
-    // No fstat: roar re-checks the file's identity itself before trusting a hash taken now.
-    unsafe { send(Kind::Close, 0, fd, WireStat::default(), [&[]; 4]) };
-}
-
-/// glibc's fclose closes its fd internally (no PLT call): flush, report, then close.
-#[no_mangle]
-pub unsafe extern "C" fn fclose(f: *mut FILE) -> c_int {
-    if !f.is_null() && enabled() {
-        // SAFETY: f is a stream the program is closing; fflush before fclose changes nothing.
-        let fd = unsafe { libc::fileno(f) };
-        if fd >= 0 && usize::try_from(fd).is_ok_and(|i| i < WRITE_FDS_MAX) {
-            let word = WRITE_FDS[fd as usize / 64].load(Ordering::Relaxed);
-            if word & (1u64 << (fd as usize % 64)) != 0 {
-                unsafe { libc::fflush(f) };
-                unsafe { report_close(fd) };
-            }
-        }
-    }
-    unsafe { real!(fclose: unsafe extern "C" fn(*mut FILE) -> c_int)(f) }
 }
 
 #[no_mangle]
@@ -1065,8 +1013,6 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
 
 /// Moves our socket out of the way before the program takes its fd number.
 unsafe fn vacate(newfd: c_int) {
-    // dup2 onto a written fd closes it silently; roar hashes that file at the end instead.
-    mark_written(newfd, false);
     let sock = SOCK.load(Ordering::Relaxed);
     if sock >= 0 && sock == newfd {
         let _errno = KeepErrno::new();

@@ -5,7 +5,6 @@
 //! by more than [`RACY_NS`]: a write landing in the same timestamp tick as the hash would otherwise
 //! leave size and times unchanged and the stale entry would look valid (git's "racily clean" rule).
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -187,8 +186,7 @@ pub struct Batch {
     pub new_cache: Vec<CacheEntry>,
 }
 
-/// Hashes `paths` in parallel, answering from `known` (hashes taken earlier, valid while the file's
-/// identity is unchanged) or from `cache` where it can. `progress` is called with the byte count of
+/// Hashes `paths` in parallel, answering from `cache` where it can. `progress` is called with the byte count of
 /// each file as it completes (from several threads).
 ///
 /// `cache` is asked for the cache database only when a lookup is needed (files changed within the
@@ -198,21 +196,19 @@ pub fn hash_paths<'c>(
     paths: &[PathBuf],
     opts: HashOptions,
     cache: &dyn Fn() -> Option<&'c Connection>,
-    known: Option<&HashMap<PathBuf, Hashed>>,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Batch {
     const PARALLEL_MIN: usize = 32;
     if paths.len() < PARALLEL_MIN {
-        return hash_batch(paths, opts, cache, known, progress, false);
+        return hash_batch(paths, opts, cache, progress, false);
     }
-    hash_batch(paths, opts, cache, known, progress, true)
+    hash_batch(paths, opts, cache, progress, true)
 }
 
 fn hash_batch<'c>(
     paths: &[PathBuf],
     opts: HashOptions,
     cache: &dyn Fn() -> Option<&'c Connection>,
-    known: Option<&HashMap<PathBuf, Hashed>>,
     progress: &(dyn Fn(u64) + Sync),
     parallel: bool,
 ) -> Batch {
@@ -223,16 +219,10 @@ fn hash_batch<'c>(
     } else {
         paths.iter().map(std::fs::metadata).collect()
     };
-    let cached: Vec<Option<ContentHash>> = paths
+    let cached: Vec<Option<ContentHash>> = stats
         .iter()
-        .zip(&stats)
-        .map(|(path, m)| {
+        .map(|m| {
             let stat = FileStat::from_metadata(m.as_ref().ok()?);
-            if let Some(early) = known.and_then(|k| k.get(path)) {
-                if early.stat == stat && (!opts.sha256 || early.hash.sha256.is_some()) {
-                    return Some(early.hash.clone());
-                }
-            }
             if racy(&stat, read_ns) {
                 return None;
             }

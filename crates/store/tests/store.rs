@@ -243,12 +243,12 @@ fn cache_hits_until_content_changes_even_with_the_same_mtime_and_size() {
         2 * roar_store::hash::RACY_NS as u64,
     ));
 
-    let first = hash_paths(&paths, opts, &|| Some(store.conn()), None, &|_| {});
+    let first = hash_paths(&paths, opts, &|| Some(store.conn()), &|_| {});
     assert!(!first.results[0].as_ref().unwrap().from_cache);
     writer.cache(first.new_cache).unwrap();
     writer.flush().unwrap();
 
-    let second = hash_paths(&paths, opts, &|| Some(store.conn()), None, &|_| {});
+    let second = hash_paths(&paths, opts, &|| Some(store.conn()), &|_| {});
     let second = second.results[0].as_ref().unwrap();
     assert!(
         second.from_cache,
@@ -264,7 +264,7 @@ fn cache_hits_until_content_changes_even_with_the_same_mtime_and_size() {
     let file = std::fs::File::options().write(true).open(&f).unwrap();
     file.set_modified(mtime).unwrap();
     assert_eq!(std::fs::metadata(&f).unwrap().modified().unwrap(), mtime);
-    let third = hash_paths(&paths, opts, &|| Some(store.conn()), None, &|_| {});
+    let third = hash_paths(&paths, opts, &|| Some(store.conn()), &|_| {});
     let third = third.results[0].as_ref().unwrap();
     assert!(!third.from_cache);
     assert_eq!(
@@ -286,7 +286,6 @@ fn freshly_written_files_are_not_trusted_from_the_cache() {
         &paths,
         HashOptions::default(),
         &|| Some(store.conn()),
-        None,
         &|_| {},
     );
     writer.cache(first.new_cache).unwrap();
@@ -295,7 +294,6 @@ fn freshly_written_files_are_not_trusted_from_the_cache() {
         &paths,
         HashOptions::default(),
         &|| Some(store.conn()),
-        None,
         &|_| {},
     );
     assert!(

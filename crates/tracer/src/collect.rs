@@ -218,7 +218,7 @@ pub fn classify(events: &[Event], job_start_ns: i64, ignore: &Ignore) -> Classif
                 st.ops.insert(Ops::UNLINK);
                 st.exists = false;
             }
-            Event::Mkdir { .. } | Event::Rmdir { .. } | Event::Close { .. } => {}
+            Event::Mkdir { .. } | Event::Rmdir { .. } => {}
         }
     }
     // A path can appear twice in `order` after a directory move onto known paths: first one wins.
@@ -237,7 +237,9 @@ fn move_children(
     to: &Path,
 ) {
     for p in order.iter_mut() {
-        let Ok(rest) = p.strip_prefix(from) else { continue };
+        let Ok(rest) = p.strip_prefix(from) else {
+            continue;
+        };
         if rest.as_os_str().is_empty() {
             continue;
         }
@@ -260,12 +262,10 @@ pub struct Hashed {
 }
 
 /// Hashes outputs (final content) and inputs (content as first read) in parallel.
-/// `early` holds hashes the tracer took while the job ran (valid while a file's identity is unchanged).
 pub fn hash<'c>(
     classified: &Classified,
     opts: HashOptions,
     cache: &dyn Fn() -> Option<&'c Connection>,
-    early: &HashMap<PathBuf, roar_store::hash::Hashed>,
 ) -> Hashed {
     let mut want: Vec<PathBuf> = Vec::new();
     let mut index: HashMap<PathBuf, usize> = HashMap::new();
@@ -280,7 +280,7 @@ pub fn hash<'c>(
             }
         }
     }
-    let batch = hash_paths(&want, opts, cache, Some(early), &|_| {});
+    let batch = hash_paths(&want, opts, cache, &|_| {});
     let current = |p: &Path| -> Option<&roar_store::hash::Hashed> {
         batch.results[*index.get(p)?].as_ref().ok()
     };

@@ -68,12 +68,6 @@ pub enum Event {
         path: PathBuf,
         ts_ns: i64,
     },
-    /// A file descriptor opened for writing is being closed.
-    Close {
-        pid: i32,
-        fd: i32,
-        ts_ns: i64,
-    },
 }
 
 /// Joins `base` and `path` (unless `path` is absolute) and removes `.`, `..` and repeated slashes

@@ -13,11 +13,8 @@ mod launch;
 mod preload;
 mod ptrace;
 
-use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
-
-use roar_store::hash::HashOptions;
 
 pub use check::{check, choose, Backend, Verdict};
 pub use event::Event;
@@ -82,17 +79,13 @@ pub struct Traced {
     pub ended_ns: i64,
     /// Datagrams or stops that could not be decoded: the job is marked incomplete if non-zero.
     pub malformed: usize,
-    /// Outputs hashed while the job ran (when the writer closed them), keyed by path.
-    pub early: HashMap<PathBuf, roar_store::hash::Hashed>,
 }
 
-/// Runs `argv` under `backend`. `preload_lib` is the shim for the preload backend; `opts` are the
-/// hash options for outputs hashed while the job runs.
+/// Runs `argv` under `backend`. `preload_lib` is the shim for the preload backend.
 pub fn run(
     backend: Backend,
     argv: &[OsString],
     preload_lib: Option<&PathBuf>,
-    opts: HashOptions,
 ) -> Result<Traced, TraceError> {
     match backend {
         Backend::Preload => {
@@ -100,7 +93,7 @@ pub fn run(
                 backend: "preload",
                 reason: "libroar_preload.so was not found".into(),
             })?;
-            preload::run(argv, lib, opts)
+            preload::run(argv, lib)
         }
         Backend::Ptrace => ptrace::run(argv),
         Backend::Ebpf => Err(TraceError::Unavailable {

@@ -1,14 +1,11 @@
 //! The preload backend: runs the command with the shim in LD_PRELOAD and receives its datagrams
 //! on an abstract unix socket owned by this run.
 
-use std::collections::HashMap;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::Sender;
 use std::thread::JoinHandle;
 
-use roar_store::hash::{HashOptions, Hashed};
 use roar_store::{now_ns, FileStat};
 use roar_wire::{Header, Kind, WireStat, HEADER_LEN, LIB_ENV, SOCK_ENV};
 
@@ -90,42 +87,18 @@ fn send_end_marker(name: &str) {
     }
 }
 
-/// The thread hashing closed outputs during the run, and its queue.
-type EarlyHasher = (Sender<PathBuf>, JoinHandle<HashMap<PathBuf, Hashed>>);
-
 /// What the receiver thread hands back at the end of the run.
 #[derive(Default)]
 struct Received {
     events: Vec<Event>,
     malformed: usize,
-    early: HashMap<PathBuf, Hashed>,
 }
 
-/// Receives until the end marker. Files closed after writing are handed to a hasher thread so
-/// their hashing overlaps the job; the end-of-job pass reuses those hashes if nothing changed since.
-fn receive(fd: libc::c_int, opts: HashOptions) -> Received {
+/// Receives until the end marker.
+fn receive(fd: libc::c_int) -> Received {
     let mut buf = vec![0u8; RECV_BUF];
     let mut events = Vec::new();
     let mut malformed = 0;
-    let mut written: HashMap<(i32, i32), PathBuf> = HashMap::new();
-    // Started at the first close of a written file: most short commands never need it.
-    let mut hasher: Option<EarlyHasher> = None;
-    let start_hasher = || {
-        let (tx, queue) = std::sync::mpsc::channel::<PathBuf>();
-        let handle = std::thread::Builder::new()
-            .name("roar-early-hash".into())
-            .spawn(move || {
-                let mut early = HashMap::new();
-                for path in queue {
-                    if let Ok(h) = roar_store::hash::hash_path(&path, opts) {
-                        early.insert(path, h);
-                    }
-                }
-                early
-            })
-            .ok()?;
-        Some((tx, handle))
-    };
     loop {
         // SAFETY: buf is writable for its length.
         let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
@@ -139,44 +112,13 @@ fn receive(fd: libc::c_int, opts: HashOptions) -> Received {
         match Header::parse(&buf[..n as usize]) {
             Some((h, _)) if h.kind == END_MARKER => break,
             Some((h, parts)) => match decode(&h, parts) {
-                Some(ev) => {
-                    match &ev {
-                        Event::Open {
-                            pid, path, flags, ..
-                        } if flags & libc::O_ACCMODE != libc::O_RDONLY => {
-                            written.insert((*pid, h.fd), path.clone());
-                        }
-                        Event::Close { pid, fd, .. } => {
-                            if let Some(path) = written.remove(&(*pid, *fd)) {
-                                if hasher.is_none() {
-                                    hasher = start_hasher();
-                                }
-                                if let Some((tx, _)) = &hasher {
-                                    let _ = tx.send(path);
-                                }
-                            }
-                        }
-                        _ => {}
-                    }
-                    events.push(ev);
-                }
+                Some(ev) => events.push(ev),
                 None => malformed += 1,
             },
             None => malformed += 1,
         }
     }
-    let early = match hasher {
-        Some((tx, handle)) => {
-            drop(tx);
-            handle.join().unwrap_or_default()
-        }
-        None => HashMap::new(),
-    };
-    Received {
-        events,
-        malformed,
-        early,
-    }
+    Received { events, malformed }
 }
 
 fn stat_of(s: &WireStat) -> FileStat {
@@ -208,11 +150,6 @@ fn decode(h: &Header, p: [&[u8]; 4]) -> Option<Event> {
             ts_ns,
         },
         Kind::Exit => Event::Exit { pid, ts_ns },
-        Kind::Close => Event::Close {
-            pid,
-            fd: h.fd,
-            ts_ns,
-        },
         Kind::Open => Event::Open {
             pid,
             path: path(),
@@ -255,12 +192,12 @@ fn decode(h: &Header, p: [&[u8]; 4]) -> Option<Event> {
     })
 }
 
-pub fn run(argv: &[OsString], lib: &Path, opts: HashOptions) -> Result<Traced, TraceError> {
+pub fn run(argv: &[OsString], lib: &Path) -> Result<Traced, TraceError> {
     let sock = bind()?;
     let fd = sock.fd;
     let receiver: JoinHandle<Received> = std::thread::Builder::new()
         .name("roar-preload-recv".into())
-        .spawn(move || receive(fd, opts))
+        .spawn(move || receive(fd))
         .map_err(|source| TraceError::Socket { source })?;
 
     let guard = launch::SignalGuard::install();
@@ -299,7 +236,6 @@ pub fn run(argv: &[OsString], lib: &Path, opts: HashOptions) -> Result<Traced, T
         started_ns,
         ended_ns,
         malformed: received.malformed,
-        early: received.early,
     })
 }
 

@@ -525,7 +525,6 @@ pub fn run(argv: &[OsString]) -> Result<Traced, TraceError> {
         started_ns,
         ended_ns,
         malformed,
-        early: Default::default(),
     })
 }
 
@@ -533,7 +532,7 @@ pub fn run(argv: &[OsString]) -> Result<Traced, TraceError> {
 mod tests {
     /// Runs a classic-BPF seccomp program (the instructions `filter` uses) on one syscall.
     fn eval(prog: &[libc::sock_filter], arch: u32, nr: u64, args: [u64; 6]) -> u32 {
-        let mut data = vec![0u8; 64];
+        let mut data = [0u8; 64];
         data[0..4].copy_from_slice(&(nr as u32).to_le_bytes());
         data[4..8].copy_from_slice(&arch.to_le_bytes());
         for (i, a) in args.iter().enumerate() {

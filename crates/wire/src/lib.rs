@@ -34,9 +34,6 @@ pub enum Kind {
     Rmdir = 9,
     /// The process is exiting through exit/_exit. `arg` = status.
     Exit = 10,
-    /// A file descriptor opened for writing is about to be closed (`fd`). Lets roar hash
-    /// outputs while the job still runs.
-    Close = 11,
 }
 
 impl Kind {
@@ -52,7 +49,6 @@ impl Kind {
             8 => Kind::Mkdir,
             9 => Kind::Rmdir,
             10 => Kind::Exit,
-            11 => Kind::Close,
             _ => return None,
         })
     }
