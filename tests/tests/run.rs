@@ -714,3 +714,33 @@ fn a_go_binary_is_traced_by_ptrace_under_auto() {
     assert_eq!(p.files(&job, "input"), vec!["in.txt"]);
     assert_eq!(p.files(&job, "output"), vec!["out.txt"]);
 }
+
+#[test]
+fn an_output_that_replaces_a_known_version_names_it() {
+    let p = Project::new();
+    for content in ["one", "two"] {
+        let out = p.roar([
+            "run",
+            "--",
+            "sh",
+            "-c",
+            &format!("echo {content} > model.bin"),
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let job = p.last_job();
+    let output = job["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["role"] == "output")
+        .unwrap();
+    let one = roar_store::hash::hash_path(&p.path().join("model.bin"), Default::default()).unwrap();
+    assert_eq!(output["hash"]["blake3"], one.hash.blake3.as_str());
+    let before = output["before"]["blake3"]
+        .as_str()
+        .expect("the first version is named");
+    assert_ne!(before, one.hash.blake3);
+    let show = common::stdout(&p.roar(["show", &job["id"].to_string()]));
+    assert!(show.contains(&format!("(was {})", &before[..12])), "{show}");
+}

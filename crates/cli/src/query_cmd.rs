@@ -182,7 +182,12 @@ fn print_job(job: &JobDetail, root: &Path) -> anyhow::Result<()> {
                 .as_ref()
                 .map(|h| fmt::size(h.size))
                 .unwrap_or_default();
-            writeln!(out, "  {hash}  {size:>9}  {}", rel(&f.path, root))?;
+            // An output that replaced content roar had seen before says what it replaced.
+            let was = match (&f.before, &f.hash) {
+                (Some(b), Some(h)) if b.blake3 != h.blake3 => format!("  (was {})", short_hash(b)),
+                _ => String::new(),
+            };
+            writeln!(out, "  {hash}  {size:>9}  {}{was}", rel(&f.path, root))?;
         }
     }
     if !job.processes.is_empty() {

@@ -253,7 +253,6 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         job.files.iter().filter(|f| f.role == Role::Output).count(),
     );
     let listing = args.verbose.then(|| job.files.clone());
-    let t_before = t0.elapsed();
     let recorded = Writer::start(&project.db_path()).and_then(|w| {
         w.cache(hashed.new_cache)?;
         let id = w.record_job(job)?;
@@ -310,13 +309,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         let _ = writeln!(
             err,
-            "roar: timing: setup {:.2} ms, traced run {:.2} ms (command {:.2} ms), classify+hash {:.2} ms, previous versions {:.2} ms, commit {:.2} ms",
+            "roar: timing: setup {:.2} ms, traced run {:.2} ms (command {:.2} ms), classify+hash {:.2} ms, record {:.2} ms",
             ms(t_setup),
             ms(t_traced - t_setup),
             child_ns as f64 / 1e6,
             ms(t_hashed - t_traced),
-            ms(t_before - t_hashed),
-            ms(t_recorded - t_before),
+            ms(t_recorded - t_hashed),
         );
     }
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
