@@ -54,8 +54,15 @@ echo
 echo "== roar log"
 "$ROAR" log
 echo
-echo "== roar show model.json   (which job made it, from which inputs)"
-"$ROAR" show model.json
+echo "== roar dag          (every job with its inputs and outputs; --dot for Graphviz)"
+"$ROAR" dag
 echo
-echo "== roar show 3            (the training job: inputs, outputs, processes, git state)"
-"$ROAR" show 3
+echo "== roar lineage report.txt   (how it was made, down to the root inputs)"
+"$ROAR" lineage report.txt
+echo
+echo "== roar reproduce model.json (the commands that rebuild it; --run re-runs and verifies)"
+"$ROAR" reproduce model.json
+echo
+echo "== after editing prep.py: roar status"
+echo "# tweak" >> prep.py
+"$ROAR" status

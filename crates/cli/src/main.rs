@@ -3,6 +3,7 @@
 mod config;
 mod fmt;
 mod hash_cmd;
+mod lineage_cmd;
 mod query_cmd;
 mod run_cmd;
 
@@ -76,6 +77,35 @@ enum Command {
     },
     /// Show the store's size, schema version and row counts.
     Db,
+    /// How an artifact was made: the jobs upstream of it, down to its root inputs.
+    Lineage {
+        /// A path or a blake3 hash prefix.
+        what: OsString,
+    },
+    /// The root inputs an artifact was made from (content no recorded job produced).
+    Inputs {
+        /// A path or a blake3 hash prefix.
+        what: OsString,
+    },
+    /// The project's lineage graph: every job with its inputs and outputs.
+    Dag {
+        /// Print Graphviz source instead of text.
+        #[arg(long)]
+        dot: bool,
+        /// Render the graph to an SVG file with Graphviz's `dot`.
+        #[arg(long, value_name = "FILE", conflicts_with = "dot")]
+        svg: Option<PathBuf>,
+    },
+    /// The commands that rebuild an artifact, as a shell script; --run executes and verifies them.
+    Reproduce {
+        /// A path or a blake3 hash prefix.
+        what: OsString,
+        /// Check the root inputs, re-run every step under `roar run`, and verify the result's hash.
+        #[arg(long)]
+        run: bool,
+    },
+    /// Files whose content no longer matches what was recorded, stale outputs, untracked files.
+    Status,
     /// Run a command and record every file it reads and writes.
     Run(run_cmd::RunArgs),
     /// Inspect the tracer backends.
@@ -119,6 +149,11 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Log { limit } => query_cmd::log(limit, json)?,
         Command::Show { what } => query_cmd::show(&what, json)?,
         Command::Db => query_cmd::db(json)?,
+        Command::Lineage { what } => lineage_cmd::lineage(&what, json)?,
+        Command::Inputs { what } => lineage_cmd::inputs(&what, json)?,
+        Command::Dag { dot, svg } => lineage_cmd::dag(dot, svg, json)?,
+        Command::Reproduce { what, run } => return lineage_cmd::reproduce(&what, run, json),
+        Command::Status => lineage_cmd::status(json)?,
         Command::Run(args) => return run_cmd::run(args),
         Command::Tracer { command } => return run_cmd::tracer(command, json),
     }

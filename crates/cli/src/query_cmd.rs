@@ -67,7 +67,7 @@ pub fn log(limit: usize, json: bool) -> anyhow::Result<()> {
 }
 
 /// What `roar show` was asked about, decided from the argument's form.
-enum Target {
+pub(crate) enum Target {
     Job(i64),
     Hash(String),
     Path(PathBuf),
@@ -75,7 +75,7 @@ enum Target {
 
 /// `123` is a job id, `b3:…` or 4+ hex digits a hash prefix (unless a file of that name exists),
 /// anything else a path.
-fn classify(what: &OsStr, cwd: &Path) -> Target {
+pub(crate) fn classify(what: &OsStr, cwd: &Path) -> Target {
     let s = what.to_string_lossy();
     if let Ok(id) = s.parse::<i64>() {
         return Target::Job(id);

@@ -7,6 +7,7 @@
 mod db;
 mod error;
 pub mod hash;
+mod lineage;
 mod model;
 mod project;
 mod query;
@@ -15,6 +16,7 @@ mod writer;
 
 pub use db::{open, SCHEMA_VERSION};
 pub use error::{Result, StoreError};
+pub use lineage::{Dag, Edge, Lineage, Step};
 pub use model::{
     argv_from_blob, argv_to_blob, now_ns, shell_join, shell_quote, CacheEntry, ContentHash,
     FileRecord, FileStat, GitState, JobRecord, Ops, Outcome, ProcessRecord, Role, S3Object,

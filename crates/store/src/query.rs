@@ -168,7 +168,7 @@ impl Store {
         &self.conn
     }
 
-    fn err(&self, e: rusqlite::Error) -> StoreError {
+    pub(crate) fn err(&self, e: rusqlite::Error) -> StoreError {
         crate::db::classify(&self.path, e)
     }
 

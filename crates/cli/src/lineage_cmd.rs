@@ -1,0 +1,535 @@
+//! `roar lineage`, `roar inputs`, `roar dag`, `roar reproduce` and `roar status`: answers built on
+//! the recorded graph of jobs and artifacts.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ffi::OsStr;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use roar_store::hash::{hash_paths, HashOptions};
+use roar_store::{shell_join, ContentHash, Edge, Project, Step, Store};
+use serde::Serialize;
+
+use crate::fmt::{self, bold, rel, short_hash};
+use crate::query_cmd::{classify, Target};
+
+/// Resolves a PATH or HASH argument to the artifact it names.
+fn resolve(store: &Store, what: &OsStr) -> anyhow::Result<ContentHash> {
+    let cwd = std::env::current_dir()?;
+    Ok(match classify(what, &cwd) {
+        Target::Hash(prefix) => store.resolve_hash(&prefix)?,
+        Target::Path(path) => store.artifact_at(&std::fs::canonicalize(&path).unwrap_or(path))?,
+        Target::Job(id) => {
+            // A number can also be a file name; only then is it meaningful here.
+            let path = cwd.join(what);
+            if !path.exists() {
+                anyhow::bail!("{id} looks like a job id; lineage takes a path or a hash prefix (try `roar show {id}`)");
+            }
+            store.artifact_at(&std::fs::canonicalize(&path)?)?
+        }
+    })
+}
+
+fn open() -> anyhow::Result<(Project, Store)> {
+    let project = crate::project()?;
+    let store = Store::open(&project.db_path())?;
+    Ok((project, store))
+}
+
+const SHOWN_OUTPUTS: usize = 5;
+
+fn label(step: &Step) -> String {
+    let name = step
+        .name
+        .as_deref()
+        .map(|n| format!("[{n}] "))
+        .unwrap_or_default();
+    format!("{name}{}", shell_join(&step.argv))
+}
+
+fn print_edge(out: &mut impl Write, arrow: &str, e: &Edge, root: &Path) -> std::io::Result<()> {
+    let hash = e
+        .hash
+        .as_ref()
+        .map(short_hash)
+        .unwrap_or_else(|| "?".repeat(fmt::SHORT_HASH));
+    let from = e
+        .producer
+        .map(|p| format!("  (job {p})"))
+        .unwrap_or_default();
+    writeln!(out, "    {arrow} {hash}  {}{from}", rel(&e.path, root))
+}
+
+fn print_steps(out: &mut impl Write, steps: &[Step], root: &Path) -> std::io::Result<()> {
+    for s in steps {
+        writeln!(out, "{} {}", bold(&format!("job {}", s.job_id)), label(s))?;
+        for i in &s.inputs {
+            print_edge(out, "<-", i, root)?;
+        }
+        for o in s.outputs.iter().take(SHOWN_OUTPUTS) {
+            print_edge(out, "->", o, root)?;
+        }
+        if s.outputs.len() > SHOWN_OUTPUTS {
+            writeln!(
+                out,
+                "    -> ... {} more outputs",
+                s.outputs.len() - SHOWN_OUTPUTS
+            )?;
+        }
+    }
+    Ok(())
+}
+
+pub fn lineage(what: &OsStr, json: bool) -> anyhow::Result<()> {
+    let (project, store) = open()?;
+    let target = resolve(&store, what)?;
+    let lineage = store.lineage(&target)?;
+    if json {
+        return fmt::print_json(&lineage);
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "{} {}  {}",
+        bold("lineage of"),
+        what.to_string_lossy(),
+        target.blake3
+    )?;
+    if lineage.steps.is_empty() {
+        writeln!(out, "no recorded job made this content: it is a root input")?;
+        return Ok(());
+    }
+    print_steps(&mut out, &lineage.steps, &project.root)?;
+    writeln!(out, "{} ({})", bold("root inputs"), lineage.roots.len())?;
+    for r in &lineage.roots {
+        print_edge(&mut out, "  ", r, &project.root)?;
+    }
+    Ok(())
+}
+
+pub fn inputs(what: &OsStr, json: bool) -> anyhow::Result<()> {
+    let (project, store) = open()?;
+    let target = resolve(&store, what)?;
+    let lineage = store.lineage(&target)?;
+    if json {
+        return fmt::print_json(&lineage.roots);
+    }
+    let mut out = std::io::stdout().lock();
+    for r in &lineage.roots {
+        let hash = r
+            .hash
+            .as_ref()
+            .map(|h| h.blake3.clone())
+            .unwrap_or_else(|| "unknown".into());
+        writeln!(out, "{hash}  {}", rel(&r.path, &project.root))?;
+    }
+    Ok(())
+}
+
+/// Graphviz source for the project's graph: jobs are boxes, contents are notes.
+fn dot(steps: &[Step], root: &Path) -> String {
+    let esc = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
+    let node = |e: &Edge| match &e.hash {
+        Some(h) => format!("a{}", &h.blake3[..16]),
+        None => format!("p{}", esc(&e.path)),
+    };
+    let mut s = String::from(
+        "digraph roar {\n  rankdir=LR;\n  node [fontname=\"monospace\", fontsize=10];\n",
+    );
+    let mut declared = HashSet::new();
+    for st in steps {
+        s += &format!(
+            "  \"j{}\" [shape=box, style=bold, label=\"job {}\\n{}\"];\n",
+            st.job_id,
+            st.job_id,
+            esc(&label(st))
+        );
+        for (e, is_input) in st
+            .inputs
+            .iter()
+            .map(|e| (e, true))
+            .chain(st.outputs.iter().map(|e| (e, false)))
+        {
+            let n = node(e);
+            if declared.insert(n.clone()) {
+                let hash = e
+                    .hash
+                    .as_ref()
+                    .map(short_hash)
+                    .unwrap_or_else(|| "?".into());
+                s += &format!(
+                    "  \"{n}\" [shape=note, label=\"{}\\n{hash}\"];\n",
+                    esc(&rel(&e.path, root))
+                );
+            }
+            if is_input {
+                s += &format!("  \"{n}\" -> \"j{}\";\n", st.job_id);
+            } else {
+                s += &format!("  \"j{}\" -> \"{n}\";\n", st.job_id);
+            }
+        }
+    }
+    s += "}\n";
+    s
+}
+
+pub fn dag(as_dot: bool, svg: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
+    let (project, store) = open()?;
+    let dag = store.dag()?;
+    if json {
+        return fmt::print_json(&dag);
+    }
+    if let Some(svg) = svg {
+        let mut child = std::process::Command::new("dot")
+            .args(["-Tsvg", "-o"])
+            .arg(&svg)
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => {
+                    anyhow::anyhow!("graphviz `dot` is not installed; use `roar dag --dot` and render it elsewhere")
+                }
+                _ => anyhow::Error::from(e).context("cannot run graphviz `dot`"),
+            })?;
+        child
+            .stdin
+            .take()
+            .expect("piped")
+            .write_all(dot(&dag.steps, &project.root).as_bytes())?;
+        let status = child.wait()?;
+        anyhow::ensure!(status.success(), "graphviz `dot` failed ({status})");
+        println!("wrote {}", svg.display());
+        return Ok(());
+    }
+    if as_dot {
+        print!("{}", dot(&dag.steps, &project.root));
+        return Ok(());
+    }
+    if dag.steps.is_empty() {
+        println!("no jobs recorded yet; try `roar run -- CMD`");
+        return Ok(());
+    }
+    print_steps(&mut std::io::stdout().lock(), &dag.steps, &project.root)?;
+    Ok(())
+}
+
+/// Current content of `paths` (hash cache first), keyed by path; missing files are absent.
+fn current_hashes(store: &Store, paths: &[PathBuf], sha256: bool) -> HashMap<PathBuf, ContentHash> {
+    let batch = hash_paths(
+        paths,
+        HashOptions { sha256 },
+        &|| Some(store.conn()),
+        &|_| {},
+    );
+    let mut out = HashMap::new();
+    for (p, r) in paths.iter().zip(batch.results) {
+        if let Ok(h) = r {
+            out.insert(p.clone(), h.hash);
+        }
+    }
+    // Remembering these makes the next status or reproduce cheap.
+    if let Ok(w) = roar_store::Writer::start(&store_path(store)) {
+        let _ = w.cache(batch.new_cache);
+    }
+    out
+}
+
+fn store_path(store: &Store) -> PathBuf {
+    PathBuf::from(store.conn().path().unwrap_or_default())
+}
+
+pub fn reproduce(what: &OsStr, run: bool, json: bool) -> anyhow::Result<ExitCode> {
+    let (project, store) = open()?;
+    let target = resolve(&store, what)?;
+    let lineage = store.lineage(&target)?;
+    anyhow::ensure!(
+        !lineage.steps.is_empty(),
+        "no recorded job made {}: it is a root input, there is nothing to rebuild",
+        what.to_string_lossy()
+    );
+    if json && !run {
+        fmt::print_json(&lineage)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !run {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "#!/bin/sh")?;
+        writeln!(
+            out,
+            "# Rebuilds {} (blake3 {})",
+            what.to_string_lossy(),
+            target.blake3
+        )?;
+        writeln!(
+            out,
+            "# from these root inputs (`roar reproduce --run` checks them first):"
+        )?;
+        for r in &lineage.roots {
+            let h = r
+                .hash
+                .as_ref()
+                .map(|h| h.blake3.as_str())
+                .unwrap_or("unknown content");
+            writeln!(out, "#   {h}  {}", rel(&r.path, &project.root))?;
+        }
+        writeln!(out, "set -e")?;
+        let mut last_cwd = String::new();
+        let mut last_commit = None;
+        for s in &lineage.steps {
+            if s.git_commit.is_some() && s.git_commit != last_commit {
+                let dirty = if s.git_dirty == Some(true) {
+                    " (the tree was dirty)"
+                } else {
+                    ""
+                };
+                writeln!(
+                    out,
+                    "git checkout {}  # recorded commit{dirty}",
+                    s.git_commit.as_deref().unwrap_or_default()
+                )?;
+                last_commit = s.git_commit.clone();
+            }
+            if s.cwd != last_cwd {
+                writeln!(out, "cd {}", roar_store::shell_quote(&s.cwd))?;
+                last_cwd = s.cwd.clone();
+            }
+            writeln!(
+                out,
+                "roar run -- {}  # job {}",
+                shell_join(&s.argv),
+                s.job_id
+            )?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    run_steps(&project, &store, &target, &lineage)
+}
+
+/// Checks the root inputs, re-runs every step under `roar run`, and verifies the result.
+fn run_steps(
+    project: &Project,
+    store: &Store,
+    target: &ContentHash,
+    lineage: &roar_store::Lineage,
+) -> anyhow::Result<ExitCode> {
+    let sha256 = target.sha256.is_some();
+    let roots: Vec<PathBuf> = lineage
+        .roots
+        .iter()
+        .map(|r| PathBuf::from(&r.path))
+        .collect();
+    let now = current_hashes(store, &roots, sha256);
+    for (r, p) in lineage.roots.iter().zip(&roots) {
+        let Some(want) = &r.hash else {
+            anyhow::bail!(
+                "root input {} was recorded without its content; it cannot be verified",
+                r.path
+            );
+        };
+        match now.get(p) {
+            Some(h) if h.blake3 == want.blake3 => {}
+            Some(h) => anyhow::bail!(
+                "root input {} changed: recorded {}, now {}; restore it before reproducing",
+                rel(&r.path, &project.root),
+                short_hash(want),
+                short_hash(h)
+            ),
+            None => anyhow::bail!(
+                "root input {} is missing; restore it before reproducing",
+                rel(&r.path, &project.root)
+            ),
+        }
+    }
+    let head = crate::run_cmd::git_head(&project.root);
+    let exe = std::env::current_exe()?;
+    for s in &lineage.steps {
+        if let (Some(want), Some(have)) = (&s.git_commit, &head) {
+            if want != have {
+                eprintln!(
+                    "roar: warning: job {} ran at commit {}, the tree is at {}",
+                    s.job_id,
+                    &want[..12.min(want.len())],
+                    &have[..12.min(have.len())]
+                );
+            }
+        }
+        eprintln!(
+            "roar: reproducing job {}: {}",
+            s.job_id,
+            shell_join(&s.argv)
+        );
+        let status = std::process::Command::new(&exe)
+            .arg("run")
+            .arg("--")
+            .args(&s.argv)
+            .current_dir(&s.cwd)
+            .status()
+            .with_context(|| format!("cannot start roar run for job {}", s.job_id))?;
+        anyhow::ensure!(
+            status.success(),
+            "job {} failed when re-run ({status}); stopping",
+            s.job_id
+        );
+    }
+    // The target is the output of the last step that had this content.
+    let path = lineage
+        .steps
+        .iter()
+        .rev()
+        .flat_map(|s| s.outputs.iter())
+        .find(|o| o.hash.as_ref().is_some_and(|h| h.blake3 == target.blake3))
+        .map(|o| PathBuf::from(&o.path))
+        .context("the lineage does not name the target's path")?;
+    let got = current_hashes(store, std::slice::from_ref(&path), sha256);
+    match got.get(&path) {
+        Some(h) if h.blake3 == target.blake3 => {
+            println!(
+                "reproduced {}: blake3 {} matches",
+                rel(&path.to_string_lossy(), &project.root),
+                target.blake3
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(h) => {
+            println!(
+                "{} differs: recorded {}, rebuilt {} (the steps are not deterministic, or an input outside the lineage changed)",
+                rel(&path.to_string_lossy(), &project.root),
+                target.blake3,
+                h.blake3
+            );
+            Ok(ExitCode::from(crate::exit::FAILURE))
+        }
+        None => anyhow::bail!("{} was not rebuilt", path.display()),
+    }
+}
+
+#[derive(Serialize)]
+struct StatusLine {
+    path: String,
+    state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    detail: Option<String>,
+}
+
+pub fn status(json: bool) -> anyhow::Result<()> {
+    let (project, store) = open()?;
+    let config = crate::config::Config::load(&project)?;
+    // Only the project's own files: inputs elsewhere (/etc, other trees) are not its status.
+    let tracked: Vec<_> = store
+        .tracked_files()?
+        .into_iter()
+        .filter(|(p, _, _)| Path::new(p).starts_with(&project.root))
+        .collect();
+    let paths: Vec<PathBuf> = tracked.iter().map(|(p, _, _)| PathBuf::from(p)).collect();
+    let now = current_hashes(&store, &paths, false);
+    let mut lines = Vec::new();
+    let mut changed: HashSet<String> = HashSet::new();
+    for ((path, recorded, _role), p) in tracked.iter().zip(&paths) {
+        let state = match (recorded, now.get(p)) {
+            (_, None) if !p.exists() => "deleted",
+            (Some(r), Some(h)) if r.blake3 != h.blake3 => "modified",
+            _ => continue,
+        };
+        changed.insert(path.clone());
+        lines.push(StatusLine {
+            path: rel(path, &project.root),
+            state,
+            detail: None,
+        });
+    }
+    // Outputs whose producing job read content that is no longer there.
+    let dag = store.dag()?;
+    let mut latest_maker: BTreeMap<&str, &Step> = BTreeMap::new();
+    for s in &dag.steps {
+        for o in &s.outputs {
+            latest_maker.insert(o.path.as_str(), s);
+        }
+    }
+    let current: HashMap<&str, &ContentHash> = tracked
+        .iter()
+        .zip(&paths)
+        .filter_map(|((path, _, _), p)| now.get(p).map(|h| (path.as_str(), h)))
+        .collect();
+    for (out, step) in &latest_maker {
+        if changed.contains(*out) || !Path::new(out).exists() {
+            continue;
+        }
+        let stale = step
+            .inputs
+            .iter()
+            .find(|i| match (&i.hash, current.get(i.path.as_str())) {
+                (Some(r), Some(h)) => r.blake3 != h.blake3,
+                (Some(_), None) => true,
+                _ => false,
+            });
+        if let Some(i) = stale {
+            lines.push(StatusLine {
+                path: rel(out, &project.root),
+                state: "stale",
+                detail: Some(format!(
+                    "input {} changed since job {}",
+                    rel(&i.path, &project.root),
+                    step.job_id
+                )),
+            });
+        }
+    }
+    // Files in the tree that no job ever touched.
+    let known: HashSet<&str> = tracked.iter().map(|(p, _, _)| p.as_str()).collect();
+    let ignore = roar_tracer::ignore::Ignore::new(&config.ignore);
+    let mut untracked = Vec::new();
+    walk(&project.root, &ignore, &mut untracked)?;
+    for p in untracked {
+        let s = p.to_string_lossy();
+        if !known.contains(s.as_ref()) {
+            lines.push(StatusLine {
+                path: rel(&s, &project.root),
+                state: "untracked",
+                detail: None,
+            });
+        }
+    }
+    if json {
+        return fmt::print_json(&lines);
+    }
+    let mut out = std::io::stdout().lock();
+    for l in &lines {
+        let detail = l
+            .detail
+            .as_deref()
+            .map(|d| format!("  ({d})"))
+            .unwrap_or_default();
+        writeln!(out, "{:<10} {}{detail}", format!("{}:", l.state), l.path)?;
+    }
+    if lines.is_empty() {
+        writeln!(out, "everything matches what roar recorded")?;
+    }
+    Ok(())
+}
+
+fn walk(
+    dir: &Path,
+    ignore: &roar_tracer::ignore::Ignore,
+    out: &mut Vec<PathBuf>,
+) -> anyhow::Result<()> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for e in entries {
+        let e = e?;
+        let path = e.path();
+        let name = e.file_name();
+        if name == ".roar" || name == ".git" || ignore.is_ignored(&path) {
+            continue;
+        }
+        let ty = e.file_type()?;
+        if ty.is_dir() {
+            walk(&path, ignore, out)?;
+        } else if ty.is_file() {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
