@@ -230,14 +230,16 @@ fn current_hashes(store: &Store, paths: &[PathBuf], sha256: bool) -> HashMap<Pat
         }
     }
     // Remembering these makes the next status or reproduce cheap.
-    if let Ok(w) = roar_store::Writer::start(&store_path(store)) {
-        let _ = w.cache(batch.new_cache);
+    if !batch.new_cache.is_empty() {
+        if let Some(Ok(w)) = store
+            .conn()
+            .path()
+            .map(|p| roar_store::Writer::start(Path::new(p)))
+        {
+            let _ = w.cache(batch.new_cache);
+        }
     }
     out
-}
-
-fn store_path(store: &Store) -> PathBuf {
-    PathBuf::from(store.conn().path().unwrap_or_default())
 }
 
 pub fn reproduce(what: &OsStr, run: bool, json: bool) -> anyhow::Result<ExitCode> {

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::error::{Result, StoreError};
 use crate::model::{argv_from_blob, ContentHash};
-use crate::query::Store;
+use crate::query::{hash_from, Store};
 
 /// A job as lineage shows it.
 #[derive(Debug, Clone, Serialize)]
@@ -120,14 +120,7 @@ impl Store {
              WHERE f.job_id = ?1 AND f.role != 'temp' ORDER BY f.path",
         )?;
         let rows = stmt.query_map([job_id], |r| {
-            let hash = match r.get::<_, Option<String>>(2)? {
-                Some(blake3) => Some(ContentHash {
-                    blake3,
-                    sha256: r.get(3)?,
-                    size: r.get::<_, i64>(4)? as u64,
-                }),
-                None => None,
-            };
+            let hash = hash_from(r.get(2)?, r.get(3)?, r.get(4)?);
             Ok((
                 r.get::<_, String>(0)?,
                 Edge {
@@ -238,14 +231,7 @@ impl Store {
                  ORDER BY f.path",
             )?;
             let rows = stmt.query_map([], |r| {
-                let hash = match r.get::<_, Option<String>>(1)? {
-                    Some(blake3) => Some(ContentHash {
-                        blake3,
-                        sha256: r.get(2)?,
-                        size: r.get::<_, i64>(3)? as u64,
-                    }),
-                    None => None,
-                };
+                let hash = hash_from(r.get(1)?, r.get(2)?, r.get(3)?);
                 Ok((
                     lossy(r.get_ref(0)?.as_bytes().unwrap_or_default()),
                     hash,

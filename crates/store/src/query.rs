@@ -138,7 +138,7 @@ fn summary_from_row(r: &Row) -> rusqlite::Result<JobSummary> {
     })
 }
 
-fn hash_from(
+pub(crate) fn hash_from(
     blake3: Option<String>,
     sha256: Option<String>,
     size: Option<i64>,
