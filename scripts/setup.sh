@@ -19,8 +19,11 @@ if ! command -v cargo >/dev/null 2>&1; then
     exit 1
 fi
 
-# numpy is one of the coverage workloads (np.save / np.load under roar run).
-if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import numpy' >/dev/null 2>&1; then
-    echo "setup: installing numpy" >&2
-    python3 -m pip install --quiet --disable-pip-version-check numpy
+# numpy is one of the coverage workloads (np.save / np.load under roar run); jsonschema, prov and
+# openlineage-python validate `roar export` (tests/data/validate_export.py). Pinned for repeatability.
+PY_PACKAGES=(numpy jsonschema==4.26.0 prov==3.2.3 openlineage-python==1.54.0)
+if ! python3 -c 'import numpy, jsonschema, prov, openlineage.client' >/dev/null 2>&1 \
+    || [ "$(python3 -c 'import importlib.metadata as m; print(m.version("openlineage-python"), m.version("prov"))' 2>/dev/null)" != "1.54.0 3.2.3" ]; then
+    echo "setup: installing python packages: ${PY_PACKAGES[*]}" >&2
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "${PY_PACKAGES[@]}"
 fi

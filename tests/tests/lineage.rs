@@ -3,6 +3,8 @@
 
 mod common;
 
+use std::path::Path;
+
 use common::{snapshot, stderr, stdout, Project};
 
 /// A three-step pipeline run for real under `roar run`.
@@ -118,4 +120,196 @@ fn reproduce_prints_the_steps_and_run_rebuilds_and_verifies() {
         "{}",
         stderr(&out)
     );
+}
+
+fn json(out: &std::process::Output) -> serde_json::Value {
+    assert!(out.status.success(), "{}", stderr(out));
+    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+}
+
+#[test]
+fn diff_names_what_changed_between_two_runs() {
+    let p = pipeline();
+    let old_hash = json(&p.roar(["show", "tagged.txt", "--json"]))["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["role"] == "output")
+        .unwrap()["hash"]["blake3"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // New raw data, and the tag step re-run with an extra variable.
+    p.write("raw.txt", b"3\n1\n2\n4\n");
+    assert!(p
+        .roar([
+            "run",
+            "--name",
+            "sort",
+            "--",
+            "sh",
+            "-c",
+            "sort raw.txt > sorted.txt"
+        ])
+        .status
+        .success());
+    let out = p
+        .cmd([
+            "run",
+            "--name",
+            "tag",
+            "--",
+            "sh",
+            "-c",
+            "cat conf.txt sorted.txt > tagged.txt",
+        ])
+        .env("ROAR_IT_EXTRA", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // Artifact against artifact: the direct and the root inputs that changed.
+    let d = json(&p.roar(["diff", &old_hash[..12], "tagged.txt", "--json"]));
+    assert_eq!(
+        (d["a_job"].as_i64(), d["b_job"].as_i64()),
+        (Some(2), Some(5))
+    );
+    let changed = |key: &str| -> Vec<(String, String)> {
+        d[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                let path = c["path"].as_str().unwrap();
+                let name = path.rsplit('/').next().unwrap().to_owned();
+                (name, c["change"].as_str().unwrap().to_owned())
+            })
+            .collect()
+    };
+    assert_eq!(
+        changed("inputs"),
+        [("sorted.txt".into(), "modified".into())]
+    );
+    assert_eq!(
+        changed("root_inputs"),
+        [("raw.txt".into(), "modified".into())]
+    );
+    assert_eq!(
+        changed("outputs"),
+        [("tagged.txt".into(), "modified".into())]
+    );
+    assert_eq!(d["same_inputs"], 1, "conf.txt is unchanged");
+    assert!(d["argv"].is_null(), "same command: {}", d["argv"]);
+    let env: Vec<&str> = d["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(env, ["ROAR_IT_EXTRA"]);
+
+    // Jobs by id, in text: the different commands show.
+    let text = stdout(&p.roar(["diff", "1", "2"]));
+    assert!(text.contains("argv"), "{text}");
+    assert!(text.contains("~ ") || text.contains("+ "), "{text}");
+    let same = stdout(&p.roar(["diff", "2", "2"]));
+    assert!(same.contains("same job"), "{same}");
+
+    // A root input has no provenance to compare: one line, not-found class of error.
+    let out = p.roar(["diff", "raw.txt", "tagged.txt"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("is a root input"), "{}", stderr(&out));
+    let out = p.roar(["diff", "99", "2"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+}
+
+/// Runs the third-party validators of tests/data/validate_export.py on an export.
+fn validate(kind: &str, text: &[u8]) {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), text).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/validate_export.py");
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .arg(kind)
+        .arg(file.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{kind} export is invalid:\n{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+}
+
+#[test]
+fn export_prov_json_is_valid_and_complete() {
+    if !common::require_python_modules(&["jsonschema", "prov"]) {
+        return;
+    }
+    let p = pipeline();
+    let out = p.roar(["export", "--all", "--format", "prov-json"]);
+    let doc = json(&out);
+    validate("prov-json", &out.stdout);
+    assert_eq!(doc["activity"].as_object().unwrap().len(), 3);
+    // report.txt derives from tagged.txt and sorted.txt; its entity is named by its hash.
+    let report = json(&p.roar(["show", "report.txt", "--json"]))["history"][0]["hash"]["blake3"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let from: Vec<&str> = doc["wasDerivedFrom"]
+        .as_object()
+        .unwrap()
+        .values()
+        .filter(|d| d["prov:generatedEntity"] == format!("b3:{report}"))
+        .map(|d| d["prov:usedEntity"].as_str().unwrap())
+        .collect();
+    assert_eq!(from.len(), 2, "{from:?}");
+    // Only the lineage of sorted.txt: one job.
+    let one = json(&p.roar(["export", "sorted.txt"]));
+    assert_eq!(one["activity"].as_object().unwrap().len(), 1);
+    let out = p.roar(["export"]);
+    assert_eq!(out.status.code(), Some(2), "a target or --all is required");
+}
+
+#[test]
+fn export_openlineage_events_are_accepted_by_the_openlineage_client() {
+    if !common::require_python_modules(&["openlineage.client"]) {
+        return;
+    }
+    let p = pipeline();
+    // A failing job gives a FAIL event.
+    let out = p.roar(["run", "--", "sh", "-c", "cat raw.txt > copy.txt; exit 3"]);
+    assert_eq!(out.status.code(), Some(3));
+    let out = p.roar(["export", "--all", "--format", "openlineage"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    validate("openlineage", &out.stdout);
+    let events: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let types: Vec<&str> = events
+        .iter()
+        .map(|e| e["eventType"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        types,
+        ["START", "COMPLETE", "START", "COMPLETE", "START", "COMPLETE", "START", "FAIL"]
+    );
+    // The sort step's output is the tag step's input, as the same dataset and version.
+    let out_ds = &events[1]["outputs"][0];
+    let in_ds = events[3]["inputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == out_ds["name"])
+        .expect("sorted.txt is an input of the tag step");
+    assert_eq!(in_ds["namespace"], out_ds["namespace"]);
+    assert_eq!(
+        in_ds["facets"]["version"]["datasetVersion"],
+        out_ds["facets"]["version"]["datasetVersion"]
+    );
+    // Exporting twice gives the same run ids.
+    let again = p.roar(["export", "--all", "--format", "openlineage"]);
+    assert_eq!(again.stdout, out.stdout);
 }

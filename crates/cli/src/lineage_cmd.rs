@@ -16,7 +16,7 @@ use crate::fmt::{self, bold, rel, short_hash};
 use crate::query_cmd::{classify, Target};
 
 /// Resolves a PATH or HASH argument to the artifact it names.
-fn resolve(store: &Store, what: &OsStr) -> anyhow::Result<ContentHash> {
+pub(crate) fn resolve(store: &Store, what: &OsStr) -> anyhow::Result<ContentHash> {
     let cwd = std::env::current_dir()?;
     Ok(match classify(what, &cwd) {
         Target::Hash(prefix) => store.resolve_hash(&prefix)?,

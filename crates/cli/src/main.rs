@@ -1,6 +1,8 @@
 //! The `roar` command: argument parsing, dispatch, and turning errors into one line and an exit code.
 
 mod config;
+mod diff_cmd;
+mod export_cmd;
 mod fmt;
 mod hash_cmd;
 mod lineage_cmd;
@@ -104,6 +106,25 @@ enum Command {
         #[arg(long)]
         run: bool,
     },
+    /// What differs between the provenance of two jobs or artifacts: argv, code, environment, inputs.
+    Diff {
+        /// A job id, a path, or a blake3 hash prefix.
+        a: OsString,
+        /// A job id, a path, or a blake3 hash prefix.
+        b: OsString,
+    },
+    /// Export the lineage graph as W3C PROV-JSON or OpenLineage run events (one per line).
+    Export {
+        /// Output format.
+        #[arg(long, value_enum, default_value = "prov-json")]
+        format: export_cmd::Format,
+        /// Export only the lineage of this path or hash prefix.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        what: Option<OsString>,
+        /// Export every job of the project.
+        #[arg(long)]
+        all: bool,
+    },
     /// Files whose content no longer matches what was recorded, stale outputs, untracked files.
     Status,
     /// Run a command and record every file it reads and writes.
@@ -154,6 +175,12 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Dag { dot, svg } => lineage_cmd::dag(dot, svg, json)?,
         Command::Reproduce { what, run } => return lineage_cmd::reproduce(&what, run, json),
         Command::Status => lineage_cmd::status(json)?,
+        Command::Diff { a, b } => diff_cmd::diff(&a, &b, json)?,
+        Command::Export {
+            format,
+            what,
+            all: _,
+        } => export_cmd::export(what.as_deref(), format)?,
         Command::Run(args) => return run_cmd::run(args),
         Command::Tracer { command } => return run_cmd::tracer(command, json),
     }

@@ -25,8 +25,13 @@ pub struct Step {
     pub argv: Vec<std::ffi::OsString>,
     pub cwd: String,
     pub started_ns: i64,
+    pub ended_ns: Option<i64>,
+    /// running | exited | signaled | failed_to_start
+    pub status: String,
+    pub exit_code: Option<i32>,
     pub git_commit: Option<String>,
     pub git_dirty: Option<bool>,
+    pub host: Option<String>,
     pub inputs: Vec<Edge>,
     pub outputs: Vec<Edge>,
 }
@@ -96,23 +101,32 @@ impl Store {
     }
 
     fn step(&self, job_id: i64) -> rusqlite::Result<Step> {
-        let (name, argv, cwd, started_ns, git_commit, git_dirty) = self
+        let mut step = self
             .conn
             .prepare_cached(
-                "SELECT name, argv, cwd, started_ns, git_commit, git_dirty FROM jobs WHERE id = ?1",
+                "SELECT name, argv, cwd, started_ns, ended_ns, status, exit_code, git_commit, git_dirty, host
+                 FROM jobs WHERE id = ?1",
             )?
             .query_row([job_id], |r| {
-                Ok((
-                    r.get::<_, Option<String>>(0)?,
-                    r.get_ref(1)?
+                Ok(Step {
+                    job_id,
+                    name: r.get(0)?,
+                    argv: r
+                        .get_ref(1)?
                         .as_bytes()
                         .map(argv_from_blob)
                         .unwrap_or_default(),
-                    lossy(r.get_ref(2)?.as_bytes().unwrap_or_default()),
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                ))
+                    cwd: lossy(r.get_ref(2)?.as_bytes().unwrap_or_default()),
+                    started_ns: r.get(3)?,
+                    ended_ns: r.get(4)?,
+                    status: r.get(5)?,
+                    exit_code: r.get(6)?,
+                    git_commit: r.get(7)?,
+                    git_dirty: r.get(8)?,
+                    host: r.get(9)?,
+                    inputs: Vec::new(),
+                    outputs: Vec::new(),
+                })
             })?;
         let mut stmt = self.conn.prepare_cached(
             "SELECT f.role, f.path, a.blake3, a.sha256, a.size FROM job_files f
@@ -130,7 +144,6 @@ impl Store {
                 },
             ))
         })?;
-        let (mut inputs, mut outputs) = (Vec::new(), Vec::new());
         for row in rows {
             let (role, mut edge) = row?;
             if role == "input" {
@@ -147,22 +160,12 @@ impl Store {
                         .optional()?,
                     None => None,
                 };
-                inputs.push(edge);
+                step.inputs.push(edge);
             } else {
-                outputs.push(edge);
+                step.outputs.push(edge);
             }
         }
-        Ok(Step {
-            job_id,
-            name,
-            argv,
-            cwd,
-            started_ns,
-            git_commit,
-            git_dirty,
-            inputs,
-            outputs,
-        })
+        Ok(step)
     }
 
     /// The jobs upstream of `target`, oldest first, and the root inputs they start from.

@@ -135,6 +135,29 @@ pub fn require_tool(tool: &str) -> bool {
     found
 }
 
+/// Skips (loudly) or fails (under CI=true) when a Python module is not importable.
+pub fn require_python_modules(modules: &[&str]) -> bool {
+    let imports = modules
+        .iter()
+        .map(|m| format!("import {m}"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let found = Command::new("python3")
+        .args(["-c", &imports])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            !strict(),
+            "python modules {modules:?} are required under CI=true but are not installed"
+        );
+        eprintln!(
+            "SKIPPED: python modules {modules:?} are missing (install them with scripts/setup.sh)"
+        );
+    }
+    found
+}
+
 /// Compares `actual` with the golden file tests/snapshots/NAME; UPDATE_SNAPSHOTS=1 rewrites it.
 pub fn snapshot(name: &str, actual: &str) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -1,0 +1,276 @@
+//! `roar diff A B`: what differs between the provenance of two jobs or two artifacts.
+//!
+//! An artifact stands for the job that produced it. Compared: argv, working directory, code (git
+//! commit and dirty state), environment, the direct inputs and outputs by path, and for artifacts
+//! also the root inputs of their whole lineage, where a changed dataset many steps up shows.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsStr;
+use std::io::Write;
+use std::path::Path;
+
+use roar_store::{ContentHash, JobDetail, Role, Store};
+use serde::Serialize;
+
+use crate::fmt::{self, bold, rel, short_hash};
+use crate::query_cmd::{classify, Target};
+
+/// One side of the comparison.
+struct Side {
+    label: String,
+    job: JobDetail,
+    /// Root inputs of the artifact's lineage, by path; None when the side is a job.
+    roots: Option<BTreeMap<String, Option<ContentHash>>>,
+}
+
+#[derive(Serialize)]
+struct Change<T> {
+    a: T,
+    b: T,
+}
+
+#[derive(Serialize)]
+struct FileChange {
+    path: String,
+    /// modified | added (only in B) | removed (only in A)
+    change: &'static str,
+    a: Option<ContentHash>,
+    b: Option<ContentHash>,
+}
+
+#[derive(Serialize)]
+struct EnvChange {
+    name: String,
+    a: Option<String>,
+    b: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Diff {
+    a_job: i64,
+    b_job: i64,
+    argv: Option<Change<Vec<String>>>,
+    cwd: Option<Change<String>>,
+    git: Option<Change<String>>,
+    env: Vec<EnvChange>,
+    inputs: Vec<FileChange>,
+    outputs: Vec<FileChange>,
+    root_inputs: Vec<FileChange>,
+    /// Direct inputs with the same path and content on both sides.
+    same_inputs: usize,
+}
+
+fn side(store: &Store, what: &OsStr) -> anyhow::Result<Side> {
+    let cwd = std::env::current_dir()?;
+    let label = what.to_string_lossy().into_owned();
+    let artifact = match classify(what, &cwd) {
+        Target::Job(id) => {
+            return Ok(Side {
+                label: format!("job {id}"),
+                job: store.job(id)?,
+                roots: None,
+            })
+        }
+        Target::Hash(prefix) => store.resolve_hash(&prefix)?,
+        Target::Path(path) => store.artifact_at(&std::fs::canonicalize(&path).unwrap_or(path))?,
+    };
+    let lineage = store.lineage(&artifact)?;
+    let Some(last) = lineage.steps.last() else {
+        anyhow::bail!(
+            "{label} ({}) is a root input: no recorded job made it, so it has no provenance to compare",
+            short_hash(&artifact)
+        );
+    };
+    // The producer is the newest step of the lineage (steps are oldest first).
+    let producer = lineage
+        .steps
+        .iter()
+        .rev()
+        .find(|s| {
+            s.outputs
+                .iter()
+                .any(|o| o.hash.as_ref().is_some_and(|h| h.blake3 == artifact.blake3))
+        })
+        .unwrap_or(last);
+    Ok(Side {
+        label: format!("{label} (job {})", producer.job_id),
+        job: store.job(producer.job_id)?,
+        roots: Some(
+            lineage
+                .roots
+                .into_iter()
+                .map(|r| (r.path, r.hash))
+                .collect(),
+        ),
+    })
+}
+
+fn files(job: &JobDetail, role: Role) -> BTreeMap<String, Option<ContentHash>> {
+    job.files
+        .iter()
+        .filter(|f| f.role == role)
+        .map(|f| (f.path.clone(), f.hash.clone()))
+        .collect()
+}
+
+fn compare(
+    a: &BTreeMap<String, Option<ContentHash>>,
+    b: &BTreeMap<String, Option<ContentHash>>,
+) -> (Vec<FileChange>, usize) {
+    let paths: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    let mut changes = Vec::new();
+    let mut same = 0;
+    for p in paths {
+        let (ha, hb) = (a.get(p), b.get(p));
+        let change = match (ha, hb) {
+            (Some(x), Some(y))
+                if x.as_ref().map(|h| &h.blake3) == y.as_ref().map(|h| &h.blake3) =>
+            {
+                same += 1;
+                continue;
+            }
+            (Some(_), Some(_)) => "modified",
+            (None, _) => "added",
+            (_, None) => "removed",
+        };
+        changes.push(FileChange {
+            path: p.clone(),
+            change,
+            a: ha.cloned().flatten(),
+            b: hb.cloned().flatten(),
+        });
+    }
+    (changes, same)
+}
+
+fn git_label(job: &JobDetail) -> String {
+    match &job.summary.git {
+        Some(g) => format!(
+            "{}{}",
+            g.commit
+                .as_deref()
+                .map(|c| &c[..12.min(c.len())])
+                .unwrap_or("no commit"),
+            if g.dirty { " (dirty)" } else { "" }
+        ),
+        None => "not a git tree".into(),
+    }
+}
+
+fn changed<T: PartialEq>(a: T, b: T) -> Option<Change<T>> {
+    (a != b).then_some(Change { a, b })
+}
+
+fn diff_of(a: &Side, b: &Side) -> Diff {
+    let (ja, jb) = (&a.job, &b.job);
+    let mut env = Vec::new();
+    let names: BTreeSet<&String> = ja.env.keys().chain(jb.env.keys()).collect();
+    for name in names {
+        let (va, vb) = (ja.env.get(name), jb.env.get(name));
+        if va != vb {
+            env.push(EnvChange {
+                name: name.clone(),
+                a: va.cloned(),
+                b: vb.cloned(),
+            });
+        }
+    }
+    let (inputs, same_inputs) = compare(&files(ja, Role::Input), &files(jb, Role::Input));
+    let (outputs, _) = compare(&files(ja, Role::Output), &files(jb, Role::Output));
+    let root_inputs = match (&a.roots, &b.roots) {
+        (Some(ra), Some(rb)) => compare(ra, rb).0,
+        _ => Vec::new(),
+    };
+    Diff {
+        a_job: ja.summary.id,
+        b_job: jb.summary.id,
+        argv: changed(ja.summary.argv.clone(), jb.summary.argv.clone()),
+        cwd: changed(ja.summary.cwd.clone(), jb.summary.cwd.clone()),
+        git: changed(git_label(ja), git_label(jb)),
+        env,
+        inputs,
+        outputs,
+        root_inputs,
+        same_inputs,
+    }
+}
+
+fn print_files(
+    out: &mut impl Write,
+    title: &str,
+    changes: &[FileChange],
+    root: &Path,
+) -> std::io::Result<()> {
+    let hash = |h: &Option<ContentHash>| h.as_ref().map(short_hash).unwrap_or_else(|| "?".into());
+    for (i, c) in changes.iter().enumerate() {
+        let head = if i == 0 { title } else { "" };
+        let path = rel(&c.path, root);
+        match c.change {
+            "modified" => writeln!(out, "{head:<12}~ {path}  {} -> {}", hash(&c.a), hash(&c.b))?,
+            "added" => writeln!(out, "{head:<12}+ {path}  {}  (only in B)", hash(&c.b))?,
+            _ => writeln!(out, "{head:<12}- {path}  {}  (only in A)", hash(&c.a))?,
+        }
+    }
+    Ok(())
+}
+
+pub fn diff(a: &OsStr, b: &OsStr, json: bool) -> anyhow::Result<()> {
+    let project = crate::project()?;
+    let store = Store::open(&project.db_path())?;
+    let (sa, sb) = (side(&store, a)?, side(&store, b)?);
+    let d = diff_of(&sa, &sb);
+    if json {
+        return fmt::print_json(&d);
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{} {}", bold("A:"), sa.label)?;
+    writeln!(out, "{} {}", bold("B:"), sb.label)?;
+    if sa.job.summary.id == sb.job.summary.id {
+        writeln!(out, "both were made by the same job")?;
+        return Ok(());
+    }
+    let mut any = false;
+    if let Some(c) = &d.argv {
+        writeln!(out, "{:<12}{}", "argv", c.a.join(" "))?;
+        writeln!(out, "{:<12}{}", "", c.b.join(" "))?;
+        any = true;
+    }
+    if let Some(c) = &d.cwd {
+        writeln!(out, "{:<12}{} -> {}", "cwd", c.a, c.b)?;
+        any = true;
+    }
+    if let Some(c) = &d.git {
+        writeln!(out, "{:<12}{} -> {}", "code", c.a, c.b)?;
+        any = true;
+    }
+    for (i, e) in d.env.iter().enumerate() {
+        let head = if i == 0 { "env" } else { "" };
+        match (&e.a, &e.b) {
+            (Some(x), Some(y)) => writeln!(out, "{head:<12}~ {}: {x} -> {y}", e.name)?,
+            (None, Some(y)) => writeln!(out, "{head:<12}+ {}={y}", e.name)?,
+            (Some(x), None) => writeln!(out, "{head:<12}- {}={x}", e.name)?,
+            (None, None) => {}
+        }
+        any = true;
+    }
+    print_files(&mut out, "inputs", &d.inputs, &project.root)?;
+    print_files(&mut out, "outputs", &d.outputs, &project.root)?;
+    print_files(&mut out, "root inputs", &d.root_inputs, &project.root)?;
+    any |= !(d.inputs.is_empty() && d.outputs.is_empty() && d.root_inputs.is_empty());
+    if d.same_inputs > 0 {
+        writeln!(
+            out,
+            "{:<12}{} identical input{}",
+            "",
+            d.same_inputs,
+            if d.same_inputs == 1 { "" } else { "s" }
+        )?;
+    }
+    if !any {
+        writeln!(
+            out,
+            "same provenance: argv, directory, code, environment and inputs are identical"
+        )?;
+    }
+    Ok(())
+}

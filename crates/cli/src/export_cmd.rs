@@ -1,0 +1,359 @@
+//! `roar export`: the recorded graph in the two standard lineage formats.
+//!
+//! - W3C PROV-JSON: one document; artifacts are entities named by content (`b3:<blake3>`), jobs
+//!   are activities, with `used`, `wasGeneratedBy` and `wasDerivedFrom` (every output of a job
+//!   derives from each of its inputs).
+//! - OpenLineage: newline-delimited run events, a START and a COMPLETE/FAIL per job, the form
+//!   OpenLineage's file transport writes and its HTTP endpoint accepts one line at a time. Files
+//!   are datasets in namespace `file://HOST` named by absolute path, S3 objects in `s3://BUCKET`
+//!   named by key; the content hash is the standard `datasetVersion` facet.
+//!
+//! The mapping is spelled out in docs/EXPORT.md; tests validate both against the published
+//! schema (PROV-JSON) and OpenLineage's own client model.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::io::Write;
+
+use roar_store::{shell_join, Edge, Project, Step};
+use serde_json::{json, Map, Value};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// W3C PROV-JSON document.
+    ProvJson,
+    /// OpenLineage run events, one JSON object per line.
+    Openlineage,
+}
+
+const PRODUCER: &str = concat!("urn:roar:", env!("CARGO_PKG_VERSION"));
+
+pub fn export(what: Option<&OsStr>, format: Format) -> anyhow::Result<()> {
+    let project = crate::project()?;
+    let store = roar_store::Store::open(&project.db_path())?;
+    let steps = match what {
+        Some(what) => {
+            let target = crate::lineage_cmd::resolve(&store, what)?;
+            store.lineage(&target)?.steps
+        }
+        None => store.dag()?.steps,
+    };
+    let mut out = std::io::stdout().lock();
+    match format {
+        Format::ProvJson => {
+            serde_json::to_writer_pretty(&mut out, &prov_json(&project, &steps))
+                .map_err(std::io::Error::from)?;
+            writeln!(out)?;
+        }
+        Format::Openlineage => {
+            for event in openlineage(&project, &steps) {
+                serde_json::to_writer(&mut out, &event).map_err(std::io::Error::from)?;
+                writeln!(out)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// RFC 3339 UTC with nanoseconds, as both formats want for times.
+fn rfc3339(ns: i64) -> String {
+    let (date_time, frac) = (crate::fmt::time_ns(ns), ns.rem_euclid(1_000_000_000));
+    format!("{}T{}.{frac:09}Z", &date_time[..10], &date_time[11..])
+}
+
+/// A short, stable identifier of this project, so ids from two stores do not collide.
+fn project_tag(project: &Project) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    blake3::hash(project.root.as_os_str().as_bytes()).to_hex()[..16].to_owned()
+}
+
+/// The host a job ran on, for `file://HOST` dataset namespaces.
+fn host(step: &Step) -> &str {
+    step.host.as_deref().unwrap_or("localhost")
+}
+
+fn prov_json(project: &Project, steps: &[Step]) -> Value {
+    let mut entity = Map::new();
+    let mut activity = Map::new();
+    let mut used = Map::new();
+    let mut generated = Map::new();
+    let mut derived = Map::new();
+    // Content without a hash (unreadable, changed while read) is still an entity, per job and path.
+    let entity_id = |job: i64, e: &Edge| match &e.hash {
+        Some(h) => format!("b3:{}", h.blake3),
+        None => format!(
+            "roar:unhashed-{job}-{}",
+            blake3::hash(e.path.as_bytes()).to_hex()
+        ),
+    };
+    let mut locations: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for s in steps {
+        let act = format!("roar:job-{}", s.job_id);
+        let mut a = Map::new();
+        a.insert("prov:startTime".into(), json!(rfc3339(s.started_ns)));
+        if let Some(end) = s.ended_ns {
+            a.insert("prov:endTime".into(), json!(rfc3339(end)));
+        }
+        a.insert("prov:type".into(), json!("roar:Job"));
+        a.insert("prov:label".into(), json!(shell_join(&s.argv)));
+        a.insert(
+            "roar:argv".into(),
+            json!(s
+                .argv
+                .iter()
+                .map(|x| x.to_string_lossy())
+                .collect::<Vec<_>>()),
+        );
+        a.insert("roar:cwd".into(), json!(s.cwd));
+        a.insert("roar:status".into(), json!(s.status));
+        if let Some(code) = s.exit_code {
+            a.insert("roar:exitCode".into(), json!(code));
+        }
+        if let Some(name) = &s.name {
+            a.insert("roar:name".into(), json!(name));
+        }
+        if let Some(commit) = &s.git_commit {
+            a.insert("roar:gitCommit".into(), json!(commit));
+        }
+        if let Some(dirty) = s.git_dirty {
+            a.insert("roar:gitDirty".into(), json!(dirty));
+        }
+        activity.insert(act.clone(), Value::Object(a));
+
+        let mut edge_entities = |e: &Edge| {
+            let id = entity_id(s.job_id, e);
+            let paths = locations.entry(id.clone()).or_default();
+            if !paths.contains(&e.path) {
+                paths.push(e.path.clone());
+            }
+            if !entity.contains_key(&id) {
+                let mut en = Map::new();
+                en.insert("prov:type".into(), json!("roar:Content"));
+                if let Some(h) = &e.hash {
+                    en.insert("roar:blake3".into(), json!(h.blake3));
+                    en.insert("roar:size".into(), json!(h.size));
+                    if let Some(sha) = &h.sha256 {
+                        en.insert("roar:sha256".into(), json!(sha));
+                    }
+                }
+                entity.insert(id.clone(), Value::Object(en));
+            }
+            id
+        };
+        let inputs: Vec<String> = s.inputs.iter().map(&mut edge_entities).collect();
+        let outputs: Vec<String> = s.outputs.iter().map(&mut edge_entities).collect();
+        for (i, (id, e)) in inputs.iter().zip(&s.inputs).enumerate() {
+            used.insert(
+                format!("roar:use-{}-{i}", s.job_id),
+                json!({"prov:activity": act, "prov:entity": id, "roar:path": e.path}),
+            );
+        }
+        for (o, (id, e)) in outputs.iter().zip(&s.outputs).enumerate() {
+            let mut g = json!({"prov:activity": act, "prov:entity": id, "roar:path": e.path});
+            if let Some(end) = s.ended_ns {
+                g["prov:time"] = json!(rfc3339(end));
+            }
+            generated.insert(format!("roar:gen-{}-{o}", s.job_id), g);
+            for (i, input) in inputs.iter().enumerate() {
+                derived.insert(
+                    format!("roar:der-{}-{o}-{i}", s.job_id),
+                    json!({
+                        "prov:generatedEntity": id,
+                        "prov:usedEntity": input,
+                        "prov:activity": act,
+                        "prov:generation": format!("roar:gen-{}-{o}", s.job_id),
+                        "prov:usage": format!("roar:use-{}-{i}", s.job_id),
+                    }),
+                );
+            }
+        }
+    }
+    for (id, paths) in locations {
+        if let Some(Value::Object(en)) = entity.get_mut(&id) {
+            let value = if paths.len() == 1 {
+                json!(paths[0])
+            } else {
+                json!(paths)
+            };
+            en.insert("prov:location".into(), value);
+        }
+    }
+    json!({
+        "prefix": {
+            "roar": format!("urn:roar:project:{}:", project_tag(project)),
+            "b3": "urn:blake3:",
+        },
+        "entity": entity,
+        "activity": activity,
+        "used": used,
+        "wasGeneratedBy": generated,
+        "wasDerivedFrom": derived,
+    })
+}
+
+/// A version-8 UUID (RFC 9562, application-defined) from the project and job, so exporting the
+/// same job twice gives the same runId.
+fn run_id(project_tag: &str, step: &Step) -> String {
+    let h = blake3::hash(format!("{project_tag}/{}/{}", step.job_id, step.started_ns).as_bytes());
+    let mut b: [u8; 16] = h.as_bytes()[..16].try_into().expect("16 bytes");
+    b[6] = (b[6] & 0x0f) | 0x80;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let x: String = b.iter().map(|v| format!("{v:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &x[..8],
+        &x[8..12],
+        &x[12..16],
+        &x[16..20],
+        &x[20..]
+    )
+}
+
+fn facet(schema: &str, fields: Value) -> Value {
+    let mut f = json!({"_producer": PRODUCER, "_schemaURL": schema});
+    if let (Value::Object(f), Value::Object(fields)) = (&mut f, fields) {
+        f.extend(fields);
+    }
+    f
+}
+
+fn dataset(e: &Edge, host: &str) -> Value {
+    let (namespace, name) = match e.path.strip_prefix("s3://") {
+        Some(rest) => {
+            let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+            (format!("s3://{bucket}"), key.to_owned())
+        }
+        None => (format!("file://{host}"), e.path.clone()),
+    };
+    let mut facets = Map::new();
+    if let Some(h) = &e.hash {
+        facets.insert(
+            "version".into(),
+            facet(
+                "https://openlineage.io/spec/facets/1-0-1/DatasetVersionDatasetFacet.json#/$defs/DatasetVersionDatasetFacet",
+                json!({"datasetVersion": format!("blake3:{}", h.blake3)}),
+            ),
+        );
+        let mut content = json!({"blake3": h.blake3, "size": h.size});
+        if let Some(sha) = &h.sha256 {
+            content["sha256"] = json!(sha);
+        }
+        facets.insert(
+            "roar_content".into(),
+            facet("urn:roar:facet:ContentDatasetFacet", content),
+        );
+    }
+    json!({"namespace": namespace, "name": name, "facets": facets})
+}
+
+fn openlineage(project: &Project, steps: &[Step]) -> Vec<Value> {
+    let tag = project_tag(project);
+    // Jobs are named within their project.
+    let namespace = format!("roar://{}", project.root.display());
+    let mut events = Vec::new();
+    for s in steps {
+        let run_id = run_id(&tag, s);
+        let job = json!({
+            "namespace": namespace,
+            "name": s.name.clone().unwrap_or_else(|| shell_join(&s.argv)),
+            "facets": {
+                "jobType": facet(
+                    "https://openlineage.io/spec/facets/2-0-4/JobTypeJobFacet.json#/$defs/JobTypeJobFacet",
+                    json!({"processingType": "BATCH", "integration": "ROAR", "jobType": "COMMAND"}),
+                ),
+            },
+        });
+        let mut roar = json!({
+            "jobId": s.job_id,
+            "argv": s.argv.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
+            "cwd": s.cwd,
+            "status": s.status,
+        });
+        if let Some(code) = s.exit_code {
+            roar["exitCode"] = json!(code);
+        }
+        if let Some(commit) = &s.git_commit {
+            roar["gitCommit"] = json!(commit);
+        }
+        if let Some(dirty) = s.git_dirty {
+            roar["gitDirty"] = json!(dirty);
+        }
+        let run_facets = json!({
+            "processing_engine": facet(
+                "https://openlineage.io/spec/facets/1-1-1/ProcessingEngineRunFacet.json#/$defs/ProcessingEngineRunFacet",
+                json!({"version": env!("CARGO_PKG_VERSION"), "name": "roar"}),
+            ),
+            "roar": facet("urn:roar:facet:JobRunFacet", roar),
+        });
+        let inputs: Vec<Value> = s.inputs.iter().map(|e| dataset(e, host(s))).collect();
+        let outputs: Vec<Value> = s.outputs.iter().map(|e| dataset(e, host(s))).collect();
+        events.push(json!({
+            "eventType": "START",
+            "eventTime": rfc3339(s.started_ns),
+            "producer": PRODUCER,
+            "schemaURL": "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent",
+            "run": {"runId": run_id, "facets": run_facets},
+            "job": job,
+            "inputs": inputs,
+            "outputs": [],
+        }));
+        let finished = match s.status.as_str() {
+            "running" => continue,
+            "exited" if s.exit_code == Some(0) => "COMPLETE",
+            _ => "FAIL",
+        };
+        events.push(json!({
+            "eventType": finished,
+            "eventTime": rfc3339(s.ended_ns.unwrap_or(s.started_ns)),
+            "producer": PRODUCER,
+            "schemaURL": "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent",
+            "run": {"runId": run_id, "facets": run_facets},
+            "job": job,
+            "inputs": inputs,
+            "outputs": outputs,
+        }));
+    }
+    events
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_keeps_nanoseconds() {
+        assert_eq!(
+            rfc3339(1_700_000_000_123_456_789),
+            "2023-11-14T22:13:20.123456789Z"
+        );
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000000000Z");
+    }
+
+    #[test]
+    fn run_ids_are_version_8_uuids_and_stable() {
+        let step = Step {
+            job_id: 7,
+            name: None,
+            argv: vec![],
+            cwd: "/".into(),
+            started_ns: 1,
+            ended_ns: None,
+            status: "exited".into(),
+            exit_code: Some(0),
+            git_commit: None,
+            git_dirty: None,
+            inputs: vec![],
+            outputs: vec![],
+        };
+        let id = run_id("abc", &step);
+        assert_eq!(id, run_id("abc", &step));
+        assert_ne!(id, run_id("abd", &step));
+        let parts: Vec<&str> = id.split('-').collect();
+        assert_eq!(
+            parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
+            [8, 4, 4, 4, 12]
+        );
+        assert!(parts[2].starts_with('8'));
+        assert!(matches!(&parts[3][..1], "8" | "9" | "a" | "b"));
+    }
+}
