@@ -342,6 +342,7 @@ mod tests {
             exit_code: Some(0),
             git_commit: None,
             git_dirty: None,
+            host: None,
             inputs: vec![],
             outputs: vec![],
         };
