@@ -41,7 +41,7 @@ pub fn export(what: Option<&OsStr>, format: Format) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     match format {
         Format::ProvJson => {
-            serde_json::to_writer_pretty(&mut out, &prov_json(&project, &steps))
+            serde_json::to_writer(&mut out, &prov_json(&project, &steps))
                 .map_err(std::io::Error::from)?;
             writeln!(out)?;
         }
