@@ -4,7 +4,7 @@
 set -euo pipefail
 
 need_apt=()
-for pkg in clang libelf-dev zlib1g-dev pkg-config make b3sum strace hyperfine git gcc; do
+for pkg in clang libelf-dev zlib1g-dev pkg-config make b3sum strace hyperfine git gcc graphviz; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -38,6 +38,20 @@ fn dag_text_golden() {
 }
 
 #[test]
+fn dag_svg_renders_with_graphviz() {
+    let p = pipeline();
+    if !common::require_tool("dot") {
+        return;
+    }
+    let svg = p.path().join("graph.svg");
+    let out = p.roar(["dag", "--svg", svg.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.contains("<svg"), "{text}");
+    assert_eq!(text.matches("class=\"node\"").count(), 3 + 5, "3 jobs, 5 contents: {text}");
+}
+
+#[test]
 fn lineage_and_inputs_walk_to_the_root_inputs() {
     let p = pipeline();
     let out = p.roar(["inputs", "report.txt"]);
