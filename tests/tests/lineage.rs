@@ -48,7 +48,11 @@ fn dag_svg_renders_with_graphviz() {
     assert!(out.status.success(), "{}", stderr(&out));
     let text = std::fs::read_to_string(&svg).unwrap();
     assert!(text.contains("<svg"), "{text}");
-    assert_eq!(text.matches("class=\"node\"").count(), 3 + 5, "3 jobs, 5 contents: {text}");
+    assert_eq!(
+        text.matches("class=\"node\"").count(),
+        3 + 5,
+        "3 jobs, 5 contents: {text}"
+    );
 }
 
 #[test]

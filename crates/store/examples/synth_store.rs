@@ -43,8 +43,15 @@ fn file(role: Role, path: String, hash: ContentHash) -> FileRecord {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let dir = PathBuf::from(args.next().ok_or("usage: synth_store DIR [JOBS] [EDGES_PER_JOB]")?);
-    let jobs: usize = args.next().map(|s| s.parse()).transpose()?.unwrap_or(10_000);
+    let dir = PathBuf::from(
+        args.next()
+            .ok_or("usage: synth_store DIR [JOBS] [EDGES_PER_JOB]")?,
+    );
+    let jobs: usize = args
+        .next()
+        .map(|s| s.parse())
+        .transpose()?
+        .unwrap_or(10_000);
     let edges: usize = args.next().map(|s| s.parse()).transpose()?.unwrap_or(100);
     std::fs::create_dir_all(&dir)?;
     let (project, _) = Project::init(&dir)?;
@@ -87,7 +94,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         writer.record_job(JobRecord {
             name: Some(format!("p{pipeline}-step{step}")),
-            argv: vec!["python".into(), "step.py".into(), format!("--step={step}").into()],
+            argv: vec![
+                "python".into(),
+                "step.py".into(),
+                format!("--step={step}").into(),
+            ],
             cwd: dir.clone(),
             started_ns: 1_700_000_000_000_000_000 + j as i64 * 1_000_000_000,
             ended_ns: Some(1_700_000_000_000_000_000 + j as i64 * 1_000_000_000 + 500_000_000),
@@ -109,10 +120,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     // The last pipeline's final output and one of its root inputs, for the benchmark.
     let last = jobs - 1;
-    println!(
-        "{root}/p{}/step{}/part-0.bin",
-        last / STEPS,
-        last % STEPS
-    );
+    println!("{root}/p{}/step{}/part-0.bin", last / STEPS, last % STEPS);
     Ok(())
 }
