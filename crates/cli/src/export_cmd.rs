@@ -300,6 +300,8 @@ fn openlineage(project: &Project, steps: &[Step]) -> Vec<Value> {
         let finished = match s.status.as_str() {
             "running" => continue,
             "exited" if s.exit_code == Some(0) => "COMPLETE",
+            // A job the mount saw end without an observable exit status.
+            "ended" => "COMPLETE",
             _ => "FAIL",
         };
         events.push(json!({

@@ -6,6 +6,7 @@ mod export_cmd;
 mod fmt;
 mod hash_cmd;
 mod lineage_cmd;
+mod mount_cmd;
 mod query_cmd;
 mod run_cmd;
 
@@ -127,6 +128,13 @@ enum Command {
     },
     /// Files whose content no longer matches what was recorded, stale outputs, untracked files.
     Status,
+    /// Mount roarfs over DIR, in place: everything read or written under DIR is recorded.
+    Mount(mount_cmd::MountArgs),
+    /// Unmount a `roar mount`, recording its remaining jobs.
+    Unmount {
+        /// The mounted directory.
+        dir: PathBuf,
+    },
     /// Run a command and record every file it reads and writes.
     Run(run_cmd::RunArgs),
     /// Inspect the tracer backends.
@@ -182,6 +190,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             all: _,
         } => export_cmd::export(what.as_deref(), format)?,
         Command::Run(args) => return run_cmd::run(args),
+        Command::Mount(args) => return mount_cmd::mount(args, json),
+        Command::Unmount { dir } => return mount_cmd::unmount(&dir),
         Command::Tracer { command } => return run_cmd::tracer(command, json),
     }
     Ok(ExitCode::SUCCESS)

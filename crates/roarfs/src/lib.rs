@@ -1,1 +1,150 @@
-//! roarfs: the FUSE passthrough filesystem behind `roar mount` (filled by the mount issue).
+//! roarfs: the filesystem behind `roar mount DIR`. Mounted in place over DIR, it serves DIR's
+//! own contents (reached through an fd opened before the mount) and records, per job, every file
+//! opened, written, renamed or deleted through it, with content hashes computed inline.
+//!
+//! - [`fs`]: the FUSE operations, inodes, passthrough, inline hashing.
+//! - [`jobs`]: which job an access belongs to, and each live job's files until it is recorded.
+//! - [`sys`]: the fd-relative syscalls.
+
+pub mod fs;
+pub mod jobs;
+pub mod sys;
+
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use fs::RoarFs;
+pub use jobs::Jobs;
+
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    #[error("cannot open {path}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot mount roarfs on {path}")]
+    Mount {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] roar_store::StoreError),
+}
+
+/// A live mount: dropping it (or calling [`Mounted::unmount`]) unmounts and records every job.
+pub struct Mounted {
+    session: Option<fuser::BackgroundSession>,
+    jobs: Arc<Jobs>,
+    path: PathBuf,
+}
+
+/// Mounts roarfs in place over `dir`, recording into the store at `db`.
+pub fn mount(dir: &Path, db: &Path) -> Result<Mounted, MountError> {
+    let root_fd: OwnedFd = std::fs::File::open(dir)
+        .and_then(|f| sys::open_path(std::os::fd::AsFd::as_fd(&f), ".".as_ref()))
+        .map_err(|source| MountError::Open {
+            path: dir.to_owned(),
+            source,
+        })?;
+    let writer = roar_store::Writer::start(db)?;
+    let jobs = Arc::new(Jobs::new(writer));
+    let fs = RoarFs::new(root_fd, dir.to_owned(), jobs.clone(), Some(db)).map_err(|source| {
+        MountError::Open {
+            path: dir.to_owned(),
+            source,
+        }
+    })?;
+    let mut config = fuser::Config::default();
+    config.mount_options = vec![
+        fuser::MountOption::FSName("roarfs".into()),
+        fuser::MountOption::Subtype("roarfs".into()),
+        fuser::MountOption::DefaultPermissions,
+    ];
+    config.acl = fuser::SessionACL::All;
+    // Hashing on open or release blocks one thread; keep others serving.
+    config.n_threads = Some(4);
+    let session = fuser::Session::new(fs, dir, &config)
+        .and_then(|s| s.spawn())
+        .map_err(|source| MountError::Mount {
+            path: dir.to_owned(),
+            source,
+        })?;
+    Ok(Mounted {
+        session: Some(session),
+        jobs,
+        path: dir.to_owned(),
+    })
+}
+
+impl Mounted {
+    /// Records the jobs whose root process has exited; call it every few hundred milliseconds.
+    pub fn tick(&self) -> Vec<i64> {
+        self.jobs.finish(false)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Unmounts (lazily if files are still open), then records every remaining job.
+    pub fn unmount(mut self) -> Vec<i64> {
+        self.stop()
+    }
+
+    fn stop(&mut self) -> Vec<i64> {
+        if let Some(session) = self.session.take() {
+            if session.umount_and_join().is_err() {
+                let _ = sys::umount_detach(&self.path);
+            }
+        }
+        let ids = self.jobs.finish(true);
+        self.jobs.flush();
+        ids
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if self.session.is_some() {
+            self.stop();
+        }
+    }
+}
+
+/// How often a daemon records jobs whose root process has exited.
+pub const TICK: Duration = Duration::from_millis(200);
+
+/// Runs a mount until SIGTERM, SIGINT or SIGHUP: mounts, calls `ready` (so a parent waiting on a
+/// daemon can return), records finished jobs every [`TICK`], and on a signal unmounts and records
+/// the rest. Signals are blocked in every thread and taken synchronously here, so no handler runs
+/// inside the filesystem's threads.
+pub fn serve(
+    dir: &Path,
+    db: &Path,
+    ready: impl FnOnce(Result<(), &MountError>),
+) -> Result<Vec<i64>, MountError> {
+    let signals = sys::block_signals(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP]);
+    let mounted = match mount(dir, db) {
+        Ok(m) => m,
+        Err(e) => {
+            ready(Err(&e));
+            return Err(e);
+        }
+    };
+    ready(Ok(()));
+    let mut recorded = Vec::new();
+    loop {
+        if let Some(sig) = sys::wait_signal(&signals, TICK) {
+            tracing::info!("roarfs: signal {sig}, unmounting {}", dir.display());
+            break;
+        }
+        recorded.extend(mounted.tick());
+    }
+    recorded.extend(mounted.unmount());
+    Ok(recorded)
+}

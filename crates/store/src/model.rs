@@ -24,6 +24,9 @@ pub enum Outcome {
     Signaled(i32),
     /// The command never started (not found, not executable); the text says why.
     FailedToStart(String),
+    /// The job's root process is gone but its exit status was not observable (jobs the mount
+    /// attributes to processes it did not start).
+    Ended,
 }
 
 impl Outcome {
@@ -33,6 +36,7 @@ impl Outcome {
             Outcome::Exited(_) => "exited",
             Outcome::Signaled(_) => "signaled",
             Outcome::FailedToStart(_) => "failed_to_start",
+            Outcome::Ended => "ended",
         }
     }
 }

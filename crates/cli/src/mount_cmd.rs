@@ -1,0 +1,314 @@
+//! `roar mount DIR`, `roar mount --list`, `roar unmount DIR`: the roarfs daemon's lifecycle.
+//!
+//! `roar mount DIR` starts itself again as `roar mount DIR --foreground` in its own process group,
+//! with stdout a pipe on which the daemon says "ready" (or why not) once the mount is in place, and
+//! stderr appended to `.roar/mounts/<tag>.log`. The daemon writes `.roar/mounts/<tag>.json` (dir,
+//! pid) while it runs; `roar unmount` sends it SIGTERM and waits for it to record its jobs and exit.
+
+use std::io::{BufRead, Write};
+use std::path::{Component, Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use std::os::unix::process::CommandExt;
+
+use anyhow::Context;
+use roar_store::Project;
+use serde::{Deserialize, Serialize};
+
+#[derive(clap::Args)]
+pub struct MountArgs {
+    /// The directory to mount over, in place (its contents stay where they are).
+    #[arg(required_unless_present = "list")]
+    dir: Option<PathBuf>,
+    /// Stay in the foreground (for debugging); Ctrl-C unmounts.
+    #[arg(long, conflicts_with = "list")]
+    foreground: bool,
+    /// List the active mounts of this project.
+    #[arg(long)]
+    list: bool,
+}
+
+#[derive(Serialize, Deserialize)]
+struct State {
+    dir: PathBuf,
+    pid: i32,
+    started_ns: i64,
+}
+
+/// An absolute, lexically normalised path, without touching the filesystem (a dead FUSE mount
+/// cannot be canonicalised).
+fn absolute(p: &Path) -> anyhow::Result<PathBuf> {
+    let joined = std::env::current_dir()?.join(p);
+    let mut out = PathBuf::from("/");
+    for c in joined.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(n) => out.push(n),
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+fn state_dir(project: &Project) -> PathBuf {
+    project.dir().join("mounts")
+}
+
+fn tag(dir: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    blake3::hash(dir.as_os_str().as_bytes()).to_hex()[..16].to_owned()
+}
+
+fn state_path(project: &Project, dir: &Path) -> PathBuf {
+    state_dir(project).join(format!("{}.json", tag(dir)))
+}
+
+fn read_state(path: &Path) -> Option<State> {
+    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+}
+
+fn alive(pid: i32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Whether `dir` is a mount point of a roarfs filesystem (from /proc/self/mountinfo).
+fn is_roarfs_mount(dir: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let want = dir.to_string_lossy().replace(' ', "\\040");
+    info.lines().any(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        let sep = f.iter().position(|x| *x == "-");
+        // Fields after "-": filesystem type, source. roarfs mounts as type fuse, source roarfs.
+        f.get(4) == Some(&want.as_str())
+            && sep.is_some_and(|s| {
+                f.get(s + 1).is_some_and(|t| t.starts_with("fuse")) && f.get(s + 2) == Some(&"roarfs")
+            })
+    })
+}
+
+/// ENOTCONN: "transport endpoint is not connected", what a FUSE mount answers once its daemon
+/// is gone.
+const ENOTCONN: i32 = 107;
+
+fn is_dead_mount(dir: &Path) -> bool {
+    matches!(std::fs::metadata(dir), Err(e) if e.raw_os_error() == Some(ENOTCONN))
+}
+
+/// Clears a dead mount (its daemon was killed) so DIR shows its own contents again.
+fn clear_dead(dir: &Path, project: &Project) -> anyhow::Result<bool> {
+    if !is_dead_mount(dir) {
+        return Ok(false);
+    }
+    roar_roarfs::sys::umount_detach(dir)
+        .with_context(|| format!("cannot unmount the dead mount on {}", dir.display()))?;
+    let _ = std::fs::remove_file(state_path(project, dir));
+    eprintln!(
+        "roar: {} had a dead roarfs mount (transport endpoint is not connected: its daemon was killed); unmounted it, the directory's files are untouched",
+        dir.display()
+    );
+    Ok(true)
+}
+
+pub fn mount(args: MountArgs, json: bool) -> anyhow::Result<ExitCode> {
+    let project = crate::project()?;
+    if args.list {
+        return list(&project, json);
+    }
+    let dir = absolute(args.dir.as_deref().expect("clap requires DIR"))?;
+    clear_dead(&dir, &project)?;
+    let meta = std::fs::metadata(&dir).with_context(|| format!("cannot mount on {}", dir.display()))?;
+    anyhow::ensure!(meta.is_dir(), "{} is not a directory", dir.display());
+    let dir = std::fs::canonicalize(&dir)?;
+    anyhow::ensure!(
+        !is_roarfs_mount(&dir),
+        "{} is already mounted by roar; `roar unmount {}` first",
+        dir.display(),
+        dir.display()
+    );
+    // The store must never live on the mount it records.
+    anyhow::ensure!(
+        !project.dir().starts_with(&dir),
+        "the store {} is inside {}; mount a directory that does not contain .roar/",
+        project.dir().display(),
+        dir.display()
+    );
+    let inside = roar_roarfs::sys::processes_inside(&dir);
+    if !inside.is_empty() {
+        let list: Vec<String> = inside
+            .iter()
+            .take(5)
+            .map(|(pid, comm)| format!("{pid} ({comm})"))
+            .collect();
+        eprintln!(
+            "roar: warning: {} process(es) have their working directory inside {} and will bypass the mount until they leave it: {}",
+            inside.len(),
+            dir.display(),
+            list.join(", ")
+        );
+    }
+    if args.foreground {
+        return foreground(&project, &dir);
+    }
+    std::fs::create_dir_all(state_dir(&project))?;
+    let log = state_dir(&project).join(format!("{}.log", tag(&dir)));
+    let log_file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)?;
+    let (reader, writer) = std::io::pipe()?;
+    let mut child = Command::new(std::env::current_exe()?)
+        .arg("mount")
+        .arg("--foreground")
+        .arg(&dir)
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(log_file)
+        .env("ROAR_INTERNAL_MOUNT_DAEMON", "1")
+        .process_group(0)
+        .spawn()
+        .context("cannot start the roarfs daemon")?;
+    let mut line = String::new();
+    std::io::BufReader::new(reader).read_line(&mut line)?;
+    match line.trim_end().strip_prefix("ready ") {
+        Some(pid) => {
+            if json {
+                crate::fmt::print_json(&serde_json::json!({"dir": dir, "pid": pid.parse::<i64>().ok()}))?;
+            } else {
+                eprintln!(
+                    "roar: mounted {} (daemon pid {pid}); every file opened through it is recorded; `roar unmount {}` to stop",
+                    dir.display(),
+                    dir.display()
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        None => {
+            let _ = child.wait();
+            let why = line.trim_end().strip_prefix("error: ").unwrap_or("the daemon exited");
+            anyhow::bail!("cannot mount {}: {why} (log: {})", dir.display(), log.display())
+        }
+    }
+}
+
+fn foreground(project: &Project, dir: &Path) -> anyhow::Result<ExitCode> {
+    let daemon = std::env::var_os("ROAR_INTERNAL_MOUNT_DAEMON").is_some();
+    let state = state_path(project, dir);
+    let result = roar_roarfs::serve(dir, &project.db_path(), |r| {
+        let mut out = std::io::stdout();
+        match r {
+            Ok(()) => {
+                let s = State {
+                    dir: dir.to_owned(),
+                    pid: std::process::id() as i32,
+                    started_ns: roar_store::now_ns(),
+                };
+                let _ = std::fs::create_dir_all(state_dir(project));
+                let _ = std::fs::write(&state, serde_json::to_vec(&s).unwrap_or_default());
+                if daemon {
+                    let _ = writeln!(out, "ready {}", std::process::id());
+                } else {
+                    eprintln!("roar: mounted {} in the foreground; Ctrl-C unmounts", dir.display());
+                }
+            }
+            Err(e) => {
+                if daemon {
+                    let _ = writeln!(out, "error: {}", error_chain(e));
+                }
+            }
+        }
+        let _ = out.flush();
+        if daemon {
+            // Nothing else goes to the parent's pipe: it returns as soon as it has this line.
+            roar_roarfs::sys::dup_stderr_to_stdout();
+        }
+    });
+    let _ = std::fs::remove_file(&state);
+    let ids = result?;
+    eprintln!(
+        "roar: unmounted {}; {} job(s) recorded",
+        dir.display(),
+        ids.len()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s += &format!(": {c}");
+        cur = c.source();
+    }
+    s
+}
+
+fn list(project: &Project, json: bool) -> anyhow::Result<ExitCode> {
+    let mut mounts = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(state_dir(project)) {
+        for e in entries.flatten() {
+            if e.path().extension().is_some_and(|x| x == "json") {
+                if let Some(s) = read_state(&e.path()) {
+                    let state = if !alive(s.pid) {
+                        "dead (daemon gone; `roar mount` or `roar unmount` clears it)"
+                    } else if is_roarfs_mount(&s.dir) {
+                        "active"
+                    } else {
+                        "starting or stopping"
+                    };
+                    mounts.push(serde_json::json!({
+                        "dir": s.dir, "pid": s.pid, "since": crate::fmt::time_ns(s.started_ns), "state": state
+                    }));
+                }
+            }
+        }
+    }
+    if json {
+        crate::fmt::print_json(&mounts)?;
+    } else if mounts.is_empty() {
+        println!("no active mounts; `roar mount DIR` records everything read and written under DIR");
+    } else {
+        for m in &mounts {
+            println!(
+                "{}  pid {}  since {}  {}",
+                m["dir"].as_str().unwrap_or_default(),
+                m["pid"],
+                m["since"].as_str().unwrap_or_default(),
+                m["state"].as_str().unwrap_or_default()
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn unmount(dir: &Path) -> anyhow::Result<ExitCode> {
+    let project = crate::project()?;
+    let dir = absolute(dir)?;
+    let state_file = state_path(&project, &dir);
+    let state = read_state(&state_file);
+    if let Some(s) = state.as_ref().filter(|s| alive(s.pid)) {
+        roar_roarfs::sys::terminate(s.pid);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while alive(s.pid) {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "the roarfs daemon (pid {}) did not exit within 60 s; see {}",
+                s.pid,
+                state_dir(&project).join(format!("{}.log", tag(&dir))).display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = std::fs::remove_file(&state_file);
+        eprintln!("roar: unmounted {}; its jobs are recorded (`roar log`)", dir.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    if clear_dead(&dir, &project)? {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let _ = std::fs::remove_file(&state_file);
+    anyhow::bail!("{} is not mounted by roar (`roar mount --list` shows the mounts)", dir.display())
+}

@@ -1,0 +1,428 @@
+//! Attribution: which job an access through the mount belongs to, and each live job's files.
+//!
+//! A process belongs to an implicit job rooted at its top-most ancestor in the same process group
+//! that is not an interactive shell, terminal multiplexer, sshd, login or init. Interactive shells
+//! give every command line its own process group, so `python train.py` with its dataloader workers
+//! is one job with argv `python train.py`; a script run as `bash pipeline.sh` is one job. A job is
+//! identified by its root's pid and start time, with argv/cwd/exe read once from /proc, and ends
+//! when the root exits. Processes under `roar run` are left to that run's tracer, which records
+//! them in its own job.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use roar_store::{
+    now_ns, ContentHash, FileRecord, JobRecord, Ops, Outcome, ProcessRecord, Role, Writer,
+};
+
+/// A job's identity: its root process and that process's start time (clock ticks after boot).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct JobKey {
+    pub pid: i32,
+    pub start: u64,
+}
+
+#[derive(Debug, Clone)]
+struct ProcInfo {
+    pid: i32,
+    ppid: i32,
+    pgid: i32,
+    start: u64,
+    comm: String,
+}
+
+fn proc_stat(pid: i32) -> Option<ProcInfo> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // comm is in parentheses and may itself contain spaces or parentheses.
+    let (open, close) = (s.find('(')?, s.rfind(')')?);
+    let comm = s[open + 1..close].to_owned();
+    let rest: Vec<&str> = s[close + 2..].split(' ').collect();
+    // Fields after comm: state(0) ppid(1) pgrp(2) ... starttime is field 22 overall => rest[19].
+    Some(ProcInfo {
+        pid,
+        ppid: rest.get(1)?.parse().ok()?,
+        pgid: rest.get(2)?.parse().ok()?,
+        start: rest.get(19)?.parse().ok()?,
+        comm,
+    })
+}
+
+/// The thread group (process) a thread id belongs to: FUSE reports the calling thread's id.
+fn tgid(tid: i32) -> i32 {
+    std::fs::read_to_string(format!("/proc/{tid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Tgid:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(tid)
+}
+
+fn cmdline(pid: i32) -> Vec<OsString> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    raw.split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| OsString::from_vec(a.to_vec()))
+        .collect()
+}
+
+const SHELLS: &[&str] = &["bash", "sh", "dash", "zsh", "fish", "ksh", "tcsh", "csh"];
+const BOUNDARIES: &[&str] = &[
+    "init", "systemd", "sshd", "tmux", "tmux: server", "screen", "SCREEN", "login", "su", "sudo",
+    "containerd-shim", "runc",
+];
+
+/// An interactive shell: a shell with no script or `-c` command (`bash`, `-bash`, `bash -i`).
+fn is_interactive_shell(info: &ProcInfo) -> bool {
+    let name = info.comm.trim_start_matches('-');
+    if !SHELLS.contains(&name) {
+        return false;
+    }
+    let argv = cmdline(info.pid);
+    argv.iter()
+        .skip(1)
+        .all(|a| a.to_string_lossy().starts_with('-') && a != "-c")
+}
+
+fn is_boundary(info: &ProcInfo) -> bool {
+    info.pid <= 1 || BOUNDARIES.contains(&info.comm.as_str()) || is_interactive_shell(info)
+}
+
+/// `roar run` traces its own children; the mount leaves them to it.
+fn is_roar_run(info: &ProcInfo) -> bool {
+    if info.comm != "roar" {
+        return false;
+    }
+    let argv = cmdline(info.pid);
+    argv.get(1).is_some_and(|a| a == "run")
+}
+
+/// What one job did to one path, as the mount saw it.
+#[derive(Debug, Clone, Default)]
+pub struct FileState {
+    pub ops: Ops,
+    /// Content as first read, when the job read content it did not make.
+    pub input: Option<ContentHash>,
+    pub read_prior: bool,
+    /// The job wrote or created the content now at the path.
+    pub job_made: bool,
+    pub exists: bool,
+    /// Final content, hashed when the last writer released it.
+    pub output: Option<ContentHash>,
+    pub first_ns: i64,
+    pub last_ns: i64,
+}
+
+#[derive(Debug)]
+struct LiveJob {
+    argv: Vec<OsString>,
+    cwd: PathBuf,
+    exe: Option<PathBuf>,
+    started_ns: i64,
+    files: HashMap<PathBuf, FileState>,
+    order: Vec<PathBuf>,
+    /// Writable handles still open: the job is finalised only once they are released.
+    open_writers: usize,
+    root_gone: bool,
+}
+
+/// The live jobs of one mount and the writer their records go to.
+pub struct Jobs {
+    inner: Mutex<Inner>,
+    writer: Writer,
+    boot_ns: i64,
+    tick_ns: i64,
+    host: Option<String>,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// tid -> (start time of that tid, its job or None when not recorded here).
+    by_tid: HashMap<i32, (u64, Option<JobKey>)>,
+    jobs: HashMap<JobKey, LiveJob>,
+}
+
+fn boot_ns() -> i64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let btime: i64 = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    btime * 1_000_000_000
+}
+
+impl Jobs {
+    pub fn new(writer: Writer) -> Jobs {
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as i64;
+        Jobs {
+            inner: Mutex::new(Inner::default()),
+            writer,
+            boot_ns: boot_ns(),
+            tick_ns: 1_000_000_000 / hz,
+            host: std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned()),
+        }
+    }
+
+    /// The job of the calling thread `tid`, or None for processes the mount does not record.
+    pub fn job_of(&self, tid: u32) -> Option<JobKey> {
+        let tid = tid as i32;
+        if tid <= 0 {
+            return None;
+        }
+        let me = proc_stat(tid)?;
+        if let Some((start, job)) = self.inner.lock().expect("jobs lock").by_tid.get(&tid) {
+            if *start == me.start {
+                return *job;
+            }
+        }
+        let job = self.attribute(tgid(tid));
+        let mut inner = self.inner.lock().expect("jobs lock");
+        if let Some(key) = job {
+            if !inner.jobs.contains_key(&key) {
+                let argv = cmdline(key.pid);
+                let job = LiveJob {
+                    argv,
+                    cwd: std::fs::read_link(format!("/proc/{}/cwd", key.pid)).unwrap_or_default(),
+                    exe: std::fs::read_link(format!("/proc/{}/exe", key.pid)).ok(),
+                    started_ns: self.boot_ns + key.start as i64 * self.tick_ns,
+                    files: HashMap::new(),
+                    order: Vec::new(),
+                    open_writers: 0,
+                    root_gone: false,
+                };
+                inner.jobs.insert(key, job);
+            }
+        }
+        if inner.by_tid.len() > 65_536 {
+            inner.by_tid.clear();
+        }
+        inner.by_tid.insert(tid, (me.start, job));
+        job
+    }
+
+    fn attribute(&self, pid: i32) -> Option<JobKey> {
+        let mut cur = proc_stat(pid)?;
+        if is_roar_run(&cur) {
+            return None;
+        }
+        loop {
+            let Some(parent) = proc_stat(cur.ppid) else {
+                break;
+            };
+            if is_roar_run(&parent) {
+                return None;
+            }
+            if parent.pgid != cur.pgid || is_boundary(&parent) {
+                // Still look above for a `roar run` that owns this process group's session.
+                let mut up = parent;
+                while up.pid > 1 {
+                    if is_roar_run(&up) {
+                        return None;
+                    }
+                    match proc_stat(up.ppid) {
+                        Some(p) => up = p,
+                        None => break,
+                    }
+                }
+                break;
+            }
+            cur = parent;
+        }
+        Some(JobKey {
+            pid: cur.pid,
+            start: cur.start,
+        })
+    }
+
+    /// Applies `f` to the state of `path` in `job`.
+    pub fn with_file(&self, job: JobKey, path: &Path, f: impl FnOnce(&mut FileState)) {
+        let now = now_ns();
+        let mut inner = self.inner.lock().expect("jobs lock");
+        let Some(j) = inner.jobs.get_mut(&job) else {
+            return;
+        };
+        let st = j.files.entry(path.to_owned()).or_insert_with(|| {
+            j.order.push(path.to_owned());
+            FileState {
+                first_ns: now,
+                ..FileState::default()
+            }
+        });
+        st.last_ns = now;
+        f(st);
+    }
+
+    /// Moves a path's state to its new name (a rename seen by the job). `content` gives the
+    /// moved file's hash when the job has none for it yet (a pre-existing file it never read).
+    pub fn rename(
+        &self,
+        job: JobKey,
+        from: &Path,
+        to: &Path,
+        content: impl FnOnce() -> Option<ContentHash>,
+    ) {
+        let now = now_ns();
+        let mut inner = self.inner.lock().expect("jobs lock");
+        let Some(j) = inner.jobs.get_mut(&job) else {
+            return;
+        };
+        let old = j.files.remove(from).unwrap_or(FileState {
+            first_ns: now,
+            ..FileState::default()
+        });
+        let mut moved = FileState {
+            ops: old.ops | Ops::RENAME,
+            job_made: true,
+            exists: true,
+            output: old.output.clone().or_else(|| old.input.clone()),
+            first_ns: old.first_ns,
+            last_ns: now,
+            ..FileState::default()
+        };
+        if moved.output.is_none() {
+            moved.output = content();
+        }
+        // What stays behind at the old name: the input it was, or a pre-existing file now gone.
+        if old.read_prior || !old.job_made {
+            let left = FileState {
+                ops: old.ops | Ops::RENAME | Ops::UNLINK,
+                exists: false,
+                last_ns: now,
+                ..old
+            };
+            j.files.insert(from.to_owned(), left);
+        } else {
+            j.order.retain(|p| p != from);
+        }
+        if !j.files.contains_key(to) {
+            j.order.push(to.to_owned());
+        }
+        j.files.insert(to.to_owned(), moved);
+    }
+
+    pub fn writer_opened(&self, job: JobKey) {
+        if let Some(j) = self.inner.lock().expect("jobs lock").jobs.get_mut(&job) {
+            j.open_writers += 1;
+        }
+    }
+
+    pub fn writer_released(&self, job: JobKey) {
+        if let Some(j) = self.inner.lock().expect("jobs lock").jobs.get_mut(&job) {
+            j.open_writers = j.open_writers.saturating_sub(1);
+        }
+    }
+
+    /// Records every job whose root process has exited (and whose writers are all released);
+    /// with `all`, every job (at unmount). Returns the store ids of the jobs recorded.
+    pub fn finish(&self, all: bool) -> Vec<i64> {
+        let done: Vec<(JobKey, LiveJob)> = {
+            let mut inner = self.inner.lock().expect("jobs lock");
+            let mut keys = Vec::new();
+            for (key, job) in inner.jobs.iter_mut() {
+                if !job.root_gone {
+                    job.root_gone = proc_stat(key.pid).is_none_or(|p| p.start != key.start);
+                }
+                if all || (job.root_gone && job.open_writers == 0) {
+                    keys.push(*key);
+                }
+            }
+            if !keys.is_empty() {
+                inner.by_tid.retain(|_, (_, j)| j.is_none_or(|j| !keys.contains(&j)));
+            }
+            keys.into_iter()
+                .filter_map(|k| inner.jobs.remove(&k).map(|j| (k, j)))
+                .collect()
+        };
+        let mut ids = Vec::new();
+        for (key, job) in done {
+            if job.files.is_empty() {
+                continue;
+            }
+            match self.writer.record_job(self.record(key, job)) {
+                Ok(id) => ids.push(id),
+                Err(e) => tracing::error!("roarfs: cannot record a job: {e}"),
+            }
+        }
+        ids
+    }
+
+    fn record(&self, key: JobKey, job: LiveJob) -> JobRecord {
+        let mut files = Vec::new();
+        for path in &job.order {
+            let Some(st) = job.files.get(path) else {
+                continue;
+            };
+            let rec = |role: Role, hash: Option<ContentHash>| FileRecord {
+                role,
+                path: path.clone(),
+                hash,
+                before: None,
+                ops: st.ops,
+                first_ns: Some(st.first_ns),
+                last_ns: Some(st.last_ns),
+                s3: None,
+            };
+            if st.read_prior {
+                files.push(rec(Role::Input, st.input.clone()));
+            }
+            if st.job_made && st.exists {
+                files.push(rec(Role::Output, st.output.clone()));
+            } else if st.job_made && !st.read_prior {
+                files.push(rec(Role::Temp, None));
+            } else if !st.exists && st.ops.contains(Ops::UNLINK) && !st.read_prior {
+                files.push(rec(Role::Output, None));
+            }
+        }
+        JobRecord {
+            name: None,
+            argv: job.argv.clone(),
+            cwd: job.cwd,
+            started_ns: job.started_ns,
+            ended_ns: Some(now_ns()),
+            outcome: Outcome::Ended,
+            incomplete: !job.root_gone,
+            backend: "mount".into(),
+            git: None,
+            env: Default::default(),
+            host: self.host.clone(),
+            processes: vec![ProcessRecord {
+                pid: key.pid,
+                parent_pid: None,
+                exe: job.exe,
+                argv: job.argv,
+                started_ns: Some(job.started_ns),
+                ended_ns: None,
+            }],
+            files,
+        }
+    }
+
+    pub fn flush(&self) {
+        let _ = self.writer.flush();
+    }
+
+    pub fn writer(&self) -> &Writer {
+        &self.writer
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_its_own_stat_line() {
+        let me = proc_stat(std::process::id() as i32).unwrap();
+        assert!(me.start > 0);
+        assert!(me.ppid > 0);
+        assert_eq!(tgid(std::process::id() as i32), std::process::id() as i32);
+    }
+}
