@@ -7,280 +7,10 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 
+use common::workloads::{sh, workloads, C_FOPEN};
 use common::{require_tool, stderr, Project};
 
 const BACKENDS: [&str; 2] = ["preload", "ptrace"];
-
-struct Workload {
-    name: &'static str,
-    /// Untraced preparation, run with `sh -c` in the project.
-    setup: &'static str,
-    argv: &'static [&'static str],
-    inputs: &'static [&'static str],
-    outputs: &'static [&'static str],
-    exit: i32,
-    /// Whether strace's file set must equal roar's (off where the program chdirs or uses dirfds,
-    /// which strace prints unresolved).
-    oracle: bool,
-}
-
-const PY_POOL: &str = "
-import multiprocessing as mp
-def work(i):
-    with open(f'w{i}.txt', 'w') as f:
-        f.write(str(i) * 100)
-if __name__ == '__main__':
-    with mp.Pool(4) as p:
-        p.map(work, range(8))
-";
-
-const C_FOPEN: &str = r#"
-#include <stdio.h>
-int main(void) {
-    FILE *in = fopen("f.in", "r"), *out = fopen("f.out", "w");
-    int c;
-    if (!in || !out) return 2;
-    while ((c = fgetc(in)) != EOF) fputc(c, out);
-    fclose(in); fclose(out);
-    return 0;
-}
-"#;
-
-fn workloads() -> Vec<Workload> {
-    vec![
-        Workload {
-            name: "bash redirect",
-            setup: "",
-            argv: &["bash", "-c", "echo hi > x"],
-            inputs: &[],
-            outputs: &["x"],
-            exit: 0,
-            oracle: true,
-        },
-        Workload {
-            name: "bash append",
-            setup: "echo 1 > a.txt",
-            argv: &["bash", "-c", "echo 2 >> a.txt"],
-            inputs: &["a.txt"],
-            outputs: &["a.txt"],
-            exit: 0,
-            oracle: true,
-        },
-        Workload {
-            name: "write, close, reopen and append",
-            setup: "",
-            argv: &["sh", "-c", "echo a > f; echo b >> f; echo c > g; cat g > /dev/null; echo d >> g"],
-            inputs: &[],
-            outputs: &["f", "g"],
-            exit: 0,
-            oracle: true,
-        },
-        Workload {
-            name: "rename a directory with new files inside",
-            setup: "echo in > src.txt",
-            argv: &["sh", "-c", "mkdir tmp && cp src.txt tmp/a && echo b > tmp/b && mv tmp done"],
-            inputs: &["src.txt"],
-            outputs: &["done/a", "done/b"],
-            exit: 0,
-            oracle: false,
-        },
-        Workload {
-            name: "cp",
-            setup: "echo data > src",
-            argv: &["cp", "src", "dst"],
-            inputs: &["src"],
-            outputs: &["dst"],
-            exit: 0,
-            oracle: true,
-        },
-        Workload {
-            name: "mv",
-            setup: "echo data > m1",
-            argv: &["mv", "m1", "m2"],
-            inputs: &["m1"],
-            outputs: &["m2"],
-            exit: 0,
-            oracle: true,
-        },
-        Workload {
-            name: "rm",
-            setup: "echo data > r1",
-            argv: &["rm", "r1"],
-            inputs: &[],
-            outputs: &["r1"],
-            exit: 0,
-            oracle: true,
-        },
-        Workload {
-            name: "sed -i",
-            setup: "echo abc > s.txt",
-            argv: &["sed", "-i", "s/a/b/", "s.txt"],
-            inputs: &["s.txt"],
-            outputs: &["s.txt"],
-            exit: 0,
-            oracle: true,
-        },
-        Workload {
-            name: "tar c",
-            setup: "mkdir d && echo 1 > d/f1 && echo 2 > d/f2",
-            argv: &["tar", "cf", "d.tar", "d"],
-            inputs: &["d/f1", "d/f2"],
-            outputs: &["d.tar"],
-            exit: 0,
-            oracle: false,
-        },
-        Workload {
-            name: "tar x",
-            setup: "mkdir t && echo 1 > t/g1 && echo 2 > t/g2 && tar cf t.tar t && rm -r t && mkdir out",
-            argv: &["tar", "xf", "t.tar", "-C", "out"],
-            inputs: &["t.tar"],
-            outputs: &["out/t/g1", "out/t/g2"],
-            exit: 0,
-            oracle: false,
-        },
-        Workload {
-            name: "python open",
-            setup: "echo in > p.in",
-            argv: &["python3", "-c", "open('p.out','w').write(open('p.in').read())"],
-            inputs: &["p.in"],
-            outputs: &["p.out"],
-            exit: 0,
-            oracle: true,
-        },
-        Workload {
-            name: "python os.rename",
-            setup: "",
-            argv: &["python3", "-c", "import os; open('t.tmp','w').write('x'); os.rename('t.tmp','final')"],
-            inputs: &[],
-            outputs: &["final"],
-            exit: 0,
-            oracle: true,
-        },
-        Workload {
-            name: "python shutil.copy",
-            setup: "echo c > c.in",
-            argv: &["python3", "-c", "import shutil; shutil.copy('c.in','c.out')"],
-            inputs: &["c.in"],
-            outputs: &["c.out"],
-            exit: 0,
-            oracle: true,
-        },
-        Workload {
-            name: "numpy save and load",
-            setup: "python3 -c \"import numpy as np; np.save('seed.npy', np.ones(3))\"",
-            argv: &[
-                "python3",
-                "-c",
-                "import numpy as np; np.save('arr.npy', np.load('seed.npy') * 2)",
-            ],
-            inputs: &["seed.npy"],
-            outputs: &["arr.npy"],
-            exit: 0,
-            oracle: true,
-        },
-        Workload {
-            name: "C fopen",
-            setup: "echo cfile > f.in && cat > prog.c <<'EOF'\nC_FOPEN\nEOF\ncc -O1 -o prog prog.c",
-            argv: &["./prog"],
-            inputs: &["f.in"],
-            outputs: &["f.out"],
-            exit: 0,
-            oracle: true,
-        },
-        Workload {
-            name: "python multiprocessing pool",
-            setup: "cat > pool.py <<'EOF'\nPY_POOL\nEOF",
-            argv: &["python3", "pool.py"],
-            inputs: &["pool.py"],
-            outputs: &["w0.txt", "w1.txt", "w2.txt", "w3.txt", "w4.txt", "w5.txt", "w6.txt", "w7.txt"],
-            exit: 0,
-            oracle: true,
-        },
-        Workload {
-            name: "make with several steps",
-            setup: "echo a > a.txt && printf 'c.txt: b.txt\\n\\tcat b.txt b.txt > c.txt\\nb.txt: a.txt\\n\\tcat a.txt > b.txt\\n' > Makefile",
-            argv: &["make", "-s"],
-            inputs: &["Makefile", "a.txt"],
-            outputs: &["b.txt", "c.txt"],
-            exit: 0,
-            oracle: true,
-        },
-        Workload {
-            name: "failing command",
-            setup: "",
-            argv: &["sh", "-c", "echo x > partial; exit 3"],
-            inputs: &[],
-            outputs: &["partial"],
-            exit: 3,
-            oracle: true,
-        },
-        Workload {
-            name: "killed by SIGKILL",
-            setup: "",
-            argv: &["sh", "-c", "echo y > before; kill -9 $$"],
-            inputs: &[],
-            outputs: &["before"],
-            exit: 137,
-            oracle: true,
-        },
-        Workload {
-            name: "relative paths after chdir",
-            setup: "mkdir sub && echo top > top.txt",
-            argv: &["sh", "-c", "cd sub && cat ../top.txt > here.txt"],
-            inputs: &["top.txt"],
-            outputs: &["sub/here.txt"],
-            exit: 0,
-            oracle: false,
-        },
-        Workload {
-            name: "openat with a dirfd",
-            setup: "mkdir sub",
-            argv: &[
-                "python3",
-                "-c",
-                "import os; d=os.open('sub', os.O_RDONLY); f=os.open('df.txt', os.O_WRONLY|os.O_CREAT, dir_fd=d); os.write(f, b'x')",
-            ],
-            inputs: &[],
-            outputs: &["sub/df.txt"],
-            exit: 0,
-            oracle: false,
-        },
-        Workload {
-            name: "environment scrubbed with env -i",
-            setup: "",
-            argv: &["env", "-i", "/bin/sh", "-c", "echo z > scrubbed"],
-            inputs: &[],
-            outputs: &["scrubbed"],
-            exit: 0,
-            oracle: true,
-        },
-        Workload {
-            name: "program that closes all fds",
-            setup: "",
-            argv: &["python3", "-c", "import os; os.closerange(3, 4096); open('after_close','w').write('x')"],
-            inputs: &[],
-            outputs: &["after_close"],
-            exit: 0,
-            oracle: true,
-        },
-    ]
-}
-
-fn sh(p: &Project, script: &str) {
-    let script = script
-        .replace("C_FOPEN", C_FOPEN)
-        .replace("PY_POOL", PY_POOL);
-    let out = Command::new("sh")
-        .args(["-c", &script])
-        .current_dir(p.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "setup failed: {script}\n{}",
-        stderr(&out)
-    );
-}
 
 fn set(v: &[&str]) -> Vec<String> {
     let mut v: Vec<String> = v.iter().map(|s| s.to_string()).collect();
@@ -374,7 +104,7 @@ fn coverage_workloads_match_expectations_and_strace_on_every_backend() {
         let mut strace_set = None;
         for backend in BACKENDS {
             let p = Project::new();
-            sh(&p, w.setup);
+            sh(p.path(), w.setup);
             let out = p.roar([&["run", "--tracer", backend, "--"][..], w.argv].concat());
             if out.status.code() != Some(w.exit) {
                 failures.push(format!(
@@ -430,7 +160,7 @@ fn coverage_workloads_match_expectations_and_strace_on_every_backend() {
                 // strace runs the same workload in a fresh copy of the same setup.
                 let oracle = strace_set.get_or_insert_with(|| {
                     let q = Project::new();
-                    sh(&q, w.setup);
+                    sh(q.path(), w.setup);
                     strace_files(&q, w.argv)
                 });
                 let normalize = |s: &BTreeSet<String>| -> BTreeSet<String> {
@@ -498,7 +228,7 @@ fn a_statically_linked_program_is_traced_by_ptrace_under_auto() {
         return;
     }
     let p = Project::new();
-    sh(&p, &format!("echo cfile > f.in && cat > prog.c <<'EOF'\n{C_FOPEN}\nEOF\ncc -static -O1 -o sprog prog.c"));
+    sh(p.path(), &format!("echo cfile > f.in && cat > prog.c <<'EOF'\n{C_FOPEN}\nEOF\ncc -static -O1 -o sprog prog.c"));
     let out = p.roar(["run", "--", "./sprog"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let job = p.last_job();

@@ -86,7 +86,8 @@ fn is_roarfs_mount(dir: &Path) -> bool {
         // Fields after "-": filesystem type, source. roarfs mounts as type fuse, source roarfs.
         f.get(4) == Some(&want.as_str())
             && sep.is_some_and(|s| {
-                f.get(s + 1).is_some_and(|t| t.starts_with("fuse")) && f.get(s + 2) == Some(&"roarfs")
+                f.get(s + 1).is_some_and(|t| t.starts_with("fuse"))
+                    && f.get(s + 2) == Some(&"roarfs")
             })
     })
 }
@@ -121,7 +122,8 @@ pub fn mount(args: MountArgs, json: bool) -> anyhow::Result<ExitCode> {
     }
     let dir = absolute(args.dir.as_deref().expect("clap requires DIR"))?;
     clear_dead(&dir, &project)?;
-    let meta = std::fs::metadata(&dir).with_context(|| format!("cannot mount on {}", dir.display()))?;
+    let meta =
+        std::fs::metadata(&dir).with_context(|| format!("cannot mount on {}", dir.display()))?;
     anyhow::ensure!(meta.is_dir(), "{} is not a directory", dir.display());
     let dir = std::fs::canonicalize(&dir)?;
     anyhow::ensure!(
@@ -177,7 +179,9 @@ pub fn mount(args: MountArgs, json: bool) -> anyhow::Result<ExitCode> {
     match line.trim_end().strip_prefix("ready ") {
         Some(pid) => {
             if json {
-                crate::fmt::print_json(&serde_json::json!({"dir": dir, "pid": pid.parse::<i64>().ok()}))?;
+                crate::fmt::print_json(
+                    &serde_json::json!({"dir": dir, "pid": pid.parse::<i64>().ok()}),
+                )?;
             } else {
                 eprintln!(
                     "roar: mounted {} (daemon pid {pid}); every file opened through it is recorded; `roar unmount {}` to stop",
@@ -189,8 +193,15 @@ pub fn mount(args: MountArgs, json: bool) -> anyhow::Result<ExitCode> {
         }
         None => {
             let _ = child.wait();
-            let why = line.trim_end().strip_prefix("error: ").unwrap_or("the daemon exited");
-            anyhow::bail!("cannot mount {}: {why} (log: {})", dir.display(), log.display())
+            let why = line
+                .trim_end()
+                .strip_prefix("error: ")
+                .unwrap_or("the daemon exited");
+            anyhow::bail!(
+                "cannot mount {}: {why} (log: {})",
+                dir.display(),
+                log.display()
+            )
         }
     }
 }
@@ -212,7 +223,10 @@ fn foreground(project: &Project, dir: &Path) -> anyhow::Result<ExitCode> {
                 if daemon {
                     let _ = writeln!(out, "ready {}", std::process::id());
                 } else {
-                    eprintln!("roar: mounted {} in the foreground; Ctrl-C unmounts", dir.display());
+                    eprintln!(
+                        "roar: mounted {} in the foreground; Ctrl-C unmounts",
+                        dir.display()
+                    );
                 }
             }
             Err(e) => {
@@ -270,7 +284,9 @@ fn list(project: &Project, json: bool) -> anyhow::Result<ExitCode> {
     if json {
         crate::fmt::print_json(&mounts)?;
     } else if mounts.is_empty() {
-        println!("no active mounts; `roar mount DIR` records everything read and written under DIR");
+        println!(
+            "no active mounts; `roar mount DIR` records everything read and written under DIR"
+        );
     } else {
         for m in &mounts {
             println!(
@@ -298,17 +314,25 @@ pub fn unmount(dir: &Path) -> anyhow::Result<ExitCode> {
                 Instant::now() < deadline,
                 "the roarfs daemon (pid {}) did not exit within 60 s; see {}",
                 s.pid,
-                state_dir(&project).join(format!("{}.log", tag(&dir))).display()
+                state_dir(&project)
+                    .join(format!("{}.log", tag(&dir)))
+                    .display()
             );
             std::thread::sleep(Duration::from_millis(20));
         }
         let _ = std::fs::remove_file(&state_file);
-        eprintln!("roar: unmounted {}; its jobs are recorded (`roar log`)", dir.display());
+        eprintln!(
+            "roar: unmounted {}; its jobs are recorded (`roar log`)",
+            dir.display()
+        );
         return Ok(ExitCode::SUCCESS);
     }
     if clear_dead(&dir, &project)? {
         return Ok(ExitCode::SUCCESS);
     }
     let _ = std::fs::remove_file(&state_file);
-    anyhow::bail!("{} is not mounted by roar (`roar mount --list` shows the mounts)", dir.display())
+    anyhow::bail!(
+        "{} is not mounted by roar (`roar mount --list` shows the mounts)",
+        dir.display()
+    )
 }

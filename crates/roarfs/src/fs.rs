@@ -27,8 +27,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::{
     AccessFlags, BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
     Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
-    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use roar_store::hash::{hash_open_file, HashOptions};
 use roar_store::{ContentHash, Ops};
@@ -37,6 +37,9 @@ use crate::jobs::{JobKey, Jobs};
 use crate::sys;
 
 const TTL: Duration = Duration::from_secs(1);
+
+/// `__FMODE_EXEC`: set in the open flags FUSE receives when the kernel opens a file to exec it.
+const FMODE_EXEC: i32 = 0x20;
 
 struct Node {
     fd: OwnedFd,
@@ -138,7 +141,12 @@ fn identity(st: &libc::stat) -> (i64, i64, u64) {
 
 impl RoarFs {
     /// `root_fd` is the directory opened (O_PATH) before the mount hides it; `root` its path.
-    pub fn new(root_fd: OwnedFd, root: PathBuf, jobs: Arc<Jobs>, db: Option<&Path>) -> io::Result<RoarFs> {
+    pub fn new(
+        root_fd: OwnedFd,
+        root: PathBuf,
+        jobs: Arc<Jobs>,
+        db: Option<&Path>,
+    ) -> io::Result<RoarFs> {
         let st = sys::stat_fd(root_fd.as_fd())?;
         let backing = (st.st_dev, st.st_ino);
         let mut nodes = HashMap::new();
@@ -172,7 +180,11 @@ impl RoarFs {
     }
 
     /// Runs `f` with the `O_PATH` fd of inode `ino`.
-    fn with_fd<T>(&self, ino: u64, f: impl FnOnce(BorrowedFd<'_>) -> io::Result<T>) -> Result<T, Errno> {
+    fn with_fd<T>(
+        &self,
+        ino: u64,
+        f: impl FnOnce(BorrowedFd<'_>) -> io::Result<T>,
+    ) -> Result<T, Errno> {
         let nodes = self.nodes.read().expect("nodes lock");
         let node = nodes.get(&ino).ok_or(Errno::ENOENT)?;
         f(node.fd.as_fd()).map_err(errno)
@@ -236,13 +248,20 @@ impl RoarFs {
     fn chown_to_caller(&self, req: &Request, ino: u64) {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } == 0 && (req.uid() != 0 || req.gid() != 0) {
-            let _ = self.with_fd(ino, |fd| sys::chown_fd(fd, Some(req.uid()), Some(req.gid())));
+            let _ = self.with_fd(ino, |fd| {
+                sys::chown_fd(fd, Some(req.uid()), Some(req.gid()))
+            });
         }
     }
 
     fn cached_content(&self, st: &libc::stat) -> Option<ContentHash> {
         let (m, c, size) = identity(st);
-        if let Some((cm, cc, cs, h)) = self.content.lock().expect("content lock").get(&(st.st_dev, st.st_ino)) {
+        if let Some((cm, cc, cs, h)) = self
+            .content
+            .lock()
+            .expect("content lock")
+            .get(&(st.st_dev, st.st_ino))
+        {
             if (*cm, *cc, *cs) == (m, c, size) {
                 return Some(h.clone());
             }
@@ -296,10 +315,16 @@ impl RoarFs {
         file: File,
         flags: i32,
         created: bool,
-    ) -> Result<(u64, FopenFlags, Option<Arc<BackingId>>, Option<JobKey>), Errno> {
+    ) -> Result<(u64, FopenFlags), Errno> {
         let acc = flags & libc::O_ACCMODE;
         let writable = acc != libc::O_RDONLY;
-        let job = self.jobs.job_of(req.pid());
+        // The kernel opening a program to exec it: the process still shows its old argv, and
+        // like `roar run`, the mount records programs as processes, not as data inputs.
+        let job = if flags & FMODE_EXEC != 0 {
+            None
+        } else {
+            self.jobs.job_of(req.pid())
+        };
         let path = self.path(ino);
         let is_file = file.metadata().map(|m| m.is_file()).unwrap_or(false);
         if let Some(job) = job.filter(|_| is_file) {
@@ -331,7 +356,10 @@ impl RoarFs {
                 self.jobs.writer_opened(job);
                 // Invalidate: the content is about to change.
                 if let Ok(st) = sys::stat_fd(file.as_fd()) {
-                    self.content.lock().expect("content lock").remove(&(st.st_dev, st.st_ino));
+                    self.content
+                        .lock()
+                        .expect("content lock")
+                        .remove(&(st.st_dev, st.st_ino));
                 }
             } else {
                 let content = self.content_of(&file, &path);
@@ -344,7 +372,6 @@ impl RoarFs {
                 });
             }
         }
-        let mut backing = None;
         let mut use_passthrough = false;
         {
             let mut nodes = self.nodes.write().expect("nodes lock");
@@ -358,7 +385,6 @@ impl RoarFs {
             }
             if use_passthrough {
                 node.passthrough_opens += 1;
-                backing = node.backing_id.upgrade();
             } else {
                 node.userspace_opens += 1;
             }
@@ -376,20 +402,33 @@ impl RoarFs {
             passthrough: use_passthrough,
             _backing: None,
         };
-        let open_flags = FopenFlags::empty();
         self.handles
             .write()
             .expect("handles lock")
             .insert(fh, Arc::new(Mutex::new(handle)));
-        Ok((fh, if use_passthrough { open_flags | FopenFlags::FOPEN_PASSTHROUGH } else { open_flags }, backing, job))
+        let flags = if use_passthrough {
+            FopenFlags::FOPEN_PASSTHROUGH
+        } else {
+            FopenFlags::empty()
+        };
+        Ok((fh, flags))
     }
 
     /// Registers (or reuses) the passthrough backing id of `ino` for handle `fh`.
-    fn attach_backing(&self, fh: u64, ino: u64, make: impl FnOnce(&File) -> io::Result<BackingId>) -> io::Result<Arc<BackingId>> {
-        let handle = self.handle(fh).ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
+    fn attach_backing(
+        &self,
+        fh: u64,
+        ino: u64,
+        make: impl FnOnce(&File) -> io::Result<BackingId>,
+    ) -> io::Result<Arc<BackingId>> {
+        let handle = self
+            .handle(fh)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
         let mut h = handle.lock().expect("handle lock");
         let mut nodes = self.nodes.write().expect("nodes lock");
-        let node = nodes.get_mut(&ino).ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
+        let node = nodes
+            .get_mut(&ino)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
         let id = match node.backing_id.upgrade() {
             Some(id) => id,
             None => {
@@ -426,7 +465,11 @@ impl RoarFs {
     fn reply_open(&self, fh: u64, ino: u64, flags: FopenFlags, reply: ReplyOpen) {
         if flags.contains(FopenFlags::FOPEN_PASSTHROUGH) {
             match self.attach_backing(fh, ino, |f| reply.open_backing(f)) {
-                Ok(id) => reply.opened_passthrough(FileHandle(fh), flags - FopenFlags::FOPEN_PASSTHROUGH, &id),
+                Ok(id) => reply.opened_passthrough(
+                    FileHandle(fh),
+                    flags - FopenFlags::FOPEN_PASSTHROUGH,
+                    &id,
+                ),
                 Err(e) => {
                     self.forget_handle(fh);
                     reply.error(errno(e));
@@ -575,7 +618,9 @@ impl Filesystem for RoarFs {
             // A truncate is a write: the content changed.
             if let Some(job) = self.jobs.job_of(req.pid()) {
                 let path = self.path(ino.0);
-                let content = self.with_fd(ino.0, |fd| sys::reopen(fd, libc::O_RDONLY)).ok()
+                let content = self
+                    .with_fd(ino.0, |fd| sys::reopen(fd, libc::O_RDONLY))
+                    .ok()
                     .and_then(|f| self.content_of(&f, &path));
                 self.jobs.with_file(job, &path, |st| {
                     st.ops.insert(Ops::TRUNCATE);
@@ -598,9 +643,20 @@ impl Filesystem for RoarFs {
         }
     }
 
-    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
         let r = self
-            .with_fd(parent.0, |dir| sys::mknod_at(dir, name, mode & !umask, rdev))
+            .with_fd(parent.0, |dir| {
+                sys::mknod_at(dir, name, mode & !umask, rdev)
+            })
             .and_then(|_| self.lookup_child(parent.0, name));
         match r {
             Ok(a) => {
@@ -611,7 +667,15 @@ impl Filesystem for RoarFs {
         }
     }
 
-    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
         let r = self
             .with_fd(parent.0, |dir| sys::mkdir_at(dir, name, mode & !umask))
             .and_then(|_| self.lookup_child(parent.0, name));
@@ -627,7 +691,9 @@ impl Filesystem for RoarFs {
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let path = self.child_path(parent.0, name);
         let is_file = self
-            .with_fd(parent.0, |dir| sys::open_path(dir, name).and_then(|fd| sys::stat_fd(fd.as_fd())))
+            .with_fd(parent.0, |dir| {
+                sys::open_path(dir, name).and_then(|fd| sys::stat_fd(fd.as_fd()))
+            })
             .map(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG)
             .unwrap_or(false);
         match self.with_fd(parent.0, |dir| sys::unlink_at(dir, name, 0)) {
@@ -645,15 +711,26 @@ impl Filesystem for RoarFs {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.with_fd(parent.0, |dir| sys::unlink_at(dir, name, libc::AT_REMOVEDIR)) {
+        match self.with_fd(parent.0, |dir| {
+            sys::unlink_at(dir, name, libc::AT_REMOVEDIR)
+        }) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
     }
 
-    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
         let r = self
-            .with_fd(parent.0, |dir| sys::symlink_at(target.as_os_str(), dir, link_name))
+            .with_fd(parent.0, |dir| {
+                sys::symlink_at(target.as_os_str(), dir, link_name)
+            })
             .and_then(|_| self.lookup_child(parent.0, link_name));
         match r {
             Ok(a) => {
@@ -664,13 +741,28 @@ impl Filesystem for RoarFs {
         }
     }
 
-    fn rename(&self, req: &Request, parent: INodeNo, name: &OsStr, newparent: INodeNo, newname: &OsStr, flags: RenameFlags, reply: ReplyEmpty) {
-        let (from, to) = (self.child_path(parent.0, name), self.child_path(newparent.0, newname));
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let (from, to) = (
+            self.child_path(parent.0, name),
+            self.child_path(newparent.0, newname),
+        );
         let moved = self.with_fd(parent.0, |dir| sys::open_path(dir, name)).ok();
         let result = {
             let nodes = self.nodes.read().expect("nodes lock");
             match (nodes.get(&parent.0), nodes.get(&newparent.0)) {
-                (Some(a), Some(b)) => sys::rename_at(a.fd.as_fd(), name, b.fd.as_fd(), newname, flags.bits()).map_err(errno),
+                (Some(a), Some(b)) => {
+                    sys::rename_at(a.fd.as_fd(), name, b.fd.as_fd(), newname, flags.bits())
+                        .map_err(errno)
+                }
                 _ => Err(Errno::ENOENT),
             }
         };
@@ -689,12 +781,26 @@ impl Filesystem for RoarFs {
                     }
                 }
                 let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);
-                if let (true, Some(job)) = (st.st_mode & libc::S_IFMT == libc::S_IFREG, self.jobs.job_of(req.pid())) {
-                    let content = || sys::reopen(fd.as_fd(), libc::O_RDONLY).ok().and_then(|f| self.content_of(&f, &to));
+                if st.st_mode & libc::S_IFMT == libc::S_IFDIR && !exchange {
+                    self.jobs.rename_dir(&from, &to);
+                }
+                if let (true, Some(job)) = (
+                    st.st_mode & libc::S_IFMT == libc::S_IFREG,
+                    self.jobs.job_of(req.pid()),
+                ) {
+                    let content = || {
+                        sys::reopen(fd.as_fd(), libc::O_RDONLY)
+                            .ok()
+                            .and_then(|f| self.content_of(&f, &to))
+                    };
                     self.jobs.rename(job, &from, &to, content);
                     if exchange {
                         let back = self.with_fd(parent.0, |dir| sys::open_path(dir, name)).ok();
-                        let content = || back.as_ref().and_then(|fd| sys::reopen(fd.as_fd(), libc::O_RDONLY).ok()).and_then(|f| self.content_of(&f, &from));
+                        let content = || {
+                            back.as_ref()
+                                .and_then(|fd| sys::reopen(fd.as_fd(), libc::O_RDONLY).ok())
+                                .and_then(|f| self.content_of(&f, &from))
+                        };
                         self.jobs.with_file(job, &from, |st| {
                             st.ops.insert(Ops::RENAME);
                             st.job_made = true;
@@ -708,11 +814,20 @@ impl Filesystem for RoarFs {
         reply.ok();
     }
 
-    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
         let r = {
             let nodes = self.nodes.read().expect("nodes lock");
             match (nodes.get(&ino.0), nodes.get(&newparent.0)) {
-                (Some(n), Some(p)) => sys::link_at(n.fd.as_fd(), p.fd.as_fd(), newname).map_err(errno),
+                (Some(n), Some(p)) => {
+                    sys::link_at(n.fd.as_fd(), p.fd.as_fd(), newname).map_err(errno)
+                }
                 _ => Err(Errno::ENOENT),
             }
         };
@@ -728,13 +843,24 @@ impl Filesystem for RoarFs {
             Err(e) => return reply.error(e),
         };
         match self.open_node(req, ino.0, file, flags.0, false) {
-            Ok((fh, fl, _, _)) => self.reply_open(fh, ino.0, fl, reply),
+            Ok((fh, fl)) => self.reply_open(fh, ino.0, fl, reply),
             Err(e) => reply.error(e),
         }
     }
 
-    fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
-        let file = match self.with_fd(parent.0, |dir| sys::create_at(dir, name, flags, mode & !umask)) {
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let file = match self.with_fd(parent.0, |dir| {
+            sys::create_at(dir, name, flags, mode & !umask)
+        }) {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
@@ -743,12 +869,22 @@ impl Filesystem for RoarFs {
             Err(e) => return reply.error(e),
         };
         self.chown_to_caller(req, a.ino.0);
-        let a = self.with_fd(a.ino.0, sys::stat_fd).map(|st| attr(a.ino.0, &st)).unwrap_or(a);
+        let a = self
+            .with_fd(a.ino.0, sys::stat_fd)
+            .map(|st| attr(a.ino.0, &st))
+            .unwrap_or(a);
         match self.open_node(req, a.ino.0, file, flags, true) {
-            Ok((fh, fl, _, _)) => {
+            Ok((fh, fl)) => {
                 if fl.contains(FopenFlags::FOPEN_PASSTHROUGH) {
                     match self.attach_backing(fh, a.ino.0, |f| reply.open_backing(f)) {
-                        Ok(id) => reply.created_passthrough(&TTL, &a, Generation(0), FileHandle(fh), fl - FopenFlags::FOPEN_PASSTHROUGH, &id),
+                        Ok(id) => reply.created_passthrough(
+                            &TTL,
+                            &a,
+                            Generation(0),
+                            FileHandle(fh),
+                            fl - FopenFlags::FOPEN_PASSTHROUGH,
+                            &id,
+                        ),
                         Err(e) => {
                             self.forget_handle(fh);
                             reply.error(errno(e));
@@ -762,7 +898,17 @@ impl Filesystem for RoarFs {
         }
     }
 
-    fn read(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, size: u32, _flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyData) {
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
         let Some(h) = self.handle(fh.0) else {
             return reply.error(Errno::EBADF);
         };
@@ -780,7 +926,18 @@ impl Filesystem for RoarFs {
         reply.data(&buf[..n]);
     }
 
-    fn write(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, data: &[u8], _wf: WriteFlags, flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyWrite) {
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _wf: WriteFlags,
+        flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
         let Some(h) = self.handle(fh.0) else {
             return reply.error(Errno::EBADF);
         };
@@ -810,11 +967,27 @@ impl Filesystem for RoarFs {
         }
     }
 
-    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock: LockOwner, reply: ReplyEmpty) {
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock: LockOwner,
+        reply: ReplyEmpty,
+    ) {
         reply.ok();
     }
 
-    fn release(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, _lock: Option<LockOwner>, _flush: bool, reply: ReplyEmpty) {
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
         let Some(handle) = self.handles.write().expect("handles lock").remove(&fh.0) else {
             return reply.ok();
         };
@@ -871,12 +1044,23 @@ impl Filesystem for RoarFs {
         self.jobs.writer_released(job);
     }
 
-    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
         let Some(h) = self.handle(fh.0) else {
             return reply.error(Errno::EBADF);
         };
         let h = h.lock().expect("handle lock");
-        let r = if datasync { h.file.sync_data() } else { h.file.sync_all() };
+        let r = if datasync {
+            h.file.sync_data()
+        } else {
+            h.file.sync_all()
+        };
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
@@ -884,13 +1068,25 @@ impl Filesystem for RoarFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.with_fd(ino.0, |fd| sys::reopen(fd, libc::O_RDONLY | libc::O_DIRECTORY)) {
-            Ok(_) => reply.opened(FileHandle(self.next_fh.fetch_add(1, Ordering::Relaxed)), FopenFlags::empty()),
+        match self.with_fd(ino.0, |fd| {
+            sys::reopen(fd, libc::O_RDONLY | libc::O_DIRECTORY)
+        }) {
+            Ok(_) => reply.opened(
+                FileHandle(self.next_fh.fetch_add(1, Ordering::Relaxed)),
+                FopenFlags::empty(),
+            ),
             Err(e) => reply.error(e),
         }
     }
 
-    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
         let entries = match self.dir_entries(ino.0, fh.0, offset) {
             Ok(e) => e,
             Err(e) => return reply.error(e),
@@ -903,7 +1099,14 @@ impl Filesystem for RoarFs {
         reply.ok();
     }
 
-    fn readdirplus(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+    fn readdirplus(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
         let entries = match self.dir_entries(ino.0, fh.0, offset) {
             Ok(e) => e,
             Err(e) => return reply.error(e),
@@ -916,13 +1119,22 @@ impl Filesystem for RoarFs {
             let next = (i + 1) as u64;
             // "." and ".." are not looked up (the kernel does not count them).
             if name == "." || name == ".." {
-                if reply.add(dir_attr.ino, next, name, &Duration::ZERO, &dir_attr, Generation(0)) {
+                if reply.add(
+                    dir_attr.ino,
+                    next,
+                    name,
+                    &Duration::ZERO,
+                    &dir_attr,
+                    Generation(0),
+                ) {
                     break;
                 }
                 continue;
             }
             // Every other entry returned with attributes counts as a lookup for the kernel.
-            let Ok(a) = self.lookup_child(ino.0, name) else { continue };
+            let Ok(a) = self.lookup_child(ino.0, name) else {
+                continue;
+            };
             if reply.add(a.ino, next, name, &TTL, &a, Generation(0)) {
                 self.forget(req, a.ino, 1);
                 break;
@@ -931,20 +1143,47 @@ impl Filesystem for RoarFs {
         reply.ok();
     }
 
-    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
         self.dirs.lock().expect("dirs lock").remove(&fh.0);
         reply.ok();
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
         match self.with_fd(ino.0, sys::statvfs_fd) {
-            Ok(s) => reply.statfs(s.f_blocks, s.f_bfree, s.f_bavail, s.f_files, s.f_ffree, s.f_bsize as u32, s.f_namemax as u32, s.f_frsize as u32),
+            Ok(s) => reply.statfs(
+                s.f_blocks,
+                s.f_bfree,
+                s.f_bavail,
+                s.f_files,
+                s.f_ffree,
+                s.f_bsize as u32,
+                s.f_namemax as u32,
+                s.f_frsize as u32,
+            ),
             Err(e) => reply.error(e),
         }
     }
 
-    fn setxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
-        match self.with_fd(ino.0, |fd| sys::xattr(fd, sys::Xattr::Set(name, value, flags))) {
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        match self.with_fd(ino.0, |fd| {
+            sys::xattr(fd, sys::Xattr::Set(name, value, flags))
+        }) {
             Ok(_) => reply.ok(),
             Err(e) => reply.error(e),
         }
@@ -983,7 +1222,16 @@ impl Filesystem for RoarFs {
         }
     }
 
-    fn fallocate(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
         let Some(h) = self.handle(fh.0) else {
             return reply.error(Errno::EBADF);
         };
@@ -999,11 +1247,31 @@ impl Filesystem for RoarFs {
     }
 
     /// Not offered: the kernel then copies with read and write, which is where content is hashed.
-    fn copy_file_range(&self, _req: &Request, _ino_in: INodeNo, _fh_in: FileHandle, _offset_in: u64, _ino_out: INodeNo, _fh_out: FileHandle, _offset_out: u64, _len: u64, _flags: fuser::CopyFileRangeFlags, reply: ReplyWrite) {
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        _fh_in: FileHandle,
+        _offset_in: u64,
+        _ino_out: INodeNo,
+        _fh_out: FileHandle,
+        _offset_out: u64,
+        _len: u64,
+        _flags: fuser::CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
         reply.error(Errno::ENOSYS);
     }
 
-    fn lseek(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+    fn lseek(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
         let Some(h) = self.handle(fh.0) else {
             return reply.error(Errno::EBADF);
         };

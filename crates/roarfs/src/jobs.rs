@@ -72,8 +72,18 @@ fn cmdline(pid: i32) -> Vec<OsString> {
 
 const SHELLS: &[&str] = &["bash", "sh", "dash", "zsh", "fish", "ksh", "tcsh", "csh"];
 const BOUNDARIES: &[&str] = &[
-    "init", "systemd", "sshd", "tmux", "tmux: server", "screen", "SCREEN", "login", "su", "sudo",
-    "containerd-shim", "runc",
+    "init",
+    "systemd",
+    "sshd",
+    "tmux",
+    "tmux: server",
+    "screen",
+    "SCREEN",
+    "login",
+    "su",
+    "sudo",
+    "containerd-shim",
+    "runc",
 ];
 
 /// An interactive shell: a shell with no script or `-c` command (`bash`, `-bash`, `bash -i`).
@@ -186,20 +196,16 @@ impl Jobs {
         let job = self.attribute(tgid(tid));
         let mut inner = self.inner.lock().expect("jobs lock");
         if let Some(key) = job {
-            if !inner.jobs.contains_key(&key) {
-                let argv = cmdline(key.pid);
-                let job = LiveJob {
-                    argv,
-                    cwd: std::fs::read_link(format!("/proc/{}/cwd", key.pid)).unwrap_or_default(),
-                    exe: std::fs::read_link(format!("/proc/{}/exe", key.pid)).ok(),
-                    started_ns: self.boot_ns + key.start as i64 * self.tick_ns,
-                    files: HashMap::new(),
-                    order: Vec::new(),
-                    open_writers: 0,
-                    root_gone: false,
-                };
-                inner.jobs.insert(key, job);
-            }
+            inner.jobs.entry(key).or_insert_with(|| LiveJob {
+                argv: cmdline(key.pid),
+                cwd: std::fs::read_link(format!("/proc/{}/cwd", key.pid)).unwrap_or_default(),
+                exe: std::fs::read_link(format!("/proc/{}/exe", key.pid)).ok(),
+                started_ns: self.boot_ns + key.start as i64 * self.tick_ns,
+                files: HashMap::new(),
+                order: Vec::new(),
+                open_writers: 0,
+                root_gone: false,
+            });
         }
         if inner.by_tid.len() > 65_536 {
             inner.by_tid.clear();
@@ -213,10 +219,7 @@ impl Jobs {
         if is_roar_run(&cur) {
             return None;
         }
-        loop {
-            let Some(parent) = proc_stat(cur.ppid) else {
-                break;
-            };
+        while let Some(parent) = proc_stat(cur.ppid) {
             if is_roar_run(&parent) {
                 return None;
             }
@@ -290,22 +293,67 @@ impl Jobs {
         if moved.output.is_none() {
             moved.output = content();
         }
-        // What stays behind at the old name: the input it was, or a pre-existing file now gone.
+        // What stays behind at the old name: an input if the job read it, or if it was there
+        // before the job and moved unread (the content the job used, as `roar run` records it).
         if old.read_prior || !old.job_made {
             let left = FileState {
-                ops: old.ops | Ops::RENAME | Ops::UNLINK,
+                ops: old.ops | Ops::RENAME,
+                read_prior: true,
+                input: old.input.clone().or_else(|| moved.output.clone()),
+                job_made: false,
                 exists: false,
                 last_ns: now,
                 ..old
             };
+            if !j.files.contains_key(from) && !j.order.iter().any(|p| p == from) {
+                j.order.push(from.to_owned());
+            }
             j.files.insert(from.to_owned(), left);
         } else {
             j.order.retain(|p| p != from);
         }
-        if !j.files.contains_key(to) {
+        // Content the job read at the new name before replacing it stays an input there.
+        if let Some(replaced) = j.files.get(to) {
+            if replaced.read_prior {
+                moved.read_prior = true;
+                moved.input = replaced.input.clone();
+                moved.ops = moved.ops | replaced.ops;
+            }
+            moved.first_ns = moved.first_ns.min(replaced.first_ns);
+        } else {
             j.order.push(to.to_owned());
         }
         j.files.insert(to.to_owned(), moved);
+    }
+
+    /// A directory moved: every live job's files below it now live below its new name.
+    pub fn rename_dir(&self, from: &Path, to: &Path) {
+        let mut inner = self.inner.lock().expect("jobs lock");
+        for job in inner.jobs.values_mut() {
+            let moved: Vec<PathBuf> = job
+                .files
+                .keys()
+                .filter(|p| p.starts_with(from))
+                .cloned()
+                .collect();
+            for old in moved {
+                let new = to.join(old.strip_prefix(from).expect("prefix checked"));
+                if let Some(mut st) = job.files.remove(&old) {
+                    if st.read_prior && !st.job_made {
+                        // An input stays an input of the name it was read under.
+                        job.files.insert(old.clone(), st);
+                        continue;
+                    }
+                    st.ops.insert(Ops::RENAME);
+                    job.files.insert(new.clone(), st);
+                    for p in job.order.iter_mut() {
+                        if *p == old {
+                            *p = new.clone();
+                        }
+                    }
+                }
+            }
+        }
     }
 
     pub fn writer_opened(&self, job: JobKey) {
@@ -335,7 +383,9 @@ impl Jobs {
                 }
             }
             if !keys.is_empty() {
-                inner.by_tid.retain(|_, (_, j)| j.is_none_or(|j| !keys.contains(&j)));
+                inner
+                    .by_tid
+                    .retain(|_, (_, j)| j.is_none_or(|j| !keys.contains(&j)));
             }
             keys.into_iter()
                 .filter_map(|k| inner.jobs.remove(&k).map(|j| (k, j)))

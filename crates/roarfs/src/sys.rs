@@ -56,12 +56,7 @@ pub fn create_at(dir: BorrowedFd<'_>, name: &OsStr, flags: i32, mode: u32) -> io
     let flags = flags | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NOFOLLOW;
     // SAFETY: `name` is NUL-terminated; the returned fd is owned by the File.
     let fd = check(unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            flags,
-            mode as libc::c_uint,
-        )
+        libc::openat(dir.as_raw_fd(), name.as_ptr(), flags, mode as libc::c_uint)
     })?;
     // SAFETY: as above.
     Ok(unsafe { File::from_raw_fd(fd) })
@@ -337,7 +332,11 @@ pub fn read_dir(fd: BorrowedFd<'_>) -> io::Result<Vec<(std::ffi::OsString, u64, 
         let (name, ino, ty) = unsafe {
             let e = &*ent;
             let name = std::ffi::CStr::from_ptr(e.d_name.as_ptr());
-            (OsStr::from_bytes(name.to_bytes()).to_owned(), e.d_ino, e.d_type)
+            (
+                OsStr::from_bytes(name.to_bytes()).to_owned(),
+                e.d_ino,
+                e.d_type,
+            )
         };
         if name == "." || name == ".." {
             continue;

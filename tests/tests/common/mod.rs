@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests: find the built `roar`, make projects, run commands.
 #![allow(dead_code)]
 
+pub mod workloads;
+
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

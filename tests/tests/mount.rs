@@ -1,0 +1,473 @@
+//! `roar mount` with a real FUSE mount: programs started without `roar run` are recorded; the
+//! mount behaves like the directory under it (a reference model on random operations); a killed
+//! daemon is cleaned up; bad input is refused with one line.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::workloads::{sh, workloads};
+use common::{stderr, stdout, Project};
+
+/// FUSE needs /dev/fuse and root; a missing capability fails under CI=true.
+fn require_fuse() -> bool {
+    // SAFETY-free check: root is uid 0 in /proc/self/status.
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
+    let ok = root && Path::new("/dev/fuse").exists();
+    if !ok {
+        assert!(
+            !common::strict(),
+            "FUSE tests need root and /dev/fuse under CI=true"
+        );
+        eprintln!("SKIPPED: FUSE mount tests need root and /dev/fuse");
+    }
+    ok
+}
+
+/// A project with a `data/` directory, mounted; unmounted (and its jobs recorded) on drop.
+struct Mounted {
+    p: Project,
+    data: PathBuf,
+    mounted: bool,
+}
+
+impl Mounted {
+    fn new(setup: impl FnOnce(&Path)) -> Mounted {
+        let p = Project::new();
+        let data = std::fs::canonicalize(p.path()).unwrap().join("data");
+        std::fs::create_dir(&data).unwrap();
+        setup(&data);
+        let out = p.roar(["mount", "data"]);
+        assert!(out.status.success(), "roar mount: {}", stderr(&out));
+        Mounted {
+            p,
+            data,
+            mounted: true,
+        }
+    }
+
+    /// Runs `argv` in `data/` as its own process group, as an interactive shell would.
+    fn run(&self, argv: &[&str]) -> std::process::ExitStatus {
+        // `./prog` names a program in data/, not in the test's own directory.
+        let program = if argv[0].starts_with("./") {
+            self.data.join(argv[0])
+        } else {
+            PathBuf::from(argv[0])
+        };
+        Command::new(program)
+            .args(&argv[1..])
+            .current_dir(&self.data)
+            .process_group(0)
+            .status()
+            .unwrap()
+    }
+
+    fn unmount(&mut self) {
+        let out = self.p.roar(["unmount", "data"]);
+        assert!(out.status.success(), "roar unmount: {}", stderr(&out));
+        self.mounted = false;
+    }
+
+    /// The recorded mount jobs, oldest first.
+    fn jobs(&self) -> Vec<serde_json::Value> {
+        let log: serde_json::Value =
+            serde_json::from_slice(&self.p.roar(["log", "--json", "-n", "1000"]).stdout).unwrap();
+        let mut jobs: Vec<serde_json::Value> = log
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|j| j["backend"] == "mount")
+            .map(|j| self.p.job_json(j["id"].as_i64().unwrap()))
+            .collect();
+        jobs.reverse();
+        jobs
+    }
+
+    /// The job whose root ran `argv`. The mount reads argv from /proc after exec, so a program
+    /// started through a wrapper shows what the wrapper exec'd: pyenv's `python3` shim the real
+    /// interpreter's path, `env -i sh -c ...` the `sh -c ...` part.
+    fn job_with_argv(&self, argv: &[&str]) -> serde_json::Value {
+        let jobs = self.jobs();
+        let matches = |a: &Vec<serde_json::Value>| {
+            let a: Vec<&str> = a.iter().map(|x| x.as_str().unwrap()).collect();
+            let base = |s: &str| s.rsplit('/').next().unwrap_or(s).to_owned();
+            (0..argv.len()).any(|skip| {
+                let want = &argv[skip..];
+                a.len() == want.len()
+                    && a[1..] == want[1..]
+                    && base(a[0]).starts_with(&base(want[0]))
+            })
+        };
+        jobs.iter()
+            .find(|j| j["argv"].as_array().is_some_and(matches))
+            .cloned()
+            .unwrap_or_else(|| panic!("no mount job with argv {argv:?} among {jobs:#?}"))
+    }
+
+    /// The job's `role` files, relative to data/.
+    fn files(&self, job: &serde_json::Value, role: &str) -> Vec<String> {
+        let mut v: Vec<String> = job["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["role"] == role)
+            .map(|f| {
+                let p = f["path"].as_str().unwrap();
+                Path::new(p)
+                    .strip_prefix(&self.data)
+                    .map(|r| r.to_string_lossy().into_owned())
+                    .unwrap_or_else(|_| p.to_owned())
+            })
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = self.p.roar(["unmount", "data"]);
+        }
+    }
+}
+
+fn b3(path: &Path) -> String {
+    blake3::hash(&std::fs::read(path).unwrap())
+        .to_hex()
+        .to_string()
+}
+
+#[test]
+fn programs_started_without_roar_run_are_recorded_with_content_hashes() {
+    if !require_fuse() {
+        return;
+    }
+    let mut m = Mounted::new(|d| std::fs::write(d.join("in.txt"), b"hello\n").unwrap());
+    let argv = [
+        "sh",
+        "-c",
+        "cat in.txt > copy.txt && tr a-z A-Z < copy.txt > up.txt",
+    ];
+    assert!(m.run(&argv).success());
+    // A big file written in one sequential pass (hashed from the write stream) and read back.
+    let big: Vec<u8> = (0..8u32 << 20).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(m.data.join("seed.bin"), &big).unwrap();
+    let argv2 = ["sh", "-c", "cat seed.bin > big.bin && cmp seed.bin big.bin"];
+    assert!(
+        m.run(&argv2).success(),
+        "content read back through the mount differs"
+    );
+    m.unmount();
+
+    let job = m.job_with_argv(&argv);
+    assert_eq!(m.files(&job, "input"), ["in.txt"]);
+    assert_eq!(m.files(&job, "output"), ["copy.txt", "up.txt"]);
+    assert_eq!(job["status"], "ended");
+    for f in job["files"].as_array().unwrap() {
+        let path = Path::new(f["path"].as_str().unwrap());
+        assert_eq!(f["hash"]["blake3"], b3(path), "{}", path.display());
+    }
+    let job2 = m.job_with_argv(&argv2);
+    assert_eq!(m.files(&job2, "input"), ["seed.bin"]);
+    assert_eq!(m.files(&job2, "output"), ["big.bin"]);
+    let out = job2["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["role"] == "output")
+        .unwrap();
+    assert_eq!(
+        out["hash"]["blake3"],
+        blake3::hash(&big).to_hex().to_string()
+    );
+    // The files are the directory's own, still there after the unmount.
+    assert_eq!(std::fs::read(m.data.join("up.txt")).unwrap(), b"HELLO\n");
+}
+
+#[test]
+fn coverage_workloads_through_the_mount_match_roar_run() {
+    if !require_fuse() {
+        return;
+    }
+    if !["python3", "make", "cc", "tar", "sed"]
+        .iter()
+        .all(|t| common::require_tool(t))
+    {
+        return;
+    }
+    let mut failures = Vec::new();
+    for w in workloads() {
+        let mut m = Mounted::new(|d| sh(d, w.setup));
+        let status = m.run(w.argv);
+        if let Some(code) = status.code() {
+            assert_eq!(code, w.exit, "{}: exit status", w.name);
+        }
+        m.unmount();
+        let job = m.job_with_argv(w.argv);
+        let (inputs, outputs) = (m.files(&job, "input"), m.files(&job, "output"));
+        let want = |v: &[&str]| {
+            let mut v: Vec<String> = v.iter().map(|s| s.to_string()).collect();
+            v.sort();
+            v
+        };
+        if inputs != want(w.inputs) || outputs != want(w.outputs) {
+            failures.push(format!(
+                "{}: inputs {inputs:?} (want {:?}), outputs {outputs:?} (want {:?})",
+                w.name, w.inputs, w.outputs
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A small deterministic generator, so a failing sequence can be replayed from its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Applies one random operation under `root`; returns what happened, to compare.
+fn apply(root: &Path, op: u64, a: &str, b: &str, data: &[u8]) -> String {
+    let (pa, pb) = (root.join(a), root.join(b));
+    let r: std::io::Result<String> = (|| {
+        Ok(match op {
+            0 => {
+                std::fs::write(&pa, data)?;
+                "write".into()
+            }
+            1 => {
+                use std::io::Write;
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&pa)?
+                    .write_all(data)?;
+                "append".into()
+            }
+            2 => format!("read {:?}", std::fs::read(&pa)?),
+            3 => {
+                std::fs::rename(&pa, &pb)?;
+                "rename".into()
+            }
+            4 => {
+                std::fs::remove_file(&pa)?;
+                "unlink".into()
+            }
+            5 => {
+                std::fs::create_dir(&pa)?;
+                "mkdir".into()
+            }
+            6 => {
+                std::fs::remove_dir(&pa)?;
+                "rmdir".into()
+            }
+            7 => {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&pa)?
+                    .set_len(data.len() as u64 / 2)?;
+                "truncate".into()
+            }
+            8 => {
+                std::fs::hard_link(&pa, &pb)?;
+                "link".into()
+            }
+            9 => {
+                std::os::unix::fs::symlink(a, &pb)?;
+                "symlink".into()
+            }
+            10 => {
+                std::fs::set_permissions(&pa, std::fs::Permissions::from_mode(0o600))?;
+                "chmod".into()
+            }
+            11 => {
+                use std::os::unix::fs::FileExt;
+                let f = std::fs::OpenOptions::new().write(true).open(&pa)?;
+                f.write_all_at(data, 3)?;
+                "pwrite".into()
+            }
+            _ => {
+                let mut names: Vec<String> = std::fs::read_dir(&pa)?
+                    .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+                    .collect::<Result<_, _>>()?;
+                names.sort();
+                format!("list {names:?}")
+            }
+        })
+    })();
+    match r {
+        Ok(s) => s,
+        Err(e) => format!("error {:?}", e.raw_os_error()),
+    }
+}
+
+/// Everything observable about a tree: type, mode, size, content, link count, symlink target.
+fn snapshot(root: &Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_owned()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let path = e.unwrap().path();
+            let rel = path
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let m = std::fs::symlink_metadata(&path).unwrap();
+            let desc = if m.is_dir() {
+                stack.push(path.clone());
+                format!("dir {:o}", m.mode() & 0o7777)
+            } else if m.file_type().is_symlink() {
+                format!("link -> {:?}", std::fs::read_link(&path).unwrap())
+            } else {
+                format!(
+                    "file {:o} nlink {} {:?}",
+                    m.mode() & 0o7777,
+                    m.nlink(),
+                    std::fs::read(&path).unwrap()
+                )
+            };
+            out.insert(rel, desc);
+        }
+    }
+    out
+}
+
+#[test]
+fn random_operations_behave_as_on_the_plain_directory() {
+    if !require_fuse() {
+        return;
+    }
+    let mut m = Mounted::new(|_| {});
+    let plain = tempfile::tempdir().unwrap();
+    let names = ["a", "b", "c", "d/e", "d/f", "d", "g/h", "g"];
+    let seed = 0x5eed_u64;
+    let mut rng = Rng(seed);
+    for step in 0..600 {
+        let op = rng.below(13);
+        let a = names[rng.below(names.len() as u64) as usize];
+        let b = names[rng.below(names.len() as u64) as usize];
+        let data: Vec<u8> = (0..rng.below(64)).map(|_| rng.below(256) as u8).collect();
+        let want = apply(plain.path(), op, a, b, &data);
+        let got = apply(&m.data, op, a, b, &data);
+        assert_eq!(
+            got, want,
+            "step {step} (seed {seed:#x}): op {op} on {a} {b}: the mount answered differently"
+        );
+    }
+    assert_eq!(snapshot(&m.data), snapshot(plain.path()));
+    m.unmount();
+    // And the backing directory holds exactly that tree.
+    assert_eq!(snapshot(&m.data), snapshot(plain.path()));
+}
+
+#[test]
+fn a_killed_daemon_is_detected_and_cleared_and_nothing_is_lost() {
+    if !require_fuse() {
+        return;
+    }
+    let mut m = Mounted::new(|d| std::fs::write(d.join("keep.txt"), b"precious").unwrap());
+    let list: serde_json::Value =
+        serde_json::from_slice(&m.p.roar(["mount", "--list", "--json"]).stdout).unwrap();
+    assert_eq!(list[0]["state"], "active", "{list}");
+    let pid = list[0]["pid"].as_i64().unwrap();
+    Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let err = std::fs::metadata(m.data.join("keep.txt")).unwrap_err();
+    assert_eq!(
+        err.raw_os_error(),
+        Some(107),
+        "a dead FUSE mount answers ENOTCONN"
+    );
+    // Mounting again notices, clears it, says so, and mounts.
+    let out = m.p.roar(["mount", "data"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("dead roarfs mount"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(std::fs::read(m.data.join("keep.txt")).unwrap(), b"precious");
+    m.unmount();
+    assert_eq!(std::fs::read(m.data.join("keep.txt")).unwrap(), b"precious");
+}
+
+#[test]
+fn bad_mount_requests_get_one_clear_line() {
+    if !require_fuse() {
+        return;
+    }
+    let p = Project::new();
+    // The store would be on the mount it records.
+    let out = p.roar(["mount", "."]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("inside"), "{}", stderr(&out));
+    let out = p.roar(["mount", "missing"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("missing"), "{}", stderr(&out));
+    let out = p.roar(["unmount", "."]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("not mounted by roar"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    // Twice on the same directory.
+    let m = Mounted::new(|_| {});
+    let out = m.p.roar(["mount", "data"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("already mounted"), "{}", stderr(&out));
+    assert!(stdout(&m.p.roar(["mount", "--list"])).contains("active"));
+}
+
+#[test]
+fn processes_already_inside_the_directory_are_warned_about() {
+    if !require_fuse() {
+        return;
+    }
+    let p = Project::new();
+    std::fs::create_dir(p.path().join("data")).unwrap();
+    let mut sleeper = Command::new("sleep")
+        .arg("30")
+        .current_dir(p.path().join("data"))
+        .spawn()
+        .unwrap();
+    let out = p.roar(["mount", "data"]);
+    sleeper.kill().unwrap();
+    let _ = sleeper.wait();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("bypass the mount"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains(&format!("{} (sleep)", sleeper.id())),
+        "{}",
+        stderr(&out)
+    );
+    let out = p.roar(["unmount", "data"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
