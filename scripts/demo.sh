@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Builds roar and runs a small pipeline under `roar run` in a scratch project, then shows the
-# lineage it recorded. Usage: bash scripts/demo.sh [DIR]   (default: /tmp/roar-demo)
+# Builds roar and runs a small pipeline in a scratch project: its data directory is mounted with
+# `roar mount` (the first two steps run as plain commands and are recorded by the mount), the
+# last two run under `roar run`; then it shows the lineage recorded across both.
+# Usage: bash scripts/demo.sh [DIR]   (default: /tmp/roar-demo)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cargo build --release --locked -p roar-cli -p roar-preload
 ROAR="$PWD/target/release/roar"
 DEMO="${1:-/tmp/roar-demo}"
+if mountpoint -q "$DEMO/data" 2>/dev/null; then "$ROAR" unmount "$DEMO/data" 2>/dev/null || umount -l "$DEMO/data"; fi
 rm -rf "$DEMO"
 mkdir -p "$DEMO"
 cd "$DEMO"
@@ -15,7 +18,7 @@ git init -q . && git config user.email demo@roar && git config user.name demo
 cat > make_raw.py <<'PY'
 import random, sys
 random.seed(7)
-with open("raw.csv", "w") as f:
+with open("data/raw.csv", "w") as f:
     f.write("x,y\n")
     for _ in range(1000):
         x = random.random()
@@ -23,17 +26,17 @@ with open("raw.csv", "w") as f:
 PY
 cat > prep.py <<'PY'
 import os
-rows = [l.strip().split(",") for l in open("raw.csv")][1:]
-os.makedirs("features", exist_ok=True)
+rows = [l.strip().split(",") for l in open("data/raw.csv")][1:]
+os.makedirs("data/features", exist_ok=True)
 for i in range(4):
-    with open(f"features/shard{i}.csv", "w") as f:
+    with open(f"data/features/shard{i}.csv", "w") as f:
         for x, y in rows[i::4]:
             f.write(f"{x},{y}\n")
 PY
 cat > train.py <<'PY'
 import glob, json, os
 xs, ys = [], []
-for shard in sorted(glob.glob("features/shard*.csv")):
+for shard in sorted(glob.glob("data/features/shard*.csv")):
     for line in open(shard):
         x, y = map(float, line.split(","))
         xs.append(x); ys.append(y)
@@ -43,13 +46,25 @@ tmp = "model.json.tmp"
 json.dump({"slope": slope, "intercept": my - slope * mx}, open(tmp, "w"))
 os.rename(tmp, "model.json")  # written atomically: roar follows the rename
 PY
+mkdir data
+printf 'data/\n' > .gitignore
 git add . && git commit -qm "demo pipeline"
 
 "$ROAR" init
-"$ROAR" run --name make-raw -- python3 make_raw.py
-"$ROAR" run --name prep -- python3 prep.py
+if [ "$(id -u)" = 0 ] && [ -e /dev/fuse ]; then
+    # Everything read or written under data/ is recorded, whoever runs it: the first two steps
+    # are plain commands (each its own process group, as a terminal runs them).
+    "$ROAR" mount data
+    setsid --wait python3 make_raw.py
+    setsid --wait python3 prep.py
+else
+    echo "(no FUSE here: running the first two steps under roar run instead of the mount)"
+    "$ROAR" run --name make-raw -- python3 make_raw.py
+    "$ROAR" run --name prep -- python3 prep.py
+fi
 "$ROAR" run --name train -v -- python3 train.py
-"$ROAR" run --name report -- bash -c 'cat model.json > report.txt; echo >> report.txt; wc -l raw.csv >> report.txt'
+"$ROAR" run --name report -- bash -c 'cat model.json > report.txt; echo >> report.txt; wc -l data/raw.csv >> report.txt'
+if mountpoint -q data; then "$ROAR" unmount data; fi
 echo
 echo "== roar log"
 "$ROAR" log

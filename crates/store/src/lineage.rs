@@ -148,15 +148,19 @@ impl Store {
             let (role, mut edge) = row?;
             if role == "input" {
                 edge.producer = match &edge.hash {
-                    // The producer must have run before this job read the content.
+                    // The producer must have started before this job read the content.
                     Some(h) => self
                         .conn
                         .prepare_cached(
+                            // Started before this job: ids are not enough, since the mount
+                            // records a job when its process ends, after jobs that began later.
                             "SELECT f.job_id FROM job_files f JOIN artifacts a ON a.id = f.artifact_id
-                             WHERE a.blake3 = ?1 AND f.role = 'output' AND f.job_id < ?2
-                             ORDER BY f.job_id DESC LIMIT 1",
+                             JOIN jobs j ON j.id = f.job_id
+                             WHERE a.blake3 = ?1 AND f.role = 'output' AND f.job_id != ?2
+                               AND j.started_ns < ?3
+                             ORDER BY j.started_ns DESC LIMIT 1",
                         )?
-                        .query_row(params![h.blake3, job_id], |r| r.get(0))
+                        .query_row(params![h.blake3, job_id, step.started_ns], |r| r.get(0))
                         .optional()?,
                     None => None,
                 };
@@ -168,7 +172,7 @@ impl Store {
         Ok(step)
     }
 
-    /// The jobs upstream of `target`, oldest first, and the root inputs they start from.
+    /// The jobs upstream of `target`, in the order they started, and the root inputs they start from.
     pub fn lineage(&self, target: &ContentHash) -> Result<Lineage> {
         let walk = || -> rusqlite::Result<Lineage> {
             let mut steps: BTreeMap<i64, Step> = BTreeMap::new();
@@ -198,21 +202,27 @@ impl Store {
                 }
                 steps.insert(job, step);
             }
+            // In the order they ran (the mount records a job when it ends, so ids can be out
+            // of order).
+            let mut steps: Vec<Step> = steps.into_values().collect();
+            steps.sort_by_key(|s| (s.started_ns, s.job_id));
             Ok(Lineage {
                 target: target.clone(),
-                steps: steps.into_values().collect(),
+                steps,
                 roots: roots.into_values().collect(),
             })
         };
         walk().map_err(|e| self.err(e))
     }
 
-    /// Every job of the project, oldest first, with the producers of their inputs.
+    /// Every job of the project, in the order they started, with the producers of their inputs.
     pub fn dag(&self) -> Result<Dag> {
         let walk = || -> rusqlite::Result<Dag> {
             let ids: Vec<i64> = self
                 .conn
-                .prepare("SELECT id FROM jobs WHERE status != 'failed_to_start' ORDER BY id")?
+                .prepare(
+                    "SELECT id FROM jobs WHERE status != 'failed_to_start' ORDER BY started_ns, id",
+                )?
                 .query_map([], |r| r.get(0))?
                 .collect::<rusqlite::Result<_>>()?;
             let steps = ids

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# `roar mount` throughput against the same directory without a mount (native) and through bindfs
+# (a FUSE passthrough without recording), all measured in the same run, interleaved:
+#   - sequential 1 GiB read of a file whose hash is known (kernel passthrough)   target >= 0.9x native
+#   - sequential 1 GiB write, hashed inline                                       target >= 0.7x native
+#   - 1,000 files of 4-256 KiB md5summed in random order (the ratarmount method)  target <= 1.5x native
+#   - 10,000 small files created, stat'ed and read back                           target <= 3x native
+# The page cache is warm for reads (every variant reads the same cached pages), as in the targets.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO="$PWD"
+[ "$(id -u)" = 0 ] || { echo "bench/mount.sh needs root (FUSE mounts)" >&2; exit 1; }
+command -v bindfs >/dev/null || { apt-get install -y -qq bindfs >/dev/null || { apt-get update -qq && apt-get install -y -qq bindfs >/dev/null; }; }
+cargo build --release --locked -q -p roar-cli
+ROAR="$PWD/target/release/roar"
+W="${BENCH_DIR:-/tmp/roar-bench-mount}"
+RUNS="${RUNS:-5}"
+for m in "$W/bind" "$W/proj/data"; do mountpoint -q "$m" 2>/dev/null && umount -l "$m"; done
+rm -rf "$W" && mkdir -p "$W/proj/data" "$W/native" "$W/bind"
+cd "$W/proj" && "$ROAR" init > /dev/null
+
+cat > "$W/small.c" <<'C'
+#include <stdio.h>
+#include <stdlib.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <sys/stat.h>
+/* Creates N small files in DIR, stats each, reads each back, removes them. */
+int main(int argc, char **argv) {
+    int n = atoi(argv[2]);
+    char name[4096], buf[256];
+    for (int i = 0; i < (int)sizeof buf; i++) buf[i] = (char)i;
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "%s/s%d", argv[1], i);
+        int fd = open(name, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0 || write(fd, buf, 100) != 100) return 1;
+        close(fd);
+    }
+    struct stat st;
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "%s/s%d", argv[1], i);
+        if (stat(name, &st) != 0) return 2;
+    }
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "%s/s%d", argv[1], i);
+        int fd = open(name, O_RDONLY);
+        if (fd < 0 || read(fd, buf, sizeof buf) != 100) return 3;
+        close(fd);
+    }
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "%s/s%d", argv[1], i);
+        unlink(name);
+    }
+    return 0;
+}
+C
+cc -O2 -o "$W/small" "$W/small.c"
+
+# The data: one 1 GiB file and 1,000 files of 4-256 KiB, in the directory roar mounts and in
+# the one bindfs mirrors (separate copies, so neither variant reads the other's cache).
+echo "== preparing data"
+python3 - "$W/proj/data" "$W/native" <<'PY'
+import os, random, sys
+random.seed(7)
+for d in sys.argv[1:]:
+    os.makedirs(f"{d}/files", exist_ok=True)
+    with open(f"{d}/big.bin", "wb") as f:
+        block = os.urandom(1 << 20)
+        for i in range(1024):
+            f.write(block)
+    r = random.Random(11)
+    for i in range(1000):
+        with open(f"{d}/files/f{i:04d}", "wb") as f:
+            f.write(os.urandom(r.randint(4, 256) * 1024))
+PY
+sync
+bindfs "$W/native" "$W/bind"
+trap 'cd /; umount -l "$W/bind" 2>/dev/null; "$ROAR" unmount "$W/proj/data" >/dev/null 2>&1 || true' EXIT
+cd "$W/proj"
+"$ROAR" mount data
+# The first open through the mount hashes big.bin and remembers it; the timed reads then go
+# through kernel passthrough.
+cat data/big.bin > /dev/null
+ls "$W/native/files" | shuf --random-source=<(yes) > "$W/order"
+
+CMP="python3 $REPO/bench/lib/compare.py"
+md5() { echo "sh -c 'cd $1/files && xargs md5sum < $W/order > /dev/null'"; }
+echo "== sequential read of a hashed 1 GiB file (page cache warm)"
+$CMP "$W/read.json" "$RUNS" \
+    "native=dd if=$W/native/big.bin of=/dev/null bs=1M" \
+    "native2=dd if=$W/native/big.bin of=/dev/null bs=1M" \
+    "roar mount=dd if=$W/proj/data/big.bin of=/dev/null bs=1M" \
+    "bindfs=dd if=$W/bind/big.bin of=/dev/null bs=1M"
+echo "== sequential 1 GiB write (hashed inline through the mount)"
+$CMP "$W/write.json" "$RUNS" \
+    "native=dd if=/dev/zero of=$W/native/out.bin bs=1M count=1024" \
+    "native2=dd if=/dev/zero of=$W/native/out.bin bs=1M count=1024" \
+    "roar mount=dd if=/dev/zero of=$W/proj/data/out.bin bs=1M count=1024" \
+    "bindfs=dd if=/dev/zero of=$W/bind/out2.bin bs=1M count=1024"
+echo "== 1,000 files md5summed in random order"
+$CMP "$W/md5.json" "$RUNS" \
+    "native=$(md5 "$W/native")" "native2=$(md5 "$W/native")" \
+    "roar mount=$(md5 "$W/proj/data")" "bindfs=$(md5 "$W/bind")"
+echo "== 10,000 small files: create, stat, read, remove"
+$CMP "$W/small.json" "$RUNS" \
+    "native=$W/small $W/native 10000" "native2=$W/small $W/native 10000" \
+    "roar mount=$W/small $W/proj/data 10000" "bindfs=$W/small $W/bind 10000"
+
+python3 - "$W" <<'PY'
+import json, sys
+w = sys.argv[1]
+rows = [("read", "sequential 1 GiB read (throughput vs native)", ">= 0.9x", True),
+        ("write", "sequential 1 GiB write (throughput vs native)", ">= 0.7x", True),
+        ("md5", "1,000 files md5summed (time vs native)", "<= 1.5x", False),
+        ("small", "10k small files create/stat/read (time vs native)", "<= 3x", False)]
+print(f"\n{'workload':52s} {'noise':>7s} {'roar mount':>11s} {'bindfs':>8s}  target")
+for key, label, target, throughput in rows:
+    r = json.load(open(f"{w}/{key}.json"))
+    n = r["native"]["median"]
+    ratio = (lambda m: n / m) if throughput else (lambda m: m / n)
+    print(f"{label:52s} {ratio(r['native2']['median']):6.2f}x {ratio(r['roar mount']['median']):10.2f}x "
+          f"{ratio(r['bindfs']['median']):7.2f}x  {target}")
+PY
+"$ROAR" unmount data
+"$ROAR" log -n 3
