@@ -168,8 +168,7 @@ fn boot_ns() -> i64 {
 
 impl Jobs {
     pub fn new(writer: Writer) -> Jobs {
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as i64;
+        let hz = crate::sys::clock_ticks_per_second();
         Jobs {
             inner: Mutex::new(Inner::default()),
             writer,

@@ -414,3 +414,9 @@ pub fn dup_stderr_to_stdout() {
     // SAFETY: dup2 on two standard descriptors; fd 1 is replaced atomically.
     unsafe { libc::dup2(2, 1) };
 }
+
+/// The unit of process start times in /proc/PID/stat.
+pub fn clock_ticks_per_second() -> i64 {
+    // SAFETY: sysconf has no preconditions.
+    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as i64
+}
