@@ -995,6 +995,7 @@ impl Filesystem for RoarFs {
         let Ok(h) = Arc::try_unwrap(handle).map(|m| m.into_inner().expect("handle lock")) else {
             return;
         };
+        let mut forgotten = None;
         {
             let mut nodes = self.nodes.write().expect("nodes lock");
             if let Some(node) = nodes.get_mut(&h.ino) {
@@ -1005,13 +1006,16 @@ impl Filesystem for RoarFs {
                 }
                 // The kernel forgot it while it was open: drop it now that the last open is gone.
                 if node.nlookup == 0 && node.passthrough_opens == 0 && node.userspace_opens == 0 {
-                    let backing = node.backing;
+                    forgotten = Some(node.backing);
                     nodes.remove(&h.ino);
-                    let mut by_backing = self.by_backing.lock().expect("backing lock");
-                    if by_backing.get(&backing) == Some(&h.ino) {
-                        by_backing.remove(&backing);
-                    }
                 }
+            }
+        }
+        // Lock order is by_backing before nodes everywhere, so this waits until nodes is released.
+        if let Some(backing) = forgotten {
+            let mut by_backing = self.by_backing.lock().expect("backing lock");
+            if by_backing.get(&backing) == Some(&h.ino) {
+                by_backing.remove(&backing);
             }
         }
         if !h.writable {
