@@ -368,7 +368,7 @@ impl Jobs {
     }
 
     /// Records every job whose root process has exited (and whose writers are all released);
-    /// with `all`, every job (at unmount). Returns the store ids of the jobs recorded.
+    /// with `all`, every job: only after the unmount (see [`Jobs::record`]). Returns the store ids of the jobs recorded.
     pub fn finish(&self, all: bool) -> Vec<i64> {
         let done: Vec<(JobKey, LiveJob)> = {
             let mut inner = self.inner.lock().expect("jobs lock");
@@ -395,7 +395,7 @@ impl Jobs {
             if job.files.is_empty() {
                 continue;
             }
-            match self.writer.record_job(self.record(key, job)) {
+            match self.writer.record_job(self.record(key, job, all)) {
                 Ok(id) => ids.push(id),
                 Err(e) => tracing::error!("roarfs: cannot record a job: {e}"),
             }
@@ -403,7 +403,10 @@ impl Jobs {
         ids
     }
 
-    fn record(&self, key: JobKey, job: LiveJob) -> JobRecord {
+    /// `unmounted`: the mount is gone, so paths name the backing files and an output whose last
+    /// release never arrived (releases are asynchronous; an unmount can overtake one) can be
+    /// hashed from the file itself.
+    fn record(&self, key: JobKey, job: LiveJob, unmounted: bool) -> JobRecord {
         let mut files = Vec::new();
         for path in &job.order {
             let Some(st) = job.files.get(path) else {
@@ -423,7 +426,13 @@ impl Jobs {
                 files.push(rec(Role::Input, st.input.clone()));
             }
             if st.job_made && st.exists {
-                files.push(rec(Role::Output, st.output.clone()));
+                let hash = st.output.clone().or_else(|| {
+                    unmounted
+                        .then(|| roar_store::hash::hash_path(path, Default::default()).ok())
+                        .flatten()
+                        .map(|h| h.hash)
+                });
+                files.push(rec(Role::Output, hash));
             } else if st.job_made && !st.read_prior {
                 files.push(rec(Role::Temp, None));
             } else if !st.exists && st.ops.contains(Ops::UNLINK) && !st.read_prior {
