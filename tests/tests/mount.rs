@@ -113,21 +113,7 @@ impl Mounted {
 
     /// The job's `role` files, relative to data/.
     fn files(&self, job: &serde_json::Value, role: &str) -> Vec<String> {
-        let mut v: Vec<String> = job["files"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|f| f["role"] == role)
-            .map(|f| {
-                let p = f["path"].as_str().unwrap();
-                Path::new(p)
-                    .strip_prefix(&self.data)
-                    .map(|r| r.to_string_lossy().into_owned())
-                    .unwrap_or_else(|_| p.to_owned())
-            })
-            .collect();
-        v.sort();
-        v
+        common::files_under(job, role, &self.data)
     }
 }
 

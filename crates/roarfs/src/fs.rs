@@ -244,6 +244,31 @@ impl RoarFs {
         Ok(attr(ino, &st))
     }
 
+    /// Creates `name` in `parent` with `make`, gives it to the caller and replies with its
+    /// attributes (mknod, mkdir, symlink).
+    fn make_entry(
+        &self,
+        req: &Request,
+        parent: u64,
+        name: &OsStr,
+        reply: ReplyEntry,
+        make: impl FnOnce(BorrowedFd<'_>) -> io::Result<()>,
+    ) {
+        let made = self
+            .with_fd(parent, make)
+            .and_then(|_| self.lookup_child(parent, name))
+            .map(|a| {
+                self.chown_to_caller(req, a.ino.0);
+                self.with_fd(a.ino.0, sys::stat_fd)
+                    .map(|st| attr(a.ino.0, &st))
+                    .unwrap_or(a)
+            });
+        match made {
+            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
     /// After creating something as root, give it to the caller (as a real filesystem would).
     fn chown_to_caller(&self, req: &Request, ino: u64) {
         // SAFETY: geteuid has no preconditions.
@@ -653,18 +678,9 @@ impl Filesystem for RoarFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let r = self
-            .with_fd(parent.0, |dir| {
-                sys::mknod_at(dir, name, mode & !umask, rdev)
-            })
-            .and_then(|_| self.lookup_child(parent.0, name));
-        match r {
-            Ok(a) => {
-                self.chown_to_caller(req, a.ino.0);
-                reply.entry(&TTL, &a, Generation(0));
-            }
-            Err(e) => reply.error(e),
-        }
+        self.make_entry(req, parent.0, name, reply, |dir| {
+            sys::mknod_at(dir, name, mode & !umask, rdev)
+        });
     }
 
     fn mkdir(
@@ -676,16 +692,9 @@ impl Filesystem for RoarFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let r = self
-            .with_fd(parent.0, |dir| sys::mkdir_at(dir, name, mode & !umask))
-            .and_then(|_| self.lookup_child(parent.0, name));
-        match r {
-            Ok(a) => {
-                self.chown_to_caller(req, a.ino.0);
-                reply.entry(&TTL, &a, Generation(0));
-            }
-            Err(e) => reply.error(e),
-        }
+        self.make_entry(req, parent.0, name, reply, |dir| {
+            sys::mkdir_at(dir, name, mode & !umask)
+        });
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -727,18 +736,9 @@ impl Filesystem for RoarFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let r = self
-            .with_fd(parent.0, |dir| {
-                sys::symlink_at(target.as_os_str(), dir, link_name)
-            })
-            .and_then(|_| self.lookup_child(parent.0, link_name));
-        match r {
-            Ok(a) => {
-                self.chown_to_caller(req, a.ino.0);
-                reply.entry(&TTL, &a, Generation(0));
-            }
-            Err(e) => reply.error(e),
-        }
+        self.make_entry(req, parent.0, link_name, reply, |dir| {
+            sys::symlink_at(target.as_os_str(), dir, link_name)
+        });
     }
 
     fn rename(

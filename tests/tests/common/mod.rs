@@ -89,23 +89,27 @@ impl Project {
 
     /// Paths (relative to the project) of the job's files with `role`, sorted.
     pub fn files(&self, job: &serde_json::Value, role: &str) -> Vec<String> {
-        let root = std::fs::canonicalize(self.path()).unwrap();
-        let mut v: Vec<String> = job["files"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|f| f["role"] == role)
-            .map(|f| {
-                let p = f["path"].as_str().unwrap();
-                Path::new(p)
-                    .strip_prefix(&root)
-                    .map(|r| r.to_string_lossy().into_owned())
-                    .unwrap_or_else(|_| p.to_owned())
-            })
-            .collect();
-        v.sort();
-        v
+        files_under(job, role, &std::fs::canonicalize(self.path()).unwrap())
     }
+}
+
+/// Paths (relative to `base` when below it) of the job's files with `role`, sorted.
+pub fn files_under(job: &serde_json::Value, role: &str, base: &Path) -> Vec<String> {
+    let mut v: Vec<String> = job["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["role"] == role)
+        .map(|f| {
+            let p = f["path"].as_str().unwrap();
+            Path::new(p)
+                .strip_prefix(base)
+                .map(|r| r.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| p.to_owned())
+        })
+        .collect();
+    v.sort();
+    v
 }
 
 pub fn stderr(o: &Output) -> String {
