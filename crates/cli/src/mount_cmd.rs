@@ -70,8 +70,12 @@ fn read_state(path: &Path) -> Option<State> {
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }
 
+/// Running (a zombie counts as gone: where no init reaps orphans, the daemon stays one).
 fn alive(pid: i32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
+        .unwrap_or(false)
 }
 
 /// Whether `dir` is a mount point of a roarfs filesystem (from /proc/self/mountinfo).
