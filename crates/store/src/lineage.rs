@@ -26,7 +26,7 @@ pub struct Step {
     pub cwd: String,
     pub started_ns: i64,
     pub ended_ns: Option<i64>,
-    /// running | exited | signaled | failed_to_start
+    /// running | exited | signaled | failed_to_start | ended (seen by the mount, exit status unknown)
     pub status: String,
     pub exit_code: Option<i32>,
     pub git_commit: Option<String>,
@@ -44,7 +44,7 @@ pub struct Edge {
     pub producer: Option<i64>,
 }
 
-/// How one artifact was made: the steps, oldest first, and the root inputs they start from.
+/// How one artifact was made: the steps in the order they started, and the root inputs.
 #[derive(Debug, Clone, Serialize)]
 pub struct Lineage {
     pub target: ContentHash,
@@ -52,7 +52,7 @@ pub struct Lineage {
     pub roots: Vec<Edge>,
 }
 
-/// The whole project's graph: every step, oldest first.
+/// The whole project's graph: every step, in the order they started.
 #[derive(Debug, Clone, Serialize)]
 pub struct Dag {
     pub steps: Vec<Step>,
