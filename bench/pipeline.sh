@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# End-to-end overhead on a realistic pipeline of about 30 s: a Python preprocessing step reading
+# 500 shards and writing features, then a training-like step that reads the features and writes
+# a checkpoint every few seconds. Run bare, under `roar run` (preload, ptrace), with the data
+# directory under `roar mount` and no `roar run`, and under the Python peer `roar-cli`, all in the
+# same session; overhead in percent of bare.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO="$PWD"
+cargo build --release --locked -q -p roar-cli -p roar-preload
+ROAR="$PWD/target/release/roar"
+W="${BENCH_DIR:-/tmp/roar-bench-pipeline}"
+RUNS="${RUNS:-3}"
+# Training epochs: 40 makes the bare pipeline about 30 s on the 2-core CI machine; EPOCHS=3 gives
+# a 4 s version for a quick look.
+EPOCHS="${EPOCHS:-40}"
+mountpoint -q "$W/data" 2>/dev/null && { "$ROAR" unmount "$W/data" 2>/dev/null || umount -l "$W/data"; }
+rm -rf "$W" "$W-peer" && mkdir -p "$W/data/shards" && cd "$W"
+git init -q . && git config user.email b@b && git config user.name b
+
+python3 - <<'PY'
+import random
+random.seed(1)
+for i in range(500):
+    with open(f"data/shards/shard{i:03d}.csv", "w") as f:
+        for _ in range(2000):
+            f.write(",".join(f"{random.random():.6f}" for _ in range(8)) + "\n")
+PY
+cat > prep.py <<'PY'
+import glob, os, struct
+os.makedirs("data/features", exist_ok=True)
+for path in sorted(glob.glob("data/shards/*.csv")):
+    rows = [list(map(float, l.split(","))) for l in open(path)]
+    means = [sum(c) / len(c) for c in zip(*rows)]
+    out = os.path.join("data/features", os.path.basename(path) + ".bin")
+    with open(out, "wb") as f:
+        for r in rows:
+            f.write(struct.pack("8d", *[x - m for x, m in zip(r, means)]))
+PY
+cat > train.py <<PY
+import glob, os, struct
+EPOCHS = $EPOCHS
+w = [0.0] * 8
+files = sorted(glob.glob("data/features/*.bin"))
+os.makedirs("data/ckpt", exist_ok=True)
+for epoch in range(EPOCHS):
+    for i, path in enumerate(files):
+        data = open(path, "rb").read()
+        for j in range(0, len(data), 64 * 50):
+            x = struct.unpack_from("8d", data, j)
+            err = sum(a * b for a, b in zip(w, x)) - x[0]
+            w = [a - 1e-3 * err * b for a, b in zip(w, x)]
+        if i % 250 == 249:
+            tmp = f"data/ckpt/epoch{epoch}-{i}.tmp"  # written, then renamed into place
+            with open(tmp, "wb") as f:
+                f.write(struct.pack("8d", *w) * 4096)
+            os.rename(tmp, tmp[:-4] + ".ckpt")
+PY
+printf 'data/\n.roar/\n' > .gitignore
+"$ROAR" init > /dev/null
+PEER_VENV="${PEER_VENV:-/tmp/roar-bench-peer-venv}"
+if [ ! -x "$PEER_VENV/bin/roar" ]; then
+    python3 -m venv "$PEER_VENV" && "$PEER_VENV/bin/pip" install -q --disable-pip-version-check roar-cli
+fi
+cat > steps.sh <<'SH'
+#!/bin/sh
+# $1: how to run each step ("" for bare). Starts from clean outputs.
+set -e
+rm -rf data/features data/ckpt
+$1 python3 prep.py
+$1 python3 train.py
+SH
+cat > mounted.sh <<SH
+#!/bin/sh
+set -e
+rm -rf data/features data/ckpt
+"$ROAR" mount data > /dev/null 2>&1
+setsid --wait python3 prep.py
+setsid --wait python3 train.py
+"$ROAR" unmount data > /dev/null 2>&1
+SH
+chmod +x steps.sh mounted.sh
+# The peer refuses to run on a dirty tree: commit everything first.
+git add -A && git commit -qm pipeline
+# The peer needs a committed tree and its own project; it records into .roar/ too, so it runs in a
+# copy of this directory.
+cp -r "$W" "$W-peer"
+rm -rf "$W-peer/.roar" && (cd "$W-peer" && "$PEER_VENV/bin/roar" init > /dev/null 2>&1 || true)
+
+python3 "$REPO/bench/lib/compare.py" pipeline.json "$RUNS" \
+    "bare=sh steps.sh" \
+    "bare2=sh steps.sh" \
+    "roar run (preload)=sh steps.sh '$ROAR run --tracer preload --'" \
+    "roar run (ptrace)=sh steps.sh '$ROAR run --tracer ptrace --'" \
+    "roar mount=sh mounted.sh" \
+    "roar-cli (peer)=sh -c 'cd $W-peer && sh steps.sh \"$PEER_VENV/bin/roar run\"'"
+python3 - <<'PY'
+import json
+r = json.load(open("pipeline.json"))
+b = r.pop("bare")["median"]
+print(f"\nbare {b:.1f} s; overhead in percent of bare (median of interleaved runs):")
+for k, v in r.items():
+    print(f"  {k:22s} {100 * (v['median'] - b) / b:+6.1f} %")
+PY
+"$ROAR" log -n 4
