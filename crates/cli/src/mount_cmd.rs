@@ -6,7 +6,7 @@
 //! pid) while it runs; `roar unmount` sends it SIGTERM and waits for it to record its jobs and exit.
 
 use std::io::{BufRead, Write};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
@@ -39,18 +39,12 @@ struct State {
 /// An absolute, lexically normalised path, without touching the filesystem (a dead FUSE mount
 /// cannot be canonicalised).
 fn absolute(p: &Path) -> anyhow::Result<PathBuf> {
-    let joined = std::env::current_dir()?.join(p);
-    let mut out = PathBuf::from("/");
-    for c in joined.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::Normal(n) => out.push(n),
-            _ => {}
-        }
-    }
-    Ok(out)
+    use std::os::unix::ffi::OsStrExt;
+    let cwd = std::env::current_dir()?;
+    Ok(roar_tracer::event::join_normalize(
+        cwd.as_os_str().as_bytes(),
+        p.as_os_str().as_bytes(),
+    ))
 }
 
 fn state_dir(project: &Project) -> PathBuf {

@@ -17,7 +17,6 @@ use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,7 +30,7 @@ use fuser::{
     ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use roar_store::hash::{hash_open_file, HashOptions};
-use roar_store::{ContentHash, Ops};
+use roar_store::{ContentHash, FileStat, Ops};
 
 use crate::jobs::{JobKey, Jobs};
 use crate::sys;
@@ -70,7 +69,7 @@ struct Handle {
 /// they are written, so this is exact for them (every write passes through here).
 type DirEntry = (OsString, u64, FileType);
 
-type ContentCache = HashMap<(u64, u64), (i64, i64, u64, ContentHash)>;
+type ContentCache = HashMap<(u64, u64), (FileStat, ContentHash)>;
 
 pub struct RoarFs {
     root: PathBuf,
@@ -131,12 +130,14 @@ fn attr(ino: u64, st: &libc::stat) -> FileAttr {
     }
 }
 
-fn identity(st: &libc::stat) -> (i64, i64, u64) {
-    (
-        st.st_mtime * 1_000_000_000 + st.st_mtime_nsec,
-        st.st_ctime * 1_000_000_000 + st.st_ctime_nsec,
-        st.st_size as u64,
-    )
+fn file_stat(st: &libc::stat) -> FileStat {
+    FileStat {
+        dev: st.st_dev,
+        ino: st.st_ino,
+        size: st.st_size as u64,
+        mtime_ns: st.st_mtime * 1_000_000_000 + st.st_mtime_nsec,
+        ctime_ns: st.st_ctime * 1_000_000_000 + st.st_ctime_nsec,
+    }
 }
 
 impl RoarFs {
@@ -279,51 +280,41 @@ impl RoarFs {
         }
     }
 
-    fn cached_content(&self, st: &libc::stat) -> Option<ContentHash> {
-        let (m, c, size) = identity(st);
-        if let Some((cm, cc, cs, h)) = self
-            .content
-            .lock()
-            .expect("content lock")
-            .get(&(st.st_dev, st.st_ino))
-        {
-            if (*cm, *cc, *cs) == (m, c, size) {
+    fn cached_content(&self, stat: &FileStat) -> Option<ContentHash> {
+        let content = self.content.lock().expect("content lock");
+        if let Some((known, h)) = content.get(&(stat.dev, stat.ino)) {
+            if known == stat {
                 return Some(h.clone());
             }
         }
+        drop(content);
         let guard = self.store_cache.lock().expect("store lock");
-        let conn = guard.as_ref()?;
-        let stat = roar_store::FileStat {
-            dev: st.st_dev,
-            ino: st.st_ino,
-            size,
-            mtime_ns: m,
-            ctime_ns: c,
-        };
-        roar_store::hash::cache_get(conn, &stat, HashOptions::default())
+        roar_store::hash::cache_get(guard.as_ref()?, stat, HashOptions::default())
     }
 
-    fn remember(&self, file: &File, hash: &ContentHash) {
-        if let Ok(st) = sys::stat_fd(file.as_fd()) {
-            let (m, c, size) = identity(&st);
-            self.content
-                .lock()
-                .expect("content lock")
-                .insert((st.st_dev, st.st_ino), (m, c, size, hash.clone()));
-        }
+    fn remember(&self, stat: FileStat, hash: &ContentHash) {
+        self.content
+            .lock()
+            .expect("content lock")
+            .insert((stat.dev, stat.ino), (stat, hash.clone()));
     }
 
     /// The content of an open file: from the caches, else hashed now (and remembered).
     fn content_of(&self, file: &File, path: &Path) -> Option<ContentHash> {
         let st = sys::stat_fd(file.as_fd()).ok()?;
+        self.content_at(file, &st, path)
+    }
+
+    /// [`RoarFs::content_of`] for a file already stat'ed as `st`.
+    fn content_at(&self, file: &File, st: &libc::stat, path: &Path) -> Option<ContentHash> {
         if st.st_mode & libc::S_IFMT != libc::S_IFREG {
             return None;
         }
-        if let Some(h) = self.cached_content(&st) {
+        if let Some(h) = self.cached_content(&file_stat(st)) {
             return Some(h);
         }
         let hashed = hash_open_file(file, path, HashOptions::default()).ok()?;
-        self.remember(file, &hashed.hash);
+        self.remember(hashed.stat, &hashed.hash);
         let _ = self.jobs.writer().cache(vec![roar_store::CacheEntry {
             stat: hashed.stat,
             hash: hashed.hash.clone(),
@@ -340,7 +331,7 @@ impl RoarFs {
         file: File,
         flags: i32,
         created: bool,
-    ) -> Result<(u64, FopenFlags), Errno> {
+    ) -> Result<(u64, bool), Errno> {
         let acc = flags & libc::O_ACCMODE;
         let writable = acc != libc::O_RDONLY;
         // The kernel opening a program to exec it: the process still shows its old argv, and
@@ -350,9 +341,12 @@ impl RoarFs {
         } else {
             self.jobs.job_of(req.pid())
         };
-        let path = self.path(ino);
-        let is_file = file.metadata().map(|m| m.is_file()).unwrap_or(false);
-        if let Some(job) = job.filter(|_| is_file) {
+        let stat = sys::stat_fd(file.as_fd()).ok();
+        let is_file = stat
+            .as_ref()
+            .is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG);
+        if let (Some(job), Some(st)) = (job, stat.as_ref().filter(|_| is_file)) {
+            let path = self.path(ino);
             if writable {
                 // The content before the job touched it is an input when the write keeps it.
                 let keeps = !created && flags & libc::O_TRUNC == 0;
@@ -380,14 +374,12 @@ impl RoarFs {
                 });
                 self.jobs.writer_opened(job);
                 // Invalidate: the content is about to change.
-                if let Ok(st) = sys::stat_fd(file.as_fd()) {
-                    self.content
-                        .lock()
-                        .expect("content lock")
-                        .remove(&(st.st_dev, st.st_ino));
-                }
+                self.content
+                    .lock()
+                    .expect("content lock")
+                    .remove(&(st.st_dev, st.st_ino));
             } else {
-                let content = self.content_of(&file, &path);
+                let content = self.content_at(&file, st, &path);
                 self.jobs.with_file(job, &path, |st| {
                     st.ops.insert(Ops::READ);
                     if !st.job_made && !st.read_prior {
@@ -431,12 +423,7 @@ impl RoarFs {
             .write()
             .expect("handles lock")
             .insert(fh, Arc::new(Mutex::new(handle)));
-        let flags = if use_passthrough {
-            FopenFlags::FOPEN_PASSTHROUGH
-        } else {
-            FopenFlags::empty()
-        };
-        Ok((fh, flags))
+        Ok((fh, use_passthrough))
     }
 
     /// Registers (or reuses) the passthrough backing id of `ino` for handle `fh`.
@@ -468,41 +455,44 @@ impl RoarFs {
 
     /// Undoes `open_node` when the reply could not be sent as planned.
     fn forget_handle(&self, fh: u64) {
-        if let Some(h) = self.handles.write().expect("handles lock").remove(&fh) {
-            let h = h.lock().expect("handle lock");
-            if let Some(node) = self.nodes.write().expect("nodes lock").get_mut(&h.ino) {
+        let Some(handle) = self.handles.write().expect("handles lock").remove(&fh) else {
+            return;
+        };
+        let h = handle.lock().expect("handle lock");
+        self.close_on_node(&h);
+        if let (true, Some(job)) = (h.writable, h.job) {
+            self.jobs.writer_released(job);
+        }
+    }
+
+    /// One open of `h.ino` fewer; drops the inode once the kernel has forgotten it too.
+    fn close_on_node(&self, h: &Handle) {
+        let mut forgotten = None;
+        {
+            let mut nodes = self.nodes.write().expect("nodes lock");
+            if let Some(node) = nodes.get_mut(&h.ino) {
                 if h.passthrough {
                     node.passthrough_opens = node.passthrough_opens.saturating_sub(1);
                 } else {
                     node.userspace_opens = node.userspace_opens.saturating_sub(1);
                 }
+                if node.nlookup == 0 && node.passthrough_opens == 0 && node.userspace_opens == 0 {
+                    forgotten = Some(node.backing);
+                    nodes.remove(&h.ino);
+                }
             }
-            if let (true, Some(job)) = (h.writable, h.job) {
-                self.jobs.writer_released(job);
+        }
+        // Lock order is by_backing before nodes everywhere, so this waits until nodes is released.
+        if let Some(backing) = forgotten {
+            let mut by_backing = self.by_backing.lock().expect("backing lock");
+            if by_backing.get(&backing) == Some(&h.ino) {
+                by_backing.remove(&backing);
             }
         }
     }
 
     fn handle(&self, fh: u64) -> Option<Arc<Mutex<Handle>>> {
         self.handles.read().expect("handles lock").get(&fh).cloned()
-    }
-
-    fn reply_open(&self, fh: u64, ino: u64, flags: FopenFlags, reply: ReplyOpen) {
-        if flags.contains(FopenFlags::FOPEN_PASSTHROUGH) {
-            match self.attach_backing(fh, ino, |f| reply.open_backing(f)) {
-                Ok(id) => reply.opened_passthrough(
-                    FileHandle(fh),
-                    flags - FopenFlags::FOPEN_PASSTHROUGH,
-                    &id,
-                ),
-                Err(e) => {
-                    self.forget_handle(fh);
-                    reply.error(errno(e));
-                }
-            }
-        } else {
-            reply.opened(FileHandle(fh), flags);
-        }
     }
 
     fn list_dir(&self, ino: u64) -> Result<Arc<Vec<DirEntry>>, Errno> {
@@ -529,11 +519,6 @@ impl RoarFs {
                 Ok(e)
             }
         }
-    }
-
-    /// Called periodically and at unmount: records jobs whose root process has ended.
-    pub fn jobs(&self) -> &Arc<Jobs> {
-        &self.jobs
     }
 }
 
@@ -698,20 +683,21 @@ impl Filesystem for RoarFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let path = self.child_path(parent.0, name);
-        let is_file = self
-            .with_fd(parent.0, |dir| {
+        // Only a job's regular files are recorded; the extra stat is paid only for them.
+        let job = self.jobs.job_of(req.pid()).filter(|_| {
+            self.with_fd(parent.0, |dir| {
                 sys::open_path(dir, name).and_then(|fd| sys::stat_fd(fd.as_fd()))
             })
-            .map(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG)
-            .unwrap_or(false);
+            .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG)
+        });
         match self.with_fd(parent.0, |dir| sys::unlink_at(dir, name, 0)) {
             Ok(()) => {
-                if let (true, Some(job)) = (is_file, self.jobs.job_of(req.pid())) {
-                    self.jobs.with_file(job, &path, |st| {
-                        st.ops.insert(Ops::UNLINK);
-                        st.exists = false;
-                    });
+                if let Some(job) = job {
+                    self.jobs
+                        .with_file(job, &self.child_path(parent.0, name), |st| {
+                            st.ops.insert(Ops::UNLINK);
+                            st.exists = false;
+                        });
                 }
                 reply.ok();
             }
@@ -843,7 +829,14 @@ impl Filesystem for RoarFs {
             Err(e) => return reply.error(e),
         };
         match self.open_node(req, ino.0, file, flags.0, false) {
-            Ok((fh, fl)) => self.reply_open(fh, ino.0, fl, reply),
+            Ok((fh, false)) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Ok((fh, true)) => match self.attach_backing(fh, ino.0, |f| reply.open_backing(f)) {
+                Ok(id) => reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id),
+                Err(e) => {
+                    self.forget_handle(fh);
+                    reply.error(errno(e));
+                }
+            },
             Err(e) => reply.error(e),
         }
     }
@@ -874,26 +867,23 @@ impl Filesystem for RoarFs {
             .map(|st| attr(a.ino.0, &st))
             .unwrap_or(a);
         match self.open_node(req, a.ino.0, file, flags, true) {
-            Ok((fh, fl)) => {
-                if fl.contains(FopenFlags::FOPEN_PASSTHROUGH) {
-                    match self.attach_backing(fh, a.ino.0, |f| reply.open_backing(f)) {
-                        Ok(id) => reply.created_passthrough(
-                            &TTL,
-                            &a,
-                            Generation(0),
-                            FileHandle(fh),
-                            fl - FopenFlags::FOPEN_PASSTHROUGH,
-                            &id,
-                        ),
-                        Err(e) => {
-                            self.forget_handle(fh);
-                            reply.error(errno(e));
-                        }
-                    }
-                } else {
-                    reply.created(&TTL, &a, Generation(0), FileHandle(fh), fl);
-                }
+            Ok((fh, false)) => {
+                reply.created(&TTL, &a, Generation(0), FileHandle(fh), FopenFlags::empty())
             }
+            Ok((fh, true)) => match self.attach_backing(fh, a.ino.0, |f| reply.open_backing(f)) {
+                Ok(id) => reply.created_passthrough(
+                    &TTL,
+                    &a,
+                    Generation(0),
+                    FileHandle(fh),
+                    FopenFlags::empty(),
+                    &id,
+                ),
+                Err(e) => {
+                    self.forget_handle(fh);
+                    reply.error(errno(e));
+                }
+            },
             Err(e) => reply.error(e),
         }
     }
@@ -992,32 +982,9 @@ impl Filesystem for RoarFs {
             return reply.ok();
         };
         reply.ok();
-        let Ok(h) = Arc::try_unwrap(handle).map(|m| m.into_inner().expect("handle lock")) else {
-            return;
-        };
-        let mut forgotten = None;
-        {
-            let mut nodes = self.nodes.write().expect("nodes lock");
-            if let Some(node) = nodes.get_mut(&h.ino) {
-                if h.passthrough {
-                    node.passthrough_opens = node.passthrough_opens.saturating_sub(1);
-                } else {
-                    node.userspace_opens = node.userspace_opens.saturating_sub(1);
-                }
-                // The kernel forgot it while it was open: drop it now that the last open is gone.
-                if node.nlookup == 0 && node.passthrough_opens == 0 && node.userspace_opens == 0 {
-                    forgotten = Some(node.backing);
-                    nodes.remove(&h.ino);
-                }
-            }
-        }
-        // Lock order is by_backing before nodes everywhere, so this waits until nodes is released.
-        if let Some(backing) = forgotten {
-            let mut by_backing = self.by_backing.lock().expect("backing lock");
-            if by_backing.get(&backing) == Some(&h.ino) {
-                by_backing.remove(&backing);
-            }
-        }
+        // A request still running on this handle holds it only briefly: wait for it.
+        let mut h = handle.lock().expect("handle lock");
+        self.close_on_node(&h);
         if !h.writable {
             return;
         }
@@ -1025,7 +992,7 @@ impl Filesystem for RoarFs {
         if h.wrote || h.passthrough {
             let path = self.path(h.ino);
             let size = h.file.metadata().map(|m| m.len()).ok();
-            let hash = match h.stream {
+            let hash = match h.stream.take() {
                 // Written from 0 to the end in one go: the stream is the content.
                 Some((hasher, n)) if Some(n) == size => {
                     let hash = ContentHash {
@@ -1033,7 +1000,9 @@ impl Filesystem for RoarFs {
                         sha256: None,
                         size: n,
                     };
-                    self.remember(&h.file, &hash);
+                    if let Ok(st) = sys::stat_fd(h.file.as_fd()) {
+                        self.remember(file_stat(&st), &hash);
+                    }
                     Some(hash)
                 }
                 _ => sys::reopen(h.file.as_fd(), libc::O_RDONLY)
@@ -1297,9 +1266,4 @@ fn dtype(t: u8) -> FileType {
         libc::DT_BLK => FileType::BlockDevice,
         _ => FileType::RegularFile,
     }
-}
-
-/// Bytes of a path, for messages.
-pub fn display(p: &Path) -> String {
-    String::from_utf8_lossy(p.as_os_str().as_bytes()).into_owned()
 }

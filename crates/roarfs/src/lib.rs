@@ -87,10 +87,6 @@ impl Mounted {
         self.jobs.finish(false)
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Unmounts (lazily if files are still open), then records every remaining job.
     pub fn unmount(mut self) -> Vec<i64> {
         self.stop()

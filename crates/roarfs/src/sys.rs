@@ -7,7 +7,6 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
 
 fn cstr(name: &OsStr) -> io::Result<CString> {
     CString::new(name.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
@@ -371,10 +370,6 @@ pub fn processes_inside(dir: &std::path::Path) -> Vec<(i32, String)> {
         }
     }
     out
-}
-
-pub fn path_of(fd: BorrowedFd<'_>) -> io::Result<PathBuf> {
-    std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }
 
 /// Blocks `signals` in this thread and every thread it starts afterwards.
