@@ -13,6 +13,29 @@ pub struct Config {
     pub tracer: String,
     /// Extra ignore globs.
     pub ignore: Vec<String>,
+    /// The S3 gateway of `roar run` and `roar gateway`.
+    pub s3: S3Config,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct S3Config {
+    /// Start a gateway for every `roar run` (as `--s3` does).
+    pub enabled: bool,
+    /// Forward to this S3 service instead of the embedded store under `.roar/s3/`.
+    pub upstream: Option<String>,
+    /// The region clients sign for, and the upstream's.
+    pub region: String,
+}
+
+impl Default for S3Config {
+    fn default() -> Self {
+        S3Config {
+            enabled: false,
+            upstream: None,
+            region: "us-east-1".into(),
+        }
+    }
 }
 
 impl Default for Config {
@@ -21,6 +44,7 @@ impl Default for Config {
             hash: "blake3".into(),
             tracer: "auto".into(),
             ignore: Vec::new(),
+            s3: S3Config::default(),
         }
     }
 }

@@ -4,6 +4,7 @@ mod config;
 mod diff_cmd;
 mod export_cmd;
 mod fmt;
+mod gateway_cmd;
 mod hash_cmd;
 mod lineage_cmd;
 mod mount_cmd;
@@ -130,6 +131,8 @@ enum Command {
     Status,
     /// Mount roarfs over DIR, in place: everything read or written under DIR is recorded.
     Mount(mount_cmd::MountArgs),
+    /// Serve S3 (embedded store or an upstream) and record which client read or wrote which object.
+    Gateway(gateway_cmd::GatewayArgs),
     /// Unmount a `roar mount`, recording its remaining jobs.
     Unmount {
         /// The mounted directory.
@@ -155,7 +158,11 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("ROAR_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                // s3s logs every client error (NoSuchKey...) at error level: that is the
+                // client's business, and under `roar run` it would land in the command's stderr.
+                .unwrap_or_else(|_| {
+                    tracing_subscriber::EnvFilter::new("warn,s3s=off,s3s_fs=off,s3s_aws=off")
+                }),
         )
         .with_writer(std::io::stderr)
         .without_time()
@@ -191,6 +198,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         } => export_cmd::export(what.as_deref(), format)?,
         Command::Run(args) => return run_cmd::run(args),
         Command::Mount(args) => return mount_cmd::mount(args, json),
+        Command::Gateway(args) => return gateway_cmd::serve(args),
         Command::Unmount { dir } => return mount_cmd::unmount(&dir),
         Command::Tracer { command } => return run_cmd::tracer(command, json),
     }

@@ -74,7 +74,7 @@ pub(crate) enum Target {
 }
 
 /// `123` is a job id, `b3:…` or 4+ hex digits a hash prefix (unless a file of that name exists),
-/// anything else a path.
+/// `s3://bucket/key` an object, anything else a path.
 pub(crate) fn classify(what: &OsStr, cwd: &Path) -> Target {
     let s = what.to_string_lossy();
     if let Ok(id) = s.parse::<i64>() {
@@ -82,6 +82,9 @@ pub(crate) fn classify(what: &OsStr, cwd: &Path) -> Target {
     }
     if let Some(h) = s.strip_prefix("b3:") {
         return Target::Hash(h.to_owned());
+    }
+    if s.starts_with("s3://") {
+        return Target::Path(PathBuf::from(what));
     }
     let path = absolute(cwd, Path::new(what));
     let hexish = s.len() >= 4 && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_hexdigit());

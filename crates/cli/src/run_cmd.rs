@@ -33,6 +33,13 @@ pub struct RunArgs {
     /// Print where roar's own time went (also ROAR_TIMING=1).
     #[arg(long)]
     timing: bool,
+    /// Serve S3 to the command through a gateway of its own and record the objects it reads and
+    /// writes (also `[s3] enabled` in the config).
+    #[arg(long)]
+    s3: bool,
+    /// With --s3: forward to this S3 service instead of the embedded store in .roar/s3/.
+    #[arg(long, value_name = "URL")]
+    s3_upstream: Option<String>,
     /// The command and its arguments (put `--` before it if it has options of its own).
     #[arg(required = true, allow_hyphen_values = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -157,7 +164,7 @@ pub fn git_head(dir: &Path) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
-fn hostname() -> Option<String> {
+pub(crate) fn hostname() -> Option<String> {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|s| s.trim().to_owned())
@@ -213,7 +220,19 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let opts = HashOptions {
         sha256: config.sha256(),
     };
-    let traced = roar_tracer::run(backend, &args.command, lib.as_ref());
+    let gateway = if args.s3 || args.s3_upstream.is_some() || config.s3.enabled {
+        Some(crate::gateway_cmd::for_run(
+            &project,
+            &config.s3,
+            args.s3_upstream.as_deref(),
+        )?)
+    } else {
+        None
+    };
+    let child_env = gateway.as_ref().map(|g| g.child_env()).unwrap_or_default();
+    let traced = roar_tracer::run(backend, &args.command, &child_env, lib.as_ref());
+    // Every access is in the sink once the gateway has stopped.
+    let s3_files = gateway.map(|g| g.finish()).unwrap_or_default();
     let t_traced = t0.elapsed();
     let mut job = JobRecord {
         name: args.name.clone(),
@@ -261,6 +280,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let t_hashed = t0.elapsed();
     job.processes = classified.processes;
     job.files = hashed.files;
+    job.files.extend(s3_files);
     let (n_in, n_out) = (
         job.files.iter().filter(|f| f.role == Role::Input).count(),
         job.files.iter().filter(|f| f.role == Role::Output).count(),

@@ -1,1 +1,267 @@
-//! The S3 gateway behind `roar gateway` (filled by the gateway issue).
+//! The S3 gateway behind `roar gateway` and `roar run --s3`.
+//!
+//! An s3s endpoint on its own thread and tokio runtime. s3s parses and verifies each request's
+//! SigV4 signature (streaming aws-chunked and unsigned-payload uploads included) against the
+//! gateway's credentials; a wrong signature is answered 403 before the backend sees anything. The
+//! backend is either the embedded object store (s3s-fs on a directory, `.roar/s3/` in a project)
+//! or an upstream S3 service reached through aws-sdk-s3 (s3s-aws), which re-signs every request
+//! with aws-sigv4 and the upstream credentials from the environment or an AWS profile. Between the
+//! two sits `record::Recorder`, which hashes bodies as they stream and reports completed accesses
+//! to a `Sink`; `files::job_files` turns them into a job's inputs and outputs.
+
+mod body;
+mod files;
+mod host;
+mod pending;
+mod record;
+mod upstream;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::Context;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto::Builder as ConnBuilder;
+use hyper_util::server::graceful::GracefulShutdown;
+use s3s::auth::SimpleAuth;
+use s3s::service::S3ServiceBuilder;
+use tokio::sync::oneshot;
+
+pub use files::job_files;
+pub use record::{Access, AccessKind, Sink};
+
+use pending::Pending;
+
+/// Where objects live.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    /// The embedded object store: buckets are directories under this one.
+    Embedded(PathBuf),
+    /// An S3-compatible service, addressed path-style.
+    Upstream { url: String },
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub backend: Backend,
+    /// The region clients sign for, and the upstream's.
+    pub region: String,
+    /// (access key, secret key) pairs clients may sign with.
+    pub credentials: Vec<(String, String)>,
+    /// Base domains for virtual-hosted-style addressing (`BUCKET.localhost`).
+    pub domains: Vec<String>,
+    /// How long an upstream may stay silent (connect, or between bytes) before the request fails.
+    pub upstream_timeout: Duration,
+}
+
+impl Config {
+    pub fn new(backend: Backend) -> Config {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            backend,
+            region: "us-east-1".into(),
+            credentials: Vec::new(),
+            domains: vec!["localhost".into()],
+            upstream_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A running gateway. `stop` ends it cleanly; dropping it stops it too.
+pub struct Gateway {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Requests still in flight when the gateway stops get this long to finish.
+const DRAIN: Duration = Duration::from_secs(10);
+
+impl Gateway {
+    /// Binds, builds the backend and starts serving; returns once requests can be sent, or with
+    /// what prevented it (address in use, no upstream credentials, unusable store directory).
+    pub fn start(config: Config, sink: Arc<dyn Sink>) -> anyhow::Result<Gateway> {
+        if config.credentials.is_empty() {
+            anyhow::bail!("the gateway needs at least one access key to verify signatures with");
+        }
+        let listener = std::net::TcpListener::bind(config.listen)
+            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let (ready_tx, ready_rx) = mpsc::channel::<anyhow::Result<()>>();
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name("roar-gateway".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .thread_name("roar-gateway-io")
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e.into()));
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    let pending = Arc::new(Pending::default());
+                    let service = match build(&config, sink, Arc::clone(&pending)).await {
+                        Ok(s) => s,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            return;
+                        }
+                    };
+                    let listener = match tokio::net::TcpListener::from_std(listener) {
+                        Ok(l) => l,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e.into()));
+                            return;
+                        }
+                    };
+                    let _ = ready_tx.send(Ok(()));
+                    serve(listener, service, stop_rx).await;
+                    pending.wait().await;
+                });
+            })?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(Gateway {
+                addr,
+                stop: Some(stop_tx),
+                thread: Some(thread),
+            }),
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(e)
+            }
+            Err(_) => {
+                let _ = thread.join();
+                anyhow::bail!("the gateway thread died while starting")
+            }
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The endpoint URL clients should use.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops accepting connections, lets requests in flight finish (up to 10 s) and waits for
+    /// background hashing; every access is in the sink when this returns.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+async fn build(
+    config: &Config,
+    sink: Arc<dyn Sink>,
+    pending: Arc<Pending>,
+) -> anyhow::Result<s3s::service::S3Service> {
+    let backend: Box<dyn s3s::S3> = match &config.backend {
+        Backend::Embedded(root) => {
+            std::fs::create_dir_all(root)
+                .with_context(|| format!("cannot create the object store {}", root.display()))?;
+            Box::new(s3s_fs::FileSystem::new(root).map_err(|e| {
+                anyhow::anyhow!("cannot open the object store {}: {e:?}", root.display())
+            })?)
+        }
+        Backend::Upstream { url } => {
+            Box::new(upstream::proxy(url, &config.region, config.upstream_timeout).await?)
+        }
+    };
+    let mut auth = SimpleAuth::new();
+    for (access, secret) in &config.credentials {
+        auth.register(access.clone(), secret.as_str().into());
+    }
+    let mut b = S3ServiceBuilder::new(record::Recorder::new(backend, sink, pending));
+    b.set_auth(auth);
+    b.set_host(host::Hosts::new(&config.domains));
+    Ok(b.build())
+}
+
+async fn serve(
+    listener: tokio::net::TcpListener,
+    service: s3s::service::S3Service,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let http = ConnBuilder::new(TokioExecutor::new());
+    let graceful = GracefulShutdown::new();
+    loop {
+        let socket = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((socket, _)) => socket,
+                Err(e) => {
+                    tracing::warn!("accept failed: {e}");
+                    // Out of fds: do not spin.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+            _ = &mut stop => break,
+        };
+        // Without it small responses wait for the peer's delayed ACK (20-40 ms).
+        let _ = socket.set_nodelay(true);
+        let conn = http.serve_connection(TokioIo::new(socket), service.clone());
+        let conn = graceful.watch(conn.into_owned());
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(DRAIN, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("requests still in flight after {DRAIN:?}; stopping anyway");
+    }
+}
+
+/// A fresh random credential pair (20-character access key, 40-character secret).
+pub fn random_credentials() -> std::io::Result<(String, String)> {
+    use std::io::Read;
+    const ALNUM: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    const SECRET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut raw = [0u8; 56];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut raw)?;
+    // 36 and 64 symbols: the modulo bias of 256 % 36 is irrelevant for a per-run key.
+    let access: String = std::iter::once("ROAR")
+        .map(str::to_owned)
+        .chain(
+            raw[..16]
+                .iter()
+                .map(|b| (ALNUM[*b as usize % ALNUM.len()] as char).to_string()),
+        )
+        .collect();
+    let secret: String = raw[16..]
+        .iter()
+        .map(|b| SECRET[*b as usize % SECRET.len()] as char)
+        .collect();
+    Ok((access, secret))
+}

@@ -92,6 +92,13 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     CREATE INDEX job_files_producer ON job_files(artifact_id, role, job_id);
     DROP INDEX job_files_artifact;
     "#,
+    // 4: the gateway records an object's size and the range a ranged read got, and looks up the
+    // hash of an object version it has seen before by (bucket, key, ETag).
+    r#"
+    ALTER TABLE s3_objects ADD COLUMN size INTEGER;
+    ALTER TABLE s3_objects ADD COLUMN range TEXT;
+    CREATE INDEX s3_objects_version ON s3_objects(bucket, key, etag);
+    "#,
 ];
 
 /// The schema version this build writes.

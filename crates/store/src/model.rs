@@ -136,6 +136,10 @@ pub struct S3Object {
     pub key: String,
     pub version_id: Option<String>,
     pub etag: Option<String>,
+    /// Size of the whole object.
+    pub size: Option<u64>,
+    /// The byte range(s) a ranged read got (`bytes 0-1023/4096`), None for whole-object access.
+    pub range: Option<String>,
 }
 
 /// One path (or S3 object) a job touched.

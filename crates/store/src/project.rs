@@ -22,6 +22,15 @@ tracer = "auto"
 # Paths a job may touch without them becoming inputs or outputs (globs; `**` crosses directories).
 # These are added to the built-in list (/proc, /sys, /dev, system library paths, .roar/, __pycache__).
 ignore = []
+
+# The S3 gateway (`roar gateway`, `roar run --s3`): clients get AWS_ENDPOINT_URL pointing at it.
+[s3]
+# Start a gateway for every `roar run`, as `--s3` does.
+enabled = false
+# Forward to an S3 service (re-signed with the credentials in the environment or AWS_PROFILE)
+# instead of serving the embedded object store in .roar/s3/.
+# upstream = "http://127.0.0.1:9000"
+region = "us-east-1"
 "#;
 
 #[derive(Debug, Clone)]

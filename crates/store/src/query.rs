@@ -367,4 +367,20 @@ impl Store {
             hash_cache: count("hash_cache")?,
         })
     }
+
+    /// blake3 and size of an S3 object version (by ETag) recorded before, if any.
+    pub fn s3_known(&self, bucket: &str, key: &str, etag: &str) -> Result<Option<(String, u64)>> {
+        self.conn
+            .prepare_cached(
+                "SELECT a.blake3, a.size FROM s3_objects o JOIN artifacts a ON a.id = o.artifact_id
+                 WHERE o.bucket = ?1 AND o.key = ?2 AND o.etag = ?3 ORDER BY o.id DESC LIMIT 1",
+            )
+            .and_then(|mut s| {
+                s.query_row([bucket, key, etag], |r| {
+                    Ok((r.get(0)?, r.get::<_, i64>(1)? as u64))
+                })
+                .optional()
+            })
+            .map_err(|e| self.err(e))
+    }
 }

@@ -263,15 +263,17 @@ fn insert_job(tx: &Transaction, job: &JobRecord) -> rusqlite::Result<i64> {
         let s3_id = match &f.s3 {
             Some(o) => Some(
                 tx.prepare_cached(
-                    "INSERT INTO s3_objects (bucket, key, version_id, etag, artifact_id)
-                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                    "INSERT INTO s3_objects (bucket, key, version_id, etag, artifact_id, size, range)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 )?
                 .insert(params![
                     o.bucket,
                     o.key,
                     o.version_id,
                     o.etag,
-                    artifact
+                    artifact,
+                    o.size.map(|s| s as i64),
+                    o.range,
                 ])?,
             ),
             None => None,

@@ -114,13 +114,21 @@ pub(crate) fn original_dispositions(guard: &SignalGuard) -> Vec<(libc::c_int, li
         .collect()
 }
 
-/// A Command for `argv` whose child restores the caller's signal dispositions before exec.
+/// A Command for `argv` with `env` applied, whose child restores the caller's signal
+/// dispositions before exec.
 pub(crate) fn command(
     argv: &[OsString],
+    env: &crate::EnvChanges,
     dispositions: Vec<(libc::c_int, libc::sighandler_t)>,
 ) -> Command {
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..]);
+    for (name, value) in env {
+        match value {
+            Some(v) => cmd.env(name, v),
+            None => cmd.env_remove(name),
+        };
+    }
     // SAFETY: the closure only calls async-signal-safe functions (signal).
     unsafe {
         cmd.pre_exec(move || {

@@ -81,10 +81,15 @@ pub struct Traced {
     pub malformed: usize,
 }
 
-/// Runs `argv` under `backend`. `preload_lib` is the shim for the preload backend.
+/// Environment changes for the traced command: set (Some) or remove (None) each variable.
+pub type EnvChanges = [(OsString, Option<OsString>)];
+
+/// Runs `argv` under `backend` with `env` applied to the inherited environment. `preload_lib` is
+/// the shim for the preload backend.
 pub fn run(
     backend: Backend,
     argv: &[OsString],
+    env: &EnvChanges,
     preload_lib: Option<&PathBuf>,
 ) -> Result<Traced, TraceError> {
     match backend {
@@ -93,9 +98,9 @@ pub fn run(
                 backend: "preload",
                 reason: "libroar_preload.so was not found".into(),
             })?;
-            preload::run(argv, lib)
+            preload::run(argv, env, lib)
         }
-        Backend::Ptrace => ptrace::run(argv),
+        Backend::Ptrace => ptrace::run(argv, env),
         Backend::Ebpf => Err(TraceError::Unavailable {
             backend: "ebpf",
             reason: "this build has no eBPF backend yet (see docs/SEMANTICS.md)".into(),

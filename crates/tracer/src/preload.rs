@@ -192,7 +192,7 @@ fn decode(h: &Header, p: [&[u8]; 4]) -> Option<Event> {
     })
 }
 
-pub fn run(argv: &[OsString], lib: &Path) -> Result<Traced, TraceError> {
+pub fn run(argv: &[OsString], env: &crate::EnvChanges, lib: &Path) -> Result<Traced, TraceError> {
     let sock = bind()?;
     let fd = sock.fd;
     let receiver: JoinHandle<Received> = std::thread::Builder::new()
@@ -202,7 +202,7 @@ pub fn run(argv: &[OsString], lib: &Path) -> Result<Traced, TraceError> {
 
     let guard = launch::SignalGuard::install();
     launch::become_subreaper();
-    let mut cmd = launch::command(argv, launch::original_dispositions(&guard));
+    let mut cmd = launch::command(argv, env, launch::original_dispositions(&guard));
     let mut preload = lib.as_os_str().to_owned();
     if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
         preload.push(":");

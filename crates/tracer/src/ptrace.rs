@@ -361,10 +361,10 @@ fn cont(request: libc::c_uint, pid: i32, sig: i32) {
     unsafe { libc::ptrace(request, pid, 0, sig as libc::c_long) };
 }
 
-pub fn run(argv: &[OsString]) -> Result<Traced, TraceError> {
+pub fn run(argv: &[OsString], env: &crate::EnvChanges) -> Result<Traced, TraceError> {
     let guard = launch::SignalGuard::install();
     launch::become_subreaper();
-    let mut cmd = launch::command(argv, launch::original_dispositions(&guard));
+    let mut cmd = launch::command(argv, env, launch::original_dispositions(&guard));
     let prog = filter();
     // SAFETY: the closure runs between fork and exec and only makes raw syscalls.
     unsafe {

@@ -1,0 +1,124 @@
+//! Bodies hashed as they stream through: a wrapper that feeds every chunk to blake3 and reports
+//! once, at the end of the stream (with the hash) or when it is dropped or fails first (without).
+//! A body of known length ends with its last byte: hyper stops polling a response once it has
+//! sent Content-Length bytes, so waiting for the stream's own end would miss every full GET.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures::Stream;
+use s3s::dto::StreamingBlob;
+use s3s::stream::{ByteStream, RemainingLength};
+use s3s::StdError;
+
+/// The content of a body that was read to its end.
+#[derive(Debug, Clone)]
+pub(crate) struct Digest {
+    pub blake3: String,
+    pub size: u64,
+}
+
+type OnEnd = Box<dyn FnOnce(Option<Digest>) + Send + Sync>;
+
+pub(crate) struct Hashing {
+    inner: StreamingBlob,
+    hasher: blake3::Hasher,
+    size: u64,
+    expected: Option<u64>,
+    on_end: Option<OnEnd>,
+}
+
+impl Hashing {
+    /// Wraps `inner`, whose length is `expected` if known (else the stream's own exact length,
+    /// if it has one); `on_end` is called exactly once: with the digest once all bytes went
+    /// through, with `None` if the stream failed or was dropped before (a client that went away).
+    pub(crate) fn wrap(
+        inner: StreamingBlob,
+        expected: Option<u64>,
+        on_end: impl FnOnce(Option<Digest>) + Send + Sync + 'static,
+    ) -> StreamingBlob {
+        let expected = expected.or(inner.remaining_length().exact().map(|n| n as u64));
+        let mut hashing = Hashing {
+            inner,
+            hasher: blake3::Hasher::new(),
+            size: 0,
+            expected,
+            on_end: Some(Box::new(on_end)),
+        };
+        if expected == Some(0) {
+            hashing.complete();
+        }
+        StreamingBlob::new(hashing)
+    }
+
+    fn end(&mut self, digest: Option<Digest>) {
+        if let Some(f) = self.on_end.take() {
+            f(digest);
+        }
+    }
+
+    fn complete(&mut self) {
+        let digest = Digest {
+            blake3: self.hasher.finalize().to_hex().to_string(),
+            size: self.size,
+        };
+        self.end(Some(digest));
+    }
+}
+
+impl Stream for Hashing {
+    type Item = Result<bytes::Bytes, StdError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_next(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(chunk))) => {
+                this.hasher.update(chunk);
+                this.size += chunk.len() as u64;
+                if this.expected == Some(this.size) {
+                    this.complete();
+                }
+            }
+            Poll::Ready(None) => match this.expected {
+                Some(n) if n != this.size => this.end(None),
+                _ => this.complete(),
+            },
+            Poll::Ready(Some(Err(_))) => this.end(None),
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.inner.size_hint()
+    }
+}
+
+impl ByteStream for Hashing {
+    fn remaining_length(&self) -> RemainingLength {
+        self.inner.remaining_length()
+    }
+}
+
+impl Drop for Hashing {
+    fn drop(&mut self) {
+        self.end(None);
+    }
+}
+
+/// Hashes a whole body, for objects the gateway reads itself (multipart results, copies).
+pub(crate) async fn digest(mut body: StreamingBlob) -> Result<Digest, StdError> {
+    use futures::StreamExt;
+    let mut hasher = blake3::Hasher::new();
+    let mut size = 0u64;
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk?;
+        hasher.update(&chunk);
+        size += chunk.len() as u64;
+    }
+    Ok(Digest {
+        blake3: hasher.finalize().to_hex().to_string(),
+        size,
+    })
+}

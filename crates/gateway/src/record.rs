@@ -1,0 +1,478 @@
+//! The recording layer: an `S3` implementation that hands every request to the backend (the
+//! embedded store or the upstream proxy) and reports each *completed* object access to a `Sink`.
+//!
+//! - PUT: the request body is hashed while the backend consumes it; the write is recorded when
+//!   the backend accepted it and the body was read to its end.
+//! - GET: the response body is hashed while the client reads it; the read is recorded when the
+//!   client got the last byte (a client that goes away mid-body records nothing). A ranged GET
+//!   records its range and the object's full hash, known from an earlier access or computed by
+//!   reading the object once in the background.
+//! - Multipart uploads and copies produce an object the gateway never streamed whole: it reads the
+//!   result back once, in the background, to hash it.
+//! - Deletes record the key as deleted. Listings, HEADs and bucket operations are served, not
+//!   recorded. Operations not listed here answer `NotImplemented` (s3s's default).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use s3s::dto::*;
+use s3s::{S3Request, S3Response, S3Result, S3};
+use tokio::sync::oneshot;
+
+use crate::body::{self, Digest, Hashing};
+use crate::pending::Pending;
+
+/// What a client did to an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccessKind {
+    Read,
+    Write,
+    Delete,
+}
+
+/// One completed object access.
+#[derive(Debug, Clone)]
+pub struct Access {
+    /// The access key the request was signed with.
+    pub access_key: Option<String>,
+    pub bucket: String,
+    pub key: String,
+    pub kind: AccessKind,
+    pub version_id: Option<String>,
+    pub etag: Option<String>,
+    /// blake3 of the whole object, when known (never for deletes).
+    pub blake3: Option<String>,
+    /// Size of the whole object, when known.
+    pub size: Option<u64>,
+    /// The byte range served, for ranged reads (`bytes=0-1023`).
+    pub range: Option<String>,
+    pub at_ns: i64,
+}
+
+/// Where accesses go: a `roar run` collects them for its one job; a standalone gateway turns
+/// them into jobs per access key.
+pub trait Sink: Send + Sync + 'static {
+    fn record(&self, access: Access);
+
+    /// The blake3 and size of an object version recorded before, if the store knows it.
+    fn known(&self, _bucket: &str, _key: &str, _etag: &str) -> Option<(String, u64)> {
+        None
+    }
+}
+
+type ObjectId = (String, String, String);
+
+pub(crate) struct Recorder {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    inner: Box<dyn S3>,
+    sink: Arc<dyn Sink>,
+    /// blake3 and size by (bucket, key, ETag), for objects this gateway streamed whole.
+    known: Mutex<HashMap<ObjectId, (String, u64)>>,
+    pending: Arc<Pending>,
+}
+
+impl Recorder {
+    pub(crate) fn new(inner: Box<dyn S3>, sink: Arc<dyn Sink>, pending: Arc<Pending>) -> Recorder {
+        Recorder {
+            shared: Arc::new(Shared {
+                inner,
+                sink,
+                known: Mutex::default(),
+                pending,
+            }),
+        }
+    }
+}
+
+fn access_key<T>(req: &S3Request<T>) -> Option<String> {
+    req.credentials.as_ref().map(|c| c.access_key.clone())
+}
+
+fn etag_str(etag: &Option<ETag>) -> Option<String> {
+    etag.as_ref().map(|e| e.value().to_owned())
+}
+
+impl Shared {
+    fn record(&self, mut access: Access) {
+        if let (Some(etag), Some(b3), Some(size)) = (&access.etag, &access.blake3, access.size) {
+            self.known.lock().unwrap().insert(
+                (access.bucket.clone(), access.key.clone(), etag.clone()),
+                (b3.clone(), size),
+            );
+        }
+        access.at_ns = roar_store::now_ns();
+        self.sink.record(access);
+    }
+
+    fn known(&self, bucket: &str, key: &str, etag: &str) -> Option<(String, u64)> {
+        let id = (bucket.to_owned(), key.to_owned(), etag.to_owned());
+        if let Some(found) = self.known.lock().unwrap().get(&id) {
+            return Some(found.clone());
+        }
+        self.sink.known(bucket, key, etag)
+    }
+
+    /// Reads an object through the backend and hashes it. `etag` pins the version; the ETag
+    /// read is returned with the digest.
+    async fn digest_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        etag: Option<&str>,
+    ) -> Option<(Digest, Option<String>)> {
+        let mut input = GetObjectInput::builder()
+            .bucket(bucket.to_owned())
+            .key(key.to_owned());
+        if let Some(etag) = etag {
+            input = input.if_match(Some(ETagCondition::ETag(ETag::Strong(etag.to_owned()))));
+        }
+        let input = input.build().ok()?;
+        let req = S3Request {
+            input,
+            method: http::Method::GET,
+            uri: http::Uri::from_static("/"),
+            headers: http::HeaderMap::new(),
+            extensions: http::Extensions::new(),
+            credentials: None,
+            region: None,
+            service: None,
+            trailing_headers: None,
+        };
+        let resp = match self.inner.get_object(req).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!("could not read s3://{bucket}/{key} back to hash it: {e}");
+                return None;
+            }
+        };
+        let etag = etag_str(&resp.output.e_tag);
+        let blob = resp.output.body.unwrap_or_else(empty_blob);
+        match body::digest(blob).await {
+            Ok(d) => Some((d, etag)),
+            Err(e) => {
+                tracing::warn!("could not read s3://{bucket}/{key} back to hash it: {e}");
+                None
+            }
+        }
+    }
+
+    /// Records `access` once the object's hash is known, reading the object back in the
+    /// background if this gateway has never seen it whole. `pin` is the version's ETag.
+    fn record_with_digest(self: &Arc<Self>, mut access: Access, pin: Option<String>) {
+        if let Some((b3, size)) = pin
+            .as_deref()
+            .and_then(|etag| self.known(&access.bucket, &access.key, etag))
+        {
+            access.blake3 = Some(b3);
+            access.size = Some(size);
+            self.record(access);
+            return;
+        }
+        let shared = Arc::clone(self);
+        let guard = self.pending.start();
+        tokio::spawn(async move {
+            if let Some((d, etag)) = shared
+                .digest_object(&access.bucket, &access.key, pin.as_deref())
+                .await
+            {
+                access.blake3 = Some(d.blake3);
+                access.size = Some(d.size);
+                access.etag = access.etag.or(etag);
+            }
+            shared.record(access);
+            drop(guard);
+        });
+    }
+}
+
+fn empty_blob() -> StreamingBlob {
+    StreamingBlob::from(s3s::Body::empty())
+}
+
+/// The operations served as they are: the backend answers, nothing is recorded.
+macro_rules! recorder_impl {
+    ( passthrough { $( $op:ident : $input:ident => $output:ident ; )* } recorded { $($rec:tt)* } ) => {
+        #[async_trait::async_trait]
+        impl S3 for Recorder {
+            $(
+                async fn $op(&self, req: S3Request<$input>) -> S3Result<S3Response<$output>> {
+                    self.shared.inner.$op(req).await
+                }
+            )*
+            $($rec)*
+        }
+    };
+}
+
+recorder_impl! {
+    passthrough {
+        list_buckets: ListBucketsInput => ListBucketsOutput;
+        create_bucket: CreateBucketInput => CreateBucketOutput;
+        head_bucket: HeadBucketInput => HeadBucketOutput;
+        delete_bucket: DeleteBucketInput => DeleteBucketOutput;
+        get_bucket_location: GetBucketLocationInput => GetBucketLocationOutput;
+        list_objects: ListObjectsInput => ListObjectsOutput;
+        list_objects_v2: ListObjectsV2Input => ListObjectsV2Output;
+        head_object: HeadObjectInput => HeadObjectOutput;
+        create_multipart_upload: CreateMultipartUploadInput => CreateMultipartUploadOutput;
+        upload_part: UploadPartInput => UploadPartOutput;
+        abort_multipart_upload: AbortMultipartUploadInput => AbortMultipartUploadOutput;
+        list_parts: ListPartsInput => ListPartsOutput;
+        list_multipart_uploads: ListMultipartUploadsInput => ListMultipartUploadsOutput;
+    }
+    recorded {
+        async fn put_object(
+            &self,
+            mut req: S3Request<PutObjectInput>,
+        ) -> S3Result<S3Response<PutObjectOutput>> {
+            let (tx, rx) = oneshot::channel();
+            let body = req.input.body.take().unwrap_or_else(empty_blob);
+            // Zero also stands for "unknown" after aws-chunked decoding without a decoded length.
+            let expected = req.input.content_length.and_then(|n| u64::try_from(n).ok()).filter(|&n| n > 0);
+            req.input.body = Some(Hashing::wrap(body, expected, move |d| {
+                let _ = tx.send(d);
+            }));
+            let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
+            let access_key = access_key(&req);
+            let resp = self.shared.inner.put_object(req).await?;
+            match rx.await.ok().flatten() {
+                Some(d) => self.shared.record(Access {
+                    access_key,
+                    bucket,
+                    key,
+                    kind: AccessKind::Write,
+                    version_id: resp.output.version_id.clone(),
+                    etag: etag_str(&resp.output.e_tag),
+                    blake3: Some(d.blake3),
+                    size: Some(d.size),
+                    range: None,
+                    at_ns: 0,
+                }),
+                None => tracing::warn!(
+                    "PUT s3://{bucket}/{key} was accepted but its body was not read to the end; not recorded"
+                ),
+            }
+            Ok(resp)
+        }
+
+        async fn get_object(
+            &self,
+            req: S3Request<GetObjectInput>,
+        ) -> S3Result<S3Response<GetObjectOutput>> {
+            let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
+            let access_key = access_key(&req);
+            let asked_range = req.input.range.as_ref().map(Range::to_header_string);
+            let part = req.input.part_number.is_some();
+            let mut resp = self.shared.inner.get_object(req).await?;
+            let out = &mut resp.output;
+            // A range that covers the whole object is a full read.
+            let ranged = (asked_range.is_some() || part)
+                && out.content_range.as_deref().is_some_and(|cr| !covers_all(cr));
+            let access = Access {
+                access_key,
+                bucket,
+                key,
+                kind: AccessKind::Read,
+                version_id: out.version_id.clone(),
+                etag: etag_str(&out.e_tag),
+                blake3: None,
+                size: None,
+                range: ranged.then(|| out.content_range.clone().or(asked_range).unwrap_or_default()),
+                at_ns: 0,
+            };
+            let body = out.body.take().unwrap_or_else(empty_blob);
+            let expected = out.content_length.and_then(|n| u64::try_from(n).ok());
+            let shared = Arc::clone(&self.shared);
+            out.body = Some(Hashing::wrap(body, expected, move |d| {
+                let Some(d) = d else { return };
+                let mut access = access;
+                if access.range.is_none() {
+                    access.blake3 = Some(d.blake3);
+                    access.size = Some(d.size);
+                    shared.record(access);
+                } else {
+                    let pin = access.etag.clone();
+                    shared.record_with_digest(access, pin);
+                }
+            }));
+            Ok(resp)
+        }
+
+        async fn delete_object(
+            &self,
+            req: S3Request<DeleteObjectInput>,
+        ) -> S3Result<S3Response<DeleteObjectOutput>> {
+            let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
+            let access_key = access_key(&req);
+            let resp = self.shared.inner.delete_object(req).await?;
+            self.shared.record(deleted(access_key, bucket, key, resp.output.version_id.clone()));
+            Ok(resp)
+        }
+
+        async fn delete_objects(
+            &self,
+            req: S3Request<DeleteObjectsInput>,
+        ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+            let bucket = req.input.bucket.clone();
+            let access_key = access_key(&req);
+            let resp = self.shared.inner.delete_objects(req).await?;
+            for d in resp.output.deleted.iter().flatten() {
+                if let Some(key) = &d.key {
+                    self.shared.record(deleted(
+                        access_key.clone(),
+                        bucket.clone(),
+                        key.clone(),
+                        d.version_id.clone(),
+                    ));
+                }
+            }
+            Ok(resp)
+        }
+
+        async fn copy_object(
+            &self,
+            req: S3Request<CopyObjectInput>,
+        ) -> S3Result<S3Response<CopyObjectOutput>> {
+            let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
+            let source = match &req.input.copy_source {
+                CopySource::Bucket { bucket, key, version_id } => Some((
+                    bucket.to_string(),
+                    key.to_string(),
+                    version_id.as_ref().map(|v| v.to_string()),
+                )),
+                _ => None,
+            };
+            let access_key = access_key(&req);
+            let resp = self.shared.inner.copy_object(req).await?;
+            let etag = resp
+                .output
+                .copy_object_result
+                .as_ref()
+                .and_then(|r| etag_str(&r.e_tag));
+            let written = Access {
+                access_key: access_key.clone(),
+                bucket,
+                key,
+                kind: AccessKind::Write,
+                version_id: resp.output.version_id.clone(),
+                etag: etag.clone(),
+                blake3: None,
+                size: None,
+                range: None,
+                at_ns: 0,
+            };
+            // The copy has the source's content: one hash serves both records.
+            let shared = Arc::clone(&self.shared);
+            let guard = self.shared.pending.start();
+            tokio::spawn(async move {
+                let d = match etag.as_deref().and_then(|e| shared.known(&written.bucket, &written.key, e)) {
+                    Some((blake3, size)) => Some(Digest { blake3, size }),
+                    None => shared
+                        .digest_object(&written.bucket, &written.key, etag.as_deref())
+                        .await
+                        .map(|(d, _)| d),
+                };
+                let (blake3, size) = (d.as_ref().map(|d| d.blake3.clone()), d.map(|d| d.size));
+                if let Some((src_bucket, src_key, src_version)) = source {
+                    shared.record(Access {
+                        access_key,
+                        bucket: src_bucket,
+                        key: src_key,
+                        kind: AccessKind::Read,
+                        version_id: src_version,
+                        etag: None,
+                        blake3: blake3.clone(),
+                        size,
+                        range: None,
+                        at_ns: 0,
+                    });
+                }
+                shared.record(Access { blake3, size, ..written });
+                drop(guard);
+            });
+            Ok(resp)
+        }
+
+        async fn complete_multipart_upload(
+            &self,
+            req: S3Request<CompleteMultipartUploadInput>,
+        ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+            let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
+            let access_key = access_key(&req);
+            let resp = self.shared.inner.complete_multipart_upload(req).await?;
+            let etag = etag_str(&resp.output.e_tag);
+            let access = Access {
+                access_key,
+                bucket,
+                key,
+                kind: AccessKind::Write,
+                version_id: resp.output.version_id.clone(),
+                etag: etag.clone(),
+                blake3: None,
+                size: None,
+                range: None,
+                at_ns: 0,
+            };
+            self.shared.record_with_digest(access, etag);
+            Ok(resp)
+        }
+    }
+}
+
+fn deleted(
+    access_key: Option<String>,
+    bucket: String,
+    key: String,
+    version_id: Option<String>,
+) -> Access {
+    Access {
+        access_key,
+        bucket,
+        key,
+        kind: AccessKind::Delete,
+        version_id,
+        etag: None,
+        blake3: None,
+        size: None,
+        range: None,
+        at_ns: 0,
+    }
+}
+
+/// Whether a Content-Range value (`bytes 0-99/100`) covers its whole object.
+fn covers_all(content_range: &str) -> bool {
+    let Some(spec) = content_range.strip_prefix("bytes ") else {
+        return false;
+    };
+    let Some((range, total)) = spec.split_once('/') else {
+        return false;
+    };
+    let Some((first, last)) = range.split_once('-') else {
+        return false;
+    };
+    match (
+        first.parse::<u64>(),
+        last.parse::<u64>(),
+        total.parse::<u64>(),
+    ) {
+        (Ok(0), Ok(last), Ok(total)) => last + 1 == total,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::covers_all;
+
+    #[test]
+    fn whole_object_ranges() {
+        assert!(covers_all("bytes 0-99/100"));
+        assert!(!covers_all("bytes 0-98/100"));
+        assert!(!covers_all("bytes 1-99/100"));
+        assert!(!covers_all("bytes 0-99/*"));
+        assert!(!covers_all("garbage"));
+    }
+}
