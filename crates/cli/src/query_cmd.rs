@@ -190,7 +190,11 @@ fn print_job(job: &JobDetail, root: &Path) -> anyhow::Result<()> {
                 (Some(b), Some(h)) if b.blake3 != h.blake3 => format!("  (was {})", short_hash(b)),
                 _ => String::new(),
             };
-            writeln!(out, "  {hash}  {size:>9}  {}{was}", rel(&f.path, root))?;
+            let range = match f.s3.as_ref().and_then(|o| o.range.as_deref()) {
+                Some(r) => format!("  ({r})"),
+                None => String::new(),
+            };
+            writeln!(out, "  {hash}  {size:>9}  {}{was}{range}", rel(&f.path, root))?;
         }
     }
     if !job.processes.is_empty() {

@@ -8,7 +8,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::Serialize;
 
 use crate::error::{Result, StoreError};
-use crate::model::{argv_from_blob, ContentHash, GitState, Ops, ProcessRecord, Role};
+use crate::model::{argv_from_blob, ContentHash, GitState, Ops, ProcessRecord, Role, S3Object};
 
 /// One line of `roar log`.
 #[derive(Debug, Clone, Serialize)]
@@ -37,6 +37,9 @@ pub struct FileRow {
     pub hash: Option<ContentHash>,
     pub before: Option<ContentHash>,
     pub ops: Vec<&'static str>,
+    /// Bucket, key, version, ETag and range, for S3 objects.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub s3: Option<S3Object>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -231,9 +234,11 @@ impl Store {
 
     fn files(&self, job: i64) -> rusqlite::Result<Vec<FileRow>> {
         let mut stmt = self.conn.prepare(
-            "SELECT f.role, f.kind, f.path, a.blake3, a.sha256, a.size, b.blake3, b.sha256, b.size, f.ops
+            "SELECT f.role, f.kind, f.path, a.blake3, a.sha256, a.size, b.blake3, b.sha256, b.size, f.ops,
+                    o.bucket, o.key, o.version_id, o.etag, o.size, o.range
              FROM job_files f
              LEFT JOIN artifacts a ON a.id = f.artifact_id
+             LEFT JOIN s3_objects o ON o.id = f.s3_object_id
              -- The previous content: recorded by the producer, else the path's last earlier record.
              LEFT JOIN artifacts b ON b.id = coalesce(f.before_artifact_id, (
                  SELECT p.artifact_id FROM job_files p
@@ -250,6 +255,17 @@ impl Store {
                 hash: hash_from(r.get(3)?, r.get(4)?, r.get(5)?),
                 before: hash_from(r.get(6)?, r.get(7)?, r.get(8)?),
                 ops: Ops::parse(&r.get::<_, String>(9)?).names(),
+                s3: match r.get::<_, Option<String>>(10)? {
+                    Some(bucket) => Some(S3Object {
+                        bucket,
+                        key: r.get(11)?,
+                        version_id: r.get(12)?,
+                        etag: r.get(13)?,
+                        size: r.get::<_, Option<i64>>(14)?.map(|s| s as u64),
+                        range: r.get(15)?,
+                    }),
+                    None => None,
+                },
             })
         })?;
         rows.collect()
