@@ -58,10 +58,7 @@ for epoch in range(EPOCHS):
 PY
 printf 'data/\n.roar/\n' > .gitignore
 "$ROAR" init > /dev/null
-PEER_VENV="${PEER_VENV:-/tmp/roar-bench-peer-venv}"
-if [ ! -x "$PEER_VENV/bin/roar" ]; then
-    python3 -m venv "$PEER_VENV" && "$PEER_VENV/bin/pip" install -q --disable-pip-version-check roar-cli
-fi
+source "$REPO/bench/lib/peer.sh"
 cat > steps.sh <<'SH'
 #!/bin/sh
 # $1: how to run each step ("" for bare). Starts from clean outputs.

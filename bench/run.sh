@@ -58,10 +58,7 @@ $CMP fixed.json "$RUNS" bare=true bare2=true \
 
 # The Python peer (roar-cli from PyPI) in its own venv; it refuses dirty git trees, so it runs in a
 # committed scratch repository.
-PEER_VENV="${PEER_VENV:-/tmp/roar-bench-peer-venv}"
-if [ ! -x "$PEER_VENV/bin/roar" ]; then
-    python3 -m venv "$PEER_VENV" && "$PEER_VENV/bin/pip" install -q --disable-pip-version-check roar-cli
-fi
+source "$REPO/bench/lib/peer.sh"
 PEER_DIR="$W/peer"
 mkdir -p "$PEER_DIR"
 (cd "$PEER_DIR" && git init -q && "$PEER_VENV/bin/roar" init > /dev/null 2>&1 &&

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds roar and runs a small pipeline in a scratch project: its data directory is mounted with
 # `roar mount` (the first two steps run as plain commands and are recorded by the mount), the
-# last two run under `roar run`; then it shows the lineage recorded across both.
+# last two run under `roar run --s3`, which gives them an S3 endpoint (the gateway's embedded
+# store): training publishes the model to a bucket, the report reads it back from there. Then it
+# shows the lineage recorded across files and objects.
 # Usage: bash scripts/demo.sh [DIR]   (default: /tmp/roar-demo)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,6 +47,19 @@ slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for
 tmp = "model.json.tmp"
 json.dump({"slope": slope, "intercept": my - slope * mx}, open(tmp, "w"))
 os.rename(tmp, "model.json")  # written atomically: roar follows the rename
+# Publish it: boto3 finds the endpoint `roar run --s3` set in AWS_ENDPOINT_URL.
+import boto3
+s3 = boto3.client("s3")
+if "demo-models" not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
+    s3.create_bucket(Bucket="demo-models")
+s3.upload_file("model.json", "demo-models", "linear/model.json")
+PY
+cat > report.py <<'PY'
+import boto3, json
+model = json.load(boto3.client("s3").get_object(Bucket="demo-models", Key="linear/model.json")["Body"])
+rows = sum(1 for _ in open("data/raw.csv")) - 1
+with open("report.txt", "w") as f:
+    f.write(f"y = {model['slope']:.3f} x + {model['intercept']:.3f}, fitted on {rows} rows\n")
 PY
 mkdir data
 printf 'data/\n' > .gitignore
@@ -62,8 +77,9 @@ else
     "$ROAR" run --name make-raw -- python3 make_raw.py
     "$ROAR" run --name prep -- python3 prep.py
 fi
-"$ROAR" run --name train -v -- python3 train.py
-"$ROAR" run --name report -- bash -c 'cat model.json > report.txt; echo >> report.txt; wc -l data/raw.csv >> report.txt'
+"$ROAR" run --s3 --name train -v -- python3 train.py
+"$ROAR" run --s3 --name report -- python3 report.py
+cat report.txt
 if mountpoint -q data; then "$ROAR" unmount data; fi
 echo
 echo "== roar log"
@@ -72,7 +88,7 @@ echo
 echo "== roar dag          (every job with its inputs and outputs; --dot for Graphviz)"
 "$ROAR" dag
 echo
-echo "== roar lineage report.txt   (how it was made, down to the root inputs)"
+echo "== roar lineage report.txt   (how it was made, through the bucket, down to the root inputs)"
 "$ROAR" lineage report.txt
 echo
 echo "== roar reproduce model.json (the commands that rebuild it; --run re-runs and verifies)"

@@ -4,7 +4,8 @@
 set -euo pipefail
 
 need_apt=()
-for pkg in clang libelf-dev zlib1g-dev pkg-config make b3sum strace hyperfine git gcc graphviz; do
+# cmake builds aws-lc (TLS of the gateway's upstream client).
+for pkg in clang libelf-dev zlib1g-dev pkg-config make cmake b3sum strace hyperfine git gcc graphviz; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -20,10 +21,11 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 
 # numpy is one of the coverage workloads (np.save / np.load under roar run); jsonschema, prov and
-# openlineage-python validate `roar export` (tests/data/validate_export.py). Pinned for repeatability.
-PY_PACKAGES=(numpy jsonschema==4.26.0 prov==3.2.3 openlineage-python==1.54.0)
-if ! python3 -c 'import numpy, jsonschema, prov, openlineage.client' >/dev/null 2>&1 \
-    || [ "$(python3 -c 'import importlib.metadata as m; print(m.version("openlineage-python"), m.version("prov"))' 2>/dev/null)" != "1.54.0 3.2.3" ]; then
+# openlineage-python validate `roar export` (tests/data/validate_export.py); boto3 is the S3 client
+# of the `roar run --s3` tests, the demo and bench/s3.sh. Pinned for repeatability.
+PY_PACKAGES=(numpy jsonschema==4.26.0 prov==3.2.3 openlineage-python==1.54.0 boto3==1.43.11)
+if ! python3 -c 'import numpy, jsonschema, prov, openlineage.client, boto3' >/dev/null 2>&1 \
+    || [ "$(python3 -c 'import importlib.metadata as m; print(m.version("openlineage-python"), m.version("prov"), m.version("boto3"))' 2>/dev/null)" != "1.54.0 3.2.3 1.43.11" ]; then
     echo "setup: installing python packages: ${PY_PACKAGES[*]}" >&2
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "${PY_PACKAGES[@]}"
 fi

@@ -158,10 +158,13 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("ROAR_LOG")
-                // s3s logs every client error (NoSuchKey...) at error level: that is the
-                // client's business, and under `roar run` it would land in the command's stderr.
+                // Only roar's own warnings by default: s3s logs every client error (NoSuchKey)
+                // at error level and the AWS SDK its config lookups, which under `roar run`
+                // would land in the command's stderr.
                 .unwrap_or_else(|_| {
-                    tracing_subscriber::EnvFilter::new("warn,s3s=off,s3s_fs=off,s3s_aws=off")
+                    tracing_subscriber::EnvFilter::new(
+                        "off,roar=warn,roar_store=warn,roar_tracer=warn,roar_roarfs=warn,roar_gateway=warn,fuser=warn",
+                    )
                 }),
         )
         .with_writer(std::io::stderr)

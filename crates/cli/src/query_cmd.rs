@@ -194,7 +194,11 @@ fn print_job(job: &JobDetail, root: &Path) -> anyhow::Result<()> {
                 Some(r) => format!("  ({r})"),
                 None => String::new(),
             };
-            writeln!(out, "  {hash}  {size:>9}  {}{was}{range}", rel(&f.path, root))?;
+            writeln!(
+                out,
+                "  {hash}  {size:>9}  {}{was}{range}",
+                rel(&f.path, root)
+            )?;
         }
     }
     if !job.processes.is_empty() {

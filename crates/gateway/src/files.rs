@@ -25,11 +25,13 @@ struct State<'a> {
     job_made: bool,
 }
 
-/// The file records of `accesses` (in the order they happened), one or two per object.
+/// The file records of `accesses` (in any order), one or two per object.
 pub fn job_files(accesses: &[Access]) -> Vec<FileRecord> {
+    let mut in_time: Vec<&Access> = accesses.iter().collect();
+    in_time.sort_by_key(|a| a.at_ns);
     let mut order: Vec<(&str, &str)> = Vec::new();
     let mut states: HashMap<(&str, &str), State> = HashMap::new();
-    for a in accesses {
+    for a in in_time {
         let id = (a.bucket.as_str(), a.key.as_str());
         let st = states.entry(id).or_insert_with(|| {
             order.push(id);

@@ -44,8 +44,10 @@ pub struct Access {
     pub blake3: Option<String>,
     /// Size of the whole object, when known.
     pub size: Option<u64>,
-    /// The byte range served, for ranged reads (`bytes=0-1023`).
+    /// The byte range served, for ranged reads (`bytes 0-1023/4096`).
     pub range: Option<String>,
+    /// When it completed: the backend accepted the write or delete, the client got the last
+    /// byte. Accesses reach the sink out of order when one waits for background hashing.
     pub at_ns: i64,
 }
 
@@ -96,14 +98,13 @@ fn etag_str(etag: &Option<ETag>) -> Option<String> {
 }
 
 impl Shared {
-    fn record(&self, mut access: Access) {
+    fn record(&self, access: Access) {
         if let (Some(etag), Some(b3), Some(size)) = (&access.etag, &access.blake3, access.size) {
             self.known.lock().unwrap().insert(
                 (access.bucket.clone(), access.key.clone(), etag.clone()),
                 (b3.clone(), size),
             );
         }
-        access.at_ns = roar_store::now_ns();
         self.sink.record(access);
     }
 
@@ -249,7 +250,7 @@ recorder_impl! {
                     blake3: Some(d.blake3),
                     size: Some(d.size),
                     range: None,
-                    at_ns: 0,
+                    at_ns: roar_store::now_ns(),
                 }),
                 None => tracing::warn!(
                     "PUT s3://{bucket}/{key} was accepted but its body was not read to the end; not recorded"
@@ -281,7 +282,7 @@ recorder_impl! {
                 blake3: None,
                 size: None,
                 range: ranged.then(|| out.content_range.clone().or(asked_range).unwrap_or_default()),
-                at_ns: 0,
+                at_ns: roar_store::now_ns(),
             };
             let body = out.body.take().unwrap_or_else(empty_blob);
             let expected = out.content_length.and_then(|n| u64::try_from(n).ok());
@@ -289,6 +290,7 @@ recorder_impl! {
             out.body = Some(Hashing::wrap(body, expected, move |d| {
                 let Some(d) = d else { return };
                 let mut access = access;
+                access.at_ns = roar_store::now_ns();
                 if access.range.is_none() {
                     access.blake3 = Some(d.blake3);
                     access.size = Some(d.size);
@@ -362,7 +364,7 @@ recorder_impl! {
                 blake3: None,
                 size: None,
                 range: None,
-                at_ns: 0,
+                at_ns: roar_store::now_ns(),
             };
             // The copy has the source's content: one hash serves both records.
             let shared = Arc::clone(&self.shared);
@@ -387,7 +389,7 @@ recorder_impl! {
                         blake3: blake3.clone(),
                         size,
                         range: None,
-                        at_ns: 0,
+                        at_ns: written.at_ns,
                     });
                 }
                 shared.record(Access { blake3, size, ..written });
@@ -414,7 +416,7 @@ recorder_impl! {
                 blake3: None,
                 size: None,
                 range: None,
-                at_ns: 0,
+                at_ns: roar_store::now_ns(),
             };
             self.shared.record_with_digest(access, etag);
             Ok(resp)
@@ -438,7 +440,7 @@ fn deleted(
         blake3: None,
         size: None,
         range: None,
-        at_ns: 0,
+        at_ns: roar_store::now_ns(),
     }
 }
 

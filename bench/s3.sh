@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# S3 through the gateway vs direct to the upstream, in the same run, with boto3: added median
+# latency for PUT/GET of 4 KiB to 8 MiB objects, and peak RSS while streaming 1 GiB each way.
+# The upstream is a real S3 server on loopback (s3s-fs, the tests' s3-upstream); `roar gateway
+# --upstream` verifies the client's SigV4, re-signs and forwards; the Python peer's roar-proxy
+# (from roar-cli) is measured the same way when its binary is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO="$PWD"
+bash scripts/setup.sh
+cargo build --release --locked -q -p roar-cli -p roar-tests --bin s3-upstream
+ROAR="$PWD/target/release/roar"
+UPSTREAM_BIN="$PWD/target/release/s3-upstream"
+W="${BENCH_DIR:-/tmp/roar-bench-s3}"
+REPS="${REPS:-200}"
+rm -rf "$W" && mkdir -p "$W/project" && cd "$W/project"
+"$ROAR" init > /dev/null
+source "$REPO/bench/lib/peer.sh"
+
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
+UP_KEY=BENCHUPSTREAMKEY0001 UP_SECRET=bench-upstream-secret-bench-upstream-sec
+"$UPSTREAM_BIN" "$W/upstream" "$UP_KEY" "$UP_SECRET" > "$W/upstream.url" 2> "$W/upstream.log" &
+pids+=($!); UP_PID=$!
+for _ in $(seq 100); do [ -s "$W/upstream.url" ] && break; sleep 0.05; done
+UP_URL=$(cat "$W/upstream.url")
+
+printf 'BENCHCLIENTKEY000001 bench-client-secret-bench-client-secret-\n' > "$W/keys.txt"
+AWS_ACCESS_KEY_ID=$UP_KEY AWS_SECRET_ACCESS_KEY=$UP_SECRET \
+    "$ROAR" gateway --listen 127.0.0.1:0 --upstream "$UP_URL" --credentials "$W/keys.txt" \
+    > "$W/gateway.env" 2> "$W/gateway.log" &
+pids+=($!); GW_PID=$!
+for _ in $(seq 100); do [ -s "$W/gateway.env" ] && break; sleep 0.05; done
+GW_URL=$(sed -n 's/.*AWS_ENDPOINT_URL=\([^ ]*\).*/\1/p' "$W/gateway.env")
+
+endpoints=("direct (s3s-fs)=$UP_URL|$UP_KEY|$UP_SECRET|$UP_PID"
+           "roar gateway=$GW_URL|BENCHCLIENTKEY000001|bench-client-secret-bench-client-secret-|$GW_PID")
+PEER_PROXY="$(peer_site_packages)/roar/bin/roar-proxy"
+if [ -x "$PEER_PROXY" ]; then
+    PEER_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    AWS_ACCESS_KEY_ID=$UP_KEY AWS_SECRET_ACCESS_KEY=$UP_SECRET AWS_REGION=us-east-1 \
+        "$PEER_PROXY" --port "$PEER_PORT" --upstream "$UP_URL" > "$W/peer.log" 2>&1 &
+    pids+=($!); PEER_PID=$!
+    for _ in $(seq 100); do
+        python3 -c "import socket; socket.create_connection(('127.0.0.1', $PEER_PORT), 0.1)" 2>/dev/null && break
+        sleep 0.05
+    done
+    # The peer forwards with its own credentials: clients sign with the upstream's.
+    endpoints+=("roar-cli roar-proxy=http://127.0.0.1:$PEER_PORT|$UP_KEY|$UP_SECRET|$PEER_PID")
+else
+    echo "s3: roar-cli's roar-proxy binary not found in $PEER_VENV; peer not measured" >&2
+fi
+
+echo "== S3 latency and streaming (boto3, $REPS rounds for objects up to 1 MiB)"
+BENCH_DIR="$W" BENCH_JSON="$W/s3.json" python3 "$REPO/bench/s3_bench.py" "$REPS" "${endpoints[@]}"
+kill -TERM "$GW_PID"; wait "$GW_PID" 2>/dev/null || true
+echo "gateway jobs recorded: $("$ROAR" log --json -n 1000 | python3 -c 'import json,sys; print(sum(1 for j in json.load(sys.stdin) if j["backend"] == "gateway"))')"

@@ -1,0 +1,978 @@
+//! The S3 gateway with real clients: aws-sdk-s3 against `roar gateway` (embedded store, and an
+//! s3s-fs upstream on loopback), raw SigV4-signed requests for what the SDK will not do (virtual
+//! hosts, a client that vanishes mid-body), boto3 under `roar run --s3`, and upstream faults.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region, RequestChecksumCalculation};
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier};
+use aws_sdk_s3::Client;
+use common::{stderr, Project};
+
+const BUCKET: &str = "lineage-data";
+
+fn b3(data: &[u8]) -> String {
+    blake3::hash(data).to_hex().to_string()
+}
+
+/// Deterministic bytes that do not compress or repeat at part boundaries.
+fn data(len: usize, seed: u8) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_u32 ^ u32::from(seed);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}
+
+fn bin(name: &str) -> PathBuf {
+    common::roar_bin().with_file_name(name)
+}
+
+/// A process printing one line (an endpoint) on stdout before it serves; killed on drop.
+struct Server {
+    child: Child,
+    line: String,
+    log: PathBuf,
+}
+
+impl Server {
+    fn spawn(mut cmd: Command, log: PathBuf) -> Server {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(
+            !line.is_empty(),
+            "server exited before it was ready: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        Server { child, line, log }
+    }
+
+    /// The endpoint URL in the first line (`http://…`, alone or as AWS_ENDPOINT_URL=…).
+    fn endpoint(&self) -> String {
+        let start = self.line.find("http://").expect("an endpoint URL");
+        self.line[start..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// SIGTERM, then the exit status and everything the server wrote on stderr.
+    fn stop(mut self) -> (std::process::ExitStatus, String) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let status = self.child.wait().unwrap();
+        (
+            status,
+            std::fs::read_to_string(&self.log).unwrap_or_default(),
+        )
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn gateway(p: &Project, args: &[&str], env: &[(&str, &str)]) -> Server {
+    let mut cmd = p.cmd(["gateway", "--listen", "127.0.0.1:0"]);
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    Server::spawn(cmd, p.path().join("gateway.log"))
+}
+
+fn upstream(root: &Path, access: &str, secret: &str) -> Server {
+    let mut cmd = Command::new(bin("s3-upstream"));
+    cmd.arg(root).args([access, secret]);
+    Server::spawn(cmd, root.with_extension("log"))
+}
+
+fn client(endpoint: &str, access: &str, secret: &str) -> Client {
+    client_with(
+        endpoint,
+        access,
+        secret,
+        RequestChecksumCalculation::WhenSupported,
+    )
+}
+
+/// `WhenSupported` (the SDK default) uploads aws-chunked with a CRC trailer and an unsigned
+/// payload; `WhenRequired` sends a plain body signed with its SHA-256.
+fn client_with(
+    endpoint: &str,
+    access: &str,
+    secret: &str,
+    checksums: RequestChecksumCalculation,
+) -> Client {
+    let conf = aws_sdk_s3::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(endpoint)
+        .force_path_style(true)
+        .credentials_provider(Credentials::new(access, secret, None, None, "test"))
+        .request_checksum_calculation(checksums)
+        // Each test sees the gateway's own answer, not the SDK's retries of it.
+        .retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled())
+        .build();
+    Client::from_conf(conf)
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn get(c: &Client, key: &str, range: Option<&str>) -> Vec<u8> {
+    let out = c
+        .get_object()
+        .bucket(BUCKET)
+        .key(key)
+        .set_range(range.map(str::to_owned))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET {key}: {e:?}"));
+    out.body.collect().await.unwrap().into_bytes().to_vec()
+}
+
+async fn put(c: &Client, key: &str, body: &[u8]) {
+    c.put_object()
+        .bucket(BUCKET)
+        .key(key)
+        .body(ByteStream::from(body.to_vec()))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("PUT {key}: {e:?}"));
+}
+
+async fn multipart(c: &Client, key: &str, parts: &[&[u8]]) {
+    let up = c
+        .create_multipart_upload()
+        .bucket(BUCKET)
+        .key(key)
+        .send()
+        .await
+        .unwrap();
+    let id = up.upload_id().unwrap();
+    let mut done = Vec::new();
+    for (i, part) in parts.iter().enumerate() {
+        let n = i as i32 + 1;
+        let r = c
+            .upload_part()
+            .bucket(BUCKET)
+            .key(key)
+            .upload_id(id)
+            .part_number(n)
+            .body(ByteStream::from(part.to_vec()))
+            .send()
+            .await
+            .unwrap();
+        done.push(
+            CompletedPart::builder()
+                .part_number(n)
+                .e_tag(r.e_tag().unwrap())
+                .build(),
+        );
+    }
+    let listed = c
+        .list_parts()
+        .bucket(BUCKET)
+        .key(key)
+        .upload_id(id)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.parts().len(), parts.len());
+    c.complete_multipart_upload()
+        .bucket(BUCKET)
+        .key(key)
+        .upload_id(id)
+        .multipart_upload(
+            CompletedMultipartUpload::builder()
+                .set_parts(Some(done))
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+}
+
+/// The gateway jobs in the store, oldest first, as `roar show --json` prints them.
+fn gateway_jobs(p: &Project) -> Vec<serde_json::Value> {
+    let out = p.roar(["log", "--json", "-n", "100"]);
+    let log: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut jobs: Vec<serde_json::Value> = log
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["backend"] == "gateway")
+        .map(|j| p.job_json(j["id"].as_i64().unwrap()))
+        .collect();
+    jobs.reverse();
+    jobs
+}
+
+/// (role, path) → blake3 of the job's files.
+fn file_hashes(job: &serde_json::Value) -> Vec<(String, String, Option<String>)> {
+    let mut v: Vec<_> = job["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["role"].as_str().unwrap().to_owned(),
+                f["path"].as_str().unwrap().to_owned(),
+                f["hash"]["blake3"].as_str().map(str::to_owned),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn obj(key: &str) -> String {
+    format!("s3://{BUCKET}/{key}")
+}
+
+#[test]
+fn embedded_store_serves_and_records_every_operation_per_access_key() {
+    let p = Project::new();
+    p.write(
+        "keys.txt",
+        b"# two clients, two jobs\nALICEKEY0000000000001 alice-secret-alice-secret-alice-secret-0\nBOBKEY00000000000002 bob-secret-bob-secret-bob-secret-bob-sec\n",
+    );
+    let gw = gateway(&p, &["--credentials", "keys.txt"], &[]);
+    let endpoint = gw.endpoint();
+    let alice = client(
+        &endpoint,
+        "ALICEKEY0000000000001",
+        "alice-secret-alice-secret-alice-secret-0",
+    );
+    let alice_signed = client_with(
+        &endpoint,
+        "ALICEKEY0000000000001",
+        "alice-secret-alice-secret-alice-secret-0",
+        RequestChecksumCalculation::WhenRequired,
+    );
+    let bob = client(
+        &endpoint,
+        "BOBKEY00000000000002",
+        "bob-secret-bob-secret-bob-secret-bob-sec",
+    );
+    let raw = data(300 * 1024, 1);
+    let signed = data(4096, 2);
+    let (part1, part2) = (data(5 * 1024 * 1024, 3), data(1024 * 1024 + 7, 4));
+    let whole: Vec<u8> = [part1.as_slice(), part2.as_slice()].concat();
+    // An object the gateway never saw whole: put into the store's directory by hand.
+    let outside = data(70_000, 5);
+
+    rt().block_on(async {
+        alice.create_bucket().bucket(BUCKET).send().await.unwrap();
+        let buckets = alice.list_buckets().send().await.unwrap();
+        assert!(buckets.buckets().iter().any(|b| b.name() == Some(BUCKET)));
+        alice.head_bucket().bucket(BUCKET).send().await.unwrap();
+
+        put(&alice, "raw/a.bin", &raw).await; // aws-chunked, unsigned payload, CRC trailer
+        put(&alice_signed, "raw/signed.bin", &signed).await; // signed payload
+        assert_eq!(get(&alice, "raw/a.bin", None).await, raw);
+        assert_eq!(
+            get(&alice, "raw/a.bin", Some("bytes=10-19")).await,
+            &raw[10..20]
+        );
+        let head = alice
+            .head_object()
+            .bucket(BUCKET)
+            .key("raw/a.bin")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(head.content_length(), Some(raw.len() as i64));
+        let v2 = alice
+            .list_objects_v2()
+            .bucket(BUCKET)
+            .prefix("raw/")
+            .send()
+            .await
+            .unwrap();
+        let keys: Vec<_> = v2.contents().iter().filter_map(|o| o.key()).collect();
+        assert_eq!(keys, ["raw/a.bin", "raw/signed.bin"]);
+        let v1 = alice.list_objects().bucket(BUCKET).send().await.unwrap();
+        assert_eq!(v1.contents().len(), 2);
+
+        alice
+            .copy_object()
+            .bucket(BUCKET)
+            .key("tmp/copy.bin")
+            .copy_source(format!("{BUCKET}/raw/a.bin"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(get(&alice, "tmp/copy.bin", None).await, raw);
+        multipart(&alice, "model/ckpt.bin", &[&part1, &part2]).await;
+        let aborted = alice
+            .create_multipart_upload()
+            .bucket(BUCKET)
+            .key("model/aborted.bin")
+            .send()
+            .await
+            .unwrap();
+        alice
+            .abort_multipart_upload()
+            .bucket(BUCKET)
+            .key("model/aborted.bin")
+            .upload_id(aborted.upload_id().unwrap())
+            .send()
+            .await
+            .unwrap();
+        alice
+            .delete_object()
+            .bucket(BUCKET)
+            .key("tmp/copy.bin")
+            .send()
+            .await
+            .unwrap();
+        alice
+            .delete_objects()
+            .bucket(BUCKET)
+            .delete(
+                Delete::builder()
+                    .objects(
+                        ObjectIdentifier::builder()
+                            .key("raw/signed.bin")
+                            .build()
+                            .unwrap(),
+                    )
+                    .build()
+                    .unwrap(),
+            )
+            .send()
+            .await
+            .unwrap();
+        // Not part of what the gateway serves: a proper S3 error, not a hang or a 500.
+        let err = alice
+            .get_bucket_tagging()
+            .bucket(BUCKET)
+            .send()
+            .await
+            .expect_err("bucket tagging is not served");
+        assert_eq!(
+            err.as_service_error()
+                .and_then(|e| aws_sdk_s3::error::ProvideErrorMetadata::code(e)),
+            Some("NotImplemented"),
+            "{err:?}"
+        );
+
+        std::fs::write(
+            p.path().join(".roar/s3").join(BUCKET).join("outside.bin"),
+            &outside,
+        )
+        .unwrap();
+        // Bob reads what Alice wrote, part of the checkpoint, and the object nobody streamed.
+        assert_eq!(get(&bob, "raw/a.bin", None).await, raw);
+        assert_eq!(
+            get(&bob, "model/ckpt.bin", Some("bytes=100-199")).await,
+            &whole[100..200]
+        );
+        assert_eq!(
+            get(&bob, "outside.bin", Some("bytes=0-9")).await,
+            &outside[..10]
+        );
+    });
+    let (status, log) = gw.stop();
+    assert!(status.success(), "gateway exit: {status:?}\n{log}");
+    // The bytes the clients wrote are in the embedded store.
+    let store = p.path().join(".roar/s3").join(BUCKET);
+    assert_eq!(std::fs::read(store.join("model/ckpt.bin")).unwrap(), whole);
+
+    let jobs = gateway_jobs(&p);
+    assert_eq!(jobs.len(), 2, "one job per access key: {log}");
+    let (a, b) = (&jobs[0], &jobs[1]);
+    assert_eq!(a["name"], "s3 client ALICEKEY0000000000001");
+    assert_eq!(
+        file_hashes(a),
+        vec![
+            ("output".into(), obj("model/ckpt.bin"), Some(b3(&whole))),
+            ("output".into(), obj("raw/a.bin"), Some(b3(&raw))),
+            ("temp".into(), obj("raw/signed.bin"), None),
+            ("temp".into(), obj("tmp/copy.bin"), None),
+        ]
+    );
+    assert_eq!(
+        file_hashes(b),
+        vec![
+            ("input".into(), obj("model/ckpt.bin"), Some(b3(&whole))),
+            ("input".into(), obj("outside.bin"), Some(b3(&outside))),
+            ("input".into(), obj("raw/a.bin"), Some(b3(&raw))),
+        ]
+    );
+    let ranged = b["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == obj("model/ckpt.bin"))
+        .unwrap();
+    assert_eq!(
+        ranged["s3"]["range"],
+        format!("bytes 100-199/{}", whole.len())
+    );
+    assert!(ranged["s3"]["etag"].is_string());
+    // Lineage crosses clients by content: Bob's input was made by Alice's job.
+    let out = p.roar(["lineage", &obj("raw/a.bin")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(common::stdout(&out).contains("s3 client ALICEKEY0000000000001"));
+}
+
+#[test]
+fn a_bad_signature_is_refused_before_anything_is_stored() {
+    let p = Project::new();
+    let gw = gateway(&p, &[], &[]);
+    let line = gw.line.clone();
+    let key = |name: &str| {
+        let start = line.find(name).unwrap() + name.len() + 1;
+        line[start..].split_whitespace().next().unwrap().to_owned()
+    };
+    let (access, secret) = (key("AWS_ACCESS_KEY_ID"), key("AWS_SECRET_ACCESS_KEY"));
+    let good = client(&gw.endpoint(), &access, &secret);
+    let forged = client(
+        &gw.endpoint(),
+        &access,
+        "not-the-secret-not-the-secret-not-the-se",
+    );
+    let unknown = client(&gw.endpoint(), "NOSUCHKEY00000000000", &secret);
+    rt().block_on(async {
+        good.create_bucket().bucket(BUCKET).send().await.unwrap();
+        for (who, c, code) in [
+            ("wrong secret", &forged, "SignatureDoesNotMatch"),
+            ("unknown key", &unknown, "NotSignedUp"),
+        ] {
+            let err = c
+                .put_object()
+                .bucket(BUCKET)
+                .key("forged.bin")
+                .body(ByteStream::from_static(b"x"))
+                .send()
+                .await
+                .expect_err(who);
+            let raw = err.raw_response().map(|r| r.status().as_u16());
+            assert_eq!(raw, Some(403), "{who}: {err:?}");
+            assert_eq!(
+                err.as_service_error()
+                    .and_then(|e| aws_sdk_s3::error::ProvideErrorMetadata::code(e)),
+                Some(code),
+                "{who}"
+            );
+        }
+        let head = good
+            .head_object()
+            .bucket(BUCKET)
+            .key("forged.bin")
+            .send()
+            .await;
+        assert!(head.is_err(), "a forged PUT reached the store");
+    });
+    let (status, _) = gw.stop();
+    assert!(status.success());
+    assert!(!p
+        .path()
+        .join(".roar/s3")
+        .join(BUCKET)
+        .join("forged.bin")
+        .exists());
+    assert!(
+        gateway_jobs(&p).is_empty(),
+        "refused requests are not accesses"
+    );
+}
+
+/// A SigV4-signed request with an unsigned payload, sent on a raw socket: `host` is the Host
+/// header (virtual-hosted style when it names a bucket), `body` what is sent of the body.
+fn raw_request(
+    addr: &str,
+    host: &str,
+    method: &str,
+    path: &str,
+    content_length: usize,
+    body: &[u8],
+    keys: (&str, &str),
+) -> TcpStream {
+    use aws_sigv4::http_request::{
+        sign, PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest,
+        SigningSettings, UriPathNormalizationMode,
+    };
+    let url = format!("http://{host}{path}");
+    let mut headers = vec![
+        ("host".to_owned(), host.to_owned()),
+        ("content-length".to_owned(), content_length.to_string()),
+    ];
+    let identity = aws_credential_types::Credentials::new(keys.0, keys.1, None, None, "t").into();
+    let mut settings = SigningSettings::default();
+    settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
+    settings.percent_encoding_mode = PercentEncodingMode::Single;
+    settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
+    let params = aws_sigv4::sign::v4::SigningParams::builder()
+        .identity(&identity)
+        .region("us-east-1")
+        .name("s3")
+        .time(SystemTime::now())
+        .settings(settings)
+        .build()
+        .unwrap()
+        .into();
+    let signable = SignableRequest::new(
+        method,
+        &url,
+        headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        SignableBody::UnsignedPayload,
+    )
+    .unwrap();
+    let (instructions, _) = sign(signable, &params).unwrap().into_parts();
+    let mut req = http::Request::builder().method(method).uri(&url);
+    for (k, v) in &headers {
+        req = req.header(k, v);
+    }
+    let mut req = req.body(()).unwrap();
+    instructions.apply_to_request_http1x(&mut req);
+    headers = req
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_owned()))
+        .collect();
+    let mut text = format!("{method} {path} HTTP/1.1\r\n");
+    for (k, v) in &headers {
+        text.push_str(&format!("{k}: {v}\r\n"));
+    }
+    text.push_str("\r\n");
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(text.as_bytes()).unwrap();
+    s.write_all(body).unwrap();
+    s
+}
+
+fn response(mut s: TcpStream) -> String {
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    // Until the headers and a short body are in, or the server closes.
+    while let Ok(n) = s.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&out);
+        if let Some(h) = text.find("\r\n\r\n") {
+            let len = text[..h]
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length: ")
+                        .map(|v| v.trim().parse::<usize>().unwrap())
+                })
+                .unwrap_or(0);
+            if out.len() >= h + 4 + len {
+                break;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn virtual_hosted_requests_and_clients_that_vanish_mid_body() {
+    let p = Project::new();
+    p.write(
+        "keys.txt",
+        b"RAWKEY00000000000001 raw-secret-raw-secret-raw-secret-raw-sec\n",
+    );
+    let keys = (
+        "RAWKEY00000000000001",
+        "raw-secret-raw-secret-raw-secret-raw-sec",
+    );
+    let gw = gateway(&p, &["--credentials", "keys.txt"], &[]);
+    let addr = gw.endpoint().trim_start_matches("http://").to_owned();
+    let port = addr.rsplit(':').next().unwrap().to_owned();
+    let vhost = format!("{BUCKET}.localhost:{port}");
+
+    let created = response(raw_request(
+        &addr,
+        &addr,
+        "PUT",
+        &format!("/{BUCKET}"),
+        0,
+        b"",
+        keys,
+    ));
+    assert!(created.starts_with("HTTP/1.1 200"), "{created}");
+    // Virtual-hosted style: the bucket is in the Host header, the key is the whole path.
+    let body = data(1000, 9);
+    let put = response(raw_request(
+        &addr,
+        &vhost,
+        "PUT",
+        "/vh/object.bin",
+        body.len(),
+        &body,
+        keys,
+    ));
+    assert!(put.starts_with("HTTP/1.1 200"), "{put}");
+    let got = response(raw_request(
+        &addr,
+        &vhost,
+        "GET",
+        "/vh/object.bin",
+        0,
+        b"",
+        keys,
+    ));
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    assert_eq!(
+        std::fs::read(p.path().join(".roar/s3").join(BUCKET).join("vh/object.bin")).unwrap(),
+        body
+    );
+
+    // A PUT that announces 1 MiB, sends 100 KiB and goes away: nothing is stored or recorded.
+    let partial = raw_request(
+        &addr,
+        &addr,
+        "PUT",
+        &format!("/{BUCKET}/half.bin"),
+        1 << 20,
+        &data(100 * 1024, 10),
+        keys,
+    );
+    drop(partial);
+    // A GET of a large object abandoned after its first bytes: not recorded as a read.
+    let big = data(8 << 20, 11);
+    let put = response(raw_request(
+        &addr,
+        &addr,
+        "PUT",
+        &format!("/{BUCKET}/big.bin"),
+        big.len(),
+        &big,
+        keys,
+    ));
+    assert!(put.starts_with("HTTP/1.1 200"), "{put}");
+    let mut reader = raw_request(
+        &addr,
+        &addr,
+        "GET",
+        &format!("/{BUCKET}/big.bin"),
+        0,
+        b"",
+        keys,
+    );
+    let mut first = [0u8; 4096];
+    reader.read_exact(&mut first).unwrap();
+    drop(reader);
+    std::thread::sleep(Duration::from_millis(300));
+
+    let (status, log) = gw.stop();
+    assert!(status.success(), "{log}");
+    assert!(!p
+        .path()
+        .join(".roar/s3")
+        .join(BUCKET)
+        .join("half.bin")
+        .exists());
+    let jobs = gateway_jobs(&p);
+    assert_eq!(jobs.len(), 1, "{log}");
+    assert_eq!(
+        file_hashes(&jobs[0]),
+        vec![
+            ("output".into(), obj("big.bin"), Some(b3(&big))),
+            ("output".into(), obj("vh/object.bin"), Some(b3(&body))),
+        ],
+        "the half PUT and the abandoned GET are not accesses"
+    );
+    let big_file = jobs[0]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == obj("big.bin"))
+        .unwrap();
+    assert_eq!(
+        big_file["ops"],
+        serde_json::json!(["write", "create"]),
+        "no read recorded"
+    );
+}
+
+#[test]
+fn upstream_requests_are_re_signed_and_recorded() {
+    let p = Project::new();
+    let up_root = p.path().join("upstream");
+    let up = upstream(
+        &up_root,
+        "UPSTREAMKEY000000001",
+        "upstream-secret-upstream-secret-upstrea",
+    );
+    let upstream_env = [
+        ("AWS_ACCESS_KEY_ID", "UPSTREAMKEY000000001"),
+        (
+            "AWS_SECRET_ACCESS_KEY",
+            "upstream-secret-upstream-secret-upstrea",
+        ),
+    ];
+    p.write(
+        "keys.txt",
+        b"CLIENTKEY00000000001 client-secret-client-secret-client-secr\n",
+    );
+    let gw = gateway(
+        &p,
+        &["--credentials", "keys.txt", "--upstream", &up.endpoint()],
+        &upstream_env,
+    );
+    let c = client(
+        &gw.endpoint(),
+        "CLIENTKEY00000000001",
+        "client-secret-client-secret-client-secr",
+    );
+    let small = data(4096, 20);
+    let (part1, part2) = (data(5 << 20, 21), data(333_333, 22));
+    let whole = [part1.as_slice(), part2.as_slice()].concat();
+    rt().block_on(async {
+        c.create_bucket().bucket(BUCKET).send().await.unwrap();
+        put(&c, "in/small.bin", &small).await;
+        assert_eq!(get(&c, "in/small.bin", None).await, small);
+        multipart(&c, "out/model.bin", &[&part1, &part2]).await;
+        assert_eq!(
+            get(&c, "out/model.bin", Some("bytes=5-9")).await,
+            &whole[5..10]
+        );
+        let listed = c.list_objects_v2().bucket(BUCKET).send().await.unwrap();
+        assert_eq!(listed.key_count(), Some(2));
+    });
+    let (status, log) = gw.stop();
+    assert!(status.success(), "{log}");
+    // The objects are in the upstream's store, which verified the gateway's own signatures.
+    assert_eq!(
+        std::fs::read(up_root.join(BUCKET).join("out/model.bin")).unwrap(),
+        whole
+    );
+    assert!(
+        !log.contains("upstream-secret"),
+        "upstream credentials leaked into the log"
+    );
+    let jobs = gateway_jobs(&p);
+    assert_eq!(jobs.len(), 1, "{log}");
+    assert_eq!(
+        file_hashes(&jobs[0]),
+        vec![
+            ("output".into(), obj("in/small.bin"), Some(b3(&small))),
+            ("output".into(), obj("out/model.bin"), Some(b3(&whole))),
+        ]
+    );
+    drop(up);
+    // The store never holds the upstream's secret.
+    let db = std::fs::read(p.path().join(".roar/roar.db")).unwrap();
+    let needle = b"upstream-secret-upstream-secret-upstrea";
+    assert!(!db.windows(needle.len()).any(|w| w == needle));
+}
+
+#[test]
+fn upstream_faults_are_s3_errors_not_hangs() {
+    let p = Project::new();
+    let env = [
+        ("AWS_ACCESS_KEY_ID", "UPSTREAMKEY000000001"),
+        (
+            "AWS_SECRET_ACCESS_KEY",
+            "upstream-secret-upstream-secret-upstrea",
+        ),
+    ];
+    // Down: a port nobody listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let down = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    // Slow: accepts connections and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let slow = format!("http://{}", silent.local_addr().unwrap());
+    let held = std::thread::spawn(move || {
+        let mut conns = Vec::new();
+        for c in silent.incoming().take(8) {
+            conns.push(c);
+        }
+    });
+    p.write(
+        "keys.txt",
+        b"CLIENTKEY00000000001 client-secret-client-secret-client-secr\n",
+    );
+    for (what, url, limit) in [("down", &down, 10), ("slow", &slow, 15)] {
+        let gw = gateway(
+            &p,
+            &[
+                "--credentials",
+                "keys.txt",
+                "--upstream",
+                url,
+                "--upstream-timeout",
+                "2",
+            ],
+            &env,
+        );
+        let c = client(
+            &gw.endpoint(),
+            "CLIENTKEY00000000001",
+            "client-secret-client-secret-client-secr",
+        );
+        let t = Instant::now();
+        let err = rt()
+            .block_on(c.get_object().bucket(BUCKET).key("k").send())
+            .expect_err("the upstream cannot answer");
+        let status = err.raw_response().map(|r| r.status().as_u16());
+        assert!(
+            matches!(status, Some(500..=599)),
+            "upstream {what}: expected a 5xx S3 error, got {err:?}"
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(limit),
+            "upstream {what}: the error took {:?}",
+            t.elapsed()
+        );
+        let (exit, log) = gw.stop();
+        assert!(exit.success(), "{log}");
+    }
+    drop(held);
+    assert!(gateway_jobs(&p).is_empty());
+}
+
+#[test]
+fn bad_gateway_input_gets_one_line() {
+    let p = Project::new();
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 4] = [
+        (&["--listen", "0.0.0.0:0"], &[], "--allow-remote"),
+        (
+            &["--listen", "127.0.0.1:0", "--credentials", "missing.txt"],
+            &[],
+            "missing.txt",
+        ),
+        (
+            &["--listen", "127.0.0.1:0", "--upstream", "ftp://example"],
+            &[("AWS_ACCESS_KEY_ID", "a"), ("AWS_SECRET_ACCESS_KEY", "b")],
+            "not an http(s) URL",
+        ),
+        (
+            &[
+                "--listen",
+                "127.0.0.1:0",
+                "--upstream",
+                "http://127.0.0.1:1",
+            ],
+            &[
+                ("AWS_PROFILE", "no-such-profile"),
+                ("AWS_CONFIG_FILE", "/nonexistent"),
+                ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent"),
+            ],
+            "no credentials for the upstream",
+        ),
+    ];
+    for (args, env, expect) in cases {
+        let mut cmd = p.cmd(["gateway"]);
+        cmd.args(args)
+            .env_remove("AWS_ACCESS_KEY_ID")
+            .env_remove("AWS_SECRET_ACCESS_KEY");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert!(err.contains(expect), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+    }
+    // A port in use.
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    let out = p.roar(["gateway", "--listen", &addr]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains(&format!("cannot listen on {addr}")),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn roar_run_s3_records_objects_as_inputs_and_outputs() {
+    if !common::require_python_modules(&["boto3"]) {
+        return;
+    }
+    let p = Project::new();
+    p.write(
+        "upload.py",
+        br#"import boto3, sys
+s3 = boto3.client("s3")
+s3.create_bucket(Bucket="lineage-data")
+s3.upload_file(sys.argv[1], "lineage-data", "raw/" + sys.argv[1])
+"#,
+    );
+    p.write(
+        "train.py",
+        br#"import boto3, os, sys
+s3 = boto3.client("s3")
+assert "ROAR" in os.environ["AWS_ACCESS_KEY_ID"]
+body = s3.get_object(Bucket="lineage-data", Key="raw/data.csv")["Body"].read()
+model = body.upper()
+open("model.txt", "wb").write(model)
+s3.put_object(Bucket="lineage-data", Key="models/model.txt", Body=model)
+sys.exit(3)
+"#,
+    );
+    p.write("data.csv", b"a,b\n1,2\n");
+    let out = p.roar(["run", "--s3", "python3", "upload.py", "data.csv"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let up = p.last_job();
+    assert_eq!(p.files(&up, "output"), vec![obj("raw/data.csv")]);
+    // The command's exit status and stderr are its own; the gateway adds nothing to them.
+    let out = p.roar(["run", "--s3", "python3", "train.py"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "only roar's summary line: {err}");
+    let train = p.last_job();
+    assert_eq!(
+        p.files(&train, "input"),
+        vec![obj("raw/data.csv"), "train.py".to_owned()]
+    );
+    assert_eq!(
+        p.files(&train, "output"),
+        vec!["model.txt".to_owned(), obj("models/model.txt")]
+    );
+    let hashes = file_hashes(&train);
+    let model = b3(b"A,B\n1,2\n");
+    assert!(hashes.contains(&(
+        "output".into(),
+        obj("models/model.txt"),
+        Some(model.clone())
+    )));
+    assert!(hashes.contains(&("input".into(), obj("raw/data.csv"), Some(b3(b"a,b\n1,2\n")))));
+    // The lineage of the local model goes through the bucket back to the local CSV.
+    let out = p.roar(["lineage", "model.txt"]);
+    let text = common::stdout(&out);
+    assert!(text.contains("python3 upload.py data.csv"), "{text}");
+    assert!(text.contains(&obj("raw/data.csv")), "{text}");
+}
