@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 bash ../scripts/setup.sh
-for b in hash.sh run.sh query.sh mount.sh pipeline.sh; do
+for b in hash.sh run.sh query.sh mount.sh s3.sh pipeline.sh; do
     echo "################ bench/$b"
     bash "$b"
 done

@@ -8,7 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$PWD"
 bash scripts/setup.sh
-cargo build --release --locked -q -p roar-cli -p roar-tests --bin s3-upstream
+cargo build --release --locked -q -p roar-cli
+cargo build --release --locked -q -p roar-tests --bin s3-upstream
 ROAR="$PWD/target/release/roar"
 UPSTREAM_BIN="$PWD/target/release/s3-upstream"
 W="${BENCH_DIR:-/tmp/roar-bench-s3}"
@@ -33,8 +34,17 @@ pids+=($!); GW_PID=$!
 for _ in $(seq 100); do [ -s "$W/gateway.env" ] && break; sleep 0.05; done
 GW_URL=$(sed -n 's/.*AWS_ENDPOINT_URL=\([^ ]*\).*/\1/p' "$W/gateway.env")
 
+# The embedded store: the same s3s-fs as the upstream, with the gateway's verification and
+# recording in front and no second hop; isolates the recording layer's cost.
+"$ROAR" gateway --listen 127.0.0.1:0 --credentials "$W/keys.txt" \
+    > "$W/embedded.env" 2> "$W/embedded.log" &
+pids+=($!)
+for _ in $(seq 100); do [ -s "$W/embedded.env" ] && break; sleep 0.05; done
+EMB_URL=$(sed -n 's/.*AWS_ENDPOINT_URL=\([^ ]*\).*/\1/p' "$W/embedded.env")
+
 endpoints=("direct (s3s-fs)=$UP_URL|$UP_KEY|$UP_SECRET|$UP_PID"
-           "roar gateway=$GW_URL|BENCHCLIENTKEY000001|bench-client-secret-bench-client-secret-|$GW_PID")
+           "roar gateway=$GW_URL|BENCHCLIENTKEY000001|bench-client-secret-bench-client-secret-|$GW_PID"
+           "roar gateway embedded=$EMB_URL|BENCHCLIENTKEY000001|bench-client-secret-bench-client-secret-|")
 PEER_PROXY="$(peer_site_packages)/roar/bin/roar-proxy"
 if [ -x "$PEER_PROXY" ]; then
     PEER_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')

@@ -759,13 +759,16 @@ fn upstream_requests_are_re_signed_and_recorded() {
         c.create_bucket().bucket(BUCKET).send().await.unwrap();
         put(&c, "in/small.bin", &small).await;
         assert_eq!(get(&c, "in/small.bin", None).await, small);
+        // Keys that need percent-encoding survive re-signing.
+        put(&c, "in/a b+(c)=ü&.bin", b"odd").await;
+        assert_eq!(get(&c, "in/a b+(c)=ü&.bin", None).await, b"odd");
         multipart(&c, "out/model.bin", &[&part1, &part2]).await;
         assert_eq!(
             get(&c, "out/model.bin", Some("bytes=5-9")).await,
             &whole[5..10]
         );
         let listed = c.list_objects_v2().bucket(BUCKET).send().await.unwrap();
-        assert_eq!(listed.key_count(), Some(2));
+        assert_eq!(listed.key_count(), Some(3));
     });
     let (status, log) = gw.stop();
     assert!(status.success(), "{log}");
@@ -783,6 +786,7 @@ fn upstream_requests_are_re_signed_and_recorded() {
     assert_eq!(
         file_hashes(&jobs[0]),
         vec![
+            ("output".into(), obj("in/a b+(c)=ü&.bin"), Some(b3(b"odd"))),
             ("output".into(), obj("in/small.bin"), Some(b3(&small))),
             ("output".into(), obj("out/model.bin"), Some(b3(&whole))),
         ]

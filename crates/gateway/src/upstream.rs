@@ -12,6 +12,7 @@ use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::config::timeout::TimeoutConfig;
 use aws_sdk_s3::config::{
     BehaviorVersion, Region, RequestChecksumCalculation, ResponseChecksumValidation,
+    StalledStreamProtectionConfig,
 };
 
 pub(crate) async fn proxy(
@@ -56,6 +57,9 @@ pub(crate) async fn proxy(
         // The client's own checksums travel as headers; the SDK adds none of its own.
         .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
         .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
+        // The read timeout above already bounds a silent upstream; the SDK's own throughput
+        // monitor would add a timer check to every chunk of every body.
+        .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
         .build();
     Ok(s3s_aws::Proxy::from(aws_sdk_s3::Client::from_conf(config)))
 }
