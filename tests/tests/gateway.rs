@@ -979,4 +979,13 @@ sys.exit(3)
     let text = common::stdout(&out);
     assert!(text.contains("python3 upload.py data.csv"), "{text}");
     assert!(text.contains(&obj("raw/data.csv")), "{text}");
+    // Re-running it needs the gateway again; the bucket's content is as recorded: nothing stale.
+    let text = common::stdout(&p.roar(["reproduce", "model.txt"]));
+    assert!(text.contains("roar run --s3 -- python3 train.py"), "{text}");
+    assert!(
+        text.contains("roar run --s3 -- python3 upload.py data.csv"),
+        "{text}"
+    );
+    let text = common::stdout(&p.roar(["status"]));
+    assert!(!text.contains("stale"), "{text}");
 }

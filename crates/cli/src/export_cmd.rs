@@ -345,6 +345,7 @@ mod tests {
             git_commit: None,
             git_dirty: None,
             host: None,
+            backend: "preload".into(),
             inputs: vec![],
             outputs: vec![],
         };

@@ -297,9 +297,19 @@ pub fn reproduce(what: &OsStr, run: bool, json: bool) -> anyhow::Result<ExitCode
                 writeln!(out, "cd {}", roar_store::shell_quote(&s.cwd))?;
                 last_cwd = s.cwd.clone();
             }
+            if s.backend == "gateway" {
+                writeln!(
+                    out,
+                    "# job {}: objects an S3 client wrote through `roar gateway` ({}); not a command roar can re-run",
+                    s.job_id,
+                    s.name.as_deref().unwrap_or("unnamed")
+                )?;
+                continue;
+            }
             writeln!(
                 out,
-                "roar run -- {}  # job {}",
+                "roar run{} -- {}  # job {}",
+                if s.uses_s3() { " --s3" } else { "" },
                 shell_join(&s.argv),
                 s.job_id
             )?;
@@ -357,6 +367,11 @@ fn run_steps(
                 );
             }
         }
+        anyhow::ensure!(
+            s.backend != "gateway",
+            "job {} is an S3 client seen by `roar gateway`, not a command; re-create its objects and run `roar reproduce` on what it made",
+            s.job_id
+        );
         eprintln!(
             "roar: reproducing job {}: {}",
             s.job_id,
@@ -364,6 +379,7 @@ fn run_steps(
         );
         let status = std::process::Command::new(&exe)
             .arg("run")
+            .args(s.uses_s3().then_some("--s3"))
             .arg("--")
             .args(&s.argv)
             .current_dir(&s.cwd)
@@ -458,14 +474,19 @@ pub fn status(json: bool) -> anyhow::Result<()> {
         if changed.contains(*out) || !Path::new(out).exists() {
             continue;
         }
-        let stale = step
-            .inputs
-            .iter()
-            .find(|i| match (&i.hash, current.get(i.path.as_str())) {
+        let stale = step.inputs.iter().find(|i| {
+            // An object's current content is the last one recorded for it (roar cannot look
+            // into the bucket without a client's credentials).
+            if i.path.starts_with("s3://") {
+                let last = store.artifact_at(Path::new(&i.path)).ok();
+                return matches!((&i.hash, last), (Some(r), Some(h)) if r.blake3 != h.blake3);
+            }
+            match (&i.hash, current.get(i.path.as_str())) {
                 (Some(r), Some(h)) => r.blake3 != h.blake3,
                 (Some(_), None) => true,
                 _ => false,
-            });
+            }
+        });
         if let Some(i) = stale {
             lines.push(StatusLine {
                 path: rel(out, &project.root),

@@ -32,8 +32,20 @@ pub struct Step {
     pub git_commit: Option<String>,
     pub git_dirty: Option<bool>,
     pub host: Option<String>,
+    /// How it was observed: preload, ptrace, mount, gateway.
+    pub backend: String,
     pub inputs: Vec<Edge>,
     pub outputs: Vec<Edge>,
+}
+
+impl Step {
+    /// Whether the job read or wrote S3 objects (through the gateway).
+    pub fn uses_s3(&self) -> bool {
+        self.inputs
+            .iter()
+            .chain(&self.outputs)
+            .any(|e| e.path.starts_with("s3://"))
+    }
 }
 
 /// One file of a step, with the job that produced its content (for inputs), if any.
@@ -104,7 +116,8 @@ impl Store {
         let mut step = self
             .conn
             .prepare_cached(
-                "SELECT name, argv, cwd, started_ns, ended_ns, status, exit_code, git_commit, git_dirty, host
+                "SELECT name, argv, cwd, started_ns, ended_ns, status, exit_code, git_commit, git_dirty, host,
+                        backend
                  FROM jobs WHERE id = ?1",
             )?
             .query_row([job_id], |r| {
@@ -124,6 +137,7 @@ impl Store {
                     git_commit: r.get(7)?,
                     git_dirty: r.get(8)?,
                     host: r.get(9)?,
+                    backend: r.get(10)?,
                     inputs: Vec::new(),
                     outputs: Vec::new(),
                 })
