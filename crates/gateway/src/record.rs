@@ -62,6 +62,24 @@ pub trait Sink: Send + Sync + 'static {
     }
 }
 
+impl Access {
+    /// An access that completed now, with nothing known yet about the object's content.
+    fn new(access_key: Option<String>, bucket: String, key: String, kind: AccessKind) -> Access {
+        Access {
+            access_key,
+            bucket,
+            key,
+            kind,
+            version_id: None,
+            etag: None,
+            blake3: None,
+            size: None,
+            range: None,
+            at_ns: roar_store::now_ns(),
+        }
+    }
+}
+
 type ObjectId = (String, String, String);
 
 pub(crate) struct Recorder {
@@ -241,16 +259,11 @@ recorder_impl! {
             let resp = self.shared.inner.put_object(req).await?;
             match rx.await.ok().flatten() {
                 Some(d) => self.shared.record(Access {
-                    access_key,
-                    bucket,
-                    key,
-                    kind: AccessKind::Write,
                     version_id: resp.output.version_id.clone(),
                     etag: etag_str(&resp.output.e_tag),
                     blake3: Some(d.blake3),
                     size: Some(d.size),
-                    range: None,
-                    at_ns: roar_store::now_ns(),
+                    ..Access::new(access_key, bucket, key, AccessKind::Write)
                 }),
                 None => tracing::warn!(
                     "PUT s3://{bucket}/{key} was accepted but its body was not read to the end; not recorded"
@@ -273,16 +286,10 @@ recorder_impl! {
             let ranged = (asked_range.is_some() || part)
                 && out.content_range.as_deref().is_some_and(|cr| !covers_all(cr));
             let access = Access {
-                access_key,
-                bucket,
-                key,
-                kind: AccessKind::Read,
                 version_id: out.version_id.clone(),
                 etag: etag_str(&out.e_tag),
-                blake3: None,
-                size: None,
                 range: ranged.then(|| out.content_range.clone().or(asked_range).unwrap_or_default()),
-                at_ns: roar_store::now_ns(),
+                ..Access::new(access_key, bucket, key, AccessKind::Read)
             };
             let body = out.body.take().unwrap_or_else(empty_blob);
             let expected = out.content_length.and_then(|n| u64::try_from(n).ok());
@@ -355,16 +362,9 @@ recorder_impl! {
                 .as_ref()
                 .and_then(|r| etag_str(&r.e_tag));
             let written = Access {
-                access_key: access_key.clone(),
-                bucket,
-                key,
-                kind: AccessKind::Write,
                 version_id: resp.output.version_id.clone(),
                 etag: etag.clone(),
-                blake3: None,
-                size: None,
-                range: None,
-                at_ns: roar_store::now_ns(),
+                ..Access::new(access_key.clone(), bucket, key, AccessKind::Write)
             };
             // The copy has the source's content: one hash serves both records.
             let shared = Arc::clone(&self.shared);
@@ -380,16 +380,11 @@ recorder_impl! {
                 let (blake3, size) = (d.as_ref().map(|d| d.blake3.clone()), d.map(|d| d.size));
                 if let Some((src_bucket, src_key, src_version)) = source {
                     shared.record(Access {
-                        access_key,
-                        bucket: src_bucket,
-                        key: src_key,
-                        kind: AccessKind::Read,
                         version_id: src_version,
-                        etag: None,
                         blake3: blake3.clone(),
                         size,
-                        range: None,
                         at_ns: written.at_ns,
+                        ..Access::new(access_key, src_bucket, src_key, AccessKind::Read)
                     });
                 }
                 shared.record(Access { blake3, size, ..written });
@@ -407,16 +402,9 @@ recorder_impl! {
             let resp = self.shared.inner.complete_multipart_upload(req).await?;
             let etag = etag_str(&resp.output.e_tag);
             let access = Access {
-                access_key,
-                bucket,
-                key,
-                kind: AccessKind::Write,
                 version_id: resp.output.version_id.clone(),
                 etag: etag.clone(),
-                blake3: None,
-                size: None,
-                range: None,
-                at_ns: roar_store::now_ns(),
+                ..Access::new(access_key, bucket, key, AccessKind::Write)
             };
             self.shared.record_with_digest(access, etag);
             Ok(resp)
@@ -431,16 +419,8 @@ fn deleted(
     version_id: Option<String>,
 ) -> Access {
     Access {
-        access_key,
-        bucket,
-        key,
-        kind: AccessKind::Delete,
         version_id,
-        etag: None,
-        blake3: None,
-        size: None,
-        range: None,
-        at_ns: roar_store::now_ns(),
+        ..Access::new(access_key, bucket, key, AccessKind::Delete)
     }
 }
 
