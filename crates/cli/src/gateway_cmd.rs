@@ -188,7 +188,7 @@ impl Sink for Sessions {
 }
 
 impl Sessions {
-    /// Removes the sessions idle for `idle` (all with `None`).
+    /// Removes the sessions idle for `idle` (all with `None`), oldest first.
     fn take_idle(&self, idle: Option<Duration>) -> Vec<(String, Session)> {
         let mut open = self.open.lock().unwrap();
         let done: Vec<String> = open
@@ -196,9 +196,13 @@ impl Sessions {
             .filter(|(_, s)| idle.is_none_or(|idle| s.last.elapsed() >= idle))
             .map(|(k, _)| k.clone())
             .collect();
-        done.into_iter()
+        let mut done: Vec<(String, Session)> = done
+            .into_iter()
             .filter_map(|k| open.remove_entry(&k))
-            .collect()
+            .collect();
+        // Jobs are recorded in the order their sessions began.
+        done.sort_by_key(|(_, s)| s.accesses.iter().map(|a| a.at_ns).min());
+        done
     }
 }
 
