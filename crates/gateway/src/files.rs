@@ -1,12 +1,12 @@
-//! A job's object accesses, in order, as its inputs and outputs — the same rules `roar run`
-//! applies to files: an object read before the job wrote it is an input (with the content read);
-//! one the job wrote and left is an output (with its final content); one it wrote and deleted is a
-//! temporary; a pre-existing object it deleted is an output with no content.
+//! A job's object accesses as its inputs and outputs, by the rules `roar run` applies to files
+//! (`roar_store::PathUse`): an object read before the job wrote it is an input (with the content
+//! read); one the job wrote and left is an output (with its final content); one it wrote and
+//! deleted is a temporary; a pre-existing object it deleted is an output with no content.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use roar_store::{ContentHash, FileRecord, Ops, Role, S3Object};
+use roar_store::{ContentHash, FileRecord, Made, Ops, PathUse, Role, S3Object};
 
 use crate::record::{Access, AccessKind};
 
@@ -87,16 +87,22 @@ pub fn job_files(accesses: &[Access]) -> Vec<FileRecord> {
                 range,
             }),
         };
-        if let Some(read) = st.read_prior {
-            let range = (!st.full_read).then(|| st.ranges.join(", "));
-            files.push(record(Role::Input, Some(read), range));
+        let (input, made) = PathUse {
+            read_prior: st.read_prior.is_some(),
+            job_made: st.job_made,
+            exists: st.exists,
+            unlinked: st.ops.contains(Ops::UNLINK),
         }
-        if st.exists && st.job_made {
-            files.push(record(Role::Output, st.written, None));
-        } else if !st.exists && st.job_made && st.read_prior.is_none() {
-            files.push(record(Role::Temp, None, None));
-        } else if !st.exists && st.read_prior.is_none() && st.ops.contains(Ops::UNLINK) {
-            files.push(record(Role::Output, None, None));
+        .records();
+        if input {
+            let range = (!st.full_read).then(|| st.ranges.join(", "));
+            files.push(record(Role::Input, st.read_prior, range));
+        }
+        match made {
+            Some(Made::Output) => files.push(record(Role::Output, st.written, None)),
+            Some(Made::Temp) => files.push(record(Role::Temp, None, None)),
+            Some(Made::Deleted) => files.push(record(Role::Output, None, None)),
+            None => {}
         }
     }
     files

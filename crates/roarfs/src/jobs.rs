@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use roar_store::{
-    now_ns, ContentHash, FileRecord, JobRecord, Ops, Outcome, ProcessRecord, Role, Writer,
+    now_ns, ContentHash, FileRecord, JobRecord, Made, Ops, Outcome, PathUse, ProcessRecord, Role,
+    Writer,
 };
 
 /// A job's identity: its root process and that process's start time (clock ticks after boot).
@@ -422,21 +423,29 @@ impl Jobs {
                 last_ns: Some(st.last_ns),
                 s3: None,
             };
-            if st.read_prior {
+            let (input, made) = PathUse {
+                read_prior: st.read_prior,
+                job_made: st.job_made,
+                exists: st.exists,
+                unlinked: st.ops.contains(Ops::UNLINK),
+            }
+            .records();
+            if input {
                 files.push(rec(Role::Input, st.input.clone()));
             }
-            if st.job_made && st.exists {
-                let hash = st.output.clone().or_else(|| {
-                    unmounted
-                        .then(|| roar_store::hash::hash_path(path, Default::default()).ok())
-                        .flatten()
-                        .map(|h| h.hash)
-                });
-                files.push(rec(Role::Output, hash));
-            } else if st.job_made && !st.read_prior {
-                files.push(rec(Role::Temp, None));
-            } else if !st.exists && st.ops.contains(Ops::UNLINK) && !st.read_prior {
-                files.push(rec(Role::Output, None));
+            match made {
+                Some(Made::Output) => {
+                    let hash = st.output.clone().or_else(|| {
+                        unmounted
+                            .then(|| roar_store::hash::hash_path(path, Default::default()).ok())
+                            .flatten()
+                            .map(|h| h.hash)
+                    });
+                    files.push(rec(Role::Output, hash));
+                }
+                Some(Made::Temp) => files.push(rec(Role::Temp, None)),
+                Some(Made::Deleted) => files.push(rec(Role::Output, None)),
+                None => {}
             }
         }
         JobRecord {

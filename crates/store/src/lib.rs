@@ -19,7 +19,8 @@ pub use error::{Result, StoreError};
 pub use lineage::{Dag, Edge, Lineage, Step};
 pub use model::{
     argv_from_blob, argv_to_blob, now_ns, shell_join, shell_quote, CacheEntry, ContentHash,
-    FileRecord, FileStat, GitState, JobRecord, Ops, Outcome, ProcessRecord, Role, S3Object,
+    FileRecord, FileStat, GitState, JobRecord, Made, Ops, Outcome, PathUse, ProcessRecord, Role,
+    S3Object,
 };
 pub use project::{Project, CONFIG_NAME, DB_NAME, DEFAULT_CONFIG, DIR_NAME};
 pub use query::{ArtifactDetail, DbStats, FileRow, JobDetail, JobSummary, PathDetail, Store, Use};

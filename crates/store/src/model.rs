@@ -76,6 +76,47 @@ impl Role {
     }
 }
 
+/// How a job used one path (or object), as every producer sees it at the end of the job.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PathUse {
+    /// Content the job did not make was read.
+    pub read_prior: bool,
+    /// The job wrote, created, truncated or renamed onto it.
+    pub job_made: bool,
+    /// It exists at the end of the job.
+    pub exists: bool,
+    /// The job deleted it.
+    pub unlinked: bool,
+}
+
+/// What a job left at a path, besides reading it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Made {
+    /// Content the job made is there: an output with that content.
+    Output,
+    /// The job made it and removed it: a temporary.
+    Temp,
+    /// A pre-existing path the job deleted: an output with no content.
+    Deleted,
+}
+
+impl PathUse {
+    /// The records one path gets, by the rules shared by `roar run`, the mount and the gateway:
+    /// whether it is an input, and what the job left there.
+    pub fn records(self) -> (bool, Option<Made>) {
+        let made = if self.exists && self.job_made {
+            Some(Made::Output)
+        } else if self.job_made && !self.read_prior {
+            Some(Made::Temp)
+        } else if !self.exists && !self.read_prior && self.unlinked {
+            Some(Made::Deleted)
+        } else {
+            None
+        };
+        (self.read_prior, made)
+    }
+}
+
 /// The operations a job did on one path, as a small bit set.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Ops(u8);

@@ -10,7 +10,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use roar_store::hash::{cache_get, hash_paths, Connection, HashOptions};
-use roar_store::{CacheEntry, ContentHash, FileRecord, FileStat, Ops, ProcessRecord, Role};
+use roar_store::{
+    CacheEntry, ContentHash, FileRecord, FileStat, Made, Ops, PathUse, ProcessRecord, Role,
+};
 
 use crate::event::Event;
 use crate::ignore::Ignore;
@@ -303,20 +305,27 @@ pub fn hash<'c>(
             last_ns: Some(st.last_ns),
             s3: None,
         };
-        if st.reads_prior {
+        let (input, made) = PathUse {
+            read_prior: st.reads_prior,
+            job_made: st.job_made,
+            exists: st.exists,
+            unlinked: st.ops.contains(Ops::UNLINK),
+        }
+        .records();
+        if input {
             let hash = input_hash(path, st, &states, &current, cache, opts);
             if hash.is_none() {
                 unhashed_inputs += 1;
             }
             files.push(record(Role::Input, hash));
         }
-        if st.exists && st.job_made {
-            files.push(record(Role::Output, current(path).map(|h| h.hash.clone())));
-        } else if !st.exists && st.job_made && !st.reads_prior {
-            files.push(record(Role::Temp, None));
-        } else if !st.exists && !st.reads_prior && st.ops.contains(Ops::UNLINK) {
-            // A pre-existing file the job deleted: an output with no content.
-            files.push(record(Role::Output, None));
+        match made {
+            Some(Made::Output) => {
+                files.push(record(Role::Output, current(path).map(|h| h.hash.clone())))
+            }
+            Some(Made::Temp) => files.push(record(Role::Temp, None)),
+            Some(Made::Deleted) => files.push(record(Role::Output, None)),
+            None => {}
         }
     }
     Hashed {
