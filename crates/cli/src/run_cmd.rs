@@ -259,7 +259,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         Status::Exited(c) => Outcome::Exited(c),
         Status::Signaled(s) => Outcome::Signaled(s),
     };
-    job.incomplete = traced.malformed > 0;
+    job.incomplete = traced.incomplete();
     let code = traced.status.code();
     if let Status::Signaled(s) = traced.status {
         eprintln!("roar: command killed by {} ({s})", signal_name(s));
@@ -297,10 +297,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut err = std::io::stderr().lock();
     match recorded {
         Ok(id) => {
-            let incomplete = if traced.malformed > 0 {
-                format!(", incomplete ({} undecodable events)", traced.malformed)
-            } else {
-                String::new()
+            let incomplete = match (traced.lost, traced.malformed) {
+                (0, 0) => String::new(),
+                (0, bad) => format!(", incomplete ({bad} undecodable events)"),
+                (lost, _) => format!(
+                    ", incomplete ({lost} events lost: the eBPF ring buffer was full; raise ROAR_EBPF_RING_KB)"
+                ),
             };
             let _ = writeln!(
                 err,

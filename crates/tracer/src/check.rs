@@ -1,8 +1,9 @@
 //! The deterministic preflight: for each backend, whether it will work here and why not, and the
 //! rule `--tracer auto` follows.
 //!
-//! auto: preload, unless the program is statically linked or setuid/setgid (the dynamic loader
-//! would not load the shim), then ptrace. eBPF is never chosen until its backend exists.
+//! auto: preload for dynamically linked programs (cheapest per run: no load, no stop). For a
+//! statically linked or setuid/setgid program (the dynamic loader would not load the shim): eBPF
+//! when its preflight passes (no stop per file), else ptrace.
 
 use std::ffi::OsStr;
 use std::io::Read;
@@ -57,13 +58,76 @@ pub fn check(backend: Backend, preload_lib: Option<&Path>) -> Verdict {
             ),
         },
         Backend::Ptrace => ptrace_verdict(),
-        Backend::Ebpf => (false, "not built into this roar yet".into()),
+        Backend::Ebpf => match ebpf_blocker() {
+            Some(reason) => (false, reason),
+            None => match crate::ebpf::probe() {
+                Ok(took) => (
+                    true,
+                    format!(
+                        "BTF raw tracepoints load and attach ({:.0} ms)",
+                        took.as_secs_f64() * 1e3
+                    ),
+                ),
+                Err(e) => (false, unavailable_reason(e)),
+            },
+        },
     };
     Verdict {
         backend,
         ok,
         reason,
     }
+}
+
+fn unavailable_reason(e: crate::TraceError) -> String {
+    match e {
+        crate::TraceError::Unavailable { reason, .. } => reason,
+        other => other.to_string(),
+    }
+}
+
+/// Effective capabilities of this process, from /proc/self/status.
+fn effective_caps() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("CapEff:")
+                    .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            })
+        })
+        .unwrap_or(0)
+}
+
+/// Why eBPF cannot work here, from what the system says without loading anything.
+fn ebpf_blocker() -> Option<String> {
+    const CAP_SYS_ADMIN: u32 = 21;
+    const CAP_PERFMON: u32 = 38;
+    const CAP_BPF: u32 = 39;
+    if !cfg!(target_arch = "x86_64") {
+        return Some("the BPF programs read x86_64 syscall registers only".into());
+    }
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        return Some(
+            "the kernel has no BTF (/sys/kernel/btf/vmlinux; needs CONFIG_DEBUG_INFO_BTF=y)".into(),
+        );
+    }
+    let caps = effective_caps();
+    let has = |c: u32| caps & (1 << c) != 0;
+    if !(has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON))) {
+        return Some(
+            "needs CAP_BPF and CAP_PERFMON (or root); kernel.unprivileged_bpf_disabled does not allow tracing programs".into(),
+        );
+    }
+    if let Ok(l) = std::fs::read_to_string("/sys/kernel/security/lockdown") {
+        if l.contains("[confidentiality]") {
+            return Some(
+                "the kernel is locked down (confidentiality): BPF may not read kernel memory"
+                    .into(),
+            );
+        }
+    }
+    None
 }
 
 fn ptrace_verdict() -> (bool, String) {
@@ -153,15 +217,13 @@ pub fn choose(cmd: &OsStr, preload_lib: Option<&Path>) -> (Backend, String) {
     let exe = resolve(cmd);
     let link = exe.as_deref().map(linkage).unwrap_or(Linkage::Other);
     let preload = check(Backend::Preload, preload_lib);
+    let no_preload = |why: &str| match ebpf_blocker() {
+        None => (Backend::Ebpf, why.to_owned()),
+        Some(blocker) => (Backend::Ptrace, format!("{why}; eBPF: {blocker}")),
+    };
     match link {
-        Linkage::Static => (
-            Backend::Ptrace,
-            "static binary: the preload shim cannot load".into(),
-        ),
-        Linkage::SetId => (
-            Backend::Ptrace,
-            "setuid/setgid binary: the loader drops LD_PRELOAD".into(),
-        ),
+        Linkage::Static => no_preload("static binary: the preload shim cannot load"),
+        Linkage::SetId => no_preload("setuid/setgid binary: the loader drops LD_PRELOAD"),
         _ if !preload.ok => (
             Backend::Ptrace,
             format!("preload unavailable: {}", preload.reason),

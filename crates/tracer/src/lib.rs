@@ -2,11 +2,13 @@
 //!
 //! Every backend turns kernel or libc activity into [`Event`]s; [`collect`] turns events into the
 //! store's file records. Backends: `preload` (LD_PRELOAD shim, default), `ptrace` (seccomp-filtered,
-//! for static and setuid programs). [`check`] is the deterministic preflight behind
-//! `roar tracer check` and `--tracer auto`.
+//! for static and setuid programs), `ebpf` (BTF raw tracepoints; static and setuid programs without
+//! a stop per file). [`check`] is the deterministic preflight behind `roar tracer check` and
+//! `--tracer auto`.
 
 pub mod check;
 pub mod collect;
+mod ebpf;
 pub mod event;
 pub mod ignore;
 mod launch;
@@ -77,8 +79,18 @@ pub struct Traced {
     pub status: Status,
     pub started_ns: i64,
     pub ended_ns: i64,
-    /// Datagrams or stops that could not be decoded: the job is marked incomplete if non-zero.
+    /// Datagrams, stops or records that could not be decoded: the job is incomplete if non-zero.
     pub malformed: usize,
+    /// Events the kernel could not hand over (eBPF ring buffer full): the job is incomplete if
+    /// non-zero.
+    pub lost: usize,
+}
+
+impl Traced {
+    /// Whether some of what the command did may be missing from `events`.
+    pub fn incomplete(&self) -> bool {
+        self.malformed > 0 || self.lost > 0
+    }
 }
 
 /// Environment changes for the traced command: set (Some) or remove (None) each variable.
@@ -101,9 +113,6 @@ pub fn run(
             preload::run(argv, env, lib)
         }
         Backend::Ptrace => ptrace::run(argv, env),
-        Backend::Ebpf => Err(TraceError::Unavailable {
-            backend: "ebpf",
-            reason: "this build has no eBPF backend yet (see docs/SEMANTICS.md)".into(),
-        }),
+        Backend::Ebpf => ebpf::run(argv, env),
     }
 }

@@ -236,6 +236,7 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, lib: &Path) -> Result<Tra
         started_ns,
         ended_ns,
         malformed: received.malformed,
+        lost: 0,
     })
 }
 

@@ -525,6 +525,7 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges) -> Result<Traced, TraceEr
         started_ns,
         ended_ns,
         malformed,
+        lost: 0,
     })
 }
 
