@@ -10,7 +10,14 @@ use std::process::Command;
 use common::workloads::{sh, workloads, C_FOPEN};
 use common::{require_tool, stderr, Project};
 
-const BACKENDS: [&str; 2] = ["preload", "ptrace"];
+/// Every backend that can run here: eBPF only where it loads (always under CI=true).
+fn backends() -> Vec<&'static str> {
+    let mut b = vec!["preload", "ptrace"];
+    if common::ebpf_available() {
+        b.push("ebpf");
+    }
+    b
+}
 
 fn set(v: &[&str]) -> Vec<String> {
     let mut v: Vec<String> = v.iter().map(|s| s.to_string()).collect();
@@ -102,7 +109,7 @@ fn coverage_workloads_match_expectations_and_strace_on_every_backend() {
     let mut failures = Vec::new();
     for w in workloads() {
         let mut strace_set = None;
-        for backend in BACKENDS {
+        for backend in backends() {
             let p = Project::new();
             sh(p.path(), w.setup);
             let out = p.roar([&["run", "--tracer", backend, "--"][..], w.argv].concat());
@@ -197,7 +204,7 @@ fn paths_with_spaces_newlines_and_non_utf8_bytes_are_recorded_exactly() {
     if !require_tool("python3") {
         return;
     }
-    for backend in BACKENDS {
+    for backend in backends() {
         let p = Project::new();
         let script = "import os\nfor n in [b'with space.txt', b'new\\nline.txt', b'caf\\xe9.txt']:\n    open(n, 'wb').write(n)\n";
         let out = p.roar(["run", "--tracer", backend, "--", "python3", "-c", script]);
@@ -222,8 +229,17 @@ fn paths_with_spaces_newlines_and_non_utf8_bytes_are_recorded_exactly() {
     }
 }
 
+/// The backend `auto` must pick for a program the preload shim cannot enter.
+fn auto_for_static() -> &'static str {
+    if common::ebpf_available() {
+        "ebpf"
+    } else {
+        "ptrace"
+    }
+}
+
 #[test]
-fn a_statically_linked_program_is_traced_by_ptrace_under_auto() {
+fn a_statically_linked_program_is_traced_by_ebpf_or_ptrace() {
     if !require_tool("cc") {
         return;
     }
@@ -233,16 +249,24 @@ fn a_statically_linked_program_is_traced_by_ptrace_under_auto() {
     assert!(out.status.success(), "{}", stderr(&out));
     let job = p.last_job();
     assert_eq!(
-        job["backend"], "ptrace",
-        "auto must pick ptrace for a static binary"
+        job["backend"],
+        auto_for_static(),
+        "auto must not pick preload for a static binary"
     );
     assert_eq!(p.files(&job, "input"), vec!["f.in"]);
     assert_eq!(p.files(&job, "output"), vec!["f.out"]);
+    for backend in backends().into_iter().filter(|b| *b != "preload") {
+        let out = p.roar(["run", "--tracer", backend, "--", "./sprog"]);
+        assert!(out.status.success(), "[{backend}] {}", stderr(&out));
+        let job = p.last_job();
+        assert_eq!(p.files(&job, "input"), vec!["f.in"], "[{backend}]");
+        assert_eq!(p.files(&job, "output"), vec!["f.out"], "[{backend}]");
+    }
 }
 
 #[test]
 fn stdout_stderr_and_stdin_pass_through_untouched() {
-    for backend in BACKENDS {
+    for backend in backends() {
         let p = Project::new();
         let mut child = p
             .cmd([
@@ -359,10 +383,14 @@ fn tracer_check_reports_every_backend() {
     assert_eq!(names, ["preload", "ptrace", "ebpf"]);
     assert_eq!(v[0]["ok"], true, "the preload shim is built next to roar");
     // An unavailable backend is refused before anything runs.
-    let out = p.roar(["run", "--tracer", "ebpf", "--", "touch", "nope"]);
+    let out = p
+        .cmd(["run", "--tracer", "preload", "--", "touch", "nope"])
+        .env("ROAR_PRELOAD_LIB", "/nonexistent/libroar_preload.so")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        stderr(&out).contains("the ebpf tracer cannot run here"),
+        stderr(&out).contains("the preload tracer cannot run here"),
         "{}",
         stderr(&out)
     );
@@ -371,7 +399,7 @@ fn tracer_check_reports_every_backend() {
 
 #[test]
 fn sigterm_sent_to_roar_reaches_the_command_and_its_status_is_kept() {
-    for backend in BACKENDS {
+    for backend in backends() {
         let p = Project::new();
         let mut child = p
             .cmd([
@@ -418,7 +446,7 @@ fn sigterm_sent_to_roar_reaches_the_command_and_its_status_is_kept() {
 }
 
 #[test]
-fn a_go_binary_is_traced_by_ptrace_under_auto() {
+fn a_go_binary_is_traced_by_ebpf_or_ptrace() {
     if !require_tool("go") {
         return;
     }
@@ -440,9 +468,20 @@ fn a_go_binary_is_traced_by_ptrace_under_auto() {
     let out = p.roar(["run", "--", "./gobin"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let job = p.last_job();
-    assert_eq!(job["backend"], "ptrace", "a static Go binary needs ptrace");
+    assert_eq!(
+        job["backend"],
+        auto_for_static(),
+        "a static Go binary needs ptrace or eBPF"
+    );
     assert_eq!(p.files(&job, "input"), vec!["in.txt"]);
     assert_eq!(p.files(&job, "output"), vec!["out.txt"]);
+    for backend in backends().into_iter().filter(|b| *b != "preload") {
+        let out = p.roar(["run", "--tracer", backend, "--", "./gobin"]);
+        assert!(out.status.success(), "[{backend}] {}", stderr(&out));
+        let job = p.last_job();
+        assert_eq!(p.files(&job, "input"), vec!["in.txt"], "[{backend}]");
+        assert_eq!(p.files(&job, "output"), vec!["out.txt"], "[{backend}]");
+    }
 }
 
 #[test]

@@ -125,6 +125,23 @@ pub fn strict() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
 
+/// Whether the eBPF backend works here (`roar tracer check ebpf` loads it for real); skips loudly
+/// when not, and fails under CI=true, where we run as root on a kernel that has it.
+pub fn ebpf_available() -> bool {
+    let out = Command::new(roar_bin())
+        .args(["tracer", "check", "ebpf", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    if v[0]["ok"] == true {
+        return true;
+    }
+    let reason = v[0]["reason"].as_str().unwrap_or("no verdict").to_owned();
+    assert!(!strict(), "the eBPF tracer must run under CI=true: {reason}");
+    eprintln!("SKIPPED the eBPF backend: {reason}");
+    false
+}
+
 /// Skips (loudly) or fails (under CI=true) when `tool` is not installed.
 pub fn require_tool(tool: &str) -> bool {
     let found = Command::new("sh")
