@@ -1,0 +1,179 @@
+//! What only the eBPF backend has to prove: bursts are recorded whole or the job says it is not,
+//! paths relative to directory fds are resolved in-kernel, and concurrent runs never see each
+//! other's processes. (The coverage workloads run on eBPF in run.rs.)
+
+mod common;
+
+use std::process::Stdio;
+
+use common::{ebpf_available, require_tool, stderr, Project};
+
+const BURST: usize = 100_000;
+
+/// Makes BURST small files under `many/` without tracing, and a script that opens each once.
+fn burst_project() -> Project {
+    let p = Project::new();
+    let make = std::process::Command::new("python3")
+        .args([
+            "-c",
+            &format!(
+                "import os\nos.mkdir('many')\nfor i in range({BURST}):\n    with open(f'many/{{i}}', 'w') as f: f.write(str(i))\n"
+            ),
+        ])
+        .current_dir(p.path())
+        .status()
+        .unwrap();
+    assert!(make.success());
+    p.write(
+        "burst.py",
+        format!(
+            "import os, sys\nfor i in range({BURST}):\n    os.close(os.open(f'many/{{i}}', os.O_RDONLY))\nsys.exit(3)\n"
+        )
+        .as_bytes(),
+    );
+    p
+}
+
+#[test]
+fn a_burst_of_100k_opens_is_recorded_whole_or_the_job_says_it_is_incomplete() {
+    if !require_tool("python3") || !ebpf_available() {
+        return;
+    }
+    let p = burst_project();
+    // Default ring buffer: every open arrives.
+    let out = p.roar(["run", "--tracer", "ebpf", "--", "python3", "burst.py"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let job = p.last_job();
+    assert_eq!(job["incomplete"], false, "{}", stderr(&out));
+    let inputs = p.files(&job, "input");
+    let many = inputs.iter().filter(|f| f.starts_with("many/")).count();
+    assert_eq!(many, BURST, "{}", stderr(&out));
+
+    // A ring buffer of one page cannot hold the burst: the loss is reported, never hidden, and
+    // the command's status is still its own.
+    let out = p
+        .cmd(["run", "--tracer", "ebpf", "--", "python3", "burst.py"])
+        .env("ROAR_EBPF_RING_KB", "4")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let job = p.last_job();
+    let recorded = p
+        .files(&job, "input")
+        .iter()
+        .filter(|f| f.starts_with("many/"))
+        .count();
+    assert!(recorded < BURST, "a 4 KiB ring held {recorded} records");
+    assert_eq!(job["incomplete"], true);
+    assert!(
+        stderr(&out).contains("events lost: the eBPF ring buffer was full"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_bad_ring_size_is_one_clear_line_and_nothing_runs() {
+    if !ebpf_available() {
+        return;
+    }
+    let p = Project::new();
+    let out = p
+        .cmd(["run", "--tracer", "ebpf", "--", "touch", "x"])
+        .env("ROAR_EBPF_RING_KB", "1000")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("ROAR_EBPF_RING_KB"), "{err}");
+    assert!(!p.path().join("x").exists());
+}
+
+/// Opens, renames and unlinks relative to directory fds, as `find`, `rm -r` and shutil do.
+const DIRFD_SCRIPT: &str = r#"
+import os
+os.makedirs('d/sub', exist_ok=True)
+with open('d/sub/in.txt', 'w') as f: f.write('in')
+d = os.open('d/sub', os.O_RDONLY | os.O_DIRECTORY)
+os.chdir('/')
+data = os.read(os.open('in.txt', os.O_RDONLY, dir_fd=d), 10)
+fd = os.open('tmp.txt', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=d)
+os.write(fd, data + b' out')
+os.close(fd)
+os.rename('tmp.txt', '../out.txt', src_dir_fd=d, dst_dir_fd=d)
+fd = os.open('scratch', os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=d)
+os.close(fd)
+os.unlink('scratch', dir_fd=d)
+fd = os.open('../out.txt', os.O_RDWR, dir_fd=d)
+os.ftruncate(fd, 6)
+"#;
+
+#[test]
+fn paths_relative_to_directory_fds_match_ptrace() {
+    if !require_tool("python3") || !ebpf_available() {
+        return;
+    }
+    let mut seen = Vec::new();
+    for backend in ["ptrace", "ebpf"] {
+        let p = Project::new();
+        let out = p.roar(["run", "--tracer", backend, "--", "python3", "-c", DIRFD_SCRIPT]);
+        assert!(out.status.success(), "[{backend}] {}", stderr(&out));
+        let job = p.last_job();
+        assert_eq!(job["incomplete"], false, "[{backend}]");
+        let roles: Vec<Vec<String>> = ["input", "output", "temp"]
+            .iter()
+            .map(|r| p.files(&job, r))
+            .collect();
+        seen.push(roles);
+    }
+    assert_eq!(seen[0], seen[1], "ptrace vs ebpf");
+    assert_eq!(
+        seen[1][1],
+        ["d/out.txt", "d/sub/in.txt"],
+        "outputs (in.txt was made by the job)"
+    );
+    assert_eq!(seen[1][2], ["d/sub/scratch", "d/sub/tmp.txt"], "temps");
+}
+
+#[test]
+fn concurrent_runs_record_only_their_own_processes() {
+    if !ebpf_available() {
+        return;
+    }
+    let p = Project::new();
+    // Each run writes its own file while the other is running, for about half a second.
+    let script = |name: &str| {
+        format!("for i in 1 2 3 4 5 6 7 8 9 10; do echo $i >> {name}.txt; sleep 0.05; done")
+    };
+    let a = p
+        .cmd(["run", "--tracer", "ebpf", "--name", "a", "--", "sh", "-c", &script("a")])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let b = p
+        .cmd(["run", "--tracer", "ebpf", "--name", "b", "--", "sh", "-c", &script("b")])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A process of no run touches the project meanwhile.
+    let outsider = std::process::Command::new("sh")
+        .args(["-c", "for i in 1 2 3 4 5; do echo $i >> c.txt; sleep 0.05; done"])
+        .current_dir(p.path())
+        .status()
+        .unwrap();
+    assert!(outsider.success());
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    assert!(a.status.success(), "{}", stderr(&a));
+    assert!(b.status.success(), "{}", stderr(&b));
+    let log = p.roar(["log", "--json"]);
+    let jobs: serde_json::Value = serde_json::from_slice(&log.stdout).unwrap();
+    for job in jobs.as_array().unwrap() {
+        let name = job["name"].as_str().unwrap().to_owned();
+        let full = p.job_json(job["id"].as_i64().unwrap());
+        let outputs = p.files(&full, "output");
+        assert_eq!(outputs, [format!("{name}.txt")], "job {name}");
+        assert!(p.files(&full, "input").is_empty(), "job {name}");
+    }
+    assert_eq!(jobs.as_array().unwrap().len(), 2);
+}
