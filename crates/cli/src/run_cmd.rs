@@ -192,7 +192,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let config = Config::load(&project)?;
     let lib = preload_lib();
     let requested = args.tracer.clone().unwrap_or_else(|| config.tracer.clone());
-    let (backend, why) = match requested.as_str() {
+    let auto = requested == "auto";
+    let (mut backend, why) = match requested.as_str() {
         "auto" => roar_tracer::choose(&args.command[0], lib.as_deref()),
         name => {
             let b = Backend::parse(name).ok_or_else(|| {
@@ -203,7 +204,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             (b, "requested".to_owned())
         }
     };
-    let verdict = roar_tracer::check(backend, lib.as_deref());
+    let verdict = roar_tracer::quick_check(backend, lib.as_deref());
     if !verdict.ok {
         anyhow::bail!(
             "the {} tracer cannot run here: {}; see `roar tracer check`",
@@ -230,7 +231,15 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         None
     };
     let child_env = gateway.as_ref().map(|g| g.child_env()).unwrap_or_default();
-    let traced = roar_tracer::run(backend, &args.command, &child_env, lib.as_ref());
+    let mut traced = roar_tracer::run(backend, &args.command, &child_env, lib.as_ref());
+    if let Err(TraceError::Unavailable { reason, .. }) = &traced {
+        if auto && backend == Backend::Ebpf {
+            // Nothing has run yet: the command goes to the next backend the auto rule allows.
+            eprintln!("roar: eBPF could not load ({reason}); tracing with ptrace");
+            backend = Backend::Ptrace;
+            traced = roar_tracer::run(backend, &args.command, &child_env, lib.as_ref());
+        }
+    }
     // Every access is in the sink once the gateway has stopped.
     let s3_files = gateway.map(|g| g.finish()).unwrap_or_default();
     let t_traced = t0.elapsed();

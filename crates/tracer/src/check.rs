@@ -40,7 +40,21 @@ pub struct Verdict {
     pub reason: String,
 }
 
-/// Whether `backend` can run on this machine (independent of the command).
+/// Whether `backend` can run here, without loading the eBPF programs (`roar run`'s preflight: a
+/// failed load is reported by the run itself, before anything starts).
+pub fn quick_check(backend: Backend, preload_lib: Option<&Path>) -> Verdict {
+    match backend {
+        Backend::Ebpf => Verdict {
+            backend,
+            ok: ebpf_blocker().is_none(),
+            reason: ebpf_blocker().unwrap_or_else(|| "eBPF prerequisites present".into()),
+        },
+        other => check(other, preload_lib),
+    }
+}
+
+/// Whether `backend` can run on this machine (independent of the command). For eBPF this loads
+/// and attaches the programs once.
 pub fn check(backend: Backend, preload_lib: Option<&Path>) -> Verdict {
     let (ok, reason) = match backend {
         Backend::Preload => match preload_lib {

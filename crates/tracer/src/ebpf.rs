@@ -34,7 +34,7 @@ mod skel {
 use skel::types::roar_event;
 
 /// Ring buffer size in KiB, unless `ROAR_EBPF_RING_KB` says otherwise (a power of two, ≥ 4).
-const RING_KB: u32 = 32 * 1024;
+const RING_KB: u32 = 8 * 1024;
 const RING_ENV: &str = "ROAR_EBPF_RING_KB";
 
 const KIND_EXEC: u32 = 1;

@@ -18,7 +18,7 @@ mod ptrace;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-pub use check::{check, choose, Backend, Verdict};
+pub use check::{check, choose, quick_check, Backend, Verdict};
 pub use event::Event;
 pub use launch::Status;
 

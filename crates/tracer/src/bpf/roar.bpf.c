@@ -74,11 +74,12 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 32 << 20); /* userspace may resize before load */
+	__uint(max_entries, 8 << 20); /* userspace sizes it before load */
 } events SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* preallocating costs milliseconds per run */
 	__uint(max_entries, 65536);
 	__type(key, __u32);
 	__type(value, __u32);
@@ -86,6 +87,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, 65536);
 	__type(key, __u32);
 	__type(value, struct pending);
