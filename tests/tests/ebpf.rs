@@ -73,6 +73,47 @@ fn a_burst_of_100k_opens_is_recorded_whole_or_the_job_says_it_is_incomplete() {
 }
 
 #[test]
+fn the_preflight_names_the_missing_capability() {
+    // Run unprivileged (setpriv drops root and every capability): the verdict must say why.
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout == b"0\n");
+    if !root || !require_tool("setpriv") {
+        assert!(!common::strict(), "CI runs the tests as root");
+        eprintln!("SKIPPED: needs root to drop privileges");
+        return;
+    }
+    // A copy the unprivileged user can reach, wherever the checkout lives.
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("roar");
+    std::fs::copy(common::roar_bin(), &bin).unwrap();
+    for p in [dir.path(), bin.as_path()] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let out = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .arg(&bin)
+        .args(["tracer", "check", "ebpf"])
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = common::stdout(&out);
+    assert!(text.starts_with("ebpf     no"), "{text}");
+    assert!(
+        text.contains("needs CAP_BPF and CAP_PERFMON, or root"),
+        "{text}"
+    );
+}
+
+#[test]
 fn a_bad_ring_size_is_one_clear_line_and_nothing_runs() {
     if !ebpf_available() {
         return;
@@ -117,7 +158,15 @@ fn paths_relative_to_directory_fds_match_ptrace() {
     let mut seen = Vec::new();
     for backend in ["ptrace", "ebpf"] {
         let p = Project::new();
-        let out = p.roar(["run", "--tracer", backend, "--", "python3", "-c", DIRFD_SCRIPT]);
+        let out = p.roar([
+            "run",
+            "--tracer",
+            backend,
+            "--",
+            "python3",
+            "-c",
+            DIRFD_SCRIPT,
+        ]);
         assert!(out.status.success(), "[{backend}] {}", stderr(&out));
         let job = p.last_job();
         assert_eq!(job["incomplete"], false, "[{backend}]");
@@ -147,18 +196,41 @@ fn concurrent_runs_record_only_their_own_processes() {
         format!("for i in 1 2 3 4 5 6 7 8 9 10; do echo $i >> {name}.txt; sleep 0.05; done")
     };
     let a = p
-        .cmd(["run", "--tracer", "ebpf", "--name", "a", "--", "sh", "-c", &script("a")])
+        .cmd([
+            "run",
+            "--tracer",
+            "ebpf",
+            "--name",
+            "a",
+            "--",
+            "sh",
+            "-c",
+            &script("a"),
+        ])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let b = p
-        .cmd(["run", "--tracer", "ebpf", "--name", "b", "--", "sh", "-c", &script("b")])
+        .cmd([
+            "run",
+            "--tracer",
+            "ebpf",
+            "--name",
+            "b",
+            "--",
+            "sh",
+            "-c",
+            &script("b"),
+        ])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     // A process of no run touches the project meanwhile.
     let outsider = std::process::Command::new("sh")
-        .args(["-c", "for i in 1 2 3 4 5; do echo $i >> c.txt; sleep 0.05; done"])
+        .args([
+            "-c",
+            "for i in 1 2 3 4 5; do echo $i >> c.txt; sleep 0.05; done",
+        ])
         .current_dir(p.path())
         .status()
         .unwrap();

@@ -130,7 +130,7 @@ fn ebpf_blocker() -> Option<String> {
     let has = |c: u32| caps & (1 << c) != 0;
     if !(has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON))) {
         return Some(
-            "needs CAP_BPF and CAP_PERFMON (or root); kernel.unprivileged_bpf_disabled does not allow tracing programs".into(),
+            "needs CAP_BPF and CAP_PERFMON, or root (tracing programs are never allowed unprivileged)".into(),
         );
     }
     if let Ok(l) = std::fs::read_to_string("/sys/kernel/security/lockdown") {

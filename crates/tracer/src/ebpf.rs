@@ -36,6 +36,9 @@ use skel::types::roar_event;
 /// Ring buffer size in KiB, unless `ROAR_EBPF_RING_KB` says otherwise (a power of two, ≥ 4).
 const RING_KB: u32 = 8 * 1024;
 const RING_ENV: &str = "ROAR_EBPF_RING_KB";
+/// The kernel wakes the reader only once an eighth of the ring is waiting; otherwise it reads on
+/// this timer, so a slow trickle never waits long.
+const READ_EVERY_MS: i32 = 20;
 
 const KIND_EXEC: u32 = 1;
 const KIND_FORK: u32 = 2;
@@ -193,7 +196,10 @@ fn decode(rec: &[u8], offset: i64) -> Result<Option<Event>, ()> {
     let mut strs: [&[u8]; 4] = [&[]; 4];
     let mut at = HEADER;
     for (i, len) in h.len.iter().enumerate() {
-        let end = at.checked_add(*len as usize).filter(|e| *e <= rec.len()).ok_or(())?;
+        let end = at
+            .checked_add(*len as usize)
+            .filter(|e| *e <= rec.len())
+            .ok_or(())?;
         strs[i] = &rec[at..end];
         at = end;
     }
@@ -295,6 +301,9 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges) -> Result<Traced, TraceEr
         .events
         .set_max_entries(ring_kb * 1024)
         .map_err(|e| unavailable(format!("cannot size the ring buffer: {e}")))?;
+    if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
+        ro.wake_bytes = u64::from(ring_kb) * 1024 / 8;
+    }
     let mut loaded = open
         .load()
         .map_err(|e| unavailable(format!("the kernel refused the BPF programs: {e}")))?;
@@ -357,7 +366,12 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges) -> Result<Traced, TraceEr
         ];
         loop {
             // SAFETY: fds is a valid array of two pollfds.
-            let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, READ_EVERY_MS) };
+            if n == 0 {
+                // Records below the wake-up mark are read on this timer.
+                let _ = ring.consume();
+                continue;
+            }
             if n < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
                 break;
             }

@@ -137,7 +137,10 @@ pub fn ebpf_available() -> bool {
         return true;
     }
     let reason = v[0]["reason"].as_str().unwrap_or("no verdict").to_owned();
-    assert!(!strict(), "the eBPF tracer must run under CI=true: {reason}");
+    assert!(
+        !strict(),
+        "the eBPF tracer must run under CI=true: {reason}"
+    );
     eprintln!("SKIPPED the eBPF backend: {reason}");
     false
 }
