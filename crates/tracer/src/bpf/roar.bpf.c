@@ -286,11 +286,12 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 	tid = (__u32)pid_tgid;
 	if (!bpf_map_lookup_elem(&tracked, &tgid))
 		return 0;
+	/* Direct (BTF) loads: no helper call per argument. */
 	p.nr = id;
-	p.a[0] = BPF_CORE_READ(regs, di);
-	p.a[1] = BPF_CORE_READ(regs, si);
-	p.a[2] = BPF_CORE_READ(regs, dx);
-	p.a[3] = BPF_CORE_READ(regs, r10);
+	p.a[0] = regs->di;
+	p.a[1] = regs->si;
+	p.a[2] = regs->dx;
+	p.a[3] = regs->r10;
 	/* find and ls -R open thousands of directories; they are never artifacts. */
 	if ((id == NR_open && (p.a[1] & O_DIRECTORY)) || (id == NR_openat && (p.a[2] & O_DIRECTORY)))
 		return 0;
