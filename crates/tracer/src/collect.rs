@@ -43,7 +43,29 @@ pub struct Classified {
 
 const O_ACCMODE: i32 = libc::O_ACCMODE;
 
+/// `Ignore::is_ignored` once per distinct path: a job opening one file 100,000 times matches the
+/// globs once.
+struct IgnoreMemo<'a> {
+    ignore: &'a Ignore,
+    seen: HashMap<PathBuf, bool>,
+}
+
+impl IgnoreMemo<'_> {
+    fn is_ignored(&mut self, path: &Path) -> bool {
+        if let Some(v) = self.seen.get(path) {
+            return *v;
+        }
+        let v = self.ignore.is_ignored(path);
+        self.seen.insert(path.to_owned(), v);
+        v
+    }
+}
+
 pub fn classify(events: &[Event], job_start_ns: i64, ignore: &Ignore) -> Classified {
+    let mut ignore = IgnoreMemo {
+        ignore,
+        seen: HashMap::new(),
+    };
     let mut states: HashMap<PathBuf, PathState> = HashMap::new();
     let mut order: Vec<PathBuf> = Vec::new();
     let mut processes: Vec<ProcessRecord> = Vec::new();
