@@ -84,21 +84,37 @@ fn quiet_libbpf() {
     libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, to_log)));
 }
 
-/// Loads and attaches the programs, then detaches them: the real preflight of `roar tracer
-/// check ebpf`. Returns how long the load took.
-pub fn probe() -> Result<std::time::Duration, TraceError> {
+/// Opens, sizes, loads and attaches the programs; they stay attached while the result lives.
+fn load(
+    obj: &mut MaybeUninit<libbpf_rs::OpenObject>,
+    ring_kb: u32,
+) -> Result<skel::RoarSkel<'_>, TraceError> {
     quiet_libbpf();
-    let t = Instant::now();
-    let mut obj = MaybeUninit::uninit();
-    let open = skel::RoarSkelBuilder::default()
-        .open(&mut obj)
+    let mut open = skel::RoarSkelBuilder::default()
+        .open(obj)
         .map_err(|e| unavailable(format!("cannot open the BPF object: {e}")))?;
+    open.maps
+        .events
+        .set_max_entries(ring_kb * 1024)
+        .map_err(|e| unavailable(format!("cannot size the ring buffer: {e}")))?;
+    if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
+        ro.wake_bytes = u64::from(ring_kb) * 1024 / 8;
+    }
     let mut loaded = open
         .load()
         .map_err(|e| unavailable(format!("the kernel refused the BPF programs: {e}")))?;
     loaded
         .attach()
         .map_err(|e| unavailable(format!("cannot attach to the tracepoints: {e}")))?;
+    Ok(loaded)
+}
+
+/// Loads and attaches the programs, then detaches them: the real preflight of `roar tracer
+/// check ebpf`. Returns how long the load took.
+pub fn probe() -> Result<std::time::Duration, TraceError> {
+    let t = Instant::now();
+    let mut obj = MaybeUninit::uninit();
+    load(&mut obj, ring_kb()?)?;
     Ok(t.elapsed())
 }
 
@@ -290,26 +306,10 @@ impl Drop for Done {
 }
 
 pub fn run(argv: &[OsString], env: &crate::EnvChanges) -> Result<Traced, TraceError> {
-    quiet_libbpf();
     let ring_kb = ring_kb()?;
     let t_load = Instant::now();
     let mut obj = MaybeUninit::uninit();
-    let mut open = skel::RoarSkelBuilder::default()
-        .open(&mut obj)
-        .map_err(|e| unavailable(format!("cannot open the BPF object: {e}")))?;
-    open.maps
-        .events
-        .set_max_entries(ring_kb * 1024)
-        .map_err(|e| unavailable(format!("cannot size the ring buffer: {e}")))?;
-    if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
-        ro.wake_bytes = u64::from(ring_kb) * 1024 / 8;
-    }
-    let mut loaded = open
-        .load()
-        .map_err(|e| unavailable(format!("the kernel refused the BPF programs: {e}")))?;
-    loaded
-        .attach()
-        .map_err(|e| unavailable(format!("cannot attach to the tracepoints: {e}")))?;
+    let loaded = load(&mut obj, ring_kb)?;
     tracing::debug!("eBPF programs loaded in {:?}", t_load.elapsed());
     let offset = clock_offset();
 
