@@ -34,7 +34,7 @@ struct roar_event {
 	__s64 mtime_ns;
 	__s64 ctime_ns;
 	__u32 flags;
-	__u32 nstr;
+	__u32 reserved;
 	__u32 len[4];
 };
 
