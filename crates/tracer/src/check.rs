@@ -44,11 +44,14 @@ pub struct Verdict {
 /// failed load is reported by the run itself, before anything starts).
 pub fn quick_check(backend: Backend, preload_lib: Option<&Path>) -> Verdict {
     match backend {
-        Backend::Ebpf => Verdict {
-            backend,
-            ok: ebpf_blocker().is_none(),
-            reason: ebpf_blocker().unwrap_or_else(|| "eBPF prerequisites present".into()),
-        },
+        Backend::Ebpf => {
+            let blocker = ebpf_blocker();
+            Verdict {
+                backend,
+                ok: blocker.is_none(),
+                reason: blocker.unwrap_or_else(|| "eBPF prerequisites present".into()),
+            }
+        }
         other => check(other, preload_lib),
     }
 }
