@@ -36,7 +36,9 @@ pub fn hash(paths: &[PathBuf], sha256: bool, json: bool) -> anyhow::Result<()> {
         .map(|m| m.len())
         .sum();
     let bar = Progress::new(total);
-    let batch = hash_paths(&files, opts, &|| Some(store.conn()), &|n| bar.inc(n));
+    let batch = hash_paths(&files, opts, &|_| true, &|| Some(store.conn()), &|n| {
+        bar.inc(n)
+    });
     bar.finish();
 
     let writer = Writer::start(&project.db_path())?;

@@ -220,6 +220,7 @@ fn current_hashes(store: &Store, paths: &[PathBuf], sha256: bool) -> HashMap<Pat
     let batch = hash_paths(
         paths,
         HashOptions { sha256 },
+        &|_| true,
         &|| Some(store.conn()),
         &|_| {},
     );

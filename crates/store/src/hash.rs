@@ -144,6 +144,16 @@ fn map_file(file: &File) -> io::Result<memmap2::Mmap> {
     }
 }
 
+/// Opens `path` for hashing without blocking on a FIFO that replaced it (the fstat that follows
+/// rejects anything but a regular file).
+fn open_nonblocking(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+}
+
 pub fn hash_path(path: &Path, opts: HashOptions) -> Result<Hashed, HashError> {
     let file = File::open(path).map_err(|source| HashError::Io {
         path: path.to_owned(),
@@ -186,74 +196,101 @@ pub struct Batch {
     pub new_cache: Vec<CacheEntry>,
 }
 
-/// Hashes `paths` in parallel, answering from `cache` where it can. `progress` is called with the byte count of
-/// each file as it completes (from several threads).
+/// Hashes `paths` in parallel, answering from the hash cache where it can. `may_be_cached(i)` is
+/// false for content the caller knows is new (no entry can be valid: `paths[i]` is not even
+/// looked up). `cache` is asked for the cache database only when a lookup is needed (files changed
+/// within the racy window are never looked up), so callers can open it lazily. `progress` is called with
+/// the byte count of each file as it completes (from several threads).
 ///
-/// `cache` is asked for the cache database only when a lookup is needed (files changed within the
-/// racy window are never looked up), so callers can open it lazily. Small batches run on the
-/// calling thread: waking a thread pool costs more than hashing a few files.
+/// Small batches run on the calling thread: waking a thread pool costs more than hashing a few
+/// files.
 pub fn hash_paths<'c>(
     paths: &[PathBuf],
     opts: HashOptions,
+    may_be_cached: &(dyn Fn(usize) -> bool + Sync),
     cache: &dyn Fn() -> Option<&'c Connection>,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Batch {
     const PARALLEL_MIN: usize = 32;
-    if paths.len() < PARALLEL_MIN {
-        return hash_batch(paths, opts, cache, progress, false);
-    }
-    hash_batch(paths, opts, cache, progress, true)
+    let parallel = paths.len() >= PARALLEL_MIN;
+    hash_batch(paths, opts, may_be_cached, cache, progress, parallel)
 }
+
+/// What is known about a path before its content is read: `None` if it was not looked up (it is
+/// opened and fstat'ed when hashed, one syscall fewer than stat + open), else its stat and, if the
+/// cache had a valid entry, the hash.
+type Known = Option<(io::Result<std::fs::Metadata>, Option<ContentHash>)>;
 
 fn hash_batch<'c>(
     paths: &[PathBuf],
     opts: HashOptions,
+    may_be_cached: &(dyn Fn(usize) -> bool + Sync),
     cache: &dyn Fn() -> Option<&'c Connection>,
     progress: &(dyn Fn(u64) + Sync),
     parallel: bool,
 ) -> Batch {
     // Every stat below happens after this instant, so it is a safe "read began" time for the cache.
     let read_ns = now_ns();
-    let stats: Vec<io::Result<std::fs::Metadata>> = if parallel {
-        paths.par_iter().map(std::fs::metadata).collect()
+    let stat = |(i, path): (usize, &PathBuf)| may_be_cached(i).then(|| std::fs::metadata(path));
+    let stats: Vec<Option<io::Result<std::fs::Metadata>>> = if parallel {
+        paths.par_iter().enumerate().map(stat).collect()
     } else {
-        paths.iter().map(std::fs::metadata).collect()
+        paths.iter().enumerate().map(stat).collect()
     };
-    let cached: Vec<Option<ContentHash>> = stats
-        .iter()
+    // All lookups share one read transaction: outside one, each query takes and drops the
+    // database's shared lock (two fcntl calls and a WAL index check).
+    let mut reading: Option<&Connection> = None;
+    let known: Vec<Known> = stats
+        .into_iter()
         .map(|m| {
-            let stat = FileStat::from_metadata(m.as_ref().ok()?);
-            if racy(&stat, read_ns) {
-                return None;
-            }
-            cache_get(cache()?, &stat, opts)
+            let m = m?;
+            let hit = m.as_ref().ok().and_then(|meta| {
+                let stat = FileStat::from_metadata(meta);
+                if racy(&stat, read_ns) {
+                    return None;
+                }
+                let conn = cache()?;
+                if reading.is_none() && conn.is_autocommit() && conn.execute_batch("BEGIN").is_ok()
+                {
+                    reading = Some(conn);
+                }
+                cache_get(conn, &stat, opts)
+            });
+            Some((m, hit))
         })
         .collect();
-    let one = |((path, meta), hit): (
-        (&PathBuf, io::Result<std::fs::Metadata>),
-        Option<ContentHash>,
-    )| {
+    if let Some(conn) = reading {
+        let _ = conn.execute_batch("COMMIT");
+    }
+    let one = |(path, known): (&PathBuf, Known)| {
         let io_err = |source| HashError::Io {
             path: path.to_owned(),
             source,
         };
-        let meta = meta.map_err(io_err)?;
-        if !meta.is_file() {
-            return Err(HashError::NotAFile {
-                path: path.to_owned(),
-            });
-        }
-        let stat = FileStat::from_metadata(&meta);
-        let r = match hit {
-            Some(hash) => Ok(Hashed {
-                hash,
-                stat,
-                from_cache: true,
-                read_ns,
-            }),
-            None => File::open(path)
+        let r = match known {
+            None => open_nonblocking(path)
                 .map_err(io_err)
-                .and_then(|f| hash_as(&f, path, stat, read_ns, opts)),
+                .and_then(|f| hash_open_file(&f, path, opts)),
+            Some((meta, hit)) => {
+                let meta = meta.map_err(io_err)?;
+                if !meta.is_file() {
+                    return Err(HashError::NotAFile {
+                        path: path.to_owned(),
+                    });
+                }
+                let stat = FileStat::from_metadata(&meta);
+                match hit {
+                    Some(hash) => Ok(Hashed {
+                        hash,
+                        stat,
+                        from_cache: true,
+                        read_ns,
+                    }),
+                    None => File::open(path)
+                        .map_err(io_err)
+                        .and_then(|f| hash_as(&f, path, stat, read_ns, opts)),
+                }
+            }
         };
         if let Ok(h) = &r {
             progress(h.hash.size);
@@ -263,12 +300,11 @@ fn hash_batch<'c>(
     let results: Vec<Result<Hashed, HashError>> = if parallel {
         paths
             .par_iter()
-            .zip(stats.into_par_iter())
-            .zip(cached.into_par_iter())
+            .zip(known.into_par_iter())
             .map(one)
             .collect()
     } else {
-        paths.iter().zip(stats).zip(cached).map(one).collect()
+        paths.iter().zip(known).map(one).collect()
     };
     let new_cache = results
         .iter()

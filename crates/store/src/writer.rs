@@ -181,16 +181,16 @@ fn clone_err(e: &rusqlite::Error) -> rusqlite::Error {
 }
 
 pub(crate) fn upsert_artifact(tx: &Transaction, h: &ContentHash) -> rusqlite::Result<i64> {
-    // Most artifacts are new (fresh outputs) or already known: neither case rewrites a row.
+    // Most artifacts are new (fresh outputs) or already known: neither case rewrites a row. (Not
+    // `INSERT .. RETURNING`: SQLite builds a temporary table for every RETURNING statement.)
     let inserted = tx
         .prepare_cached(
             "INSERT INTO artifacts (blake3, sha256, size) VALUES (?1, ?2, ?3)
-             ON CONFLICT (blake3) DO NOTHING RETURNING id",
+             ON CONFLICT (blake3) DO NOTHING",
         )?
-        .query_row(params![h.blake3, h.sha256, h.size as i64], |r| r.get(0))
-        .optional()?;
-    if let Some(id) = inserted {
-        return Ok(id);
+        .execute(params![h.blake3, h.sha256, h.size as i64])?;
+    if inserted == 1 {
+        return Ok(tx.last_insert_rowid());
     }
     let (id, sha256): (i64, Option<String>) = tx
         .prepare_cached("SELECT id, sha256 FROM artifacts WHERE blake3 = ?1")?

@@ -243,12 +243,12 @@ fn cache_hits_until_content_changes_even_with_the_same_mtime_and_size() {
         2 * roar_store::hash::RACY_NS as u64,
     ));
 
-    let first = hash_paths(&paths, opts, &|| Some(store.conn()), &|_| {});
+    let first = hash_paths(&paths, opts, &|_| true, &|| Some(store.conn()), &|_| {});
     assert!(!first.results[0].as_ref().unwrap().from_cache);
     writer.cache(first.new_cache).unwrap();
     writer.flush().unwrap();
 
-    let second = hash_paths(&paths, opts, &|| Some(store.conn()), &|_| {});
+    let second = hash_paths(&paths, opts, &|_| true, &|| Some(store.conn()), &|_| {});
     let second = second.results[0].as_ref().unwrap();
     assert!(
         second.from_cache,
@@ -259,12 +259,18 @@ fn cache_hits_until_content_changes_even_with_the_same_mtime_and_size() {
         blake3::hash(b"version one").to_hex().to_string()
     );
 
+    // Content the caller knows is new is read, never looked up.
+    let known_new = hash_paths(&paths, opts, &|_| false, &|| Some(store.conn()), &|_| {});
+    let known_new = known_new.results[0].as_ref().unwrap();
+    assert!(!known_new.from_cache);
+    assert_eq!(known_new.hash.blake3, second.hash.blake3);
+
     // Same size, mtime put back: only ctime betrays the change.
     std::fs::write(&f, b"version two").unwrap();
     let file = std::fs::File::options().write(true).open(&f).unwrap();
     file.set_modified(mtime).unwrap();
     assert_eq!(std::fs::metadata(&f).unwrap().modified().unwrap(), mtime);
-    let third = hash_paths(&paths, opts, &|| Some(store.conn()), &|_| {});
+    let third = hash_paths(&paths, opts, &|_| true, &|| Some(store.conn()), &|_| {});
     let third = third.results[0].as_ref().unwrap();
     assert!(!third.from_cache);
     assert_eq!(
@@ -285,6 +291,7 @@ fn freshly_written_files_are_not_trusted_from_the_cache() {
     let first = hash_paths(
         &paths,
         HashOptions::default(),
+        &|_| true,
         &|| Some(store.conn()),
         &|_| {},
     );
@@ -293,6 +300,7 @@ fn freshly_written_files_are_not_trusted_from_the_cache() {
     let again = hash_paths(
         &paths,
         HashOptions::default(),
+        &|_| true,
         &|| Some(store.conn()),
         &|_| {},
     );
@@ -300,6 +308,32 @@ fn freshly_written_files_are_not_trusted_from_the_cache() {
         !again.results[0].as_ref().unwrap().from_cache,
         "a file hashed within the racy window of its last change must be re-read"
     );
+}
+
+#[test]
+fn a_fifo_in_place_of_a_file_is_refused_without_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("pipe");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    // Both ways in: stat first (a possible cache hit) and open first (content known to be new).
+    for may_be_cached in [true, false] {
+        let batch = hash_paths(
+            std::slice::from_ref(&fifo),
+            HashOptions::default(),
+            &|_| may_be_cached,
+            &|| None,
+            &|_| {},
+        );
+        assert!(
+            matches!(
+                batch.results[0],
+                Err(roar_store::hash::HashError::NotAFile { .. })
+            ),
+            "{:?}",
+            batch.results[0].as_ref().map(|h| &h.hash)
+        );
+    }
 }
 
 #[test]

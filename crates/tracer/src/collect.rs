@@ -6,7 +6,6 @@
 //! content an output; content the job created and then removed is a temporary. Renames carry a
 //! path's state to its new name, so `write tmp; rename tmp out` yields the output `out`.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use roar_store::hash::{cache_get, hash_paths, Connection, HashOptions};
@@ -16,6 +15,9 @@ use roar_store::{
 
 use crate::event::Event;
 use crate::ignore::Ignore;
+
+/// Keyed by path, hashed with foldhash: SipHash over every path of a big job showed in profiles.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 #[derive(Debug, Clone, Default)]
 struct PathState {
@@ -64,12 +66,12 @@ impl IgnoreMemo<'_> {
 pub fn classify(events: &[Event], job_start_ns: i64, ignore: &Ignore) -> Classified {
     let mut ignore = IgnoreMemo {
         ignore,
-        seen: HashMap::new(),
+        seen: HashMap::default(),
     };
-    let mut states: HashMap<PathBuf, PathState> = HashMap::new();
+    let mut states: HashMap<PathBuf, PathState> = HashMap::default();
     let mut order: Vec<PathBuf> = Vec::new();
     let mut processes: Vec<ProcessRecord> = Vec::new();
-    let mut latest: HashMap<i32, usize> = HashMap::new();
+    let mut latest: HashMap<i32, usize> = HashMap::default();
 
     fn entry<'a>(
         states: &'a mut HashMap<PathBuf, PathState>,
@@ -292,7 +294,14 @@ pub fn hash<'c>(
     cache: &dyn Fn() -> Option<&'c Connection>,
 ) -> Hashed {
     let mut want: Vec<PathBuf> = Vec::new();
-    let mut index: HashMap<PathBuf, usize> = HashMap::new();
+    // Whether the content at want[i] may predate the job: only then can the hash cache know it.
+    let mut may_be_cached: Vec<bool> = Vec::new();
+    let mut index: HashMap<PathBuf, usize> = HashMap::default();
+    let states: HashMap<&Path, &PathState> = classified
+        .paths
+        .iter()
+        .map(|(p, s)| (p.as_path(), s))
+        .collect();
     for (path, st) in &classified.paths {
         for p in [st.exists.then_some(path), st.moved_to.as_ref()]
             .into_iter()
@@ -301,21 +310,17 @@ pub fn hash<'c>(
             if !index.contains_key(p) {
                 index.insert(p.clone(), want.len());
                 want.push(p.clone());
+                may_be_cached.push(states.get(p.as_path()).is_none_or(|s| !s.job_made));
             }
         }
     }
-    let batch = hash_paths(&want, opts, cache, &|_| {});
+    let batch = hash_paths(&want, opts, &|i| may_be_cached[i], cache, &|_| {});
     let current = |p: &Path| -> Option<&roar_store::hash::Hashed> {
         batch.results[*index.get(p)?].as_ref().ok()
     };
 
     let mut files = Vec::new();
     let mut unhashed_inputs = 0;
-    let states: HashMap<&Path, &PathState> = classified
-        .paths
-        .iter()
-        .map(|(p, s)| (p.as_path(), s))
-        .collect();
     for (path, st) in &classified.paths {
         let record = |role: Role, hash: Option<ContentHash>| FileRecord {
             role,

@@ -57,7 +57,11 @@ enum Pattern {
     Suffix(Vec<u8>),
     /// `**/name/**`
     Contains(Vec<u8>),
-    Glob(Vec<u8>),
+    /// Anything else; `needle` is a literal run every match contains, tested first.
+    Glob {
+        glob: Vec<u8>,
+        needle: Vec<u8>,
+    },
 }
 
 fn literal(s: &[u8]) -> bool {
@@ -89,7 +93,10 @@ impl Pattern {
                 return Pattern::Suffix(tail.to_vec());
             }
         }
-        Pattern::Glob(g.to_vec())
+        Pattern::Glob {
+            glob: g.to_vec(),
+            needle: needle(g).to_vec(),
+        }
     }
 
     fn matches(&self, p: &[u8]) -> bool {
@@ -97,10 +104,38 @@ impl Pattern {
             Pattern::Exact(e) => p == e.as_slice(),
             Pattern::Prefix(x) => p.starts_with(x),
             Pattern::Suffix(x) => p.ends_with(x),
-            Pattern::Contains(x) => p.windows(x.len()).any(|w| w == x.as_slice()),
-            Pattern::Glob(g) => glob_match(g, p),
+            Pattern::Contains(x) => contains(p, x),
+            Pattern::Glob { glob, needle } => contains(p, needle) && glob_match(glob, p),
         }
     }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The longest literal run of `glob`, which any path it matches contains: a `/` right after `**`
+/// is not part of it, since `**/` may match nothing.
+fn needle(glob: &[u8]) -> &[u8] {
+    let mut best: &[u8] = &[];
+    let mut rest = glob;
+    while !rest.is_empty() {
+        let wild = rest
+            .iter()
+            .position(|b| matches!(b, b'*' | b'?'))
+            .unwrap_or(rest.len());
+        if wild > best.len() {
+            best = &rest[..wild];
+        }
+        rest = &rest[wild..];
+        let after_double = rest.starts_with(b"**");
+        let skip = rest.iter().take_while(|b| matches!(b, b'*' | b'?')).count();
+        rest = &rest[skip..];
+        if after_double {
+            rest = rest.strip_prefix(b"/").unwrap_or(rest);
+        }
+    }
+    best
 }
 
 #[derive(Debug, Clone)]
@@ -182,6 +217,14 @@ mod tests {
     }
 
     #[test]
+    fn needles_are_required_literal_runs() {
+        assert_eq!(needle(b"**/lib/python3*/**"), b"lib/python3");
+        assert_eq!(needle(b"**/*.so.*"), b".so.");
+        assert_eq!(needle(b"/data/*.tmp"), b"/data/");
+        assert_eq!(needle(b"**"), b"");
+    }
+
+    #[test]
     fn compiled_patterns_agree_with_the_glob_matcher() {
         let paths: &[&[u8]] = &[
             b"/proc/self/status",
@@ -194,8 +237,16 @@ mod tests {
             b"/etc/passwd",
             b"/w/.roar/roar.db",
             b"/w/.roarx/f",
+            b"libc.so.6",
+            b"lib/python3.11/os.py",
+            b"/root/.pyenv/versions/3.11.7/lib/python3.11/os.py",
+            b"/w/lib/python2.7/x",
+            b".pyenv/version",
+            b"/home/u/.pyenv/version",
+            b"/home/u/.pyenv/versionx",
         ];
-        for g in DEFAULT_IGNORES {
+        let extra = ["/data/*.tmp", "**/x?y/**", "a**b", "**/**/z"];
+        for g in DEFAULT_IGNORES.iter().chain(&extra) {
             let compiled = Pattern::compile(g.as_bytes());
             for p in paths {
                 assert_eq!(
