@@ -1,5 +1,7 @@
 //! roar's LD_PRELOAD shim: interposes libc's file, exec and process calls in traced programs and
-//! sends one datagram per successful access to the `roar run` that started them.
+//! reports each successful access to the `roar run` that started them: into the shared-memory ring
+//! roar maps for the run (no system call per event), or as one datagram on roar's socket when the
+//! ring cannot be mapped (another user, no /proc) or the event does not fit.
 //!
 //! Rules inside a hook: no allocation, no std I/O, no panics, errno preserved, the real call made
 //! exactly once with the caller's arguments and its result returned untouched. Paths are sent as
@@ -12,6 +14,7 @@ use core::ptr;
 use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicUsize, Ordering};
 
 use libc::{mode_t, off_t, pid_t, FILE};
+use roar_wire::ring::{Ring, RING_ENV};
 use roar_wire::{Header, Kind, WireStat, LIB_ENV, SOCK_ENV};
 
 const PATH_MAX: usize = 4096;
@@ -26,8 +29,14 @@ static PID: AtomicI32 = AtomicI32::new(0);
 /// Everything below is written once by the constructor, before any other thread exists.
 static mut SOCK_NAME: [u8; 108] = [0; 108];
 static SOCK_NAME_LEN: AtomicUsize = AtomicUsize::new(0);
-/// "ROAR_INTERNAL_SOCK=..." and "ROAR_INTERNAL_LIB=...", NUL-terminated, for exec environments.
+/// "ROAR_INTERNAL_SOCK=...", "ROAR_INTERNAL_RING=..." and "ROAR_INTERNAL_LIB=...", NUL-terminated,
+/// for exec environments.
 static mut SOCK_ENTRY: [u8; 160] = [0; 160];
+static mut RING_ENTRY: [u8; 64] = [0; 64];
+static RING_LEN: AtomicUsize = AtomicUsize::new(0);
+/// The ring's mapping (`RING_MAP_LEN` bytes), null if this process has none.
+static RING_MAP: AtomicPtr<u8> = AtomicPtr::new(ptr::null_mut());
+static RING_MAP_LEN: AtomicUsize = AtomicUsize::new(0);
 static mut LIB_ENTRY: [u8; PATH_MAX + 32] = [0; PATH_MAX + 32];
 static LIB_LEN: AtomicUsize = AtomicUsize::new(0);
 /// Scratch for the argv of the Exec event, used only by the constructor.
@@ -133,7 +142,8 @@ unsafe fn connect_socket() -> c_int {
     }
 }
 
-/// Sends one event. Blocks if roar's queue is full (events are never dropped by the shim).
+/// Reports one event: into the ring if this process mapped it, else as a datagram. Waits while
+/// roar's ring or queue is full: events are never dropped by the shim while roar is alive.
 unsafe fn send(kind: Kind, arg: i64, fd: c_int, stat: WireStat, parts: [&[u8]; 4]) {
     let mut h = Header {
         kind: kind as u16,
@@ -146,6 +156,18 @@ unsafe fn send(kind: Kind, arg: i64, fd: c_int, stat: WireStat, parts: [&[u8]; 4
     };
     for (i, p) in parts.iter().enumerate() {
         h.lens[i] = p.len() as u32;
+    }
+    // SAFETY: the mapping is never unmapped while RING_MAP points at it.
+    if let Some(ring) = unsafe { ring() } {
+        let pid = PID.load(Ordering::Relaxed);
+        let [a, b, c, d] = parts;
+        if ring.write(
+            pid,
+            &[h.as_bytes(), a, b, c, d],
+            &mut RingWait::new(&ring).f(),
+        ) {
+            return;
+        }
     }
     let mut iov = [libc::iovec {
         iov_base: ptr::null_mut(),
@@ -190,6 +212,113 @@ unsafe fn send(kind: Kind, arg: i64, fd: c_int, stat: WireStat, parts: [&[u8]; 4
             }
             return;
         }
+    }
+}
+
+/// The ring this process mapped, if any.
+unsafe fn ring() -> Option<Ring> {
+    let base = RING_MAP.load(Ordering::Acquire);
+    if base.is_null() {
+        return None;
+    }
+    // SAFETY: RING_MAP is set only to a live mapping of RING_MAP_LEN bytes.
+    unsafe { Ring::attach(base, RING_MAP_LEN.load(Ordering::Relaxed)) }
+}
+
+/// How a producer waits for space in a full ring: yield first, then short sleeps, and every
+/// second or so make sure roar is still there to drain it.
+struct RingWait {
+    owner: pid_t,
+    waits: u32,
+}
+
+impl RingWait {
+    fn new(ring: &Ring) -> RingWait {
+        RingWait {
+            owner: ring.owner_pid() as pid_t,
+            waits: 0,
+        }
+    }
+
+    fn f(&mut self) -> impl FnMut() -> bool + '_ {
+        move || {
+            self.waits += 1;
+            if self.waits < 64 {
+                // SAFETY: no preconditions.
+                unsafe { libc::sched_yield() };
+                return true;
+            }
+            if self.waits.is_multiple_of(16384) {
+                // SAFETY: a signal-0 probe of roar's pid; errno is restored by the caller's guard.
+                let gone = unsafe { libc::kill(self.owner, 0) } != 0
+                    && unsafe { *libc::__errno_location() } == libc::ESRCH;
+                if gone {
+                    RING_MAP.store(ptr::null_mut(), Ordering::Release);
+                    return false;
+                }
+            }
+            let ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 50_000,
+            };
+            // SAFETY: valid timespec; an early wake-up just retries.
+            unsafe { libc::nanosleep(&ts, ptr::null_mut()) };
+            true
+        }
+    }
+}
+
+/// Maps the ring named by `ROAR_INTERNAL_RING=<roar pid>/<fd>` through /proc, so a program that
+/// closed its inherited fds still reaches it. Returns the mapping's length, 0 if not mapped.
+unsafe fn map_ring(spec: &[u8]) -> usize {
+    // "/proc/" + spec + "/fd/" inserted after the pid: spec is "<pid>/<fd>".
+    let Some(slash) = spec.iter().position(|b| *b == b'/') else {
+        return 0;
+    };
+    let mut path = [0u8; 64];
+    let mut len = 0;
+    for part in [b"/proc/".as_slice(), &spec[..slash], b"/fd", &spec[slash..]] {
+        if len + part.len() >= path.len() {
+            return 0;
+        }
+        path[len..len + part.len()].copy_from_slice(part);
+        len += part.len();
+    }
+    // SAFETY: path is NUL-terminated; plain open/fstat/mmap/close on our own fd.
+    unsafe {
+        let fd = libc::open(path.as_ptr().cast(), libc::O_RDWR | libc::O_CLOEXEC);
+        if fd < 0 {
+            return 0;
+        }
+        let mut st: libc::stat = core::mem::zeroed();
+        let size = if libc::fstat(fd, &mut st) == 0 {
+            st.st_size as usize
+        } else {
+            0
+        };
+        let map = if size > 0 {
+            libc::mmap(
+                ptr::null_mut(),
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        } else {
+            libc::MAP_FAILED
+        };
+        real!(close: unsafe extern "C" fn(c_int) -> c_int)(fd);
+        if map == libc::MAP_FAILED {
+            return 0;
+        }
+        if Ring::attach(map.cast(), size).is_none() {
+            libc::munmap(map, size);
+            return 0;
+        }
+        RING_MAP_LEN.store(size, Ordering::Relaxed);
+        RING_MAP.store(map.cast(), Ordering::Release);
+        size
     }
 }
 
@@ -803,10 +932,17 @@ unsafe fn fix_env(
     if !enabled() || lib_len == 0 || envp.is_null() {
         return envp;
     }
-    // SAFETY: LIB_ENTRY/SOCK_ENTRY were written by the constructor and are NUL-terminated.
-    let (lib_entry, sock_entry) =
-        unsafe { (&*ptr::addr_of!(LIB_ENTRY), &*ptr::addr_of!(SOCK_ENTRY)) };
+    // SAFETY: the entries were written by the constructor and are NUL-terminated.
+    let (lib_entry, sock_entry, ring_entry) = unsafe {
+        (
+            &*ptr::addr_of!(LIB_ENTRY),
+            &*ptr::addr_of!(SOCK_ENTRY),
+            &*ptr::addr_of!(RING_ENTRY),
+        )
+    };
     let lib = &lib_entry[LIB_ENV.len() + 1..LIB_ENV.len() + 1 + lib_len];
+    // Without a ring of its own, this process has nothing to pass on.
+    let mut has_ring = RING_LEN.load(Ordering::Relaxed) == 0;
     let (mut has_sock, mut has_lib, mut preload_at, mut n) = (false, false, None, 0usize);
     // SAFETY: envp is a NULL-terminated array supplied to exec.
     unsafe {
@@ -816,6 +952,8 @@ unsafe fn fix_env(
                 starts_with(e, SOCK_ENV.as_bytes()) && cstr(e).get(SOCK_ENV.len()) == Some(&b'=');
             has_lib |=
                 starts_with(e, LIB_ENV.as_bytes()) && cstr(e).get(LIB_ENV.len()) == Some(&b'=');
+            has_ring |=
+                starts_with(e, RING_ENV.as_bytes()) && cstr(e).get(RING_ENV.len()) == Some(&b'=');
             if starts_with(e, b"LD_PRELOAD=") {
                 preload_at = Some(n);
             }
@@ -827,10 +965,10 @@ unsafe fn fix_env(
         let v = unsafe { cstr(*envp.add(i)) };
         v.windows(lib.len()).any(|w| w == lib)
     });
-    if has_sock && has_lib && preload_ok {
+    if has_sock && has_lib && has_ring && preload_ok {
         return envp;
     }
-    if n + 4 > ENV_SLOTS {
+    if n + 5 > ENV_SLOTS {
         return envp;
     }
     // LD_PRELOAD=<ours>[:<theirs>]
@@ -866,6 +1004,10 @@ unsafe fn fix_env(
     }
     if !has_lib {
         out[k] = lib_entry.as_ptr().cast();
+        k += 1;
+    }
+    if !has_ring {
+        out[k] = ring_entry.as_ptr().cast();
         k += 1;
     }
     out[k] = ptr::null();
@@ -1083,6 +1225,13 @@ unsafe extern "C" fn init(argc: c_int, argv: *const *const c_char, _envp: *const
         (&mut *ptr::addr_of_mut!(SOCK_NAME))[..sock.len()].copy_from_slice(sock);
         SOCK_NAME_LEN.store(sock.len(), Ordering::Relaxed);
         copy_entry(&mut *ptr::addr_of_mut!(SOCK_ENTRY), SOCK_ENV, sock);
+        let ring = cstr(libc::getenv(c"ROAR_INTERNAL_RING".as_ptr()));
+        if map_ring(ring) > 0 {
+            RING_LEN.store(
+                copy_entry(&mut *ptr::addr_of_mut!(RING_ENTRY), RING_ENV, ring),
+                Ordering::Relaxed,
+            );
+        }
         LIB_LEN.store(
             copy_entry(&mut *ptr::addr_of_mut!(LIB_ENTRY), LIB_ENV, lib),
             Ordering::Relaxed,

@@ -70,6 +70,23 @@ pub enum Event {
     },
 }
 
+impl Event {
+    pub fn ts_ns(&self) -> i64 {
+        match self {
+            Event::Exec { ts_ns, .. }
+            | Event::Fork { ts_ns, .. }
+            | Event::Exit { ts_ns, .. }
+            | Event::Open { ts_ns, .. }
+            | Event::Rename { ts_ns, .. }
+            | Event::Link { ts_ns, .. }
+            | Event::Unlink { ts_ns, .. }
+            | Event::Truncate { ts_ns, .. }
+            | Event::Mkdir { ts_ns, .. }
+            | Event::Rmdir { ts_ns, .. } => *ts_ns,
+        }
+    }
+}
+
 /// Joins `base` and `path` (unless `path` is absolute) and removes `.`, `..` and repeated slashes
 /// lexically. No filesystem access: symlinks are kept as the program named them.
 pub fn join_normalize(base: &[u8], path: &[u8]) -> PathBuf {

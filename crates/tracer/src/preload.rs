@@ -1,5 +1,6 @@
-//! The preload backend: runs the command with the shim in LD_PRELOAD and receives its datagrams
-//! on an abstract unix socket owned by this run.
+//! The preload backend: runs the command with the shim in LD_PRELOAD and reads its events from a
+//! shared-memory ring owned by this run (see `roar_wire::ring`), plus datagrams on an abstract
+//! unix socket from processes that could not map the ring.
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
@@ -7,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 
 use roar_store::{now_ns, FileStat};
+use roar_wire::ring::{self, Next, Ring, RING_ENV};
 use roar_wire::{Header, Kind, WireStat, HEADER_LEN, LIB_ENV, SOCK_ENV};
 
 use crate::event::{join_normalize, Event};
@@ -84,6 +86,143 @@ fn send_end_marker(name: &str) {
             len,
         );
         libc::close(fd);
+    }
+}
+
+/// Default size of the event ring in KiB (~100k events of typical size); `ROAR_PRELOAD_RING_KB`
+/// overrides.
+/// Producers wait (never drop) when it is full, so the size only bounds how far roar may lag.
+const RING_KB: u64 = 16 * 1024;
+/// How long the ring reader sleeps when the ring is empty.
+const RING_POLL: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// The run's ring: a memfd roar maps and every shim maps again through /proc/<roar>/fd/<fd>.
+struct RingMap {
+    fd: libc::c_int,
+    base: *mut libc::c_void,
+    len: usize,
+    ring: Ring,
+}
+
+// SAFETY: the mapping is only touched through `Ring`, whose shared state is atomic, and is
+// unmapped only on drop, after the reader thread is joined.
+unsafe impl Send for RingMap {}
+unsafe impl Sync for RingMap {}
+
+impl Drop for RingMap {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping and fd, no longer used by anyone in this process.
+        unsafe {
+            libc::munmap(self.base, self.len);
+            libc::close(self.fd);
+        }
+    }
+}
+
+const RING_SIZE_ENV: &str = "ROAR_PRELOAD_RING_KB";
+
+fn ring_capacity() -> Result<u64, TraceError> {
+    let Some(v) = std::env::var_os(RING_SIZE_ENV) else {
+        return Ok(RING_KB << 10);
+    };
+    let min = ring::MIN_CAPACITY >> 10;
+    v.to_str()
+        .and_then(|s| s.parse::<u64>().ok())
+        .filter(|kb| kb.is_power_of_two() && *kb >= min && *kb <= 1 << 22)
+        .map(|kb| kb << 10)
+        .ok_or_else(|| TraceError::Unavailable {
+            backend: "preload",
+            reason: format!(
+                "{RING_SIZE_ENV}={v:?} is not a power of two between {min} and {}",
+                1u64 << 22
+            ),
+        })
+}
+
+fn map_ring(capacity: u64) -> std::io::Result<RingMap> {
+    let len = ring::HEADER_SIZE + capacity as usize;
+    // SAFETY: plain memfd/ftruncate/mmap on values we own; the mapping is zeroed by the kernel.
+    unsafe {
+        let fd = libc::memfd_create(c"roar-events".as_ptr(), libc::MFD_CLOEXEC);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if libc::ftruncate(fd, len as libc::off_t) != 0 {
+            let e = std::io::Error::last_os_error();
+            libc::close(fd);
+            return Err(e);
+        }
+        let base = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        );
+        if base == libc::MAP_FAILED {
+            let e = std::io::Error::last_os_error();
+            libc::close(fd);
+            return Err(e);
+        }
+        let ring = Ring::create(base.cast(), capacity, libc::getpid() as i64);
+        Ok(RingMap {
+            fd,
+            base,
+            len,
+            ring,
+        })
+    }
+}
+
+/// Reads the ring until `done` is set and the ring is empty. A slot reserved by a producer that
+/// died before committing it is skipped once its pid is gone (or at the end) and counted as
+/// undecodable.
+fn read_ring(map: &RingMap, done: &std::sync::atomic::AtomicBool) -> Received {
+    use std::sync::atomic::Ordering;
+    let ring = &map.ring;
+    let mut out = Received::default();
+    let mut stuck_since: Option<std::time::Instant> = None;
+    loop {
+        match ring.next() {
+            Next::Event { bytes, len } => {
+                match Header::parse(bytes).and_then(|(h, parts)| decode(&h, parts)) {
+                    Some(ev) => out.events.push(ev),
+                    None => out.malformed += 1,
+                }
+                ring.release(len);
+                stuck_since = None;
+            }
+            Next::Pad { len } => ring.release(len),
+            Next::Empty => {
+                if done.load(Ordering::Acquire) {
+                    return out;
+                }
+                std::thread::park_timeout(RING_POLL);
+            }
+            Next::Pending { pid } => {
+                let over = done.load(Ordering::Acquire);
+                let since = *stuck_since.get_or_insert_with(std::time::Instant::now);
+                // SAFETY: a signal-0 probe.
+                let dead = pid > 0
+                    && since.elapsed() > std::time::Duration::from_millis(100)
+                    && unsafe { libc::kill(pid, 0) } != 0
+                    && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+                if over || dead {
+                    out.malformed += 1;
+                    match ring.pending_len() {
+                        Some(len) => ring.release(len),
+                        // Killed before it could even mark its slot: nothing after it can be
+                        // found. Only possible once every process is gone.
+                        None if over => return out,
+                        None => {}
+                    }
+                    stuck_since = None;
+                    continue;
+                }
+                std::thread::park_timeout(RING_POLL / 10);
+            }
+        }
     }
 }
 
@@ -193,12 +332,23 @@ fn decode(h: &Header, p: [&[u8]; 4]) -> Option<Event> {
 }
 
 pub fn run(argv: &[OsString], env: &crate::EnvChanges, lib: &Path) -> Result<Traced, TraceError> {
+    let capacity = ring_capacity()?;
     let sock = bind()?;
     let fd = sock.fd;
     let receiver: JoinHandle<Received> = std::thread::Builder::new()
         .name("roar-preload-recv".into())
         .spawn(move || receive(fd))
         .map_err(|source| TraceError::Socket { source })?;
+    let map =
+        std::sync::Arc::new(map_ring(capacity).map_err(|source| TraceError::Socket { source })?);
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader: JoinHandle<Received> = {
+        let (map, done) = (map.clone(), done.clone());
+        std::thread::Builder::new()
+            .name("roar-preload-ring".into())
+            .spawn(move || read_ring(&map, &done))
+            .map_err(|source| TraceError::Socket { source })?
+    };
 
     let guard = launch::SignalGuard::install();
     launch::become_subreaper();
@@ -210,6 +360,7 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, lib: &Path) -> Result<Tra
     }
     cmd.env("LD_PRELOAD", preload)
         .env(SOCK_ENV, &sock.name)
+        .env(RING_ENV, format!("{}/{}", std::process::id(), map.fd))
         .env(LIB_ENV, lib);
     let started_ns = now_ns();
     let spawned = cmd.spawn();
@@ -228,14 +379,25 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, lib: &Path) -> Result<Tra
     let ended_ns = now_ns();
     drop(guard);
     send_end_marker(&sock.name);
-    let received = receiver.join().unwrap_or_default();
+    done.store(true, std::sync::atomic::Ordering::Release);
+    reader.thread().unpark();
+    let from_ring = reader.join().unwrap_or_default();
+    let from_sock = receiver.join().unwrap_or_default();
     let status = status?;
+    let malformed = from_ring.malformed + from_sock.malformed;
+    let mut events = from_ring.events;
+    if !from_sock.events.is_empty() {
+        // Processes without the ring (another user, no /proc) and events too big for it: the two
+        // streams are merged by time, each keeping its own order.
+        events.extend(from_sock.events);
+        events.sort_by_key(Event::ts_ns);
+    }
     Ok(Traced {
-        events: received.events,
+        events,
         status,
         started_ns,
         ended_ns,
-        malformed: received.malformed,
+        malformed,
         lost: 0,
     })
 }

@@ -4,6 +4,8 @@
 //! part. Both ends are the same build of roar, so the layout is native-endian `repr(C)`.
 #![no_std]
 
+pub mod ring;
+
 /// Environment variable naming the abstract unix socket (without the leading NUL) to send to.
 pub const SOCK_ENV: &str = "ROAR_INTERNAL_SOCK";
 /// Environment variable holding the shim's own path, re-added to `LD_PRELOAD` on exec.

@@ -1,0 +1,136 @@
+//! What only the preload backend's event transport has to prove: a ring far smaller than a burst
+//! makes producers wait instead of dropping events, concurrent processes share it without losing
+//! any, a process that cannot map the ring still reports over the socket, and a bad ring size is
+//! refused before anything runs. (The coverage workloads run on preload in run.rs.)
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+
+use common::{require_tool, stderr, Project};
+
+const FILES: usize = 20_000;
+const PROCS: usize = 4;
+
+#[test]
+fn a_tiny_ring_shared_by_concurrent_processes_loses_nothing() {
+    if !require_tool("python3") {
+        return;
+    }
+    let p = Project::new();
+    // Each of PROCS processes writes FILES/PROCS files and reads every one back: with a 128 KiB
+    // ring (~1,000 events) the writers wait for roar over and over.
+    p.write(
+        "burst.py",
+        format!(
+            "import os, sys\n\
+             from multiprocessing import Process\n\
+             def work(k):\n\
+             \x20   for i in range(k, {FILES}, {PROCS}):\n\
+             \x20       with open(f'out/{{i}}', 'w') as f: f.write(str(i))\n\
+             \x20   for i in range(k, {FILES}, {PROCS}):\n\
+             \x20       open(f'out/{{i}}').read()\n\
+             os.mkdir('out')\n\
+             ps = [Process(target=work, args=(k,)) for k in range({PROCS})]\n\
+             [x.start() for x in ps]\n\
+             [x.join() for x in ps]\n\
+             sys.exit(4 if all(x.exitcode == 0 for x in ps) else 1)\n"
+        )
+        .as_bytes(),
+    );
+    let out = p
+        .cmd(["run", "--tracer", "preload", "--", "python3", "burst.py"])
+        .env("ROAR_PRELOAD_RING_KB", "128")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let job = p.last_job();
+    assert_eq!(job["incomplete"], false, "{}", stderr(&out));
+    let outputs = p.files(&job, "output");
+    let made = outputs.iter().filter(|f| f.starts_with("out/")).count();
+    assert_eq!(made, FILES, "{}", stderr(&out));
+    // Every process the pool started is in the tree.
+    let procs = job["processes"].as_array().unwrap().len();
+    assert!(procs > PROCS, "{procs} processes recorded");
+}
+
+#[test]
+fn a_process_that_cannot_map_the_ring_reports_over_the_socket() {
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout == b"0\n");
+    if !root || !require_tool("setpriv") {
+        assert!(!common::strict(), "CI runs the tests as root");
+        eprintln!("SKIPPED: needs root to start a process as another user");
+        return;
+    }
+    let p = Project::new();
+    // The unprivileged process needs to reach the shim and a directory it may write in.
+    let lib = std::env::var_os("ROAR_PRELOAD_LIB")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| common::roar_bin().with_file_name("libroar_preload.so"));
+    let shared = tempfile::tempdir().unwrap();
+    let shim = shared.path().join("libroar_preload.so");
+    std::fs::copy(&lib, &shim).unwrap();
+    let dir = p.path().join("shared");
+    std::fs::create_dir(&dir).unwrap();
+    for (path, mode) in [
+        (shared.path(), 0o755),
+        (shim.as_path(), 0o755),
+        (p.path(), 0o755),
+        (dir.as_path(), 0o777),
+    ] {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    p.write("shared/in.txt", b"input");
+    std::fs::set_permissions(
+        p.path().join("shared/in.txt"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    // roar is root: /proc/<roar>/fd is closed to `nobody`, whose shim must fall back.
+    let script = "cp shared/in.txt shared/by-root.txt; \
+                  setpriv --reuid=65534 --regid=65534 --clear-groups \
+                  sh -c 'cat shared/in.txt > shared/by-nobody.txt'; \
+                  cat shared/by-nobody.txt > shared/after.txt";
+    let out = p
+        .cmd(["run", "--tracer", "preload", "--", "sh", "-c", script])
+        .env("ROAR_PRELOAD_LIB", &shim)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let job = p.last_job();
+    assert_eq!(job["incomplete"], false);
+    let mut outputs = p.files(&job, "output");
+    outputs.sort();
+    assert_eq!(
+        outputs,
+        [
+            "shared/after.txt",
+            "shared/by-nobody.txt",
+            "shared/by-root.txt"
+        ],
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(p.files(&job, "input"), ["shared/in.txt"]);
+}
+
+#[test]
+fn a_bad_ring_size_is_one_clear_line_and_nothing_runs() {
+    let p = Project::new();
+    let out = p
+        .cmd(["run", "--tracer", "preload", "--", "touch", "made"])
+        .env("ROAR_PRELOAD_RING_KB", "100")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("ROAR_PRELOAD_RING_KB=\"100\" is not a power of two"),
+        "{err}"
+    );
+    assert!(!p.path().join("made").exists());
+}
