@@ -76,6 +76,12 @@ fn migrates_a_previous_version_database_keeping_its_rows() {
         [],
     )
     .unwrap();
+    old.execute_batch(
+        "INSERT INTO artifacts (blake3, size) VALUES ('ab12', 3);
+         INSERT INTO job_files (job_id, role, kind, path, artifact_id, ops)
+             VALUES (1, 'output', 'file', CAST('/w/out' AS BLOB), 1, 'write,create');",
+    )
+    .unwrap();
     let v: i64 = old
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
@@ -88,6 +94,22 @@ fn migrates_a_previous_version_database_keeping_its_rows() {
     assert_eq!(stats.jobs, 1);
     assert_eq!(store.job(1).unwrap().summary.argv, vec!["echo", "hi!"]);
     assert_eq!(stats.hash_cache, 0, "the migration created the cache table");
+    // job_files was rebuilt (v5) with its rows, indexes and checks.
+    assert_eq!(store.path(Path::new("/w/out")).unwrap().history.len(), 1);
+    let bad = store.conn().execute(
+        "INSERT INTO job_files (job_id, role, kind, path, ops) VALUES (1, 'bogus', 'file', x'00', '')",
+        [],
+    );
+    assert!(bad.is_err(), "the role check survived the rebuild");
+    let indexes: i64 = store
+        .conn()
+        .query_row(
+            "SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'job_files'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(indexes, 3);
 }
 
 #[test]
