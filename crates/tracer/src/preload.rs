@@ -5,7 +5,9 @@
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use roar_store::{now_ns, FileStat};
 use roar_wire::ring::{self, Next, Ring, RING_ENV};
@@ -93,8 +95,10 @@ fn send_end_marker(name: &str) {
 /// overrides.
 /// Producers wait (never drop) when it is full, so the size only bounds how far roar may lag.
 const RING_KB: u64 = 16 * 1024;
-/// How long the ring reader sleeps when the ring is empty.
-const RING_POLL: std::time::Duration = std::time::Duration::from_millis(1);
+/// How often the receiver looks at the ring when no datagram wakes it.
+const RING_POLL: Duration = Duration::from_millis(1);
+/// How long a reserved slot may stay uncommitted before roar checks whether its producer died.
+const STUCK: Duration = Duration::from_millis(100);
 
 /// The run's ring: a memfd roar maps and every shim maps again through /proc/<roar>/fd/<fd>.
 struct RingMap {
@@ -105,7 +109,7 @@ struct RingMap {
 }
 
 // SAFETY: the mapping is only touched through `Ring`, whose shared state is atomic, and is
-// unmapped only on drop, after the reader thread is joined.
+// unmapped only on drop, after the receiver thread is joined.
 unsafe impl Send for RingMap {}
 unsafe impl Sync for RingMap {}
 
@@ -175,14 +179,10 @@ fn map_ring(capacity: u64) -> std::io::Result<RingMap> {
     }
 }
 
-/// Reads the ring until `done` is set and the ring is empty. A slot reserved by a producer that
-/// died before committing it is skipped once its pid is gone (or at the end) and counted as
-/// undecodable.
-fn read_ring(map: &RingMap, done: &std::sync::atomic::AtomicBool) -> Received {
-    use std::sync::atomic::Ordering;
-    let ring = &map.ring;
-    let mut out = Received::default();
-    let mut stuck_since: Option<std::time::Instant> = None;
+/// Reads the ring until it is empty. A slot whose producer is still writing it ends the pass;
+/// one reserved by a producer that died before committing it is skipped (counted as undecodable)
+/// once its pid is gone, or at the `last` pass, when every traced process is gone.
+fn drain_ring(ring: &Ring, out: &mut Received, stuck_since: &mut Option<Instant>, last: bool) {
     loop {
         match ring.next() {
             Next::Event { bytes, len } => {
@@ -191,36 +191,27 @@ fn read_ring(map: &RingMap, done: &std::sync::atomic::AtomicBool) -> Received {
                     None => out.malformed += 1,
                 }
                 ring.release(len);
-                stuck_since = None;
+                *stuck_since = None;
             }
             Next::Pad { len } => ring.release(len),
-            Next::Empty => {
-                if done.load(Ordering::Acquire) {
-                    return out;
-                }
-                std::thread::park_timeout(RING_POLL);
-            }
+            Next::Empty => return,
             Next::Pending { pid } => {
-                let over = done.load(Ordering::Acquire);
-                let since = *stuck_since.get_or_insert_with(std::time::Instant::now);
+                let since = *stuck_since.get_or_insert_with(Instant::now);
                 // SAFETY: a signal-0 probe.
                 let dead = pid > 0
-                    && since.elapsed() > std::time::Duration::from_millis(100)
+                    && since.elapsed() > STUCK
                     && unsafe { libc::kill(pid, 0) } != 0
                     && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-                if over || dead {
-                    out.malformed += 1;
-                    match ring.pending_len() {
-                        Some(len) => ring.release(len),
-                        // Killed before it could even mark its slot: nothing after it can be
-                        // found. Only possible once every process is gone.
-                        None if over => return out,
-                        None => {}
-                    }
-                    stuck_since = None;
-                    continue;
+                if !(last || dead) {
+                    return;
                 }
-                std::thread::park_timeout(RING_POLL / 10);
+                out.malformed += 1;
+                *stuck_since = None;
+                match ring.pending_len() {
+                    Some(len) => ring.release(len),
+                    // Killed before it could even mark its slot: nothing after it can be found.
+                    None => return,
+                }
             }
         }
     }
@@ -233,31 +224,64 @@ struct Received {
     malformed: usize,
 }
 
-/// Receives until the end marker.
-fn receive(fd: libc::c_int) -> Received {
+/// Reads the ring and the socket until the end marker: waits in poll(2) on the socket (a datagram
+/// wakes it at once) for at most `RING_POLL`, then drains the ring and the queued datagrams. The
+/// end marker comes after every traced process is gone, so the last pass over the ring is final.
+fn receive(fd: libc::c_int, map: &RingMap) -> Received {
     let mut buf = vec![0u8; RECV_BUF];
-    let mut events = Vec::new();
-    let mut malformed = 0;
+    let mut from_ring = Received::default();
+    let mut from_sock = Received::default();
+    let mut stuck_since = None;
+    let timeout = RING_POLL.as_millis() as libc::c_int;
     loop {
-        // SAFETY: buf is writable for its length.
-        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
-        if n < 0 {
-            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-                continue;
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd; an error or EINTR just means another pass.
+        unsafe { libc::poll(&mut pfd, 1, timeout) };
+        drain_ring(&map.ring, &mut from_ring, &mut stuck_since, false);
+        let ended = loop {
+            // SAFETY: buf is writable for its length.
+            let n = unsafe {
+                libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT)
+            };
+            if n < 0 {
+                match std::io::Error::last_os_error().raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    Some(libc::EAGAIN) => break false,
+                    _ => {
+                        from_sock.malformed += 1;
+                        break true;
+                    }
+                }
             }
-            malformed += 1;
+            match Header::parse(&buf[..n as usize]) {
+                Some((h, _)) if h.kind == END_MARKER => break true,
+                Some((h, parts)) => match decode(&h, parts) {
+                    Some(ev) => from_sock.events.push(ev),
+                    None => from_sock.malformed += 1,
+                },
+                None => from_sock.malformed += 1,
+            }
+        };
+        if ended {
+            drain_ring(&map.ring, &mut from_ring, &mut stuck_since, true);
             break;
         }
-        match Header::parse(&buf[..n as usize]) {
-            Some((h, _)) if h.kind == END_MARKER => break,
-            Some((h, parts)) => match decode(&h, parts) {
-                Some(ev) => events.push(ev),
-                None => malformed += 1,
-            },
-            None => malformed += 1,
-        }
     }
-    Received { events, malformed }
+    let mut events = from_ring.events;
+    if !from_sock.events.is_empty() {
+        // Processes without the ring (another user, no /proc) and events too big for it: the two
+        // streams are merged by time, each keeping its own order.
+        events.extend(from_sock.events);
+        events.sort_by_key(Event::ts_ns);
+    }
+    Received {
+        events,
+        malformed: from_ring.malformed + from_sock.malformed,
+    }
 }
 
 fn stat_of(s: &WireStat) -> FileStat {
@@ -334,19 +358,12 @@ fn decode(h: &Header, p: [&[u8]; 4]) -> Option<Event> {
 pub fn run(argv: &[OsString], env: &crate::EnvChanges, lib: &Path) -> Result<Traced, TraceError> {
     let capacity = ring_capacity()?;
     let sock = bind()?;
-    let fd = sock.fd;
-    let receiver: JoinHandle<Received> = std::thread::Builder::new()
-        .name("roar-preload-recv".into())
-        .spawn(move || receive(fd))
-        .map_err(|source| TraceError::Socket { source })?;
-    let map =
-        std::sync::Arc::new(map_ring(capacity).map_err(|source| TraceError::Socket { source })?);
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let reader: JoinHandle<Received> = {
-        let (map, done) = (map.clone(), done.clone());
+    let map = Arc::new(map_ring(capacity).map_err(|source| TraceError::Socket { source })?);
+    let receiver: JoinHandle<Received> = {
+        let (fd, map) = (sock.fd, map.clone());
         std::thread::Builder::new()
-            .name("roar-preload-ring".into())
-            .spawn(move || read_ring(&map, &done))
+            .name("roar-preload-recv".into())
+            .spawn(move || receive(fd, &map))
             .map_err(|source| TraceError::Socket { source })?
     };
 
@@ -379,25 +396,14 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, lib: &Path) -> Result<Tra
     let ended_ns = now_ns();
     drop(guard);
     send_end_marker(&sock.name);
-    done.store(true, std::sync::atomic::Ordering::Release);
-    reader.thread().unpark();
-    let from_ring = reader.join().unwrap_or_default();
-    let from_sock = receiver.join().unwrap_or_default();
+    let received = receiver.join().unwrap_or_default();
     let status = status?;
-    let malformed = from_ring.malformed + from_sock.malformed;
-    let mut events = from_ring.events;
-    if !from_sock.events.is_empty() {
-        // Processes without the ring (another user, no /proc) and events too big for it: the two
-        // streams are merged by time, each keeping its own order.
-        events.extend(from_sock.events);
-        events.sort_by_key(Event::ts_ns);
-    }
     Ok(Traced {
-        events,
+        events: received.events,
         status,
         started_ns,
         ended_ns,
-        malformed,
+        malformed: received.malformed,
         lost: 0,
     })
 }
