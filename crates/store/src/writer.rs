@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread::JoinHandle;
 
-use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use rusqlite::{params, CachedStatement, Connection, OptionalExtension, Transaction};
 
 use crate::db;
 use crate::error::{Result, StoreError};
@@ -131,8 +131,9 @@ fn commit(conn: &mut Connection, path: &Path, batch: Vec<Msg>) {
                 Msg::Job(job, _) => job_ids.push(insert_job(&tx, job)?),
                 Msg::Cache(entries) => insert_cache(&tx, entries)?,
                 Msg::Artifacts(hashes) => {
+                    let mut insert = tx.prepare_cached(INSERT_ARTIFACT)?;
                     for h in hashes {
-                        upsert_artifact(&tx, h)?;
+                        upsert_artifact(&tx, &mut insert, h)?;
                     }
                 }
                 Msg::Flush(_) => {}
@@ -180,16 +181,15 @@ fn clone_err(e: &rusqlite::Error) -> rusqlite::Error {
     }
 }
 
-pub(crate) fn upsert_artifact(tx: &Transaction, h: &ContentHash) -> rusqlite::Result<i64> {
-    // Most artifacts are new (fresh outputs) or already known: neither case rewrites a row. (Not
-    // `INSERT .. RETURNING`: SQLite builds a temporary table for every RETURNING statement.)
-    let inserted = tx
-        .prepare_cached(
-            "INSERT INTO artifacts (blake3, sha256, size) VALUES (?1, ?2, ?3)
-             ON CONFLICT (blake3) DO NOTHING",
-        )?
-        .execute(params![h.blake3, h.sha256, h.size as i64])?;
-    if inserted == 1 {
+/// The artifact row of `h`'s content, inserted if new, with sha256 filled in if it was missing.
+/// `insert` is the prepared [`INSERT_ARTIFACT`] (prepared once per batch: this runs per file).
+fn upsert_artifact(
+    tx: &Transaction,
+    insert: &mut CachedStatement,
+    h: &ContentHash,
+) -> rusqlite::Result<i64> {
+    // Most artifacts are new (fresh outputs) or already known: neither case rewrites a row.
+    if insert.execute(params![h.blake3, h.sha256, h.size as i64])? == 1 {
         return Ok(tx.last_insert_rowid());
     }
     let (id, sha256): (i64, Option<String>) = tx
@@ -201,6 +201,10 @@ pub(crate) fn upsert_artifact(tx: &Transaction, h: &ContentHash) -> rusqlite::Re
     }
     Ok(id)
 }
+
+/// Not `INSERT .. RETURNING`: SQLite builds a temporary table for every RETURNING statement.
+const INSERT_ARTIFACT: &str = "INSERT INTO artifacts (blake3, sha256, size) VALUES (?1, ?2, ?3)
+                               ON CONFLICT (blake3) DO NOTHING";
 
 fn insert_job(tx: &Transaction, job: &JobRecord) -> rusqlite::Result<i64> {
     let (exit_code, signal) = match &job.outcome {
@@ -249,16 +253,22 @@ fn insert_job(tx: &Transaction, job: &JobRecord) -> rusqlite::Result<i64> {
         ])?;
     }
 
+    let mut insert_artifact = tx.prepare_cached(INSERT_ARTIFACT)?;
+    let mut insert_file = tx.prepare_cached(
+        "INSERT INTO job_files (job_id, role, kind, path, artifact_id, before_artifact_id,
+                                s3_object_id, ops, first_ns, last_ns)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    )?;
     for f in &job.files {
         let artifact = f
             .hash
             .as_ref()
-            .map(|h| upsert_artifact(tx, h))
+            .map(|h| upsert_artifact(tx, &mut insert_artifact, h))
             .transpose()?;
         let before = f
             .before
             .as_ref()
-            .map(|h| upsert_artifact(tx, h))
+            .map(|h| upsert_artifact(tx, &mut insert_artifact, h))
             .transpose()?;
         let s3_id = match &f.s3 {
             Some(o) => Some(
@@ -278,12 +288,7 @@ fn insert_job(tx: &Transaction, job: &JobRecord) -> rusqlite::Result<i64> {
             ),
             None => None,
         };
-        tx.prepare_cached(
-            "INSERT INTO job_files (job_id, role, kind, path, artifact_id, before_artifact_id,
-                                    s3_object_id, ops, first_ns, last_ns)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-        )?
-        .execute(params![
+        insert_file.execute(params![
             job_id,
             f.role.as_str(),
             if f.s3.is_some() { "s3" } else { "file" },

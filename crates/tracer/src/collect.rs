@@ -6,6 +6,7 @@
 //! content an output; content the job created and then removed is a temporary. Renames carry a
 //! path's state to its new name, so `write tmp; rename tmp out` yields the output `out`.
 
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 use roar_store::hash::{cache_get, hash_paths, Connection, HashOptions};
@@ -16,7 +17,9 @@ use roar_store::{
 use crate::event::Event;
 use crate::ignore::Ignore;
 
-/// Keyed by path, hashed with foldhash: SipHash over every path of a big job showed in profiles.
+/// Maps keyed by a path's bytes (`OsStr`: the events' paths are already normalised, and `Path`'s
+/// own hash and equality walk components), hashed with foldhash: both showed in profiles of jobs
+/// with many files.
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 #[derive(Debug, Clone, Default)]
@@ -49,16 +52,16 @@ const O_ACCMODE: i32 = libc::O_ACCMODE;
 /// globs once.
 struct IgnoreMemo<'a> {
     ignore: &'a Ignore,
-    seen: HashMap<PathBuf, bool>,
+    seen: HashMap<OsString, bool>,
 }
 
 impl IgnoreMemo<'_> {
     fn is_ignored(&mut self, path: &Path) -> bool {
-        if let Some(v) = self.seen.get(path) {
+        if let Some(v) = self.seen.get(path.as_os_str()) {
             return *v;
         }
         let v = self.ignore.is_ignored(path);
-        self.seen.insert(path.to_owned(), v);
+        self.seen.insert(path.as_os_str().to_owned(), v);
         v
     }
 }
@@ -68,28 +71,29 @@ pub fn classify(events: &[Event], job_start_ns: i64, ignore: &Ignore) -> Classif
         ignore,
         seen: HashMap::default(),
     };
-    let mut states: HashMap<PathBuf, PathState> = HashMap::default();
+    let mut states: HashMap<OsString, PathState> = HashMap::default();
     let mut order: Vec<PathBuf> = Vec::new();
     let mut processes: Vec<ProcessRecord> = Vec::new();
     let mut latest: HashMap<i32, usize> = HashMap::default();
 
     fn entry<'a>(
-        states: &'a mut HashMap<PathBuf, PathState>,
+        states: &'a mut HashMap<OsString, PathState>,
         order: &mut Vec<PathBuf>,
         path: &Path,
         ts: i64,
     ) -> &'a mut PathState {
-        if !states.contains_key(path) {
+        let key = path.as_os_str();
+        if !states.contains_key(key) {
             order.push(path.to_owned());
             states.insert(
-                path.to_owned(),
+                key.to_owned(),
                 PathState {
                     first_ns: ts,
                     ..PathState::default()
                 },
             );
         }
-        let st = states.get_mut(path).expect("inserted above");
+        let st = states.get_mut(key).expect("inserted above");
         st.last_ns = ts;
         st
     }
@@ -197,7 +201,7 @@ pub fn classify(events: &[Event], job_start_ns: i64, ignore: &Ignore) -> Classif
                 from, to, ts_ns, ..
             } => {
                 let is_rename = matches!(ev, Event::Rename { .. });
-                if is_rename && !states.contains_key(from) && to.is_dir() {
+                if is_rename && !states.contains_key(from.as_os_str()) && to.is_dir() {
                     // A directory moved: what the job did inside it now lives under the new name.
                     move_children(&mut states, &mut order, from, to);
                     continue;
@@ -250,14 +254,14 @@ pub fn classify(events: &[Event], job_start_ns: i64, ignore: &Ignore) -> Classif
     // A path can appear twice in `order` after a directory move onto known paths: first one wins.
     let paths = order
         .into_iter()
-        .filter_map(|p| states.remove(&p).map(|st| (p, st)))
+        .filter_map(|p| states.remove(p.as_os_str()).map(|st| (p, st)))
         .collect();
     Classified { paths, processes }
 }
 
 /// Re-keys every tracked path below `from/` to the same place below `to/`.
 fn move_children(
-    states: &mut HashMap<PathBuf, PathState>,
+    states: &mut HashMap<OsString, PathState>,
     order: &mut [PathBuf],
     from: &Path,
     to: &Path,
@@ -270,10 +274,10 @@ fn move_children(
             continue;
         }
         let new = to.join(rest);
-        if let Some(mut st) = states.remove(p.as_path()) {
+        if let Some(mut st) = states.remove(p.as_os_str()) {
             st.ops.insert(Ops::RENAME);
             // An older state at the new name is replaced: the moved file is what lives there now.
-            states.insert(new.clone(), st);
+            states.insert(new.clone().into_os_string(), st);
         }
         *p = new;
     }
@@ -296,27 +300,27 @@ pub fn hash<'c>(
     let mut want: Vec<PathBuf> = Vec::new();
     // Whether the content at want[i] may predate the job: only then can the hash cache know it.
     let mut may_be_cached: Vec<bool> = Vec::new();
-    let mut index: HashMap<PathBuf, usize> = HashMap::default();
-    let states: HashMap<&Path, &PathState> = classified
+    let mut index: HashMap<&OsStr, usize> = HashMap::default();
+    let states: HashMap<&OsStr, &PathState> = classified
         .paths
         .iter()
-        .map(|(p, s)| (p.as_path(), s))
+        .map(|(p, s)| (p.as_os_str(), s))
         .collect();
     for (path, st) in &classified.paths {
         for p in [st.exists.then_some(path), st.moved_to.as_ref()]
             .into_iter()
             .flatten()
         {
-            if !index.contains_key(p) {
-                index.insert(p.clone(), want.len());
+            if !index.contains_key(p.as_os_str()) {
+                index.insert(p.as_os_str(), want.len());
                 want.push(p.clone());
-                may_be_cached.push(states.get(p.as_path()).is_none_or(|s| !s.job_made));
+                may_be_cached.push(states.get(p.as_os_str()).is_none_or(|s| !s.job_made));
             }
         }
     }
     let batch = hash_paths(&want, opts, &|i| may_be_cached[i], cache, &|_| {});
     let current = |p: &Path| -> Option<&roar_store::hash::Hashed> {
-        batch.results[*index.get(p)?].as_ref().ok()
+        batch.results[*index.get(p.as_os_str())?].as_ref().ok()
     };
 
     let mut files = Vec::new();
@@ -365,7 +369,7 @@ pub fn hash<'c>(
 fn input_hash<'a, 'c>(
     path: &Path,
     st: &PathState,
-    states: &HashMap<&Path, &PathState>,
+    states: &HashMap<&OsStr, &PathState>,
     current: &dyn Fn(&Path) -> Option<&'a roar_store::hash::Hashed>,
     cache: &dyn Fn() -> Option<&'c Connection>,
     opts: HashOptions,
@@ -381,7 +385,7 @@ fn input_hash<'a, 'c>(
         return cache().and_then(|c| cache_get(c, read, opts));
     }
     let to = st.moved_to.as_deref()?;
-    let dst = states.get(to)?;
+    let dst = states.get(to.as_os_str())?;
     if dst.ops.contains(Ops::WRITE) || dst.ops.contains(Ops::TRUNCATE) {
         return None;
     }
