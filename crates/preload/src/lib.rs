@@ -286,7 +286,11 @@ unsafe fn map_ring(spec: &[u8]) -> usize {
     }
     // SAFETY: path is NUL-terminated; plain open/fstat/mmap/close on our own fd.
     unsafe {
-        let fd = libc::open(path.as_ptr().cast(), libc::O_RDWR | libc::O_CLOEXEC);
+        let fd = real!(open: unsafe extern "C" fn(*const c_char, c_int, c_uint) -> c_int)(
+            path.as_ptr().cast(),
+            libc::O_RDWR | libc::O_CLOEXEC,
+            0,
+        );
         if fd < 0 {
             return 0;
         }
