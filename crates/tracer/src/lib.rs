@@ -38,7 +38,7 @@ pub enum TraceError {
         #[source]
         source: std::io::Error,
     },
-    #[error("cannot set up the event socket")]
+    #[error("cannot set up the event socket or ring")]
     Socket {
         #[source]
         source: std::io::Error,

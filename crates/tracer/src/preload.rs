@@ -92,8 +92,8 @@ fn send_end_marker(name: &str) {
 }
 
 /// Default size of the event ring in KiB (~100k events of typical size); `ROAR_PRELOAD_RING_KB`
-/// overrides.
-/// Producers wait (never drop) when it is full, so the size only bounds how far roar may lag.
+/// overrides. Producers wait (never drop) when it is full, so the size only bounds how far roar
+/// may lag behind the program.
 const RING_KB: u64 = 16 * 1024;
 /// How often the receiver looks at the ring when no datagram wakes it.
 const RING_POLL: Duration = Duration::from_millis(1);
