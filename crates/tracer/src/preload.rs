@@ -244,9 +244,8 @@ fn receive(fd: libc::c_int, map: &RingMap) -> Received {
         drain_ring(&map.ring, &mut from_ring, &mut stuck_since, false);
         let ended = loop {
             // SAFETY: buf is writable for its length.
-            let n = unsafe {
-                libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT)
-            };
+            let n =
+                unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
             if n < 0 {
                 match std::io::Error::last_os_error().raw_os_error() {
                     Some(libc::EINTR) => continue,
