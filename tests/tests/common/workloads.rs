@@ -250,6 +250,18 @@ pub fn workloads() -> Vec<Workload> {
             oracle: true,
         },
         Workload {
+            name: "execle with a scrubbed environment (C varargs)",
+            setup: "printf '%s\\n' '#include <unistd.h>' 'int main(int argc, char **argv) {' \
+                    '  char *env[] = {\"PATH=/usr/bin:/bin\", 0};' \
+                    '  execle(\"/bin/sh\", argv[1], argv[2], argv[3], (char *)0, env);' \
+                    '  return 9;' '}' > execle.c && cc -O1 -o execle execle.c && rm execle.c",
+            argv: &["./execle", "sh", "-c", "echo e > by_execle"],
+            inputs: &[],
+            outputs: &["by_execle"],
+            exit: 0,
+            oracle: true,
+        },
+        Workload {
             name: "program that closes all fds",
             setup: "",
             argv: &["python3", "-c", "import os; os.closerange(3, 4096); open('after_close','w').write('x')"],
