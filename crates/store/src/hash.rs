@@ -199,8 +199,8 @@ pub struct Batch {
 /// Hashes `paths` in parallel, answering from the hash cache where it can. `may_be_cached(i)` is
 /// false for content the caller knows is new (no entry can be valid: `paths[i]` is not even
 /// looked up). `cache` is asked for the cache database only when a lookup is needed (files changed
-/// within the racy window are never looked up), so callers can open it lazily. `progress` is called with
-/// the byte count of each file as it completes (from several threads).
+/// within the racy window are never looked up), so callers can open it lazily. `progress` is
+/// called with the byte count of each file as it completes (from several threads).
 ///
 /// Small batches run on the calling thread: waking a thread pool costs more than hashing a few
 /// files.
