@@ -75,13 +75,7 @@ fn a_burst_of_100k_opens_is_recorded_whole_or_the_job_says_it_is_incomplete() {
 #[test]
 fn the_preflight_names_the_missing_capability() {
     // Run unprivileged (setpriv drops root and every capability): the verdict must say why.
-    let root = std::process::Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout == b"0\n");
-    if !root || !require_tool("setpriv") {
-        assert!(!common::strict(), "CI runs the tests as root");
-        eprintln!("SKIPPED: needs root to drop privileges");
+    if !common::can_switch_user("needs root to drop privileges") {
         return;
     }
     // A copy the unprivileged user can reach, wherever the checkout lives.

@@ -56,13 +56,7 @@ fn a_tiny_ring_shared_by_concurrent_processes_loses_nothing() {
 
 #[test]
 fn a_process_that_cannot_map_the_ring_reports_over_the_socket() {
-    let root = std::process::Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout == b"0\n");
-    if !root || !require_tool("setpriv") {
-        assert!(!common::strict(), "CI runs the tests as root");
-        eprintln!("SKIPPED: needs root to start a process as another user");
+    if !common::can_switch_user("needs root to start a process as another user") {
         return;
     }
     let p = Project::new();

@@ -145,6 +145,21 @@ pub fn ebpf_available() -> bool {
     false
 }
 
+/// Whether this test can run something as another user (`setpriv` as root, as in CI); skips
+/// loudly with `why` otherwise, and fails under CI=true.
+pub fn can_switch_user(why: &str) -> bool {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout == b"0\n");
+    if !root || !require_tool("setpriv") {
+        assert!(!strict(), "CI runs the tests as root");
+        eprintln!("SKIPPED: {why}");
+        return false;
+    }
+    true
+}
+
 /// Skips (loudly) or fails (under CI=true) when `tool` is not installed.
 pub fn require_tool(tool: &str) -> bool {
     let found = Command::new("sh")
