@@ -151,7 +151,12 @@ impl Ring {
             let to_end = self.capacity - off;
             let pad = if need > to_end { to_end } else { 0 };
             let total = pad + need;
-            if pos + total - h.tail.load(Ordering::Acquire) > self.capacity {
+            let tail = h.tail.load(Ordering::Acquire);
+            if tail > pos {
+                // `pos` is stale: other producers reserved, and roar read, past it since.
+                continue;
+            }
+            if pos + total - tail > self.capacity {
                 if !wait() {
                     return false;
                 }
