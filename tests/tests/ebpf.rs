@@ -112,17 +112,7 @@ fn a_bad_ring_size_is_one_clear_line_and_nothing_runs() {
     if !ebpf_available() {
         return;
     }
-    let p = Project::new();
-    let out = p
-        .cmd(["run", "--tracer", "ebpf", "--", "touch", "x"])
-        .env("ROAR_EBPF_RING_KB", "1000")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = stderr(&out);
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("ROAR_EBPF_RING_KB"), "{err}");
-    assert!(!p.path().join("x").exists());
+    common::assert_refused_before_running("ebpf", "ROAR_EBPF_RING_KB", "1000", "ROAR_EBPF_RING_KB");
 }
 
 /// Opens, renames and unlinks relative to directory fds, as `find`, `rm -r` and shutil do.

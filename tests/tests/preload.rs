@@ -113,18 +113,10 @@ fn a_process_that_cannot_map_the_ring_reports_over_the_socket() {
 
 #[test]
 fn a_bad_ring_size_is_one_clear_line_and_nothing_runs() {
-    let p = Project::new();
-    let out = p
-        .cmd(["run", "--tracer", "preload", "--", "touch", "made"])
-        .env("ROAR_PRELOAD_RING_KB", "100")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = stderr(&out);
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(
-        err.contains("ROAR_PRELOAD_RING_KB=\"100\" is not a power of two"),
-        "{err}"
+    common::assert_refused_before_running(
+        "preload",
+        "ROAR_PRELOAD_RING_KB",
+        "100",
+        "ROAR_PRELOAD_RING_KB=\"100\" is not a power of two",
     );
-    assert!(!p.path().join("made").exists());
 }

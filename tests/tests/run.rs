@@ -238,14 +238,10 @@ fn auto_for_static() -> &'static str {
     }
 }
 
-#[test]
-fn a_statically_linked_program_is_traced_by_ebpf_or_ptrace() {
-    if !require_tool("cc") {
-        return;
-    }
-    let p = Project::new();
-    sh(p.path(), &format!("echo cfile > f.in && cat > prog.c <<'EOF'\n{C_FOPEN}\nEOF\ncc -static -O1 -o sprog prog.c"));
-    let out = p.roar(["run", "--", "./sprog"]);
+/// `auto` must not pick preload for the static program `prog` (which reads `input` and writes
+/// `output`), and every backend that can trace it records exactly those two files.
+fn assert_static_program_traced(p: &Project, prog: &str, input: &str, output: &str) {
+    let out = p.roar(["run", "--", prog]);
     assert!(out.status.success(), "{}", stderr(&out));
     let job = p.last_job();
     assert_eq!(
@@ -253,15 +249,25 @@ fn a_statically_linked_program_is_traced_by_ebpf_or_ptrace() {
         auto_for_static(),
         "auto must not pick preload for a static binary"
     );
-    assert_eq!(p.files(&job, "input"), vec!["f.in"]);
-    assert_eq!(p.files(&job, "output"), vec!["f.out"]);
+    assert_eq!(p.files(&job, "input"), vec![input]);
+    assert_eq!(p.files(&job, "output"), vec![output]);
     for backend in backends().into_iter().filter(|b| *b != "preload") {
-        let out = p.roar(["run", "--tracer", backend, "--", "./sprog"]);
+        let out = p.roar(["run", "--tracer", backend, "--", prog]);
         assert!(out.status.success(), "[{backend}] {}", stderr(&out));
         let job = p.last_job();
-        assert_eq!(p.files(&job, "input"), vec!["f.in"], "[{backend}]");
-        assert_eq!(p.files(&job, "output"), vec!["f.out"], "[{backend}]");
+        assert_eq!(p.files(&job, "input"), vec![input], "[{backend}]");
+        assert_eq!(p.files(&job, "output"), vec![output], "[{backend}]");
     }
+}
+
+#[test]
+fn a_statically_linked_program_is_traced_by_ebpf_or_ptrace() {
+    if !require_tool("cc") {
+        return;
+    }
+    let p = Project::new();
+    sh(p.path(), &format!("echo cfile > f.in && cat > prog.c <<'EOF'\n{C_FOPEN}\nEOF\ncc -static -O1 -o sprog prog.c"));
+    assert_static_program_traced(&p, "./sprog", "f.in", "f.out");
 }
 
 #[test]
@@ -465,23 +471,7 @@ fn a_go_binary_is_traced_by_ebpf_or_ptrace() {
         .output()
         .unwrap();
     assert!(build.status.success(), "go build: {}", stderr(&build));
-    let out = p.roar(["run", "--", "./gobin"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let job = p.last_job();
-    assert_eq!(
-        job["backend"],
-        auto_for_static(),
-        "a static Go binary needs ptrace or eBPF"
-    );
-    assert_eq!(p.files(&job, "input"), vec!["in.txt"]);
-    assert_eq!(p.files(&job, "output"), vec!["out.txt"]);
-    for backend in backends().into_iter().filter(|b| *b != "preload") {
-        let out = p.roar(["run", "--tracer", backend, "--", "./gobin"]);
-        assert!(out.status.success(), "[{backend}] {}", stderr(&out));
-        let job = p.last_job();
-        assert_eq!(p.files(&job, "input"), vec!["in.txt"], "[{backend}]");
-        assert_eq!(p.files(&job, "output"), vec!["out.txt"], "[{backend}]");
-    }
+    assert_static_program_traced(&p, "./gobin", "in.txt", "out.txt");
 }
 
 #[test]

@@ -145,6 +145,22 @@ pub fn ebpf_available() -> bool {
     false
 }
 
+/// `roar run --tracer BACKEND -- touch made` with `var=value` set must fail with one line
+/// containing `says`, before the command runs.
+pub fn assert_refused_before_running(backend: &str, var: &str, value: &str, says: &str) {
+    let p = Project::new();
+    let out = p
+        .cmd(["run", "--tracer", backend, "--", "touch", "made"])
+        .env(var, value)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(says), "{err}");
+    assert!(!p.path().join("made").exists());
+}
+
 /// Whether this test can run something as another user (`setpriv` as root, as in CI); skips
 /// loudly with `why` otherwise, and fails under CI=true.
 pub fn can_switch_user(why: &str) -> bool {
