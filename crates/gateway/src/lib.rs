@@ -193,7 +193,7 @@ async fn build(
             })?)
         }
         Backend::Upstream { url } => {
-            Box::new(upstream::proxy(url, &config.region, config.upstream_timeout).await?)
+            Box::new(upstream::connect(url, &config.region, config.upstream_timeout).await?)
         }
     };
     let mut auth = SimpleAuth::new();
