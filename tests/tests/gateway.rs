@@ -798,6 +798,260 @@ fn upstream_requests_are_re_signed_and_recorded() {
     assert!(!db.windows(needle.len()).any(|w| w == needle));
 }
 
+/// What the upstream answers reaches the client as the upstream said it: headers, metadata,
+/// validators, partial content, conditional and missing-object errors, through the gateway's
+/// direct path for object GET/HEAD/PUT.
+#[test]
+fn upstream_answers_reach_the_client_unchanged() {
+    let p = Project::new();
+    let (up_key, up_secret) = (
+        "UPSTREAMKEY000000001",
+        "upstream-secret-upstream-secret-upstrea",
+    );
+    let up = upstream(&p.path().join("upstream"), up_key, up_secret);
+    p.write(
+        "keys.txt",
+        b"CLIENTKEY00000000001 client-secret-client-secret-client-secr\n",
+    );
+    let gw = gateway(
+        &p,
+        &["--credentials", "keys.txt", "--upstream", &up.endpoint()],
+        &[
+            ("AWS_ACCESS_KEY_ID", up_key),
+            ("AWS_SECRET_ACCESS_KEY", up_secret),
+        ],
+    );
+    let via = client(
+        &gw.endpoint(),
+        "CLIENTKEY00000000001",
+        "client-secret-client-secret-client-secr",
+    );
+    let direct = client(&up.endpoint(), up_key, up_secret);
+    let body = data(100_000, 30);
+    rt().block_on(async {
+        via.create_bucket().bucket(BUCKET).send().await.unwrap();
+        via.put_object()
+            .bucket(BUCKET)
+            .key("shards/0.csv")
+            .content_type("text/csv")
+            .cache_control("max-age=60")
+            .metadata("owner", "ml-team")
+            .body(ByteStream::from(body.clone()))
+            .send()
+            .await
+            .unwrap();
+        let (g, d) = (
+            via.head_object()
+                .bucket(BUCKET)
+                .key("shards/0.csv")
+                .send()
+                .await
+                .unwrap(),
+            direct
+                .head_object()
+                .bucket(BUCKET)
+                .key("shards/0.csv")
+                .send()
+                .await
+                .unwrap(),
+        );
+        assert_eq!(g.content_type(), Some("text/csv"));
+        assert_eq!(
+            g.metadata()
+                .and_then(|m| m.get("owner"))
+                .map(String::as_str),
+            Some("ml-team")
+        );
+        assert_eq!(
+            (
+                g.content_type(),
+                g.cache_control(),
+                g.metadata(),
+                g.e_tag(),
+                g.last_modified(),
+                g.content_length()
+            ),
+            (
+                d.content_type(),
+                d.cache_control(),
+                d.metadata(),
+                d.e_tag(),
+                d.last_modified(),
+                d.content_length()
+            )
+        );
+        let got = via
+            .get_object()
+            .bucket(BUCKET)
+            .key("shards/0.csv")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            (
+                got.content_type(),
+                got.metadata(),
+                got.e_tag(),
+                got.last_modified()
+            ),
+            (d.content_type(), d.metadata(), d.e_tag(), d.last_modified())
+        );
+        assert_eq!(
+            got.body.collect().await.unwrap().into_bytes().as_ref(),
+            body.as_slice()
+        );
+        let part = via
+            .get_object()
+            .bucket(BUCKET)
+            .key("shards/0.csv")
+            .range("bytes=10-19")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(part.content_range(), Some("bytes 10-19/100000"));
+        assert_eq!(
+            part.body.collect().await.unwrap().into_bytes().as_ref(),
+            &body[10..20]
+        );
+        // Conditional and failed reads keep the upstream's status and code.
+        // Conditional writes and failed reads keep the upstream's status and code.
+        let exists = via
+            .put_object()
+            .bucket(BUCKET)
+            .key("shards/0.csv")
+            .if_none_match("*")
+            .body(ByteStream::from(b"overwrite".to_vec()))
+            .send()
+            .await
+            .expect_err("the object exists");
+        assert_eq!(
+            exists.raw_response().map(|r| r.status().as_u16()),
+            Some(412)
+        );
+        assert_eq!(
+            exists.as_service_error().and_then(|e| e.meta().code()),
+            Some("PreconditionFailed")
+        );
+        let missing = via
+            .get_object()
+            .bucket(BUCKET)
+            .key("shards/none.csv")
+            .send()
+            .await
+            .expect_err("no such key");
+        assert_eq!(
+            missing.raw_response().map(|r| r.status().as_u16()),
+            Some(404)
+        );
+        assert_eq!(
+            missing.as_service_error().and_then(|e| e.meta().code()),
+            Some("NoSuchKey")
+        );
+        let missing_head = via
+            .head_object()
+            .bucket(BUCKET)
+            .key("shards/none.csv")
+            .send()
+            .await
+            .expect_err("no such key");
+        assert_eq!(
+            missing_head.raw_response().map(|r| r.status().as_u16()),
+            Some(404)
+        );
+    });
+    let (status, log) = gw.stop();
+    assert!(status.success(), "{log}");
+    // One write (the refused one is not); the reads of what the job wrote fold into it; the
+    // missing key was never an access.
+    let jobs = gateway_jobs(&p);
+    assert_eq!(jobs.len(), 1, "{log}");
+    let files = file_hashes(&jobs[0]);
+    assert_eq!(
+        files,
+        vec![("output".into(), obj("shards/0.csv"), Some(b3(&body)))],
+        "{log}"
+    );
+}
+
+/// A fake upstream that answers every request with 200, a Content-Length of 1 MiB and 1,000
+/// bytes of it; then closes the connection (`hang == false`) or holds it silently.
+fn half_body_upstream(hang: bool) -> (String, std::thread::JoinHandle<()>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let server = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming().take(2) {
+            let mut conn = conn.unwrap();
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && conn.read(&mut byte).unwrap_or(0) == 1 {
+                head.push(byte[0]);
+            }
+            let _ = conn
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1048576\r\nETag: \"half\"\r\n\r\n");
+            let _ = conn.write_all(&[7u8; 1000]);
+            if hang {
+                held.push(conn);
+            }
+        }
+    });
+    (url, server)
+}
+
+#[test]
+fn an_upstream_failing_mid_body_is_a_broken_read_not_a_record() {
+    let p = Project::new();
+    p.write(
+        "keys.txt",
+        b"CLIENTKEY00000000001 client-secret-client-secret-client-secr\n",
+    );
+    let env = [
+        ("AWS_ACCESS_KEY_ID", "UPSTREAMKEY000000001"),
+        (
+            "AWS_SECRET_ACCESS_KEY",
+            "upstream-secret-upstream-secret-upstrea",
+        ),
+    ];
+    for (what, hang) in [("closes", false), ("goes silent", true)] {
+        let (url, server) = half_body_upstream(hang);
+        let gw = gateway(
+            &p,
+            &[
+                "--credentials",
+                "keys.txt",
+                "--upstream",
+                &url,
+                "--upstream-timeout",
+                "2",
+            ],
+            &env,
+        );
+        let c = client(
+            &gw.endpoint(),
+            "CLIENTKEY00000000001",
+            "client-secret-client-secret-client-secr",
+        );
+        let t = Instant::now();
+        let result = rt().block_on(async {
+            let out = c.get_object().bucket(BUCKET).key("k").send().await?;
+            Ok::<_, Box<dyn std::error::Error>>(out.body.collect().await?.into_bytes().len())
+        });
+        assert!(
+            result.is_err(),
+            "upstream {what} mid-body: the client read {result:?} bytes as complete"
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(15),
+            "upstream {what} mid-body: the failure took {:?}",
+            t.elapsed()
+        );
+        let (exit, log) = gw.stop();
+        assert!(exit.success(), "{log}");
+        drop(server);
+    }
+    assert!(gateway_jobs(&p).is_empty(), "a broken read was recorded");
+}
+
 #[test]
 fn upstream_faults_are_s3_errors_not_hangs() {
     let p = Project::new();
