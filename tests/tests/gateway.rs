@@ -973,6 +973,117 @@ fn upstream_answers_reach_the_client_unchanged() {
     );
 }
 
+/// A private CA and a server certificate for 127.0.0.1 signed by it, made with the openssl CLI
+/// in `dir`: (CA certificate, server certificate, server key).
+fn private_ca(dir: &Path, name: &str) -> (PathBuf, PathBuf, PathBuf) {
+    const SCRIPT: &str = r#"set -e
+ec="-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
+openssl req -x509 $ec -days 1 -subj "/CN=roar test CA" -keyout "$1.ca.key" -out "$1.ca.pem"
+openssl req $ec -subj /CN=127.0.0.1 -keyout "$1.key" -out "$1.csr"
+printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > "$1.ext"
+openssl x509 -req -days 1 -in "$1.csr" -CA "$1.ca.pem" -CAkey "$1.ca.key" -CAcreateserial \
+    -extfile "$1.ext" -out "$1.pem"
+"#;
+    let out = Command::new("sh")
+        .args(["-c", SCRIPT, "sh", name])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "openssl: {}", stderr(&out));
+    let f = |ext: &str| dir.join(format!("{name}.{ext}"));
+    (f("ca.pem"), f("pem"), f("key"))
+}
+
+/// Real S3 upstreams speak https: the direct path and the SDK path both verify the upstream's
+/// certificate against the trusted roots (`SSL_CERT_FILE` here), and refuse one they cannot.
+#[test]
+fn an_https_upstream_is_verified_and_served() {
+    if !common::require_tool("openssl") {
+        return;
+    }
+    let p = Project::new();
+    let (ca, cert, key) = private_ca(p.path(), "upstream");
+    let (other_ca, _, _) = private_ca(p.path(), "other");
+    let (up_key, up_secret) = (
+        "UPSTREAMKEY000000001",
+        "upstream-secret-upstream-secret-upstrea",
+    );
+    let up_root = p.path().join("upstream");
+    let mut cmd = Command::new(bin("s3-upstream"));
+    cmd.arg(&up_root)
+        .args([up_key, up_secret, "0", "--tls"])
+        .args([&cert, &key]);
+    let up = Server::spawn(cmd, p.path().join("upstream.log"));
+    let url = up.line.trim().to_owned();
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+    p.write(
+        "keys.txt",
+        b"CLIENTKEY00000000001 client-secret-client-secret-client-secr\n",
+    );
+    let small = data(4096, 40);
+    for (roots, trusted) in [(&ca, true), (&other_ca, false)] {
+        let roots = roots.to_str().unwrap();
+        let gw = gateway(
+            &p,
+            &[
+                "--credentials",
+                "keys.txt",
+                "--upstream",
+                &url,
+                "--upstream-timeout",
+                "5",
+            ],
+            &[
+                ("AWS_ACCESS_KEY_ID", up_key),
+                ("AWS_SECRET_ACCESS_KEY", up_secret),
+                ("SSL_CERT_FILE", roots),
+            ],
+        );
+        let c = client(
+            &gw.endpoint(),
+            "CLIENTKEY00000000001",
+            "client-secret-client-secret-client-secr",
+        );
+        rt().block_on(async {
+            if trusted {
+                c.create_bucket().bucket(BUCKET).send().await.unwrap();
+                put(&c, "tls/small.bin", &small).await;
+                assert_eq!(get(&c, "tls/small.bin", None).await, small);
+                let listed = c.list_objects_v2().bucket(BUCKET).send().await.unwrap();
+                assert_eq!(listed.key_count(), Some(1));
+            } else {
+                let err = c
+                    .get_object()
+                    .bucket(BUCKET)
+                    .key("tls/small.bin")
+                    .send()
+                    .await
+                    .expect_err("an upstream certificate from an untrusted CA");
+                let status = err.raw_response().map(|r| r.status().as_u16());
+                assert_eq!(status, Some(502), "{err:?}");
+            }
+        });
+        let (exit, log) = gw.stop();
+        assert!(exit.success(), "{log}");
+        if !trusted {
+            assert!(
+                log.contains("certificate"),
+                "the log does not say why: {log}"
+            );
+        }
+    }
+    assert_eq!(
+        std::fs::read(up_root.join(BUCKET).join("tls/small.bin")).unwrap(),
+        small
+    );
+    let jobs = gateway_jobs(&p);
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(
+        file_hashes(&jobs[0]),
+        vec![("output".into(), obj("tls/small.bin"), Some(b3(&small)))]
+    );
+}
+
 /// A fake upstream that answers every request with 200, a Content-Length of 1 MiB and 1,000
 /// bytes of it; then closes the connection (`hang == false`) or holds it silently.
 fn half_body_upstream(hang: bool) -> (String, std::thread::JoinHandle<()>) {
