@@ -1,10 +1,39 @@
 #!/usr/bin/env bash
-# Every benchmark, one after the other, each printing its ratios; figures go into
-# bench/RESULTS.md by hand with the command that produced them. Needs root (mount, bindfs).
-set -euo pipefail
-cd "$(dirname "$0")"
-bash ../scripts/setup.sh
-for b in hash.sh run.sh query.sh mount.sh s3.sh pipeline.sh; do
-    echo "################ bench/$b"
-    bash "$b"
+# Every benchmark, one after the other, each printing its ratios; then bench/RESULTS.md is written
+# from what they printed (bench/lib/report.py), with the machine, the versions and the exact
+# command of each. Installs what it needs (scripts/setup.sh, the Python peer in a venv, bindfs,
+# boto3). Needs root (mounts, page-cache drops). About 40 minutes on the 2-core CI machine.
+#
+# usage: bash bench/all.sh [BENCH.sh ...]   (a subset writes its report to $BENCH_OUT/RESULTS.md
+#                                            and leaves bench/RESULTS.md alone)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh || exit 1
+OUT="${BENCH_OUT:-/tmp/roar-bench-results}"
+rm -rf "$OUT" && mkdir -p "$OUT"
+ALL=(hash.sh run.sh query.sh mount.sh s3.sh pipeline.sh)
+if [ $# -gt 0 ]; then SELECTED=("$@"); else SELECTED=("${ALL[@]}"); fi
+# The knobs a benchmark reads, recorded with its command when they are set.
+KNOBS=(RUNS FIND_RUNS PEER_RUNS REPS EPOCHS)
+failed=0
+for b in "${SELECTED[@]}"; do
+    [ -f "bench/$b" ] || { echo "bench/all.sh: no benchmark bench/$b; choose from ${ALL[*]}" >&2; exit 2; }
+    echo "$b" >> "$OUT/order.txt"
+    env_set=""
+    for k in "${KNOBS[@]}"; do [ -n "${!k:-}" ] && env_set+="$k=${!k} "; done
+    echo "${env_set% }" > "$OUT/$b.env"
+    echo "################ ${env_set}bash bench/$b"
+    start=$(date +%s)
+    bash "bench/$b" 2>&1 | tee "$OUT/$b.log"
+    rc=${PIPESTATUS[0]}
+    echo "$rc" > "$OUT/$b.rc"
+    echo $(( $(date +%s) - start )) > "$OUT/$b.secs"
+    [ "$rc" = 0 ] || { failed=1; echo "bench/all.sh: bench/$b failed (exit $rc); going on with the others" >&2; }
 done
+if [ $# = 0 ]; then
+    report=bench/RESULTS.md
+else
+    report="$OUT/RESULTS.md"
+fi
+python3 bench/lib/report.py "$OUT" > "$report" && echo "bench/all.sh: wrote $report"
+exit "$failed"
