@@ -4,8 +4,9 @@
 # command of each. Installs what it needs (scripts/setup.sh, the Python peer in a venv, bindfs,
 # boto3). Needs root (mounts, page-cache drops). About 40 minutes on the 2-core CI machine.
 #
-# usage: bash bench/all.sh [BENCH.sh ...]   (a subset writes its report to $BENCH_OUT/RESULTS.md
-#                                            and leaves bench/RESULTS.md alone)
+# usage: bash bench/all.sh [BENCH.sh ...]   (a subset replaces only those benchmarks' sections of
+#                                            bench/RESULTS.md; each section says when and at which
+#                                            commit it was measured)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit 1
@@ -27,13 +28,10 @@ for b in "${SELECTED[@]}"; do
     bash "bench/$b" 2>&1 | tee "$OUT/$b.log"
     rc=${PIPESTATUS[0]}
     echo "$rc" > "$OUT/$b.rc"
+    dirty=$(git status --porcelain --untracked-files=no | head -1)
+    echo "$(date -u '+%Y-%m-%d %H:%M') $(git rev-parse --short HEAD)${dirty:+ (with uncommitted changes)}" > "$OUT/$b.when"
     echo $(( $(date +%s) - start )) > "$OUT/$b.secs"
     [ "$rc" = 0 ] || { failed=1; echo "bench/all.sh: bench/$b failed (exit $rc); going on with the others" >&2; }
 done
-if [ $# = 0 ]; then
-    report=bench/RESULTS.md
-else
-    report="$OUT/RESULTS.md"
-fi
-python3 bench/lib/report.py "$OUT" > "$report" && echo "bench/all.sh: wrote $report"
+python3 bench/lib/report.py "$OUT" bench/RESULTS.md && echo "bench/all.sh: wrote bench/RESULTS.md"
 exit "$failed"

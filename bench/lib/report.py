@@ -4,9 +4,10 @@ then for each benchmark its exact command, what it measures (the script's header
 long it took, and everything it printed (every table is a ratio against bare execution or a peer
 measured in the same run).
 
-usage: report.py OUT_DIR   (OUT_DIR holds NAME.log, NAME.rc, NAME.secs and env.txt per benchmark)
+usage: report.py OUT_DIR RESULTS.md
+OUT_DIR holds order.txt and, per benchmark NAME, NAME.log, .rc, .secs, .env and .when (date and
+commit). Sections of benchmarks that did not run this time are kept from the existing RESULTS.md.
 """
-import datetime
 import os
 import re
 import subprocess
@@ -27,16 +28,13 @@ def machine():
     cpu = sh("lscpu | sed -n 's/^Model name: *//p'")
     mem = sh("awk '/MemTotal/ {printf \"%.0f GiB\", $2/1048576}' /proc/meminfo")
     os_name = sh(". /etc/os-release && echo \"$PRETTY_NAME\"")
-    commit = sh(f"git -C {REPO} rev-parse --short HEAD")
-    dirty = sh(f"git -C {REPO} status --porcelain --untracked-files=no | head -1")
     boto3 = sh("python3 -c 'import boto3; print(boto3.__version__)'")
     peer = sh("/tmp/roar-bench-peer-venv/bin/pip show roar-cli 2>/dev/null | sed -n 's/^Version: //p'")
     rows = [
-        ("date (UTC)", datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")),
         ("CPU", f"{cpu}, {os.cpu_count()} cores"),
         ("memory", mem),
         ("OS, kernel", f"{os_name}, Linux {os.uname().release}"),
-        ("roar", f"commit {commit}{' (with uncommitted changes)' if dirty not in ('', 'not installed') else ''}, `cargo build --release`"),
+        ("roar", "`cargo build --release` at the commit each section names"),
         ("rustc", sh("rustc --version")),
         ("roar-cli (Python peer)", peer if peer != "not installed" else "not installed (peer rows missing)"),
         ("python3, boto3", f"{sh('python3 --version')}, boto3 {boto3}"),
@@ -60,33 +58,56 @@ def description(script):
     return " ".join(lines)
 
 
+def previous_sections(path):
+    """{NAME: section text} of an existing RESULTS.md."""
+    if not os.path.exists(path):
+        return {}
+    parts = open(path).read().split("\n## bench/")[1:]
+    return {p.split("\n", 1)[0].strip(): "## bench/" + p.rstrip() + "\n" for p in parts}
+
+
+def section(out, name):
+    rc = open(os.path.join(out, f"{name}.rc")).read().strip()
+    secs = int(open(os.path.join(out, f"{name}.secs")).read().strip())
+    env = open(os.path.join(out, f"{name}.env")).read().strip()
+    when = open(os.path.join(out, f"{name}.when")).read().strip()
+    log = open(os.path.join(out, f"{name}.log"), errors="replace", newline="").read()
+    # Progress bars and carriage-return redraws are noise in a document.
+    log = re.sub(r"[^\n]*\r", "", log).rstrip()
+    status = "" if rc == "0" else f"; **failed with exit status {rc}**"
+    day, hour, commit = when.split(" ", 2)
+    return (
+        f"## bench/{name}\n\n"
+        f"Command: `{(env + ' ') if env else ''}bash bench/{name}`; run {day} {hour} UTC at commit {commit}, "
+        f"{secs // 60} min {secs % 60} s{status}.\n\n"
+        f"{description(name)}\n\n```text\n{log}\n```\n"
+    )
+
+
 def main():
-    out = sys.argv[1]
-    names = [l.strip() for l in open(os.path.join(out, "order.txt")) if l.strip()]
-    print("# Benchmark results\n")
-    print("Written by `bash bench/all.sh` (installs what the benchmarks need, runs every benchmark in")
-    print("`bench/`, then writes this file from what they printed). Every figure is a ratio or a")
-    print("difference against bare execution or a peer **measured in the same run**, commands")
-    print("interleaved round by round so the machine's drift hits all of them alike; medians with")
-    print("interquartile ranges, and each benchmark's noise floor (bare vs bare). Absolute times only")
-    print("show the scale. What the figures mean, where the time goes and which targets are met:")
-    print("[NOTES.md](NOTES.md).\n")
-    print("| machine | |\n|---|---|")
-    print(machine())
-    for name in names:
-        rc = open(os.path.join(out, f"{name}.rc")).read().strip()
-        secs = int(open(os.path.join(out, f"{name}.secs")).read().strip())
-        env = open(os.path.join(out, f"{name}.env")).read().strip()
-        log = open(os.path.join(out, f"{name}.log"), errors="replace", newline="").read()
-        # Progress bars and carriage-return redraws are noise in a document.
-        log = re.sub(r"[^\n]*\r", "", log).rstrip()
-        print(f"\n## bench/{name}\n")
-        print(f"Command: `{(env + ' ') if env else ''}bash bench/{name}` ({secs // 60} min {secs % 60} s"
-              f"{'' if rc == '0' else f'; **failed with exit status {rc}**'}).\n")
-        print(description(name) + "\n")
-        print("```text")
-        print(log)
-        print("```")
+    out, results = sys.argv[1], sys.argv[2]
+    sections = previous_sections(results)
+    for name in [l.strip() for l in open(os.path.join(out, "order.txt")) if l.strip()]:
+        sections[name] = section(out, name)
+    order = ["hash.sh", "run.sh", "query.sh", "mount.sh", "s3.sh", "pipeline.sh"]
+    names = sorted(sections, key=lambda n: (order.index(n) if n in order else len(order), n))
+    with open(results, "w") as f:
+        f.write("""# Benchmark results
+
+Written by `bash bench/all.sh` (installs what the benchmarks need, runs every benchmark in
+`bench/`, then writes this file from what they printed; `bash bench/all.sh s3.sh` re-runs one and
+replaces its section). Every figure is a ratio or a difference against bare execution or a peer
+**measured in the same run**, commands interleaved round by round so the machine's drift hits all
+of them alike; medians with interquartile ranges, and each benchmark's noise floor (bare vs bare).
+Absolute times only show the scale. What the figures mean, where the time goes and which targets
+are met: [NOTES.md](NOTES.md).
+
+| machine | |
+|---|---|
+""")
+        f.write(machine() + "\n")
+        for name in names:
+            f.write("\n" + sections[name])
 
 
 if __name__ == "__main__":
