@@ -255,6 +255,16 @@ fn file_hashes(job: &serde_json::Value) -> Vec<(String, String, Option<String>)>
     v
 }
 
+/// The HTTP status and S3 error code of a failed request.
+fn failure<E: aws_sdk_s3::error::ProvideErrorMetadata>(
+    err: &aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
+) -> (Option<u16>, Option<&str>) {
+    (
+        err.raw_response().map(|r| r.status().as_u16()),
+        err.as_service_error().and_then(|e| e.code()),
+    )
+}
+
 fn obj(key: &str) -> String {
     format!("s3://{BUCKET}/{key}")
 }
@@ -913,7 +923,6 @@ fn upstream_answers_reach_the_client_unchanged() {
             part.body.collect().await.unwrap().into_bytes().as_ref(),
             &body[10..20]
         );
-        // Conditional and failed reads keep the upstream's status and code.
         // Conditional writes and failed reads keep the upstream's status and code.
         let exists = via
             .put_object()
@@ -924,14 +933,7 @@ fn upstream_answers_reach_the_client_unchanged() {
             .send()
             .await
             .expect_err("the object exists");
-        assert_eq!(
-            exists.raw_response().map(|r| r.status().as_u16()),
-            Some(412)
-        );
-        assert_eq!(
-            exists.as_service_error().and_then(|e| e.meta().code()),
-            Some("PreconditionFailed")
-        );
+        assert_eq!(failure(&exists), (Some(412), Some("PreconditionFailed")));
         let missing = via
             .get_object()
             .bucket(BUCKET)
@@ -939,14 +941,7 @@ fn upstream_answers_reach_the_client_unchanged() {
             .send()
             .await
             .expect_err("no such key");
-        assert_eq!(
-            missing.raw_response().map(|r| r.status().as_u16()),
-            Some(404)
-        );
-        assert_eq!(
-            missing.as_service_error().and_then(|e| e.meta().code()),
-            Some("NoSuchKey")
-        );
+        assert_eq!(failure(&missing), (Some(404), Some("NoSuchKey")));
         let missing_head = via
             .head_object()
             .bucket(BUCKET)
@@ -954,10 +949,7 @@ fn upstream_answers_reach_the_client_unchanged() {
             .send()
             .await
             .expect_err("no such key");
-        assert_eq!(
-            missing_head.raw_response().map(|r| r.status().as_u16()),
-            Some(404)
-        );
+        assert_eq!(failure(&missing_head).0, Some(404));
     });
     let (status, log) = gw.stop();
     assert!(status.success(), "{log}");
