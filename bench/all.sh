@@ -2,7 +2,7 @@
 # Every benchmark, one after the other, each printing its ratios; then bench/RESULTS.md is written
 # from what they printed (bench/lib/report.py), with the machine, the versions and the exact
 # command of each. Installs what it needs (scripts/setup.sh, the Python peer in a venv, bindfs,
-# boto3). Needs root (mounts, page-cache drops). About 40 minutes on the 2-core CI machine.
+# boto3). Needs root (mounts, page-cache drops). About 30 minutes on the 2-core CI machine.
 #
 # usage: bash bench/all.sh [BENCH.sh ...]   (a subset replaces only those benchmarks' sections of
 #                                            bench/RESULTS.md; each section says when and at which
