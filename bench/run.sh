@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `roar run` overhead, every figure a ratio or difference against bare execution measured in the
 # same run: fixed cost (`true`; eBPF cold and warm), marginal cost per file (write+read N x 4 KiB,
-# N = 0, 200, 1000, 5000, linear fit), marginal tracer cost per open (one file opened N times),
+# N = 0, 200, 1000, 5000, linear fit), marginal tracer cost per open (one file opened N times) and
+# per read/write pair (16 open files, N pwrite+pread pairs),
 # and `find /usr -name '*.h'`, `ls -la /usr/bin`, `echo hello` under each backend and under strace.
 # eBPF joins where it loads. The Python peer roar-cli runs the fixed-cost and per-file workloads
 # with each of its tracers that works here.
@@ -69,6 +70,30 @@ int main(int argc, char **argv) {
 C
 cc -O2 -o opens opens.c
 echo input > in
+cat > rw.c <<'C'
+#include <stdio.h>
+#include <stdlib.h>
+#include <fcntl.h>
+#include <unistd.h>
+/* Opens 16 files in ./rw once, then writes and reads back 4 KiB N times across them: the cost
+ * per read/write system call. */
+int main(int argc, char **argv) {
+    int n = atoi(argv[1]), fds[16];
+    char buf[4096] = {0}, name[64];
+    for (int i = 0; i < 16; i++) {
+        snprintf(name, sizeof name, "rw/f%d", i);
+        if ((fds[i] = open(name, O_RDWR | O_CREAT, 0644)) < 0) return 1;
+    }
+    for (int i = 0; i < n; i++) {
+        int fd = fds[i % 16];
+        if (pwrite(fd, buf, sizeof buf, 0) != sizeof buf) return 1;
+        if (pread(fd, buf, sizeof buf, 0) != sizeof buf) return 1;
+    }
+    return 0;
+}
+C
+cc -O2 -o rw rw.c
+mkdir -p rw
 
 BACKENDS=(preload ptrace)
 if "$ROAR" tracer check ebpf > /dev/null; then
@@ -149,6 +174,15 @@ for n in 0 20000 100000; do
     $CMP "opens$n.json" "$RUNS" "bare=./opens $n" "${T[@]}"
 done
 
+echo "== read/write loop: pwrite+pread 4 KiB N times over 16 open files"
+for n in 0 20000 100000; do
+    echo "-- N = $n"
+    mapfile -t T < <(traced ./rw $n)
+    $CMP "rw$n.json" "${FIND_RUNS:-10}" "bare=./rw $n" "${T[@]}" \
+        "strace -f=strace -f -o /dev/null ./rw $n" \
+        "strace --seccomp-bpf %file=strace -f --seccomp-bpf -e trace=%file -o /dev/null ./rw $n"
+done
+
 # The strace comparison of the peer's published tables: the same commands bare, under each
 # backend and under strace.
 WORKLOADS=("find=find /usr -name *.h" "ls=ls -la /usr/bin" "echo=echo hello")
@@ -206,6 +240,12 @@ print("\ntracer cost per event (open+close of one file, N = 0, 20000, 100000; no
 print(f"  bare     {so*1e9:6.0f} ns/open")
 for b in backends:
     print(f"  {b:8s} {slope(b, ro, on)*1e9:6.0f} ns/open; tracer's share {(slope(b, ro, on)-so)*1e9:.0f} ns (target <= 2000 ns with eBPF)")
+rw = {n: load(f"rw{n}.json") for n in on}
+srw = slope("bare", rw, on)
+print("\nread/write loop (pwrite+pread of 4 KiB over 16 open files, N = 0, 20000, 100000; per pair):")
+print(f"  bare     {srw*1e9:6.0f} ns/pair")
+for b in backends + ["strace -f", "strace --seccomp-bpf %file"]:
+    print(f"  {b:26s} {slope(b, rw, on)*1e9:7.0f} ns/pair; share {(slope(b, rw, on)-srw)*1e9:.0f} ns")
 for key, what in [("find", "find /usr -name '*.h'"), ("ls", "ls -la /usr/bin"), ("echo", "echo hello")]:
     fd = load(f"{key}.json")
     base = med(fd, "bare")
