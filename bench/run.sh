@@ -75,13 +75,13 @@ cat > rw.c <<'C'
 #include <stdlib.h>
 #include <fcntl.h>
 #include <unistd.h>
-/* Opens 16 files in ./rw once, then writes and reads back 4 KiB N times across them: the cost
+/* Opens 16 files in ./rwdata once, then writes and reads back 4 KiB N times across them: the cost
  * per read/write system call. */
 int main(int argc, char **argv) {
     int n = atoi(argv[1]), fds[16];
     char buf[4096] = {0}, name[64];
     for (int i = 0; i < 16; i++) {
-        snprintf(name, sizeof name, "rw/f%d", i);
+        snprintf(name, sizeof name, "rwdata/f%d", i);
         if ((fds[i] = open(name, O_RDWR | O_CREAT, 0644)) < 0) return 1;
     }
     for (int i = 0; i < n; i++) {
@@ -93,7 +93,7 @@ int main(int argc, char **argv) {
 }
 C
 cc -O2 -o rw rw.c
-mkdir -p rw
+mkdir -p rwdata
 
 BACKENDS=(preload ptrace)
 if "$ROAR" tracer check ebpf > /dev/null; then
