@@ -478,7 +478,7 @@ fn a_bad_signature_is_refused_before_anything_is_stored() {
         good.create_bucket().bucket(BUCKET).send().await.unwrap();
         for (who, c, code) in [
             ("wrong secret", &forged, "SignatureDoesNotMatch"),
-            ("unknown key", &unknown, "NotSignedUp"),
+            ("unknown key", &unknown, "InvalidAccessKeyId"),
         ] {
             let err = c
                 .put_object()
@@ -1345,4 +1345,134 @@ sys.exit(3)
     );
     let text = common::stdout(&p.roar(["status"]));
     assert!(!text.contains("stale"), "{text}");
+}
+
+#[test]
+fn roar_run_s3_borrows_a_key_from_the_running_gateway() {
+    if !common::require_python_modules(&["boto3"]) {
+        return;
+    }
+    let p = Project::new();
+    p.write(
+        "put.py",
+        br#"import boto3, os, signal, sys
+s3 = boto3.client("s3")
+open(sys.argv[1], "w").write(" ".join(os.environ[k] for k in
+    ["AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]))
+try:
+    s3.create_bucket(Bucket="lineage-data")
+except (s3.exceptions.BucketAlreadyOwnedByYou, s3.exceptions.BucketAlreadyExists):
+    pass
+s3.put_object(Bucket="lineage-data", Key=sys.argv[2], Body=sys.argv[2].encode())
+if len(sys.argv) > 3:
+    pid = os.getppid()
+    while open(f"/proc/{pid}/comm").read().strip() != "roar":
+        pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    os.kill(pid, signal.SIGKILL)
+"#,
+    );
+    let gw = gateway(&p, &["--session-idle", "3600"], &[]);
+    let run = |args: &[&str]| {
+        let mut argv = vec!["run", "--s3", "python3", "put.py"];
+        argv.extend_from_slice(args);
+        p.roar(argv)
+    };
+    let env_of = |file: &str| -> Vec<String> {
+        std::fs::read_to_string(p.path().join(file))
+            .unwrap()
+            .split(' ')
+            .map(str::to_owned)
+            .collect()
+    };
+
+    // The run talks to the running gateway, with a key of its own, and gets its accesses.
+    let out = run(&["env1", "a.txt"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    let env = env_of("env1");
+    assert_eq!(env[0], gw.endpoint());
+    assert!(
+        !gw.line.contains(&env[1]),
+        "a key of the run's own, not the gateway's"
+    );
+    let job = p.last_job();
+    assert_eq!(
+        p.files(&job, "output"),
+        vec!["env1".to_owned(), obj("a.txt")]
+    );
+    assert!(file_hashes(&job).contains(&("output".into(), obj("a.txt"), Some(b3(b"a.txt")))));
+    // The key ends with the run.
+    let (endpoint, access, secret) = (&env[0], &env[1], &env[2]);
+    let stale = client(endpoint, access, secret);
+    let err = rt()
+        .block_on(stale.get_object().bucket(BUCKET).key("a.txt").send())
+        .expect_err("the run's key after the run");
+    assert_eq!(failure(&err), (Some(403), Some("InvalidAccessKeyId")));
+
+    // A run killed before it collects its accesses leaves them to the gateway, which records
+    // them as the key's own job.
+    let out = run(&["env2", "b.txt", "die"]);
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&out.status),
+        Some(9),
+        "{}",
+        stderr(&out)
+    );
+    let killed_key = env_of("env2")[1].clone();
+
+    // A run that wants another backend (an upstream) starts a gateway of its own.
+    let root = p.path().join("upstream-root");
+    std::fs::create_dir_all(&root).unwrap();
+    let up = upstream(
+        &root,
+        "UPSTREAMKEY000000000",
+        "upstream-secret-upstream-secret-0000000",
+    );
+    let out = p
+        .cmd([
+            "run",
+            "--s3-upstream",
+            &up.endpoint(),
+            "python3",
+            "put.py",
+            "env3",
+            "c.txt",
+        ])
+        .env("AWS_ACCESS_KEY_ID", "UPSTREAMKEY000000000")
+        .env(
+            "AWS_SECRET_ACCESS_KEY",
+            "upstream-secret-upstream-secret-0000000",
+        )
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let own = env_of("env3")[0].clone();
+    assert_ne!(own, gw.endpoint());
+    assert_eq!(
+        p.files(&p.last_job(), "output"),
+        vec!["env3".to_owned(), obj("c.txt")]
+    );
+
+    let gw_endpoint = gw.endpoint();
+    let (status, log) = gw.stop();
+    assert!(status.success(), "{log}");
+    assert!(log.contains(&killed_key), "{log}");
+    let jobs = gateway_jobs(&p);
+    let killed: Vec<_> = jobs
+        .iter()
+        .filter(|j| j["argv"].to_string().contains(&killed_key))
+        .collect();
+    assert_eq!(killed.len(), 1, "{jobs:?}");
+    assert_eq!(
+        file_hashes(killed[0]),
+        vec![("output".into(), obj("b.txt"), Some(b3(b"b.txt")))]
+    );
+    // Only the killed run's accesses became a gateway job: the others belong to their runs.
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+
+    // With the gateway gone, its socket is too, and runs start their own.
+    assert!(!p.path().join(".roar/gateway.sock").exists());
+    let out = run(&["env4", "d.txt"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_ne!(env_of("env4")[0], gw_endpoint);
 }

@@ -1,16 +1,21 @@
 //! `roar gateway` and the gateway of `roar run --s3`: where the S3 gateway's accesses become jobs.
 //!
-//! - `roar run --s3` starts a gateway of its own on a free loopback port with a fresh credential
-//!   pair, hands the command `AWS_ENDPOINT_URL`(`_S3`) and those credentials, and adds every object
-//!   access to the run's job.
+//! - `roar run --s3` borrows a key from the project's running `roar gateway` if there is one for
+//!   the same backend (through `.roar/gateway.sock`), else starts a gateway of its own on a free
+//!   loopback port with a fresh credential pair. Either way it hands the command
+//!   `AWS_ENDPOINT_URL`(`_S3`) and the run's credentials, and adds every object access made with
+//!   them to the run's job.
 //! - `roar gateway` serves until SIGINT/SIGTERM. Accesses are grouped per access key into
 //!   sessions; a session becomes one job (backend `gateway`, named after the key) once the key has
-//!   been idle for `--session-idle`, or when the gateway stops.
+//!   been idle for `--session-idle`, or when the gateway stops. Accesses made with a key lent to a
+//!   run go to that run instead; if the run vanishes without collecting them (killed), they become
+//!   a session like any other, so nothing is lost.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::io::Write;
+use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
@@ -62,6 +67,39 @@ fn backend(project: &Project, s3: &S3Config, upstream: Option<&str>) -> Backend 
     }
 }
 
+/// What a run asks a running gateway to serve; it borrows a key only if the answers match.
+fn describe(backend: &Backend) -> String {
+    match backend {
+        Backend::Embedded(dir) => format!("embedded {}", dir.display()),
+        Backend::Upstream { url } => format!("upstream {url}"),
+    }
+}
+
+/// Where a running `roar gateway` offers keys to `roar run --s3` (owner-only, inside `.roar/`).
+fn socket_path(project: &Project) -> PathBuf {
+    project.dir().join("gateway.sock")
+}
+
+/// How long a gateway waits for a finished run's requests to end before it hands over what it has.
+const SETTLE: Duration = Duration::from_secs(10);
+
+/// The gateway's answer to `begin`: where to send requests and the key to sign them with.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Lent {
+    endpoint: String,
+    access_key: String,
+    secret_key: String,
+    region: String,
+}
+
+/// The gateway's answer to `end`: every access made with the run's key.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Returned {
+    accesses: Vec<Access>,
+    /// False if some request was still in flight after SETTLE: its access may be missing.
+    settled: bool,
+}
+
 /// Looks up hashes of object versions recorded before, so ranged reads and copies of them need
 /// not read the object again.
 struct Known {
@@ -98,11 +136,24 @@ impl Sink for Collector {
     }
 }
 
+/// The gateway a run's command talks to: its own, or a key borrowed from the project's running
+/// `roar gateway`.
 pub struct RunGateway {
-    gateway: Gateway,
-    sink: Arc<Collector>,
+    serving: Serving,
+    endpoint: String,
     credentials: (String, String),
     region: String,
+}
+
+enum Serving {
+    Own {
+        gateway: Gateway,
+        sink: Arc<Collector>,
+    },
+    Borrowed {
+        conn: UnixStream,
+        reader: BufReader<UnixStream>,
+    },
 }
 
 pub fn for_run(
@@ -110,9 +161,13 @@ pub fn for_run(
     s3: &S3Config,
     upstream: Option<&str>,
 ) -> anyhow::Result<RunGateway> {
+    let backend = backend(project, s3, upstream);
+    if let Some(borrowed) = borrow(project, &backend) {
+        return Ok(borrowed);
+    }
     let credentials = roar_gateway::random_credentials()
         .context("cannot make credentials for the run's S3 gateway")?;
-    let mut config = roar_gateway::Config::new(backend(project, s3, upstream));
+    let mut config = roar_gateway::Config::new(backend);
     config.region = s3.region.clone();
     config.credentials = vec![credentials.clone()];
     let sink = Arc::new(Collector {
@@ -122,21 +177,44 @@ pub fn for_run(
     let gateway = Gateway::start(config, Arc::clone(&sink) as Arc<dyn Sink>)
         .context("cannot start the S3 gateway for --s3")?;
     Ok(RunGateway {
-        gateway,
-        sink,
+        endpoint: gateway.endpoint(),
+        serving: Serving::Own { gateway, sink },
         credentials,
         region: s3.region.clone(),
+    })
+}
+
+/// A key lent by the project's running gateway, if one is listening and serves `backend`. Any
+/// failure (no gateway, a stale socket, another backend, a gateway that does not answer within a
+/// few seconds) means the run starts a gateway of its own.
+fn borrow(project: &Project, backend: &Backend) -> Option<RunGateway> {
+    let conn = UnixStream::connect(socket_path(project)).ok()?;
+    conn.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let mut reader = BufReader::new(conn.try_clone().ok()?);
+    (&conn)
+        .write_all(format!("begin {}\n", describe(backend)).as_bytes())
+        .ok()?;
+    let mut line = String::new();
+    reader.read_line(&mut line).ok()?;
+    let lent: Lent = serde_json::from_str(&line).ok()?;
+    // The end of a run waits for the gateway to settle the run's requests (up to SETTLE).
+    conn.set_read_timeout(Some(SETTLE + Duration::from_secs(20)))
+        .ok()?;
+    Some(RunGateway {
+        serving: Serving::Borrowed { conn, reader },
+        endpoint: lent.endpoint,
+        credentials: (lent.access_key, lent.secret_key),
+        region: lent.region,
     })
 }
 
 impl RunGateway {
     /// What the command's environment needs to reach the gateway with the run's credentials.
     pub fn child_env(&self) -> Vec<(OsString, Option<OsString>)> {
-        let endpoint = self.gateway.endpoint();
         let set = |k: &str, v: &str| (OsString::from(k), Some(OsString::from(v)));
         vec![
-            set("AWS_ENDPOINT_URL", &endpoint),
-            set("AWS_ENDPOINT_URL_S3", &endpoint),
+            set("AWS_ENDPOINT_URL", &self.endpoint),
+            set("AWS_ENDPOINT_URL_S3", &self.endpoint),
             set("AWS_ACCESS_KEY_ID", &self.credentials.0),
             set("AWS_SECRET_ACCESS_KEY", &self.credentials.1),
             set("AWS_REGION", &self.region),
@@ -147,11 +225,43 @@ impl RunGateway {
         ]
     }
 
-    /// Stops the gateway (requests in flight finish) and returns the job's S3 files.
+    /// Ends the run's use of the gateway once its requests are over and returns the job's S3
+    /// files: its own gateway stops; a borrowed key goes back and its accesses come with it.
     pub fn finish(self) -> Vec<FileRecord> {
-        self.gateway.stop();
-        let accesses = std::mem::take(&mut *self.sink.accesses.lock().unwrap());
-        roar_gateway::job_files(&accesses)
+        match self.serving {
+            Serving::Own { gateway, sink } => {
+                gateway.stop();
+                let accesses = std::mem::take(&mut *sink.accesses.lock().unwrap());
+                roar_gateway::job_files(&accesses)
+            }
+            Serving::Borrowed { conn, mut reader } => {
+                let mut line = String::new();
+                let returned = (&conn)
+                    .write_all(b"end\n")
+                    .and_then(|()| reader.read_line(&mut line))
+                    .ok()
+                    .and_then(|_| serde_json::from_str::<Returned>(&line).ok());
+                match returned {
+                    Some(r) => {
+                        if !r.settled {
+                            eprintln!(
+                                "roar: some S3 requests of this run were still in flight at {} after {}s; their accesses may be missing",
+                                self.endpoint,
+                                SETTLE.as_secs()
+                            );
+                        }
+                        roar_gateway::job_files(&r.accesses)
+                    }
+                    None => {
+                        eprintln!(
+                            "roar: the S3 gateway at {} did not hand back this run's object accesses; it records them as a job of key {}",
+                            self.endpoint, self.credentials.0
+                        );
+                        Vec::new()
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -164,6 +274,8 @@ struct Session {
 
 struct Sessions {
     open: Mutex<HashMap<String, Session>>,
+    /// Keys lent to runs, with the accesses made with each so far.
+    lent: Mutex<HashMap<String, Vec<Access>>>,
     known: Known,
 }
 
@@ -173,6 +285,10 @@ impl Sink for Sessions {
             .access_key
             .clone()
             .unwrap_or_else(|| "anonymous".into());
+        if let Some(run) = self.lent.lock().unwrap().get_mut(&key) {
+            run.push(access);
+            return;
+        }
         let mut open = self.open.lock().unwrap();
         let session = open.entry(key).or_insert_with(|| Session {
             accesses: Vec::new(),
@@ -188,6 +304,29 @@ impl Sink for Sessions {
 }
 
 impl Sessions {
+    /// From now on the accesses made with `key` belong to a run.
+    fn lend(&self, key: &str) {
+        self.lent.lock().unwrap().insert(key.to_owned(), Vec::new());
+    }
+
+    /// The accesses made with a lent key; later ones (if any) go to an ordinary session.
+    fn take_back(&self, key: &str) -> Vec<Access> {
+        self.lent.lock().unwrap().remove(key).unwrap_or_default()
+    }
+
+    /// Accesses a run did not collect become the key's session, recorded like any other.
+    fn adopt(&self, key: &str, accesses: Vec<Access>) {
+        if accesses.is_empty() {
+            return;
+        }
+        let mut open = self.open.lock().unwrap();
+        let session = open.entry(key.to_owned()).or_insert_with(|| Session {
+            accesses: Vec::new(),
+            last: Instant::now(),
+        });
+        session.accesses.extend(accesses);
+    }
+
     /// Removes the sessions idle for `idle` (all with `None`), oldest first.
     fn take_idle(&self, idle: Option<Duration>) -> Vec<(String, Session)> {
         let mut open = self.open.lock().unwrap();
@@ -276,6 +415,7 @@ pub fn serve(args: GatewayArgs) -> anyhow::Result<ExitCode> {
     let writer = Writer::start(&project.db_path())?;
     let sessions = Arc::new(Sessions {
         open: Mutex::default(),
+        lent: Mutex::default(),
         known: Known::new(&project.db_path()),
     });
     // Blocked before the gateway's threads start, so only this thread takes them.
@@ -317,6 +457,15 @@ pub fn serve(args: GatewayArgs) -> anyhow::Result<ExitCode> {
         out.flush()?;
     }
 
+    let lender = Lender {
+        serving: describe(&backend),
+        endpoint: gateway.endpoint(),
+        region: region.clone(),
+        control: gateway.control(),
+        sessions: Arc::clone(&sessions),
+    };
+    let socket = offer_keys(&project, lender);
+
     let idle = Duration::from_secs(args.session_idle);
     let record = |done: Vec<(String, Session)>| {
         for (key, session) in done {
@@ -339,7 +488,131 @@ pub fn serve(args: GatewayArgs) -> anyhow::Result<ExitCode> {
         record(sessions.take_idle(Some(idle)));
     }
     eprintln!("roar: stopping the gateway");
+    if let Some(path) = socket {
+        let _ = std::fs::remove_file(path);
+    }
     gateway.stop();
+    // Runs still going lose their gateway: what they did so far is recorded here instead.
+    let lent: Vec<(String, Vec<Access>)> = sessions.lent.lock().unwrap().drain().collect();
+    for (key, accesses) in lent {
+        sessions.adopt(&key, accesses);
+    }
     record(sessions.take_idle(None));
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a gateway needs to lend keys to runs.
+struct Lender {
+    serving: String,
+    endpoint: String,
+    region: String,
+    control: roar_gateway::Control,
+    sessions: Arc<Sessions>,
+}
+
+/// Listens on `.roar/gateway.sock` for runs that want a key; returns the socket's path, or None
+/// (with a warning) if this gateway cannot offer keys: then `roar run --s3` starts its own.
+fn offer_keys(project: &Project, lender: Lender) -> Option<PathBuf> {
+    let path = socket_path(project);
+    if UnixStream::connect(&path).is_ok() {
+        eprintln!(
+            "roar: warning: another gateway already serves runs of this project through {}; `roar run --s3` keeps using that one",
+            path.display()
+        );
+        return None;
+    }
+    // Nobody answers: a socket left by a gateway that was killed.
+    let _ = std::fs::remove_file(&path);
+    let listener = match bind_private(&path) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!(
+                "roar: warning: cannot offer keys to `roar run --s3` at {}: {e}; runs will start gateways of their own",
+                path.display()
+            );
+            return None;
+        }
+    };
+    let lender = Arc::new(lender);
+    let spawned = std::thread::Builder::new()
+        .name("roar-gateway-keys".into())
+        .spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let lender = Arc::clone(&lender);
+                let _ = std::thread::Builder::new()
+                    .name("roar-gateway-run".into())
+                    .spawn(move || lend(conn, &lender));
+            }
+        });
+    match spawned {
+        Ok(_) => Some(path),
+        Err(e) => {
+            eprintln!("roar: warning: cannot offer keys to `roar run --s3`: {e}");
+            let _ = std::fs::remove_file(&path);
+            None
+        }
+    }
+}
+
+/// A unix socket only its owner can connect to: a connection gets a key to the store.
+fn bind_private(path: &Path) -> std::io::Result<UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    let listener = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+/// Serves one run: `begin BACKEND` gets a fresh key (if this gateway serves BACKEND); `end`, once
+/// the run's command is over, gets every access made with it. A run that disconnects without
+/// `end` leaves its accesses to an ordinary session of the key.
+fn lend(conn: UnixStream, lender: &Lender) {
+    let Ok(read_half) = conn.try_clone() else {
+        return;
+    };
+    let mut reader = BufReader::new(read_half);
+    let mut line = String::new();
+    if reader.read_line(&mut line).is_err() {
+        return;
+    }
+    let reply = |text: String| (&conn).write_all(format!("{text}\n").as_bytes());
+    match line.trim_end().strip_prefix("begin ") {
+        Some(want) if want == lender.serving => {}
+        // Another backend, or not a run at all: the run starts a gateway of its own.
+        _ => {
+            let _ = reply(
+                serde_json::json!({ "error": format!("this gateway serves {}", lender.serving) })
+                    .to_string(),
+            );
+            return;
+        }
+    }
+    let Ok((access, secret)) = roar_gateway::random_credentials() else {
+        return;
+    };
+    lender.sessions.lend(&access);
+    lender.control.add_key(&access, &secret);
+    let lent = Lent {
+        endpoint: lender.endpoint.clone(),
+        access_key: access.clone(),
+        secret_key: secret,
+        region: lender.region.clone(),
+    };
+    let begun = serde_json::to_string(&lent).is_ok_and(|t| reply(t).is_ok());
+    line.clear();
+    let ended =
+        begun && matches!(reader.read_line(&mut line), Ok(n) if n > 0) && line.trim_end() == "end";
+    // No new request with the key from here; the ones already verified finish and are recorded.
+    lender.control.remove_key(&access);
+    let settled = lender.control.settle(&access, SETTLE);
+    let accesses = lender.sessions.take_back(&access);
+    if ended {
+        let returned = Returned { accesses, settled };
+        if serde_json::to_string(&returned).is_ok_and(|t| reply(t).is_ok()) {
+            return;
+        }
+        lender.sessions.adopt(&access, returned.accesses);
+    } else {
+        lender.sessions.adopt(&access, accesses);
+    }
+    eprintln!("roar: a run using key {access} ended without collecting its object accesses; they are recorded as that key's job");
 }

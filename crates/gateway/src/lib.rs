@@ -10,6 +10,7 @@
 //! to a `Sink`; `files::job_files` turns them into a job's inputs and outputs.
 
 mod body;
+mod control;
 mod files;
 mod host;
 mod pending;
@@ -27,14 +28,14 @@ use anyhow::Context;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder as ConnBuilder;
 use hyper_util::server::graceful::GracefulShutdown;
-use s3s::auth::SimpleAuth;
 use s3s::service::S3ServiceBuilder;
 use tokio::sync::oneshot;
 
+pub use control::Control;
 pub use files::job_files;
 pub use record::{Access, AccessKind, Sink};
 
-use pending::Pending;
+use control::{Counted, Inflight, Keys};
 
 /// Where objects live.
 #[derive(Debug, Clone)]
@@ -75,6 +76,7 @@ impl Config {
 /// A running gateway. `stop` ends it cleanly; dropping it stops it too.
 pub struct Gateway {
     addr: SocketAddr,
+    control: Control,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -93,6 +95,16 @@ impl Gateway {
             .with_context(|| format!("cannot listen on {}", config.listen))?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
+        let keys = Keys::default();
+        for (access, secret) in &config.credentials {
+            keys.add(access, secret);
+        }
+        let control = Control {
+            keys,
+            inflight: Arc::default(),
+            pending: Arc::default(),
+        };
+        let shared = control.clone();
         let (ready_tx, ready_rx) = mpsc::channel::<anyhow::Result<()>>();
         let (stop_tx, stop_rx) = oneshot::channel();
         let thread = std::thread::Builder::new()
@@ -111,8 +123,8 @@ impl Gateway {
                     }
                 };
                 rt.block_on(async move {
-                    let pending = Arc::new(Pending::default());
-                    let service = match build(&config, sink, Arc::clone(&pending)).await {
+                    let pending = Arc::clone(&shared.pending);
+                    let service = match build(&config, sink, &shared).await {
                         Ok(s) => s,
                         Err(e) => {
                             let _ = ready_tx.send(Err(e));
@@ -127,13 +139,14 @@ impl Gateway {
                         }
                     };
                     let _ = ready_tx.send(Ok(()));
-                    serve(listener, service, stop_rx).await;
+                    serve(listener, service, shared.inflight, stop_rx).await;
                     pending.wait().await;
                 });
             })?;
         match ready_rx.recv() {
             Ok(Ok(())) => Ok(Gateway {
                 addr,
+                control,
                 stop: Some(stop_tx),
                 thread: Some(thread),
             }),
@@ -150,6 +163,11 @@ impl Gateway {
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// A handle to add and remove access keys and to wait for a key's requests, from any thread.
+    pub fn control(&self) -> Control {
+        self.control.clone()
     }
 
     /// The endpoint URL clients should use.
@@ -182,7 +200,7 @@ impl Drop for Gateway {
 async fn build(
     config: &Config,
     sink: Arc<dyn Sink>,
-    pending: Arc<Pending>,
+    control: &Control,
 ) -> anyhow::Result<s3s::service::S3Service> {
     let backend: Box<dyn s3s::S3> = match &config.backend {
         Backend::Embedded(root) => {
@@ -196,12 +214,9 @@ async fn build(
             Box::new(upstream::connect(url, &config.region, config.upstream_timeout).await?)
         }
     };
-    let mut auth = SimpleAuth::new();
-    for (access, secret) in &config.credentials {
-        auth.register(access.clone(), secret.as_str().into());
-    }
+    let pending = Arc::clone(&control.pending);
     let mut b = S3ServiceBuilder::new(record::Recorder::new(backend, sink, pending));
-    b.set_auth(auth);
+    b.set_auth(control.keys.clone());
     b.set_host(host::Hosts::new(&config.domains));
     Ok(b.build())
 }
@@ -209,8 +224,21 @@ async fn build(
 async fn serve(
     listener: tokio::net::TcpListener,
     service: s3s::service::S3Service,
+    inflight: Arc<Inflight>,
     mut stop: oneshot::Receiver<()>,
 ) {
+    // Each request counts as in flight under the key it claims until its response body is gone.
+    let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+        let guard = control::claimed_key(&req).map(|k| inflight.start(k));
+        let reply = hyper::service::Service::call(&service, req);
+        async move {
+            let resp = reply.await?;
+            Ok::<_, s3s::HttpError>(resp.map(|body| Counted {
+                body,
+                _guard: guard,
+            }))
+        }
+    });
     let http = ConnBuilder::new(TokioExecutor::new());
     let graceful = GracefulShutdown::new();
     loop {

@@ -23,7 +23,7 @@ use crate::body::{self, Digest, Hashing};
 use crate::pending::Pending;
 
 /// What a client did to an object.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum AccessKind {
     Read,
     Write,
@@ -31,7 +31,7 @@ pub enum AccessKind {
 }
 
 /// One completed object access.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Access {
     /// The access key the request was signed with.
     pub access_key: Option<String>,
