@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # S3 through the gateway vs direct to the upstream, in the same run, with boto3: added median
-# latency for PUT/GET of 4 KiB to 8 MiB objects, and peak RSS while streaming 1 GiB each way.
+# latency for PUT/GET of 4 KiB to 8 MiB objects, and peak RSS while streaming 1 GiB each way;
+# then the fixed cost of `roar run --s3` with a gateway of its own vs a key borrowed from the
+# project's running `roar gateway`.
 # The upstream is a real S3 server on loopback (s3s-fs, the tests' s3-upstream); `roar gateway
 # --upstream` verifies the client's SigV4, re-signs and forwards; the Python peer's roar-proxy
 # (from roar-cli) is measured the same way when its binary is there.
@@ -65,3 +67,28 @@ echo "== S3 latency and streaming (boto3, $REPS rounds for objects up to 1 MiB)"
 BENCH_DIR="$W" BENCH_JSON="$W/s3.json" python3 "$REPO/bench/s3_bench.py" "$REPS" "${endpoints[@]}"
 kill -TERM "$GW_PID"; wait "$GW_PID" 2>/dev/null || true
 echo "gateway jobs recorded: $("$ROAR" log --json -n 1000 | python3 -c 'import json,sys; print(sum(1 for j in json.load(sys.stdin) if j["backend"] == "gateway"))')"
+
+echo "== roar run --s3 true: fixed cost, a gateway of the run's own vs a key borrowed from a running one"
+# A gateway in $W/project offers keys on .roar/gateway.sock (the one above that did has
+# stopped); $W/solo has none, so its runs start their own. `env -C` on every command keeps them
+# comparable.
+"$ROAR" gateway --listen 127.0.0.1:0 > "$W/lender.env" 2> "$W/lender.log" &
+pids+=($!)
+for _ in $(seq 100); do [ -S .roar/gateway.sock ] && break; sleep 0.05; done
+[ -S .roar/gateway.sock ] || { echo "s3: the gateway did not offer keys: $(cat "$W/lender.log")" >&2; exit 1; }
+mkdir -p "$W/solo" && env -C "$W/solo" "$ROAR" init > /dev/null
+python3 "$REPO/bench/lib/compare.py" "$W/runs3.json" "${RUNS:-20}" \
+    "bare=env -C $W/solo true" \
+    "roar run=env -C $W/solo $ROAR run true" \
+    "roar run --s3 (own gateway)=env -C $W/solo $ROAR run --s3 true" \
+    "roar run --s3 (borrowed key)=env -C $W/project $ROAR run --s3 true"
+python3 - "$W/runs3.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+bare = r["bare"]["median"]
+for name, v in r.items():
+    if name != "bare":
+        print(f"  {name:<30} +{(v['median'] - bare) * 1e3:6.2f} ms over bare")
+own, lent = r["roar run --s3 (own gateway)"]["median"], r["roar run --s3 (borrowed key)"]["median"]
+print(f"  borrowing saves {(own - lent) * 1e3:.2f} ms per run")
+PY
