@@ -96,7 +96,8 @@ struct Lent {
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Returned {
     accesses: Vec<Access>,
-    /// False if some request was still in flight after SETTLE: its access may be missing.
+    /// False if some request was still in flight after SETTLE: its access, when it ends, goes to
+    /// an ordinary session of the key instead.
     settled: bool,
 }
 
@@ -245,9 +246,10 @@ impl RunGateway {
                     Some(r) => {
                         if !r.settled {
                             eprintln!(
-                                "roar: some S3 requests of this run were still in flight at {} after {}s; their accesses may be missing",
+                                "roar: some S3 requests of this run were still in flight at {} after {}s; the gateway records them as a job of key {}",
                                 self.endpoint,
-                                SETTLE.as_secs()
+                                SETTLE.as_secs(),
+                                self.credentials.0
                             );
                         }
                         roar_gateway::job_files(&r.accesses)
