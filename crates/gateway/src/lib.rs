@@ -4,10 +4,12 @@
 //! SigV4 signature (streaming aws-chunked and unsigned-payload uploads included) against the
 //! gateway's credentials; a wrong signature is answered 403 before the backend sees anything. The
 //! backend is either the embedded object store (s3s-fs on a directory, `.roar/s3/` in a project)
-//! or an upstream S3 service reached through aws-sdk-s3 (s3s-aws), which re-signs every request
-//! with aws-sigv4 and the upstream credentials from the environment or an AWS profile. Between the
-//! two sits `record::Recorder`, which hashes bodies as they stream and reports completed accesses
-//! to a `Sink`; `files::job_files` turns them into a job's inputs and outputs.
+//! or an upstream S3 service (`upstream.rs`: object GET/HEAD/PUT over a pooled hyper client,
+//! re-signed with aws-sigv4 and the upstream credentials from the environment or an AWS profile;
+//! other operations through aws-sdk-s3 via s3s-aws). Between the two sits `record::Recorder`,
+//! which hashes bodies as they stream and reports completed accesses to a `Sink`;
+//! `files::job_files` turns them into a job's inputs and outputs. `control.rs` holds the keys the
+//! gateway accepts (changeable while it serves) and counts requests in flight per key.
 
 mod body;
 mod control;
