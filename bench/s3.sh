@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$PWD"
 bash scripts/setup.sh
-cargo build --release --locked -q -p roar-cli
+cargo build --release --locked -q -p roar-cli -p roar-preload
 cargo build --release --locked -q -p roar-tests --bin s3-upstream
 ROAR="$PWD/target/release/roar"
 UPSTREAM_BIN="$PWD/target/release/s3-upstream"
