@@ -12,8 +12,6 @@ use std::time::{Duration, Instant};
 use s3s::auth::{S3Auth, SecretKey};
 use s3s::{s3_error, S3Result};
 
-use crate::pending::Pending;
-
 /// The access keys clients may sign with; changeable while the gateway serves.
 #[derive(Clone, Default)]
 pub(crate) struct Keys(Arc<RwLock<HashMap<String, SecretKey>>>);
@@ -53,7 +51,7 @@ impl S3Auth for Keys {
 }
 
 /// Requests in flight per access key, from arrival until their response body is dropped (sent,
-/// or abandoned by the client).
+/// or abandoned by the client), and the background hashing their accesses wait for.
 #[derive(Default)]
 pub(crate) struct Inflight {
     count: Mutex<HashMap<String, usize>>,
@@ -162,7 +160,6 @@ impl<B: hyper::body::Body + Unpin> hyper::body::Body for Counted<B> {
 pub struct Control {
     pub(crate) keys: Keys,
     pub(crate) inflight: Arc<Inflight>,
-    pub(crate) pending: Arc<Pending>,
 }
 
 impl Control {
@@ -176,20 +173,10 @@ impl Control {
         self.keys.remove(access);
     }
 
-    /// Waits until no request signed with `access` is in flight and no background hashing is
-    /// left, so every access made with the key has reached the sink. False after `limit`.
+    /// Waits until no request signed with `access` is in flight and its background hashing is
+    /// done, so every access made with the key has reached the sink. False after `limit`.
     pub fn settle(&self, access: &str, limit: Duration) -> bool {
-        let deadline = Instant::now() + limit;
-        if !self.inflight.wait_idle(access, deadline) {
-            return false;
-        }
-        while !self.pending.is_idle() {
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        true
+        self.inflight.wait_idle(access, Instant::now() + limit)
     }
 }
 
@@ -226,7 +213,6 @@ mod tests {
         let control = Control {
             keys: Keys::default(),
             inflight: Arc::default(),
-            pending: Arc::default(),
         };
         let other = control.inflight.start("other".into());
         let mine = control.inflight.start("mine".into());

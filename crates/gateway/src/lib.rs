@@ -38,6 +38,7 @@ pub use files::job_files;
 pub use record::{Access, AccessKind, Sink};
 
 use control::{Counted, Inflight, Keys};
+use pending::Pending;
 
 /// Where objects live.
 #[derive(Debug, Clone)]
@@ -104,7 +105,6 @@ impl Gateway {
         let control = Control {
             keys,
             inflight: Arc::default(),
-            pending: Arc::default(),
         };
         let shared = control.clone();
         let (ready_tx, ready_rx) = mpsc::channel::<anyhow::Result<()>>();
@@ -125,8 +125,8 @@ impl Gateway {
                     }
                 };
                 rt.block_on(async move {
-                    let pending = Arc::clone(&shared.pending);
-                    let service = match build(&config, sink, &shared).await {
+                    let pending = Arc::new(Pending::default());
+                    let service = match build(&config, sink, &shared, &pending).await {
                         Ok(s) => s,
                         Err(e) => {
                             let _ = ready_tx.send(Err(e));
@@ -203,6 +203,7 @@ async fn build(
     config: &Config,
     sink: Arc<dyn Sink>,
     control: &Control,
+    pending: &Arc<Pending>,
 ) -> anyhow::Result<s3s::service::S3Service> {
     let backend: Box<dyn s3s::S3> = match &config.backend {
         Backend::Embedded(root) => {
@@ -216,8 +217,13 @@ async fn build(
             Box::new(upstream::connect(url, &config.region, config.upstream_timeout).await?)
         }
     };
-    let pending = Arc::clone(&control.pending);
-    let mut b = S3ServiceBuilder::new(record::Recorder::new(backend, sink, pending));
+    let recorder = record::Recorder::new(
+        backend,
+        sink,
+        Arc::clone(pending),
+        Arc::clone(&control.inflight),
+    );
+    let mut b = S3ServiceBuilder::new(recorder);
     b.set_auth(control.keys.clone());
     b.set_host(host::Hosts::new(&config.domains));
     Ok(b.build())

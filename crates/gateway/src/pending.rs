@@ -21,10 +21,6 @@ impl Pending {
         Guard(Arc::clone(self))
     }
 
-    pub(crate) fn is_idle(&self) -> bool {
-        self.count.load(Ordering::SeqCst) == 0
-    }
-
     /// Waits until no background work is left.
     pub(crate) async fn wait(&self) {
         loop {

@@ -20,7 +20,8 @@ use s3s::{S3Request, S3Response, S3Result, S3};
 use tokio::sync::oneshot;
 
 use crate::body::{self, Digest, Hashing};
-use crate::pending::Pending;
+use crate::control::{Inflight, InflightGuard};
+use crate::pending::{self, Pending};
 
 /// What a client did to an object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -92,16 +93,30 @@ struct Shared {
     /// blake3 and size by (bucket, key, ETag), for objects this gateway streamed whole.
     known: Mutex<HashMap<ObjectId, (String, u64)>>,
     pending: Arc<Pending>,
+    inflight: Arc<Inflight>,
+}
+
+/// Background work for an access: the gateway's stop waits for it, and so does a run that
+/// borrowed the access key (its requests are over only once their accesses are recorded).
+struct Background {
+    _work: pending::Guard,
+    _key: Option<InflightGuard>,
 }
 
 impl Recorder {
-    pub(crate) fn new(inner: Box<dyn S3>, sink: Arc<dyn Sink>, pending: Arc<Pending>) -> Recorder {
+    pub(crate) fn new(
+        inner: Box<dyn S3>,
+        sink: Arc<dyn Sink>,
+        pending: Arc<Pending>,
+        inflight: Arc<Inflight>,
+    ) -> Recorder {
         Recorder {
             shared: Arc::new(Shared {
                 inner,
                 sink,
                 known: Mutex::default(),
                 pending,
+                inflight,
             }),
         }
     }
@@ -116,6 +131,13 @@ fn etag_str(etag: &Option<ETag>) -> Option<String> {
 }
 
 impl Shared {
+    fn background(&self, access_key: Option<&str>) -> Background {
+        Background {
+            _work: self.pending.start(),
+            _key: access_key.map(|k| self.inflight.start(k.to_owned())),
+        }
+    }
+
     fn record(&self, access: Access) {
         if let (Some(etag), Some(b3), Some(size)) = (&access.etag, &access.blake3, access.size) {
             self.known.lock().unwrap().insert(
@@ -191,7 +213,7 @@ impl Shared {
             return;
         }
         let shared = Arc::clone(self);
-        let guard = self.pending.start();
+        let guard = self.background(access.access_key.as_deref());
         tokio::spawn(async move {
             if let Some((d, etag)) = shared
                 .digest_object(&access.bucket, &access.key, pin.as_deref())
@@ -368,7 +390,7 @@ recorder_impl! {
             };
             // The copy has the source's content: one hash serves both records.
             let shared = Arc::clone(&self.shared);
-            let guard = self.shared.pending.start();
+            let guard = self.shared.background(access_key.as_deref());
             tokio::spawn(async move {
                 let d = match etag.as_deref().and_then(|e| shared.known(&written.bucket, &written.key, e)) {
                     Some((blake3, size)) => Some(Digest { blake3, size }),
