@@ -488,14 +488,7 @@ fn a_bad_signature_is_refused_before_anything_is_stored() {
                 .send()
                 .await
                 .expect_err(who);
-            let raw = err.raw_response().map(|r| r.status().as_u16());
-            assert_eq!(raw, Some(403), "{who}: {err:?}");
-            assert_eq!(
-                err.as_service_error()
-                    .and_then(|e| aws_sdk_s3::error::ProvideErrorMetadata::code(e)),
-                Some(code),
-                "{who}"
-            );
+            assert_eq!(failure(&err), (Some(403), Some(code)), "{who}: {err:?}");
         }
         let head = good
             .head_object()
