@@ -503,3 +503,30 @@ fn an_output_that_replaces_a_known_version_names_it() {
     let show = common::stdout(&p.roar(["show", &job["id"].to_string()]));
     assert!(show.contains(&format!("(was {})", &before[..12])), "{show}");
 }
+
+#[test]
+fn the_wal_a_large_job_leaves_is_checkpointed_after_roar_run_returns() {
+    let p = Project::new();
+    let out = p.roar([
+        "run",
+        "--",
+        "python3",
+        "-c",
+        "import os\nos.mkdir('out')\nfor i in range(12000):\n    open(f'out/{i}', 'w').write(str(i))",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // 12,000 recorded files take the WAL past its limit; `roar run` returned without folding it
+    // into the database, and the process it started does so and truncates it.
+    let wal = p.path().join(".roar/roar.db-wal");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::fs::metadata(&wal).map_or(0, |m| m.len()) > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the WAL was not checkpointed: {} bytes",
+            std::fs::metadata(&wal).unwrap().len()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let job = p.last_job();
+    assert_eq!(p.files(&job, "output").len(), 12000);
+}

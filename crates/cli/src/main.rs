@@ -145,6 +145,12 @@ enum Command {
         #[command(subcommand)]
         command: run_cmd::TracerCommand,
     },
+    /// Fold the store's WAL into the database (what `roar run` starts in the background).
+    #[command(hide = true, name = "checkpoint-store")]
+    CheckpointStore {
+        /// The store database.
+        db: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -204,6 +210,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Gateway(args) => return gateway_cmd::serve(args),
         Command::Unmount { dir } => return mount_cmd::unmount(&dir),
         Command::Tracer { command } => return run_cmd::tracer(command, json),
+        Command::CheckpointStore { db } => roar_store::checkpoint(&db)?,
     }
     Ok(ExitCode::SUCCESS)
 }

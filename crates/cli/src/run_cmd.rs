@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use clap::{Args, Subcommand};
 use roar_store::hash::HashOptions;
-use roar_store::{now_ns, GitState, JobRecord, Outcome, Project, Role, Store, Writer};
+use roar_store::{now_ns, Checkpoints, GitState, JobRecord, Outcome, Project, Role, Store, Writer};
 use roar_tracer::collect;
 use roar_tracer::ignore::Ignore;
 use roar_tracer::{Backend, Status, TraceError};
@@ -295,7 +295,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         job.files.iter().filter(|f| f.role == Role::Output).count(),
     );
     let listing = args.verbose.then(|| job.files.clone());
-    let recorded = Writer::start(&project.db_path()).and_then(|w| {
+    let recorded = Writer::start_with(&project.db_path(), Checkpoints::Deferred).and_then(|w| {
         w.cache(hashed.new_cache)?;
         let id = w.record_job(job)?;
         Ok(id)
@@ -361,7 +361,42 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             ms(t_recorded - t_hashed),
         );
     }
+    checkpoint_in_background(&project.db_path());
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// Starts `roar checkpoint-store` detached if the WAL has outgrown its limit. A checkpoint
+/// fsyncs the WAL and the database (tens of milliseconds on a virtual disk); done inline it would
+/// land on this command's exit, which the user waits for, every few thousand recorded files.
+/// The copy does not block other writers, so the next `roar run` need not wait for it either.
+fn checkpoint_in_background(db: &Path) {
+    use std::os::unix::process::CommandExt;
+    if !roar_store::checkpoint_due(db) {
+        return;
+    }
+    let Ok(exe) = std::env::current_exe() else {
+        return;
+    };
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("checkpoint-store")
+        .arg(db)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    #[allow(unsafe_code)]
+    // SAFETY: setsid and nice are async-signal-safe and touch nothing of the parent's state.
+    unsafe {
+        // Its own session: the terminal's Ctrl-C after roar returned is not meant for it (though
+        // cutting a checkpoint short is harmless), and it yields the CPU to the user's next command.
+        cmd.pre_exec(|| {
+            libc::setsid();
+            libc::nice(10);
+            Ok(())
+        });
+    }
+    if let Err(e) = cmd.spawn() {
+        tracing::warn!("could not start the store checkpoint: {e}");
+    }
 }
 
 /// The command never started: say so like a shell would, record the attempt, exit 127/126.
@@ -376,12 +411,15 @@ fn failed_to_start(
     eprintln!("roar: {:#}", anyhow::Error::from(e));
     job.outcome = Outcome::FailedToStart(format!("exit {code}"));
     job.ended_ns = Some(job.started_ns);
-    match Writer::start(&project.db_path()).and_then(|w| w.record_job(job)) {
+    match Writer::start_with(&project.db_path(), Checkpoints::Deferred)
+        .and_then(|w| w.record_job(job))
+    {
         Ok(id) => eprintln!("roar: job {id} recorded as not started"),
         Err(e) => eprintln!(
             "roar: job could not be recorded: {:#}",
             anyhow::Error::from(e)
         ),
     }
+    checkpoint_in_background(&project.db_path());
     Ok(ExitCode::from(code as u8))
 }

@@ -150,8 +150,8 @@ pub fn open(path: &Path, create: bool) -> Result<Connection> {
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(Duration::from_secs(30))?;
     // Every roar process is usually the store's only connection: without this, each one would
-    // checkpoint the WAL into the database (with an fsync) and delete it when it exits. The
-    // writer truncates the WAL itself once it is big (see `writer::checkpoint_if_large`).
+    // checkpoint the WAL into the database (with an fsync) and delete it when it exits. Writers
+    // truncate the WAL once it is big (see `writer::Checkpoints`).
     conn.set_db_config(
         rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
         true,

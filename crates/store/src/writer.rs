@@ -22,6 +22,19 @@ enum Msg {
     Flush(Sender<Result<()>>),
 }
 
+/// When the WAL is folded back into the database (a checkpoint: two fsyncs, tens of milliseconds
+/// on a virtual disk).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checkpoints {
+    /// SQLite's own policy (after any commit that leaves the WAL over 1000 pages) plus a
+    /// truncating checkpoint when the writer exits with the WAL over [`WAL_LIMIT`]. For
+    /// long-lived writers and commands nobody waits on per file.
+    Inline,
+    /// Never in this writer: the caller checks [`checkpoint_due`] once it has answered its user
+    /// and hands the work to another process (`roar run`, whose user waits on its exit).
+    Deferred,
+}
+
 /// Handle to the writer thread. Dropping it flushes what is queued and joins the thread.
 pub struct Writer {
     tx: Option<Sender<Msg>>,
@@ -29,14 +42,23 @@ pub struct Writer {
 }
 
 impl Writer {
-    /// Opens the store at `path` for writing and starts the writer thread.
+    /// Opens the store at `path` for writing and starts the writer thread; it checkpoints
+    /// [`Checkpoints::Inline`].
     pub fn start(path: &Path) -> Result<Writer> {
+        Writer::start_with(path, Checkpoints::Inline)
+    }
+
+    pub fn start_with(path: &Path, checkpoints: Checkpoints) -> Result<Writer> {
         let conn = db::open(path, false)?;
+        if checkpoints == Checkpoints::Deferred {
+            conn.pragma_update(None, "wal_autocheckpoint", 0)
+                .map_err(|e| db::classify(path, e))?;
+        }
         let (tx, rx) = mpsc::channel();
         let path = path.to_owned();
         let thread = std::thread::Builder::new()
             .name("roar-store-writer".into())
-            .spawn(move || run(conn, path, rx))
+            .spawn(move || run(conn, path, rx, checkpoints))
             .map_err(|e| StoreError::io("start the writer thread for", "roar.db", e))?;
         Ok(Writer {
             tx: Some(tx),
@@ -92,7 +114,7 @@ impl Drop for Writer {
     }
 }
 
-fn run(mut conn: Connection, path: PathBuf, rx: Receiver<Msg>) {
+fn run(mut conn: Connection, path: PathBuf, rx: Receiver<Msg>, checkpoints: Checkpoints) {
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -103,22 +125,38 @@ fn run(mut conn: Connection, path: PathBuf, rx: Receiver<Msg>) {
         }
         commit(&mut conn, &path, batch);
     }
-    checkpoint_if_large(&conn, &path);
-}
-
-/// WAL size above which the exiting writer folds it into the database and truncates it.
-const WAL_LIMIT: u64 = 4 << 20;
-
-/// Each process opening the store replays the whole WAL (a WAL nobody checkpointed on close is
-/// never restarted), so the WAL is kept small: one fsync'd checkpoint every few megabytes of
-/// writes instead of one per process.
-fn checkpoint_if_large(conn: &Connection, path: &Path) {
-    let mut wal = path.as_os_str().to_owned();
-    wal.push("-wal");
-    if std::fs::metadata(&wal).is_ok_and(|m| m.len() > WAL_LIMIT) {
+    if checkpoints == Checkpoints::Inline && checkpoint_due(&path) {
         // Busy (a reader elsewhere) is fine: the next writer tries again.
         let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
     }
+}
+
+/// WAL size above which it is folded into the database and truncated.
+pub const WAL_LIMIT: u64 = 4 << 20;
+
+/// Whether the WAL of the store at `path` has outgrown [`WAL_LIMIT`]. Each process opening the
+/// store replays the whole WAL (a WAL nobody checkpointed on close is never restarted), so it is
+/// kept small: one fsync'd checkpoint every few megabytes of writes instead of one per process.
+pub fn checkpoint_due(path: &Path) -> bool {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    std::fs::metadata(&wal).is_ok_and(|m| m.len() > WAL_LIMIT)
+}
+
+/// Folds the WAL of the store at `path` into the database and truncates it. The copy runs
+/// without the write lock (other processes keep committing meanwhile); only the final truncation
+/// needs the store to itself, and is skipped, not waited for, if another writer holds it.
+pub fn checkpoint(path: &Path) -> Result<()> {
+    let conn = db::open(path, false)?;
+    // A checkpoint that could not finish says so in its result row (busy = 1), not as an error.
+    let run = |mode: &str| {
+        conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |_| Ok(()))
+            .map_err(|e| db::classify(path, e))
+    };
+    run("PASSIVE")?;
+    conn.busy_timeout(std::time::Duration::ZERO)
+        .map_err(|e| db::classify(path, e))?;
+    run("TRUNCATE")
 }
 
 /// Applies one batch in one transaction, then answers every waiting caller.

@@ -7,7 +7,7 @@ use std::process::Command;
 
 use roar_store::hash::{hash_path, hash_paths, HashOptions};
 use roar_store::{
-    ContentHash, FileRecord, JobRecord, Ops, Outcome, Role, Store, StoreError, Writer,
+    Checkpoints, ContentHash, FileRecord, JobRecord, Ops, Outcome, Role, Store, StoreError, Writer,
     SCHEMA_VERSION,
 };
 
@@ -165,6 +165,78 @@ fn concurrent_writer_worker() {
             .collect();
         writer.record_job(job(&["worker"], files)).unwrap();
     }
+}
+
+/// Records jobs of 2,000 files until the WAL of `db` has outgrown its limit and two more after
+/// that (past SQLite's own checkpoint, which restarts the WAL); returns the row count.
+fn grow_wal(writer: &Writer, db: &Path) -> i64 {
+    let mut files = 0;
+    let mut after = None;
+    for i in 0..100 {
+        let batch = (0..2000)
+            .map(|f| {
+                file(
+                    Role::Output,
+                    &format!("/out/{i}/{f}"),
+                    format!("{i}-{f}").as_bytes(),
+                )
+            })
+            .collect();
+        writer.record_job(job(&["grow"], batch)).unwrap();
+        files += 2000;
+        if after.is_none() && roar_store::checkpoint_due(db) {
+            after = Some(i + 2);
+        }
+        if after == Some(i) {
+            return files;
+        }
+    }
+    panic!("the WAL stayed under {} bytes", roar_store::WAL_LIMIT);
+}
+
+fn wal_len(db: &Path) -> u64 {
+    let mut wal = db.as_os_str().to_owned();
+    wal.push("-wal");
+    std::fs::metadata(wal).map_or(0, |m| m.len())
+}
+
+#[test]
+fn a_deferring_writer_leaves_the_checkpoint_to_whoever_it_hands_it_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = new_db(dir.path());
+    let writer = Writer::start_with(&db, Checkpoints::Deferred).unwrap();
+    let files = grow_wal(&writer, &db);
+    drop(writer);
+    // No commit checkpointed (SQLite's own policy would have restarted the WAL every 1000
+    // pages) and neither did the exiting writer: every frame written is still in the WAL.
+    // (A passive checkpoint answers how many frames the WAL holds; it leaves the file's size.)
+    assert!(roar_store::checkpoint_due(&db));
+    let frames: i64 = roar_store::open(&db, false)
+        .unwrap()
+        .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1))
+        .unwrap();
+    assert!(
+        frames as u64 * 4096 > roar_store::WAL_LIMIT,
+        "only {frames} frames left in the WAL"
+    );
+
+    roar_store::checkpoint(&db).unwrap();
+    assert_eq!(wal_len(&db), 0, "the checkpoint did not truncate the WAL");
+    assert!(!roar_store::checkpoint_due(&db));
+    let stats = Store::open(&db).unwrap().stats().unwrap();
+    assert_eq!(stats.job_files, files);
+}
+
+#[test]
+fn an_inline_writer_truncates_a_large_wal_when_it_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = new_db(dir.path());
+    let writer = Writer::start(&db).unwrap();
+    let files = grow_wal(&writer, &db);
+    drop(writer);
+    assert_eq!(wal_len(&db), 0, "the exiting writer left its WAL");
+    let stats = Store::open(&db).unwrap().stats().unwrap();
+    assert_eq!(stats.job_files, files);
 }
 
 #[test]
