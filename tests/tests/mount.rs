@@ -105,8 +105,19 @@ impl Mounted {
                     && base(a[0]).starts_with(&base(want[0]))
             })
         };
+        // A program exec'd with an empty argument list has no argv to match: it is the
+        // workload's if it is the only such job.
+        let nameless: Vec<_> = jobs
+            .iter()
+            .filter(|j| j["argv"].as_array().is_some_and(|a| a.is_empty()))
+            .collect();
         jobs.iter()
             .find(|j| j["argv"].as_array().is_some_and(matches))
+            .or(if nameless.len() == 1 {
+                Some(nameless[0])
+            } else {
+                None
+            })
             .cloned()
             .unwrap_or_else(|| panic!("no mount job with argv {argv:?} among {jobs:#?}"))
     }

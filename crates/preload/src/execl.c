@@ -19,11 +19,19 @@ static size_t count(va_list ap) {
     return n;
 }
 
+/* glibc declares arg0 nonnull, so the compiler deletes a plain `arg0 == NULL` test; yet
+ * `execl(path, (char *)0)` (an empty argument list) is valid and must not make the shim walk
+ * past the list's end. The empty asm hides where the pointer came from. */
+static int is_null(const char *p) {
+    __asm__("" : "+r"(p));
+    return p == NULL;
+}
+
 #define GATHER(last)                                                                               \
     va_list ap, probe;                                                                             \
     va_start(ap, last);                                                                            \
     va_copy(probe, ap);                                                                            \
-    size_t n = arg0 == NULL ? 1 : count(probe) + 1; /* arg0 .. NULL */                             \
+    size_t n = is_null(arg0) ? 1 : count(probe) + 1; /* arg0 .. NULL */                            \
     va_end(probe);                                                                                 \
     if (n > INT_MAX / sizeof(char *)) {                                                            \
         va_end(ap);                                                                                \

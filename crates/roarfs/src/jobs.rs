@@ -10,7 +10,6 @@
 
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -63,12 +62,10 @@ fn tgid(tid: i32) -> i32 {
         .unwrap_or(tid)
 }
 
+/// The process's argv exactly, empty arguments included (`prog "" x` is not `prog x`).
 fn cmdline(pid: i32) -> Vec<OsString> {
     let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    raw.split(|b| *b == 0)
-        .filter(|a| !a.is_empty())
-        .map(|a| OsString::from_vec(a.to_vec()))
-        .collect()
+    roar_store::argv_from_blob(raw.strip_suffix(b"\0").unwrap_or(&raw))
 }
 
 const SHELLS: &[&str] = &["bash", "sh", "dash", "zsh", "fish", "ksh", "tcsh", "csh"];
@@ -484,6 +481,26 @@ impl Jobs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_a_command_line_with_empty_arguments_exactly() {
+        // The shell blocks reading its stdin until it is killed. /proc can show an empty command
+        // line for a moment after spawn returns.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "read x", "sh", "", "x"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut argv = cmdline(child.id() as i32);
+        while argv.is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            argv = cmdline(child.id() as i32);
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(argv, ["sh", "-c", "read x", "sh", "", "x"]);
+    }
 
     #[test]
     fn reads_its_own_stat_line() {

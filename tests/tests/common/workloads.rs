@@ -41,6 +41,21 @@ int main(void) {
 }
 "#;
 
+/// Re-executes itself with no arguments at all (`argv[0]` NULL; Linux passes an empty string in
+/// its place), and writes a file once it runs that way.
+pub const C_EMPTY_ARGV: &str = r#"
+#include <stdio.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    if (argc <= 1 && (argc == 0 || argv[0][0] == '\0')) {
+        FILE *out = fopen("by_empty_argv", "w");
+        return out && fputs("e", out) >= 0 && fclose(out) == 0 ? 0 : 2;
+    }
+    execl("/proc/self/exe", (char *)0);
+    return 9;
+}
+"#;
+
 pub fn workloads() -> Vec<Workload> {
     vec![
         Workload {
@@ -262,6 +277,15 @@ pub fn workloads() -> Vec<Workload> {
             oracle: true,
         },
         Workload {
+            name: "execl with an empty argument list",
+            setup: "cat > empty_argv.c <<'EOF'\nC_EMPTY_ARGV\nEOF\ncc -O1 -o empty_argv empty_argv.c && rm empty_argv.c",
+            argv: &["./empty_argv"],
+            inputs: &[],
+            outputs: &["by_empty_argv"],
+            exit: 0,
+            oracle: true,
+        },
+        Workload {
             name: "program that closes all fds",
             setup: "",
             argv: &["python3", "-c", "import os; os.closerange(3, 4096); open('after_close','w').write('x')"],
@@ -277,6 +301,7 @@ pub fn workloads() -> Vec<Workload> {
 pub fn sh(dir: &Path, script: &str) {
     let script = script
         .replace("C_FOPEN", C_FOPEN)
+        .replace("C_EMPTY_ARGV", C_EMPTY_ARGV)
         .replace("PY_POOL", PY_POOL);
     let out = Command::new("sh")
         .args(["-c", &script])
