@@ -277,6 +277,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // From here on the command's status is final: a failure to record never changes it.
     let ignore = Ignore::new(&config.ignore);
     let classified = collect::classify(&traced.events, traced.started_ns, &ignore);
+    let t_classified = t0.elapsed();
     // Opened only if some file may be answered from the hash cache.
     let store = std::cell::OnceCell::new();
     let cache = || {
@@ -353,11 +354,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         let _ = writeln!(
             err,
-            "roar: timing: setup {:.2} ms, traced run {:.2} ms (command {:.2} ms), classify+hash {:.2} ms, record {:.2} ms",
+            "roar: timing: setup {:.2} ms, traced run {:.2} ms (command {:.2} ms), classify {:.2} ms, hash {:.2} ms, record {:.2} ms",
             ms(t_setup),
             ms(t_traced - t_setup),
             child_ns as f64 / 1e6,
-            ms(t_hashed - t_traced),
+            ms(t_classified - t_traced),
+            ms(t_hashed - t_classified),
             ms(t_recorded - t_hashed),
         );
     }

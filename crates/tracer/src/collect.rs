@@ -48,55 +48,109 @@ pub struct Classified {
 
 const O_ACCMODE: i32 = libc::O_ACCMODE;
 
-/// `Ignore::is_ignored` once per distinct path: a job opening one file 100,000 times matches the
-/// globs once.
-struct IgnoreMemo<'a> {
-    ignore: &'a Ignore,
-    seen: HashMap<OsString, bool>,
+/// What classification knows of a path it has seen in an event.
+#[derive(Clone, Copy)]
+enum Seen {
+    /// Matched the ignore globs (checked once per distinct path, not per event).
+    Ignored,
+    /// Tracked: its index in [`Paths::list`].
+    At(usize),
 }
 
-impl IgnoreMemo<'_> {
-    fn is_ignored(&mut self, path: &Path) -> bool {
-        if let Some(v) = self.seen.get(path.as_os_str()) {
-            return *v;
+/// The job's tracked paths in first-seen order, and one lookup per event for a path's state or
+/// for its ignore verdict: events of a job with many files are mostly first and second sightings
+/// of one path each, so every extra map probe showed in profiles.
+struct Paths<'a> {
+    ignore: &'a Ignore,
+    seen: HashMap<OsString, Seen>,
+    /// `None` once a directory move re-keyed the path onto an earlier entry.
+    list: Vec<(PathBuf, Option<PathState>)>,
+}
+
+impl Paths<'_> {
+    /// The state of `path`, created at `ts` on first sight; `None` if the path is ignored.
+    fn get(&mut self, path: &Path, ts: i64) -> Option<&mut PathState> {
+        let i = match self.seen.get(path.as_os_str()) {
+            Some(Seen::Ignored) => return None,
+            Some(Seen::At(i)) => *i,
+            None => {
+                if self.ignore.is_ignored(path) {
+                    self.seen.insert(path.as_os_str().to_owned(), Seen::Ignored);
+                    return None;
+                }
+                self.track(path.to_owned(), ts)
+            }
+        };
+        let st = self.list[i]
+            .1
+            .as_mut()
+            .expect("a seen path's entry is live");
+        st.last_ns = ts;
+        Some(st)
+    }
+
+    fn track(&mut self, path: PathBuf, ts: i64) -> usize {
+        let i = self.list.len();
+        self.seen.insert(path.as_os_str().to_owned(), Seen::At(i));
+        self.list.push((
+            path,
+            Some(PathState {
+                first_ns: ts,
+                ..PathState::default()
+            }),
+        ));
+        i
+    }
+
+    fn is_tracked(&self, path: &Path) -> bool {
+        matches!(self.seen.get(path.as_os_str()), Some(Seen::At(_)))
+    }
+
+    /// Re-keys every tracked path below `from/` to the same place below `to/`. The moved state
+    /// replaces one already at the new name (it is what lives there now) and keeps the earlier of
+    /// the two places in the order.
+    fn move_children(&mut self, from: &Path, to: &Path) {
+        for i in 0..self.list.len() {
+            let (p, st) = &mut self.list[i];
+            let Ok(rest) = p.strip_prefix(from) else {
+                continue;
+            };
+            if rest.as_os_str().is_empty() || st.is_none() {
+                continue;
+            }
+            let new = to.join(rest);
+            let mut moved = st.take().expect("checked above");
+            moved.ops.insert(Ops::RENAME);
+            let old = std::mem::replace(p, new.clone());
+            self.seen.remove(old.as_os_str());
+            match self.seen.get(new.as_os_str()) {
+                Some(Seen::At(j)) if *j < i => {
+                    let j = *j;
+                    self.list[j].1 = Some(moved);
+                }
+                Some(Seen::At(j)) => {
+                    let j = *j;
+                    self.list[j].1 = None;
+                    self.list[i].1 = Some(moved);
+                    self.seen.insert(new.into_os_string(), Seen::At(i));
+                }
+                _ => {
+                    self.list[i].1 = Some(moved);
+                    self.seen.insert(new.into_os_string(), Seen::At(i));
+                }
+            }
         }
-        let v = self.ignore.is_ignored(path);
-        self.seen.insert(path.as_os_str().to_owned(), v);
-        v
     }
 }
 
 pub fn classify(events: &[Event], job_start_ns: i64, ignore: &Ignore) -> Classified {
-    let mut ignore = IgnoreMemo {
+    let mut paths = Paths {
         ignore,
         seen: HashMap::default(),
+        list: Vec::new(),
     };
-    let mut states: HashMap<OsString, PathState> = HashMap::default();
-    let mut order: Vec<PathBuf> = Vec::new();
     let mut processes: Vec<ProcessRecord> = Vec::new();
     let mut latest: HashMap<i32, usize> = HashMap::default();
-
-    fn entry<'a>(
-        states: &'a mut HashMap<OsString, PathState>,
-        order: &mut Vec<PathBuf>,
-        path: &Path,
-        ts: i64,
-    ) -> &'a mut PathState {
-        let key = path.as_os_str();
-        if !states.contains_key(key) {
-            order.push(path.to_owned());
-            states.insert(
-                key.to_owned(),
-                PathState {
-                    first_ns: ts,
-                    ..PathState::default()
-                },
-            );
-        }
-        let st = states.get_mut(key).expect("inserted above");
-        st.last_ns = ts;
-        st
-    }
 
     for ev in events {
         match ev {
@@ -142,10 +196,9 @@ pub fn classify(events: &[Event], job_start_ns: i64, ignore: &Ignore) -> Classif
                 ts_ns,
                 ..
             } => {
-                if ignore.is_ignored(path) {
+                let Some(st) = paths.get(path, *ts_ns) else {
                     continue;
-                }
-                let st = entry(&mut states, &mut order, path, *ts_ns);
+                };
                 let acc = flags & O_ACCMODE;
                 let reads = acc == libc::O_RDONLY || acc == libc::O_RDWR;
                 let writes = acc == libc::O_WRONLY || acc == libc::O_RDWR;
@@ -186,10 +239,9 @@ pub fn classify(events: &[Event], job_start_ns: i64, ignore: &Ignore) -> Classif
                 st.exists = true;
             }
             Event::Truncate { path, ts_ns, .. } => {
-                if ignore.is_ignored(path) {
+                let Some(st) = paths.get(path, *ts_ns) else {
                     continue;
-                }
-                let st = entry(&mut states, &mut order, path, *ts_ns);
+                };
                 st.ops.insert(Ops::TRUNCATE | Ops::WRITE);
                 st.job_made = true;
                 st.exists = true;
@@ -201,36 +253,34 @@ pub fn classify(events: &[Event], job_start_ns: i64, ignore: &Ignore) -> Classif
                 from, to, ts_ns, ..
             } => {
                 let is_rename = matches!(ev, Event::Rename { .. });
-                if is_rename && !states.contains_key(from.as_os_str()) && to.is_dir() {
+                if is_rename && !paths.is_tracked(from) && to.is_dir() {
                     // A directory moved: what the job did inside it now lives under the new name.
-                    move_children(&mut states, &mut order, from, to);
+                    paths.move_children(from, to);
                     continue;
                 }
-                let ignored_from = ignore.is_ignored(from);
                 let ignored_to = ignore.is_ignored(to);
-                let src = if ignored_from {
-                    None
-                } else {
-                    let st = entry(&mut states, &mut order, from, *ts_ns);
-                    let snapshot = st.clone();
-                    if is_rename {
-                        st.ops.insert(Ops::RENAME);
-                        st.exists = false;
-                        if !st.job_made && !st.reads_prior {
-                            // A pre-existing file moved away unread: consumed as an input, and its
-                            // content is whatever lands at the destination.
-                            st.reads_prior = true;
-                            if !ignored_to {
-                                st.moved_to = Some(to.clone());
+                let src = match paths.get(from, *ts_ns) {
+                    None => None,
+                    Some(st) => {
+                        let snapshot = st.clone();
+                        if is_rename {
+                            st.ops.insert(Ops::RENAME);
+                            st.exists = false;
+                            if !st.job_made && !st.reads_prior {
+                                // A pre-existing file moved away unread: consumed as an input, and its
+                                // content is whatever lands at the destination.
+                                st.reads_prior = true;
+                                if !ignored_to {
+                                    st.moved_to = Some(to.clone());
+                                }
                             }
                         }
+                        Some(snapshot)
                     }
-                    Some(snapshot)
                 };
-                if ignored_to {
+                let Some(dst) = paths.get(to, *ts_ns) else {
                     continue;
-                }
-                let dst = entry(&mut states, &mut order, to, *ts_ns);
+                };
                 dst.ops.insert(Ops::RENAME);
                 dst.exists = true;
                 // New content at the destination either way; its old content, if the job had read
@@ -241,46 +291,21 @@ pub fn classify(events: &[Event], job_start_ns: i64, ignore: &Ignore) -> Classif
                 }
             }
             Event::Unlink { path, ts_ns, .. } => {
-                if ignore.is_ignored(path) {
+                let Some(st) = paths.get(path, *ts_ns) else {
                     continue;
-                }
-                let st = entry(&mut states, &mut order, path, *ts_ns);
+                };
                 st.ops.insert(Ops::UNLINK);
                 st.exists = false;
             }
             Event::Mkdir { .. } | Event::Rmdir { .. } => {}
         }
     }
-    // A path can appear twice in `order` after a directory move onto known paths: first one wins.
-    let paths = order
+    let paths = paths
+        .list
         .into_iter()
-        .filter_map(|p| states.remove(p.as_os_str()).map(|st| (p, st)))
+        .filter_map(|(p, st)| st.map(|st| (p, st)))
         .collect();
     Classified { paths, processes }
-}
-
-/// Re-keys every tracked path below `from/` to the same place below `to/`.
-fn move_children(
-    states: &mut HashMap<OsString, PathState>,
-    order: &mut [PathBuf],
-    from: &Path,
-    to: &Path,
-) {
-    for p in order.iter_mut() {
-        let Ok(rest) = p.strip_prefix(from) else {
-            continue;
-        };
-        if rest.as_os_str().is_empty() {
-            continue;
-        }
-        let new = to.join(rest);
-        if let Some(mut st) = states.remove(p.as_os_str()) {
-            st.ops.insert(Ops::RENAME);
-            // An older state at the new name is replaced: the moved file is what lives there now.
-            states.insert(new.clone().into_os_string(), st);
-        }
-        *p = new;
-    }
 }
 
 /// Everything recorded for a job's files, with the hash-cache entries learned on the way.
@@ -395,4 +420,82 @@ fn input_hash<'a, 'c>(
 /// Rename changes ctime but not content; size, mtime and inode still identify the bytes.
 fn same_content_identity(a: &FileStat, b: &FileStat) -> bool {
     a.dev == b.dev && a.ino == b.ino && a.size == b.size && a.mtime_ns == b.mtime_ns
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open(path: &Path, ts_ns: i64) -> Event {
+        Event::Open {
+            pid: 1,
+            path: path.to_owned(),
+            flags: libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+            stat: None,
+            ts_ns,
+        }
+    }
+
+    #[test]
+    fn a_directory_move_rekeys_what_the_job_did_inside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tmp, done) = (dir.path().join("tmp"), dir.path().join("done"));
+        // The move already happened on disk: classification only asks whether `to` is a directory.
+        std::fs::create_dir(&done).unwrap();
+        let events = [
+            open(&done.join("a"), 1),
+            open(&tmp.join("a"), 2),
+            open(&tmp.join("b"), 3),
+            open(&done.join("c"), 4),
+            Event::Rename {
+                pid: 1,
+                from: tmp.clone(),
+                to: done.clone(),
+                ts_ns: 5,
+            },
+            open(&tmp.join("a"), 6),
+        ];
+        let c = classify(&events, 0, &Ignore::new(&[]));
+        let got: Vec<(PathBuf, i64, bool)> = c
+            .paths
+            .iter()
+            .map(|(p, st)| (p.clone(), st.first_ns, st.ops.contains(Ops::RENAME)))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                // done/a keeps its place; what lives there now is the moved tmp/a.
+                (done.join("a"), 2, true),
+                (done.join("b"), 3, true),
+                (done.join("c"), 4, false),
+                // A new file at the old name after the move is a path of its own.
+                (tmp.join("a"), 6, false),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_moved_file_takes_the_earlier_place_of_the_path_it_replaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tmp, done) = (dir.path().join("tmp"), dir.path().join("done"));
+        std::fs::create_dir(&done).unwrap();
+        let events = [
+            open(&tmp.join("x"), 1),
+            open(&done.join("y"), 2),
+            open(&done.join("x"), 3),
+            Event::Rename {
+                pid: 1,
+                from: tmp.clone(),
+                to: done.clone(),
+                ts_ns: 4,
+            },
+        ];
+        let c = classify(&events, 0, &Ignore::new(&[]));
+        let got: Vec<(PathBuf, i64)> = c
+            .paths
+            .iter()
+            .map(|(p, st)| (p.clone(), st.first_ns))
+            .collect();
+        assert_eq!(got, [(done.join("x"), 1), (done.join("y"), 2)]);
+    }
 }
