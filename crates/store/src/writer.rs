@@ -50,6 +50,11 @@ impl Writer {
 
     pub fn start_with(path: &Path, checkpoints: Checkpoints) -> Result<Writer> {
         let conn = db::open(path, false)?;
+        // Every id this writer stores comes from a row it inserted or looked up in the same
+        // transaction, so SQLite's check of each reference (a b-tree seek per id, per file
+        // recorded) is switched off here; `foreign_key_check` stays clean (tests/store.rs).
+        conn.pragma_update(None, "foreign_keys", false)
+            .map_err(|e| db::classify(path, e))?;
         if checkpoints == Checkpoints::Deferred {
             conn.pragma_update(None, "wal_autocheckpoint", 0)
                 .map_err(|e| db::classify(path, e))?;

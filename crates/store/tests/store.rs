@@ -167,6 +167,66 @@ fn concurrent_writer_worker() {
     }
 }
 
+#[test]
+fn every_reference_the_writer_stores_resolves() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = new_db(dir.path());
+    let writer = Writer::start(&db).unwrap();
+    let mut replaced = file(Role::Output, "/data/model.bin", b"v2");
+    replaced.before = file(Role::Output, "/data/model.bin", b"v1").hash;
+    let mut object = file(Role::Output, "s3://bucket/key", b"object");
+    object.s3 = Some(roar_store::S3Object {
+        bucket: "bucket".into(),
+        key: "key".into(),
+        version_id: None,
+        etag: Some("\"e\"".into()),
+        size: Some(6),
+        range: None,
+    });
+    let mut unhashed = file(Role::Input, "/data/gone.csv", b"");
+    unhashed.hash = None;
+    let first = writer
+        .record_job(job(
+            &["train"],
+            vec![
+                file(Role::Input, "/data/in.csv", b"in"),
+                replaced,
+                object,
+                unhashed,
+            ],
+        ))
+        .unwrap();
+    // The same contents again: artifacts that already exist are referenced, not re-inserted.
+    let second = writer
+        .record_job(job(
+            &["train"],
+            vec![
+                file(Role::Input, "/data/in.csv", b"in"),
+                file(Role::Temp, "/tmp/t", b"v1"),
+            ],
+        ))
+        .unwrap();
+    assert!(second > first);
+    drop(writer);
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let broken: Vec<(String, i64, String)> = conn
+        .prepare("PRAGMA foreign_key_check")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(broken.is_empty(), "dangling references: {broken:?}");
+    let (files, artifacts): (i64, i64) = conn
+        .query_row(
+            "SELECT (SELECT count(*) FROM job_files), (SELECT count(*) FROM artifacts)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((files, artifacts), (6, 4));
+}
+
 /// Records jobs of 2,000 files until the WAL of `db` has outgrown its limit and two more after
 /// that (past SQLite's own checkpoint, which restarts the WAL); returns the row count.
 fn grow_wal(writer: &Writer, db: &Path) -> i64 {
