@@ -388,8 +388,9 @@ fn checkpoint_in_background(db: &Path) {
     #[allow(unsafe_code)]
     // SAFETY: setsid and nice are async-signal-safe and touch nothing of the parent's state.
     unsafe {
-        // Its own session: the terminal's Ctrl-C after roar returned is not meant for it (though
-        // cutting a checkpoint short is harmless), and it yields the CPU to the user's next command.
+        // Its own session: the terminal's Ctrl-C after roar returned is not meant for it
+        // (though cutting a checkpoint short is harmless); niced, it yields the CPU to the
+        // user's next command.
         cmd.pre_exec(|| {
             libc::setsid();
             libc::nice(10);

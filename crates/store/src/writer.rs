@@ -48,6 +48,7 @@ impl Writer {
         Writer::start_with(path, Checkpoints::Inline)
     }
 
+    /// [`Writer::start`], with the WAL checkpointed as `checkpoints` says.
     pub fn start_with(path: &Path, checkpoints: Checkpoints) -> Result<Writer> {
         let conn = db::open(path, false)?;
         // Every id this writer stores comes from a row it inserted or looked up in the same

@@ -259,25 +259,22 @@ pub fn classify(events: &[Event], job_start_ns: i64, ignore: &Ignore) -> Classif
                     continue;
                 }
                 let ignored_to = ignore.is_ignored(to);
-                let src = match paths.get(from, *ts_ns) {
-                    None => None,
-                    Some(st) => {
-                        let snapshot = st.clone();
-                        if is_rename {
-                            st.ops.insert(Ops::RENAME);
-                            st.exists = false;
-                            if !st.job_made && !st.reads_prior {
-                                // A pre-existing file moved away unread: consumed as an input, and its
-                                // content is whatever lands at the destination.
-                                st.reads_prior = true;
-                                if !ignored_to {
-                                    st.moved_to = Some(to.clone());
-                                }
+                let src = paths.get(from, *ts_ns).map(|st| {
+                    let snapshot = st.clone();
+                    if is_rename {
+                        st.ops.insert(Ops::RENAME);
+                        st.exists = false;
+                        if !st.job_made && !st.reads_prior {
+                            // A pre-existing file moved away unread: consumed as an input, and
+                            // its content is whatever lands at the destination.
+                            st.reads_prior = true;
+                            if !ignored_to {
+                                st.moved_to = Some(to.clone());
                             }
                         }
-                        Some(snapshot)
                     }
-                };
+                    snapshot
+                });
                 let Some(dst) = paths.get(to, *ts_ns) else {
                     continue;
                 };
