@@ -299,6 +299,11 @@ fn a_read_only_store_is_a_clear_error_as_root() {
     }
     let p = Project::new();
     p.write("f", b"x");
+    // Old enough for a hash-cache entry, which the writer stores without anyone waiting on it:
+    // its failure must still reach the exit status.
+    std::thread::sleep(std::time::Duration::from_nanos(
+        2 * roar_store::hash::RACY_NS as u64,
+    ));
     let roar_dir = p.path().join(".roar");
     let sh = |c: &str| {
         std::process::Command::new("sh")

@@ -121,6 +121,7 @@ impl Drop for Writer {
 }
 
 fn run(mut conn: Connection, path: PathBuf, rx: Receiver<Msg>, checkpoints: Checkpoints) {
+    let mut lost = None;
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -129,7 +130,7 @@ fn run(mut conn: Connection, path: PathBuf, rx: Receiver<Msg>, checkpoints: Chec
                 Err(_) => break,
             }
         }
-        commit(&mut conn, &path, batch);
+        commit(&mut conn, &path, batch, &mut lost);
     }
     if checkpoints == Checkpoints::Inline && checkpoint_due(&path) {
         // Busy (a reader elsewhere) is fine: the next writer tries again.
@@ -165,8 +166,10 @@ pub fn checkpoint(path: &Path) -> Result<()> {
     run("TRUNCATE")
 }
 
-/// Applies one batch in one transaction, then answers every waiting caller.
-fn commit(conn: &mut Connection, path: &Path, batch: Vec<Msg>) {
+/// Applies one batch in one transaction, then answers every waiting caller. `lost` holds the
+/// failure of hash records nobody waited for until the next flush reports it: the batch that
+/// carries a flush need not be the one that failed.
+fn commit(conn: &mut Connection, path: &Path, batch: Vec<Msg>, lost: &mut Option<StoreError>) {
     let mut job_ids = Vec::new();
     let outcome = (|| -> rusqlite::Result<()> {
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -199,13 +202,19 @@ fn commit(conn: &mut Connection, path: &Path, batch: Vec<Msg>) {
                 });
             }
             Msg::Flush(reply) => {
-                let _ = reply.send(outcome.as_ref().map(|_| ()).map_err(|_| err()));
+                let result = match (&outcome, lost.take()) {
+                    (Err(_), _) => Err(err()),
+                    (Ok(()), Some(earlier)) => Err(earlier),
+                    (Ok(()), None) => Ok(()),
+                };
+                let _ = reply.send(result);
             }
             Msg::Cache(_) | Msg::Artifacts(_) => {
                 if outcome.is_err() {
                     // Nobody waits on these: a lost entry only costs a re-hash later, and the
-                    // caller's flush() reports the failure.
+                    // caller's next flush() reports the failure.
                     tracing::warn!("hash records not stored: {}", err());
+                    lost.get_or_insert_with(err);
                 }
             }
         }
