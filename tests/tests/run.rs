@@ -530,3 +530,62 @@ fn the_wal_a_large_job_leaves_is_checkpointed_after_roar_run_returns() {
     let job = p.last_job();
     assert_eq!(p.files(&job, "output").len(), 12000);
 }
+
+#[test]
+fn outputs_hashed_while_the_job_runs_are_checked_against_their_final_content() {
+    let script = "echo first > kept
+echo aaaa > rewritten
+touch -r rewritten stamp
+exec 3> growing
+echo one >&3
+sleep 1
+echo bbbb > rewritten
+touch -r stamp rewritten
+echo two >&3";
+    for backend in backends() {
+        let p = Project::new();
+        let out = p
+            .cmd([
+                "run", "--timing", "--tracer", backend, "--", "sh", "-c", script,
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{backend}: {}", stderr(&out));
+        // `kept` and `stamp` were left alone after the second the job slept: hashed then, and not
+        // read again. `rewritten` (same size, mtime put back: only its ctime moved) and `growing`
+        // (written again through a descriptor opened before) changed after their early hash.
+        assert!(
+            stderr(&out).contains("(2 files hashed during the run)"),
+            "{backend}: {}",
+            stderr(&out)
+        );
+        let job = p.last_job();
+        let outputs: Vec<(String, String)> = job["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["role"] == "output")
+            .map(|f| {
+                let name = Path::new(f["path"].as_str().unwrap()).file_name().unwrap();
+                let hash = f["hash"]["blake3"].as_str().unwrap();
+                (name.to_string_lossy().into_owned(), hash.to_owned())
+            })
+            .collect();
+        let mut expected: Vec<(String, String)> = [
+            ("kept", "first\n"),
+            ("rewritten", "bbbb\n"),
+            ("stamp", ""),
+            ("growing", "one\ntwo\n"),
+        ]
+        .iter()
+        .map(|(name, content)| {
+            let hash = blake3::hash(content.as_bytes()).to_hex().to_string();
+            (name.to_string(), hash)
+        })
+        .collect();
+        expected.sort();
+        let mut outputs = outputs;
+        outputs.sort();
+        assert_eq!(outputs, expected, "{backend}");
+    }
+}

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use roar_store::hash::{hash_paths, HashOptions};
+use roar_store::hash::{hash_paths, HashOptions, Prior};
 use roar_store::{Store, Writer};
 use serde::Serialize;
 
@@ -36,9 +36,13 @@ pub fn hash(paths: &[PathBuf], sha256: bool, json: bool) -> anyhow::Result<()> {
         .map(|m| m.len())
         .sum();
     let bar = Progress::new(total);
-    let batch = hash_paths(&files, opts, &|_| true, &|| Some(store.conn()), &|n| {
-        bar.inc(n)
-    });
+    let batch = hash_paths(
+        &files,
+        opts,
+        &|_| Prior::MayBeCached,
+        &|| Some(store.conn()),
+        &|n| bar.inc(n),
+    );
     bar.finish();
 
     let writer = Writer::start(&project.db_path())?;

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use roar_store::hash::{hash_paths, HashOptions};
+use roar_store::hash::{hash_paths, HashOptions, Prior};
 use roar_store::{shell_join, ContentHash, Edge, Project, Step, Store};
 use serde::Serialize;
 
@@ -220,7 +220,7 @@ fn current_hashes(store: &Store, paths: &[PathBuf], sha256: bool) -> HashMap<Pat
     let batch = hash_paths(
         paths,
         HashOptions { sha256 },
-        &|_| true,
+        &|_| Prior::MayBeCached,
         &|| Some(store.conn()),
         &|_| {},
     );

@@ -5,14 +5,16 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Args, Subcommand};
 use roar_store::hash::HashOptions;
 use roar_store::{now_ns, Checkpoints, GitState, JobRecord, Outcome, Project, Role, Store, Writer};
 use roar_tracer::collect;
+use roar_tracer::early::EarlyHasher;
 use roar_tracer::ignore::Ignore;
-use roar_tracer::{Backend, Status, TraceError};
+use roar_tracer::{Backend, Status, Tap, TraceError};
 use serde::Serialize;
 
 use crate::config::Config;
@@ -231,15 +233,27 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         None
     };
     let child_env = gateway.as_ref().map(|g| g.child_env()).unwrap_or_default();
-    let mut traced = roar_tracer::run(backend, &args.command, &child_env, lib.as_ref());
+    let early = early_hasher(&config, opts);
+    let tap: Tap = match &early {
+        Some(e) => e.tap(),
+        None => Arc::new(|_: &roar_tracer::Event| {}),
+    };
+    let mut traced = roar_tracer::run(
+        backend,
+        &args.command,
+        &child_env,
+        lib.as_ref(),
+        tap.clone(),
+    );
     if let Err(TraceError::Unavailable { reason, .. }) = &traced {
         if auto && backend == Backend::Ebpf {
             // Nothing has run yet: the command goes to the next backend the auto rule allows.
             eprintln!("roar: eBPF could not load ({reason}); tracing with ptrace");
             backend = Backend::Ptrace;
-            traced = roar_tracer::run(backend, &args.command, &child_env, lib.as_ref());
+            traced = roar_tracer::run(backend, &args.command, &child_env, lib.as_ref(), tap);
         }
     }
+    let early = early.map(EarlyHasher::finish).unwrap_or_default();
     // Every access is in the sink once the gateway has stopped.
     let s3_files = gateway.map(|g| g.finish()).unwrap_or_default();
     let t_traced = t0.elapsed();
@@ -286,7 +300,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .as_ref()
             .map(Store::conn)
     };
-    let hashed = collect::hash(&classified, opts, &cache);
+    let hashed = collect::hash(&classified, opts, &cache, &early);
     let t_hashed = t0.elapsed();
     job.processes = classified.processes;
     job.files = hashed.files;
@@ -354,17 +368,28 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         let _ = writeln!(
             err,
-            "roar: timing: setup {:.2} ms, traced run {:.2} ms (command {:.2} ms), classify {:.2} ms, hash {:.2} ms, record {:.2} ms",
+            "roar: timing: setup {:.2} ms, traced run {:.2} ms (command {:.2} ms), classify {:.2} ms, hash {:.2} ms ({} files hashed during the run), record {:.2} ms",
             ms(t_setup),
             ms(t_traced - t_setup),
             child_ns as f64 / 1e6,
             ms(t_classified - t_traced),
             ms(t_hashed - t_classified),
+            hashed.hashed_early,
             ms(t_recorded - t_hashed),
         );
     }
     checkpoint_in_background(&project.db_path());
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// The hasher of outputs during the run (see `roar_tracer::early`), unless `ROAR_EARLY_HASH=0`.
+fn early_hasher(config: &Config, opts: HashOptions) -> Option<EarlyHasher> {
+    if std::env::var_os("ROAR_EARLY_HASH").is_some_and(|v| v == "0") {
+        return None;
+    }
+    EarlyHasher::start(Ignore::new(&config.ignore), opts)
+        .inspect_err(|e| tracing::warn!("no early hashing: cannot start its thread: {e}"))
+        .ok()
 }
 
 /// Starts `roar checkpoint-store` detached if the WAL has outgrown its limit. A checkpoint

@@ -65,7 +65,61 @@ pub fn hash_open_file(file: &File, path: &Path, opts: HashOptions) -> Result<Has
             path: path.to_owned(),
         });
     }
-    hash_as(file, path, FileStat::from_metadata(&meta), read_ns, opts)
+    hash_as(
+        file,
+        path,
+        FileStat::from_metadata(&meta),
+        read_ns,
+        opts,
+        Cores::All,
+    )
+}
+
+/// Whether one big file is hashed on every core (blake3's rayon mode) or on the calling thread.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cores {
+    All,
+    One,
+}
+
+/// What [`hash_if_settled`] found.
+#[derive(Debug)]
+pub enum Settled {
+    /// Hashed, and trustworthy for as long as the file keeps this identity.
+    Hashed(Hashed),
+    /// Changed within the racy window before now: hashing it now could not be trusted later.
+    Recent(FileStat),
+}
+
+/// Hashes `path` on the calling thread only if its last change is older than the racy window,
+/// so that the result stays valid for as long as the file's identity (`stat`) is unchanged: what
+/// `roar run` uses to hash a job's outputs while the job is still running. A file changed more
+/// recently is not read, and nothing but a regular file is opened: opening a FIFO the job is
+/// about to use, even for an instant, could hand its writer a reader that then goes away.
+pub fn hash_if_settled(path: &Path, opts: HashOptions) -> Result<Settled, HashError> {
+    let read_ns = now_ns();
+    let io_err = |source| HashError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let settled = |meta: &std::fs::Metadata| {
+        if !meta.is_file() {
+            return Err(HashError::NotAFile {
+                path: path.to_owned(),
+            });
+        }
+        let stat = FileStat::from_metadata(meta);
+        Ok((!racy(&stat, read_ns), stat))
+    };
+    if let (false, stat) = settled(&std::fs::metadata(path).map_err(io_err)?)? {
+        return Ok(Settled::Recent(stat));
+    }
+    // Checked again on the open file: the path may have been replaced in between.
+    let file = open_nonblocking(path).map_err(io_err)?;
+    match settled(&file.metadata().map_err(io_err)?)? {
+        (false, stat) => Ok(Settled::Recent(stat)),
+        (true, stat) => hash_as(&file, path, stat, read_ns, opts, Cores::One).map(Settled::Hashed),
+    }
 }
 
 /// Hashes `file`, known (by a stat taken after `read_ns`) to have identity `stat`. Reads exactly
@@ -76,6 +130,7 @@ fn hash_as(
     stat: FileStat,
     read_ns: i64,
     opts: HashOptions,
+    cores: Cores,
 ) -> Result<Hashed, HashError> {
     let io_err = |source| HashError::Io {
         path: path.to_owned(),
@@ -86,7 +141,11 @@ fn hash_as(
     let mut size = 0u64;
     if stat.size >= MMAP_MIN {
         let map = map_file(file).map_err(io_err)?;
-        b3.update_rayon(&map);
+        if cores == Cores::All {
+            b3.update_rayon(&map);
+        } else {
+            b3.update(&map);
+        }
         if let Some(s) = sha.as_mut() {
             s.update(&map[..]);
         }
@@ -196,69 +255,104 @@ pub struct Batch {
     pub new_cache: Vec<CacheEntry>,
 }
 
-/// Hashes `paths` in parallel, answering from the hash cache where it can. `may_be_cached(i)` is
-/// false for content the caller knows is new (no entry can be valid: `paths[i]` is not even
-/// looked up). `cache` is asked for the cache database only when a lookup is needed (files changed
-/// within the racy window are never looked up), so callers can open it lazily. `progress` is
-/// called with the byte count of each file as it completes (from several threads).
+/// What a caller of [`hash_paths`] already knows about one path's content.
+#[derive(Clone, Copy)]
+pub enum Prior<'a> {
+    /// Nothing, and the content is new to the caller: no cache entry can be valid, so the path is
+    /// not even looked up.
+    New,
+    /// The content may predate the caller: the hash cache may know it.
+    MayBeCached,
+    /// The caller hashed this path earlier (with [`hash_if_settled`]): that hash stands if the
+    /// file still has the identity it had then.
+    Hashed(&'a Hashed),
+}
+
+/// Hashes `paths` in parallel, answering from what the caller knows (`prior(i)`) and from the hash
+/// cache where it can. `cache` is asked for the cache database only when a lookup is needed
+/// (files changed within the racy window are never looked up), so callers can open it lazily.
+/// `progress` is called with the byte count of each file as it completes (from several threads).
 ///
 /// Small batches run on the calling thread: waking a thread pool costs more than hashing a few
 /// files.
-pub fn hash_paths<'c>(
+pub fn hash_paths<'c, 'p>(
     paths: &[PathBuf],
     opts: HashOptions,
-    may_be_cached: &(dyn Fn(usize) -> bool + Sync),
+    prior: &(dyn Fn(usize) -> Prior<'p> + Sync),
     cache: &dyn Fn() -> Option<&'c Connection>,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Batch {
     const PARALLEL_MIN: usize = 32;
     let parallel = paths.len() >= PARALLEL_MIN;
-    hash_batch(paths, opts, may_be_cached, cache, progress, parallel)
+    hash_batch(paths, opts, prior, cache, progress, parallel)
 }
 
 /// What is known about a path before its content is read: `None` if it was not looked up (it is
 /// opened and fstat'ed when hashed, one syscall fewer than stat + open), else its stat and, if the
-/// cache had a valid entry, the hash.
-type Known = Option<(io::Result<std::fs::Metadata>, Option<ContentHash>)>;
+/// cache or an earlier hash of the caller's answers for that identity, the result.
+type Known = Option<(io::Result<std::fs::Metadata>, Option<Hashed>)>;
 
-fn hash_batch<'c>(
+fn hash_batch<'c, 'p>(
     paths: &[PathBuf],
     opts: HashOptions,
-    may_be_cached: &(dyn Fn(usize) -> bool + Sync),
+    prior: &(dyn Fn(usize) -> Prior<'p> + Sync),
     cache: &dyn Fn() -> Option<&'c Connection>,
     progress: &(dyn Fn(u64) + Sync),
     parallel: bool,
 ) -> Batch {
     // Every stat below happens after this instant, so it is a safe "read began" time for the cache.
     let read_ns = now_ns();
-    let stat = |(i, path): (usize, &PathBuf)| may_be_cached(i).then(|| std::fs::metadata(path));
-    let stats: Vec<Option<io::Result<std::fs::Metadata>>> = if parallel {
-        paths.par_iter().enumerate().map(stat).collect()
-    } else {
-        paths.iter().enumerate().map(stat).collect()
+    // Stat what may be known already, and take the caller's earlier hashes that still hold.
+    let look = |(i, path): (usize, &PathBuf)| -> Known {
+        let prior = prior(i);
+        if matches!(prior, Prior::New) {
+            return None;
+        }
+        let meta = std::fs::metadata(path);
+        let hit = match (prior, &meta) {
+            (Prior::Hashed(earlier), Ok(meta)) => {
+                // Same identity as when it was hashed outside the racy window: same bytes.
+                let valid = earlier.stat == FileStat::from_metadata(meta)
+                    && !racy(&earlier.stat, earlier.read_ns)
+                    && (!opts.sha256 || earlier.hash.sha256.is_some());
+                valid.then(|| earlier.clone())
+            }
+            _ => None,
+        };
+        Some((meta, hit))
     };
-    // All lookups share one read transaction: outside one, each query takes and drops the
+    let mut known: Vec<Known> = if parallel {
+        paths.par_iter().enumerate().map(look).collect()
+    } else {
+        paths.iter().enumerate().map(look).collect()
+    };
+    // All cache lookups share one read transaction: outside one, each query takes and drops the
     // database's shared lock (two fcntl calls and a WAL index check).
     let mut reading: Option<&Connection> = None;
-    let known: Vec<Known> = stats
-        .into_iter()
-        .map(|m| {
-            let m = m?;
-            let hit = m.as_ref().ok().and_then(|meta| {
-                let stat = FileStat::from_metadata(meta);
-                if racy(&stat, read_ns) {
-                    return None;
-                }
-                let conn = cache()?;
-                if reading.is_none() && conn.is_autocommit() && conn.execute_batch("BEGIN").is_ok()
-                {
-                    reading = Some(conn);
-                }
-                cache_get(conn, &stat, opts)
-            });
-            Some((m, hit))
-        })
-        .collect();
+    for (i, k) in known.iter_mut().enumerate() {
+        let Some((Ok(meta), hit @ None)) = k else {
+            continue;
+        };
+        if !matches!(prior(i), Prior::MayBeCached) {
+            continue;
+        }
+        let stat = FileStat::from_metadata(meta);
+        if racy(&stat, read_ns) {
+            continue;
+        }
+        let Some(conn) = cache() else {
+            continue;
+        };
+        if reading.is_none() && conn.is_autocommit() && conn.execute_batch("BEGIN").is_ok() {
+            reading = Some(conn);
+        }
+        *hit = cache_get(conn, &stat, opts).map(|hash| Hashed {
+            hash,
+            stat,
+            from_cache: true,
+            read_ns,
+        });
+    }
     if let Some(conn) = reading {
         let _ = conn.execute_batch("COMMIT");
     }
@@ -280,15 +374,10 @@ fn hash_batch<'c>(
                 }
                 let stat = FileStat::from_metadata(&meta);
                 match hit {
-                    Some(hash) => Ok(Hashed {
-                        hash,
-                        stat,
-                        from_cache: true,
-                        read_ns,
-                    }),
+                    Some(hashed) => Ok(hashed),
                     None => File::open(path)
                         .map_err(io_err)
-                        .and_then(|f| hash_as(&f, path, stat, read_ns, opts)),
+                        .and_then(|f| hash_as(&f, path, stat, read_ns, opts, Cores::All)),
                 }
             }
         };

@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use roar_store::hash::{hash_path, hash_paths, HashOptions};
+use roar_store::hash::{hash_if_settled, hash_path, hash_paths, HashOptions, Prior, Settled};
 use roar_store::{
     Checkpoints, ContentHash, FileRecord, JobRecord, Ops, Outcome, Role, Store, StoreError, Writer,
     SCHEMA_VERSION,
@@ -397,12 +397,24 @@ fn cache_hits_until_content_changes_even_with_the_same_mtime_and_size() {
         2 * roar_store::hash::RACY_NS as u64,
     ));
 
-    let first = hash_paths(&paths, opts, &|_| true, &|| Some(store.conn()), &|_| {});
+    let first = hash_paths(
+        &paths,
+        opts,
+        &|_| Prior::MayBeCached,
+        &|| Some(store.conn()),
+        &|_| {},
+    );
     assert!(!first.results[0].as_ref().unwrap().from_cache);
     writer.cache(first.new_cache).unwrap();
     writer.flush().unwrap();
 
-    let second = hash_paths(&paths, opts, &|_| true, &|| Some(store.conn()), &|_| {});
+    let second = hash_paths(
+        &paths,
+        opts,
+        &|_| Prior::MayBeCached,
+        &|| Some(store.conn()),
+        &|_| {},
+    );
     let second = second.results[0].as_ref().unwrap();
     assert!(
         second.from_cache,
@@ -414,7 +426,13 @@ fn cache_hits_until_content_changes_even_with_the_same_mtime_and_size() {
     );
 
     // Content the caller knows is new is read, never looked up.
-    let known_new = hash_paths(&paths, opts, &|_| false, &|| Some(store.conn()), &|_| {});
+    let known_new = hash_paths(
+        &paths,
+        opts,
+        &|_| Prior::New,
+        &|| Some(store.conn()),
+        &|_| {},
+    );
     let known_new = known_new.results[0].as_ref().unwrap();
     assert!(!known_new.from_cache);
     assert_eq!(known_new.hash.blake3, second.hash.blake3);
@@ -424,12 +442,67 @@ fn cache_hits_until_content_changes_even_with_the_same_mtime_and_size() {
     let file = std::fs::File::options().write(true).open(&f).unwrap();
     file.set_modified(mtime).unwrap();
     assert_eq!(std::fs::metadata(&f).unwrap().modified().unwrap(), mtime);
-    let third = hash_paths(&paths, opts, &|_| true, &|| Some(store.conn()), &|_| {});
+    let third = hash_paths(
+        &paths,
+        opts,
+        &|_| Prior::MayBeCached,
+        &|| Some(store.conn()),
+        &|_| {},
+    );
     let third = third.results[0].as_ref().unwrap();
     assert!(!third.from_cache);
     assert_eq!(
         third.hash.blake3,
         blake3::hash(b"version two").to_hex().to_string()
+    );
+}
+
+#[test]
+fn an_earlier_hash_stands_only_while_the_file_keeps_its_identity() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("model.bin");
+    std::fs::write(&f, b"version one").unwrap();
+    let mtime = std::fs::metadata(&f).unwrap().modified().unwrap();
+    let opts = HashOptions::default();
+    let paths = vec![f.clone()];
+    let reuse = |earlier: &roar_store::hash::Hashed| {
+        let batch = hash_paths(&paths, opts, &|_| Prior::Hashed(earlier), &|| None, &|_| {});
+        let h = batch.results.into_iter().next().unwrap().unwrap();
+        (h.read_ns == earlier.read_ns, h.hash.blake3)
+    };
+
+    // Just written: not read, since a hash now could not be trusted later.
+    assert!(matches!(
+        hash_if_settled(&f, opts).unwrap(),
+        Settled::Recent(_)
+    ));
+    std::thread::sleep(std::time::Duration::from_nanos(
+        2 * roar_store::hash::RACY_NS as u64,
+    ));
+    let Settled::Hashed(early) = hash_if_settled(&f, opts).unwrap() else {
+        panic!("a file left alone past the racy window is hashed");
+    };
+    assert_eq!(
+        reuse(&early),
+        (true, blake3::hash(b"version one").to_hex().to_string()),
+        "unchanged since: the earlier hash is taken without a read"
+    );
+
+    // Same size, mtime put back: only ctime betrays the change, and the file is read again.
+    std::fs::write(&f, b"version two").unwrap();
+    let file = std::fs::File::options().write(true).open(&f).unwrap();
+    file.set_modified(mtime).unwrap();
+    assert_eq!(
+        reuse(&early),
+        (false, blake3::hash(b"version two").to_hex().to_string())
+    );
+
+    // An earlier hash taken within the racy window is never trusted, even with the same identity.
+    std::fs::write(&f, b"version 3!!").unwrap();
+    let racy = roar_store::hash::hash_path(&f, opts).unwrap();
+    assert_eq!(
+        reuse(&racy),
+        (false, blake3::hash(b"version 3!!").to_hex().to_string())
     );
 }
 
@@ -445,7 +518,7 @@ fn freshly_written_files_are_not_trusted_from_the_cache() {
     let first = hash_paths(
         &paths,
         HashOptions::default(),
-        &|_| true,
+        &|_| Prior::MayBeCached,
         &|| Some(store.conn()),
         &|_| {},
     );
@@ -454,7 +527,7 @@ fn freshly_written_files_are_not_trusted_from_the_cache() {
     let again = hash_paths(
         &paths,
         HashOptions::default(),
-        &|_| true,
+        &|_| Prior::MayBeCached,
         &|| Some(store.conn()),
         &|_| {},
     );
@@ -471,11 +544,11 @@ fn a_fifo_in_place_of_a_file_is_refused_without_blocking() {
     let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
     assert!(made.success());
     // Both ways in: stat first (a possible cache hit) and open first (content known to be new).
-    for may_be_cached in [true, false] {
+    for prior in [Prior::MayBeCached, Prior::New] {
         let batch = hash_paths(
             std::slice::from_ref(&fifo),
             HashOptions::default(),
-            &|_| may_be_cached,
+            &|_| prior,
             &|| None,
             &|_| {},
         );
@@ -488,6 +561,15 @@ fn a_fifo_in_place_of_a_file_is_refused_without_blocking() {
             batch.results[0].as_ref().map(|h| &h.hash)
         );
     }
+    // Hashing during a job looks before it opens: a FIFO the job uses is never opened at all
+    // (checked by age too: an old FIFO is as much a FIFO).
+    std::thread::sleep(std::time::Duration::from_nanos(
+        2 * roar_store::hash::RACY_NS as u64,
+    ));
+    assert!(matches!(
+        hash_if_settled(&fifo, HashOptions::default()),
+        Err(roar_store::hash::HashError::NotAFile { .. })
+    ));
 }
 
 #[test]
@@ -579,4 +661,39 @@ fn ambiguous_prefixes_list_their_candidates() {
         }
         other => panic!("expected AmbiguousHash, got {other:?}"),
     }
+}
+
+#[test]
+fn a_failed_hash_record_nobody_waited_for_fails_the_next_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = new_db(dir.path());
+    let f = dir.path().join("f");
+    std::fs::write(&f, b"content").unwrap();
+    let hashed = hash_path(&f, HashOptions::default()).unwrap();
+    let conn = roar_store::open(&db, false).unwrap();
+    conn.execute_batch(
+        "CREATE TRIGGER refuse BEFORE INSERT ON hash_cache
+         BEGIN SELECT RAISE(ABORT, 'disk says no'); END;",
+    )
+    .unwrap();
+    let writer = Writer::start(&db).unwrap();
+    writer
+        .cache(vec![roar_store::CacheEntry {
+            stat: hashed.stat,
+            hash: hashed.hash,
+            hashed_ns: hashed.read_ns,
+        }])
+        .unwrap();
+    // Committed (and failed) on its own before the flush arrives: the flush's own, empty,
+    // transaction succeeds, and the earlier failure must not be lost with it.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let err = writer
+        .flush()
+        .expect_err("the lost cache entry is reported");
+    let cause = std::error::Error::source(&err).map(|e| e.to_string());
+    assert!(
+        cause.as_deref().is_some_and(|c| c.contains("disk says no")),
+        "{err}: {cause:?}"
+    );
+    writer.flush().expect("reported once");
 }

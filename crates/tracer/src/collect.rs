@@ -9,11 +9,12 @@
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
-use roar_store::hash::{cache_get, hash_paths, Connection, HashOptions};
+use roar_store::hash::{cache_get, hash_paths, Connection, HashOptions, Prior};
 use roar_store::{
     CacheEntry, ContentHash, FileRecord, FileStat, Made, Ops, PathUse, ProcessRecord, Role,
 };
 
+use crate::early::Early;
 use crate::event::Event;
 use crate::ignore::Ignore;
 
@@ -311,17 +312,20 @@ pub struct Hashed {
     pub new_cache: Vec<CacheEntry>,
     /// Inputs whose content could not be pinned down (changed or gone before hashing).
     pub unhashed_inputs: usize,
+    /// Files hashed while the job ran and unchanged since: not read again.
+    pub hashed_early: usize,
 }
 
-/// Hashes outputs (final content) and inputs (content as first read) in parallel.
+/// Hashes outputs (final content) and inputs (content as first read) in parallel. An output
+/// hashed while the job ran (`early`) is not read again if its identity has not changed since.
 pub fn hash<'c>(
     classified: &Classified,
     opts: HashOptions,
     cache: &dyn Fn() -> Option<&'c Connection>,
+    early: &Early,
 ) -> Hashed {
     let mut want: Vec<PathBuf> = Vec::new();
-    // Whether the content at want[i] may predate the job: only then can the hash cache know it.
-    let mut may_be_cached: Vec<bool> = Vec::new();
+    let mut prior: Vec<Prior> = Vec::new();
     let mut index: HashMap<&OsStr, usize> = HashMap::default();
     let states: HashMap<&OsStr, &PathState> = classified
         .paths
@@ -336,11 +340,26 @@ pub fn hash<'c>(
             if !index.contains_key(p.as_os_str()) {
                 index.insert(p.as_os_str(), want.len());
                 want.push(p.clone());
-                may_be_cached.push(states.get(p.as_os_str()).is_none_or(|s| !s.job_made));
+                // Only content that may predate the job can be in the hash cache.
+                let job_made = states.get(p.as_os_str()).is_some_and(|s| s.job_made);
+                prior.push(if job_made {
+                    early.get(p.as_os_str()).map_or(Prior::New, Prior::Hashed)
+                } else {
+                    Prior::MayBeCached
+                });
             }
         }
     }
-    let batch = hash_paths(&want, opts, &|i| may_be_cached[i], cache, &|_| {});
+    let batch = hash_paths(&want, opts, &|i| prior[i], cache, &|_| {});
+    let hashed_early = prior
+        .iter()
+        .zip(&batch.results)
+        .filter(|(p, r)| match (p, r) {
+            // The pass after the job starts later than any early hash: an equal start is a reuse.
+            (Prior::Hashed(e), Ok(h)) => h.read_ns == e.read_ns,
+            _ => false,
+        })
+        .count();
     let current = |p: &Path| -> Option<&roar_store::hash::Hashed> {
         batch.results[*index.get(p.as_os_str())?].as_ref().ok()
     };
@@ -385,6 +404,7 @@ pub fn hash<'c>(
         files,
         new_cache: batch.new_cache,
         unhashed_inputs,
+        hashed_early,
     }
 }
 

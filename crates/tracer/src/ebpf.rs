@@ -24,7 +24,7 @@ use roar_store::{now_ns, FileStat};
 
 use crate::event::{join_normalize, Event};
 use crate::launch::{self, Status};
-use crate::{TraceError, Traced};
+use crate::{Tap, TraceError, Traced};
 
 #[allow(clippy::all, non_camel_case_types, dead_code, unsafe_op_in_unsafe_fn)]
 mod skel {
@@ -305,7 +305,7 @@ impl Drop for Done {
     }
 }
 
-pub fn run(argv: &[OsString], env: &crate::EnvChanges) -> Result<Traced, TraceError> {
+pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Traced, TraceError> {
     let ring_kb = ring_kb()?;
     let t_load = Instant::now();
     let mut obj = MaybeUninit::uninit();
@@ -318,7 +318,10 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges) -> Result<Traced, TraceEr
     let mut ring = RingBufferBuilder::new();
     ring.add(&loaded.maps.events, |rec: &[u8]| {
         match decode(rec, offset) {
-            Ok(Some(ev)) => events.push(ev),
+            Ok(Some(ev)) => {
+                tap(&ev);
+                events.push(ev);
+            }
             Ok(None) => {}
             Err(()) => malformed += 1,
         }

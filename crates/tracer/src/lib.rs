@@ -8,6 +8,7 @@
 
 pub mod check;
 pub mod collect;
+pub mod early;
 mod ebpf;
 pub mod event;
 pub mod ignore;
@@ -17,6 +18,7 @@ mod ptrace;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 pub use check::{check, choose, quick_check, Backend, Verdict};
 pub use event::Event;
@@ -96,13 +98,19 @@ impl Traced {
 /// Environment changes for the traced command: set (Some) or remove (None) each variable.
 pub type EnvChanges = [(OsString, Option<OsString>)];
 
-/// Runs `argv` under `backend` with `env` applied to the inherited environment. `preload_lib` is
-/// the shim for the preload backend.
+/// Sees every event as the backend receives it, while the command still runs (for work that can
+/// start before the end, like [`early`] hashing). Called from the backend's receiving thread, so it
+/// must be quick; events from processes without the preload ring may come slightly out of order.
+pub type Tap = Arc<dyn Fn(&Event) + Send + Sync>;
+
+/// Runs `argv` under `backend` with `env` applied to the inherited environment, showing each
+/// event to `tap` as it arrives. `preload_lib` is the shim for the preload backend.
 pub fn run(
     backend: Backend,
     argv: &[OsString],
     env: &EnvChanges,
     preload_lib: Option<&PathBuf>,
+    tap: Tap,
 ) -> Result<Traced, TraceError> {
     match backend {
         Backend::Preload => {
@@ -110,9 +118,9 @@ pub fn run(
                 backend: "preload",
                 reason: "libroar_preload.so was not found".into(),
             })?;
-            preload::run(argv, env, lib)
+            preload::run(argv, env, lib, tap)
         }
-        Backend::Ptrace => ptrace::run(argv, env),
-        Backend::Ebpf => ebpf::run(argv, env),
+        Backend::Ptrace => ptrace::run(argv, env, &tap),
+        Backend::Ebpf => ebpf::run(argv, env, &tap),
     }
 }

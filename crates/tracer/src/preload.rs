@@ -15,7 +15,7 @@ use roar_wire::{Header, Kind, WireStat, HEADER_LEN, LIB_ENV, SOCK_ENV};
 
 use crate::event::{join_normalize, Event};
 use crate::launch;
-use crate::{TraceError, Traced};
+use crate::{Tap, TraceError, Traced};
 
 /// Kind value of the end-of-run marker roar sends itself; never sent by the shim.
 const END_MARKER: u16 = 0;
@@ -182,12 +182,21 @@ fn map_ring(capacity: u64) -> std::io::Result<RingMap> {
 /// Reads the ring until it is empty. A slot whose producer is still writing it ends the pass;
 /// one reserved by a producer that died before committing it is skipped (counted as undecodable)
 /// once its pid is gone, or at the `last` pass, when every traced process is gone.
-fn drain_ring(ring: &Ring, out: &mut Received, stuck_since: &mut Option<Instant>, last: bool) {
+fn drain_ring(
+    ring: &Ring,
+    out: &mut Received,
+    stuck_since: &mut Option<Instant>,
+    last: bool,
+    tap: &Tap,
+) {
     loop {
         match ring.next() {
             Next::Event { bytes, len } => {
                 match Header::parse(bytes).and_then(|(h, parts)| decode(&h, parts)) {
-                    Some(ev) => out.events.push(ev),
+                    Some(ev) => {
+                        tap(&ev);
+                        out.events.push(ev);
+                    }
                     None => out.malformed += 1,
                 }
                 ring.release(len);
@@ -227,7 +236,7 @@ struct Received {
 /// Reads the ring and the socket until the end marker: waits in poll(2) on the socket (a datagram
 /// wakes it at once) for at most `RING_POLL`, then drains the ring and the queued datagrams. The
 /// end marker comes after every traced process is gone, so the last pass over the ring is final.
-fn receive(fd: libc::c_int, map: &RingMap) -> Received {
+fn receive(fd: libc::c_int, map: &RingMap, tap: &Tap) -> Received {
     let mut buf = vec![0u8; RECV_BUF];
     let mut from_ring = Received::default();
     let mut from_sock = Received::default();
@@ -241,7 +250,7 @@ fn receive(fd: libc::c_int, map: &RingMap) -> Received {
         };
         // SAFETY: one valid pollfd; an error or EINTR just means another pass.
         unsafe { libc::poll(&mut pfd, 1, timeout) };
-        drain_ring(&map.ring, &mut from_ring, &mut stuck_since, false);
+        drain_ring(&map.ring, &mut from_ring, &mut stuck_since, false, tap);
         let ended = loop {
             // SAFETY: buf is writable for its length.
             let n =
@@ -259,14 +268,17 @@ fn receive(fd: libc::c_int, map: &RingMap) -> Received {
             match Header::parse(&buf[..n as usize]) {
                 Some((h, _)) if h.kind == END_MARKER => break true,
                 Some((h, parts)) => match decode(&h, parts) {
-                    Some(ev) => from_sock.events.push(ev),
+                    Some(ev) => {
+                        tap(&ev);
+                        from_sock.events.push(ev);
+                    }
                     None => from_sock.malformed += 1,
                 },
                 None => from_sock.malformed += 1,
             }
         };
         if ended {
-            drain_ring(&map.ring, &mut from_ring, &mut stuck_since, true);
+            drain_ring(&map.ring, &mut from_ring, &mut stuck_since, true, tap);
             break;
         }
     }
@@ -354,7 +366,12 @@ fn decode(h: &Header, p: [&[u8]; 4]) -> Option<Event> {
     })
 }
 
-pub fn run(argv: &[OsString], env: &crate::EnvChanges, lib: &Path) -> Result<Traced, TraceError> {
+pub fn run(
+    argv: &[OsString],
+    env: &crate::EnvChanges,
+    lib: &Path,
+    tap: Tap,
+) -> Result<Traced, TraceError> {
     let capacity = ring_capacity()?;
     let sock = bind()?;
     let map = Arc::new(map_ring(capacity).map_err(|source| TraceError::Socket { source })?);
@@ -362,7 +379,7 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, lib: &Path) -> Result<Tra
         let (fd, map) = (sock.fd, map.clone());
         std::thread::Builder::new()
             .name("roar-preload-recv".into())
-            .spawn(move || receive(fd, &map))
+            .spawn(move || receive(fd, &map, &tap))
             .map_err(|source| TraceError::Socket { source })?
     };
 

@@ -16,7 +16,7 @@ use roar_store::{now_ns, FileStat};
 
 use crate::event::{join_normalize, Event};
 use crate::launch::{self, Status};
-use crate::{TraceError, Traced};
+use crate::{Tap, TraceError, Traced};
 
 // x86_64 syscall numbers of everything that names or changes a file.
 const SYS_OPEN: u64 = 2;
@@ -361,7 +361,7 @@ fn cont(request: libc::c_uint, pid: i32, sig: i32) {
     unsafe { libc::ptrace(request, pid, 0, sig as libc::c_long) };
 }
 
-pub fn run(argv: &[OsString], env: &crate::EnvChanges) -> Result<Traced, TraceError> {
+pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Traced, TraceError> {
     let guard = launch::SignalGuard::install();
     launch::become_subreaper();
     let mut cmd = launch::command(argv, env, launch::original_dispositions(&guard));
@@ -496,7 +496,12 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges) -> Result<Traced, TraceEr
             }
             (s, 0) if s == libc::SIGTRAP | 0x80 => {
                 match (pending.remove(&pid), regs(pid)) {
-                    (Some(p), Ok(r)) => events.extend(on_exit(pid, p, r.rax as i64)),
+                    (Some(p), Ok(r)) => {
+                        if let Some(ev) = on_exit(pid, p, r.rax as i64) {
+                            tap(&ev);
+                            events.push(ev);
+                        }
+                    }
                     (Some(_), Err(_)) => malformed += 1,
                     _ => {}
                 }

@@ -1,0 +1,212 @@
+//! Hashing a job's outputs while the job is still running.
+//!
+//! A file a job writes is usually finished long before the job ends (a checkpoint per epoch, one
+//! table per pipeline step). Hashed only after the job exits, every byte of it lands on the user's
+//! wait. The early hasher sees each event as the backend receives it ([`crate::Tap`]) and hashes
+//! every written path once it has been left alone for the racy window, on one thread at nice 10
+//! with one core, so it takes the CPU the job leaves idle.
+//!
+//! Nothing it finds is trusted on its own: after the job, [`crate::collect::hash`] keeps an early
+//! hash only if the file still has exactly the identity (device, inode, size, mtime, ctime) it had
+//! when hashed — one stat instead of a read — and reads the file again otherwise. Because only
+//! files whose last change was older than the racy window are hashed, a later write cannot leave
+//! that identity unchanged (the rule the hash cache follows). A wrong guess costs the read it was
+//! meant to save, never a wrong hash.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::ffi::OsString;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use roar_store::hash::{hash_if_settled, HashOptions, Hashed, Settled, RACY_NS};
+use roar_store::now_ns;
+
+use crate::event::Event;
+use crate::ignore::Ignore;
+use crate::Tap;
+
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
+/// Early hashes by path.
+pub type Early = HashMap<OsString, Hashed>;
+
+/// Margin past the racy window before a path is first looked at: its writer is usually still
+/// writing right after the open, and a look that finds the file too recent is a wasted open.
+const SLACK_NS: i64 = 5_000_000;
+/// Cap on how long a path that keeps changing waits between looks.
+const MAX_WAIT_NS: i64 = 1_000_000_000;
+/// A path written again after its early hash waits twice as long before the next one, up to this
+/// many doublings: a log reopened for every line is not read again in full for every line.
+const MAX_DOUBLINGS: u32 = 6;
+
+enum Msg {
+    Written { path: OsString, ts_ns: i64 },
+    Stop,
+}
+
+pub struct EarlyHasher {
+    tx: mpsc::Sender<Msg>,
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<Early>,
+}
+
+/// The path an event leaves with new content, if any.
+fn written(ev: &Event) -> Option<(&Path, i64)> {
+    match ev {
+        Event::Open {
+            path, flags, ts_ns, ..
+        } if flags & libc::O_ACCMODE != libc::O_RDONLY
+            || flags & (libc::O_CREAT | libc::O_TRUNC) != 0 =>
+        {
+            Some((path, *ts_ns))
+        }
+        Event::Truncate { path, ts_ns, .. } => Some((path, *ts_ns)),
+        Event::Rename { to, ts_ns, .. } | Event::Link { to, ts_ns, .. } => Some((to, *ts_ns)),
+        _ => None,
+    }
+}
+
+impl EarlyHasher {
+    pub fn start(ignore: Ignore, opts: HashOptions) -> std::io::Result<EarlyHasher> {
+        let (tx, rx) = mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let stop = stop.clone();
+            std::thread::Builder::new()
+                .name("roar-early-hash".into())
+                .spawn(move || {
+                    // SAFETY: lowers this thread's own priority; nothing else is touched.
+                    unsafe {
+                        let tid = libc::gettid() as libc::id_t;
+                        libc::setpriority(libc::PRIO_PROCESS, tid, 10);
+                    }
+                    Worker {
+                        ignore,
+                        opts,
+                        stop,
+                        pending: HashMap::default(),
+                        due: BinaryHeap::new(),
+                        rounds: HashMap::default(),
+                        done: Early::default(),
+                    }
+                    .run(rx)
+                })?
+        };
+        Ok(EarlyHasher { tx, stop, thread })
+    }
+
+    /// What the backend calls with each event as it arrives.
+    pub fn tap(&self) -> Tap {
+        let tx = self.tx.clone();
+        Arc::new(move |ev: &Event| {
+            if let Some((path, ts_ns)) = written(ev) {
+                let path = path.as_os_str().to_owned();
+                // The worker is gone only after `finish`, when no backend runs any more.
+                let _ = tx.send(Msg::Written { path, ts_ns });
+            }
+        })
+    }
+
+    /// Stops hashing (a file being read is finished) and returns what was hashed.
+    pub fn finish(self) -> Early {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.tx.send(Msg::Stop);
+        self.thread.join().unwrap_or_default()
+    }
+}
+
+/// A written path waiting to be hashed: when it is next looked at, and how long it waits after
+/// that if it is still changing then.
+struct Pending {
+    due_ns: i64,
+    backoff_ns: i64,
+}
+
+struct Worker {
+    ignore: Ignore,
+    opts: HashOptions,
+    stop: Arc<AtomicBool>,
+    pending: HashMap<OsString, Pending>,
+    /// (due, path); an entry whose due time no longer matches `pending` is stale and skipped.
+    due: BinaryHeap<Reverse<(i64, OsString)>>,
+    /// How many times each path was hashed early.
+    rounds: HashMap<OsString, u32>,
+    done: Early,
+}
+
+impl Worker {
+    fn run(mut self, rx: mpsc::Receiver<Msg>) -> Early {
+        loop {
+            let msg = match self.due.peek() {
+                None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+                Some(Reverse((due, _))) => {
+                    let wait = (*due - now_ns()).max(0) as u64;
+                    rx.recv_timeout(Duration::from_nanos(wait))
+                }
+            };
+            match msg {
+                Ok(Msg::Written { path, ts_ns }) => self.written(path, ts_ns),
+                Ok(Msg::Stop) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+            while let Some(Reverse((due, _))) = self.due.peek() {
+                if *due > now_ns() || self.stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let Reverse((due, path)) = self.due.pop().expect("peeked");
+                if self.pending.get(&path).is_some_and(|p| p.due_ns == due) {
+                    self.look(path);
+                }
+            }
+            if self.stop.load(Ordering::Relaxed) {
+                break;
+            }
+        }
+        self.done
+    }
+
+    /// Schedules the first look at a path the job just wrote: once the racy window has passed
+    /// after this write, doubled for each early hash the path already had (see `MAX_DOUBLINGS`).
+    fn written(&mut self, path: OsString, ts_ns: i64) {
+        if self.ignore.is_ignored(Path::new(&path)) {
+            return;
+        }
+        let rounds = self.rounds.get(&path).copied().unwrap_or(0);
+        let due_ns = ts_ns + (RACY_NS << rounds.min(MAX_DOUBLINGS)) + SLACK_NS;
+        self.schedule(path, due_ns, RACY_NS);
+    }
+
+    fn schedule(&mut self, path: OsString, due_ns: i64, backoff_ns: i64) {
+        self.due.push(Reverse((due_ns, path.clone())));
+        self.pending.insert(path, Pending { due_ns, backoff_ns });
+    }
+
+    fn look(&mut self, path: OsString) {
+        match hash_if_settled(Path::new(&path), self.opts) {
+            Ok(Settled::Hashed(h)) => {
+                self.pending.remove(&path);
+                *self.rounds.entry(path.clone()).or_default() += 1;
+                self.done.insert(path, h);
+            }
+            Ok(Settled::Recent(stat)) => {
+                // Still being written: look again once its last change is out of the window,
+                // backing off for a file that keeps changing.
+                let now = now_ns();
+                let backoff = self.pending[&path].backoff_ns;
+                let settles = stat.mtime_ns.max(stat.ctime_ns) + RACY_NS + SLACK_NS;
+                let next = (backoff * 2).min(MAX_WAIT_NS);
+                self.schedule(path, settles.max(now + backoff), next);
+            }
+            // Gone, renamed away, not a regular file, or changed during the read: the pass after
+            // the job decides.
+            Err(_) => {
+                self.pending.remove(&path);
+                self.done.remove(&path);
+            }
+        }
+    }
+}
