@@ -91,12 +91,21 @@ pub enum Settled {
     Recent(FileStat),
 }
 
+/// What the caller of [`hash_if_settled`] knows of the kind of file at a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A regular file when it was last seen (a tracer saw it opened as one): opened directly.
+    Regular,
+    /// Anything: stat first and open only a regular file. Opening a FIFO that the job is about
+    /// to use, even for an instant, could hand its writer a reader that then goes away.
+    Unknown,
+}
+
 /// Hashes `path` on the calling thread only if its last change is older than the racy window,
 /// so that the result stays valid for as long as the file's identity (`stat`) is unchanged: what
 /// `roar run` uses to hash a job's outputs while the job is still running. A file changed more
-/// recently is not read, and nothing but a regular file is opened: opening a FIFO the job is
-/// about to use, even for an instant, could hand its writer a reader that then goes away.
-pub fn hash_if_settled(path: &Path, opts: HashOptions) -> Result<Settled, HashError> {
+/// recently is not read.
+pub fn hash_if_settled(path: &Path, kind: Kind, opts: HashOptions) -> Result<Settled, HashError> {
     let read_ns = now_ns();
     let io_err = |source| HashError::Io {
         path: path.to_owned(),
@@ -111,10 +120,12 @@ pub fn hash_if_settled(path: &Path, opts: HashOptions) -> Result<Settled, HashEr
         let stat = FileStat::from_metadata(meta);
         Ok((!racy(&stat, read_ns), stat))
     };
-    if let (false, stat) = settled(&std::fs::metadata(path).map_err(io_err)?)? {
-        return Ok(Settled::Recent(stat));
+    if kind == Kind::Unknown {
+        if let (false, stat) = settled(&std::fs::metadata(path).map_err(io_err)?)? {
+            return Ok(Settled::Recent(stat));
+        }
     }
-    // Checked again on the open file: the path may have been replaced in between.
+    // Checked (again) on the open file: the path may have been replaced in between.
     let file = open_nonblocking(path).map_err(io_err)?;
     match settled(&file.metadata().map_err(io_err)?)? {
         (false, stat) => Ok(Settled::Recent(stat)),

@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use roar_store::hash::{hash_if_settled, hash_path, hash_paths, HashOptions, Prior, Settled};
+use roar_store::hash::{hash_if_settled, hash_path, hash_paths, HashOptions, Kind, Prior, Settled};
 use roar_store::{
     Checkpoints, ContentHash, FileRecord, JobRecord, Ops, Outcome, Role, Store, StoreError, Writer,
     SCHEMA_VERSION,
@@ -473,13 +473,13 @@ fn an_earlier_hash_stands_only_while_the_file_keeps_its_identity() {
 
     // Just written: not read, since a hash now could not be trusted later.
     assert!(matches!(
-        hash_if_settled(&f, opts).unwrap(),
+        hash_if_settled(&f, Kind::Regular, opts).unwrap(),
         Settled::Recent(_)
     ));
     std::thread::sleep(std::time::Duration::from_nanos(
         2 * roar_store::hash::RACY_NS as u64,
     ));
-    let Settled::Hashed(early) = hash_if_settled(&f, opts).unwrap() else {
+    let Settled::Hashed(early) = hash_if_settled(&f, Kind::Regular, opts).unwrap() else {
         panic!("a file left alone past the racy window is hashed");
     };
     assert_eq!(
@@ -567,7 +567,7 @@ fn a_fifo_in_place_of_a_file_is_refused_without_blocking() {
         2 * roar_store::hash::RACY_NS as u64,
     ));
     assert!(matches!(
-        hash_if_settled(&fifo, HashOptions::default()),
+        hash_if_settled(&fifo, Kind::Unknown, HashOptions::default()),
         Err(roar_store::hash::HashError::NotAFile { .. })
     ));
 }

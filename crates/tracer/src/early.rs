@@ -22,7 +22,7 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use roar_store::hash::{hash_if_settled, HashOptions, Hashed, Settled, RACY_NS};
+use roar_store::hash::{hash_if_settled, HashOptions, Hashed, Kind, Settled, RACY_NS};
 use roar_store::now_ns;
 
 use crate::event::Event;
@@ -44,7 +44,11 @@ const MAX_WAIT_NS: i64 = 1_000_000_000;
 const MAX_DOUBLINGS: u32 = 6;
 
 enum Msg {
-    Written { path: OsString, ts_ns: i64 },
+    Written {
+        path: OsString,
+        kind: Kind,
+        ts_ns: i64,
+    },
     Stop,
 }
 
@@ -54,18 +58,21 @@ pub struct EarlyHasher {
     thread: JoinHandle<Early>,
 }
 
-/// The path an event leaves with new content, if any.
-fn written(ev: &Event) -> Option<(&Path, i64)> {
+/// The path an event leaves with new content, if any. Every backend reports opens of regular
+/// files only; what a rename or link moved is not known.
+fn written(ev: &Event) -> Option<(&Path, Kind, i64)> {
     match ev {
         Event::Open {
             path, flags, ts_ns, ..
         } if flags & libc::O_ACCMODE != libc::O_RDONLY
             || flags & (libc::O_CREAT | libc::O_TRUNC) != 0 =>
         {
-            Some((path, *ts_ns))
+            Some((path, Kind::Regular, *ts_ns))
         }
-        Event::Truncate { path, ts_ns, .. } => Some((path, *ts_ns)),
-        Event::Rename { to, ts_ns, .. } | Event::Link { to, ts_ns, .. } => Some((to, *ts_ns)),
+        Event::Truncate { path, ts_ns, .. } => Some((path, Kind::Unknown, *ts_ns)),
+        Event::Rename { to, ts_ns, .. } | Event::Link { to, ts_ns, .. } => {
+            Some((to, Kind::Unknown, *ts_ns))
+        }
         _ => None,
     }
 }
@@ -103,10 +110,10 @@ impl EarlyHasher {
     pub fn tap(&self) -> Tap {
         let tx = self.tx.clone();
         Arc::new(move |ev: &Event| {
-            if let Some((path, ts_ns)) = written(ev) {
+            if let Some((path, kind, ts_ns)) = written(ev) {
                 let path = path.as_os_str().to_owned();
                 // The worker is gone only after `finish`, when no backend runs any more.
-                let _ = tx.send(Msg::Written { path, ts_ns });
+                let _ = tx.send(Msg::Written { path, kind, ts_ns });
             }
         })
     }
@@ -119,11 +126,12 @@ impl EarlyHasher {
     }
 }
 
-/// A written path waiting to be hashed: when it is next looked at, and how long it waits after
-/// that if it is still changing then.
+/// A written path waiting to be hashed: when it is next looked at, how long it waits after that
+/// if it is still changing then, and whether it is known to be a regular file.
 struct Pending {
     due_ns: i64,
     backoff_ns: i64,
+    kind: Kind,
 }
 
 struct Worker {
@@ -149,7 +157,7 @@ impl Worker {
                 }
             };
             match msg {
-                Ok(Msg::Written { path, ts_ns }) => self.written(path, ts_ns),
+                Ok(Msg::Written { path, kind, ts_ns }) => self.written(path, kind, ts_ns),
                 Ok(Msg::Stop) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
             }
@@ -171,22 +179,29 @@ impl Worker {
 
     /// Schedules the first look at a path the job just wrote: once the racy window has passed
     /// after this write, doubled for each early hash the path already had (see `MAX_DOUBLINGS`).
-    fn written(&mut self, path: OsString, ts_ns: i64) {
+    fn written(&mut self, path: OsString, kind: Kind, ts_ns: i64) {
         if self.ignore.is_ignored(Path::new(&path)) {
             return;
         }
         let rounds = self.rounds.get(&path).copied().unwrap_or(0);
         let due_ns = ts_ns + (RACY_NS << rounds.min(MAX_DOUBLINGS)) + SLACK_NS;
-        self.schedule(path, due_ns, RACY_NS);
+        // The latest event says what is at the path now.
+        self.schedule(path, due_ns, RACY_NS, kind);
     }
 
-    fn schedule(&mut self, path: OsString, due_ns: i64, backoff_ns: i64) {
+    fn schedule(&mut self, path: OsString, due_ns: i64, backoff_ns: i64, kind: Kind) {
         self.due.push(Reverse((due_ns, path.clone())));
-        self.pending.insert(path, Pending { due_ns, backoff_ns });
+        let pending = Pending {
+            due_ns,
+            backoff_ns,
+            kind,
+        };
+        self.pending.insert(path, pending);
     }
 
     fn look(&mut self, path: OsString) {
-        match hash_if_settled(Path::new(&path), self.opts) {
+        let kind = self.pending[&path].kind;
+        match hash_if_settled(Path::new(&path), kind, self.opts) {
             Ok(Settled::Hashed(h)) => {
                 self.pending.remove(&path);
                 *self.rounds.entry(path.clone()).or_default() += 1;
@@ -199,7 +214,7 @@ impl Worker {
                 let backoff = self.pending[&path].backoff_ns;
                 let settles = stat.mtime_ns.max(stat.ctime_ns) + RACY_NS + SLACK_NS;
                 let next = (backoff * 2).min(MAX_WAIT_NS);
-                self.schedule(path, settles.max(now + backoff), next);
+                self.schedule(path, settles.max(now + backoff), next, kind);
             }
             // Gone, renamed away, not a regular file, or changed during the read: the pass after
             // the job decides.
