@@ -318,7 +318,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let t_recorded = t0.elapsed();
     let child_ns = traced.ended_ns - traced.started_ns;
     let overhead_ms = (t_recorded.as_nanos() as i64 - child_ns) as f64 / 1e6;
-    let mut err = std::io::stderr().lock();
+    // Stderr is unbuffered: without a line buffer each piece of a line is a write of its own, and
+    // output of the command's leftover background processes could land inside roar's line.
+    let mut err = std::io::LineWriter::new(std::io::stderr().lock());
     match recorded {
         Ok(id) => {
             let incomplete = match (traced.lost, traced.malformed) {
