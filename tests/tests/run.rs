@@ -589,3 +589,61 @@ echo two >&3";
         assert_eq!(outputs, expected, "{backend}");
     }
 }
+
+#[test]
+fn each_line_roar_prints_reaches_stderr_in_one_write() {
+    // A background process the command leaves behind may still be writing to the same terminal:
+    // a line written in pieces can be split by its output. strace shows roar's own writes.
+    if !require_tool("strace") {
+        return;
+    }
+    let p = Project::new();
+    let log = p.path().join(".roar/writes.log");
+    let out = Command::new("strace")
+        .args([
+            "-f",
+            "-qq",
+            "-e",
+            "trace=write",
+            "-e",
+            "signal=none",
+            "-s",
+            "4096",
+            "-o",
+        ])
+        .arg(&log)
+        .arg(common::roar_bin())
+        .args([
+            "run",
+            "-v",
+            "--tracer",
+            "preload",
+            "--",
+            "sh",
+            "-c",
+            "echo hi > out.txt",
+        ])
+        .current_dir(p.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let writes: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let call = l.split_once("write(2, \"")?.1;
+            Some(call.rsplit_once("\", ")?.0.to_owned())
+        })
+        .collect();
+    let printed = stderr(&out);
+    for line in printed
+        .lines()
+        .filter(|l| l.starts_with("roar: job") || l.contains("out.txt"))
+    {
+        assert!(
+            writes.iter().any(|w| *w == format!("{line}\\n")),
+            "{line:?} was not written whole; roar's writes to stderr: {writes:#?}"
+        );
+    }
+    assert!(printed.lines().any(|l| l.contains("out.txt")), "{printed}");
+}
