@@ -381,7 +381,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         );
     }
     checkpoint_in_background(&project.db_path());
-    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+    // The job is recorded and reported. What is still in memory (every event, the path maps, the
+    // hashes: megabytes for a large job) would be freed allocation by allocation on the way out,
+    // which the user waits for; the kernel takes it back at once.
+    let _ = err.flush();
+    std::process::exit(code.clamp(0, 255))
 }
 
 /// The hasher of outputs during the run (see `roar_tracer::early`), unless `ROAR_EARLY_HASH=0`.
