@@ -392,29 +392,26 @@ fn cache_hits_until_content_changes_even_with_the_same_mtime_and_size() {
     let writer = Writer::start(&db).unwrap();
     let store = Store::open(&db).unwrap();
     let opts = HashOptions::default();
+    let hash = |prior: Prior<'static>| {
+        hash_paths(
+            &paths,
+            opts,
+            &move |_| prior,
+            &|| Some(store.conn()),
+            &|_| {},
+        )
+    };
     // ctime cannot be set back: wait out the racy window so the entry is trusted.
     std::thread::sleep(std::time::Duration::from_nanos(
         2 * roar_store::hash::RACY_NS as u64,
     ));
 
-    let first = hash_paths(
-        &paths,
-        opts,
-        &|_| Prior::MayBeCached,
-        &|| Some(store.conn()),
-        &|_| {},
-    );
+    let first = hash(Prior::MayBeCached);
     assert!(!first.results[0].as_ref().unwrap().from_cache);
     writer.cache(first.new_cache).unwrap();
     writer.flush().unwrap();
 
-    let second = hash_paths(
-        &paths,
-        opts,
-        &|_| Prior::MayBeCached,
-        &|| Some(store.conn()),
-        &|_| {},
-    );
+    let second = hash(Prior::MayBeCached);
     let second = second.results[0].as_ref().unwrap();
     assert!(
         second.from_cache,
@@ -426,13 +423,7 @@ fn cache_hits_until_content_changes_even_with_the_same_mtime_and_size() {
     );
 
     // Content the caller knows is new is read, never looked up.
-    let known_new = hash_paths(
-        &paths,
-        opts,
-        &|_| Prior::New,
-        &|| Some(store.conn()),
-        &|_| {},
-    );
+    let known_new = hash(Prior::New);
     let known_new = known_new.results[0].as_ref().unwrap();
     assert!(!known_new.from_cache);
     assert_eq!(known_new.hash.blake3, second.hash.blake3);
@@ -442,13 +433,7 @@ fn cache_hits_until_content_changes_even_with_the_same_mtime_and_size() {
     let file = std::fs::File::options().write(true).open(&f).unwrap();
     file.set_modified(mtime).unwrap();
     assert_eq!(std::fs::metadata(&f).unwrap().modified().unwrap(), mtime);
-    let third = hash_paths(
-        &paths,
-        opts,
-        &|_| Prior::MayBeCached,
-        &|| Some(store.conn()),
-        &|_| {},
-    );
+    let third = hash(Prior::MayBeCached);
     let third = third.results[0].as_ref().unwrap();
     assert!(!third.from_cache);
     assert_eq!(
