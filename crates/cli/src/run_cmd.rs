@@ -10,7 +10,9 @@ use std::time::Instant;
 
 use clap::{Args, Subcommand};
 use roar_store::hash::HashOptions;
-use roar_store::{now_ns, Checkpoints, GitState, JobRecord, Outcome, Project, Role, Store, Writer};
+use roar_store::{
+    now_ns, Checkpoints, GitState, JobRecord, JobStream, Outcome, Project, Role, Store, Writer,
+};
 use roar_tracer::collect;
 use roar_tracer::early::EarlyHasher;
 use roar_tracer::ignore::Ignore;
@@ -290,8 +292,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 
     // From here on the command's status is final: a failure to record never changes it.
     let ignore = Ignore::new(&config.ignore);
-    let classified = collect::classify(&traced.events, traced.started_ns, &ignore);
+    let mut classified = collect::classify(&traced.events, traced.started_ns, &ignore);
     let t_classified = t0.elapsed();
+    job.processes = std::mem::take(&mut classified.processes);
+    let count = |role: Role| s3_files.iter().filter(|f| f.role == role).count();
+    let (mut n_in, mut n_out) = (count(Role::Input), count(Role::Output));
+    job.files = s3_files;
+    let mut listing = args.verbose.then(|| job.files.clone());
     // Opened only if some file may be answered from the hash cache.
     let store = std::cell::OnceCell::new();
     let cache = || {
@@ -300,21 +307,32 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .as_ref()
             .map(Store::conn)
     };
-    let hashed = collect::hash(&classified, opts, &cache, &early);
-    let t_hashed = t0.elapsed();
-    job.processes = classified.processes;
-    job.files = hashed.files;
-    job.files.extend(s3_files);
-    let (n_in, n_out) = (
-        job.files.iter().filter(|f| f.role == Role::Input).count(),
-        job.files.iter().filter(|f| f.role == Role::Output).count(),
-    );
-    let listing = args.verbose.then(|| job.files.clone());
-    let recorded = Writer::start_with(&project.db_path(), Checkpoints::Deferred).and_then(|w| {
-        w.cache(hashed.new_cache)?;
-        let id = w.record_job(job)?;
-        Ok(id)
+    // The job's row goes into the writer's transaction with the first files hashed (inputs and
+    // other new content, hashed in parallel first, without the store's write lock), then the
+    // outputs hashed during the run as each chunk of them is confirmed: the writer records one
+    // chunk while this thread stats the next (`collect::hash`).
+    let writer = Writer::start_with(&project.db_path(), Checkpoints::Deferred);
+    let mut job = Some(job);
+    let mut stream = None;
+    let hashed = collect::hash(classified, opts, &cache, &early, &mut |chunk| {
+        if let Some(listing) = listing.as_mut() {
+            listing.extend(chunk.files.iter().cloned());
+        }
+        if let Ok(w) = &writer {
+            let started = stream.get_or_insert_with(|| w.start_job(job.take().expect("one job")));
+            if let Ok(s) = started {
+                s.send(chunk);
+            }
+        }
     });
+    n_in += hashed.inputs;
+    n_out += hashed.outputs;
+    let t_hashed = t0.elapsed();
+    let recorded = match (writer, stream) {
+        (Err(e), _) => Err(e),
+        (Ok(_writer), Some(started)) => started.and_then(JobStream::finish),
+        (Ok(writer), None) => writer.record_job(job.take().expect("not started")),
+    };
     let t_recorded = t0.elapsed();
     let child_ns = traced.ended_ns - traced.started_ns;
     let overhead_ms = (t_recorded.as_nanos() as i64 - child_ns) as f64 / 1e6;
@@ -370,7 +388,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         let _ = writeln!(
             err,
-            "roar: timing: setup {:.2} ms, traced run {:.2} ms (command {:.2} ms), classify {:.2} ms, hash {:.2} ms ({} files hashed during the run), record {:.2} ms",
+            "roar: timing: setup {:.2} ms, traced run {:.2} ms (command {:.2} ms), classify {:.2} ms, hash {:.2} ms ({} files hashed during the run) with recording alongside, record {:.2} ms after the last file was hashed",
             ms(t_setup),
             ms(t_traced - t_setup),
             child_ns as f64 / 1e6,

@@ -298,6 +298,17 @@ pub fn hash_paths<'c, 'p>(
     hash_batch(paths, opts, prior, cache, progress, parallel)
 }
 
+/// [`hash_paths`] on the calling thread alone, however many paths: for a caller that keeps
+/// another core busy meanwhile (`roar run` confirms its outputs while its writer records them).
+pub fn hash_paths_on_this_thread<'c, 'p>(
+    paths: &[PathBuf],
+    opts: HashOptions,
+    prior: &(dyn Fn(usize) -> Prior<'p> + Sync),
+    cache: &dyn Fn() -> Option<&'c Connection>,
+) -> Batch {
+    hash_batch(paths, opts, prior, cache, &|_| {}, false)
+}
+
 /// What is known about a path before its content is read: `None` if it was not looked up (it is
 /// opened and fstat'ed when hashed, one syscall fewer than stat + open), else its stat and, if the
 /// cache or an earlier hash of the caller's answers for that identity, the result.

@@ -24,7 +24,9 @@ pub use model::{
 };
 pub use project::{Project, CONFIG_NAME, DB_NAME, DEFAULT_CONFIG, DIR_NAME};
 pub use query::{ArtifactDetail, DbStats, FileRow, JobDetail, JobSummary, PathDetail, Store, Use};
-pub use writer::{checkpoint, checkpoint_due, Checkpoints, Writer, WAL_LIMIT};
+pub use writer::{
+    checkpoint, checkpoint_due, Checkpoints, FileChunk, JobStream, Writer, WAL_LIMIT,
+};
 
 /// Helpers for tests that need databases of an older schema.
 #[doc(hidden)]

@@ -10,13 +10,19 @@ use rusqlite::{params, CachedStatement, Connection, OptionalExtension, Transacti
 
 use crate::db;
 use crate::error::{Result, StoreError};
-use crate::model::{argv_to_blob, CacheEntry, ContentHash, JobRecord};
+use crate::model::{argv_to_blob, CacheEntry, ContentHash, FileRecord, JobRecord};
 
 /// Most messages one transaction takes before it commits and starts the next.
 const MAX_BATCH: usize = 4096;
 
 enum Msg {
-    Job(Box<JobRecord>, Sender<Result<i64>>),
+    /// A job, and where the rest of its files arrive while it is being recorded (see
+    /// [`Writer::start_job`]).
+    Job(
+        Box<JobRecord>,
+        Option<Receiver<FileChunk>>,
+        Sender<Result<i64>>,
+    ),
     Cache(Vec<CacheEntry>),
     Artifacts(Vec<ContentHash>),
     Flush(Sender<Result<()>>),
@@ -33,6 +39,34 @@ pub enum Checkpoints {
     /// Never in this writer: the caller checks [`checkpoint_due`] once it has answered its user
     /// and hands the work to another process (`roar run`, whose user waits on its exit).
     Deferred,
+}
+
+/// More files of a job being recorded, with the hash-cache entries their hashing produced.
+#[derive(Debug, Default)]
+pub struct FileChunk {
+    pub files: Vec<FileRecord>,
+    pub cache: Vec<CacheEntry>,
+}
+
+/// A job whose row is in the writer's open transaction while its caller still produces files
+/// (see [`Writer::start_job`]).
+pub struct JobStream {
+    files: Sender<FileChunk>,
+    answer: Receiver<Result<i64>>,
+}
+
+impl JobStream {
+    /// Queues more of the job's files. Never blocks; if the writer has already failed, the chunk
+    /// is dropped and [`JobStream::finish`] reports why.
+    pub fn send(&self, chunk: FileChunk) {
+        let _ = self.files.send(chunk);
+    }
+
+    /// Ends the job's files, waits for the commit and returns the job's id.
+    pub fn finish(self) -> Result<i64> {
+        drop(self.files);
+        self.answer.recv().map_err(|_| StoreError::WriterGone)?
+    }
 }
 
 /// Handle to the writer thread. Dropping it flushes what is queued and joins the thread.
@@ -75,8 +109,21 @@ impl Writer {
     /// Records a whole job and returns its id once committed.
     pub fn record_job(&self, job: JobRecord) -> Result<i64> {
         let (reply, answer) = mpsc::channel();
-        self.send(Msg::Job(Box::new(job), reply))?;
+        self.send(Msg::Job(Box::new(job), None, reply))?;
         answer.recv().map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// Starts recording `job` and returns where the rest of its files go: the writer inserts the
+    /// job's row and `job.files` at once, then each [`FileChunk`] as it arrives, all in one
+    /// transaction that commits at [`JobStream::finish`]. The caller's last work on the files
+    /// (`roar run` confirming that each output is still the content hashed during the run) then
+    /// runs on another core while SQLite writes, instead of before it. Nothing else this writer
+    /// is sent commits until the job does.
+    pub fn start_job(&self, job: JobRecord) -> Result<JobStream> {
+        let (reply, answer) = mpsc::channel();
+        let (files, more) = mpsc::channel();
+        self.send(Msg::Job(Box::new(job), Some(more), reply))?;
+        Ok(JobStream { files, answer })
     }
 
     /// Queues hash-cache entries; they are committed with the next batch.
@@ -175,7 +222,7 @@ fn commit(conn: &mut Connection, path: &Path, batch: Vec<Msg>, lost: &mut Option
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         for msg in &batch {
             match msg {
-                Msg::Job(job, _) => job_ids.push(insert_job(&tx, job)?),
+                Msg::Job(job, more, _) => job_ids.push(insert_job(&tx, job, more.as_ref())?),
                 Msg::Cache(entries) => insert_cache(&tx, entries)?,
                 Msg::Artifacts(hashes) => {
                     let mut insert = tx.prepare_cached(INSERT_ARTIFACT)?;
@@ -195,7 +242,7 @@ fn commit(conn: &mut Connection, path: &Path, batch: Vec<Msg>, lost: &mut Option
             Err(e) => db::classify(path, clone_err(e)),
         };
         match msg {
-            Msg::Job(_, reply) => {
+            Msg::Job(_, _, reply) => {
                 let _ = reply.send(match &outcome {
                     Ok(()) => Ok(ids.next().expect("one id per job")),
                     Err(_) => Err(err()),
@@ -259,7 +306,11 @@ fn upsert_artifact(
 const INSERT_ARTIFACT: &str = "INSERT INTO artifacts (blake3, sha256, size) VALUES (?1, ?2, ?3)
                                ON CONFLICT (blake3) DO NOTHING";
 
-fn insert_job(tx: &Transaction, job: &JobRecord) -> rusqlite::Result<i64> {
+fn insert_job(
+    tx: &Transaction,
+    job: &JobRecord,
+    more: Option<&Receiver<FileChunk>>,
+) -> rusqlite::Result<i64> {
     let (exit_code, signal) = match &job.outcome {
         crate::Outcome::Exited(c) => (Some(*c), None),
         crate::Outcome::Signaled(s) => (None, Some(*s)),
@@ -306,13 +357,23 @@ fn insert_job(tx: &Transaction, job: &JobRecord) -> rusqlite::Result<i64> {
         ])?;
     }
 
+    insert_files(tx, job_id, &job.files)?;
+    // The sender ends the job by hanging up.
+    for chunk in more.into_iter().flatten() {
+        insert_files(tx, job_id, &chunk.files)?;
+        insert_cache(tx, &chunk.cache)?;
+    }
+    Ok(job_id)
+}
+
+fn insert_files(tx: &Transaction, job_id: i64, files: &[FileRecord]) -> rusqlite::Result<()> {
     let mut insert_artifact = tx.prepare_cached(INSERT_ARTIFACT)?;
     let mut insert_file = tx.prepare_cached(
         "INSERT INTO job_files (job_id, role, kind, path, artifact_id, before_artifact_id,
                                 s3_object_id, ops, first_ns, last_ns)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     )?;
-    for f in &job.files {
+    for f in files {
         let artifact = f
             .hash
             .as_ref()
@@ -354,7 +415,7 @@ fn insert_job(tx: &Transaction, job: &JobRecord) -> rusqlite::Result<i64> {
             f.last_ns,
         ])?;
     }
-    Ok(job_id)
+    Ok(())
 }
 
 fn insert_cache(tx: &Transaction, entries: &[CacheEntry]) -> rusqlite::Result<()> {

@@ -682,3 +682,88 @@ fn a_failed_hash_record_nobody_waited_for_fails_the_next_flush() {
     );
     writer.flush().expect("reported once");
 }
+
+#[test]
+fn a_job_streamed_to_the_writer_commits_with_all_its_chunks_or_not_at_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = new_db(dir.path());
+    let f = dir.path().join("f");
+    std::fs::write(&f, b"content").unwrap();
+    let hashed = hash_path(&f, HashOptions::default()).unwrap();
+    let entry = roar_store::CacheEntry {
+        stat: hashed.stat,
+        hash: hashed.hash,
+        hashed_ns: hashed.read_ns,
+    };
+    let outputs = |from: usize, to: usize| -> Vec<FileRecord> {
+        (from..to)
+            .map(|i| {
+                file(
+                    Role::Output,
+                    &format!("/out/{i}"),
+                    format!("{i}").as_bytes(),
+                )
+            })
+            .collect()
+    };
+    let count = |sql: &str| -> i64 {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.query_row(sql, [], |r| r.get(0)).unwrap()
+    };
+
+    let writer = Writer::start(&db).unwrap();
+    let stream = writer
+        .start_job(job(&["train"], vec![file(Role::Input, "/in", b"in")]))
+        .unwrap();
+    stream.send(roar_store::FileChunk {
+        files: outputs(0, 3),
+        cache: vec![entry],
+    });
+    // Not committed while the job's files are still coming.
+    assert_eq!(count("SELECT count(*) FROM jobs"), 0);
+    stream.send(roar_store::FileChunk {
+        files: outputs(3, 5),
+        cache: vec![],
+    });
+    let id = stream.finish().unwrap();
+    assert_eq!(
+        count(&format!(
+            "SELECT count(*) FROM job_files WHERE job_id = {id}"
+        )),
+        6
+    );
+    assert_eq!(count("SELECT count(*) FROM hash_cache"), 1);
+
+    // A chunk the store refuses fails the whole job, the chunks before it included.
+    let conn = roar_store::open(&db, false).unwrap();
+    conn.execute_batch(
+        "CREATE TRIGGER refuse BEFORE INSERT ON job_files WHEN NEW.path = CAST('/out/bad' AS BLOB)
+         BEGIN SELECT RAISE(ABORT, 'disk says no'); END;",
+    )
+    .unwrap();
+    let stream = writer.start_job(job(&["train"], outputs(10, 12))).unwrap();
+    stream.send(roar_store::FileChunk {
+        files: outputs(12, 14),
+        cache: vec![],
+    });
+    stream.send(roar_store::FileChunk {
+        files: vec![file(Role::Output, "/out/bad", b"bad")],
+        cache: vec![],
+    });
+    // Sent after the failure: dropped without blocking the sender.
+    stream.send(roar_store::FileChunk {
+        files: outputs(14, 16),
+        cache: vec![],
+    });
+    let err = stream.finish().expect_err("the refused row fails the job");
+    let cause = std::error::Error::source(&err).map(|e| e.to_string());
+    assert!(
+        cause.as_deref().is_some_and(|c| c.contains("disk says no")),
+        "{err}: {cause:?}"
+    );
+    assert_eq!(count("SELECT count(*) FROM jobs"), 1);
+    assert_eq!(count("SELECT count(*) FROM job_files"), 6);
+    // The writer goes on with the next job.
+    writer.record_job(job(&["next"], outputs(20, 21))).unwrap();
+    assert_eq!(count("SELECT count(*) FROM jobs"), 2);
+}

@@ -9,9 +9,11 @@
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
-use roar_store::hash::{cache_get, hash_paths, Connection, HashOptions, Prior};
+use roar_store::hash::{
+    cache_get, hash_paths, hash_paths_on_this_thread, Connection, HashError, HashOptions, Prior,
+};
 use roar_store::{
-    CacheEntry, ContentHash, FileRecord, FileStat, Made, Ops, PathUse, ProcessRecord, Role,
+    ContentHash, FileChunk, FileRecord, FileStat, Made, Ops, PathUse, ProcessRecord, Role,
 };
 
 use crate::early::Early;
@@ -22,6 +24,7 @@ use crate::ignore::Ignore;
 /// own hash and equality walk components), hashed with foldhash: both showed in profiles of jobs
 /// with many files.
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
 #[derive(Debug, Clone, Default)]
 struct PathState {
@@ -306,24 +309,59 @@ pub fn classify(events: &[Event], job_start_ns: i64, ignore: &Ignore) -> Classif
     Classified { paths, processes }
 }
 
-/// Everything recorded for a job's files, with the hash-cache entries learned on the way.
+/// What hashing a job's files found, besides the files themselves (which went to the sink).
+#[derive(Debug, Default)]
 pub struct Hashed {
-    pub files: Vec<FileRecord>,
-    pub new_cache: Vec<CacheEntry>,
+    pub inputs: usize,
+    pub outputs: usize,
     /// Inputs whose content could not be pinned down (changed or gone before hashing).
     pub unhashed_inputs: usize,
     /// Files hashed while the job ran and unchanged since: not read again.
     pub hashed_early: usize,
 }
 
-/// Hashes outputs (final content) and inputs (content as first read) in parallel. An output
-/// hashed while the job ran (`early`) is not read again if its identity has not changed since.
+/// Outputs handed to the sink at a time: enough that a chunk is cheap to send, few enough that the
+/// writer starts early.
+const CHUNK: usize = 256;
+
+/// Hashes outputs (final content) and inputs (content as first read) and hands every file to
+/// `sink`, with the hash-cache entries learned on the way.
+///
+/// Most outputs of a job were hashed while it ran (`early`); such a hash stands if the file's
+/// identity has not changed since, so all that is left for them is a stat each (one whose identity
+/// moved anyway, by a change no event showed, is read again there). Those come last, in chunks, on
+/// this thread alone: the caller's sink is meant to hand them to a writer that records one chunk
+/// while this thread confirms the next. Everything else (inputs, files
+/// renamed onto, outputs not hashed during the run) is hashed first, in parallel, and goes to the
+/// sink in one chunk.
 pub fn hash<'c>(
-    classified: &Classified,
+    classified: Classified,
     opts: HashOptions,
     cache: &dyn Fn() -> Option<&'c Connection>,
     early: &Early,
+    sink: &mut dyn FnMut(FileChunk),
 ) -> Hashed {
+    let mut summary = Hashed::default();
+    // Destinations of renames: their current content may pin an input's, so they are hashed with
+    // the inputs.
+    let moved_to: HashSet<&OsStr> = classified
+        .paths
+        .iter()
+        .filter_map(|(_, st)| st.moved_to.as_deref().map(Path::as_os_str))
+        .collect();
+    let confirm_later = |path: &Path, st: &PathState| -> Option<&roar_store::hash::Hashed> {
+        let (input, made) = path_use(st).records();
+        if input || made != Some(Made::Output) || moved_to.contains(path.as_os_str()) {
+            return None;
+        }
+        early.get(path.as_os_str())
+    };
+    let later: Vec<bool> = classified
+        .paths
+        .iter()
+        .map(|(path, st)| confirm_later(path, st).is_some())
+        .collect();
+
     let mut want: Vec<PathBuf> = Vec::new();
     let mut prior: Vec<Prior> = Vec::new();
     let mut index: HashMap<&OsStr, usize> = HashMap::default();
@@ -332,11 +370,10 @@ pub fn hash<'c>(
         .iter()
         .map(|(p, s)| (p.as_os_str(), s))
         .collect();
-    for (path, st) in &classified.paths {
-        for p in [st.exists.then_some(path), st.moved_to.as_ref()]
-            .into_iter()
-            .flatten()
-        {
+    for ((path, st), later) in classified.paths.iter().zip(&later) {
+        // A path confirmed later is nobody's rename destination: only its own record needs it.
+        let own = (st.exists && !later).then_some(path);
+        for p in [own, st.moved_to.as_ref()].into_iter().flatten() {
             if !index.contains_key(p.as_os_str()) {
                 index.insert(p.as_os_str(), want.len());
                 want.push(p.clone());
@@ -351,44 +388,25 @@ pub fn hash<'c>(
         }
     }
     let batch = hash_paths(&want, opts, &|i| prior[i], cache, &|_| {});
-    let hashed_early = prior
-        .iter()
-        .zip(&batch.results)
-        .filter(|(p, r)| match (p, r) {
-            // The pass after the job starts later than any early hash: an equal start is a reuse.
-            (Prior::Hashed(e), Ok(h)) => h.read_ns == e.read_ns,
-            _ => false,
-        })
-        .count();
+    summary.hashed_early += count_early(&prior, &batch.results);
     let current = |p: &Path| -> Option<&roar_store::hash::Hashed> {
         batch.results[*index.get(p.as_os_str())?].as_ref().ok()
     };
 
     let mut files = Vec::new();
-    let mut unhashed_inputs = 0;
-    for (path, st) in &classified.paths {
-        let record = |role: Role, hash: Option<ContentHash>| FileRecord {
-            role,
-            path: path.clone(),
-            hash,
-            before: None,
-            ops: st.ops,
-            first_ns: Some(st.first_ns),
-            last_ns: Some(st.last_ns),
-            s3: None,
-        };
-        let (input, made) = PathUse {
-            read_prior: st.reads_prior,
-            job_made: st.job_made,
-            exists: st.exists,
-            unlinked: st.ops.contains(Ops::UNLINK),
+    for ((path, st), later) in classified.paths.iter().zip(&later) {
+        if *later {
+            continue;
         }
-        .records();
+        let record =
+            |role: Role, hash: Option<ContentHash>| file_record(role, path.clone(), st, hash);
+        let (input, made) = path_use(st).records();
         if input {
             let hash = input_hash(path, st, &states, &current, cache, opts);
             if hash.is_none() {
-                unhashed_inputs += 1;
+                summary.unhashed_inputs += 1;
             }
+            summary.inputs += 1;
             files.push(record(Role::Input, hash));
         }
         match made {
@@ -400,12 +418,78 @@ pub fn hash<'c>(
             None => {}
         }
     }
-    Hashed {
-        files,
-        new_cache: batch.new_cache,
-        unhashed_inputs,
-        hashed_early,
+    summary.outputs += files.iter().filter(|f| f.role == Role::Output).count();
+    if !files.is_empty() || !batch.new_cache.is_empty() {
+        sink(FileChunk {
+            files,
+            cache: batch.new_cache,
+        });
     }
+    drop(states);
+
+    // The outputs hashed during the run, confirmed (or hashed again) a chunk at a time.
+    let mut rest = classified
+        .paths
+        .into_iter()
+        .zip(later)
+        .filter_map(|(p, later)| later.then_some(p))
+        .peekable();
+    while rest.peek().is_some() {
+        let (paths, states): (Vec<PathBuf>, Vec<PathState>) = rest.by_ref().take(CHUNK).unzip();
+        let earlier: Vec<&roar_store::hash::Hashed> =
+            paths.iter().map(|p| &early[p.as_os_str()]).collect();
+        let prior = |i: usize| Prior::Hashed(earlier[i]);
+        let batch = hash_paths_on_this_thread(&paths, opts, &prior, cache);
+        let priors: Vec<Prior> = (0..paths.len()).map(prior).collect();
+        summary.hashed_early += count_early(&priors, &batch.results);
+        summary.outputs += paths.len();
+        let files = paths
+            .into_iter()
+            .zip(&states)
+            .zip(batch.results)
+            .map(|((path, st), r)| file_record(Role::Output, path, st, r.ok().map(|h| h.hash)))
+            .collect();
+        sink(FileChunk {
+            files,
+            cache: batch.new_cache,
+        });
+    }
+    summary
+}
+
+fn path_use(st: &PathState) -> PathUse {
+    PathUse {
+        read_prior: st.reads_prior,
+        job_made: st.job_made,
+        exists: st.exists,
+        unlinked: st.ops.contains(Ops::UNLINK),
+    }
+}
+
+fn file_record(role: Role, path: PathBuf, st: &PathState, hash: Option<ContentHash>) -> FileRecord {
+    FileRecord {
+        role,
+        path,
+        hash,
+        before: None,
+        ops: st.ops,
+        first_ns: Some(st.first_ns),
+        last_ns: Some(st.last_ns),
+        s3: None,
+    }
+}
+
+/// How many of `results` are the earlier hash itself (the file was not read again).
+fn count_early(prior: &[Prior], results: &[Result<roar_store::hash::Hashed, HashError>]) -> usize {
+    prior
+        .iter()
+        .zip(results)
+        .filter(|(p, r)| match (p, r) {
+            // The pass after the job starts later than any early hash: an equal start is a reuse.
+            (Prior::Hashed(e), Ok(h)) => h.read_ns == e.read_ns,
+            _ => false,
+        })
+        .count()
 }
 
 fn input_hash<'a, 'c>(

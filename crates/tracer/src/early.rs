@@ -174,6 +174,11 @@ impl Worker {
                 break;
             }
         }
+        // Written again since its early hash: that hash cannot stand, so the pass after the job
+        // reads the file with the other new content rather than finding out by a stat.
+        for path in self.pending.keys() {
+            self.done.remove(path);
+        }
         self.done
     }
 
