@@ -278,6 +278,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         Ok(t) => t,
         Err(e) => return failed_to_start(&project, job, e),
     };
+    // Opening the store (the first opener replays the WAL) overlaps classification.
+    let opening = {
+        let db = project.db_path();
+        std::thread::spawn(move || Writer::start_with(&db, Checkpoints::Deferred))
+    };
     job.started_ns = traced.started_ns;
     job.ended_ns = Some(traced.ended_ns);
     job.outcome = match traced.status {
@@ -311,7 +316,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // other new content, hashed in parallel first, without the store's write lock), then the
     // outputs hashed during the run as each chunk of them is confirmed: the writer records one
     // chunk while this thread stats the next (`collect::hash`).
-    let writer = Writer::start_with(&project.db_path(), Checkpoints::Deferred);
+    let writer = opening
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
     let mut job = Some(job);
     let mut stream = None;
     let hashed = collect::hash(classified, opts, &cache, &early, &mut |chunk| {
