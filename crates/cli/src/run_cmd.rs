@@ -240,6 +240,17 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         Some(e) => e.tap(),
         None => Arc::new(|_: &roar_tracer::Event| {}),
     };
+    // The store is opened on a thread of its own while the command runs (the first connection
+    // replays the WAL and reads the schema: about a millisecond the user would wait for after it).
+    let opening = {
+        let db = project.db_path();
+        std::thread::spawn(move || Writer::start_with(&db, Checkpoints::Deferred))
+    };
+    let writer = move || {
+        opening
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    };
     let mut traced = roar_tracer::run(
         backend,
         &args.command,
@@ -276,12 +287,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let traced = match traced {
         Ok(t) => t,
-        Err(e) => return failed_to_start(&project, job, e),
-    };
-    // Opening the store (the first opener replays the WAL) overlaps classification.
-    let opening = {
-        let db = project.db_path();
-        std::thread::spawn(move || Writer::start_with(&db, Checkpoints::Deferred))
+        Err(e) => return failed_to_start(&project, job, e, writer()),
     };
     job.started_ns = traced.started_ns;
     job.ended_ns = Some(traced.ended_ns);
@@ -316,9 +322,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // other new content, hashed in parallel first, without the store's write lock), then the
     // outputs hashed during the run as each chunk of them is confirmed: the writer records one
     // chunk while this thread stats the next (`collect::hash`).
-    let writer = opening
-        .join()
-        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    let writer = writer();
     let mut job = Some(job);
     let mut stream = None;
     let hashed = collect::hash(classified, opts, &cache, &early, &mut |chunk| {
@@ -463,6 +467,7 @@ fn failed_to_start(
     project: &Project,
     mut job: JobRecord,
     e: TraceError,
+    writer: roar_store::Result<Writer>,
 ) -> anyhow::Result<ExitCode> {
     let Some(code) = e.exit_code() else {
         return Err(e.into());
@@ -470,9 +475,7 @@ fn failed_to_start(
     eprintln!("roar: {:#}", anyhow::Error::from(e));
     job.outcome = Outcome::FailedToStart(format!("exit {code}"));
     job.ended_ns = Some(job.started_ns);
-    match Writer::start_with(&project.db_path(), Checkpoints::Deferred)
-        .and_then(|w| w.record_job(job))
-    {
+    match writer.and_then(|w| w.record_job(job)) {
         Ok(id) => eprintln!("roar: job {id} recorded as not started"),
         Err(e) => eprintln!(
             "roar: job could not be recorded: {:#}",
