@@ -118,7 +118,8 @@ impl Writer {
     /// transaction that commits at [`JobStream::finish`]. The caller's last work on the files
     /// (`roar run` confirming that each output is still the content hashed during the run) then
     /// runs on another core while SQLite writes, instead of before it. Nothing else this writer
-    /// is sent commits until the job does.
+    /// is sent commits until the job does, and the writer waits for the job's files until the
+    /// `JobStream` is finished or dropped: end it before dropping the `Writer`.
     pub fn start_job(&self, job: JobRecord) -> Result<JobStream> {
         let (reply, answer) = mpsc::channel();
         let (files, more) = mpsc::channel();

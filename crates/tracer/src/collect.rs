@@ -331,9 +331,8 @@ const CHUNK: usize = 256;
 /// identity has not changed since, so all that is left for them is a stat each (one whose identity
 /// moved anyway, by a change no event showed, is read again there). Those come last, in chunks, on
 /// this thread alone: the caller's sink is meant to hand them to a writer that records one chunk
-/// while this thread confirms the next. Everything else (inputs, files
-/// renamed onto, outputs not hashed during the run) is hashed first, in parallel, and goes to the
-/// sink in one chunk.
+/// while this thread confirms the next. Everything else (inputs, rename destinations, outputs not
+/// hashed during the run) is hashed first, in parallel, and goes to the sink in one chunk.
 pub fn hash<'c>(
     classified: Classified,
     opts: HashOptions,
@@ -349,17 +348,16 @@ pub fn hash<'c>(
         .iter()
         .filter_map(|(_, st)| st.moved_to.as_deref().map(Path::as_os_str))
         .collect();
-    let confirm_later = |path: &Path, st: &PathState| -> Option<&roar_store::hash::Hashed> {
-        let (input, made) = path_use(st).records();
-        if input || made != Some(Made::Output) || moved_to.contains(path.as_os_str()) {
-            return None;
-        }
-        early.get(path.as_os_str())
-    };
+    // Outputs and nothing else, hashed during the run, and nobody's rename destination.
     let later: Vec<bool> = classified
         .paths
         .iter()
-        .map(|(path, st)| confirm_later(path, st).is_some())
+        .map(|(path, st)| {
+            let p = path.as_os_str();
+            path_use(st).records() == (false, Some(Made::Output))
+                && !moved_to.contains(p)
+                && early.contains_key(p)
+        })
         .collect();
 
     let mut want: Vec<PathBuf> = Vec::new();
@@ -371,7 +369,7 @@ pub fn hash<'c>(
         .map(|(p, s)| (p.as_os_str(), s))
         .collect();
     for ((path, st), later) in classified.paths.iter().zip(&later) {
-        // A path confirmed later is nobody's rename destination: only its own record needs it.
+        // Only its own record needs a path confirmed later.
         let own = (st.exists && !later).then_some(path);
         for p in [own, st.moved_to.as_ref()].into_iter().flatten() {
             if !index.contains_key(p.as_os_str()) {
@@ -425,7 +423,6 @@ pub fn hash<'c>(
             cache: batch.new_cache,
         });
     }
-    drop(states);
 
     // The outputs hashed during the run, confirmed (or hashed again) a chunk at a time.
     let mut rest = classified
