@@ -538,10 +538,13 @@ echo aaaa > rewritten
 touch -r rewritten stamp
 exec 3> growing
 echo one >&3
+exec 4> big
+head -c 9437184 /dev/zero >&4
 sleep 1
 echo bbbb > rewritten
 touch -r stamp rewritten
-echo two >&3";
+echo two >&3
+echo tail >&4";
     for backend in backends() {
         let p = Project::new();
         let out = p
@@ -552,8 +555,9 @@ echo two >&3";
             .unwrap();
         assert!(out.status.success(), "{backend}: {}", stderr(&out));
         // `kept` and `stamp` were left alone after the second the job slept: hashed then, and not
-        // read again. `rewritten` (same size, mtime put back: only its ctime moved) and `growing`
-        // (written again through a descriptor opened before) changed after their early hash.
+        // read again. `rewritten` (same size, mtime put back: only its ctime moved), `growing` and
+        // `big` (written again through a descriptor opened before; `big` is over the size that is
+        // confirmed before the store's write lock) changed after their early hash.
         assert!(
             stderr(&out).contains("(2 files hashed during the run)"),
             "{backend}: {}",
@@ -571,15 +575,18 @@ echo two >&3";
                 (name.to_string_lossy().into_owned(), hash.to_owned())
             })
             .collect();
+        let mut big = vec![0u8; 9437184];
+        big.extend_from_slice(b"tail\n");
         let mut expected: Vec<(String, String)> = [
-            ("kept", "first\n"),
-            ("rewritten", "bbbb\n"),
-            ("stamp", ""),
-            ("growing", "one\ntwo\n"),
+            ("kept", b"first\n".as_slice()),
+            ("rewritten", b"bbbb\n"),
+            ("stamp", b""),
+            ("growing", b"one\ntwo\n"),
+            ("big", &big),
         ]
         .iter()
         .map(|(name, content)| {
-            let hash = blake3::hash(content.as_bytes()).to_hex().to_string();
+            let hash = blake3::hash(content).to_hex().to_string();
             (name.to_string(), hash)
         })
         .collect();

@@ -324,15 +324,21 @@ pub struct Hashed {
 /// writer starts early.
 const CHUNK: usize = 256;
 
+/// Outputs at least this big are confirmed before the store's write lock is taken: one that
+/// changed since its early hash (a write through a descriptor opened before, which no event
+/// shows) is then read again with the other new content, not while other writers wait.
+const CONFIRM_FIRST: u64 = 8 << 20;
+
 /// Hashes outputs (final content) and inputs (content as first read) and hands every file to
 /// `sink`, with the hash-cache entries learned on the way.
 ///
 /// Most outputs of a job were hashed while it ran (`early`); such a hash stands if the file's
 /// identity has not changed since, so all that is left for them is a stat each (one whose identity
-/// moved anyway, by a change no event showed, is read again there). Those come last, in chunks, on
-/// this thread alone: the caller's sink is meant to hand them to a writer that records one chunk
-/// while this thread confirms the next. Everything else (inputs, rename destinations, outputs not
-/// hashed during the run) is hashed first, in parallel, and goes to the sink in one chunk.
+/// moved anyway, by a change no event showed, is read again there; see `CONFIRM_FIRST` for big
+/// ones). Those come last, in chunks, on this thread alone: the caller's sink is meant to hand
+/// them to a writer that records one chunk while this thread confirms the next. Everything else
+/// (inputs, rename destinations, outputs not hashed during the run) is hashed first, in parallel,
+/// and goes to the sink in one chunk.
 pub fn hash<'c>(
     classified: Classified,
     opts: HashOptions,
@@ -348,7 +354,8 @@ pub fn hash<'c>(
         .iter()
         .filter_map(|(_, st)| st.moved_to.as_deref().map(Path::as_os_str))
         .collect();
-    // Outputs and nothing else, hashed during the run, and nobody's rename destination.
+    // Outputs and nothing else, hashed during the run (and, if big, still as they were then), and
+    // nobody's rename destination.
     let later: Vec<bool> = classified
         .paths
         .iter()
@@ -356,7 +363,11 @@ pub fn hash<'c>(
             let p = path.as_os_str();
             path_use(st).records() == (false, Some(Made::Output))
                 && !moved_to.contains(p)
-                && early.contains_key(p)
+                && early.get(p).is_some_and(|h| {
+                    h.hash.size < CONFIRM_FIRST
+                        || std::fs::metadata(path)
+                            .is_ok_and(|m| FileStat::from_metadata(&m) == h.stat)
+                })
         })
         .collect();
 

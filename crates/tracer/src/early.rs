@@ -174,8 +174,9 @@ impl Worker {
                 break;
             }
         }
-        // Written again since its early hash: that hash cannot stand, so the pass after the job
-        // reads the file with the other new content rather than finding out by a stat.
+        // An event showed new content since its early hash: that hash cannot stand, so the pass
+        // after the job reads the file with the other new content rather than finding out by a
+        // stat (inside the store's transaction, see `collect::hash`).
         for path in self.pending.keys() {
             self.done.remove(path);
         }
