@@ -556,8 +556,8 @@ echo tail >&4";
         assert!(out.status.success(), "{backend}: {}", stderr(&out));
         // `kept` and `stamp` were left alone after the second the job slept: hashed then, and not
         // read again. `rewritten` (same size, mtime put back: only its ctime moved), `growing` and
-        // `big` (written again through a descriptor opened before; `big` is over the size that is
-        // confirmed before the store's write lock) changed after their early hash.
+        // `big` (written again through a descriptor opened before; `big` is big enough to be
+        // confirmed before the store's write lock is taken) changed after their early hash.
         assert!(
             stderr(&out).contains("(2 files hashed during the run)"),
             "{backend}: {}",
