@@ -648,13 +648,32 @@ fn ambiguous_prefixes_list_their_candidates() {
     }
 }
 
+/// A hash-cache entry for a small file written in `dir`.
+fn cache_entry(dir: &Path) -> roar_store::CacheEntry {
+    let f = dir.join("f");
+    std::fs::write(&f, b"content").unwrap();
+    let hashed = hash_path(&f, HashOptions::default()).unwrap();
+    roar_store::CacheEntry {
+        stat: hashed.stat,
+        hash: hashed.hash,
+        hashed_ns: hashed.read_ns,
+    }
+}
+
+/// Asserts that `err` was caused by the store's refusal carrying `message`.
+fn assert_refused(err: &StoreError, message: &str) {
+    let cause = std::error::Error::source(err).map(|e| e.to_string());
+    assert!(
+        cause.as_deref().is_some_and(|c| c.contains(message)),
+        "{err}: {cause:?}"
+    );
+}
+
 #[test]
 fn a_failed_hash_record_nobody_waited_for_fails_the_next_flush() {
     let dir = tempfile::tempdir().unwrap();
     let db = new_db(dir.path());
-    let f = dir.path().join("f");
-    std::fs::write(&f, b"content").unwrap();
-    let hashed = hash_path(&f, HashOptions::default()).unwrap();
+    let entry = cache_entry(dir.path());
     let conn = roar_store::open(&db, false).unwrap();
     conn.execute_batch(
         "CREATE TRIGGER refuse BEFORE INSERT ON hash_cache
@@ -662,24 +681,14 @@ fn a_failed_hash_record_nobody_waited_for_fails_the_next_flush() {
     )
     .unwrap();
     let writer = Writer::start(&db).unwrap();
-    writer
-        .cache(vec![roar_store::CacheEntry {
-            stat: hashed.stat,
-            hash: hashed.hash,
-            hashed_ns: hashed.read_ns,
-        }])
-        .unwrap();
+    writer.cache(vec![entry]).unwrap();
     // Committed (and failed) on its own before the flush arrives: the flush's own, empty,
     // transaction succeeds, and the earlier failure must not be lost with it.
     std::thread::sleep(std::time::Duration::from_millis(200));
     let err = writer
         .flush()
         .expect_err("the lost cache entry is reported");
-    let cause = std::error::Error::source(&err).map(|e| e.to_string());
-    assert!(
-        cause.as_deref().is_some_and(|c| c.contains("disk says no")),
-        "{err}: {cause:?}"
-    );
+    assert_refused(&err, "disk says no");
     writer.flush().expect("reported once");
 }
 
@@ -687,14 +696,7 @@ fn a_failed_hash_record_nobody_waited_for_fails_the_next_flush() {
 fn a_job_streamed_to_the_writer_commits_with_all_its_chunks_or_not_at_all() {
     let dir = tempfile::tempdir().unwrap();
     let db = new_db(dir.path());
-    let f = dir.path().join("f");
-    std::fs::write(&f, b"content").unwrap();
-    let hashed = hash_path(&f, HashOptions::default()).unwrap();
-    let entry = roar_store::CacheEntry {
-        stat: hashed.stat,
-        hash: hashed.hash,
-        hashed_ns: hashed.read_ns,
-    };
+    let entry = cache_entry(dir.path());
     let outputs = |from: usize, to: usize| -> Vec<FileRecord> {
         (from..to)
             .map(|i| {
@@ -756,11 +758,7 @@ fn a_job_streamed_to_the_writer_commits_with_all_its_chunks_or_not_at_all() {
         cache: vec![],
     });
     let err = stream.finish().expect_err("the refused row fails the job");
-    let cause = std::error::Error::source(&err).map(|e| e.to_string());
-    assert!(
-        cause.as_deref().is_some_and(|c| c.contains("disk says no")),
-        "{err}: {cause:?}"
-    );
+    assert_refused(&err, "disk says no");
     assert_eq!(count("SELECT count(*) FROM jobs"), 1);
     assert_eq!(count("SELECT count(*) FROM job_files"), 6);
     // The writer goes on with the next job.

@@ -397,7 +397,7 @@ pub fn hash<'c>(
         }
     }
     let batch = hash_paths(&want, opts, &|i| prior[i], cache, &|_| {});
-    summary.hashed_early += count_early(&prior, &batch.results);
+    summary.hashed_early += count_early(prior.iter().copied(), &batch.results);
     let current = |p: &Path| -> Option<&roar_store::hash::Hashed> {
         batch.results[*index.get(p.as_os_str())?].as_ref().ok()
     };
@@ -446,10 +446,9 @@ pub fn hash<'c>(
         let (paths, states): (Vec<PathBuf>, Vec<PathState>) = rest.by_ref().take(CHUNK).unzip();
         let earlier: Vec<&roar_store::hash::Hashed> =
             paths.iter().map(|p| &early[p.as_os_str()]).collect();
-        let prior = |i: usize| Prior::Hashed(earlier[i]);
-        let batch = hash_paths_on_this_thread(&paths, opts, &prior, cache);
-        let priors: Vec<Prior> = (0..paths.len()).map(prior).collect();
-        summary.hashed_early += count_early(&priors, &batch.results);
+        let batch = hash_paths_on_this_thread(&paths, opts, &|i| Prior::Hashed(earlier[i]), cache);
+        let priors = earlier.iter().map(|e| Prior::Hashed(e));
+        summary.hashed_early += count_early(priors, &batch.results);
         summary.outputs += paths.len();
         let files = paths
             .into_iter()
@@ -488,9 +487,11 @@ fn file_record(role: Role, path: PathBuf, st: &PathState, hash: Option<ContentHa
 }
 
 /// How many of `results` are the earlier hash itself (the file was not read again).
-fn count_early(prior: &[Prior], results: &[Result<roar_store::hash::Hashed, HashError>]) -> usize {
+fn count_early<'a>(
+    prior: impl Iterator<Item = Prior<'a>>,
+    results: &[Result<roar_store::hash::Hashed, HashError>],
+) -> usize {
     prior
-        .iter()
         .zip(results)
         .filter(|(p, r)| match (p, r) {
             // The pass after the job starts later than any early hash: an equal start is a reuse.
