@@ -654,3 +654,116 @@ fn each_line_roar_prints_reaches_stderr_in_one_write() {
     }
     assert!(printed.lines().any(|l| l.contains("out.txt")), "{printed}");
 }
+
+/// The ignored and blocked signal sets `cat /proc/self/status` reports when `cmd` runs it, but for
+/// signals 32 and 33: glibc keeps those for itself and sets a handler for 33 in every threaded
+/// process, so their state depends on the parent's libc, not on what it was started with.
+fn signal_sets(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let glibc_own: u64 = 0b11 << 31;
+    common::stdout(&out)
+        .lines()
+        .filter_map(|l| {
+            let (name, set) = l.split_once(":\t")?;
+            let set = u64::from_str_radix(set, 16).ok()?;
+            ["SigIgn", "SigBlk"]
+                .contains(&name)
+                .then(|| format!("{name} {:#x}", set & !glibc_own))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[test]
+fn the_command_starts_with_the_signal_state_roar_was_started_with() {
+    use std::os::unix::process::CommandExt;
+    // As a background job of a non-interactive shell under `nohup` starts: HUP, INT and QUIT
+    // ignored; and SIGUSR1 blocked, as some job runners leave it.
+    fn nohup_like(cmd: &mut Command) -> &mut Command {
+        // SAFETY: signal and sigprocmask are async-signal-safe; the sigset is ours.
+        unsafe {
+            cmd.pre_exec(|| {
+                for sig in [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT] {
+                    libc::signal(sig, libc::SIG_IGN);
+                }
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, libc::SIGUSR1);
+                libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+                Ok(())
+            })
+        }
+    }
+    let p = Project::new();
+    for started in ["plainly", "like nohup"] {
+        let setup = |cmd: &mut Command| {
+            if started == "like nohup" {
+                nohup_like(cmd);
+            }
+        };
+        let mut bare = Command::new("cat");
+        bare.arg("/proc/self/status");
+        setup(&mut bare);
+        let expected = signal_sets(&mut bare);
+        for backend in backends() {
+            let mut traced = p.cmd(["run", "--tracer", backend, "--", "cat", "/proc/self/status"]);
+            setup(&mut traced);
+            assert_eq!(
+                signal_sets(&mut traced),
+                expected,
+                "[{backend}] started {started}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_command_is_found_and_run_as_a_shell_would() {
+    let p = Project::new();
+    let first = p.path().join("first");
+    let second = p.path().join("second");
+    std::fs::create_dir_all(&first).unwrap();
+    std::fs::create_dir_all(&second).unwrap();
+    // A same-named file without execute permission earlier on PATH is passed over, and a script
+    // without a `#!` line is run by /bin/sh.
+    std::fs::write(first.join("roar-found"), "exit 9\n").unwrap();
+    std::fs::write(second.join("roar-found"), "echo \"$0 $1\" > found.txt\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        second.join("roar-found"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let path = format!(
+        "{}:{}:{}",
+        first.display(),
+        second.display(),
+        std::env::var("PATH").unwrap()
+    );
+    for backend in backends() {
+        let out = p
+            .cmd(["run", "--tracer", backend, "--", "roar-found", "arg"])
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "[{backend}] {}", stderr(&out));
+        assert_eq!(
+            std::fs::read_to_string(p.path().join("found.txt")).unwrap(),
+            format!("{} arg\n", second.join("roar-found").display()),
+            "[{backend}]"
+        );
+        assert!(
+            p.files(&p.last_job(), "output")
+                .contains(&"found.txt".to_owned()),
+            "[{backend}]"
+        );
+        // Only non-executable candidates: 126, as a shell says.
+        let out = p
+            .cmd(["run", "--tracer", backend, "--", "roar-found"])
+            .env("PATH", first.display().to_string())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(126), "[{backend}] {}", stderr(&out));
+    }
+}

@@ -335,7 +335,7 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
 
     let guard = launch::SignalGuard::install();
     launch::become_subreaper();
-    let mut cmd = launch::command(argv, env, launch::original_dispositions(&guard));
+    let mut cmd = launch::command(argv, env, &guard);
     let map_fd = loaded.maps.tracked.as_fd().as_raw_fd();
     // SAFETY: the closure runs between fork and exec and makes one raw syscall.
     unsafe {

@@ -385,25 +385,30 @@ pub fn run(
 
     let guard = launch::SignalGuard::install();
     launch::become_subreaper();
-    let mut cmd = launch::command(argv, env, launch::original_dispositions(&guard));
     let mut preload = lib.as_os_str().to_owned();
     if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
         preload.push(":");
         preload.push(existing);
     }
-    cmd.env("LD_PRELOAD", preload)
-        .env(SOCK_ENV, &sock.name)
-        .env(RING_ENV, format!("{}/{}", std::process::id(), map.fd))
-        .env(LIB_ENV, lib);
+    let set = |name: &str, value: OsString| (OsString::from(name), Some(value));
+    let env: Vec<(OsString, Option<OsString>)> = env
+        .iter()
+        .cloned()
+        .chain([
+            set("LD_PRELOAD", preload),
+            set(SOCK_ENV, sock.name.clone().into()),
+            set(
+                RING_ENV,
+                format!("{}/{}", std::process::id(), map.fd).into(),
+            ),
+            set(LIB_ENV, lib.into()),
+        ])
+        .collect();
     let started_ns = now_ns();
-    let spawned = cmd.spawn();
-    let status = match spawned {
-        Ok(child) => {
-            let pid = child.id() as i32;
+    let status = match launch::spawn(argv, &env, &guard) {
+        Ok(pid) => {
             guard.set_child(pid);
             let status = launch::wait_for(pid).map_err(|source| TraceError::Wait { source });
-            // std's Child must not wait again: it never learns the pid was reaped, which is fine.
-            drop(child);
             launch::reap_orphans();
             status
         }

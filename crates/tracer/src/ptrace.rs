@@ -364,7 +364,7 @@ fn cont(request: libc::c_uint, pid: i32, sig: i32) {
 pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Traced, TraceError> {
     let guard = launch::SignalGuard::install();
     launch::become_subreaper();
-    let mut cmd = launch::command(argv, env, launch::original_dispositions(&guard));
+    let mut cmd = launch::command(argv, env, &guard);
     let prog = filter();
     // SAFETY: the closure runs between fork and exec and only makes raw syscalls.
     unsafe {
