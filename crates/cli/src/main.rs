@@ -210,7 +210,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Gateway(args) => return gateway_cmd::serve(args),
         Command::Unmount { dir } => return mount_cmd::unmount(&dir),
         Command::Tracer { command } => return run_cmd::tracer(command, json),
-        Command::CheckpointStore { db } => roar_store::checkpoint(&db)?,
+        Command::CheckpointStore { db } => run_cmd::checkpoint_store(&db)?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -429,8 +429,12 @@ fn early_hasher(config: &Config, opts: HashOptions) -> Option<EarlyHasher> {
 
 /// Starts `roar checkpoint-store` detached if the WAL has outgrown its limit. A checkpoint
 /// fsyncs the WAL and the database (tens of milliseconds on a virtual disk); done inline it would
-/// land on this command's exit, which the user waits for, every few thousand recorded files.
+/// land on this command's exit, which the user waits for, after every megabyte or so of records.
 /// The copy does not block other writers, so the next `roar run` need not wait for it either.
+/// It runs in a process group of its own, so the terminal's Ctrl-C after roar returned is not
+/// meant for it (though cutting a checkpoint short is harmless), and lowers its own priority
+/// ([`checkpoint_store`]). Nothing runs in the child before exec, so std starts it with
+/// posix_spawn, without copying this process's page tables.
 fn checkpoint_in_background(db: &Path) {
     use std::os::unix::process::CommandExt;
     if !roar_store::checkpoint_due(db) {
@@ -439,27 +443,28 @@ fn checkpoint_in_background(db: &Path) {
     let Ok(exe) = std::env::current_exe() else {
         return;
     };
-    let mut cmd = std::process::Command::new(exe);
-    cmd.arg("checkpoint-store")
+    let spawned = std::process::Command::new(exe)
+        .arg("checkpoint-store")
         .arg(db)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    #[allow(unsafe_code)]
-    // SAFETY: setsid and nice are async-signal-safe and touch nothing of the parent's state.
-    unsafe {
-        // Its own session: the terminal's Ctrl-C after roar returned is not meant for it
-        // (though cutting a checkpoint short is harmless); niced, it yields the CPU to the
-        // user's next command.
-        cmd.pre_exec(|| {
-            libc::setsid();
-            libc::nice(10);
-            Ok(())
-        });
-    }
-    if let Err(e) = cmd.spawn() {
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn();
+    if let Err(e) = spawned {
         tracing::warn!("could not start the store checkpoint: {e}");
     }
+}
+
+/// `roar checkpoint-store DB`: the background checkpoint, niced so that it yields the CPU to the
+/// user's next command.
+pub fn checkpoint_store(db: &Path) -> roar_store::Result<()> {
+    #[allow(unsafe_code)]
+    // SAFETY: nice only changes this process's priority.
+    unsafe {
+        libc::nice(10);
+    }
+    roar_store::checkpoint(db)
 }
 
 /// The command never started: say so like a shell would, record the attempt, exit 127/126.
