@@ -11,7 +11,8 @@ use std::time::Instant;
 use clap::{Args, Subcommand};
 use roar_store::hash::HashOptions;
 use roar_store::{
-    now_ns, Checkpoints, GitState, JobRecord, JobStream, Outcome, Project, Role, Store, Writer,
+    now_ns, Checkpoints, GitState, JobRecord, JobStream, OpeningWriter, Outcome, Project, Role,
+    Store, Writer,
 };
 use roar_tracer::collect;
 use roar_tracer::early::EarlyHasher;
@@ -240,17 +241,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         Some(e) => e.tap(),
         None => Arc::new(|_: &roar_tracer::Event| {}),
     };
-    // The store is opened on a thread of its own while the command runs (the first connection
+    // The store is opened on the writer's thread while the command runs (the first connection
     // replays the WAL and reads the schema: about a millisecond the user would wait for after it).
-    let opening = {
-        let db = project.db_path();
-        std::thread::spawn(move || Writer::start_with(&db, Checkpoints::Deferred))
-    };
-    let writer = move || {
-        opening
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-    };
+    let opening = Writer::open_in_background(&project.db_path(), Checkpoints::Deferred);
+    let writer = move || opening.and_then(OpeningWriter::wait);
     let mut traced = roar_tracer::run(
         backend,
         &args.command,

@@ -25,7 +25,7 @@ pub use model::{
 pub use project::{Project, CONFIG_NAME, DB_NAME, DEFAULT_CONFIG, DIR_NAME};
 pub use query::{ArtifactDetail, DbStats, FileRow, JobDetail, JobSummary, PathDetail, Store, Use};
 pub use writer::{
-    checkpoint, checkpoint_due, Checkpoints, FileChunk, JobStream, Writer, WAL_LIMIT,
+    checkpoint, checkpoint_due, Checkpoints, FileChunk, JobStream, OpeningWriter, Writer, WAL_LIMIT,
 };
 
 /// Helpers for tests that need databases of an older schema.

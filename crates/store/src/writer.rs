@@ -84,26 +84,36 @@ impl Writer {
 
     /// [`Writer::start`], with the WAL checkpointed as `checkpoints` says.
     pub fn start_with(path: &Path, checkpoints: Checkpoints) -> Result<Writer> {
-        let conn = db::open(path, false)?;
-        // Every id this writer stores comes from a row it inserted or looked up in the same
-        // transaction, so SQLite's check of each reference (a b-tree seek per id, per file
-        // recorded) is switched off here; `foreign_key_check` stays clean (tests/store.rs).
-        conn.pragma_update(None, "foreign_keys", false)
-            .map_err(|e| db::classify(path, e))?;
-        if checkpoints == Checkpoints::Deferred {
-            conn.pragma_update(None, "wal_autocheckpoint", 0)
-                .map_err(|e| db::classify(path, e))?;
-        }
+        let conn = connect(path, checkpoints)?;
         let (tx, rx) = mpsc::channel();
         let path = path.to_owned();
-        let thread = std::thread::Builder::new()
-            .name("roar-store-writer".into())
-            .spawn(move || run(conn, path, rx, checkpoints))
-            .map_err(|e| StoreError::io("start the writer thread for", "roar.db", e))?;
+        let thread = spawn_thread(move || run(conn, path, rx, checkpoints))?;
         Ok(Writer {
             tx: Some(tx),
             thread: Some(thread),
         })
+    }
+
+    /// [`Writer::start_with`], with the store opened on the writer's own thread while the caller
+    /// goes on: a process's first connection replays the WAL and reads the schema (about a
+    /// millisecond `roar run` spends while the command runs, not after it). Fails here only if
+    /// the thread cannot start; [`OpeningWriter::wait`] says whether the store opened.
+    pub fn open_in_background(path: &Path, checkpoints: Checkpoints) -> Result<OpeningWriter> {
+        let (tx, rx) = mpsc::channel();
+        let (opened_tx, opened) = mpsc::channel();
+        let path = path.to_owned();
+        let thread = spawn_thread(move || match connect(&path, checkpoints) {
+            Ok(conn) => {
+                // The receiver is gone only if the caller dropped the OpeningWriter, which also
+                // dropped `tx`: `run` then ends at once.
+                let _ = opened_tx.send(Ok(()));
+                run(conn, path, rx, checkpoints);
+            }
+            Err(e) => {
+                let _ = opened_tx.send(Err(e));
+            }
+        })?;
+        Ok(OpeningWriter { tx, opened, thread })
     }
 
     /// Records a whole job and returns its id once committed.
@@ -166,6 +176,52 @@ impl Drop for Writer {
             let _ = t.join();
         }
     }
+}
+
+/// A [`Writer`] whose store is still being opened on its thread.
+pub struct OpeningWriter {
+    tx: Sender<Msg>,
+    opened: Receiver<Result<()>>,
+    thread: JoinHandle<()>,
+}
+
+impl OpeningWriter {
+    /// The writer, once its store is open, or why it could not be opened.
+    pub fn wait(self) -> Result<Writer> {
+        match self.opened.recv() {
+            Ok(Ok(())) => Ok(Writer {
+                tx: Some(self.tx),
+                thread: Some(self.thread),
+            }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => match self.thread.join() {
+                Err(panic) => std::panic::resume_unwind(panic),
+                Ok(()) => Err(StoreError::WriterGone),
+            },
+        }
+    }
+}
+
+/// Opens the store at `path` for the writer: its own connection, set up for `checkpoints`.
+fn connect(path: &Path, checkpoints: Checkpoints) -> Result<Connection> {
+    let conn = db::open(path, false)?;
+    // Every id this writer stores comes from a row it inserted or looked up in the same
+    // transaction, so SQLite's check of each reference (a b-tree seek per id, per file
+    // recorded) is switched off here; `foreign_key_check` stays clean (tests/store.rs).
+    conn.pragma_update(None, "foreign_keys", false)
+        .map_err(|e| db::classify(path, e))?;
+    if checkpoints == Checkpoints::Deferred {
+        conn.pragma_update(None, "wal_autocheckpoint", 0)
+            .map_err(|e| db::classify(path, e))?;
+    }
+    Ok(conn)
+}
+
+fn spawn_thread(f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("roar-store-writer".into())
+        .spawn(f)
+        .map_err(|e| StoreError::io("start the writer thread for", "roar.db", e))
 }
 
 fn run(mut conn: Connection, path: PathBuf, rx: Receiver<Msg>, checkpoints: Checkpoints) {

@@ -141,6 +141,27 @@ fn refuses_a_corrupt_database_and_leaves_it_untouched() {
     assert_eq!(std::fs::read(&db).unwrap(), garbage);
 }
 
+#[test]
+fn a_writer_opened_in_the_background_records_or_says_why_it_could_not_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = new_db(dir.path());
+    let opening = Writer::open_in_background(&db, Checkpoints::Deferred).unwrap();
+    let writer = opening.wait().unwrap();
+    let files = vec![file(Role::Output, "/w/out", b"out")];
+    let id = writer.record_job(job(&["make"], files)).unwrap();
+    drop(writer);
+    let stats = Store::open(&db).unwrap().stats().unwrap();
+    assert_eq!((stats.jobs, stats.job_files), (1, 1), "job {id}");
+
+    let corrupt = dir.path().join("corrupt.db");
+    std::fs::write(&corrupt, b"not sqlite\n".repeat(500)).unwrap();
+    let opening = Writer::open_in_background(&corrupt, Checkpoints::Deferred).unwrap();
+    match opening.wait() {
+        Err(StoreError::Corrupt { .. }) => {}
+        other => panic!("expected Corrupt, got {:?}", other.err()),
+    }
+}
+
 const WORKER_ENV: &str = "ROAR_TEST_WRITER_DB";
 const JOBS_PER_WORKER: usize = 150;
 const FILES_PER_JOB: usize = 4;
