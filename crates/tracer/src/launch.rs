@@ -146,11 +146,11 @@ pub(crate) fn command(argv: &[OsString], env: &crate::EnvChanges, guard: &Signal
 /// does not copy roar's page tables as fork does, nor leave roar copy-on-write faults to take
 /// after it (~85 fewer page faults per `roar run true`). Because posix_spawnp neither runs a
 /// script without a `#!` line nor searches the child's PATH (it reads roar's), the program is
-/// looked up here as execvp does: a name with a slash is run as is; otherwise each
-/// PATH entry (the child's PATH; "/bin:/usr/bin" without one; an empty entry is the current
-/// directory) is tried in order, passing over entries where it is missing or not executable
-/// (EACCES is reported if nothing ran and one of them existed); a file the kernel will not exec
-/// (ENOEXEC) is run by /bin/sh.
+/// looked up here as execvp does: a name with a slash is run as is; otherwise each PATH entry
+/// (the child's PATH; "/bin:/usr/bin" without one; an empty entry is the current directory) is
+/// tried in order, passing over entries where it is missing or not executable (EACCES is
+/// reported if nothing ran and one of them existed); a file the kernel will not exec (ENOEXEC)
+/// is run by /bin/sh.
 pub(crate) fn spawn(
     argv: &[OsString],
     env: &crate::EnvChanges,
