@@ -741,7 +741,10 @@ fn the_command_is_found_and_run_as_a_shell_would() {
         second.display(),
         std::env::var("PATH").unwrap()
     );
+    let found = p.path().join("found.txt");
     for backend in backends() {
+        // Each backend's run must write it anew.
+        let _ = std::fs::remove_file(&found);
         let out = p
             .cmd(["run", "--tracer", backend, "--", "roar-found", "arg"])
             .env("PATH", &path)
@@ -749,7 +752,7 @@ fn the_command_is_found_and_run_as_a_shell_would() {
             .unwrap();
         assert!(out.status.success(), "[{backend}] {}", stderr(&out));
         assert_eq!(
-            std::fs::read_to_string(p.path().join("found.txt")).unwrap(),
+            std::fs::read_to_string(&found).unwrap(),
             format!("{} arg\n", second.join("roar-found").display()),
             "[{backend}]"
         );
