@@ -1,37 +1,40 @@
-//! The FUSE filesystem: a passthrough of the directory it is mounted over, reached through an fd
-//! opened before the mount, that reports every open, write, rename and unlink to [`Jobs`].
-//!
-//! Inodes: one `O_PATH` fd per inode, deduplicated by the backing (dev, ino), with the inode's
-//! parent and name kept only to name it in records; renamed parents do not break children.
+//! The FUSE filesystem: a passthrough of the directory it is mounted over that reports every
+//! open, write, rename and unlink to [`Jobs`]. Each method unpacks the request, does the backing
+//! syscall through [`Inodes`] and replies; content hashing is [`Content`]'s.
 //!
 //! Data path: a read-only open of a file whose content is known (hashed at open, or cached) is
 //! served by kernel FUSE passthrough, so reads never enter this process. A writable open goes
 //! through userspace: a file written sequentially from offset 0 is hashed from the write stream;
-//! any other write pattern is hashed from the file after the last writer releases it. An inode
-//! is never in both modes at once (the kernel refuses that): while it has passthrough opens,
-//! writers use passthrough too and are hashed after release; while it has userspace opens,
-//! readers use userspace too.
+//! any other write pattern is hashed from the file after the last writer releases it (see
+//! [`Inodes::open`] for how the two modes share an inode).
+//!
+//! Creation (create, mknod, mkdir, symlink) runs as the caller ([`sys::as_caller`]): the kernel
+//! sends the full mode and the caller's umask (FUSE_DONT_MASK), so umask, default ACLs, setgid
+//! directories and setuid bits come out as on the backing filesystem. POSIX ACLs are enforced
+//! by the kernel (FUSE_POSIX_ACL), which reads them through getxattr.
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     AccessFlags, BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
-    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek,
-    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
 };
-use roar_store::hash::{hash_open_file, HashOptions};
-use roar_store::{ContentHash, FileStat, Ops};
+use roar_store::{ContentHash, Ops};
 
+use crate::content::{file_stat, Content};
+use crate::inodes::{Inodes, Opened, ROOT};
 use crate::jobs::{JobKey, Jobs};
 use crate::sys;
 
@@ -40,50 +43,30 @@ const TTL: Duration = Duration::from_secs(1);
 /// `__FMODE_EXEC`: set in the open flags FUSE receives when the kernel opens a file to exec it.
 const FMODE_EXEC: i32 = 0x20;
 
-struct Node {
-    fd: OwnedFd,
-    parent: u64,
-    name: OsString,
-    nlookup: u64,
-    backing: (u64, u64),
-    /// The passthrough backing id shared by this inode's passthrough opens.
-    backing_id: Weak<BackingId>,
-    passthrough_opens: usize,
-    userspace_opens: usize,
-}
-
 struct Handle {
     file: File,
-    ino: u64,
+    opened: Opened,
     job: Option<JobKey>,
     writable: bool,
     /// blake3 of everything written so far, while the writes are sequential from offset 0.
     stream: Option<(blake3::Hasher, u64)>,
     wrote: bool,
-    /// Served by kernel passthrough: reads and writes never reach this process.
-    passthrough: bool,
     _backing: Option<Arc<BackingId>>,
 }
 
-/// Known content of backing files, by identity: files written through the mount are hashed as
-/// they are written, so this is exact for them (every write passes through here).
 type DirEntry = (OsString, u64, FileType);
 
-type ContentCache = HashMap<(u64, u64), (FileStat, ContentHash)>;
-
 pub struct RoarFs {
-    root: PathBuf,
-    nodes: RwLock<HashMap<u64, Node>>,
-    by_backing: Mutex<HashMap<(u64, u64), u64>>,
-    next_ino: AtomicU64,
+    inodes: Inodes,
     handles: RwLock<HashMap<u64, Arc<Mutex<Handle>>>>,
     /// Directory listings, read once per opendir (and again on rewind) and served by offset.
     dirs: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
     next_fh: AtomicU64,
     jobs: Arc<Jobs>,
-    content: Mutex<ContentCache>,
-    store_cache: Mutex<Option<roar_store::hash::Connection>>,
-    passthrough: std::sync::atomic::AtomicBool,
+    content: Content,
+    passthrough: AtomicBool,
+    /// The kernel leaves the umask to us (FUSE_DONT_MASK granted).
+    dont_mask: AtomicBool,
 }
 
 fn errno(e: io::Error) -> Errno {
@@ -130,200 +113,102 @@ fn attr(ino: u64, st: &libc::stat) -> FileAttr {
     }
 }
 
-fn file_stat(st: &libc::stat) -> FileStat {
-    FileStat {
-        dev: st.st_dev,
-        ino: st.st_ino,
-        size: st.st_size as u64,
-        mtime_ns: st.st_mtime * 1_000_000_000 + st.st_mtime_nsec,
-        ctime_ns: st.st_ctime * 1_000_000_000 + st.st_ctime_nsec,
-    }
+fn is_reg(st: &libc::stat) -> bool {
+    st.st_mode & libc::S_IFMT == libc::S_IFREG
 }
 
 impl RoarFs {
     /// `root_fd` is the directory opened (O_PATH) before the mount hides it; `root` its path.
     pub fn new(
-        root_fd: OwnedFd,
+        root_fd: std::os::fd::OwnedFd,
         root: PathBuf,
         jobs: Arc<Jobs>,
         db: Option<&Path>,
     ) -> io::Result<RoarFs> {
-        let st = sys::stat_fd(root_fd.as_fd())?;
-        let backing = (st.st_dev, st.st_ino);
-        let mut nodes = HashMap::new();
-        nodes.insert(
-            1,
-            Node {
-                fd: root_fd,
-                parent: 1,
-                name: OsString::new(),
-                nlookup: 1,
-                backing,
-                backing_id: Weak::new(),
-                passthrough_opens: 0,
-                userspace_opens: 0,
-            },
-        );
-        let store_cache = db.and_then(|db| roar_store::open(db, false).ok());
         Ok(RoarFs {
-            root,
-            nodes: RwLock::new(nodes),
-            by_backing: Mutex::new(HashMap::from([(backing, 1)])),
-            next_ino: AtomicU64::new(2),
+            inodes: Inodes::new(root_fd, root)?,
             handles: RwLock::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            content: Content::new(jobs.clone(), db),
             jobs,
-            content: Mutex::new(HashMap::new()),
-            store_cache: Mutex::new(store_cache),
-            passthrough: std::sync::atomic::AtomicBool::new(false),
+            passthrough: AtomicBool::new(false),
+            dont_mask: AtomicBool::new(false),
         })
     }
 
-    /// Runs `f` with the `O_PATH` fd of inode `ino`.
+    pub fn inodes(&self) -> &Inodes {
+        &self.inodes
+    }
+
     fn with_fd<T>(
         &self,
         ino: u64,
-        f: impl FnOnce(BorrowedFd<'_>) -> io::Result<T>,
+        f: impl FnOnce(std::os::fd::BorrowedFd<'_>) -> io::Result<T>,
     ) -> Result<T, Errno> {
-        let nodes = self.nodes.read().expect("nodes lock");
-        let node = nodes.get(&ino).ok_or(Errno::ENOENT)?;
-        f(node.fd.as_fd()).map_err(errno)
-    }
-
-    /// The path of `ino` as programs see it (through the mount).
-    fn path(&self, ino: u64) -> PathBuf {
-        let nodes = self.nodes.read().expect("nodes lock");
-        let mut names = Vec::new();
-        let mut cur = ino;
-        while cur != 1 {
-            let Some(n) = nodes.get(&cur) else { break };
-            names.push(n.name.clone());
-            cur = n.parent;
-        }
-        let mut p = self.root.clone();
-        for n in names.iter().rev() {
-            p.push(n);
-        }
-        p
+        self.inodes.with_fd(ino, f).map_err(errno)
     }
 
     fn child_path(&self, parent: u64, name: &OsStr) -> PathBuf {
-        self.path(parent).join(name)
+        self.inodes.path(parent).join(name)
     }
 
-    /// Looks up (and remembers) the child `name` of `parent`, counting one kernel lookup.
-    fn lookup_child(&self, parent: u64, name: &OsStr) -> Result<FileAttr, Errno> {
-        let fd = self.with_fd(parent, |dir| sys::open_path(dir, name))?;
-        let st = sys::stat_fd(fd.as_fd()).map_err(errno)?;
-        let backing = (st.st_dev, st.st_ino);
-        let mut by_backing = self.by_backing.lock().expect("backing lock");
-        let mut nodes = self.nodes.write().expect("nodes lock");
-        if let Some(&ino) = by_backing.get(&backing) {
-            if let Some(node) = nodes.get_mut(&ino) {
-                node.nlookup += 1;
-                node.parent = parent;
-                node.name = name.to_owned();
-                return Ok(attr(ino, &st));
-            }
-        }
-        let ino = self.next_ino.fetch_add(1, Ordering::Relaxed);
-        nodes.insert(
-            ino,
-            Node {
-                fd,
-                parent,
-                name: name.to_owned(),
-                nlookup: 1,
-                backing,
-                backing_id: Weak::new(),
-                passthrough_opens: 0,
-                userspace_opens: 0,
+    /// The job of the request's caller. An access that cannot be attributed (the caller's /proc
+    /// entries unreadable) fails with that error rather than go unrecorded.
+    fn job(&self, req: &Request) -> Result<Option<JobKey>, Errno> {
+        self.jobs.job_of(req.pid()).map_err(|e| {
+            log_once(&ATTRIBUTION_FAILED, || {
+                format!(
+                    "roarfs: cannot attribute an access by pid {} ({e}); such accesses fail with that error instead of going unrecorded",
+                    req.pid()
+                )
+            });
+            errno(e)
+        })
+    }
+
+    fn caller(&self, req: &Request, umask: u32) -> sys::Caller {
+        sys::Caller {
+            pid: req.pid(),
+            uid: req.uid(),
+            gid: req.gid(),
+            umask: if self.dont_mask.load(Ordering::Relaxed) {
+                umask
+            } else {
+                0
             },
-        );
-        by_backing.insert(backing, ino);
-        Ok(attr(ino, &st))
+        }
     }
 
-    /// Creates `name` in `parent` with `make`, gives it to the caller and replies with its
-    /// attributes (mknod, mkdir, symlink).
+    /// Looks up the child `name` of `parent` and gives its entry attributes.
+    fn lookup_child(&self, parent: u64, name: &OsStr) -> Result<(FileAttr, Generation), Errno> {
+        let (ino, generation, st) = self.inodes.lookup(parent, name).map_err(errno)?;
+        Ok((attr(ino, &st), Generation(generation)))
+    }
+
+    /// Creates `name` in `parent` as the caller with `make` and replies with its attributes
+    /// (mknod, mkdir, symlink).
     fn make_entry(
         &self,
         req: &Request,
         parent: u64,
         name: &OsStr,
+        umask: u32,
         reply: ReplyEntry,
-        make: impl FnOnce(BorrowedFd<'_>) -> io::Result<()>,
+        make: impl FnOnce(std::os::fd::BorrowedFd<'_>) -> io::Result<()>,
     ) {
+        let caller = self.caller(req, umask);
         let made = self
-            .with_fd(parent, make)
-            .and_then(|_| self.lookup_child(parent, name))
-            .map(|a| {
-                self.chown_to_caller(req, a.ino.0);
-                self.with_fd(a.ino.0, sys::stat_fd)
-                    .map(|st| attr(a.ino.0, &st))
-                    .unwrap_or(a)
-            });
+            .with_fd(parent, |dir| sys::as_caller(caller, || make(dir)))
+            .and_then(|_| self.lookup_child(parent, name));
         match made {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Ok((a, g)) => reply.entry(&TTL, &a, g),
             Err(e) => reply.error(e),
         }
     }
 
-    /// After creating something as root, give it to the caller (as a real filesystem would).
-    fn chown_to_caller(&self, req: &Request, ino: u64) {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } == 0 && (req.uid() != 0 || req.gid() != 0) {
-            let _ = self.with_fd(ino, |fd| {
-                sys::chown_fd(fd, Some(req.uid()), Some(req.gid()))
-            });
-        }
-    }
-
-    fn cached_content(&self, stat: &FileStat) -> Option<ContentHash> {
-        let content = self.content.lock().expect("content lock");
-        if let Some((known, h)) = content.get(&(stat.dev, stat.ino)) {
-            if known == stat {
-                return Some(h.clone());
-            }
-        }
-        drop(content);
-        let guard = self.store_cache.lock().expect("store lock");
-        roar_store::hash::cache_get(guard.as_ref()?, stat, HashOptions::default())
-    }
-
-    fn remember(&self, stat: FileStat, hash: &ContentHash) {
-        self.content
-            .lock()
-            .expect("content lock")
-            .insert((stat.dev, stat.ino), (stat, hash.clone()));
-    }
-
-    /// The content of an open file: from the caches, else hashed now (and remembered).
-    fn content_of(&self, file: &File, path: &Path) -> Option<ContentHash> {
-        let st = sys::stat_fd(file.as_fd()).ok()?;
-        self.content_at(file, &st, path)
-    }
-
-    /// [`RoarFs::content_of`] for a file already stat'ed as `st`.
-    fn content_at(&self, file: &File, st: &libc::stat, path: &Path) -> Option<ContentHash> {
-        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-            return None;
-        }
-        if let Some(h) = self.cached_content(&file_stat(st)) {
-            return Some(h);
-        }
-        let hashed = hash_open_file(file, path, HashOptions::default()).ok()?;
-        self.remember(hashed.stat, &hashed.hash);
-        let _ = self.jobs.writer().cache(vec![roar_store::CacheEntry {
-            stat: hashed.stat,
-            hash: hashed.hash.clone(),
-            hashed_ns: hashed.read_ns,
-        }]);
-        Some(hashed.hash)
-    }
-
-    /// Opens inode `ino` for a request and replies, choosing passthrough or userspace.
+    /// Opens inode `ino` for a request: records the access and chooses passthrough or
+    /// userspace. Returns the new handle's number and whether it is served by passthrough.
     fn open_node(
         &self,
         req: &Request,
@@ -339,21 +224,17 @@ impl RoarFs {
         let job = if flags & FMODE_EXEC != 0 {
             None
         } else {
-            self.jobs.job_of(req.pid())
+            self.job(req)?
         };
         let stat = sys::stat_fd(file.as_fd()).ok();
-        let is_file = stat
-            .as_ref()
-            .is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG);
+        let is_file = stat.as_ref().is_some_and(is_reg);
         if let (Some(job), Some(st)) = (job, stat.as_ref().filter(|_| is_file)) {
-            let path = self.path(ino);
+            let path = self.inodes.path(ino);
             if writable {
                 // The content before the job touched it is an input when the write keeps it.
                 let keeps = !created && flags & libc::O_TRUNC == 0;
                 let before = if keeps {
-                    sys::reopen(file.as_fd(), libc::O_RDONLY)
-                        .ok()
-                        .and_then(|f| self.content_of(&f, &path))
+                    self.content.of_path_fd(file.as_fd(), &path)
                 } else {
                     None
                 };
@@ -373,13 +254,10 @@ impl RoarFs {
                     st.exists = true;
                 });
                 self.jobs.writer_opened(job);
-                // Invalidate: the content is about to change.
-                self.content
-                    .lock()
-                    .expect("content lock")
-                    .remove(&(st.st_dev, st.st_ino));
+                // The content is about to change.
+                self.content.forget(st);
             } else {
-                let content = self.content_at(&file, st, &path);
+                let content = self.content.at(&file, st, &path);
                 self.jobs.with_file(job, &path, |st| {
                     st.ops.insert(Ops::READ);
                     if !st.job_made && !st.read_prior {
@@ -389,41 +267,25 @@ impl RoarFs {
                 });
             }
         }
-        let mut use_passthrough = false;
-        {
-            let mut nodes = self.nodes.write().expect("nodes lock");
-            let node = nodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
-            if is_file && self.passthrough.load(Ordering::Relaxed) {
-                use_passthrough = if writable {
-                    node.passthrough_opens > 0
-                } else {
-                    node.userspace_opens == 0
-                };
-            }
-            if use_passthrough {
-                node.passthrough_opens += 1;
-            } else {
-                node.userspace_opens += 1;
-            }
-        }
+        let may_pass = is_file && self.passthrough.load(Ordering::Relaxed);
+        let opened = self.inodes.open(ino, writable, may_pass).map_err(errno)?;
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        let stream = (writable && (created || flags & libc::O_TRUNC != 0) && !use_passthrough)
-            .then(|| (blake3::Hasher::new(), 0));
+        let truncated = created || flags & libc::O_TRUNC != 0;
         let handle = Handle {
             file,
-            ino,
+            opened,
             job,
             writable,
-            stream,
-            wrote: created || flags & libc::O_TRUNC != 0,
-            passthrough: use_passthrough,
+            stream: (writable && truncated && !opened.passthrough)
+                .then(|| (blake3::Hasher::new(), 0)),
+            wrote: truncated,
             _backing: None,
         };
         self.handles
             .write()
             .expect("handles lock")
             .insert(fh, Arc::new(Mutex::new(handle)));
-        Ok((fh, use_passthrough))
+        Ok((fh, opened.passthrough))
     }
 
     /// Registers (or reuses) the passthrough backing id of `ino` for handle `fh`.
@@ -437,18 +299,7 @@ impl RoarFs {
             .handle(fh)
             .ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
         let mut h = handle.lock().expect("handle lock");
-        let mut nodes = self.nodes.write().expect("nodes lock");
-        let node = nodes
-            .get_mut(&ino)
-            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
-        let id = match node.backing_id.upgrade() {
-            Some(id) => id,
-            None => {
-                let id = Arc::new(make(&h.file)?);
-                node.backing_id = Arc::downgrade(&id);
-                id
-            }
-        };
+        let id = self.inodes.backing_id(ino, || make(&h.file))?;
         h._backing = Some(id.clone());
         Ok(id)
     }
@@ -459,35 +310,9 @@ impl RoarFs {
             return;
         };
         let h = handle.lock().expect("handle lock");
-        self.close_on_node(&h);
+        self.inodes.close(h.opened);
         if let (true, Some(job)) = (h.writable, h.job) {
             self.jobs.writer_released(job);
-        }
-    }
-
-    /// One open of `h.ino` fewer; drops the inode once the kernel has forgotten it too.
-    fn close_on_node(&self, h: &Handle) {
-        let mut forgotten = None;
-        {
-            let mut nodes = self.nodes.write().expect("nodes lock");
-            if let Some(node) = nodes.get_mut(&h.ino) {
-                if h.passthrough {
-                    node.passthrough_opens = node.passthrough_opens.saturating_sub(1);
-                } else {
-                    node.userspace_opens = node.userspace_opens.saturating_sub(1);
-                }
-                if node.nlookup == 0 && node.passthrough_opens == 0 && node.userspace_opens == 0 {
-                    forgotten = Some(node.backing);
-                    nodes.remove(&h.ino);
-                }
-            }
-        }
-        // Lock order is by_backing before nodes everywhere, so this waits until nodes is released.
-        if let Some(backing) = forgotten {
-            let mut by_backing = self.by_backing.lock().expect("backing lock");
-            if by_backing.get(&backing) == Some(&h.ino) {
-                by_backing.remove(&backing);
-            }
         }
     }
 
@@ -499,7 +324,7 @@ impl RoarFs {
         let entries = self.with_fd(ino, sys::read_dir)?;
         let dots = [
             (OsString::from("."), ino, FileType::Directory),
-            (OsString::from(".."), 1, FileType::Directory),
+            (OsString::from(".."), ROOT, FileType::Directory),
         ];
         Ok(Arc::new(
             dots.into_iter()
@@ -520,6 +345,36 @@ impl RoarFs {
             }
         }
     }
+
+    /// The final content of a file whose last writer handle `h` is being released.
+    fn written_content(&self, h: &mut Handle, path: &Path) -> Option<ContentHash> {
+        let size = h.file.metadata().map(|m| m.len()).ok();
+        match h.stream.take() {
+            // Written from 0 to the end in one go: the stream is the content.
+            Some((hasher, n)) if Some(n) == size => {
+                let hash = ContentHash {
+                    blake3: hasher.finalize().to_hex().to_string(),
+                    sha256: None,
+                    size: n,
+                };
+                if let Ok(st) = sys::stat_fd(h.file.as_fd()) {
+                    self.content.remember(file_stat(&st), &hash);
+                }
+                Some(hash)
+            }
+            _ => self.content.of_path_fd(h.file.as_fd(), path),
+        }
+    }
+}
+
+static ATTRIBUTION_FAILED: AtomicBool = AtomicBool::new(false);
+
+/// Logs `msg` the first time `flag` is raised only: a failure that repeats per request must not
+/// grow the mount's log per request.
+fn log_once(flag: &AtomicBool, msg: impl FnOnce() -> String) {
+    if !flag.swap(true, Ordering::Relaxed) {
+        tracing::error!("{}", msg());
+    }
 }
 
 impl Filesystem for RoarFs {
@@ -531,31 +386,26 @@ impl Filesystem for RoarFs {
             }
         }
         let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS);
+        // ACLs: the kernel checks them (it reads them through getxattr) and leaves the umask to
+        // the backing filesystem, which applies a default ACL instead where there is one.
+        if config.add_capabilities(InitFlags::FUSE_POSIX_ACL).is_err() {
+            tracing::warn!("roarfs: the kernel does not offer FUSE_POSIX_ACL: ACLs are not enforced through the mount");
+        }
+        if config.add_capabilities(InitFlags::FUSE_DONT_MASK).is_ok() {
+            self.dont_mask.store(true, Ordering::Relaxed);
+        }
         Ok(())
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         match self.lookup_child(parent.0, name) {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Ok((a, g)) => reply.entry(&TTL, &a, g),
             Err(e) => reply.error(e),
         }
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        if ino.0 == 1 {
-            return;
-        }
-        let mut by_backing = self.by_backing.lock().expect("backing lock");
-        let mut nodes = self.nodes.write().expect("nodes lock");
-        if let Some(node) = nodes.get_mut(&ino.0) {
-            node.nlookup = node.nlookup.saturating_sub(nlookup);
-            if node.nlookup == 0 && node.passthrough_opens == 0 && node.userspace_opens == 0 {
-                let node = nodes.remove(&ino.0).expect("present");
-                if by_backing.get(&node.backing) == Some(&ino.0) {
-                    by_backing.remove(&node.backing);
-                }
-            }
-        }
+        self.inodes.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -579,7 +429,7 @@ impl Filesystem for RoarFs {
         size: Option<u64>,
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
+        ctime: Option<SystemTime>,
         fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
@@ -599,11 +449,16 @@ impl Filesystem for RoarFs {
                 }
             })
         };
+        let job = match size.map(|_| self.job(req)).transpose() {
+            Ok(job) => job.flatten(),
+            Err(e) => return reply.error(e),
+        };
         let result = self.with_fd(ino.0, |fd| {
             if let Some(mode) = mode {
                 sys::chmod_fd(fd, mode)?;
             }
-            if uid.is_some() || gid.is_some() {
+            // chown(f, -1, -1) changes nothing but ctime, as the backing filesystem does it.
+            if uid.is_some() || gid.is_some() || (ctime.is_some() && mode.is_none()) {
                 sys::chown_fd(fd, uid, gid)?;
             }
             if let Some(size) = size {
@@ -622,16 +477,11 @@ impl Filesystem for RoarFs {
             if atime.is_some() || mtime.is_some() {
                 sys::utimens_fd(fd, conv(atime), conv(mtime))?;
             }
-            sys::stat_fd(fd)
-        });
-        if size.is_some() && result.is_ok() {
+            let st = sys::stat_fd(fd)?;
             // A truncate is a write: the content changed.
-            if let Some(job) = self.jobs.job_of(req.pid()) {
-                let path = self.path(ino.0);
-                let content = self
-                    .with_fd(ino.0, |fd| sys::reopen(fd, libc::O_RDONLY))
-                    .ok()
-                    .and_then(|f| self.content_of(&f, &path));
+            if let (Some(job), Some(_)) = (job, size) {
+                let path = self.inodes.path(ino.0);
+                let content = self.content.of_path_fd(fd, &path);
                 self.jobs.with_file(job, &path, |st| {
                     st.ops.insert(Ops::TRUNCATE);
                     st.job_made = true;
@@ -639,7 +489,8 @@ impl Filesystem for RoarFs {
                     st.output = content;
                 });
             }
-        }
+            Ok(st)
+        });
         match result {
             Ok(st) => reply.attr(&TTL, &attr(ino.0, &st)),
             Err(e) => reply.error(e),
@@ -663,8 +514,8 @@ impl Filesystem for RoarFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        self.make_entry(req, parent.0, name, reply, |dir| {
-            sys::mknod_at(dir, name, mode & !umask, rdev)
+        self.make_entry(req, parent.0, name, umask, reply, |dir| {
+            sys::mknod_at(dir, name, mode, rdev)
         });
     }
 
@@ -677,22 +528,27 @@ impl Filesystem for RoarFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        self.make_entry(req, parent.0, name, reply, |dir| {
-            sys::mkdir_at(dir, name, mode & !umask)
+        self.make_entry(req, parent.0, name, umask, reply, |dir| {
+            sys::mkdir_at(dir, name, mode)
         });
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        // Only a job's regular files are recorded; the extra stat is paid only for them.
-        let job = self.jobs.job_of(req.pid()).filter(|_| {
-            self.with_fd(parent.0, |dir| {
-                sys::open_path(dir, name).and_then(|fd| sys::stat_fd(fd.as_fd()))
-            })
-            .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG)
+        let job = match self.job(req) {
+            Ok(job) => job,
+            Err(e) => return reply.error(e),
+        };
+        let result = self.with_fd(parent.0, |dir| {
+            // Only a job's regular files are recorded; the extra stat is paid only for them.
+            let regular = job.is_some()
+                && sys::open_path(dir, name)
+                    .and_then(|fd| sys::stat_fd(fd.as_fd()))
+                    .is_ok_and(|st| is_reg(&st));
+            sys::unlink_at(dir, name, 0).map(|()| regular)
         });
-        match self.with_fd(parent.0, |dir| sys::unlink_at(dir, name, 0)) {
-            Ok(()) => {
-                if let Some(job) = job {
+        match result {
+            Ok(regular) => {
+                if let (true, Some(job)) = (regular, job) {
                     self.jobs
                         .with_file(job, &self.child_path(parent.0, name), |st| {
                             st.ops.insert(Ops::UNLINK);
@@ -722,7 +578,7 @@ impl Filesystem for RoarFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        self.make_entry(req, parent.0, link_name, reply, |dir| {
+        self.make_entry(req, parent.0, link_name, 0, reply, |dir| {
             sys::symlink_at(target.as_os_str(), dir, link_name)
         });
     }
@@ -737,64 +593,53 @@ impl Filesystem for RoarFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let job = match self.job(req) {
+            Ok(job) => job,
+            Err(e) => return reply.error(e),
+        };
         let (from, to) = (
             self.child_path(parent.0, name),
             self.child_path(newparent.0, newname),
         );
-        let moved = self.with_fd(parent.0, |dir| sys::open_path(dir, name)).ok();
-        let result = {
-            let nodes = self.nodes.read().expect("nodes lock");
-            match (nodes.get(&parent.0), nodes.get(&newparent.0)) {
-                (Some(a), Some(b)) => {
-                    sys::rename_at(a.fd.as_fd(), name, b.fd.as_fd(), newname, flags.bits())
-                        .map_err(errno)
-                }
-                _ => Err(Errno::ENOENT),
-            }
+        let result = self.with_fd(parent.0, |a| {
+            let moved = sys::open_path(a, name).ok();
+            self.inodes
+                .with_fd(newparent.0, |b| {
+                    sys::rename_at(a, name, b, newname, flags.bits())
+                })
+                .map(|()| moved)
+        });
+        let moved = match result {
+            Ok(moved) => moved,
+            Err(e) => return reply.error(e),
         };
-        if let Err(e) = result {
-            reply.error(e);
-            return;
+        let Some(st) = moved.as_ref().and_then(|fd| sys::stat_fd(fd.as_fd()).ok()) else {
+            return reply.ok();
+        };
+        let fd = moved.as_ref().expect("stat'ed").as_fd();
+        self.inodes.moved(&st, newparent.0, newname);
+        let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);
+        if st.st_mode & libc::S_IFMT == libc::S_IFDIR && !exchange {
+            self.jobs.rename_dir(&from, &to);
         }
-        // Keep the renamed inode's name current (children follow through their parent link).
-        if let Some(fd) = &moved {
-            if let Ok(st) = sys::stat_fd(fd.as_fd()) {
-                let key = (st.st_dev, st.st_ino);
-                if let Some(&ino) = self.by_backing.lock().expect("backing lock").get(&key) {
-                    if let Some(n) = self.nodes.write().expect("nodes lock").get_mut(&ino) {
-                        n.parent = newparent.0;
-                        n.name = newname.to_owned();
-                    }
+        if let (true, Some(job)) = (is_reg(&st), job) {
+            self.jobs
+                .rename(job, &from, &to, || self.content.of_path_fd(fd, &to));
+            if exchange {
+                let back = self.with_fd(parent.0, |dir| sys::open_path(dir, name)).ok();
+                if let Some(back_st) = back.as_ref().and_then(|b| sys::stat_fd(b.as_fd()).ok()) {
+                    self.inodes.moved(&back_st, parent.0, name);
                 }
-                let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);
-                if st.st_mode & libc::S_IFMT == libc::S_IFDIR && !exchange {
-                    self.jobs.rename_dir(&from, &to);
-                }
-                if let (true, Some(job)) = (
-                    st.st_mode & libc::S_IFMT == libc::S_IFREG,
-                    self.jobs.job_of(req.pid()),
-                ) {
-                    let content = || {
-                        sys::reopen(fd.as_fd(), libc::O_RDONLY)
-                            .ok()
-                            .and_then(|f| self.content_of(&f, &to))
-                    };
-                    self.jobs.rename(job, &from, &to, content);
-                    if exchange {
-                        let back = self.with_fd(parent.0, |dir| sys::open_path(dir, name)).ok();
-                        let content = || {
-                            back.as_ref()
-                                .and_then(|fd| sys::reopen(fd.as_fd(), libc::O_RDONLY).ok())
-                                .and_then(|f| self.content_of(&f, &from))
-                        };
-                        self.jobs.with_file(job, &from, |st| {
-                            st.ops.insert(Ops::RENAME);
-                            st.job_made = true;
-                            st.exists = true;
-                            st.output = content();
-                        });
-                    }
-                }
+                let content = || {
+                    back.as_ref()
+                        .and_then(|b| self.content.of_path_fd(b.as_fd(), &from))
+                };
+                self.jobs.with_file(job, &from, |st| {
+                    st.ops.insert(Ops::RENAME);
+                    st.job_made = true;
+                    st.exists = true;
+                    st.output = content();
+                });
             }
         }
         reply.ok();
@@ -808,17 +653,12 @@ impl Filesystem for RoarFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let r = {
-            let nodes = self.nodes.read().expect("nodes lock");
-            match (nodes.get(&ino.0), nodes.get(&newparent.0)) {
-                (Some(n), Some(p)) => {
-                    sys::link_at(n.fd.as_fd(), p.fd.as_fd(), newname).map_err(errno)
-                }
-                _ => Err(Errno::ENOENT),
-            }
-        };
+        let r = self.with_fd(ino.0, |f| {
+            self.inodes
+                .with_fd(newparent.0, |dir| sys::link_at(f, dir, newname))
+        });
         match r.and_then(|_| self.lookup_child(newparent.0, newname)) {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Ok((a, g)) => reply.entry(&TTL, &a, g),
             Err(e) => reply.error(e),
         }
     }
@@ -851,34 +691,23 @@ impl Filesystem for RoarFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let caller = self.caller(req, umask);
         let file = match self.with_fd(parent.0, |dir| {
-            sys::create_at(dir, name, flags, mode & !umask)
+            sys::as_caller(caller, || sys::create_at(dir, name, flags, mode))
         }) {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
-        let a = match self.lookup_child(parent.0, name) {
-            Ok(a) => a,
+        let (a, g) = match self.lookup_child(parent.0, name) {
+            Ok(x) => x,
             Err(e) => return reply.error(e),
         };
-        self.chown_to_caller(req, a.ino.0);
-        let a = self
-            .with_fd(a.ino.0, sys::stat_fd)
-            .map(|st| attr(a.ino.0, &st))
-            .unwrap_or(a);
         match self.open_node(req, a.ino.0, file, flags, true) {
-            Ok((fh, false)) => {
-                reply.created(&TTL, &a, Generation(0), FileHandle(fh), FopenFlags::empty())
-            }
+            Ok((fh, false)) => reply.created(&TTL, &a, g, FileHandle(fh), FopenFlags::empty()),
             Ok((fh, true)) => match self.attach_backing(fh, a.ino.0, |f| reply.open_backing(f)) {
-                Ok(id) => reply.created_passthrough(
-                    &TTL,
-                    &a,
-                    Generation(0),
-                    FileHandle(fh),
-                    FopenFlags::empty(),
-                    &id,
-                ),
+                Ok(id) => {
+                    reply.created_passthrough(&TTL, &a, g, FileHandle(fh), FopenFlags::empty(), &id)
+                }
                 Err(e) => {
                     self.forget_handle(fh);
                     reply.error(errno(e));
@@ -984,31 +813,13 @@ impl Filesystem for RoarFs {
         reply.ok();
         // A request still running on this handle holds it only briefly: wait for it.
         let mut h = handle.lock().expect("handle lock");
-        self.close_on_node(&h);
-        if !h.writable {
+        self.inodes.close(h.opened);
+        let (true, Some(job)) = (h.writable, h.job) else {
             return;
-        }
-        let Some(job) = h.job else { return };
-        if h.wrote || h.passthrough {
-            let path = self.path(h.ino);
-            let size = h.file.metadata().map(|m| m.len()).ok();
-            let hash = match h.stream.take() {
-                // Written from 0 to the end in one go: the stream is the content.
-                Some((hasher, n)) if Some(n) == size => {
-                    let hash = ContentHash {
-                        blake3: hasher.finalize().to_hex().to_string(),
-                        sha256: None,
-                        size: n,
-                    };
-                    if let Ok(st) = sys::stat_fd(h.file.as_fd()) {
-                        self.remember(file_stat(&st), &hash);
-                    }
-                    Some(hash)
-                }
-                _ => sys::reopen(h.file.as_fd(), libc::O_RDONLY)
-                    .ok()
-                    .and_then(|f| self.content_of(&f, &path)),
-            };
+        };
+        if h.wrote || h.opened.passthrough {
+            let path = self.inodes.path(h.opened.ino);
+            let hash = self.written_content(&mut h, &path);
             self.jobs.with_file(job, &path, |st| {
                 st.output = hash;
                 st.exists = true;
@@ -1074,7 +885,7 @@ impl Filesystem for RoarFs {
 
     fn readdirplus(
         &self,
-        req: &Request,
+        _req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -1105,11 +916,11 @@ impl Filesystem for RoarFs {
                 continue;
             }
             // Every other entry returned with attributes counts as a lookup for the kernel.
-            let Ok(a) = self.lookup_child(ino.0, name) else {
+            let Ok((a, g)) = self.lookup_child(ino.0, name) else {
                 continue;
             };
-            if reply.add(a.ino, next, name, &TTL, &a, Generation(0)) {
-                self.forget(req, a.ino, 1);
+            if reply.add(a.ino, next, name, &TTL, &a, g) {
+                self.inodes.forget(a.ino.0, 1);
                 break;
             }
         }
@@ -1253,6 +1064,22 @@ impl Filesystem for RoarFs {
             Ok(o) => reply.offset(o),
             Err(e) => reply.error(errno(e)),
         }
+    }
+
+    /// No ioctl is passed through (the backing fd is the daemon's, not the caller's); ENOTTY,
+    /// as for a file that has none, and no log line (Python probes one on every open).
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        reply.error(Errno::ENOTTY);
     }
 }
 

@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::ffi::OsString;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -34,12 +35,23 @@ struct ProcInfo {
     comm: String,
 }
 
-fn proc_stat(pid: i32) -> Option<ProcInfo> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+/// A process's stat line; `Ok(None)` when there is no such process (any more). Any other
+/// failure to read it (descriptors or memory exhausted) is an error the caller must not take
+/// for "not a process of any job".
+fn read_proc_stat(pid: i32) -> io::Result<Option<ProcInfo>> {
+    let s = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESRCH)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    Ok(parse_stat(pid, &s))
+}
+
+fn parse_stat(pid: i32, s: &str) -> Option<ProcInfo> {
     // comm is in parentheses and may itself contain spaces or parentheses.
     let (open, close) = (s.find('(')?, s.rfind(')')?);
     let comm = s[open + 1..close].to_owned();
-    let rest: Vec<&str> = s[close + 2..].split(' ').collect();
+    let rest: Vec<&str> = s.get(close + 2..)?.split(' ').collect();
     // Fields after comm: state(0) ppid(1) pgrp(2) ... starttime is field 22 overall => rest[19].
     Some(ProcInfo {
         pid,
@@ -51,15 +63,17 @@ fn proc_stat(pid: i32) -> Option<ProcInfo> {
 }
 
 /// The thread group (process) a thread id belongs to: FUSE reports the calling thread's id.
-fn tgid(tid: i32) -> i32 {
-    std::fs::read_to_string(format!("/proc/{tid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Tgid:"))
-                .and_then(|v| v.trim().parse().ok())
-        })
-        .unwrap_or(tid)
+fn tgid(tid: i32) -> io::Result<i32> {
+    let status = match std::fs::read_to_string(format!("/proc/{tid}/status")) {
+        Ok(s) => s,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESRCH)) => return Ok(tid),
+        Err(e) => return Err(e),
+    };
+    Ok(status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(tid))
 }
 
 /// The process's argv exactly, empty arguments included (`prog "" x` is not `prog x`).
@@ -178,19 +192,23 @@ impl Jobs {
         }
     }
 
-    /// The job of the calling thread `tid`, or None for processes the mount does not record.
-    pub fn job_of(&self, tid: u32) -> Option<JobKey> {
+    /// The job of the calling thread `tid`, or None for processes the mount does not record
+    /// (and for a caller outside the daemon's pid namespace, which FUSE reports as pid 0). An
+    /// error when the caller's /proc entries cannot be read.
+    pub fn job_of(&self, tid: u32) -> io::Result<Option<JobKey>> {
         let tid = tid as i32;
         if tid <= 0 {
-            return None;
+            return Ok(None);
         }
-        let me = proc_stat(tid)?;
+        let Some(me) = read_proc_stat(tid)? else {
+            return Ok(None);
+        };
         if let Some((start, job)) = self.inner.lock().expect("jobs lock").by_tid.get(&tid) {
             if *start == me.start {
-                return *job;
+                return Ok(*job);
             }
         }
-        let job = self.attribute(tgid(tid));
+        let job = self.attribute(tgid(tid)?)?;
         let mut inner = self.inner.lock().expect("jobs lock");
         if let Some(key) = job {
             inner.jobs.entry(key).or_insert_with(|| LiveJob {
@@ -208,26 +226,28 @@ impl Jobs {
             inner.by_tid.clear();
         }
         inner.by_tid.insert(tid, (me.start, job));
-        job
+        Ok(job)
     }
 
-    fn attribute(&self, pid: i32) -> Option<JobKey> {
-        let mut cur = proc_stat(pid)?;
+    fn attribute(&self, pid: i32) -> io::Result<Option<JobKey>> {
+        let Some(mut cur) = read_proc_stat(pid)? else {
+            return Ok(None);
+        };
         if is_roar_run(&cur) {
-            return None;
+            return Ok(None);
         }
-        while let Some(parent) = proc_stat(cur.ppid) {
+        while let Some(parent) = read_proc_stat(cur.ppid)? {
             if is_roar_run(&parent) {
-                return None;
+                return Ok(None);
             }
             if parent.pgid != cur.pgid || is_boundary(&parent) {
                 // Still look above for a `roar run` that owns this process group's session.
                 let mut up = parent;
                 while up.pid > 1 {
                     if is_roar_run(&up) {
-                        return None;
+                        return Ok(None);
                     }
-                    match proc_stat(up.ppid) {
+                    match read_proc_stat(up.ppid)? {
                         Some(p) => up = p,
                         None => break,
                     }
@@ -236,10 +256,10 @@ impl Jobs {
             }
             cur = parent;
         }
-        Some(JobKey {
+        Ok(Some(JobKey {
             pid: cur.pid,
             start: cur.start,
-        })
+        }))
     }
 
     /// Applies `f` to the state of `path` in `job`.
@@ -373,7 +393,12 @@ impl Jobs {
             let mut keys = Vec::new();
             for (key, job) in inner.jobs.iter_mut() {
                 if !job.root_gone {
-                    job.root_gone = proc_stat(key.pid).is_none_or(|p| p.start != key.start);
+                    // An unreadable /proc (descriptors exhausted) is not an exit.
+                    job.root_gone = match read_proc_stat(key.pid) {
+                        Ok(Some(p)) => p.start != key.start,
+                        Ok(None) => true,
+                        Err(_) => false,
+                    };
                 }
                 if all || (job.root_gone && job.open_writers == 0) {
                     keys.push(*key);
@@ -504,9 +529,12 @@ mod tests {
 
     #[test]
     fn reads_its_own_stat_line() {
-        let me = proc_stat(std::process::id() as i32).unwrap();
+        let me = read_proc_stat(std::process::id() as i32).unwrap().unwrap();
         assert!(me.start > 0);
         assert!(me.ppid > 0);
-        assert_eq!(tgid(std::process::id() as i32), std::process::id() as i32);
+        assert_eq!(
+            tgid(std::process::id() as i32).unwrap(),
+            std::process::id() as i32
+        );
     }
 }

@@ -2,11 +2,15 @@
 //! own contents (reached through an fd opened before the mount) and records, per job, every file
 //! opened, written, renamed or deleted through it, with content hashes computed inline.
 //!
-//! - [`fs`]: the FUSE operations, inodes, passthrough, inline hashing.
+//! - [`fs`]: the FUSE operations (a thin adapter), passthrough, inline hashing of writes.
+//! - [`inodes`]: the inode table (backing files by kernel file handle, stable inode numbers).
+//! - [`content`]: what is known of backing files' content, and hashing them.
 //! - [`jobs`]: which job an access belongs to, and each live job's files until it is recorded.
-//! - [`sys`]: the fd-relative syscalls.
+//! - [`sys`]: the fd-relative syscalls, file handles, creating as the caller.
 
+pub mod content;
 pub mod fs;
+pub mod inodes;
 pub mod jobs;
 pub mod sys;
 
@@ -51,6 +55,11 @@ pub fn mount(dir: &Path, db: &Path) -> Result<Mounted, MountError> {
             path: dir.to_owned(),
             source,
         })?;
+    // The daemon needs a descriptor per open file and per request in flight, never one per
+    // known inode; a high soft limit only makes room for many open files.
+    if let Err(e) = sys::raise_fd_limit() {
+        tracing::warn!("roarfs: cannot raise the open-file limit: {e}");
+    }
     let writer = roar_store::Writer::start(db)?;
     let jobs = Arc::new(Jobs::new(writer));
     let fs = RoarFs::new(root_fd, dir.to_owned(), jobs.clone(), Some(db)).map_err(|source| {
@@ -59,6 +68,11 @@ pub fn mount(dir: &Path, db: &Path) -> Result<Mounted, MountError> {
             source,
         }
     })?;
+    tracing::info!(
+        "roarfs: {} reached by {:?}",
+        dir.display(),
+        fs.inodes().scheme()
+    );
     let mut config = fuser::Config::default();
     config.mount_options = vec![
         fuser::MountOption::FSName("roarfs".into()),
@@ -87,15 +101,31 @@ impl Mounted {
         self.jobs.finish(false)
     }
 
-    /// Unmounts (lazily if files are still open), then records every remaining job.
+    /// Unmounts, then records every remaining job. While files under the mount are still open
+    /// (`roar unmount --force`), the mount is detached from the tree at once but keeps serving
+    /// those files until they are closed, so no byte written through them is lost; the kernel
+    /// ends the session then, and this returns.
     pub fn unmount(mut self) -> Vec<i64> {
         self.stop()
     }
 
     fn stop(&mut self) -> Vec<i64> {
         if let Some(session) = self.session.take() {
-            if session.umount_and_join().is_err() {
-                let _ = sys::umount_detach(&self.path);
+            match sys::umount(&self.path) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                    tracing::info!(
+                        "roarfs: {} is busy; detached, serving its open files until they close",
+                        self.path.display()
+                    );
+                    if let Err(e) = sys::umount_detach(&self.path) {
+                        tracing::error!("roarfs: cannot detach {}: {e}", self.path.display());
+                    }
+                }
+                Err(e) => tracing::error!("roarfs: cannot unmount {}: {e}", self.path.display()),
+            }
+            if session.join().is_err() {
+                tracing::error!("roarfs: the filesystem thread panicked");
             }
         }
         let ids = self.jobs.finish(true);

@@ -298,7 +298,16 @@ pub fn lseek(file: &File, offset: i64, whence: i32) -> io::Result<i64> {
     Ok(r)
 }
 
-/// Detaches a mount (used on a dead FUSE mount whose daemon is gone).
+/// Unmounts `path`; EBUSY while files under it are open.
+pub fn umount(path: &std::path::Path) -> io::Result<()> {
+    let p = cstr(path.as_os_str())?;
+    // SAFETY: NUL-terminated path.
+    check(unsafe { libc::umount2(p.as_ptr(), 0) })?;
+    Ok(())
+}
+
+/// Detaches a mount lazily: it leaves the tree now and goes once nothing uses it (a dead FUSE
+/// mount whose daemon is gone, or a busy one `--force` unmounts).
 pub fn umount_detach(path: &std::path::Path) -> io::Result<()> {
     let p = cstr(path.as_os_str())?;
     // SAFETY: NUL-terminated path.
@@ -414,4 +423,189 @@ pub fn dup_stderr_to_stdout() {
 pub fn clock_ticks_per_second() -> i64 {
     // SAFETY: sysconf has no preconditions.
     (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as i64
+}
+
+/// A kernel file handle (`name_to_handle_at`): names a backing inode without holding it open,
+/// so the daemon needs no descriptor per inode it knows. The bytes are opaque and, for one file,
+/// always the same (they carry the inode number and its generation, so a reused inode number
+/// gives a different handle).
+#[derive(Clone, PartialEq, Eq)]
+pub struct FileHandle {
+    kind: i32,
+    bytes: Box<[u8]>,
+}
+
+/// `MAX_HANDLE_SZ` in the kernel.
+const MAX_HANDLE_SZ: usize = 128;
+
+#[repr(C)]
+struct RawHandle {
+    handle_bytes: u32,
+    handle_type: i32,
+    f_handle: [u8; MAX_HANDLE_SZ],
+}
+
+impl FileHandle {
+    /// The handle of the file `fd` refers to (an `O_PATH` fd is enough), and its mount id.
+    pub fn of(fd: BorrowedFd<'_>) -> io::Result<(FileHandle, i32)> {
+        let mut raw = RawHandle {
+            handle_bytes: MAX_HANDLE_SZ as u32,
+            handle_type: 0,
+            f_handle: [0; MAX_HANDLE_SZ],
+        };
+        let mut mount_id: libc::c_int = 0;
+        // SAFETY: `raw` is a file_handle header followed by MAX_HANDLE_SZ writable bytes, as
+        // handle_bytes says; the empty path with AT_EMPTY_PATH names the fd itself.
+        check(unsafe {
+            libc::name_to_handle_at(
+                fd.as_raw_fd(),
+                c"".as_ptr(),
+                (&mut raw as *mut RawHandle).cast(),
+                &mut mount_id,
+                libc::AT_EMPTY_PATH,
+            )
+        })?;
+        let n = (raw.handle_bytes as usize).min(MAX_HANDLE_SZ);
+        Ok((
+            FileHandle {
+                kind: raw.handle_type,
+                bytes: raw.f_handle[..n].into(),
+            },
+            mount_id,
+        ))
+    }
+
+    /// Opens the file as an `O_PATH` fd; `mount_fd` is any non-`O_PATH` fd on its filesystem.
+    /// Needs CAP_DAC_READ_SEARCH.
+    pub fn open(&self, mount_fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+        let mut raw = RawHandle {
+            handle_bytes: self.bytes.len() as u32,
+            handle_type: self.kind,
+            f_handle: [0; MAX_HANDLE_SZ],
+        };
+        raw.f_handle[..self.bytes.len()].copy_from_slice(&self.bytes);
+        // SAFETY: `raw` is a valid file_handle of handle_bytes bytes; the fd is new and ours.
+        let fd = check(unsafe {
+            libc::open_by_handle_at(
+                mount_fd.as_raw_fd(),
+                (&mut raw as *mut RawHandle).cast(),
+                libc::O_PATH | libc::O_CLOEXEC,
+            )
+        })?;
+        // SAFETY: just returned by open_by_handle_at, owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    /// Heap bytes this handle holds (for the stated per-inode memory).
+    pub fn heap_size(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+/// Raises the soft limit on open files to the hard limit (a daemon serving many open files).
+pub fn raise_fd_limit() -> io::Result<u64> {
+    // SAFETY: getrlimit/setrlimit write/read one rlimit struct we own.
+    unsafe {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        check(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim))?;
+        if lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            check(libc::setrlimit(libc::RLIMIT_NOFILE, &lim))?;
+        }
+        Ok(lim.rlim_cur)
+    }
+}
+
+/// The number of descriptors this process has open.
+pub fn open_fd_count() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+}
+
+/// The identity a request comes from: the calling thread and its fs ids.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller {
+    pub pid: u32,
+    pub uid: u32,
+    pub gid: u32,
+    /// The caller's umask, to apply (0 when the kernel has applied it already).
+    pub umask: u32,
+}
+
+thread_local! {
+    /// Whether this thread has its own umask (unshare(CLONE_FS) done).
+    static OWN_UMASK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The supplementary groups of process (or thread) `pid`, from /proc.
+fn groups_of(pid: u32) -> Vec<libc::gid_t> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("Groups:").map(|g| {
+                    g.split_whitespace()
+                        .filter_map(|x| x.parse().ok())
+                        .collect()
+                })
+            })
+        })
+        .unwrap_or_default()
+}
+
+fn daemon_groups() -> &'static [libc::gid_t] {
+    static GROUPS: std::sync::OnceLock<Vec<libc::gid_t>> = std::sync::OnceLock::new();
+    GROUPS.get_or_init(|| groups_of(std::process::id()))
+}
+
+fn set_thread_groups(groups: &[libc::gid_t]) -> io::Result<()> {
+    // SAFETY: the raw syscall (not glibc's wrapper, which changes every thread) sets this
+    // thread's groups from a live slice of `len` gids.
+    let r = unsafe { libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Runs `f` (a creating syscall) with this thread's umask, fsuid, fsgid and supplementary groups
+/// set to the caller's, so the backing filesystem creates exactly what it would for the caller:
+/// owner and group (a setgid directory's group included), mode with the caller's umask or the
+/// directory's default ACL, setuid/setgid bits a non-root creator may keep. The kernel has
+/// already checked the caller's permissions (default_permissions). Only a root daemon switches
+/// ids; every thread gets its own umask once (unshare(CLONE_FS), as virtiofsd does).
+pub fn as_caller<T>(caller: Caller, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+    if !OWN_UMASK.get() {
+        // SAFETY: unshare(CLONE_FS) only gives this thread a private cwd/root/umask.
+        check(unsafe { libc::unshare(libc::CLONE_FS) })?;
+        OWN_UMASK.set(true);
+    }
+    // SAFETY: umask/geteuid have no preconditions.
+    let old_umask = unsafe { libc::umask(caller.umask as libc::mode_t) };
+    // SAFETY: as above.
+    let root = unsafe { libc::geteuid() } == 0;
+    let switch = root && (caller.uid != 0 || caller.gid != 0);
+    if switch {
+        if caller.uid != 0 {
+            set_thread_groups(&groups_of(caller.pid))?;
+        }
+        // SAFETY: setfsgid/setfsuid change only this thread's filesystem ids (raw syscalls).
+        unsafe {
+            libc::syscall(libc::SYS_setfsgid, caller.gid);
+            libc::syscall(libc::SYS_setfsuid, caller.uid);
+        }
+    }
+    let r = f();
+    if switch {
+        // SAFETY: back to the daemon's own ids; fsuid 0 gives back the fs capabilities.
+        unsafe {
+            libc::syscall(libc::SYS_setfsuid, 0);
+            libc::syscall(libc::SYS_setfsgid, libc::getegid());
+        }
+        if caller.uid != 0 {
+            set_thread_groups(daemon_groups())?;
+        }
+    }
+    // SAFETY: as above.
+    unsafe { libc::umask(old_umask) };
+    r
 }

@@ -18,9 +18,12 @@ use crate::model::{now_ns, CacheEntry, ContentHash, FileStat};
 /// How far apart a file's ctime and its hashing time must be for the cache entry to be trusted.
 pub const RACY_NS: i64 = 20_000_000;
 
-/// Files at least this big are memory-mapped and hashed with all cores.
-const MMAP_MIN: u64 = 1 << 20;
+/// Small files are read through one 64 KiB buffer; bigger ones in [`BIG_CHUNK`] pieces, each
+/// hashed on every core. Files are read, never memory-mapped: a mapping of a file that another
+/// process truncates while it is hashed raises SIGBUS and would kill whoever hashes it (the mount's
+/// daemon, `roar run`), where a read just returns fewer bytes and the identity re-check says so.
 const READ_BUF: usize = 64 * 1024;
+const BIG_CHUNK: usize = 8 << 20;
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct HashOptions {
@@ -150,41 +153,48 @@ fn hash_as(
     let mut b3 = blake3::Hasher::new();
     let mut sha = opts.sha256.then(sha2::Sha256::new);
     let mut size = 0u64;
-    if stat.size >= MMAP_MIN {
-        let map = map_file(file).map_err(io_err)?;
-        if cores == Cores::All {
-            b3.update_rayon(&map);
-        } else {
-            b3.update(&map);
-        }
-        if let Some(s) = sha.as_mut() {
-            s.update(&map[..]);
-        }
-        size = map.len() as u64;
-    } else {
-        thread_local! {
-            static BUF: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0u8; READ_BUF]);
-        }
-        BUF.with_borrow_mut(|buf| -> io::Result<()> {
-            let mut f = file;
-            while size < stat.size {
-                let want = ((stat.size - size) as usize).min(buf.len());
-                let n = match f.read(&mut buf[..want]) {
-                    Ok(0) => break,
-                    Ok(n) => n,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(e),
-                };
-                b3.update(&buf[..n]);
-                if let Some(s) = sha.as_mut() {
-                    s.update(&buf[..n]);
-                }
-                size += n as u64;
-            }
-            Ok(())
-        })
-        .map_err(io_err)?;
+    let big = stat.size > READ_BUF as u64;
+    thread_local! {
+        static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
     }
+    BUF.with_borrow_mut(|buf| -> io::Result<()> {
+        let len = if big { BIG_CHUNK } else { READ_BUF };
+        if buf.len() != len {
+            // A thread that hashed one big file keeps 8 MiB only while it hashes big files.
+            *buf = vec![0u8; len];
+        }
+        let mut f = file;
+        while size < stat.size {
+            // Fill the whole chunk before hashing it, so rayon gets big pieces to split.
+            let want = ((stat.size - size) as usize).min(buf.len());
+            let mut n = 0;
+            while n < want {
+                match f.read(&mut buf[n..want]) {
+                    Ok(0) => break,
+                    Ok(k) => n += k,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            if n == 0 {
+                break;
+            }
+            if big && cores == Cores::All {
+                b3.update_rayon(&buf[..n]);
+            } else {
+                b3.update(&buf[..n]);
+            }
+            if let Some(s) = sha.as_mut() {
+                s.update(&buf[..n]);
+            }
+            size += n as u64;
+            if n < want {
+                break;
+            }
+        }
+        Ok(())
+    })
+    .map_err(io_err)?;
     // Growth, shrinkage or a rewrite during the read shows in size or timestamps.
     let after = FileStat::from_metadata(&file.metadata().map_err(io_err)?);
     if after != stat || size != stat.size {
@@ -202,16 +212,6 @@ fn hash_as(
         from_cache: false,
         read_ns,
     })
-}
-
-fn map_file(file: &File) -> io::Result<memmap2::Mmap> {
-    // The mapping is only read, and a concurrent writer is detected by the identity re-check.
-    #[allow(unsafe_code)]
-    // SAFETY: the map lives only while hashing; truncation by another process could SIGBUS, the
-    // same exposure b3sum accepts, and content changes are caught by the caller's stat re-check.
-    unsafe {
-        memmap2::Mmap::map(file)
-    }
 }
 
 /// Opens `path` for hashing without blocking on a FIFO that replaced it (the fstat that follows

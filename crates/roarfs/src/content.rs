@@ -1,0 +1,101 @@
+//! What roarfs knows of backing files' content: hashes by file identity, from files written
+//! through the mount (hashed from the write stream, so exact), from the project's hash cache, or
+//! hashed now by reading the file.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use roar_store::hash::{hash_open_file, HashOptions};
+use roar_store::{ContentHash, FileStat};
+
+use crate::jobs::Jobs;
+use crate::sys;
+
+pub fn file_stat(st: &libc::stat) -> FileStat {
+    FileStat {
+        dev: st.st_dev,
+        ino: st.st_ino,
+        size: st.st_size as u64,
+        mtime_ns: st.st_mtime * 1_000_000_000 + st.st_mtime_nsec,
+        ctime_ns: st.st_ctime * 1_000_000_000 + st.st_ctime_nsec,
+    }
+}
+
+pub struct Content {
+    known: Mutex<HashMap<(u64, u64), (FileStat, ContentHash)>>,
+    store: Mutex<Option<roar_store::hash::Connection>>,
+    jobs: Arc<Jobs>,
+}
+
+impl Content {
+    pub fn new(jobs: Arc<Jobs>, db: Option<&Path>) -> Content {
+        Content {
+            known: Mutex::new(HashMap::new()),
+            store: Mutex::new(db.and_then(|db| roar_store::open(db, false).ok())),
+            jobs,
+        }
+    }
+
+    fn cached(&self, stat: &FileStat) -> Option<ContentHash> {
+        let known = self.known.lock().expect("content lock");
+        if let Some((k, h)) = known.get(&(stat.dev, stat.ino)) {
+            if k == stat {
+                return Some(h.clone());
+            }
+        }
+        drop(known);
+        let guard = self.store.lock().expect("store lock");
+        roar_store::hash::cache_get(guard.as_ref()?, stat, HashOptions::default())
+    }
+
+    /// Remembers the content of the file that has identity `stat`.
+    pub fn remember(&self, stat: FileStat, hash: &ContentHash) {
+        self.known
+            .lock()
+            .expect("content lock")
+            .insert((stat.dev, stat.ino), (stat, hash.clone()));
+    }
+
+    /// The content of backing inode (dev, ino) is about to change.
+    pub fn forget(&self, st: &libc::stat) {
+        self.known
+            .lock()
+            .expect("content lock")
+            .remove(&(st.st_dev, st.st_ino));
+    }
+
+    /// The content of an open file: from the caches, else hashed now (and remembered).
+    pub fn of(&self, file: &File, path: &Path) -> Option<ContentHash> {
+        let st = sys::stat_fd(file.as_fd()).ok()?;
+        self.at(file, &st, path)
+    }
+
+    /// [`Content::of`] for a file already stat'ed as `st`. A file that changes while it is
+    /// hashed has no content to give (None), as when it could not be read.
+    pub fn at(&self, file: &File, st: &libc::stat, path: &Path) -> Option<ContentHash> {
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return None;
+        }
+        if let Some(h) = self.cached(&file_stat(st)) {
+            return Some(h);
+        }
+        let hashed = hash_open_file(file, path, HashOptions::default()).ok()?;
+        self.remember(hashed.stat, &hashed.hash);
+        let _ = self.jobs.writer().cache(vec![roar_store::CacheEntry {
+            stat: hashed.stat,
+            hash: hashed.hash.clone(),
+            hashed_ns: hashed.read_ns,
+        }]);
+        Some(hashed.hash)
+    }
+
+    /// The content of the file an `O_PATH` fd names, read through a fresh read-only open.
+    pub fn of_path_fd(&self, fd: std::os::fd::BorrowedFd<'_>, path: &Path) -> Option<ContentHash> {
+        sys::reopen(fd, libc::O_RDONLY)
+            .ok()
+            .and_then(|f| self.of(&f, path))
+    }
+}

@@ -1,0 +1,372 @@
+//! The inode table: which backing file each of the kernel's node ids stands for.
+//!
+//! A node names its backing file by a kernel file handle (`name_to_handle_at`), opened for the
+//! length of one request with `open_by_handle_at`, so the daemon holds no descriptor per inode
+//! and any tree size fits in a fixed descriptor budget (virtiofsd's `--inode-file-handles`). On
+//! a filesystem without handles, or below a mount point inside the directory, a node keeps an
+//! `O_PATH` fd instead; [`Inodes::scheme`] says which is in use.
+//!
+//! Node ids are the backing inode numbers, so `st_ino` is the backing file's own and survives a
+//! remount. A backing inode number can be reused while the kernel still remembers the old file
+//! (unlinked, its FORGET not yet sent): the handle then differs, and the node gets a new
+//! generation, which tells the kernel to drop its old inode. Nodes on another device (a mount
+//! inside the directory) and the inode numbers 0 and 1 (1 is FUSE's root) get ids from a range
+//! real inode numbers do not reach.
+//!
+//! Memory per known inode: the map entry (~120 bytes), its name, and a handle of 8-40 bytes.
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+
+use fuser::BackingId;
+
+use crate::sys;
+
+pub const ROOT: u64 = 1;
+
+/// Node ids for files not named by their own inode number.
+const SYNTHETIC_BASE: u64 = 1 << 62;
+
+/// How a node reaches its backing file.
+enum Backing {
+    Handle(sys::FileHandle),
+    Fd(OwnedFd),
+}
+
+impl Backing {
+    /// Whether `other`, found at the same node id, is the same file.
+    fn same_file(&self, other: &Backing) -> bool {
+        match (self, other) {
+            (Backing::Handle(a), Backing::Handle(b)) => a == b,
+            // An O_PATH fd keeps its inode, so its number cannot have been reused.
+            _ => true,
+        }
+    }
+}
+
+struct Node {
+    backing: Backing,
+    generation: u64,
+    parent: u64,
+    name: OsString,
+    nlookup: u64,
+    /// The passthrough backing id shared by this inode's passthrough opens.
+    backing_id: Weak<BackingId>,
+    passthrough_opens: usize,
+    userspace_opens: usize,
+}
+
+/// Which scheme keeps backing files reachable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    /// Kernel file handles: no descriptor per inode.
+    FileHandles,
+    /// One `O_PATH` fd per known inode (the backing filesystem has no file handles).
+    PathFds,
+}
+
+/// One open of a node, as counted for the passthrough/userspace choice.
+#[derive(Debug, Clone, Copy)]
+pub struct Opened {
+    pub ino: u64,
+    pub generation: u64,
+    pub passthrough: bool,
+}
+
+pub struct Inodes {
+    root: PathBuf,
+    nodes: RwLock<HashMap<u64, Node>>,
+    /// (dev, ino) -> node id, for nodes with a synthetic id.
+    synthetic: Mutex<HashMap<(u64, u64), u64>>,
+    next_synthetic: AtomicU64,
+    next_generation: AtomicU64,
+    root_dev: u64,
+    /// A readable fd of the root (open_by_handle_at refuses `O_PATH` ones).
+    mount_fd: File,
+    mount_id: i32,
+    scheme: Scheme,
+}
+
+impl Inodes {
+    /// `root_fd` is the directory opened (`O_PATH`) before the mount hid it; `root` its path.
+    pub fn new(root_fd: OwnedFd, root: PathBuf) -> io::Result<Inodes> {
+        let st = sys::stat_fd(root_fd.as_fd())?;
+        let mount_fd = sys::reopen(root_fd.as_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?;
+        // Handles work only if they can be made and opened again (tmpfs had none on older
+        // kernels; some FUSE and network filesystems have none; non-root lacks the capability).
+        let probe = sys::FileHandle::of(root_fd.as_fd())
+            .and_then(|(h, id)| h.open(mount_fd.as_fd()).map(|_| id));
+        let (scheme, mount_id) = match probe {
+            Ok(id) => (Scheme::FileHandles, id),
+            Err(e) => {
+                tracing::warn!(
+                    "roarfs: {} has no usable file handles ({e}); keeping one O_PATH fd per known inode",
+                    root.display()
+                );
+                (Scheme::PathFds, -1)
+            }
+        };
+        let nodes = HashMap::from([(
+            ROOT,
+            Node {
+                backing: Backing::Fd(root_fd),
+                generation: 0,
+                parent: ROOT,
+                name: OsString::new(),
+                nlookup: 1,
+                backing_id: Weak::new(),
+                passthrough_opens: 0,
+                userspace_opens: 0,
+            },
+        )]);
+        Ok(Inodes {
+            root,
+            nodes: RwLock::new(nodes),
+            synthetic: Mutex::new(HashMap::new()),
+            next_synthetic: AtomicU64::new(SYNTHETIC_BASE),
+            next_generation: AtomicU64::new(1),
+            root_dev: st.st_dev,
+            mount_fd,
+            mount_id,
+            scheme,
+        })
+    }
+
+    pub fn scheme(&self) -> Scheme {
+        self.scheme
+    }
+
+    /// How many inodes the table holds (the kernel has looked up and not forgotten).
+    pub fn known(&self) -> usize {
+        self.nodes.read().expect("nodes lock").len()
+    }
+
+    /// Runs `f` with an `O_PATH` fd of node `ino` (opened for this call when the node has a
+    /// handle).
+    pub fn with_fd<T>(
+        &self,
+        ino: u64,
+        f: impl FnOnce(BorrowedFd<'_>) -> io::Result<T>,
+    ) -> io::Result<T> {
+        let nodes = self.nodes.read().expect("nodes lock");
+        let node = nodes.get(&ino).ok_or_else(enoent)?;
+        match &node.backing {
+            Backing::Fd(fd) => f(fd.as_fd()),
+            Backing::Handle(h) => {
+                let h = h.clone();
+                drop(nodes);
+                let fd = h.open(self.mount_fd.as_fd())?;
+                f(fd.as_fd())
+            }
+        }
+    }
+
+    /// The path of `ino` as programs see it (through the mount).
+    pub fn path(&self, ino: u64) -> PathBuf {
+        let nodes = self.nodes.read().expect("nodes lock");
+        let mut names = Vec::new();
+        let mut cur = ino;
+        while cur != ROOT {
+            let Some(n) = nodes.get(&cur) else { break };
+            names.push(n.name.clone());
+            cur = n.parent;
+        }
+        let mut p = self.root.clone();
+        for n in names.iter().rev() {
+            p.push(n);
+        }
+        p
+    }
+
+    /// The node id of a backing file with status `st`.
+    fn id_for(&self, st: &libc::stat) -> u64 {
+        if st.st_dev == self.root_dev && st.st_ino > ROOT && st.st_ino < SYNTHETIC_BASE {
+            return st.st_ino;
+        }
+        *self
+            .synthetic
+            .lock()
+            .expect("synthetic lock")
+            .entry((st.st_dev, st.st_ino))
+            .or_insert_with(|| self.next_synthetic.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The node id a backing file has (or would get) without looking it up.
+    pub fn id_of(&self, st: &libc::stat) -> Option<u64> {
+        if st.st_dev == self.root_dev && st.st_ino > ROOT && st.st_ino < SYNTHETIC_BASE {
+            return Some(st.st_ino);
+        }
+        self.synthetic
+            .lock()
+            .expect("synthetic lock")
+            .get(&(st.st_dev, st.st_ino))
+            .copied()
+    }
+
+    /// Looks up (and remembers) the child `name` of `parent`, counting one kernel lookup.
+    /// Returns the node id, the generation and the child's status.
+    pub fn lookup(&self, parent: u64, name: &OsStr) -> io::Result<(u64, u64, libc::stat)> {
+        let fd = self.with_fd(parent, |dir| sys::open_path(dir, name))?;
+        let st = sys::stat_fd(fd.as_fd())?;
+        let backing = match self.scheme {
+            Scheme::FileHandles if st.st_dev == self.root_dev => {
+                match sys::FileHandle::of(fd.as_fd()) {
+                    Ok((h, id)) if id == self.mount_id => Backing::Handle(h),
+                    _ => Backing::Fd(fd),
+                }
+            }
+            _ => Backing::Fd(fd),
+        };
+        let id = self.id_for(&st);
+        let mut nodes = self.nodes.write().expect("nodes lock");
+        let generation = match nodes.get_mut(&id) {
+            Some(node) if node.backing.same_file(&backing) => {
+                node.nlookup += 1;
+                node.parent = parent;
+                node.name = name.to_owned();
+                node.generation
+            }
+            Some(node) => {
+                // The inode number was reused: the kernel's old inode is stale. Its FORGETs are
+                // still to come, so its count stays; the open counts belong to the old file.
+                *node = Node {
+                    backing,
+                    generation: self.next_generation.fetch_add(1, Ordering::Relaxed),
+                    parent,
+                    name: name.to_owned(),
+                    nlookup: node.nlookup + 1,
+                    backing_id: Weak::new(),
+                    passthrough_opens: 0,
+                    userspace_opens: 0,
+                };
+                node.generation
+            }
+            None => {
+                nodes.insert(
+                    id,
+                    Node {
+                        backing,
+                        generation: 0,
+                        parent,
+                        name: name.to_owned(),
+                        nlookup: 1,
+                        backing_id: Weak::new(),
+                        passthrough_opens: 0,
+                        userspace_opens: 0,
+                    },
+                );
+                0
+            }
+        };
+        Ok((id, generation, st))
+    }
+
+    /// The kernel forgot `n` lookups of `ino`.
+    pub fn forget(&self, ino: u64, n: u64) {
+        if ino == ROOT {
+            return;
+        }
+        let mut nodes = self.nodes.write().expect("nodes lock");
+        if let Some(node) = nodes.get_mut(&ino) {
+            node.nlookup = node.nlookup.saturating_sub(n);
+            if node.nlookup == 0 && node.passthrough_opens == 0 && node.userspace_opens == 0 {
+                nodes.remove(&ino);
+                drop(nodes);
+                self.drop_synthetic(ino);
+            }
+        }
+    }
+
+    fn drop_synthetic(&self, ino: u64) {
+        if ino >= SYNTHETIC_BASE {
+            self.synthetic
+                .lock()
+                .expect("synthetic lock")
+                .retain(|_, id| *id != ino);
+        }
+    }
+
+    /// A rename moved the file now at `st` to `name` in `parent`: keep its name current
+    /// (children follow through their parent link).
+    pub fn moved(&self, st: &libc::stat, parent: u64, name: &OsStr) {
+        let Some(id) = self.id_of(st) else { return };
+        if let Some(n) = self.nodes.write().expect("nodes lock").get_mut(&id) {
+            n.parent = parent;
+            n.name = name.to_owned();
+        }
+    }
+
+    /// Counts an open of `ino` and decides whether it uses kernel passthrough. An inode is
+    /// never in both modes at once (the kernel refuses that): while it has passthrough opens,
+    /// writers use passthrough too; while it has userspace opens, readers use userspace too.
+    pub fn open(&self, ino: u64, writable: bool, may_pass: bool) -> io::Result<Opened> {
+        let mut nodes = self.nodes.write().expect("nodes lock");
+        let node = nodes.get_mut(&ino).ok_or_else(enoent)?;
+        let passthrough = may_pass
+            && if writable {
+                node.passthrough_opens > 0
+            } else {
+                node.userspace_opens == 0
+            };
+        if passthrough {
+            node.passthrough_opens += 1;
+        } else {
+            node.userspace_opens += 1;
+        }
+        Ok(Opened {
+            ino,
+            generation: node.generation,
+            passthrough,
+        })
+    }
+
+    /// One open fewer; drops the node once the kernel has forgotten it too.
+    pub fn close(&self, o: Opened) {
+        let mut nodes = self.nodes.write().expect("nodes lock");
+        let Some(node) = nodes.get_mut(&o.ino) else {
+            return;
+        };
+        if node.generation != o.generation {
+            return;
+        }
+        if o.passthrough {
+            node.passthrough_opens = node.passthrough_opens.saturating_sub(1);
+        } else {
+            node.userspace_opens = node.userspace_opens.saturating_sub(1);
+        }
+        if node.nlookup == 0 && node.passthrough_opens == 0 && node.userspace_opens == 0 {
+            nodes.remove(&o.ino);
+            drop(nodes);
+            self.drop_synthetic(o.ino);
+        }
+    }
+
+    /// The passthrough backing id of `ino`, registered with `make` on first use and shared by
+    /// the inode's passthrough opens.
+    pub fn backing_id(
+        &self,
+        ino: u64,
+        make: impl FnOnce() -> io::Result<BackingId>,
+    ) -> io::Result<Arc<BackingId>> {
+        let mut nodes = self.nodes.write().expect("nodes lock");
+        let node = nodes.get_mut(&ino).ok_or_else(enoent)?;
+        match node.backing_id.upgrade() {
+            Some(id) => Ok(id),
+            None => {
+                let id = Arc::new(make()?);
+                node.backing_id = Arc::downgrade(&id);
+                Ok(id)
+            }
+        }
+    }
+}
+
+fn enoent() -> io::Error {
+    io::Error::from_raw_os_error(libc::ENOENT)
+}
