@@ -133,10 +133,15 @@ enum Command {
     Mount(mount_cmd::MountArgs),
     /// Serve S3 (embedded store or an upstream) and record which client read or wrote which object.
     Gateway(gateway_cmd::GatewayArgs),
-    /// Unmount a `roar mount`, recording its remaining jobs.
+    /// Unmount a `roar mount`, recording its remaining jobs. Refused while files under it are
+    /// open for writing (the writers are listed), unless --force.
     Unmount {
         /// The mounted directory.
         dir: PathBuf,
+        /// Detach the mount now even if files under it are open: it leaves the tree at once,
+        /// keeps serving the open files until they close, then records their jobs.
+        #[arg(long)]
+        force: bool,
     },
     /// Run a command and record every file it reads and writes.
     Run(run_cmd::RunArgs),
@@ -208,7 +213,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => return run_cmd::run(args),
         Command::Mount(args) => return mount_cmd::mount(args, json),
         Command::Gateway(args) => return gateway_cmd::serve(args),
-        Command::Unmount { dir } => return mount_cmd::unmount(&dir),
+        Command::Unmount { dir, force } => return mount_cmd::unmount(&dir, force),
         Command::Tracer { command } => return run_cmd::tracer(command, json),
         Command::CheckpointStore { db } => run_cmd::checkpoint_store(&db)?,
     }

@@ -94,13 +94,23 @@ fn is_roarfs_mount(dir: &Path) -> bool {
 /// is gone.
 const ENOTCONN: i32 = 107;
 
-fn is_dead_mount(dir: &Path) -> bool {
-    matches!(std::fs::metadata(dir), Err(e) if e.raw_os_error() == Some(ENOTCONN))
+/// ECONNABORTED: what requests in flight get while a killed daemon's connection is torn down.
+const ECONNABORTED: i32 = 103;
+
+/// A roarfs mount whose daemon is gone (or going): the mount answers ENOTCONN or ECONNABORTED,
+/// or the daemon its state file names is no longer running. Known at once after a kill, not
+/// only once the kernel has noticed.
+fn is_dead_mount(dir: &Path, project: &Project) -> bool {
+    if matches!(std::fs::metadata(dir), Err(e) if matches!(e.raw_os_error(), Some(ENOTCONN | ECONNABORTED)))
+    {
+        return true;
+    }
+    is_roarfs_mount(dir) && read_state(&state_path(project, dir)).is_none_or(|s| !alive(s.pid))
 }
 
 /// Clears a dead mount (its daemon was killed) so DIR shows its own contents again.
 fn clear_dead(dir: &Path, project: &Project) -> anyhow::Result<bool> {
-    if !is_dead_mount(dir) {
+    if !is_dead_mount(dir, project) {
         return Ok(false);
     }
     roar_roarfs::sys::umount_detach(dir)
@@ -239,7 +249,10 @@ fn foreground(project: &Project, dir: &Path) -> anyhow::Result<ExitCode> {
             roar_roarfs::sys::dup_stderr_to_stdout();
         }
     });
-    let _ = std::fs::remove_file(&state);
+    // A mount detached by `--force` may have been mounted again meanwhile: its state is not ours.
+    if read_state(&state).is_some_and(|s| s.pid == std::process::id() as i32) {
+        let _ = std::fs::remove_file(&state);
+    }
     let ids = result?;
     eprintln!(
         "roar: unmounted {}; {} job(s) recorded",
@@ -299,13 +312,47 @@ fn list(project: &Project, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn unmount(dir: &Path) -> anyhow::Result<ExitCode> {
+pub fn unmount(dir: &Path, force: bool) -> anyhow::Result<ExitCode> {
     let project = crate::project()?;
     let dir = absolute(dir)?;
     let state_file = state_path(&project, &dir);
     let state = read_state(&state_file);
     if let Some(s) = state.as_ref().filter(|s| alive(s.pid)) {
+        let writers = roar_roarfs::sys::writers_under(&dir, s.pid);
+        if !writers.is_empty() && !force {
+            let mut pids: Vec<String> = writers
+                .iter()
+                .map(|w| format!("{} ({}: {})", w.pid, w.comm, w.path.display()))
+                .collect();
+            pids.dedup();
+            anyhow::bail!(
+                "cannot unmount {}: files under it are open for writing by {}; let them finish, or `roar unmount --force {}` to detach it now (open files keep working and are recorded when they close)",
+                dir.display(),
+                pids.join(", "),
+                dir.display()
+            );
+        }
         roar_roarfs::sys::terminate(s.pid);
+        if force && !writers.is_empty() {
+            // The daemon detaches the mount and serves the open files until they close.
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while is_roarfs_mount(&dir) && alive(s.pid) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            anyhow::ensure!(
+                !is_roarfs_mount(&dir),
+                "the roarfs daemon (pid {}) did not detach {} within 60 s",
+                s.pid,
+                dir.display()
+            );
+            eprintln!(
+                "roar: detached {}; the daemon (pid {}) records the remaining jobs once {} open file(s) are closed",
+                dir.display(),
+                s.pid,
+                writers.len()
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
         let deadline = Instant::now() + Duration::from_secs(60);
         while alive(s.pid) {
             anyhow::ensure!(

@@ -457,8 +457,14 @@ impl Filesystem for RoarFs {
             if let Some(mode) = mode {
                 sys::chmod_fd(fd, mode)?;
             }
-            // chown(f, -1, -1) changes nothing but ctime, as the backing filesystem does it.
-            if uid.is_some() || gid.is_some() || (ctime.is_some() && mode.is_none()) {
+            // chown(f, -1, -1) arrives with nothing to set (or only ctime): it changes ctime,
+            // which the same call on the backing file does.
+            let only_ctime = mode.is_none()
+                && size.is_none()
+                && atime.is_none()
+                && mtime.is_none()
+                && (ctime.is_some() || fh.is_none());
+            if uid.is_some() || gid.is_some() || only_ctime {
                 sys::chown_fd(fd, uid, gid)?;
             }
             if let Some(size) = size {

@@ -356,6 +356,64 @@ pub fn read_dir(fd: BorrowedFd<'_>) -> io::Result<Vec<(std::ffi::OsString, u64, 
     Ok(out)
 }
 
+/// A descriptor some process holds open for writing on a file under a directory.
+#[derive(Debug, Clone)]
+pub struct OpenWriter {
+    pub pid: i32,
+    pub comm: String,
+    pub path: std::path::PathBuf,
+}
+
+/// The processes (other than `except`) holding files under `dir` open for writing, from
+/// /proc/PID/fd and the access mode in /proc/PID/fdinfo (what `fuser -m` looks at).
+pub fn writers_under(dir: &std::path::Path, except: i32) -> Vec<OpenWriter> {
+    let mut out = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if pid == except || pid == std::process::id() as i32 {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            let Ok(target) = std::fs::read_link(fd.path()) else {
+                continue;
+            };
+            if !target.starts_with(dir) {
+                continue;
+            }
+            let info = std::fs::read_to_string(format!(
+                "/proc/{pid}/fdinfo/{}",
+                fd.file_name().to_string_lossy()
+            ))
+            .unwrap_or_default();
+            let flags = info
+                .lines()
+                .find_map(|l| l.strip_prefix("flags:"))
+                .and_then(|f| i32::from_str_radix(f.trim(), 8).ok())
+                .unwrap_or(0);
+            if flags & libc::O_ACCMODE != libc::O_RDONLY {
+                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .unwrap_or_default()
+                    .trim()
+                    .to_owned();
+                out.push(OpenWriter {
+                    pid,
+                    comm,
+                    path: target,
+                });
+            }
+        }
+    }
+    out
+}
+
 /// The working directories of processes that are inside `dir` (they bypass an in-place mount).
 pub fn processes_inside(dir: &std::path::Path) -> Vec<(i32, String)> {
     let mut out = Vec::new();

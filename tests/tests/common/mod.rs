@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests: find the built `roar`, make projects, run commands.
 #![allow(dead_code)]
 
+pub mod mount;
 pub mod workloads;
 
 use std::ffi::OsStr;
