@@ -82,7 +82,17 @@ impl Content {
         if let Some(h) = self.cached(&file_stat(st)) {
             return Some(h);
         }
-        let hashed = hash_open_file(file, path, HashOptions::default()).ok()?;
+        // A file changed while it was read (another handle still writing it) is read again,
+        // a few times; then its content is unknown rather than wrong.
+        let hashed = (0..3)
+            .find_map(
+                |_| match hash_open_file(file, path, HashOptions::default()) {
+                    Ok(h) => Some(Ok(h)),
+                    Err(roar_store::hash::HashError::Changed { .. }) => None,
+                    Err(e) => Some(Err(e)),
+                },
+            )?
+            .ok()?;
         self.remember(hashed.stat, &hashed.hash);
         let _ = self.jobs.writer().cache(vec![roar_store::CacheEntry {
             stat: hashed.stat,

@@ -167,6 +167,24 @@ impl RoarFs {
         })
     }
 
+    /// The job an open belongs to, known before anything is opened or created. The kernel
+    /// opening a program to exec it: the process still shows its old argv, and like `roar run`,
+    /// the mount records programs as processes, not as data inputs.
+    fn open_job(&self, req: &Request, flags: i32) -> Result<Option<JobKey>, Errno> {
+        if flags & FMODE_EXEC != 0 {
+            return Ok(None);
+        }
+        self.job(req)
+    }
+
+    /// Removes `name` from `parent` after a creation whose reply could not be made: the caller
+    /// is told it failed, so nothing it did not get may stay behind unrecorded.
+    fn undo_create(&self, parent: u64, name: &OsStr) {
+        let _ = self.with_fd(parent, |dir| {
+            sys::unlink_at(dir, name, 0).or_else(|_| sys::unlink_at(dir, name, libc::AT_REMOVEDIR))
+        });
+    }
+
     fn caller(&self, req: &Request, umask: u32) -> sys::Caller {
         sys::Caller {
             pid: req.pid(),
@@ -198,12 +216,15 @@ impl RoarFs {
         make: impl FnOnce(std::os::fd::BorrowedFd<'_>) -> io::Result<()>,
     ) {
         let caller = self.caller(req, umask);
-        let made = self
-            .with_fd(parent, |dir| sys::as_caller(caller, || make(dir)))
-            .and_then(|_| self.lookup_child(parent, name));
-        match made {
+        if let Err(e) = self.with_fd(parent, |dir| sys::as_caller(caller, || make(dir))) {
+            return reply.error(e);
+        }
+        match self.lookup_child(parent, name) {
             Ok((a, g)) => reply.entry(&TTL, &a, g),
-            Err(e) => reply.error(e),
+            Err(e) => {
+                self.undo_create(parent, name);
+                reply.error(e)
+            }
         }
     }
 
@@ -211,7 +232,7 @@ impl RoarFs {
     /// userspace. Returns the new handle's number and whether it is served by passthrough.
     fn open_node(
         &self,
-        req: &Request,
+        job: Option<JobKey>,
         ino: u64,
         file: File,
         flags: i32,
@@ -219,13 +240,6 @@ impl RoarFs {
     ) -> Result<(u64, bool), Errno> {
         let acc = flags & libc::O_ACCMODE;
         let writable = acc != libc::O_RDONLY;
-        // The kernel opening a program to exec it: the process still shows its old argv, and
-        // like `roar run`, the mount records programs as processes, not as data inputs.
-        let job = if flags & FMODE_EXEC != 0 {
-            None
-        } else {
-            self.job(req)?
-        };
         let stat = sys::stat_fd(file.as_fd()).ok();
         let is_file = stat.as_ref().is_some_and(is_reg);
         if let (Some(job), Some(st)) = (job, stat.as_ref().filter(|_| is_file)) {
@@ -670,11 +684,15 @@ impl Filesystem for RoarFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let job = match self.open_job(req, flags.0) {
+            Ok(job) => job,
+            Err(e) => return reply.error(e),
+        };
         let file = match self.with_fd(ino.0, |fd| sys::reopen(fd, flags.0)) {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
-        match self.open_node(req, ino.0, file, flags.0, false) {
+        match self.open_node(job, ino.0, file, flags.0, false) {
             Ok((fh, false)) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Ok((fh, true)) => match self.attach_backing(fh, ino.0, |f| reply.open_backing(f)) {
                 Ok(id) => reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id),
@@ -697,6 +715,10 @@ impl Filesystem for RoarFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let job = match self.open_job(req, flags) {
+            Ok(job) => job,
+            Err(e) => return reply.error(e),
+        };
         let caller = self.caller(req, umask);
         let file = match self.with_fd(parent.0, |dir| {
             sys::as_caller(caller, || sys::create_at(dir, name, flags, mode))
@@ -706,9 +728,12 @@ impl Filesystem for RoarFs {
         };
         let (a, g) = match self.lookup_child(parent.0, name) {
             Ok(x) => x,
-            Err(e) => return reply.error(e),
+            Err(e) => {
+                self.undo_create(parent.0, name);
+                return reply.error(e);
+            }
         };
-        match self.open_node(req, a.ino.0, file, flags, true) {
+        match self.open_node(job, a.ino.0, file, flags, true) {
             Ok((fh, false)) => reply.created(&TTL, &a, g, FileHandle(fh), FopenFlags::empty()),
             Ok((fh, true)) => match self.attach_backing(fh, a.ino.0, |f| reply.open_backing(f)) {
                 Ok(id) => {
@@ -716,10 +741,16 @@ impl Filesystem for RoarFs {
                 }
                 Err(e) => {
                     self.forget_handle(fh);
+                    self.inodes.forget(a.ino.0, 1);
+                    self.undo_create(parent.0, name);
                     reply.error(errno(e));
                 }
             },
-            Err(e) => reply.error(e),
+            Err(e) => {
+                self.inodes.forget(a.ino.0, 1);
+                self.undo_create(parent.0, name);
+                reply.error(e)
+            }
         }
     }
 
@@ -819,11 +850,13 @@ impl Filesystem for RoarFs {
         reply.ok();
         // A request still running on this handle holds it only briefly: wait for it.
         let mut h = handle.lock().expect("handle lock");
-        self.inodes.close(h.opened);
+        let writers_left = self.inodes.close(h.opened);
         let (true, Some(job)) = (h.writable, h.job) else {
             return;
         };
-        if h.wrote || h.opened.passthrough {
+        // Another writable handle on the same file can still change it (and may be changing
+        // it now): the content is taken when the last one is released.
+        if (h.wrote || h.opened.passthrough) && writers_left == 0 {
             let path = self.inodes.path(h.opened.ino);
             let hash = self.written_content(&mut h, &path);
             self.jobs.with_file(job, &path, |st| {

@@ -60,6 +60,8 @@ struct Node {
     backing_id: Weak<BackingId>,
     passthrough_opens: usize,
     userspace_opens: usize,
+    /// Writable opens among them: the file's content is final once the last one is released.
+    writers: usize,
 }
 
 /// Which scheme keeps backing files reachable.
@@ -77,6 +79,7 @@ pub struct Opened {
     pub ino: u64,
     pub generation: u64,
     pub passthrough: bool,
+    pub writable: bool,
 }
 
 pub struct Inodes {
@@ -123,6 +126,7 @@ impl Inodes {
                 backing_id: Weak::new(),
                 passthrough_opens: 0,
                 userspace_opens: 0,
+                writers: 0,
             },
         )]);
         Ok(Inodes {
@@ -244,6 +248,7 @@ impl Inodes {
                     backing_id: Weak::new(),
                     passthrough_opens: 0,
                     userspace_opens: 0,
+                    writers: 0,
                 };
                 node.generation
             }
@@ -259,6 +264,7 @@ impl Inodes {
                         backing_id: Weak::new(),
                         passthrough_opens: 0,
                         userspace_opens: 0,
+                        writers: 0,
                     },
                 );
                 0
@@ -319,32 +325,42 @@ impl Inodes {
         } else {
             node.userspace_opens += 1;
         }
+        if writable {
+            node.writers += 1;
+        }
         Ok(Opened {
             ino,
             generation: node.generation,
             passthrough,
+            writable,
         })
     }
 
-    /// One open fewer; drops the node once the kernel has forgotten it too.
-    pub fn close(&self, o: Opened) {
+    /// One open fewer; drops the node once the kernel has forgotten it too. Returns how many
+    /// writable opens the inode still has.
+    pub fn close(&self, o: Opened) -> usize {
         let mut nodes = self.nodes.write().expect("nodes lock");
         let Some(node) = nodes.get_mut(&o.ino) else {
-            return;
+            return 0;
         };
         if node.generation != o.generation {
-            return;
+            return 0;
         }
         if o.passthrough {
             node.passthrough_opens = node.passthrough_opens.saturating_sub(1);
         } else {
             node.userspace_opens = node.userspace_opens.saturating_sub(1);
         }
+        if o.writable {
+            node.writers = node.writers.saturating_sub(1);
+        }
+        let writers = node.writers;
         if node.nlookup == 0 && node.passthrough_opens == 0 && node.userspace_opens == 0 {
             nodes.remove(&o.ino);
             drop(nodes);
             self.drop_synthetic(o.ino);
         }
+        writers
     }
 
     /// The passthrough backing id of `ino`, registered with `make` on first use and shared by

@@ -6,7 +6,8 @@
 //! leave size and times unchanged and the stale entry would look valid (git's "racily clean" rule).
 
 use std::fs::File;
-use std::io::{self, Read};
+use std::io;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
@@ -163,13 +164,14 @@ fn hash_as(
             // A thread that hashed one big file keeps 8 MiB only while it hashes big files.
             *buf = vec![0u8; len];
         }
-        let mut f = file;
         while size < stat.size {
-            // Fill the whole chunk before hashing it, so rayon gets big pieces to split.
+            // Fill the whole chunk before hashing it, so rayon gets big pieces to split. Read
+            // at explicit offsets: the file's own offset may be anywhere (a handle the caller
+            // shares, a second attempt).
             let want = ((stat.size - size) as usize).min(buf.len());
             let mut n = 0;
             while n < want {
-                match f.read(&mut buf[n..want]) {
+                match file.read_at(&mut buf[n..want], size + n as u64) {
                     Ok(0) => break,
                     Ok(k) => n += k,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

@@ -790,3 +790,44 @@ fn a_job_streamed_to_the_writer_commits_with_all_its_chunks_or_not_at_all() {
     writer.record_job(job(&["next"], outputs(20, 21))).unwrap();
     assert_eq!(count("SELECT count(*) FROM jobs"), 2);
 }
+
+#[test]
+fn a_file_truncated_while_it_is_hashed_gives_a_hash_or_changed_never_a_crash() {
+    // Hashing used to memory-map big files: a truncate by another process while the map was
+    // read raised SIGBUS and killed the hashing process (the mount's daemon). Reads cannot.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.bin");
+    let full = vec![7u8; 24 << 20];
+    std::fs::write(&path, &full).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let churn = {
+        let (path, stop, full) = (path.clone(), stop.clone(), full.clone());
+        std::thread::spawn(move || {
+            let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                f.set_len(0).unwrap();
+                std::os::unix::fs::FileExt::write_all_at(&f, &full, 0).unwrap();
+            }
+        })
+    };
+    let whole = blake3::hash(&full).to_hex().to_string();
+    let (mut hashed, mut changed) = (0, 0);
+    for _ in 0..60 {
+        match hash_path(&path, HashOptions::default()) {
+            // A hash that completes is of the whole file (the identity check catches any mix).
+            Ok(h) if h.hash.size == full.len() as u64 => {
+                assert_eq!(h.hash.blake3, whole);
+                hashed += 1;
+            }
+            Ok(h) => assert!(h.hash.size < full.len() as u64),
+            Err(roar_store::hash::HashError::Changed { .. }) => changed += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    churn.join().unwrap();
+    assert!(
+        changed > 0,
+        "the race never happened ({hashed} clean hashes)"
+    );
+}
