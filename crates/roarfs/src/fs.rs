@@ -399,7 +399,14 @@ impl Filesystem for RoarFs {
                 self.passthrough.store(true, Ordering::Relaxed);
             }
         }
-        let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS);
+        // Listings with attributes only where the program then stats what it listed (ls -l, not
+        // find): each entry costs the kernel a lookup here, and round trips are what a FUSE
+        // mount pays for. Lookups in one directory may run in parallel.
+        let _ = config.add_capabilities(
+            InitFlags::FUSE_DO_READDIRPLUS
+                | InitFlags::FUSE_READDIRPLUS_AUTO
+                | InitFlags::FUSE_PARALLEL_DIROPS,
+        );
         // ACLs: the kernel checks them (it reads them through getxattr) and leaves the umask to
         // the backing filesystem, which applies a default ACL instead where there is one.
         if config.add_capabilities(InitFlags::FUSE_POSIX_ACL).is_err() {
@@ -934,36 +941,40 @@ impl Filesystem for RoarFs {
             Ok(e) => e,
             Err(e) => return reply.error(e),
         };
-        let dir_attr = match self.with_fd(ino.0, sys::stat_fd) {
-            Ok(st) => attr(ino.0, &st),
-            Err(e) => return reply.error(e),
-        };
-        for (i, (name, _, _)) in entries.iter().enumerate().skip(offset as usize) {
-            let next = (i + 1) as u64;
-            // "." and ".." are not looked up (the kernel does not count them).
-            if name == "." || name == ".." {
-                if reply.add(
-                    dir_attr.ino,
-                    next,
-                    name,
-                    &Duration::ZERO,
-                    &dir_attr,
-                    Generation(0),
-                ) {
+        let result = self.with_fd(ino.0, |dir| {
+            let dir_attr = attr(ino.0, &sys::stat_fd(dir)?);
+            for (i, (name, _, _)) in entries.iter().enumerate().skip(offset as usize) {
+                let next = (i + 1) as u64;
+                // "." and ".." are not looked up (the kernel does not count them).
+                if name == "." || name == ".." {
+                    if reply.add(
+                        dir_attr.ino,
+                        next,
+                        name,
+                        &Duration::ZERO,
+                        &dir_attr,
+                        Generation(0),
+                    ) {
+                        break;
+                    }
+                    continue;
+                }
+                // Every other entry returned with attributes counts as a lookup for the kernel.
+                let Ok((child, generation, st)) = self.inodes.lookup_in(ino.0, dir, name) else {
+                    continue;
+                };
+                let a = attr(child, &st);
+                if reply.add(a.ino, next, name, &TTL, &a, Generation(generation)) {
+                    self.inodes.forget(child, 1);
                     break;
                 }
-                continue;
             }
-            // Every other entry returned with attributes counts as a lookup for the kernel.
-            let Ok((a, g)) = self.lookup_child(ino.0, name) else {
-                continue;
-            };
-            if reply.add(a.ino, next, name, &TTL, &a, g) {
-                self.inodes.forget(a.ino.0, 1);
-                break;
-            }
+            Ok(())
+        });
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
         }
-        reply.ok();
     }
 
     fn releasedir(

@@ -36,7 +36,8 @@ const SYNTHETIC_BASE: u64 = 1 << 62;
 /// How a node reaches its backing file.
 enum Backing {
     Handle(sys::FileHandle),
-    Fd(OwnedFd),
+    /// Shared so a request can use it after the table's lock is released.
+    Fd(Arc<OwnedFd>),
 }
 
 impl Backing {
@@ -118,7 +119,7 @@ impl Inodes {
         let nodes = HashMap::from([(
             ROOT,
             Node {
-                backing: Backing::Fd(root_fd),
+                backing: Backing::Fd(Arc::new(root_fd)),
                 generation: 0,
                 parent: ROOT,
                 name: OsString::new(),
@@ -158,16 +159,21 @@ impl Inodes {
         ino: u64,
         f: impl FnOnce(BorrowedFd<'_>) -> io::Result<T>,
     ) -> io::Result<T> {
-        let nodes = self.nodes.read().expect("nodes lock");
-        let node = nodes.get(&ino).ok_or_else(enoent)?;
-        match &node.backing {
-            Backing::Fd(fd) => f(fd.as_fd()),
-            Backing::Handle(h) => {
-                let h = h.clone();
-                drop(nodes);
-                let fd = h.open(self.mount_fd.as_fd())?;
-                f(fd.as_fd())
-            }
+        // The table's lock is never held while `f` runs: `f` may look up or forget nodes.
+        let backing = match &self
+            .nodes
+            .read()
+            .expect("nodes lock")
+            .get(&ino)
+            .ok_or_else(enoent)?
+            .backing
+        {
+            Backing::Fd(fd) => Ok(fd.clone()),
+            Backing::Handle(h) => Err(h.clone()),
+        };
+        match backing {
+            Ok(fd) => f(fd.as_fd()),
+            Err(h) => f(h.open(self.mount_fd.as_fd())?.as_fd()),
         }
     }
 
@@ -216,16 +222,27 @@ impl Inodes {
     /// Looks up (and remembers) the child `name` of `parent`, counting one kernel lookup.
     /// Returns the node id, the generation and the child's status.
     pub fn lookup(&self, parent: u64, name: &OsStr) -> io::Result<(u64, u64, libc::stat)> {
-        let fd = self.with_fd(parent, |dir| sys::open_path(dir, name))?;
+        self.with_fd(parent, |dir| self.lookup_in(parent, dir, name))
+    }
+
+    /// [`Inodes::lookup`] with the parent already open as `dir` (a directory listing looks up
+    /// all its entries through one descriptor).
+    pub fn lookup_in(
+        &self,
+        parent: u64,
+        dir: BorrowedFd<'_>,
+        name: &OsStr,
+    ) -> io::Result<(u64, u64, libc::stat)> {
+        let fd = sys::open_path(dir, name)?;
         let st = sys::stat_fd(fd.as_fd())?;
         let backing = match self.scheme {
             Scheme::FileHandles if st.st_dev == self.root_dev => {
                 match sys::FileHandle::of(fd.as_fd()) {
                     Ok((h, id)) if id == self.mount_id => Backing::Handle(h),
-                    _ => Backing::Fd(fd),
+                    _ => Backing::Fd(Arc::new(fd)),
                 }
             }
-            _ => Backing::Fd(fd),
+            _ => Backing::Fd(Arc::new(fd)),
         };
         let id = self.id_for(&st);
         let mut nodes = self.nodes.write().expect("nodes lock");
