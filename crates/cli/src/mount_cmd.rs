@@ -185,14 +185,21 @@ pub fn mount(args: MountArgs, json: bool) -> anyhow::Result<ExitCode> {
     let mut line = String::new();
     std::io::BufReader::new(reader).read_line(&mut line)?;
     match line.trim_end().strip_prefix("ready ") {
-        Some(pid) => {
+        Some(ready) => {
+            let (pid, scheme) = ready.split_once(' ').unwrap_or((ready, ""));
             if json {
-                crate::fmt::print_json(
-                    &serde_json::json!({"dir": dir, "pid": pid.parse::<i64>().ok()}),
-                )?;
+                crate::fmt::print_json(&serde_json::json!({
+                    "dir": dir, "pid": pid.parse::<i64>().ok(), "inodes": scheme
+                }))?;
             } else {
+                let how = match scheme {
+                    "path-fds" => {
+                        ", one descriptor per known inode: this filesystem has no file handles"
+                    }
+                    _ => "",
+                };
                 eprintln!(
-                    "roar: mounted {} (daemon pid {pid}); every file opened through it is recorded; `roar unmount {}` to stop",
+                    "roar: mounted {} (daemon pid {pid}{how}); every file opened through it is recorded; `roar unmount {}` to stop",
                     dir.display(),
                     dir.display()
                 );
@@ -220,7 +227,7 @@ fn foreground(project: &Project, dir: &Path) -> anyhow::Result<ExitCode> {
     let result = roar_roarfs::serve(dir, &project.db_path(), |r| {
         let mut out = std::io::stdout();
         match r {
-            Ok(()) => {
+            Ok(scheme) => {
                 let s = State {
                     dir: dir.to_owned(),
                     pid: std::process::id() as i32,
@@ -229,7 +236,7 @@ fn foreground(project: &Project, dir: &Path) -> anyhow::Result<ExitCode> {
                 let _ = std::fs::create_dir_all(state_dir(project));
                 let _ = std::fs::write(&state, serde_json::to_vec(&s).unwrap_or_default());
                 if daemon {
-                    let _ = writeln!(out, "ready {}", std::process::id());
+                    let _ = writeln!(out, "ready {} {}", std::process::id(), scheme.name());
                 } else {
                     eprintln!(
                         "roar: mounted {} in the foreground; Ctrl-C unmounts",

@@ -695,7 +695,7 @@ impl Filesystem for RoarFs {
             Ok(job) => job,
             Err(e) => return reply.error(e),
         };
-        let file = match self.with_fd(ino.0, |fd| sys::reopen(fd, flags.0)) {
+        let file = match self.inodes.open_file(ino.0, flags.0).map_err(errno) {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };

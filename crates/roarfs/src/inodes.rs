@@ -74,6 +74,16 @@ pub enum Scheme {
     PathFds,
 }
 
+impl Scheme {
+    /// The name `roar mount` prints.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scheme::FileHandles => "file-handles",
+            Scheme::PathFds => "path-fds",
+        }
+    }
+}
+
 /// One open of a node, as counted for the passthrough/userspace choice.
 #[derive(Debug, Clone, Copy)]
 pub struct Opened {
@@ -174,6 +184,25 @@ impl Inodes {
         match backing {
             Ok(fd) => f(fd.as_fd()),
             Err(h) => f(h.open(self.mount_fd.as_fd())?.as_fd()),
+        }
+    }
+
+    /// Opens node `ino` with real access `flags` (straight from its handle when it has one).
+    pub fn open_file(&self, ino: u64, flags: i32) -> io::Result<File> {
+        let handle = match &self
+            .nodes
+            .read()
+            .expect("nodes lock")
+            .get(&ino)
+            .ok_or_else(enoent)?
+            .backing
+        {
+            Backing::Handle(h) => Some(h.clone()),
+            Backing::Fd(_) => None,
+        };
+        match handle {
+            Some(h) => h.open_file(self.mount_fd.as_fd(), flags),
+            None => self.with_fd(ino, |fd| sys::reopen(fd, flags)),
         }
     }
 

@@ -155,6 +155,9 @@ struct LiveJob {
 /// The live jobs of one mount and the writer their records go to.
 pub struct Jobs {
     inner: Mutex<Inner>,
+    /// Thread exits arrive from the kernel (see [`Jobs::watch_exits`]): a cached thread is
+    /// alive, and its job is known without reading /proc.
+    exits_watched: std::sync::atomic::AtomicBool,
     writer: Writer,
     boot_ns: i64,
     tick_ns: i64,
@@ -183,6 +186,7 @@ impl Jobs {
         let hz = crate::sys::clock_ticks_per_second();
         Jobs {
             inner: Mutex::new(Inner::default()),
+            exits_watched: std::sync::atomic::AtomicBool::new(false),
             writer,
             boot_ns: boot_ns(),
             tick_ns: 1_000_000_000 / hz,
@@ -199,6 +203,14 @@ impl Jobs {
         let tid = tid as i32;
         if tid <= 0 {
             return Ok(None);
+        }
+        if self
+            .exits_watched
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            if let Some((_, job)) = self.inner.lock().expect("jobs lock").by_tid.get(&tid) {
+                return Ok(*job);
+            }
         }
         let Some(me) = read_proc_stat(tid)? else {
             return Ok(None);
@@ -227,6 +239,56 @@ impl Jobs {
         }
         inner.by_tid.insert(tid, (me.start, job));
         Ok(job)
+    }
+
+    /// Follows the kernel's process events, dropping a thread id from the cache when its thread
+    /// exits and when a new thread is given that id (fork/clone), so that a request from a
+    /// cached thread needs no /proc read and a reused id is never taken for the old thread. Without the events
+    /// (no CAP_NET_ADMIN), every request reads the caller's /proc/TID/stat to check its start
+    /// time, as before.
+    pub fn watch_exits(self: &std::sync::Arc<Self>) {
+        let events = match crate::sys::ExitEvents::open() {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::info!(
+                    "roarfs: no process events ({e}): attribution reads /proc per request"
+                );
+                return;
+            }
+        };
+        let jobs = std::sync::Arc::downgrade(self);
+        self.exits_watched
+            .store(true, std::sync::atomic::Ordering::Release);
+        let spawned = std::thread::Builder::new()
+            .name("roarfs-exits".into())
+            .spawn(move || {
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    let seen = events.wait(&mut buf);
+                    let Some(jobs) = jobs.upgrade() else { return };
+                    let mut inner = jobs.inner.lock().expect("jobs lock");
+                    match seen {
+                        Ok(crate::sys::Exits::Tids(tids)) => {
+                            for t in tids {
+                                inner.by_tid.remove(&t);
+                            }
+                        }
+                        Ok(crate::sys::Exits::Lost) => inner.by_tid.clear(),
+                        Err(e) => {
+                            // Without events the cache cannot be trusted: back to /proc.
+                            jobs.exits_watched
+                                .store(false, std::sync::atomic::Ordering::Release);
+                            inner.by_tid.clear();
+                            tracing::error!("roarfs: process events stopped ({e}): attribution reads /proc per request");
+                            return;
+                        }
+                    }
+                }
+            });
+        if spawned.is_err() {
+            self.exits_watched
+                .store(false, std::sync::atomic::Ordering::Release);
+        }
     }
 
     fn attribute(&self, pid: i32) -> io::Result<Option<JobKey>> {
@@ -525,6 +587,40 @@ mod tests {
         child.kill().unwrap();
         child.wait().unwrap();
         assert_eq!(argv, ["sh", "-c", "read x", "sh", "", "x"]);
+    }
+
+    #[test]
+    fn the_kernel_reports_a_new_and_an_exited_thread_id_needs_root() {
+        let events = match crate::sys::ExitEvents::open() {
+            Ok(e) => e,
+            Err(e) => {
+                assert!(
+                    std::env::var("CI").is_err(),
+                    "process events need CAP_NET_ADMIN under CI=true: {e}"
+                );
+                return;
+            }
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 64 * 1024];
+            while let Ok(crate::sys::Exits::Tids(t)) = events.wait(&mut buf) {
+                if tx.send(t).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        child.wait().unwrap();
+        // Its fork and its exit: the id is reported twice.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut seen = 0;
+        while seen < 2 {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let tids = rx.recv_timeout(left).expect("events for the child");
+            seen += tids.iter().filter(|&&t| t == pid).count();
+        }
     }
 
     #[test]

@@ -45,6 +45,7 @@ pub struct Mounted {
     session: Option<fuser::BackgroundSession>,
     jobs: Arc<Jobs>,
     path: PathBuf,
+    scheme: inodes::Scheme,
 }
 
 /// Mounts roarfs in place over `dir`, recording into the store at `db`.
@@ -62,17 +63,14 @@ pub fn mount(dir: &Path, db: &Path) -> Result<Mounted, MountError> {
     }
     let writer = roar_store::Writer::start(db)?;
     let jobs = Arc::new(Jobs::new(writer));
+    jobs.watch_exits();
     let fs = RoarFs::new(root_fd, dir.to_owned(), jobs.clone(), Some(db)).map_err(|source| {
         MountError::Open {
             path: dir.to_owned(),
             source,
         }
     })?;
-    tracing::info!(
-        "roarfs: {} reached by {:?}",
-        dir.display(),
-        fs.inodes().scheme()
-    );
+    let scheme = fs.inodes().scheme();
     let mut config = fuser::Config::default();
     config.mount_options = vec![
         fuser::MountOption::FSName("roarfs".into()),
@@ -92,10 +90,16 @@ pub fn mount(dir: &Path, db: &Path) -> Result<Mounted, MountError> {
         session: Some(session),
         jobs,
         path: dir.to_owned(),
+        scheme,
     })
 }
 
 impl Mounted {
+    /// How the daemon reaches backing files (file handles, or a descriptor per inode).
+    pub fn scheme(&self) -> inodes::Scheme {
+        self.scheme
+    }
+
     /// Records the jobs whose root process has exited; call it every few hundred milliseconds.
     pub fn tick(&self) -> Vec<i64> {
         self.jobs.finish(false)
@@ -152,7 +156,7 @@ pub const TICK: Duration = Duration::from_millis(200);
 pub fn serve(
     dir: &Path,
     db: &Path,
-    ready: impl FnOnce(Result<(), &MountError>),
+    ready: impl FnOnce(Result<inodes::Scheme, &MountError>),
 ) -> Result<Vec<i64>, MountError> {
     let signals = sys::block_signals(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP]);
     let mounted = match mount(dir, db) {
@@ -162,7 +166,7 @@ pub fn serve(
             return Err(e);
         }
     };
-    ready(Ok(()));
+    ready(Ok(mounted.scheme()));
     let mut recorded = Vec::new();
     loop {
         if let Some(sig) = sys::wait_signal(&signals, TICK) {

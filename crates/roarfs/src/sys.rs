@@ -536,6 +536,17 @@ impl FileHandle {
     /// Opens the file as an `O_PATH` fd; `mount_fd` is any non-`O_PATH` fd on its filesystem.
     /// Needs CAP_DAC_READ_SEARCH.
     pub fn open(&self, mount_fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+        self.open_with(mount_fd, libc::O_PATH)
+    }
+
+    /// Opens the file with real access `flags` (O_CREAT/O_EXCL dropped), as [`reopen`] does
+    /// for an `O_PATH` fd, in one call.
+    pub fn open_file(&self, mount_fd: BorrowedFd<'_>, flags: i32) -> io::Result<File> {
+        let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW);
+        self.open_with(mount_fd, flags).map(File::from)
+    }
+
+    fn open_with(&self, mount_fd: BorrowedFd<'_>, flags: i32) -> io::Result<OwnedFd> {
         let mut raw = RawHandle {
             handle_bytes: self.bytes.len() as u32,
             handle_type: self.kind,
@@ -547,7 +558,7 @@ impl FileHandle {
             libc::open_by_handle_at(
                 mount_fd.as_raw_fd(),
                 (&mut raw as *mut RawHandle).cast(),
-                libc::O_PATH | libc::O_CLOEXEC,
+                flags | libc::O_CLOEXEC,
             )
         })?;
         // SAFETY: just returned by open_by_handle_at, owned by nobody else.
@@ -666,4 +677,102 @@ pub fn as_caller<T>(caller: Caller, f: impl FnOnce() -> io::Result<T>) -> io::Re
     // SAFETY: as above.
     unsafe { libc::umask(old_umask) };
     r
+}
+
+/// The kernel's process events (the netlink proc connector), read for thread exits: what lets
+/// the mount keep a thread's job cached without re-reading /proc on every request. Needs
+/// CAP_NET_ADMIN.
+pub struct ExitEvents {
+    sock: OwnedFd,
+}
+
+/// What [`ExitEvents::wait`] saw.
+pub enum Exits {
+    /// These thread ids exited, or were just given to a new thread (a fork or clone): either
+    /// way, whatever was known of the id before is stale.
+    Tids(Vec<i32>),
+    /// Events were lost (the socket's buffer overflowed): any cached thread may have exited.
+    Lost,
+}
+
+const CN_IDX_PROC: u32 = 1;
+const CN_VAL_PROC: u32 = 1;
+const PROC_CN_MCAST_LISTEN: u32 = 1;
+const PROC_EVENT_FORK: u32 = 0x0000_0001;
+const PROC_EVENT_EXIT: u32 = 0x8000_0000;
+/// sizeof(struct nlmsghdr) and sizeof(struct cn_msg).
+const NLMSG_HDR: usize = 16;
+const CN_MSG: usize = 20;
+
+impl ExitEvents {
+    pub fn open() -> io::Result<ExitEvents> {
+        // SAFETY: plain socket/bind/send on a socket we own; the buffers are live locals.
+        unsafe {
+            let fd = check(libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+                libc::NETLINK_CONNECTOR,
+            ))?;
+            let sock = OwnedFd::from_raw_fd(fd);
+            let mut addr: libc::sockaddr_nl = std::mem::zeroed();
+            addr.nl_family = libc::AF_NETLINK as u16;
+            addr.nl_groups = CN_IDX_PROC;
+            check(libc::bind(
+                fd,
+                (&addr as *const libc::sockaddr_nl).cast(),
+                std::mem::size_of::<libc::sockaddr_nl>() as u32,
+            ))?;
+            // nlmsghdr + cn_msg + the listen operation.
+            let mut msg = [0u8; NLMSG_HDR + CN_MSG + 4];
+            let len = msg.len() as u32;
+            msg[0..4].copy_from_slice(&len.to_ne_bytes());
+            msg[4..6].copy_from_slice(&(libc::NLMSG_DONE as u16).to_ne_bytes());
+            msg[12..16].copy_from_slice(&std::process::id().to_ne_bytes());
+            msg[16..20].copy_from_slice(&CN_IDX_PROC.to_ne_bytes());
+            msg[20..24].copy_from_slice(&CN_VAL_PROC.to_ne_bytes());
+            msg[32..34].copy_from_slice(&4u16.to_ne_bytes());
+            msg[36..40].copy_from_slice(&PROC_CN_MCAST_LISTEN.to_ne_bytes());
+            let sent = libc::send(fd, msg.as_ptr().cast(), msg.len(), 0);
+            if sent < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(ExitEvents { sock })
+        }
+    }
+
+    /// Blocks until events arrive; returns the exits among them.
+    pub fn wait(&self, buf: &mut [u8]) -> io::Result<Exits> {
+        // SAFETY: recv into a live, writable buffer of its length.
+        let n = unsafe { libc::recv(self.sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::ENOBUFS) => Ok(Exits::Lost),
+                _ => Err(e),
+            };
+        }
+        let mut tids = Vec::new();
+        let mut rest = &buf[..n as usize];
+        // Netlink messages, each: nlmsghdr (len first), cn_msg, proc_event {what, cpu,
+        // timestamp, then the event's own fields}.
+        while rest.len() >= NLMSG_HDR {
+            let len = u32::from_ne_bytes(rest[0..4].try_into().expect("4 bytes")) as usize;
+            if len < NLMSG_HDR || len > rest.len() {
+                break;
+            }
+            let ev = &rest[NLMSG_HDR + CN_MSG..len.max(NLMSG_HDR + CN_MSG)];
+            let word = |at: usize| {
+                ev.get(at..at + 4)
+                    .map(|b| u32::from_ne_bytes(b.try_into().expect("4 bytes")))
+            };
+            match word(0) {
+                // exit: {pid, tgid, ...}; fork: {parent pid, parent tgid, child pid, ...}.
+                Some(PROC_EVENT_EXIT) => tids.extend(word(16).map(|t| t as i32)),
+                Some(PROC_EVENT_FORK) => tids.extend(word(24).map(|t| t as i32)),
+                _ => {}
+            }
+            rest = &rest[((len + 3) & !3).min(rest.len())..];
+        }
+        Ok(Exits::Tids(tids))
+    }
 }
