@@ -126,12 +126,25 @@ impl Mounted {
                         tracing::error!("roarfs: cannot detach {}: {e}", self.path.display());
                     }
                 }
-                Err(e) => tracing::error!("roarfs: cannot unmount {}: {e}", self.path.display()),
+                Err(e) => {
+                    // Not ours to unmount directly (a non-root daemon: EPERM): fuser's own
+                    // unmount goes through fusermount.
+                    tracing::info!("roarfs: umount {}: {e}", self.path.display());
+                    if let Err(e) = session.umount_and_join() {
+                        tracing::error!("roarfs: cannot unmount {}: {e}", self.path.display());
+                    }
+                    return self.record_rest();
+                }
             }
             if session.join().is_err() {
                 tracing::error!("roarfs: the filesystem thread panicked");
             }
         }
+        self.record_rest()
+    }
+
+    /// Records every job still live (the mount is gone).
+    fn record_rest(&mut self) -> Vec<i64> {
         let ids = self.jobs.finish(true);
         self.jobs.flush();
         ids
