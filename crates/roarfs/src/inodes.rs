@@ -224,29 +224,33 @@ impl Inodes {
         p
     }
 
-    /// The node id of a backing file with status `st`.
-    fn id_for(&self, st: &libc::stat) -> u64 {
-        if st.st_dev == self.root_dev && st.st_ino > ROOT && st.st_ino < SYNTHETIC_BASE {
-            return st.st_ino;
-        }
-        *self
-            .synthetic
-            .lock()
-            .expect("synthetic lock")
-            .entry((st.st_dev, st.st_ino))
-            .or_insert_with(|| self.next_synthetic.fetch_add(1, Ordering::Relaxed))
+    /// The node id a backing file has as its own inode number, when it can have one.
+    fn own_number(&self, st: &libc::stat) -> Option<u64> {
+        (st.st_dev == self.root_dev && st.st_ino > ROOT && st.st_ino < SYNTHETIC_BASE)
+            .then_some(st.st_ino)
     }
 
-    /// The node id a backing file has (or would get) without looking it up.
+    /// The node id of a backing file with status `st` (a synthetic one given if need be).
+    fn id_for(&self, st: &libc::stat) -> u64 {
+        self.own_number(st).unwrap_or_else(|| {
+            *self
+                .synthetic
+                .lock()
+                .expect("synthetic lock")
+                .entry((st.st_dev, st.st_ino))
+                .or_insert_with(|| self.next_synthetic.fetch_add(1, Ordering::Relaxed))
+        })
+    }
+
+    /// The node id a backing file has, if it has one, without looking it up.
     pub fn id_of(&self, st: &libc::stat) -> Option<u64> {
-        if st.st_dev == self.root_dev && st.st_ino > ROOT && st.st_ino < SYNTHETIC_BASE {
-            return Some(st.st_ino);
-        }
-        self.synthetic
-            .lock()
-            .expect("synthetic lock")
-            .get(&(st.st_dev, st.st_ino))
-            .copied()
+        self.own_number(st).or_else(|| {
+            self.synthetic
+                .lock()
+                .expect("synthetic lock")
+                .get(&(st.st_dev, st.st_ino))
+                .copied()
+        })
     }
 
     /// Looks up (and remembers) the child `name` of `parent`, counting one kernel lookup.
