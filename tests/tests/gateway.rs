@@ -265,6 +265,12 @@ fn failure<E: aws_sdk_s3::error::ProvideErrorMetadata>(
     )
 }
 
+/// Where the embedded store keeps a body: `.roar/s3/blobs/XY/<blake3>`.
+fn blob(p: &Project, body: &[u8]) -> PathBuf {
+    let h = b3(body);
+    p.path().join(".roar/s3/blobs").join(&h[..2]).join(&h)
+}
+
 fn obj(key: &str) -> String {
     format!("s3://{BUCKET}/{key}")
 }
@@ -298,8 +304,6 @@ fn embedded_store_serves_and_records_every_operation_per_access_key() {
     let signed = data(4096, 2);
     let (part1, part2) = (data(5 * 1024 * 1024, 3), data(1024 * 1024 + 7, 4));
     let whole: Vec<u8> = [part1.as_slice(), part2.as_slice()].concat();
-    // An object the gateway never saw whole: put into the store's directory by hand.
-    let outside = data(70_000, 5);
 
     rt().block_on(async {
         alice.create_bucket().bucket(BUCKET).send().await.unwrap();
@@ -397,27 +401,17 @@ fn embedded_store_serves_and_records_every_operation_per_access_key() {
             "{err:?}"
         );
 
-        std::fs::write(
-            p.path().join(".roar/s3").join(BUCKET).join("outside.bin"),
-            &outside,
-        )
-        .unwrap();
-        // Bob reads what Alice wrote, part of the checkpoint, and the object nobody streamed.
+        // Bob reads what Alice wrote and part of the checkpoint.
         assert_eq!(get(&bob, "raw/a.bin", None).await, raw);
         assert_eq!(
             get(&bob, "model/ckpt.bin", Some("bytes=100-199")).await,
             &whole[100..200]
         );
-        assert_eq!(
-            get(&bob, "outside.bin", Some("bytes=0-9")).await,
-            &outside[..10]
-        );
     });
     let (status, log) = gw.stop();
     assert!(status.success(), "gateway exit: {status:?}\n{log}");
-    // The bytes the clients wrote are in the embedded store.
-    let store = p.path().join(".roar/s3").join(BUCKET);
-    assert_eq!(std::fs::read(store.join("model/ckpt.bin")).unwrap(), whole);
+    // The bytes the clients wrote are in the embedded store, one blob named by their blake3.
+    assert_eq!(std::fs::read(blob(&p, &whole)).unwrap(), whole);
 
     let jobs = gateway_jobs(&p);
     assert_eq!(jobs.len(), 2, "one job per access key: {log}");
@@ -436,7 +430,6 @@ fn embedded_store_serves_and_records_every_operation_per_access_key() {
         file_hashes(b),
         vec![
             ("input".into(), obj("model/ckpt.bin"), Some(b3(&whole))),
-            ("input".into(), obj("outside.bin"), Some(b3(&outside))),
             ("input".into(), obj("raw/a.bin"), Some(b3(&raw))),
         ]
     );
@@ -652,10 +645,7 @@ fn virtual_hosted_requests_and_clients_that_vanish_mid_body() {
         keys,
     ));
     assert!(got.starts_with("HTTP/1.1 200"), "{got}");
-    assert_eq!(
-        std::fs::read(p.path().join(".roar/s3").join(BUCKET).join("vh/object.bin")).unwrap(),
-        body
-    );
+    assert_eq!(std::fs::read(blob(&p, &body)).unwrap(), body);
 
     // A PUT that announces 1 MiB, sends 100 KiB and goes away: nothing is stored or recorded.
     let partial = raw_request(
@@ -696,12 +686,14 @@ fn virtual_hosted_requests_and_clients_that_vanish_mid_body() {
 
     let (status, log) = gw.stop();
     assert!(status.success(), "{log}");
-    assert!(!p
-        .path()
-        .join(".roar/s3")
-        .join(BUCKET)
-        .join("half.bin")
-        .exists());
+    // The body that broke off left nothing: no blob, no temp file.
+    assert!(!blob(&p, &data(100 * 1024, 10)).exists());
+    assert_eq!(
+        std::fs::read_dir(p.path().join(".roar/s3/tmp"))
+            .unwrap()
+            .count(),
+        0
+    );
     let jobs = gateway_jobs(&p);
     assert_eq!(jobs.len(), 1, "{log}");
     assert_eq!(

@@ -58,6 +58,33 @@ pub struct GatewayArgs {
     upstream_timeout: u64,
 }
 
+/// `roar gc`: drops the embedded store's blobs that nothing needs.
+pub fn gc(grace_secs: u64, json: bool) -> anyhow::Result<()> {
+    let project = crate::project()?;
+    let root = project.dir().join("s3");
+    if !root.join("objects.db").exists() {
+        if json {
+            return crate::fmt::print_json(
+                &serde_json::json!({"blobs": 0, "bytes": 0, "temps": 0}),
+            );
+        }
+        println!("no embedded object store in {}", project.dir().display());
+        return Ok(());
+    }
+    let keep = Store::open(&project.db_path())?.s3_recorded_hashes()?;
+    let done = roar_gateway::Embedded::open(&root)?.gc(&keep, grace_secs)?;
+    if json {
+        return crate::fmt::print_json(&serde_json::json!({
+            "blobs": done.blobs, "bytes": done.bytes, "temps": done.temps,
+        }));
+    }
+    println!(
+        "removed {} object bodies ({} bytes) and {} abandoned uploads' temp files; kept every body an object version, upload or recorded job needs",
+        done.blobs, done.bytes, done.temps
+    );
+    Ok(())
+}
+
 fn backend(project: &Project, s3: &S3Config, upstream: Option<&str>) -> Backend {
     match upstream.or(s3.upstream.as_deref()) {
         Some(url) => Backend::Upstream {

@@ -145,6 +145,13 @@ enum Command {
     },
     /// Run a command and record every file it reads and writes.
     Run(run_cmd::RunArgs),
+    /// Remove object bodies from the embedded S3 store (.roar/s3/) that no object version,
+    /// unfinished upload or recorded job needs.
+    Gc {
+        /// Keep anything younger than this many seconds (a body being stored right now).
+        #[arg(long, default_value_t = 3600)]
+        grace: u64,
+    },
     /// Inspect the tracer backends.
     Tracer {
         #[command(subcommand)]
@@ -211,6 +218,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             all: _,
         } => export_cmd::export(what.as_deref(), format)?,
         Command::Run(args) => return run_cmd::run(args),
+        Command::Gc { grace } => gateway_cmd::gc(grace, json)?,
         Command::Mount(args) => return mount_cmd::mount(args, json),
         Command::Gateway(args) => return gateway_cmd::serve(args),
         Command::Unmount { dir, force } => return mount_cmd::unmount(&dir, force),

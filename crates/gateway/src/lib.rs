@@ -3,8 +3,8 @@
 //! An s3s endpoint on its own thread and tokio runtime. s3s parses and verifies each request's
 //! SigV4 signature (streaming aws-chunked and unsigned-payload uploads included) against the
 //! gateway's credentials; a wrong signature is answered 403 before the backend sees anything. The
-//! backend is either the embedded object store (s3s-fs on a directory, `.roar/s3/` in a project)
-//! or an upstream S3 service (`upstream.rs`: object GET/HEAD/PUT over a pooled hyper client,
+//! backend is either the embedded object store (`embedded/`: content-addressed blobs and a SQLite
+//! index on a directory, `.roar/s3/` in a project) or an upstream S3 service (`upstream.rs`: object GET/HEAD/PUT over a pooled hyper client,
 //! re-signed with aws-sigv4 and the upstream credentials from the environment or an AWS profile;
 //! other operations through aws-sdk-s3 via s3s-aws). Between the two sits `record::Recorder`,
 //! which hashes bodies as they stream and reports completed accesses to a `Sink`;
@@ -13,6 +13,7 @@
 
 mod body;
 mod control;
+mod embedded;
 mod files;
 mod host;
 mod pending;
@@ -34,6 +35,7 @@ use s3s::service::S3ServiceBuilder;
 use tokio::sync::oneshot;
 
 pub use control::Control;
+pub use embedded::{Collected, Embedded};
 pub use files::job_files;
 pub use record::{Access, AccessKind, Sink};
 
@@ -205,20 +207,19 @@ async fn build(
     control: &Control,
     pending: &Arc<Pending>,
 ) -> anyhow::Result<s3s::service::S3Service> {
-    let backend: Box<dyn s3s::S3> = match &config.backend {
+    let (backend, store): (Box<dyn s3s::S3>, Option<Embedded>) = match &config.backend {
         Backend::Embedded(root) => {
-            std::fs::create_dir_all(root)
-                .with_context(|| format!("cannot create the object store {}", root.display()))?;
-            Box::new(s3s_fs::FileSystem::new(root).map_err(|e| {
-                anyhow::anyhow!("cannot open the object store {}: {e:?}", root.display())
-            })?)
+            let store = Embedded::open(root)?;
+            (Box::new(store.clone()), Some(store))
         }
-        Backend::Upstream { url } => {
-            Box::new(upstream::connect(url, &config.region, config.upstream_timeout).await?)
-        }
+        Backend::Upstream { url } => (
+            Box::new(upstream::connect(url, &config.region, config.upstream_timeout).await?),
+            None,
+        ),
     };
     let recorder = record::Recorder::new(
         backend,
+        store,
         sink,
         Arc::clone(pending),
         Arc::clone(&control.inflight),

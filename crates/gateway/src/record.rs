@@ -89,6 +89,8 @@ pub(crate) struct Recorder {
 
 struct Shared {
     inner: Box<dyn S3>,
+    /// The embedded store, which knows every object's blake3 without reading it back.
+    store: Option<crate::Embedded>,
     sink: Arc<dyn Sink>,
     /// blake3 and size by (bucket, key, ETag), for objects this gateway streamed whole.
     known: Mutex<HashMap<ObjectId, (String, u64)>>,
@@ -106,6 +108,7 @@ struct Background {
 impl Recorder {
     pub(crate) fn new(
         inner: Box<dyn S3>,
+        store: Option<crate::Embedded>,
         sink: Arc<dyn Sink>,
         pending: Arc<Pending>,
         inflight: Arc<Inflight>,
@@ -113,6 +116,7 @@ impl Recorder {
         Recorder {
             shared: Arc::new(Shared {
                 inner,
+                store,
                 sink,
                 known: Mutex::default(),
                 pending,
@@ -152,6 +156,13 @@ impl Shared {
         let id = (bucket.to_owned(), key.to_owned(), etag.to_owned());
         if let Some(found) = self.known.lock().unwrap().get(&id) {
             return Some(found.clone());
+        }
+        if let Some(found) = self
+            .store
+            .as_ref()
+            .and_then(|s| tokio::task::block_in_place(|| s.known(bucket, key, etag)))
+        {
+            return Some(found);
         }
         self.sink.known(bucket, key, etag)
     }
@@ -349,16 +360,36 @@ recorder_impl! {
         ) -> S3Result<S3Response<DeleteObjectsOutput>> {
             let bucket = req.input.bucket.clone();
             let access_key = access_key(&req);
+            // A quiet request's answer lists only failures: what was deleted is what was asked
+            // for less those.
+            let asked: Vec<(String, Option<String>)> = req
+                .input
+                .delete
+                .objects
+                .iter()
+                .map(|o| (o.key.clone(), o.version_id.clone()))
+                .collect();
             let resp = self.shared.inner.delete_objects(req).await?;
-            for d in resp.output.deleted.iter().flatten() {
-                if let Some(key) = &d.key {
-                    self.shared.record(deleted(
-                        access_key.clone(),
-                        bucket.clone(),
-                        key.clone(),
-                        d.version_id.clone(),
-                    ));
+            let failed: std::collections::HashSet<(String, Option<String>)> = resp
+                .output
+                .errors
+                .iter()
+                .flatten()
+                .filter_map(|e| Some((e.key.clone()?, e.version_id.clone())))
+                .collect();
+            let listed: HashMap<String, Option<String>> = resp
+                .output
+                .deleted
+                .iter()
+                .flatten()
+                .filter_map(|d| Some((d.key.clone()?, d.delete_marker_version_id.clone().or(d.version_id.clone()))))
+                .collect();
+            for (key, version) in asked {
+                if failed.contains(&(key.clone(), version.clone())) {
+                    continue;
                 }
+                let version = listed.get(&key).cloned().flatten().or(version);
+                self.shared.record(deleted(access_key.clone(), bucket.clone(), key, version));
             }
             Ok(resp)
         }

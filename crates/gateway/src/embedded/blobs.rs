@@ -1,0 +1,235 @@
+//! Object bodies as content-addressed blobs: `blobs/XY/<blake3 hex>`.
+//!
+//! A body is written to a fresh temp file in `tmp/` (unique name per writer, so any number of
+//! gateways in any number of processes can write at once), hashed as it is written, and renamed
+//! into place only once it is whole and its checksums were verified. A blob is never written in
+//! place and never changes: a reader that opened one keeps reading the same bytes whatever
+//! happens to the key. Two objects with the same content share one blob.
+//!
+//! Nothing here deletes a blob; `gc` (explicit, `roar gc`) removes the ones no object version,
+//! multipart part or recorded lineage needs, and only past a grace period, so a body renamed into
+//! place a moment before its index row is committed is never taken.
+
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use md5::Digest as _;
+use s3s::checksum::ChecksumHasher;
+use s3s::dto::Checksum;
+
+#[derive(Debug, Clone)]
+pub(crate) struct Blobs {
+    dir: PathBuf,
+    tmp: PathBuf,
+}
+
+impl Blobs {
+    pub(crate) fn open(root: &Path) -> io::Result<Blobs> {
+        let blobs = Blobs {
+            dir: root.join("blobs"),
+            tmp: root.join("tmp"),
+        };
+        std::fs::create_dir_all(&blobs.dir)?;
+        std::fs::create_dir_all(&blobs.tmp)?;
+        Ok(blobs)
+    }
+
+    pub(crate) fn path(&self, blake3: &str) -> PathBuf {
+        let fan = blake3.get(..2).unwrap_or("00");
+        self.dir.join(fan).join(blake3)
+    }
+
+    pub(crate) fn open_blob(&self, blake3: &str) -> io::Result<File> {
+        File::open(self.path(blake3))
+    }
+
+    /// A writer for a new body, hashing with blake3 (the blob's name), MD5 (the ETag) and the
+    /// checksums in `checksums`.
+    pub(crate) fn writer(&self, checksums: ChecksumHasher) -> io::Result<BlobWriter> {
+        Ok(BlobWriter {
+            file: tempfile::Builder::new()
+                .prefix("body-")
+                .tempfile_in(&self.tmp)?,
+            blake3: blake3::Hasher::new(),
+            md5: md5::Md5::new(),
+            checksums,
+            size: 0,
+        })
+    }
+
+    /// Every blob's name with its age in seconds, for `gc`.
+    pub(crate) fn list(&self) -> io::Result<Vec<(String, u64)>> {
+        let now = std::time::SystemTime::now();
+        let mut out = Vec::new();
+        for fan in std::fs::read_dir(&self.dir)? {
+            let fan = fan?;
+            if !fan.file_type()?.is_dir() {
+                continue;
+            }
+            for blob in std::fs::read_dir(fan.path())? {
+                let blob = blob?;
+                let age = blob
+                    .metadata()?
+                    .modified()
+                    .ok()
+                    .and_then(|m| now.duration_since(m).ok())
+                    .map_or(0, |d| d.as_secs());
+                if let Some(name) = blob.file_name().to_str() {
+                    out.push((name.to_owned(), age));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Removes a blob; one already gone is not an error.
+    pub(crate) fn remove(&self, blake3: &str) -> io::Result<u64> {
+        let path = self.path(blake3);
+        let size = match std::fs::metadata(&path) {
+            Ok(m) => m.len(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(e),
+        };
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(size),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Removes temp files older than `grace_secs` (left by a gateway that was killed mid-body).
+    pub(crate) fn remove_stale_temps(&self, grace_secs: u64) -> io::Result<u64> {
+        let now = std::time::SystemTime::now();
+        let mut removed = 0;
+        for entry in std::fs::read_dir(&self.tmp)? {
+            let entry = entry?;
+            let old = entry
+                .metadata()?
+                .modified()
+                .ok()
+                .and_then(|m| now.duration_since(m).ok())
+                .is_some_and(|d| d.as_secs() >= grace_secs);
+            if old && std::fs::remove_file(entry.path()).is_ok() {
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
+    /// A new blob holding `len` bytes of `source` from `offset` (UploadPartCopy).
+    pub(crate) fn copy_range(
+        &self,
+        source: &str,
+        offset: u64,
+        len: u64,
+        checksums: ChecksumHasher,
+    ) -> io::Result<Written> {
+        let mut file = self.open_blob(source)?;
+        file.seek(SeekFrom::Start(offset))?;
+        let mut w = self.writer(checksums)?;
+        let mut reader = file.take(len);
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = reader.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            w.write(&buf[..n])?;
+        }
+        if w.size != len {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "source blob shorter than its index entry",
+            ));
+        }
+        w.finish()
+    }
+
+    /// A new blob that is the concatenation of `parts` (CompleteMultipartUpload).
+    pub(crate) fn concat(
+        &self,
+        parts: &[String],
+        checksums: ChecksumHasher,
+    ) -> io::Result<Written> {
+        let mut w = self.writer(checksums)?;
+        let mut buf = vec![0u8; 1 << 20];
+        for part in parts {
+            let file = self.open_blob(part)?;
+            let mut at = 0u64;
+            loop {
+                let n = file.read_at(&mut buf, at)?;
+                if n == 0 {
+                    break;
+                }
+                w.write(&buf[..n])?;
+                at += n as u64;
+            }
+        }
+        w.finish()
+    }
+}
+
+pub(crate) struct BlobWriter {
+    file: tempfile::NamedTempFile,
+    blake3: blake3::Hasher,
+    md5: md5::Md5,
+    checksums: ChecksumHasher,
+    size: u64,
+}
+
+impl BlobWriter {
+    pub(crate) fn write(&mut self, chunk: &[u8]) -> io::Result<()> {
+        self.blake3.update(chunk);
+        self.md5.update(chunk);
+        self.checksums.update(chunk);
+        self.file.write_all(chunk)?;
+        self.size += chunk.len() as u64;
+        Ok(())
+    }
+
+    pub(crate) fn finish(self) -> io::Result<Written> {
+        Ok(Written {
+            file: self.file,
+            blake3: self.blake3.finalize().to_hex().to_string(),
+            md5: self.md5.finalize().into(),
+            checksums: self.checksums.finalize(),
+            size: self.size,
+        })
+    }
+}
+
+/// A body written whole and hashed, not yet a blob: dropping it removes the temp file.
+pub(crate) struct Written {
+    file: tempfile::NamedTempFile,
+    pub(crate) blake3: String,
+    pub(crate) md5: [u8; 16],
+    pub(crate) checksums: Checksum,
+    pub(crate) size: u64,
+}
+
+impl Written {
+    /// Renames the body into place as blob `blake3`. Replacing an existing blob of the same name
+    /// replaces identical bytes (and refreshes its age, which keeps `gc` off it).
+    pub(crate) fn keep(self, blobs: &Blobs) -> io::Result<String> {
+        let path = blobs.path(&self.blake3);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        self.file.persist(&path).map_err(|e| e.error)?;
+        Ok(self.blake3)
+    }
+
+    pub(crate) fn md5_hex(&self) -> String {
+        hex(&self.md5)
+    }
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}

@@ -1,0 +1,878 @@
+//! The embedded store's index: buckets, object versions, multipart uploads and their parts, in
+//! SQLite (`objects.db` beside the blobs, WAL, shared by every process that serves the store).
+//!
+//! Keys are stored as BLOBs so that ordering is the byte order of their UTF-8 (S3's listing
+//! order) and a listing can skip past a common prefix by byte arithmetic. A key is only ever a
+//! column value: there is no path for it to escape through. Every change that must be atomic
+//! (a conditional PUT, an overwrite that demotes the previous version, completing an upload) is
+//! one `BEGIN IMMEDIATE` transaction, so gateways in different processes serialize on the
+//! database, never on the file system.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OptionalExtension, Row, Transaction, TransactionBehavior};
+use serde::{Deserialize, Serialize};
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS buckets (
+    name TEXT PRIMARY KEY,
+    created_ns INTEGER NOT NULL,
+    versioning TEXT
+);
+CREATE TABLE IF NOT EXISTS versions (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    bucket TEXT NOT NULL,
+    key BLOB NOT NULL,
+    version_id TEXT NOT NULL,
+    latest INTEGER NOT NULL,
+    delete_marker INTEGER NOT NULL DEFAULT 0,
+    blob TEXT,
+    size INTEGER NOT NULL DEFAULT 0,
+    etag TEXT NOT NULL DEFAULT '',
+    modified_ns INTEGER NOT NULL,
+    meta TEXT NOT NULL DEFAULT '{}',
+    checksums TEXT NOT NULL DEFAULT '{}',
+    tags TEXT NOT NULL DEFAULT '[]',
+    part_sizes TEXT NOT NULL DEFAULT '[]',
+    UNIQUE (bucket, key, version_id)
+);
+CREATE INDEX IF NOT EXISTS versions_latest ON versions (bucket, key) WHERE latest = 1;
+CREATE INDEX IF NOT EXISTS versions_blob ON versions (blob);
+CREATE TABLE IF NOT EXISTS uploads (
+    upload_id TEXT PRIMARY KEY,
+    bucket TEXT NOT NULL,
+    key BLOB NOT NULL,
+    initiated_ns INTEGER NOT NULL,
+    meta TEXT NOT NULL DEFAULT '{}',
+    checksum_algorithm TEXT,
+    checksum_type TEXT,
+    tags TEXT NOT NULL DEFAULT '[]'
+);
+CREATE INDEX IF NOT EXISTS uploads_key ON uploads (bucket, key);
+CREATE TABLE IF NOT EXISTS parts (
+    upload_id TEXT NOT NULL REFERENCES uploads (upload_id) ON DELETE CASCADE,
+    part_number INTEGER NOT NULL,
+    blob TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    etag TEXT NOT NULL,
+    md5 BLOB NOT NULL,
+    checksums TEXT NOT NULL DEFAULT '{}',
+    modified_ns INTEGER NOT NULL,
+    PRIMARY KEY (upload_id, part_number)
+);
+CREATE INDEX IF NOT EXISTS parts_blob ON parts (blob);
+";
+
+/// Headers stored with an object and served back with it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct Meta {
+    pub content_type: Option<String>,
+    pub content_encoding: Option<String>,
+    pub content_disposition: Option<String>,
+    pub content_language: Option<String>,
+    pub cache_control: Option<String>,
+    /// Seconds since the epoch.
+    pub expires: Option<i64>,
+    pub website_redirect_location: Option<String>,
+    pub storage_class: Option<String>,
+    pub user: BTreeMap<String, String>,
+}
+
+/// The checksums an object was stored with (base64, composite ones end in `-N`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub(crate) struct Checksums {
+    pub crc32: Option<String>,
+    pub crc32c: Option<String>,
+    pub crc64nvme: Option<String>,
+    pub sha1: Option<String>,
+    pub sha256: Option<String>,
+    /// `FULL_OBJECT` or `COMPOSITE`.
+    pub kind: Option<String>,
+}
+
+pub(crate) type Tags = Vec<(String, String)>;
+
+#[derive(Debug, Clone)]
+pub(crate) struct Version {
+    pub seq: i64,
+    pub key: String,
+    pub version_id: String,
+    pub latest: bool,
+    pub delete_marker: bool,
+    pub blob: Option<String>,
+    pub size: u64,
+    pub etag: String,
+    pub modified_ns: i64,
+    pub meta: Meta,
+    pub checksums: Checksums,
+    pub tags: Tags,
+    pub part_sizes: Vec<u64>,
+}
+
+/// What a write stores; the version id is the index's to choose.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct NewVersion {
+    pub blob: String,
+    pub size: u64,
+    pub etag: String,
+    pub meta: Meta,
+    pub checksums: Checksums,
+    pub tags: Tags,
+    pub part_sizes: Vec<u64>,
+}
+
+/// Conditions a write must meet against the key's current version.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct WriteIf {
+    /// `If-None-Match: *`: only if the key has no current object.
+    pub absent: bool,
+    /// `If-Match`: only if the current object's ETag is this (`*`: only if one exists).
+    pub etag: Option<String>,
+}
+
+#[derive(Debug)]
+pub(crate) enum Refused {
+    NoSuchBucket,
+    NoSuchUpload,
+    Precondition,
+    BucketNotEmpty,
+    BucketExists,
+    NoSuchVersion,
+}
+
+#[derive(Debug)]
+pub(crate) enum Error {
+    Refused(Refused),
+    Db(rusqlite::Error),
+}
+
+impl From<rusqlite::Error> for Error {
+    fn from(e: rusqlite::Error) -> Error {
+        Error::Db(e)
+    }
+}
+
+impl From<Refused> for Error {
+    fn from(r: Refused) -> Error {
+        Error::Refused(r)
+    }
+}
+
+pub(crate) type Result<T> = std::result::Result<T, Error>;
+
+#[derive(Debug, Clone)]
+pub(crate) struct Bucket {
+    pub name: String,
+    pub created_ns: i64,
+    pub versioning: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Upload {
+    pub upload_id: String,
+    pub bucket: String,
+    pub key: String,
+    pub initiated_ns: i64,
+    pub meta: Meta,
+    pub checksum_algorithm: Option<String>,
+    pub checksum_type: Option<String>,
+    pub tags: Tags,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Part {
+    pub number: i32,
+    pub blob: String,
+    pub size: u64,
+    pub etag: String,
+    pub md5: Vec<u8>,
+    pub checksums: Checksums,
+    pub modified_ns: i64,
+}
+
+/// What a delete did.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Deleted {
+    pub version_id: Option<String>,
+    pub delete_marker: bool,
+}
+
+pub(crate) struct Index {
+    db: Mutex<Connection>,
+}
+
+const VERSION_COLUMNS: &str = "seq, key, version_id, latest, delete_marker, blob, size, etag, \
+     modified_ns, meta, checksums, tags, part_sizes";
+
+fn json<T: serde::de::DeserializeOwned + Default>(s: String) -> T {
+    serde_json::from_str(&s).unwrap_or_default()
+}
+
+fn to_json<T: Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "{}".into())
+}
+
+fn key_of(row: &Row, idx: usize) -> rusqlite::Result<String> {
+    let bytes: Vec<u8> = row.get(idx)?;
+    // Keys are written from &str only.
+    Ok(String::from_utf8(bytes).unwrap_or_default())
+}
+
+fn version_of(row: &Row) -> rusqlite::Result<Version> {
+    Ok(Version {
+        seq: row.get(0)?,
+        key: key_of(row, 1)?,
+        version_id: row.get(2)?,
+        latest: row.get(3)?,
+        delete_marker: row.get(4)?,
+        blob: row.get(5)?,
+        size: row.get::<_, i64>(6)? as u64,
+        etag: row.get(7)?,
+        modified_ns: row.get(8)?,
+        meta: json(row.get(9)?),
+        checksums: json(row.get(10)?),
+        tags: json(row.get(11)?),
+        part_sizes: json(row.get(12)?),
+    })
+}
+
+fn upload_of(row: &Row) -> rusqlite::Result<Upload> {
+    Ok(Upload {
+        upload_id: row.get(0)?,
+        bucket: row.get(1)?,
+        key: key_of(row, 2)?,
+        initiated_ns: row.get(3)?,
+        meta: json(row.get(4)?),
+        checksum_algorithm: row.get(5)?,
+        checksum_type: row.get(6)?,
+        tags: json(row.get(7)?),
+    })
+}
+
+const UPLOAD_COLUMNS: &str =
+    "upload_id, bucket, key, initiated_ns, meta, checksum_algorithm, checksum_type, tags";
+
+/// A random id for versions and uploads: 128 bits, hex.
+pub(crate) fn random_id() -> String {
+    let mut raw = [0u8; 16];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        let _ = f.read_exact(&mut raw);
+    }
+    // Never two equal ids even if /dev/urandom were unreadable: mix in time and a counter.
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let t = roar_store::now_ns() as u64 ^ (u64::from(std::process::id()) << 32);
+    for (i, b) in t
+        .to_le_bytes()
+        .iter()
+        .chain(n.to_le_bytes().iter())
+        .enumerate()
+    {
+        raw[i] ^= b;
+    }
+    super::blobs::hex(&raw)
+}
+
+impl Index {
+    pub(crate) fn open(path: &Path) -> rusqlite::Result<Index> {
+        let db = Connection::open(path)?;
+        db.busy_timeout(Duration::from_secs(60))?;
+        db.pragma_update(None, "journal_mode", "WAL")?;
+        db.pragma_update(None, "synchronous", "NORMAL")?;
+        db.pragma_update(None, "foreign_keys", "ON")?;
+        db.execute_batch(SCHEMA)?;
+        Ok(Index { db: Mutex::new(db) })
+    }
+
+    fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let db = self.db.lock().unwrap_or_else(|e| e.into_inner());
+        f(&db)
+    }
+
+    fn write<T>(&self, f: impl FnOnce(&Transaction) -> Result<T>) -> Result<T> {
+        let mut db = self.db.lock().unwrap_or_else(|e| e.into_inner());
+        let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let out = f(&tx)?;
+        tx.commit()?;
+        Ok(out)
+    }
+
+    // ---- buckets ----
+
+    pub(crate) fn create_bucket(&self, name: &str) -> Result<()> {
+        self.write(|tx| {
+            let n = tx.execute(
+                "INSERT OR IGNORE INTO buckets (name, created_ns) VALUES (?1, ?2)",
+                params![name, roar_store::now_ns()],
+            )?;
+            if n == 0 {
+                return Err(Refused::BucketExists.into());
+            }
+            Ok(())
+        })
+    }
+
+    pub(crate) fn bucket(&self, name: &str) -> Result<Bucket> {
+        self.read(|db| bucket_in(db, name))
+    }
+
+    pub(crate) fn buckets(&self) -> Result<Vec<Bucket>> {
+        self.read(|db| {
+            let mut st =
+                db.prepare("SELECT name, created_ns, versioning FROM buckets ORDER BY name")?;
+            let rows = st.query_map([], |r| {
+                Ok(Bucket {
+                    name: r.get(0)?,
+                    created_ns: r.get(1)?,
+                    versioning: r.get(2)?,
+                })
+            })?;
+            Ok(rows.collect::<rusqlite::Result<_>>()?)
+        })
+    }
+
+    /// Deletes an empty bucket (no versions, delete markers included); its unfinished uploads go
+    /// with it.
+    pub(crate) fn delete_bucket(&self, name: &str) -> Result<()> {
+        self.write(|tx| {
+            bucket_in(tx, name)?;
+            let any: Option<i64> = tx
+                .query_row(
+                    "SELECT 1 FROM versions WHERE bucket = ?1 LIMIT 1",
+                    [name],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if any.is_some() {
+                return Err(Refused::BucketNotEmpty.into());
+            }
+            tx.execute("DELETE FROM uploads WHERE bucket = ?1", [name])?;
+            tx.execute("DELETE FROM buckets WHERE name = ?1", [name])?;
+            Ok(())
+        })
+    }
+
+    pub(crate) fn set_versioning(&self, name: &str, status: &str) -> Result<()> {
+        self.write(|tx| {
+            bucket_in(tx, name)?;
+            tx.execute(
+                "UPDATE buckets SET versioning = ?2 WHERE name = ?1",
+                params![name, status],
+            )?;
+            Ok(())
+        })
+    }
+
+    // ---- object versions ----
+
+    /// The key's current version (`version_id: None`) or the named one. A current delete marker
+    /// is returned as such.
+    pub(crate) fn version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+    ) -> Result<Option<Version>> {
+        self.read(|db| {
+            bucket_in(db, bucket)?;
+            version_in(db, bucket, key, version_id)
+        })
+    }
+
+    /// Stores a new version of `key` as its current one, if `cond` holds. Where versioning is not
+    /// enabled, the new version replaces the key's `null` version.
+    pub(crate) fn put(
+        &self,
+        bucket: &str,
+        key: &str,
+        new: &NewVersion,
+        cond: &WriteIf,
+    ) -> Result<Version> {
+        self.write(|tx| put_in(tx, bucket, key, new, cond))
+    }
+
+    pub(crate) fn delete(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+    ) -> Result<Deleted> {
+        self.write(|tx| {
+            let b = bucket_in(tx, bucket)?;
+            let kb = key.as_bytes();
+            if let Some(vid) = version_id {
+                let Some(v) = version_in(tx, bucket, key, Some(vid))? else {
+                    // Deleting a version that is not there succeeds (S3 does the same).
+                    return Ok(Deleted {
+                        version_id: Some(vid.to_owned()),
+                        delete_marker: false,
+                    });
+                };
+                tx.execute("DELETE FROM versions WHERE seq = ?1", [v.seq])?;
+                if v.latest {
+                    promote_newest(tx, bucket, kb)?;
+                }
+                return Ok(Deleted {
+                    version_id: Some(vid.to_owned()),
+                    delete_marker: v.delete_marker,
+                });
+            }
+            match b.versioning.as_deref() {
+                Some("Enabled") => {
+                    let vid = random_id();
+                    insert_marker(tx, bucket, kb, &vid)?;
+                    Ok(Deleted {
+                        version_id: Some(vid),
+                        delete_marker: true,
+                    })
+                }
+                Some(_) => {
+                    tx.execute(
+                        "DELETE FROM versions WHERE bucket = ?1 AND key = ?2 AND version_id = 'null'",
+                        params![bucket, kb],
+                    )?;
+                    insert_marker(tx, bucket, kb, "null")?;
+                    Ok(Deleted {
+                        version_id: Some("null".into()),
+                        delete_marker: true,
+                    })
+                }
+                None => {
+                    tx.execute(
+                        "DELETE FROM versions WHERE bucket = ?1 AND key = ?2",
+                        params![bucket, kb],
+                    )?;
+                    Ok(Deleted::default())
+                }
+            }
+        })
+    }
+
+    pub(crate) fn set_tags(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        tags: &Tags,
+    ) -> Result<String> {
+        self.write(|tx| {
+            bucket_in(tx, bucket)?;
+            let v = match version_in(tx, bucket, key, version_id)? {
+                Some(v) if !v.delete_marker => v,
+                _ => return Err(Refused::NoSuchVersion.into()),
+            };
+            tx.execute(
+                "UPDATE versions SET tags = ?2 WHERE seq = ?1",
+                params![v.seq, to_json(tags)],
+            )?;
+            Ok(v.version_id)
+        })
+    }
+
+    /// Current, non-deleted versions with keys starting with `prefix` and greater than `after`,
+    /// in key order, at most `limit`.
+    pub(crate) fn list_current(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        after: &[u8],
+        limit: usize,
+    ) -> Result<Vec<Version>> {
+        self.read(|db| {
+            bucket_in(db, bucket)?;
+            let from = if after >= prefix.as_bytes() {
+                after
+            } else {
+                prefix.as_bytes()
+            };
+            let op = if after >= prefix.as_bytes() {
+                ">"
+            } else {
+                ">="
+            };
+            let sql = format!(
+                "SELECT {VERSION_COLUMNS} FROM versions WHERE bucket = ?1 AND latest = 1 \
+                 AND delete_marker = 0 AND key {op} ?2 ORDER BY key LIMIT ?3"
+            );
+            let mut st = db.prepare_cached(&sql)?;
+            let rows = st.query_map(params![bucket, from, limit as i64], version_of)?;
+            let mut out = Vec::new();
+            for v in rows {
+                let v = v?;
+                if !v.key.starts_with(prefix) {
+                    break;
+                }
+                out.push(v);
+            }
+            Ok(out)
+        })
+    }
+
+    /// Every version (delete markers included) in (key ascending, newest first) order after the
+    /// position (`after_key`, `after_seq`), keys starting with `prefix`.
+    pub(crate) fn list_versions(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        after_key: &[u8],
+        after_seq: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<Version>> {
+        self.read(|db| {
+            bucket_in(db, bucket)?;
+            let mut out = Vec::new();
+            // The rest of `after_key`'s versions, older than `after_seq`.
+            if let Some(seq) = after_seq {
+                let sql = format!(
+                    "SELECT {VERSION_COLUMNS} FROM versions WHERE bucket = ?1 AND key = ?2 \
+                     AND seq < ?3 ORDER BY seq DESC LIMIT ?4"
+                );
+                let mut st = db.prepare_cached(&sql)?;
+                let rows =
+                    st.query_map(params![bucket, after_key, seq, limit as i64], version_of)?;
+                for v in rows {
+                    out.push(v?);
+                }
+            }
+            let (from, op) = if after_key >= prefix.as_bytes() {
+                (after_key, ">")
+            } else {
+                (prefix.as_bytes(), ">=")
+            };
+            let sql = format!(
+                "SELECT {VERSION_COLUMNS} FROM versions WHERE bucket = ?1 AND key {op} ?2 \
+                 ORDER BY key, seq DESC LIMIT ?3"
+            );
+            let mut st = db.prepare_cached(&sql)?;
+            let rows = st.query_map(params![bucket, from, limit as i64], version_of)?;
+            for v in rows {
+                let v = v?;
+                if !v.key.starts_with(prefix) || out.len() >= limit {
+                    break;
+                }
+                out.push(v);
+            }
+            Ok(out)
+        })
+    }
+
+    /// The seq of a version id of a key (a ListObjectVersions marker).
+    pub(crate) fn seq_of(&self, bucket: &str, key: &str, version_id: &str) -> Result<Option<i64>> {
+        self.read(|db| {
+            Ok(db
+                .query_row(
+                    "SELECT seq FROM versions WHERE bucket = ?1 AND key = ?2 AND version_id = ?3",
+                    params![bucket, key.as_bytes(), version_id],
+                    |r| r.get(0),
+                )
+                .optional()?)
+        })
+    }
+
+    // ---- multipart ----
+
+    pub(crate) fn create_upload(&self, u: &Upload) -> Result<()> {
+        self.write(|tx| {
+            bucket_in(tx, &u.bucket)?;
+            tx.execute(
+                &format!("INSERT INTO uploads ({UPLOAD_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"),
+                params![
+                    u.upload_id,
+                    u.bucket,
+                    u.key.as_bytes(),
+                    u.initiated_ns,
+                    to_json(&u.meta),
+                    u.checksum_algorithm,
+                    u.checksum_type,
+                    to_json(&u.tags),
+                ],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// The upload, if it exists and belongs to (bucket, key).
+    pub(crate) fn upload(&self, bucket: &str, key: &str, upload_id: &str) -> Result<Upload> {
+        self.read(|db| upload_in(db, bucket, key, upload_id))
+    }
+
+    pub(crate) fn put_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        p: &Part,
+    ) -> Result<()> {
+        self.write(|tx| {
+            upload_in(tx, bucket, key, upload_id)?;
+            tx.execute(
+                "INSERT OR REPLACE INTO parts (upload_id, part_number, blob, size, etag, md5, \
+                 checksums, modified_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![
+                    upload_id,
+                    p.number,
+                    p.blob,
+                    p.size as i64,
+                    p.etag,
+                    p.md5,
+                    to_json(&p.checksums),
+                    p.modified_ns
+                ],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Parts numbered above `after`, ascending, at most `limit`.
+    pub(crate) fn parts(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        after: i32,
+        limit: usize,
+    ) -> Result<Vec<Part>> {
+        self.read(|db| {
+            upload_in(db, bucket, key, upload_id)?;
+            parts_in(db, upload_id, after, limit)
+        })
+    }
+
+    pub(crate) fn abort(&self, bucket: &str, key: &str, upload_id: &str) -> Result<()> {
+        self.write(|tx| {
+            upload_in(tx, bucket, key, upload_id)?;
+            tx.execute("DELETE FROM uploads WHERE upload_id = ?1", [upload_id])?;
+            Ok(())
+        })
+    }
+
+    /// Ends an upload as a new version of its key, in one transaction (the upload must still
+    /// exist: two completes of the same upload make one object).
+    pub(crate) fn complete(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        new: &NewVersion,
+        cond: &WriteIf,
+    ) -> Result<Version> {
+        self.write(|tx| {
+            upload_in(tx, bucket, key, upload_id)?;
+            let v = put_in(tx, bucket, key, new, cond)?;
+            tx.execute("DELETE FROM uploads WHERE upload_id = ?1", [upload_id])?;
+            Ok(v)
+        })
+    }
+
+    /// Unfinished uploads of a bucket with keys starting with `prefix`, after the marker
+    /// (key, upload id), in (key, initiation) order.
+    pub(crate) fn uploads(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        after_key: &[u8],
+        after_id: &str,
+        limit: usize,
+    ) -> Result<Vec<Upload>> {
+        self.read(|db| {
+            bucket_in(db, bucket)?;
+            let sql = format!(
+                "SELECT {UPLOAD_COLUMNS} FROM uploads WHERE bucket = ?1 AND \
+                 (key > ?2 OR (key = ?2 AND upload_id > ?3)) ORDER BY key, initiated_ns, upload_id"
+            );
+            let mut st = db.prepare_cached(&sql)?;
+            let rows = st.query_map(params![bucket, after_key, after_id], upload_of)?;
+            let mut out = Vec::new();
+            for u in rows {
+                let u = u?;
+                if !u.key.starts_with(prefix) {
+                    if u.key.as_bytes() > prefix.as_bytes() && !prefix.is_empty() {
+                        break;
+                    }
+                    continue;
+                }
+                out.push(u);
+                if out.len() >= limit {
+                    break;
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    // ---- gc ----
+
+    /// Every blob an object version or an unfinished upload's part refers to.
+    pub(crate) fn referenced_blobs(&self) -> Result<std::collections::HashSet<String>> {
+        self.read(|db| {
+            let mut st = db.prepare(
+                "SELECT blob FROM versions WHERE blob IS NOT NULL UNION SELECT blob FROM parts",
+            )?;
+            let rows = st.query_map([], |r| r.get::<_, String>(0))?;
+            Ok(rows.collect::<rusqlite::Result<_>>()?)
+        })
+    }
+}
+
+fn bucket_in(db: &Connection, name: &str) -> Result<Bucket> {
+    db.query_row(
+        "SELECT name, created_ns, versioning FROM buckets WHERE name = ?1",
+        [name],
+        |r| {
+            Ok(Bucket {
+                name: r.get(0)?,
+                created_ns: r.get(1)?,
+                versioning: r.get(2)?,
+            })
+        },
+    )
+    .optional()?
+    .ok_or(Error::Refused(Refused::NoSuchBucket))
+}
+
+fn version_in(
+    db: &Connection,
+    bucket: &str,
+    key: &str,
+    version_id: Option<&str>,
+) -> Result<Option<Version>> {
+    let kb = key.as_bytes();
+    let found = match version_id {
+        None => db
+            .prepare_cached(&format!(
+                "SELECT {VERSION_COLUMNS} FROM versions WHERE bucket = ?1 AND key = ?2 AND latest = 1"
+            ))?
+            .query_row(params![bucket, kb], version_of)
+            .optional()?,
+        Some(vid) => db
+            .prepare_cached(&format!(
+                "SELECT {VERSION_COLUMNS} FROM versions WHERE bucket = ?1 AND key = ?2 AND version_id = ?3"
+            ))?
+            .query_row(params![bucket, kb, vid], version_of)
+            .optional()?,
+    };
+    Ok(found)
+}
+
+fn put_in(
+    tx: &Transaction,
+    bucket: &str,
+    key: &str,
+    new: &NewVersion,
+    cond: &WriteIf,
+) -> Result<Version> {
+    let b = bucket_in(tx, bucket)?;
+    let kb = key.as_bytes();
+    let current = version_in(tx, bucket, key, None)?.filter(|v| !v.delete_marker);
+    if cond.absent && current.is_some() {
+        return Err(Refused::Precondition.into());
+    }
+    if let Some(want) = &cond.etag {
+        match &current {
+            Some(v) if want == "*" || *want == v.etag => {}
+            _ => return Err(Refused::Precondition.into()),
+        }
+    }
+    let version_id = if b.versioning.as_deref() == Some("Enabled") {
+        random_id()
+    } else {
+        tx.execute(
+            "DELETE FROM versions WHERE bucket = ?1 AND key = ?2 AND version_id = 'null'",
+            params![bucket, kb],
+        )?;
+        "null".to_owned()
+    };
+    tx.execute(
+        "UPDATE versions SET latest = 0 WHERE bucket = ?1 AND key = ?2 AND latest = 1",
+        params![bucket, kb],
+    )?;
+    let now = roar_store::now_ns();
+    tx.execute(
+        "INSERT INTO versions (bucket, key, version_id, latest, delete_marker, blob, size, etag, \
+         modified_ns, meta, checksums, tags, part_sizes) \
+         VALUES (?1, ?2, ?3, 1, 0, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        params![
+            bucket,
+            kb,
+            version_id,
+            new.blob,
+            new.size as i64,
+            new.etag,
+            now,
+            to_json(&new.meta),
+            to_json(&new.checksums),
+            to_json(&new.tags),
+            to_json(&new.part_sizes),
+        ],
+    )?;
+    Ok(Version {
+        seq: tx.last_insert_rowid(),
+        key: key.to_owned(),
+        version_id,
+        latest: true,
+        delete_marker: false,
+        blob: Some(new.blob.clone()),
+        size: new.size,
+        etag: new.etag.clone(),
+        modified_ns: now,
+        meta: new.meta.clone(),
+        checksums: new.checksums.clone(),
+        tags: new.tags.clone(),
+        part_sizes: new.part_sizes.clone(),
+    })
+}
+
+fn insert_marker(tx: &Transaction, bucket: &str, key: &[u8], version_id: &str) -> Result<()> {
+    tx.execute(
+        "UPDATE versions SET latest = 0 WHERE bucket = ?1 AND key = ?2 AND latest = 1",
+        params![bucket, key],
+    )?;
+    tx.execute(
+        "INSERT INTO versions (bucket, key, version_id, latest, delete_marker, modified_ns) \
+         VALUES (?1, ?2, ?3, 1, 1, ?4)",
+        params![bucket, key, version_id, roar_store::now_ns()],
+    )?;
+    Ok(())
+}
+
+fn promote_newest(tx: &Transaction, bucket: &str, key: &[u8]) -> Result<()> {
+    tx.execute(
+        "UPDATE versions SET latest = 1 WHERE seq = \
+         (SELECT MAX(seq) FROM versions WHERE bucket = ?1 AND key = ?2)",
+        params![bucket, key],
+    )?;
+    Ok(())
+}
+
+fn upload_in(db: &Connection, bucket: &str, key: &str, upload_id: &str) -> Result<Upload> {
+    bucket_in(db, bucket)?;
+    db.prepare_cached(&format!(
+        "SELECT {UPLOAD_COLUMNS} FROM uploads WHERE upload_id = ?1 AND bucket = ?2 AND key = ?3"
+    ))?
+    .query_row(params![upload_id, bucket, key.as_bytes()], upload_of)
+    .optional()?
+    .ok_or(Error::Refused(Refused::NoSuchUpload))
+}
+
+fn parts_in(db: &Connection, upload_id: &str, after: i32, limit: usize) -> Result<Vec<Part>> {
+    let mut st = db.prepare_cached(
+        "SELECT part_number, blob, size, etag, md5, checksums, modified_ns FROM parts \
+         WHERE upload_id = ?1 AND part_number > ?2 ORDER BY part_number LIMIT ?3",
+    )?;
+    let rows = st.query_map(params![upload_id, after, limit as i64], |r| {
+        Ok(Part {
+            number: r.get(0)?,
+            blob: r.get(1)?,
+            size: r.get::<_, i64>(2)? as u64,
+            etag: r.get(3)?,
+            md5: r.get(4)?,
+            checksums: json(r.get(5)?),
+            modified_ns: r.get(6)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}

@@ -1,0 +1,440 @@
+//! The embedded object store (`.roar/s3/`): what `roar gateway` and `roar run --s3` serve when
+//! there is no upstream.
+//!
+//! Object bodies are content-addressed blobs (`blobs.rs`: blake3-named, written to a unique temp
+//! file, verified, then renamed into place); keys, versions, metadata, checksums, tags and
+//! multipart uploads live in a SQLite index beside them (`index.rs`). So a key is never a path
+//! (no traversal is possible), any number of gateways in any number of processes can write at
+//! once (SQLite serializes the index, blobs never change), a rejected body leaves nothing, a
+//! version can be served again for as long as its blob is kept, and identical bodies are stored
+//! once. `objects.rs` serves object reads and writes, `multipart.rs` uploads in parts,
+//! `listing.rs` listings.
+
+mod blobs;
+mod body;
+mod index;
+mod listing;
+mod multipart;
+mod objects;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+use s3s::dto::*;
+use s3s::{s3_error, S3Error, S3Request, S3Response, S3Result, S3};
+
+use blobs::Blobs;
+use body::blocking;
+use index::{Index, Refused};
+
+/// The store on a directory: `objects.db`, `blobs/`, `tmp/`.
+#[derive(Clone)]
+pub struct Embedded {
+    index: Arc<Index>,
+    blobs: Blobs,
+}
+
+/// What `gc` removed.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Collected {
+    pub blobs: u64,
+    pub bytes: u64,
+    pub temps: u64,
+}
+
+/// The name of the index inside the store directory.
+const INDEX: &str = "objects.db";
+
+impl Embedded {
+    pub fn open(root: &Path) -> anyhow::Result<Embedded> {
+        std::fs::create_dir_all(root)
+            .with_context(|| format!("cannot create the object store {}", root.display()))?;
+        refuse_old_layout(root)?;
+        let blobs = Blobs::open(root)
+            .with_context(|| format!("cannot open the object store {}", root.display()))?;
+        let index = Index::open(&root.join(INDEX)).with_context(|| {
+            format!(
+                "cannot open the object store's index {}",
+                root.join(INDEX).display()
+            )
+        })?;
+        Ok(Embedded {
+            index: Arc::new(index),
+            blobs,
+        })
+    }
+
+    /// The blake3 and size of the object version with this ETag, if the store holds it.
+    pub fn known(&self, bucket: &str, key: &str, etag: &str) -> Option<(String, u64)> {
+        let v = self.index.version(bucket, key, None).ok()??;
+        if v.etag != etag || v.delete_marker {
+            return None;
+        }
+        Some((v.blob?, v.size))
+    }
+
+    /// Removes blobs no object version, unfinished upload or `keep` (hashes recorded in lineage)
+    /// needs, and temp files, all only if older than `grace_secs`: a body renamed into place a
+    /// moment ago may not have its index row yet.
+    pub fn gc(
+        &self,
+        keep: &std::collections::HashSet<String>,
+        grace_secs: u64,
+    ) -> anyhow::Result<Collected> {
+        let referenced = self.index.referenced_blobs().map_err(db_error)?;
+        let mut done = Collected::default();
+        for (blob, age) in self.blobs.list()? {
+            if age < grace_secs || referenced.contains(&blob) || keep.contains(&blob) {
+                continue;
+            }
+            let size = self.blobs.remove(&blob)?;
+            done.blobs += 1;
+            done.bytes += size;
+        }
+        done.temps = self.blobs.remove_stale_temps(grace_secs.max(3600))?;
+        Ok(done)
+    }
+}
+
+/// The store directory as s3s-fs left it (buckets as directories): refuse it with what to do
+/// rather than serve an empty store over the user's objects.
+fn refuse_old_layout(root: &Path) -> anyhow::Result<()> {
+    if root.join(INDEX).exists() {
+        return Ok(());
+    }
+    let old: Vec<PathBuf> = std::fs::read_dir(root)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            p.is_dir() && !matches!(name, "blobs" | "tmp")
+        })
+        .collect();
+    if old.is_empty() {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "{} holds buckets in the old directory layout ({}); move it aside (e.g. `mv {} {}.old`) \
+         and upload its objects again through `roar gateway`",
+        root.display(),
+        old.iter()
+            .filter_map(|p| p.file_name()?.to_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        root.display(),
+        root.display()
+    )
+}
+
+pub(crate) fn internal(e: impl std::fmt::Display) -> S3Error {
+    tracing::error!("object store: {e}");
+    s3_error!(InternalError, "the object store failed: {e}")
+}
+
+fn db_error(e: index::Error) -> anyhow::Error {
+    match e {
+        index::Error::Db(e) => anyhow::Error::new(e),
+        index::Error::Refused(r) => anyhow::anyhow!("{r:?}"),
+    }
+}
+
+/// The S3 error for an index refusal, naming what was missing.
+pub(crate) fn refused(e: index::Error, bucket: &str, key: Option<&str>) -> S3Error {
+    match e {
+        index::Error::Db(e) => internal(e),
+        index::Error::Refused(r) => match r {
+            Refused::NoSuchBucket => {
+                s3_error!(NoSuchBucket, "the bucket {bucket:?} does not exist")
+            }
+            Refused::NoSuchUpload => s3_error!(
+                NoSuchUpload,
+                "no such multipart upload (aborted, completed or never started)"
+            ),
+            Refused::Precondition => s3_error!(
+                PreconditionFailed,
+                "at least one of the preconditions you specified did not hold"
+            ),
+            Refused::BucketNotEmpty => s3_error!(
+                BucketNotEmpty,
+                "the bucket {bucket:?} still holds objects or versions"
+            ),
+            Refused::BucketExists => s3_error!(
+                BucketAlreadyOwnedByYou,
+                "the bucket {bucket:?} exists and is yours"
+            ),
+            Refused::NoSuchVersion => match key {
+                Some(k) => s3_error!(NoSuchKey, "no object {k:?} in {bucket:?}"),
+                None => s3_error!(NoSuchVersion),
+            },
+        },
+    }
+}
+
+pub(crate) fn timestamp(ns: i64) -> Timestamp {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(u64::try_from(ns).unwrap_or(0));
+    Timestamp::from(t)
+}
+
+/// S3 limits keys to 1024 bytes of UTF-8.
+fn check_key(key: &str) -> S3Result<()> {
+    if key.is_empty() {
+        return Err(s3_error!(InvalidArgument, "an object key cannot be empty"));
+    }
+    if key.len() > 1024 {
+        return Err(s3_error!(
+            KeyTooLongError,
+            "the key is {} bytes; S3 allows at most 1024",
+            key.len()
+        ));
+    }
+    Ok(())
+}
+
+fn bucket_name_ok(name: &str) -> bool {
+    let b = name.as_bytes();
+    (3..=63).contains(&b.len())
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'.' || *c == b'-')
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && !name.contains("..")
+}
+
+#[async_trait::async_trait]
+impl S3 for Embedded {
+    async fn create_bucket(
+        &self,
+        req: S3Request<CreateBucketInput>,
+    ) -> S3Result<S3Response<CreateBucketOutput>> {
+        let name = &req.input.bucket;
+        if !bucket_name_ok(name) {
+            return Err(s3_error!(
+                InvalidBucketName,
+                "{name:?} is not a valid bucket name (3-63 lowercase letters, digits, '.' and '-')"
+            ));
+        }
+        blocking(|| self.index.create_bucket(name)).map_err(|e| refused(e, name, None))?;
+        Ok(S3Response::new(CreateBucketOutput {
+            location: Some(format!("/{name}")),
+            ..Default::default()
+        }))
+    }
+
+    async fn head_bucket(
+        &self,
+        req: S3Request<HeadBucketInput>,
+    ) -> S3Result<S3Response<HeadBucketOutput>> {
+        let name = &req.input.bucket;
+        blocking(|| self.index.bucket(name)).map_err(|e| refused(e, name, None))?;
+        Ok(S3Response::new(HeadBucketOutput::default()))
+    }
+
+    async fn delete_bucket(
+        &self,
+        req: S3Request<DeleteBucketInput>,
+    ) -> S3Result<S3Response<DeleteBucketOutput>> {
+        let name = &req.input.bucket;
+        blocking(|| self.index.delete_bucket(name)).map_err(|e| refused(e, name, None))?;
+        Ok(S3Response::new(DeleteBucketOutput::default()))
+    }
+
+    async fn list_buckets(
+        &self,
+        _req: S3Request<ListBucketsInput>,
+    ) -> S3Result<S3Response<ListBucketsOutput>> {
+        let buckets = blocking(|| self.index.buckets()).map_err(|e| refused(e, "", None))?;
+        Ok(S3Response::new(ListBucketsOutput {
+            buckets: Some(
+                buckets
+                    .into_iter()
+                    .map(|b| s3s::dto::Bucket {
+                        name: Some(b.name),
+                        creation_date: Some(timestamp(b.created_ns)),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }))
+    }
+
+    async fn get_bucket_location(
+        &self,
+        req: S3Request<GetBucketLocationInput>,
+    ) -> S3Result<S3Response<GetBucketLocationOutput>> {
+        let name = &req.input.bucket;
+        blocking(|| self.index.bucket(name)).map_err(|e| refused(e, name, None))?;
+        Ok(S3Response::new(GetBucketLocationOutput::default()))
+    }
+
+    async fn get_bucket_versioning(
+        &self,
+        req: S3Request<GetBucketVersioningInput>,
+    ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
+        let name = &req.input.bucket;
+        let b = blocking(|| self.index.bucket(name)).map_err(|e| refused(e, name, None))?;
+        Ok(S3Response::new(GetBucketVersioningOutput {
+            status: b.versioning.map(BucketVersioningStatus::from),
+            ..Default::default()
+        }))
+    }
+
+    async fn put_bucket_versioning(
+        &self,
+        req: S3Request<PutBucketVersioningInput>,
+    ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
+        let name = &req.input.bucket;
+        let status = match req
+            .input
+            .versioning_configuration
+            .status
+            .as_ref()
+            .map(|s| s.as_str())
+        {
+            Some(s @ ("Enabled" | "Suspended")) => s.to_owned(),
+            other => {
+                return Err(s3_error!(
+                    MalformedXML,
+                    "versioning status must be Enabled or Suspended, not {other:?}"
+                ))
+            }
+        };
+        blocking(|| self.index.set_versioning(name, &status))
+            .map_err(|e| refused(e, name, None))?;
+        Ok(S3Response::new(PutBucketVersioningOutput::default()))
+    }
+
+    async fn put_object(
+        &self,
+        req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        self.put(req).await
+    }
+
+    async fn get_object(
+        &self,
+        req: S3Request<GetObjectInput>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
+        self.get(req).await
+    }
+
+    async fn head_object(
+        &self,
+        req: S3Request<HeadObjectInput>,
+    ) -> S3Result<S3Response<HeadObjectOutput>> {
+        self.head(req).await
+    }
+
+    async fn delete_object(
+        &self,
+        req: S3Request<DeleteObjectInput>,
+    ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        self.delete(req).await
+    }
+
+    async fn delete_objects(
+        &self,
+        req: S3Request<DeleteObjectsInput>,
+    ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        self.delete_many(req).await
+    }
+
+    async fn copy_object(
+        &self,
+        req: S3Request<CopyObjectInput>,
+    ) -> S3Result<S3Response<CopyObjectOutput>> {
+        self.copy(req).await
+    }
+
+    async fn get_object_tagging(
+        &self,
+        req: S3Request<GetObjectTaggingInput>,
+    ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
+        self.tags(req).await
+    }
+
+    async fn put_object_tagging(
+        &self,
+        req: S3Request<PutObjectTaggingInput>,
+    ) -> S3Result<S3Response<PutObjectTaggingOutput>> {
+        self.set_tags(req).await
+    }
+
+    async fn delete_object_tagging(
+        &self,
+        req: S3Request<DeleteObjectTaggingInput>,
+    ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
+        self.clear_tags(req).await
+    }
+
+    async fn list_objects(
+        &self,
+        req: S3Request<ListObjectsInput>,
+    ) -> S3Result<S3Response<ListObjectsOutput>> {
+        self.list_v1(req).await
+    }
+
+    async fn list_objects_v2(
+        &self,
+        req: S3Request<ListObjectsV2Input>,
+    ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        self.list_v2(req).await
+    }
+
+    async fn list_object_versions(
+        &self,
+        req: S3Request<ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        self.list_versions(req).await
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        self.create_upload(req).await
+    }
+
+    async fn upload_part(
+        &self,
+        req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        self.put_part(req).await
+    }
+
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        self.copy_part(req).await
+    }
+
+    async fn list_parts(
+        &self,
+        req: S3Request<ListPartsInput>,
+    ) -> S3Result<S3Response<ListPartsOutput>> {
+        self.parts(req).await
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        self.uploads(req).await
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        self.abort(req).await
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        self.complete(req).await
+    }
+}
