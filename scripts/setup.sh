@@ -23,9 +23,24 @@ fi
 # numpy is one of the coverage workloads (np.save / np.load under roar run); jsonschema, prov and
 # openlineage-python validate `roar export` (tests/data/validate_export.py); boto3 is the S3 client
 # of the `roar run --s3` tests, the demo and bench/s3.sh. Pinned for repeatability.
-PY_PACKAGES=(numpy jsonschema==4.26.0 prov==3.2.3 openlineage-python==1.54.0 boto3==1.43.11)
+# awscli is the other S3 client of tests/s3/conformance.py (`aws s3 sync`, `aws s3 rm --recursive`).
+PY_PACKAGES=(numpy jsonschema==4.26.0 prov==3.2.3 openlineage-python==1.54.0 boto3==1.43.11 awscli==1.45.11)
 if ! python3 -c 'import numpy, jsonschema, prov, openlineage.client, boto3' >/dev/null 2>&1 \
-    || [ "$(python3 -c 'import importlib.metadata as m; print(m.version("openlineage-python"), m.version("prov"), m.version("boto3"))' 2>/dev/null)" != "1.54.0 3.2.3 1.43.11" ]; then
+    || ! command -v aws >/dev/null 2>&1 \
+    || [ "$(python3 -c 'import importlib.metadata as m; print(m.version("openlineage-python"), m.version("prov"), m.version("boto3"), m.version("awscli"))' 2>/dev/null)" != "1.54.0 3.2.3 1.43.11 1.45.11" ]; then
     echo "setup: installing python packages: ${PY_PACKAGES[*]}" >&2
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "${PY_PACKAGES[@]}"
+fi
+
+# versitygw is the real S3 server the S3 tests and bench/s3.sh compare roar's store with and
+# forward to; built once through the Go module proxy and cached outside the repository.
+VGW="${ROAR_VERSITYGW:-$HOME/.cache/roar-s3bin/versitygw}"
+if [ ! -x "$VGW" ]; then
+    if ! command -v go >/dev/null 2>&1; then
+        echo "setup: go is missing; install Go (https://go.dev/dl) to build versitygw" >&2
+        exit 1
+    fi
+    echo "setup: building versitygw v1.8.0 into $(dirname "$VGW") (a few minutes, once)" >&2
+    mkdir -p "$(dirname "$VGW")"
+    GOBIN="$(dirname "$VGW")" go install github.com/versity/versitygw/cmd/versitygw@v1.8.0
 fi

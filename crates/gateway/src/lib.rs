@@ -11,6 +11,9 @@
 //! `files::job_files` turns them into a job's inputs and outputs. `control.rs` holds the keys the
 //! gateway accepts (changeable while it serves) and counts requests in flight per key.
 
+#[macro_use]
+mod ops;
+
 mod body;
 mod control;
 mod embedded;
@@ -241,7 +244,14 @@ async fn serve(
         let guard = control::claimed_key(&req).map(|k| inflight.start(k));
         let reply = hyper::service::Service::call(&service, req);
         async move {
-            let resp = reply.await?;
+            let mut resp = reply.await?;
+            // Every answer names its request (S3 clients log it; support asks for it), errors
+            // included; an upstream's own id is kept.
+            if !resp.headers().contains_key("x-amz-request-id") {
+                if let Ok(v) = http::HeaderValue::from_str(&request_id()) {
+                    resp.headers_mut().insert("x-amz-request-id", v);
+                }
+            }
             Ok::<_, s3s::HttpError>(resp.map(|body| Counted {
                 body,
                 _guard: guard,
@@ -278,6 +288,15 @@ async fn serve(
     {
         tracing::warn!("requests still in flight after {DRAIN:?}; stopping anyway");
     }
+}
+
+/// A request id: 16 hex digits, unique per gateway process.
+fn request_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let seed = u64::from(std::process::id()).rotate_left(40) ^ roar_store::now_ns() as u64;
+    format!("{:016X}", seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ n)
 }
 
 /// A fresh random credential pair (20-character access key, 40-character secret).

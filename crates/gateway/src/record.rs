@@ -10,7 +10,7 @@
 //! - Multipart uploads and copies produce an object the gateway never streamed whole: it reads the
 //!   result back once, in the background, to hash it.
 //! - Deletes record the key as deleted. Listings, HEADs and bucket operations are served, not
-//!   recorded. Operations not listed here answer `NotImplemented` (s3s's default).
+//!   recorded. Every other operation goes to the backend as it is (`ops.rs`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -214,6 +214,19 @@ impl Shared {
     /// Records `access` once the object's hash is known, reading the object back in the
     /// background if this gateway has never seen it whole. `pin` is the version's ETag.
     fn record_with_digest(self: &Arc<Self>, mut access: Access, pin: Option<String>) {
+        // Unpinned (a copy's source): the embedded store knows its current version's hash.
+        if pin.is_none() && access.version_id.is_none() {
+            let current = self.store.as_ref().and_then(|s| {
+                tokio::task::block_in_place(|| s.current(&access.bucket, &access.key))
+            });
+            if let Some((etag, b3, size)) = current {
+                access.etag = Some(etag);
+                access.blake3 = Some(b3);
+                access.size = Some(size);
+                self.record(access);
+                return;
+            }
+        }
         if let Some((b3, size)) = pin
             .as_deref()
             .and_then(|etag| self.known(&access.bucket, &access.key, etag))
@@ -259,22 +272,9 @@ macro_rules! recorder_impl {
     };
 }
 
-recorder_impl! {
-    passthrough {
-        list_buckets: ListBucketsInput => ListBucketsOutput;
-        create_bucket: CreateBucketInput => CreateBucketOutput;
-        head_bucket: HeadBucketInput => HeadBucketOutput;
-        delete_bucket: DeleteBucketInput => DeleteBucketOutput;
-        get_bucket_location: GetBucketLocationInput => GetBucketLocationOutput;
-        list_objects: ListObjectsInput => ListObjectsOutput;
-        list_objects_v2: ListObjectsV2Input => ListObjectsV2Output;
-        head_object: HeadObjectInput => HeadObjectOutput;
-        create_multipart_upload: CreateMultipartUploadInput => CreateMultipartUploadOutput;
-        upload_part: UploadPartInput => UploadPartOutput;
-        abort_multipart_upload: AbortMultipartUploadInput => AbortMultipartUploadOutput;
-        list_parts: ListPartsInput => ListPartsOutput;
-        list_multipart_uploads: ListMultipartUploadsInput => ListMultipartUploadsOutput;
-    }
+with_plain_ops!(recorder_impl {
+    head_object: HeadObjectInput => HeadObjectOutput;
+}
     recorded {
         async fn put_object(
             &self,
@@ -399,14 +399,7 @@ recorder_impl! {
             req: S3Request<CopyObjectInput>,
         ) -> S3Result<S3Response<CopyObjectOutput>> {
             let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
-            let source = match &req.input.copy_source {
-                CopySource::Bucket { bucket, key, version_id } => Some((
-                    bucket.to_string(),
-                    key.to_string(),
-                    version_id.as_ref().map(|v| v.to_string()),
-                )),
-                _ => None,
-            };
+            let source = copy_source_of(&req.input.copy_source);
             let access_key = access_key(&req);
             let resp = self.shared.inner.copy_object(req).await?;
             let etag = resp
@@ -446,6 +439,30 @@ recorder_impl! {
             Ok(resp)
         }
 
+        async fn upload_part_copy(
+            &self,
+            req: S3Request<UploadPartCopyInput>,
+        ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+            let source = copy_source_of(&req.input.copy_source);
+            let range = req
+                .input
+                .copy_source_range
+                .as_deref()
+                .map(|r| format!("bytes {}", r.trim_start_matches("bytes=")));
+            let access_key = access_key(&req);
+            let resp = self.shared.inner.upload_part_copy(req).await?;
+            // The part's bytes are the source's: a read of the source version, by its hash.
+            if let Some((bucket, key, version)) = source {
+                let access = Access {
+                    version_id: version.or_else(|| resp.output.copy_source_version_id.clone()),
+                    range,
+                    ..Access::new(access_key, bucket, key, AccessKind::Read)
+                };
+                self.shared.record_with_digest(access, None);
+            }
+            Ok(resp)
+        }
+
         async fn complete_multipart_upload(
             &self,
             req: S3Request<CompleteMultipartUploadInput>,
@@ -462,6 +479,22 @@ recorder_impl! {
             self.shared.record_with_digest(access, etag);
             Ok(resp)
         }
+    }
+);
+
+/// (bucket, key, version) of a `BUCKET/KEY` copy source.
+fn copy_source_of(source: &CopySource) -> Option<(String, String, Option<String>)> {
+    match source {
+        CopySource::Bucket {
+            bucket,
+            key,
+            version_id,
+        } => Some((
+            bucket.to_string(),
+            key.to_string(),
+            version_id.as_ref().map(|v| v.to_string()),
+        )),
+        _ => None,
     }
 }
 

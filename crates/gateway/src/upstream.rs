@@ -599,7 +599,7 @@ fn upstream_error(status: StatusCode, headers: &HeaderMap, body: &[u8]) -> S3Err
 
 /// The operations that go through the SDK, unchanged.
 macro_rules! via_sdk {
-    ( $( $op:ident : $input:ident => $output:ident ; )* ) => {
+    ( passthrough { $( $op:ident : $input:ident => $output:ident ; )* } ) => {
         #[async_trait::async_trait]
         impl S3 for Upstream {
             $(
@@ -679,24 +679,13 @@ macro_rules! via_sdk {
     };
 }
 
-via_sdk! {
-    list_buckets: ListBucketsInput => ListBucketsOutput;
-    create_bucket: CreateBucketInput => CreateBucketOutput;
-    head_bucket: HeadBucketInput => HeadBucketOutput;
-    delete_bucket: DeleteBucketInput => DeleteBucketOutput;
-    get_bucket_location: GetBucketLocationInput => GetBucketLocationOutput;
-    list_objects: ListObjectsInput => ListObjectsOutput;
-    list_objects_v2: ListObjectsV2Input => ListObjectsV2Output;
-    create_multipart_upload: CreateMultipartUploadInput => CreateMultipartUploadOutput;
-    upload_part: UploadPartInput => UploadPartOutput;
-    abort_multipart_upload: AbortMultipartUploadInput => AbortMultipartUploadOutput;
-    list_parts: ListPartsInput => ListPartsOutput;
-    list_multipart_uploads: ListMultipartUploadsInput => ListMultipartUploadsOutput;
+with_plain_ops!(via_sdk {
     complete_multipart_upload: CompleteMultipartUploadInput => CompleteMultipartUploadOutput;
     delete_object: DeleteObjectInput => DeleteObjectOutput;
     delete_objects: DeleteObjectsInput => DeleteObjectsOutput;
     copy_object: CopyObjectInput => CopyObjectOutput;
-}
+    upload_part_copy: UploadPartCopyInput => UploadPartCopyOutput;
+});
 
 #[cfg(test)]
 mod tests {

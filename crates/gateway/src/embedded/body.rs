@@ -199,7 +199,7 @@ pub(crate) struct BlobStream {
 }
 
 impl BlobStream {
-    pub(crate) fn new(file: File, start: u64, end: u64) -> StreamingBlob {
+    pub(crate) fn blob(file: File, start: u64, end: u64) -> StreamingBlob {
         StreamingBlob::new(BlobStream {
             file: Arc::new(file),
             pos: start,

@@ -125,7 +125,7 @@ pub(crate) fn token(last: &str) -> String {
 }
 
 pub(crate) fn untoken(token: &str) -> Option<String> {
-    if token.len() % 2 != 0 {
+    if !token.len().is_multiple_of(2) {
         return None;
     }
     let bytes: Option<Vec<u8>> = (0..token.len())

@@ -74,6 +74,15 @@ impl Embedded {
         Some((v.blob?, v.size))
     }
 
+    /// (ETag, blake3, size) of the key's current object, if there is one.
+    pub fn current(&self, bucket: &str, key: &str) -> Option<(String, String, u64)> {
+        let v = self.index.version(bucket, key, None).ok()??;
+        if v.delete_marker {
+            return None;
+        }
+        Some((v.etag, v.blob?, v.size))
+    }
+
     /// Removes blobs no object version, unfinished upload or `keep` (hashes recorded in lineage)
     /// needs, and temp files, all only if older than `grace_secs`: a body renamed into place a
     /// moment ago may not have its index row yet.
@@ -217,7 +226,6 @@ impl S3 for Embedded {
         blocking(|| self.index.create_bucket(name)).map_err(|e| refused(e, name, None))?;
         Ok(S3Response::new(CreateBucketOutput {
             location: Some(format!("/{name}")),
-            ..Default::default()
         }))
     }
 

@@ -116,7 +116,7 @@ impl Embedded {
             .map_err(|e| body::not_found_blob(&e))?;
         let whole = content_range.is_none();
         let mut out = GetObjectOutput {
-            body: Some(BlobStream::new(file, span.start, span.end)),
+            body: Some(BlobStream::blob(file, span.start, span.end)),
             content_length: Some((span.end - span.start) as i64),
             content_range,
             parts_count,
@@ -280,7 +280,12 @@ impl Embedded {
             .tagging_directive
             .as_ref()
             .is_some_and(|d| d.as_str() == TaggingDirective::REPLACE);
-        if src_bucket == i.bucket && src.key == i.key && !replace_meta && !replace_tags {
+        if src_bucket == i.bucket
+            && src.key == i.key
+            && src.latest
+            && !replace_meta
+            && !replace_tags
+        {
             return Err(s3_error!(
                 InvalidRequest,
                 "This copy request is illegal because it is trying to copy an object to itself \
