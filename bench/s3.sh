@@ -3,17 +3,17 @@
 # latency for PUT/GET of 4 KiB to 8 MiB objects, and peak RSS while streaming 1 GiB each way;
 # then the fixed cost of `roar run --s3` with a gateway of its own vs a key borrowed from the
 # project's running `roar gateway`.
-# The upstream is a real S3 server on loopback (s3s-fs, the tests' s3-upstream); `roar gateway
-# --upstream` verifies the client's SigV4, re-signs and forwards; the Python peer's roar-proxy
-# (from roar-cli) is measured the same way when its binary is there.
+# The upstream is a real S3 server on loopback (versitygw's posix backend, as scripts/setup.sh
+# builds it); `roar gateway --upstream` verifies the client's SigV4, re-signs and forwards; roar's
+# embedded store (blobs + SQLite index) is measured against the same server on the same clients;
+# the Python peer's roar-proxy (from roar-cli) is measured the same way when its binary is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$PWD"
 bash scripts/setup.sh
 cargo build --release --locked -q -p roar-cli -p roar-preload
-cargo build --release --locked -q -p roar-tests --bin s3-upstream
 ROAR="$PWD/target/release/roar"
-UPSTREAM_BIN="$PWD/target/release/s3-upstream"
+VGW="${ROAR_VERSITYGW:-$HOME/.cache/roar-s3bin/versitygw}"
 W="${BENCH_DIR:-/tmp/roar-bench-s3}"
 REPS="${REPS:-200}"
 rm -rf "$W" && mkdir -p "$W/project" && cd "$W/project"
@@ -23,10 +23,16 @@ source "$REPO/bench/lib/peer.sh"
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
 UP_KEY=BENCHUPSTREAMKEY0001 UP_SECRET=bench-upstream-secret-bench-upstream-sec
-"$UPSTREAM_BIN" "$W/upstream" "$UP_KEY" "$UP_SECRET" > "$W/upstream.url" 2> "$W/upstream.log" &
+UP_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+mkdir -p "$W/upstream/root" "$W/upstream/versions"
+"$VGW" --access "$UP_KEY" --secret "$UP_SECRET" --port "127.0.0.1:$UP_PORT" \
+    posix --versioning-dir "$W/upstream/versions" "$W/upstream/root" > "$W/upstream.log" 2>&1 &
 pids+=($!); UP_PID=$!
-for _ in $(seq 100); do [ -s "$W/upstream.url" ] && break; sleep 0.05; done
-UP_URL=$(cat "$W/upstream.url")
+UP_URL="http://127.0.0.1:$UP_PORT"
+for _ in $(seq 200); do
+    python3 -c "import socket; socket.create_connection(('127.0.0.1', $UP_PORT), 0.1)" 2>/dev/null && break
+    sleep 0.05
+done
 
 printf 'BENCHCLIENTKEY000001 bench-client-secret-bench-client-secret-\n' > "$W/keys.txt"
 AWS_ACCESS_KEY_ID=$UP_KEY AWS_SECRET_ACCESS_KEY=$UP_SECRET \
@@ -36,17 +42,17 @@ pids+=($!); GW_PID=$!
 for _ in $(seq 100); do [ -s "$W/gateway.env" ] && break; sleep 0.05; done
 GW_URL=$(sed -n 's/.*AWS_ENDPOINT_URL=\([^ ]*\).*/\1/p' "$W/gateway.env")
 
-# The embedded store: the same s3s-fs as the upstream, with the gateway's verification and
-# recording in front and no second hop; isolates the recording layer's cost.
+# The embedded store: roar's own (content-addressed blobs, SQLite index), with the gateway's
+# verification and recording in front and no second hop.
 "$ROAR" gateway --listen 127.0.0.1:0 --credentials "$W/keys.txt" \
     > "$W/embedded.env" 2> "$W/embedded.log" &
-pids+=($!)
+pids+=($!); EMB_PID=$!
 for _ in $(seq 100); do [ -s "$W/embedded.env" ] && break; sleep 0.05; done
 EMB_URL=$(sed -n 's/.*AWS_ENDPOINT_URL=\([^ ]*\).*/\1/p' "$W/embedded.env")
 
-endpoints=("direct (s3s-fs)=$UP_URL|$UP_KEY|$UP_SECRET|$UP_PID"
+endpoints=("direct (versitygw)=$UP_URL|$UP_KEY|$UP_SECRET|$UP_PID"
            "roar gateway=$GW_URL|BENCHCLIENTKEY000001|bench-client-secret-bench-client-secret-|$GW_PID"
-           "roar gateway embedded=$EMB_URL|BENCHCLIENTKEY000001|bench-client-secret-bench-client-secret-|")
+           "roar gateway embedded=$EMB_URL|BENCHCLIENTKEY000001|bench-client-secret-bench-client-secret-|$EMB_PID")
 PEER_PROXY="$(peer_site_packages)/roar/bin/roar-proxy"
 if [ -x "$PEER_PROXY" ]; then
     PEER_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
