@@ -74,11 +74,12 @@ def main():
     ref_url = sys.argv[2].split("=", 1)[1].split("|")
     endpoints.insert(1, (ref_name + " again", client(*ref_url[:3]), None))
 
-    c0 = endpoints[0][1]
-    try:
-        c0.create_bucket(Bucket=BUCKET)
-    except c0.exceptions.BucketAlreadyOwnedByYou:
-        pass
+    # Every endpoint that is a store of its own (the upstream, the embedded store) gets the bucket.
+    for _, c, _ in endpoints:
+        try:
+            c.create_bucket(Bucket=BUCKET)
+        except (c.exceptions.BucketAlreadyOwnedByYou, c.exceptions.BucketAlreadyExists):
+            pass
 
     results = {}
     for label, size in SIZES:
