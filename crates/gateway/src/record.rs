@@ -22,6 +22,7 @@ use tokio::sync::oneshot;
 use crate::body::{self, Digest, Hashing};
 use crate::control::{Inflight, InflightGuard};
 use crate::pending::{self, Pending};
+use crate::Stored;
 
 /// What a client did to an object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -280,6 +281,22 @@ with_plain_ops!(recorder_impl {
             &self,
             mut req: S3Request<PutObjectInput>,
         ) -> S3Result<S3Response<PutObjectOutput>> {
+            if self.shared.store.is_some() {
+                // The embedded store hashes what it keeps (blobs are named by blake3): one pass.
+                let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
+                let access_key = access_key(&req);
+                let resp = self.shared.inner.put_object(req).await?;
+                if let Some(stored) = resp.extensions.get::<Stored>() {
+                    self.shared.record(Access {
+                        version_id: resp.output.version_id.clone(),
+                        etag: etag_str(&resp.output.e_tag),
+                        blake3: Some(stored.blake3.clone()),
+                        size: Some(stored.size),
+                        ..Access::new(access_key, bucket, key, AccessKind::Write)
+                    });
+                }
+                return Ok(resp);
+            }
             let (tx, rx) = oneshot::channel();
             let body = req.input.body.take().unwrap_or_else(empty_blob);
             // Zero also stands for "unknown" after aws-chunked decoding without a decoded length.
@@ -327,6 +344,20 @@ with_plain_ops!(recorder_impl {
             let body = out.body.take().unwrap_or_else(empty_blob);
             let expected = out.content_length.and_then(|n| u64::try_from(n).ok());
             let shared = Arc::clone(&self.shared);
+            if let Some(stored) = resp.extensions.get::<Stored>().cloned() {
+                // The store knows the whole object's hash: count the bytes the client gets.
+                let known = Digest { blake3: stored.blake3, size: stored.size };
+                resp.output.body = Some(Hashing::wrap_known(body, expected, known, move |d| {
+                    let Some(d) = d else { return };
+                    shared.record(Access {
+                        blake3: Some(d.blake3),
+                        size: Some(d.size),
+                        at_ns: roar_store::now_ns(),
+                        ..access
+                    });
+                }));
+                return Ok(resp);
+            }
             out.body = Some(Hashing::wrap(body, expected, move |d| {
                 let Some(d) = d else { return };
                 let mut access = access;
@@ -402,6 +433,7 @@ with_plain_ops!(recorder_impl {
             let source = copy_source_of(&req.input.copy_source);
             let access_key = access_key(&req);
             let resp = self.shared.inner.copy_object(req).await?;
+            let stored = resp.extensions.get::<Stored>().cloned();
             let etag = resp
                 .output
                 .copy_object_result
@@ -416,7 +448,10 @@ with_plain_ops!(recorder_impl {
             let shared = Arc::clone(&self.shared);
             let guard = self.shared.background(access_key.as_deref());
             tokio::spawn(async move {
-                let d = match etag.as_deref().and_then(|e| shared.known(&written.bucket, &written.key, e)) {
+                let known = stored
+                    .map(|s| (s.blake3, s.size))
+                    .or_else(|| etag.as_deref().and_then(|e| shared.known(&written.bucket, &written.key, e)));
+                let d = match known {
                     Some((blake3, size)) => Some(Digest { blake3, size }),
                     None => shared
                         .digest_object(&written.bucket, &written.key, etag.as_deref())
@@ -476,7 +511,14 @@ with_plain_ops!(recorder_impl {
                 etag: etag.clone(),
                 ..Access::new(access_key, bucket, key, AccessKind::Write)
             };
-            self.shared.record_with_digest(access, etag);
+            match resp.extensions.get::<Stored>() {
+                Some(s) => self.shared.record(Access {
+                    blake3: Some(s.blake3.clone()),
+                    size: Some(s.size),
+                    ..access
+                }),
+                None => self.shared.record_with_digest(access, etag),
+            }
             Ok(resp)
         }
     }

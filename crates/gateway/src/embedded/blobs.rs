@@ -180,12 +180,29 @@ pub(crate) struct BlobWriter {
 }
 
 impl BlobWriter {
+    /// Hashes and writes a chunk. MD5 (the ETag; the slowest of the hashes) runs on a second
+    /// core beside the rest for chunks worth it: it alone made a 1 GiB PUT ~20 % slower.
     pub(crate) fn write(&mut self, chunk: &[u8]) -> io::Result<()> {
-        self.blake3.update(chunk);
-        self.md5.update(chunk);
-        self.checksums.update(chunk);
-        self.file.write_all(chunk)?;
-        self.size += chunk.len() as u64;
+        const PARALLEL: usize = 256 << 10;
+        let BlobWriter {
+            file,
+            blake3,
+            md5,
+            checksums,
+            size,
+        } = self;
+        let mut rest = || -> io::Result<()> {
+            blake3.update(chunk);
+            checksums.update(chunk);
+            file.write_all(chunk)
+        };
+        if chunk.len() >= PARALLEL {
+            rayon::join(|| md5.update(chunk), rest).1?;
+        } else {
+            md5.update(chunk);
+            rest()?;
+        }
+        *size += chunk.len() as u64;
         Ok(())
     }
 

@@ -35,6 +35,31 @@ pub struct Embedded {
     blobs: Blobs,
 }
 
+/// The stored object a response is about: its blake3 (the blob's name) and size. Put in the
+/// response's extensions, so that the recorder need not hash what the store already did.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    pub blake3: String,
+    pub size: u64,
+}
+
+impl Stored {
+    pub(crate) fn of(v: &index::Version) -> Option<Stored> {
+        Some(Stored {
+            blake3: v.blob.clone()?,
+            size: v.size,
+        })
+    }
+}
+
+/// Adds what the store knows of `v` to a response.
+pub(crate) fn with_stored<T>(mut resp: S3Response<T>, v: &index::Version) -> S3Response<T> {
+    if let Some(s) = Stored::of(v) {
+        resp.extensions.insert(s);
+    }
+    resp
+}
+
 /// What `gc` removed.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Collected {

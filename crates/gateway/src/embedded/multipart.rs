@@ -11,7 +11,7 @@ use s3s::{s3_error, S3Request, S3Response, S3Result};
 use super::body::{self, blocking};
 use super::index::{random_id, Checksums, NewVersion, Part, Upload};
 use super::objects::{meta_of, parse_tagging, version_out, write_if};
-use super::{check_key, internal, refused, timestamp, Embedded};
+use super::{check_key, internal, refused, timestamp, with_stored, Embedded};
 
 /// S3's smallest part but the last.
 const MIN_PART: u64 = 5 << 20;
@@ -388,7 +388,7 @@ impl Embedded {
         })
         .map_err(|e| refused(e, &i.bucket, Some(&i.key)))?;
         let c = &v.checksums;
-        Ok(S3Response::new(CompleteMultipartUploadOutput {
+        let out = S3Response::new(CompleteMultipartUploadOutput {
             bucket: Some(i.bucket.clone()),
             key: Some(i.key.clone()),
             location: Some(format!("/{}/{}", i.bucket, i.key)),
@@ -401,7 +401,8 @@ impl Embedded {
             checksum_sha256: c.sha256.clone(),
             checksum_type: c.kind.clone().map(ChecksumType::from),
             ..Default::default()
-        }))
+        });
+        Ok(with_stored(out, &v))
     }
 }
 

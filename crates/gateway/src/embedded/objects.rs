@@ -7,7 +7,7 @@ use s3s::{s3_error, S3Request, S3Response, S3Result};
 use super::body::{self, blocking, BlobStream};
 use super::index::{Checksums, Meta, NewVersion, Tags, Version, WriteIf};
 use super::listing::{self, Encoding};
-use super::{check_key, internal, refused, timestamp, Embedded};
+use super::{check_key, internal, refused, timestamp, with_stored, Embedded};
 
 impl Embedded {
     pub(super) async fn put(
@@ -67,7 +67,7 @@ impl Embedded {
         let v = blocking(|| self.index.put(&bucket, &key, &new, &cond))
             .map_err(|e| refused(e, &bucket, Some(&key)))?;
         let c = &v.checksums;
-        Ok(S3Response::new(PutObjectOutput {
+        let out = S3Response::new(PutObjectOutput {
             e_tag: Some(ETag::Strong(v.etag.clone())),
             version_id: version_out(&v),
             checksum_crc32: c.crc32.clone(),
@@ -78,7 +78,8 @@ impl Embedded {
             checksum_type: c.kind.clone().map(ChecksumType::from),
             size: Some(v.size as i64),
             ..Default::default()
-        }))
+        });
+        Ok(with_stored(out, &v))
     }
 
     /// The version a read names, or the S3 error for why there is none.
@@ -125,7 +126,7 @@ impl Embedded {
         };
         fill!(out, v, whole && checksums_wanted(i.checksum_mode.as_ref()));
         out.tag_count = (!v.tags.is_empty()).then_some(v.tags.len() as i32);
-        Ok(S3Response::new(out))
+        Ok(with_stored(S3Response::new(out), &v))
     }
 
     pub(super) async fn head(
@@ -334,7 +335,7 @@ impl Embedded {
         let v = blocking(|| self.index.put(&i.bucket, &i.key, &new, &WriteIf::default()))
             .map_err(|e| refused(e, &i.bucket, Some(&i.key)))?;
         let c = &v.checksums;
-        Ok(S3Response::new(CopyObjectOutput {
+        let out = S3Response::new(CopyObjectOutput {
             copy_object_result: Some(CopyObjectResult {
                 e_tag: Some(ETag::Strong(v.etag.clone())),
                 last_modified: Some(timestamp(v.modified_ns)),
@@ -348,7 +349,8 @@ impl Embedded {
             copy_source_version_id: version_out(&src),
             version_id: version_out(&v),
             ..Default::default()
-        }))
+        });
+        Ok(with_stored(out, &v))
     }
 
     pub(super) async fn tags(
