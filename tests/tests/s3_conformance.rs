@@ -288,3 +288,128 @@ sys.stdout.buffer.write(s3.get_object(Bucket="many", Key=sys.argv[1])["Body"].re
     assert_eq!(written.len(), 8, "{log}");
     assert!(written.contains(&same));
 }
+
+impl Running {
+    /// SIGTERM, then wait: a gateway records its sessions' jobs on the way out.
+    fn stop(mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn multipart_objects_through_an_upstream_are_hashed_from_their_parts() {
+    if !common::require_python_modules(&["boto3"]) || !common::require_tool("b3sum") {
+        return;
+    }
+    let Some(bin) = versitygw() else { return };
+    let p = Project::new();
+    let (_server, upstream) = start_versitygw(&bin, &p.path().join("vgw"));
+    p.write("creds", format!("{ACCESS} {SECRET}\n").as_bytes());
+    let mut child = p
+        .cmd([
+            "gateway",
+            "--listen",
+            "127.0.0.1:0",
+            "--credentials",
+            "creds",
+        ])
+        .args(["--upstream", &upstream])
+        .env("AWS_ACCESS_KEY_ID", "VGWKEY00000000000001")
+        .env("AWS_SECRET_ACCESS_KEY", SECRET)
+        .env("ROAR_LOG", "roar_gateway=info")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(p.path().join("gateway.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let endpoint = line[line.find("http://").unwrap()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    let gw = Running(child);
+    // (key, object size, part size): 8 and 16 MiB parts are BLAKE3 subtrees; 5 MiB + 3 are not.
+    let objects = [
+        ("mp/8mib", (20 << 20) + 5, 8 << 20),
+        ("mp/16mib", (33 << 20) + 1, 16 << 20),
+        ("mp/odd", (11 << 20) + 7, (5 << 20) + 3),
+    ];
+    let script = r#"
+import boto3, hashlib, os, sys
+from boto3.s3.transfer import TransferConfig
+endpoint, access, secret, out = sys.argv[1:5]
+s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=access,
+                  aws_secret_access_key=secret, region_name="us-east-1")
+s3.create_bucket(Bucket="parts")
+for spec in sys.argv[5:]:
+    key, size, part = spec.split(":")
+    size, part = int(size), int(part)
+    path = os.path.join(out, key.replace("/", "_"))
+    with open(path, "wb") as f:
+        f.write(hashlib.shake_256(key.encode()).digest(size))
+    cfg = TransferConfig(multipart_threshold=part, multipart_chunksize=part, max_concurrency=4)
+    s3.upload_file(path, "parts", key, Config=cfg)
+    s3.download_file("parts", key, path + ".back")
+"#;
+    let specs: Vec<String> = objects
+        .iter()
+        .map(|(k, s, part)| format!("{k}:{s}:{part}"))
+        .collect();
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            script,
+            &endpoint,
+            ACCESS,
+            SECRET,
+            p.path().to_str().unwrap(),
+        ])
+        .args(&specs)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    gw.stop();
+    let log = std::fs::read_to_string(p.path().join("gateway.log")).unwrap();
+
+    let logged: serde_json::Value =
+        serde_json::from_slice(&p.roar(["--json", "log", "-n", "100"]).stdout).unwrap();
+    let mut recorded = std::collections::HashMap::new();
+    for j in logged.as_array().unwrap() {
+        let job = p.job_json(j["id"].as_i64().unwrap());
+        for f in job["files"].as_array().unwrap() {
+            if f["role"] == "output" {
+                recorded.insert(
+                    f["path"].as_str().unwrap().to_owned(),
+                    f["hash"]["blake3"].as_str().unwrap_or("").to_owned(),
+                );
+            }
+        }
+    }
+    for (key, _, _) in objects {
+        let back = p.path().join(format!("{}.back", key.replace('/', "_")));
+        let b3 = Command::new("b3sum")
+            .args(["--no-names"])
+            .arg(&back)
+            .output()
+            .unwrap();
+        let b3 = common::stdout(&b3).trim().to_owned();
+        assert_eq!(
+            recorded.get(&format!("s3://parts/{key}")),
+            Some(&b3),
+            "{key}: recorded vs b3sum of the downloaded bytes\n{log}"
+        );
+    }
+    // Only the object whose parts are not subtrees was read back from the upstream.
+    let read_back: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("reading it back"))
+        .collect();
+    assert_eq!(read_back.len(), 1, "{log}");
+    assert!(read_back[0].contains("mp/odd"), "{log}");
+}

@@ -18,20 +18,54 @@ pub(crate) struct Digest {
     pub size: u64,
 }
 
-type OnEnd = Box<dyn FnOnce(Option<Digest>) + Send + Sync>;
-
-pub(crate) struct Hashing {
-    inner: StreamingBlob,
-    /// None when the digest is known already (the embedded store names blobs by it): the
-    /// wrapper then only counts bytes, to know the client got them all.
-    hasher: Option<blake3::Hasher>,
-    known: Option<Digest>,
-    size: u64,
-    expected: Option<u64>,
-    on_end: Option<OnEnd>,
+/// What a wrapper computes over the bytes that go through it.
+pub(crate) trait Summarize: Send + Sync + Unpin + 'static {
+    type Out: Send + 'static;
+    fn update(&mut self, chunk: &[u8]);
+    /// The summary of `size` bytes, all of the body.
+    fn finish(&mut self, size: u64) -> Option<Self::Out>;
 }
 
-impl Hashing {
+impl Summarize for blake3::Hasher {
+    type Out = Digest;
+
+    fn update(&mut self, chunk: &[u8]) {
+        blake3::Hasher::update(self, chunk);
+    }
+
+    fn finish(&mut self, size: u64) -> Option<Digest> {
+        Some(Digest {
+            blake3: self.finalize().to_hex().to_string(),
+            size,
+        })
+    }
+}
+
+/// A digest known already (the embedded store names blobs by it): only the bytes are counted, to
+/// know that the client got them all.
+struct Known(Option<Digest>);
+
+impl Summarize for Known {
+    type Out = Digest;
+
+    fn update(&mut self, _chunk: &[u8]) {}
+
+    fn finish(&mut self, _size: u64) -> Option<Digest> {
+        self.0.take()
+    }
+}
+
+type OnEnd<T> = Box<dyn FnOnce(Option<T>) + Send + Sync>;
+
+pub(crate) struct Hashing<S: Summarize> {
+    inner: StreamingBlob,
+    sum: S,
+    size: u64,
+    expected: Option<u64>,
+    on_end: Option<OnEnd<S::Out>>,
+}
+
+impl Hashing<blake3::Hasher> {
     /// Wraps `inner`, whose length is `expected` if known (else the stream's own exact length,
     /// if it has one); `on_end` is called exactly once: with the digest once all bytes went
     /// through, with `None` if the stream failed or was dropped before (a client that went away).
@@ -40,7 +74,7 @@ impl Hashing {
         expected: Option<u64>,
         on_end: impl FnOnce(Option<Digest>) + Send + Sync + 'static,
     ) -> StreamingBlob {
-        Hashing::start(inner, expected, None, Box::new(on_end))
+        Hashing::with(inner, expected, blake3::Hasher::new(), on_end)
     }
 
     /// Like `wrap`, for a body whose object's digest is `known`: `on_end` gets `known` once the
@@ -51,23 +85,25 @@ impl Hashing {
         known: Digest,
         on_end: impl FnOnce(Option<Digest>) + Send + Sync + 'static,
     ) -> StreamingBlob {
-        Hashing::start(inner, expected, Some(known), Box::new(on_end))
+        Hashing::with(inner, expected, Known(Some(known)), on_end)
     }
+}
 
-    fn start(
+impl<S: Summarize> Hashing<S> {
+    /// Like `wrap`, summarizing with `sum`.
+    pub(crate) fn with(
         inner: StreamingBlob,
         expected: Option<u64>,
-        known: Option<Digest>,
-        on_end: OnEnd,
+        sum: S,
+        on_end: impl FnOnce(Option<S::Out>) + Send + Sync + 'static,
     ) -> StreamingBlob {
         let expected = expected.or(inner.remaining_length().exact().map(|n| n as u64));
         let mut hashing = Hashing {
             inner,
-            hasher: known.is_none().then(blake3::Hasher::new),
-            known,
+            sum,
             size: 0,
             expected,
-            on_end: Some(on_end),
+            on_end: Some(Box::new(on_end)),
         };
         if expected == Some(0) {
             hashing.complete();
@@ -75,26 +111,19 @@ impl Hashing {
         StreamingBlob::new(hashing)
     }
 
-    fn end(&mut self, digest: Option<Digest>) {
+    fn end(&mut self, out: Option<S::Out>) {
         if let Some(f) = self.on_end.take() {
-            f(digest);
+            f(out);
         }
     }
 
     fn complete(&mut self) {
-        let digest = match (&self.hasher, self.known.take()) {
-            (_, Some(known)) => known,
-            (Some(h), None) => Digest {
-                blake3: h.finalize().to_hex().to_string(),
-                size: self.size,
-            },
-            (None, None) => return self.end(None),
-        };
-        self.end(Some(digest));
+        let out = self.sum.finish(self.size);
+        self.end(out);
     }
 }
 
-impl Stream for Hashing {
+impl<S: Summarize> Stream for Hashing<S> {
     type Item = Result<bytes::Bytes, StdError>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
@@ -102,9 +131,7 @@ impl Stream for Hashing {
         let polled = Pin::new(&mut this.inner).poll_next(cx);
         match &polled {
             Poll::Ready(Some(Ok(chunk))) => {
-                if let Some(h) = &mut this.hasher {
-                    h.update(chunk);
-                }
+                this.sum.update(chunk);
                 this.size += chunk.len() as u64;
                 if this.expected == Some(this.size) {
                     this.complete();
@@ -125,13 +152,13 @@ impl Stream for Hashing {
     }
 }
 
-impl ByteStream for Hashing {
+impl<S: Summarize> ByteStream for Hashing<S> {
     fn remaining_length(&self) -> RemainingLength {
         self.inner.remaining_length()
     }
 }
 
-impl Drop for Hashing {
+impl<S: Summarize> Drop for Hashing<S> {
     fn drop(&mut self) {
         self.end(None);
     }

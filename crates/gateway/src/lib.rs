@@ -19,6 +19,7 @@ mod control;
 mod embedded;
 mod files;
 mod host;
+mod parts;
 mod pending;
 mod record;
 mod upstream;

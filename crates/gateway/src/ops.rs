@@ -1,7 +1,8 @@
 //! The S3 operations that neither the recorder nor the upstream's direct path handle themselves:
 //! one list, so that every operation s3s knows is forwarded by both (none answers NotImplemented
 //! because a list missed it). Left out: the object reads and writes the recorder observes
-//! (PUT, GET, HEAD, DELETE, DeleteObjects, CopyObject, UploadPartCopy, CompleteMultipartUpload)
+//! (PUT, GET, HEAD, DELETE, DeleteObjects, CopyObject, UploadPart, UploadPartCopy,
+//! AbortMultipartUpload, CompleteMultipartUpload)
 //! and browser POST uploads, which the SDK proxy cannot forward.
 
 /// Invokes `$m! { passthrough { EXTRA... ALL-PLAIN-OPS... } REST... }`.
@@ -10,7 +11,6 @@ macro_rules! with_plain_ops {
         $m! {
             passthrough {
                 $($extra)*
-                abort_multipart_upload: AbortMultipartUploadInput => AbortMultipartUploadOutput;
                 create_bucket: CreateBucketInput => CreateBucketOutput;
                 create_bucket_metadata_table_configuration: CreateBucketMetadataTableConfigurationInput => CreateBucketMetadataTableConfigurationOutput;
                 create_multipart_upload: CreateMultipartUploadInput => CreateMultipartUploadOutput;
@@ -98,7 +98,6 @@ macro_rules! with_plain_ops {
                 put_public_access_block: PutPublicAccessBlockInput => PutPublicAccessBlockOutput;
                 restore_object: RestoreObjectInput => RestoreObjectOutput;
                 select_object_content: SelectObjectContentInput => SelectObjectContentOutput;
-                upload_part: UploadPartInput => UploadPartOutput;
                 write_get_object_response: WriteGetObjectResponseInput => WriteGetObjectResponseOutput;
             }
             $($rest)*

@@ -21,6 +21,7 @@ use tokio::sync::oneshot;
 
 use crate::body::{self, Digest, Hashing};
 use crate::control::{Inflight, InflightGuard};
+use crate::parts::{self, PartHasher, Uploads};
 use crate::pending::{self, Pending};
 use crate::Stored;
 
@@ -92,6 +93,8 @@ struct Shared {
     inner: Box<dyn S3>,
     /// The embedded store, which knows every object's blake3 without reading it back.
     store: Option<crate::Embedded>,
+    /// Multipart uploads through an upstream: their parts' subtree hashes.
+    uploads: Uploads,
     sink: Arc<dyn Sink>,
     /// blake3 and size by (bucket, key, ETag), for objects this gateway streamed whole.
     known: Mutex<HashMap<ObjectId, (String, u64)>>,
@@ -118,6 +121,7 @@ impl Recorder {
             shared: Arc::new(Shared {
                 inner,
                 store,
+                uploads: Uploads::default(),
                 sink,
                 known: Mutex::default(),
                 pending,
@@ -498,26 +502,99 @@ with_plain_ops!(recorder_impl {
             Ok(resp)
         }
 
+        async fn upload_part(
+            &self,
+            mut req: S3Request<UploadPartInput>,
+        ) -> S3Result<S3Response<UploadPartOutput>> {
+            // The embedded store hashes the object it assembles; an upstream's parts are hashed
+            // here as subtrees of their object, where their offset can be known.
+            // aws-chunked bodies give their length in x-amz-decoded-content-length.
+            let len = req
+                .input
+                .content_length
+                .and_then(|n| u64::try_from(n).ok())
+                .filter(|&n| n > 0)
+                .or_else(|| {
+                    req.headers
+                        .get("x-amz-decoded-content-length")
+                        .and_then(|v| v.to_str().ok()?.parse().ok())
+                });
+            let (upload_id, number) = (req.input.upload_id.clone(), req.input.part_number);
+            let offset = match self.shared.store {
+                Some(_) => None,
+                None => self.shared.uploads.offset(&upload_id, number, len).await,
+            };
+            let Some(offset) = offset else {
+                return self.shared.inner.upload_part(req).await;
+            };
+            let (tx, rx) = oneshot::channel();
+            let body = req.input.body.take().unwrap_or_else(empty_blob);
+            req.input.body = Some(Hashing::with(body, len, PartHasher::at(offset), move |h| {
+                let _ = tx.send(h);
+            }));
+            let resp = self.shared.inner.upload_part(req).await?;
+            if let Some(h) = rx.await.ok().flatten() {
+                self.shared.uploads.done(&upload_id, number, h, etag_str(&resp.output.e_tag));
+            }
+            Ok(resp)
+        }
+
+        async fn abort_multipart_upload(
+            &self,
+            req: S3Request<AbortMultipartUploadInput>,
+        ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+            let upload_id = req.input.upload_id.clone();
+            let resp = self.shared.inner.abort_multipart_upload(req).await?;
+            self.shared.uploads.forget(&upload_id);
+            Ok(resp)
+        }
+
         async fn complete_multipart_upload(
             &self,
             req: S3Request<CompleteMultipartUploadInput>,
         ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
             let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
             let access_key = access_key(&req);
+            let upload_id = req.input.upload_id.clone();
+            let listed: Vec<(i32, Option<String>)> = req
+                .input
+                .multipart_upload
+                .iter()
+                .flat_map(|m| m.parts.iter().flatten())
+                .filter_map(|p| Some((p.part_number?, etag_str(&p.e_tag))))
+                .collect();
             let resp = self.shared.inner.complete_multipart_upload(req).await?;
+            let merged = self
+                .shared
+                .uploads
+                .finish(&upload_id, &listed)
+                .and_then(|parts| parts::combine(&parts));
             let etag = etag_str(&resp.output.e_tag);
             let access = Access {
                 version_id: resp.output.version_id.clone(),
                 etag: etag.clone(),
                 ..Access::new(access_key, bucket, key, AccessKind::Write)
             };
-            match resp.extensions.get::<Stored>() {
-                Some(s) => self.shared.record(Access {
-                    blake3: Some(s.blake3.clone()),
-                    size: Some(s.size),
+            let known = resp
+                .extensions
+                .get::<Stored>()
+                .map(|s| (s.blake3.clone(), s.size))
+                .or(merged);
+            match known {
+                Some((blake3, size)) => self.shared.record(Access {
+                    blake3: Some(blake3),
+                    size: Some(size),
                     ..access
                 }),
-                None => self.shared.record_with_digest(access, etag),
+                None => {
+                    tracing::info!(
+                        "s3://{}/{}: its parts do not form its blake3 tree (sizes, numbering or a \
+                         part not seen whole); reading it back to hash it",
+                        access.bucket,
+                        access.key
+                    );
+                    self.shared.record_with_digest(access, etag)
+                }
             }
             Ok(resp)
         }

@@ -685,6 +685,8 @@ with_plain_ops!(via_sdk {
     delete_objects: DeleteObjectsInput => DeleteObjectsOutput;
     copy_object: CopyObjectInput => CopyObjectOutput;
     upload_part_copy: UploadPartCopyInput => UploadPartCopyOutput;
+    upload_part: UploadPartInput => UploadPartOutput;
+    abort_multipart_upload: AbortMultipartUploadInput => AbortMultipartUploadOutput;
 });
 
 #[cfg(test)]
