@@ -132,6 +132,43 @@ def rejected_puts_leave_nothing(s3):
 
 
 @check
+def trailer_checksums_are_verified(s3):
+    """An aws-chunked upload whose trailer checksum is wrong is refused and leaves nothing."""
+    import http.client
+    import urllib.parse
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+    payload = data(70_000, "trailer")
+    good = base64.b64encode(zlib.crc32(payload).to_bytes(4, "big")).decode()
+    for name, value, want in (("bad", "AAAAAA==", 400), ("good", good, 200)):
+        key = f"trailer/{name}"
+        body = (f"{len(payload):x}\r\n".encode() + payload + b"\r\n0\r\n"
+                + f"x-amz-checksum-crc32:{value}\r\n\r\n".encode())
+        url = f"{ENDPOINT}/{BUCKET}/{key}"
+        req = AWSRequest(method="PUT", url=url, data=body, headers={
+            "Content-Encoding": "aws-chunked",
+            "X-Amz-Decoded-Content-Length": str(len(payload)),
+            "X-Amz-Trailer": "x-amz-checksum-crc32",
+            "Content-Length": str(len(body)),
+        })
+        req.context["checksum"] = {"request_algorithm": {"in": "trailer"}}
+        S3SigV4Auth(Credentials(ACCESS, SECRET), "s3", "us-east-1").add_auth(req)
+        u = urllib.parse.urlsplit(url)
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+        conn.request("PUT", u.path, body=body, headers=dict(req.headers.items()))
+        r = conn.getresponse()
+        text = r.read().decode(errors="replace")
+        conn.close()
+        assert r.status == want, f"{name} trailer: {r.status} {text}"
+        if want == 200:
+            assert s3.get_object(Bucket=BUCKET, Key=key)["Body"].read() == payload
+        else:
+            assert "BadDigest" in text or "XAmzContentChecksumMismatch" in text, text
+            expect_error(lambda k=key: s3.head_object(Bucket=BUCKET, Key=k), {"404", "NoSuchKey"})
+
+
+@check
 def concurrent_writers_leave_whole_objects(s3):
     """8 writers of distinct keys and 8 of one key: every object is one writer's whole bytes."""
     size = 3 * MIB + 17

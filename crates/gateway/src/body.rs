@@ -179,3 +179,32 @@ pub(crate) async fn digest(mut body: StreamingBlob) -> Result<Digest, StdError> 
         size,
     })
 }
+
+/// The S3 error for a request body that failed while being read: a payload that does not match
+/// its signed SHA-256 is the client's fault (400 XAmzContentSHA256Mismatch, which SDKs do not
+/// retry), as is a chunk signature that does not verify (403) or a body that ends early (400).
+pub(crate) fn client_body_error(
+    e: &(dyn std::error::Error + Send + Sync + 'static),
+) -> s3s::S3Error {
+    use s3s::{S3Error, S3ErrorCode};
+    // s3s does not export its stream error types: their Display names the variant.
+    let text = e.to_string();
+    match () {
+        _ if text.contains("Sha256Mismatch") => {
+            let mut err = S3Error::with_message(
+                S3ErrorCode::Custom("XAmzContentSHA256Mismatch".into()),
+                "the body does not match the x-amz-content-sha256 it was signed with",
+            );
+            err.set_status_code(http::StatusCode::BAD_REQUEST);
+            err
+        }
+        _ if text.contains("SignatureMismatch") => S3Error::with_message(
+            S3ErrorCode::SignatureDoesNotMatch,
+            "a chunk of the aws-chunked body does not match its signature",
+        ),
+        _ => S3Error::with_message(
+            S3ErrorCode::IncompleteBody,
+            format!("the request body broke off: {text}"),
+        ),
+    }
+}

@@ -212,12 +212,31 @@ impl Direct {
                 headers.append(name.clone(), value);
             }
         }
+        let fault = Fault::default();
         let (body, sent) = match body {
             Some((blob, length)) => {
                 headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
                 let (tx, rx) = oneshot::channel();
+                // A checksum announced as an aws-chunked trailer is checked here, before the
+                // upstream has the last byte (the trailer itself is not forwarded).
+                let trailer = match &req.trailing_headers {
+                    Some(t) if req.headers.contains_key("x-amz-trailer") => Some((
+                        crate::embedded::wanted_checksums(
+                            &crate::embedded::Checksums::default(),
+                            None,
+                            &req.headers,
+                        )?,
+                        t.clone(),
+                    )),
+                    _ => None,
+                };
                 (
-                    Body::from(StreamingBlob::new(Sent::new(blob, tx))),
+                    Body::from(StreamingBlob::new(Sent::new(
+                        blob,
+                        tx,
+                        fault.clone(),
+                        trailer,
+                    ))),
                     Some(rx),
                 )
             }
@@ -232,18 +251,32 @@ impl Direct {
         tokio::pin!(response);
         // A request body takes as long as the client takes to send it; the upstream's silence
         // only counts from when it has the whole request.
-        if let Some(sent) = sent {
-            tokio::select! {
-                r = &mut response => return self.checked(&method, r).await,
-                _ = sent => {}
+        let result = async {
+            if let Some(sent) = sent {
+                tokio::select! {
+                    r = &mut response => return self.checked(&method, r).await,
+                    _ = sent => {}
+                }
+                // The client's body failed: drop the upstream request (the upstream never gets
+                // the whole body) rather than wait for hyper to notice.
+                if let Some(client) = fault.lock().unwrap().take() {
+                    return Err(client);
+                }
+            }
+            match tokio::time::timeout(self.timeout, response).await {
+                Ok(r) => self.checked(&method, r).await,
+                Err(_) => Err(unavailable(format!(
+                    "the upstream did not answer within {:?}",
+                    self.timeout
+                ))),
             }
         }
-        match tokio::time::timeout(self.timeout, response).await {
-            Ok(r) => self.checked(&method, r).await,
-            Err(_) => Err(unavailable(format!(
-                "the upstream did not answer within {:?}",
-                self.timeout
-            ))),
+        .await;
+        // A request that failed because of the client's body fails with the client's error.
+        let client = fault.lock().unwrap().take();
+        match (result, client) {
+            (Err(_), Some(client)) => Err(client),
+            (result, _) => result,
         }
     }
 
@@ -323,18 +356,50 @@ impl Direct {
     }
 }
 
-/// Reports, once, that a request body was handed over to the upstream in full (or dropped).
+/// Why a request body failed, when it was the client's doing.
+type Fault = Arc<Mutex<Option<S3Error>>>;
+
+/// A request body on its way to the upstream: reports, once, that it was handed over in full (or
+/// dropped); notes in `fault` why it failed when that is the client's doing; and with a trailer
+/// checksum to verify, holds its last chunk back until the trailer matched, so that an upstream
+/// never has a whole body the client's checksum refused.
 struct Sent {
     inner: StreamingBlob,
     done: Option<oneshot::Sender<()>>,
+    fault: Fault,
+    trailer: Option<(s3s::checksum::ChecksumHasher, s3s::TrailingHeaders)>,
+    held: Option<Bytes>,
+    finished: bool,
 }
 
 impl Sent {
-    fn new(inner: StreamingBlob, done: oneshot::Sender<()>) -> Sent {
+    fn new(
+        inner: StreamingBlob,
+        done: oneshot::Sender<()>,
+        fault: Fault,
+        trailer: Option<(s3s::checksum::ChecksumHasher, s3s::TrailingHeaders)>,
+    ) -> Sent {
         Sent {
             inner,
             done: Some(done),
+            fault,
+            trailer,
+            held: None,
+            finished: false,
         }
+    }
+
+    fn signal(&mut self) {
+        self.done.take().map(|d| d.send(()));
+    }
+}
+
+/// Signals `done` when it goes out of scope, after whatever was noted before.
+struct SignalOnDrop(Option<oneshot::Sender<()>>);
+
+impl Drop for SignalOnDrop {
+    fn drop(&mut self) {
+        self.0.take().map(|d| d.send(()));
     }
 }
 
@@ -343,21 +408,68 @@ impl Stream for Sent {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        let polled = Pin::new(&mut this.inner).poll_next(cx);
-        if matches!(polled, Poll::Ready(None | Some(Err(_)))) {
-            this.done.take().map(|d| d.send(()));
+        loop {
+            if this.finished {
+                return Poll::Ready(this.held.take().map(Ok));
+            }
+            match Pin::new(&mut this.inner).poll_next(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Ok(chunk))) => {
+                    let Some((hasher, _)) = &mut this.trailer else {
+                        return Poll::Ready(Some(Ok(chunk)));
+                    };
+                    hasher.update(&chunk);
+                    if let Some(previous) = this.held.replace(chunk) {
+                        return Poll::Ready(Some(Ok(previous)));
+                    }
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    *this.fault.lock().unwrap() = Some(crate::body::client_body_error(&*e));
+                    this.signal();
+                    return Poll::Ready(Some(Err(e)));
+                }
+                Poll::Ready(None) => {
+                    this.finished = true;
+                    // The fault is noted before `done` is signalled: the waiter reads it then.
+                    let _signal = SignalOnDrop(this.done.take());
+                    if let Some((hasher, trailers)) = this.trailer.take() {
+                        let mut claimed = crate::embedded::Checksums::default();
+                        let computed = crate::embedded::Checksums::from_dto(hasher.finalize());
+                        let checked = claimed
+                            .add_trailers(Some(&trailers))
+                            .and_then(|()| claimed.verify(&computed));
+                        if let Err(e) = checked {
+                            *this.fault.lock().unwrap() = Some(e);
+                            this.held = None;
+                            return Poll::Ready(Some(Err(
+                                "the trailer checksum does not match the body".into(),
+                            )));
+                        }
+                    }
+                }
+            }
         }
-        polled
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        self.inner.size_hint()
+        let (low, high) = self.inner.size_hint();
+        let held = usize::from(self.held.is_some());
+        (low + held, high.map(|h| h + held))
     }
 }
 
 impl ByteStream for Sent {
+    /// The inner stream's, plus a chunk held back: a body that reported 0 while it still holds
+    /// its last chunk would be taken as ended and never polled again.
     fn remaining_length(&self) -> RemainingLength {
-        self.inner.remaining_length()
+        let held = self.held.as_ref().map_or(0, Bytes::len);
+        if held == 0 {
+            return self.inner.remaining_length();
+        }
+        match self.inner.remaining_length().exact() {
+            Some(n) => RemainingLength::new_exact(n + held),
+            None => RemainingLength::unknown(),
+        }
     }
 }
 

@@ -36,8 +36,7 @@ pub(crate) async fn receive(
     };
     let mut batch: Vec<u8> = Vec::new();
     while let Some(chunk) = body.next().await {
-        let chunk =
-            chunk.map_err(|e| s3_error!(IncompleteBody, "the request body broke off: {e}"))?;
+        let chunk = chunk.map_err(|e| crate::body::client_body_error(&*e))?;
         if batch.is_empty() && chunk.len() >= BATCH {
             blocking(|| w.write(&chunk)).map_err(internal)?;
             continue;

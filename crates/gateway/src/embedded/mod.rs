@@ -24,6 +24,9 @@ use anyhow::Context;
 use s3s::dto::*;
 use s3s::{s3_error, S3Error, S3Request, S3Response, S3Result, S3};
 
+pub(crate) use body::wanted as wanted_checksums;
+pub(crate) use index::Checksums;
+
 use blobs::Blobs;
 use body::blocking;
 use index::{Index, Refused};
