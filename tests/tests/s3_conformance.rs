@@ -413,3 +413,127 @@ for spec in sys.argv[5:]:
     assert_eq!(read_back.len(), 1, "{log}");
     assert!(read_back[0].contains("mp/odd"), "{log}");
 }
+
+/// A signed PUT sent by hand: headers claiming `claimed` bytes, then `sent` bytes, then silence.
+/// Prints `STATUS SECONDS CODE` of the answer (or `closed SECONDS` if the server hung up).
+const SLOW_CLIENT: &str = r#"
+import socket, sys, time, urllib.parse
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+endpoint, access, secret, key, claimed, sent = sys.argv[1:7]
+url = f"{endpoint}/slow/{key}"
+req = AWSRequest(method="PUT", url=url, headers={"Content-Length": claimed,
+                                                 "X-Amz-Content-SHA256": "UNSIGNED-PAYLOAD"})
+S3SigV4Auth(Credentials(access, secret), "s3", "us-east-1").add_auth(req)
+u = urllib.parse.urlsplit(url)
+s = socket.create_connection((u.hostname, u.port))
+head = f"PUT {u.path} HTTP/1.1\r\nHost: {u.netloc}\r\n" + "".join(
+    f"{k}: {v}\r\n" for k, v in req.headers.items()) + "\r\n"
+t = time.monotonic()
+s.sendall(head.encode() + b"x" * int(sent))
+s.settimeout(120)
+data = b""
+try:
+    while b"</Error>" not in data:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+        if data.startswith(b"HTTP/1.1 2"):
+            break
+except socket.timeout:
+    pass
+took = time.monotonic() - t
+text = data.decode(errors="replace")
+if not text:
+    print(f"closed {took:.1f}")
+else:
+    code = text.split("<Code>")[1].split("</Code>")[0] if "<Code>" in text else "-"
+    print(f"{text.split()[1]} {took:.1f} {code}")
+"#;
+
+#[test]
+fn slow_and_oversized_uploads_are_refused_in_time() {
+    if !common::require_python_modules(&["boto3"]) {
+        return;
+    }
+    let p = Project::new();
+    p.write("creds", format!("{ACCESS} {SECRET}\n").as_bytes());
+    let mut child = p
+        .cmd([
+            "gateway",
+            "--listen",
+            "127.0.0.1:0",
+            "--credentials",
+            "creds",
+        ])
+        .args(["--client-timeout", "2"])
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(p.path().join("gateway.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let endpoint = line[line.find("http://").unwrap()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    let _gw = Running(child);
+    let out = Command::new("python3")
+        .args(["-c", "import boto3,sys; boto3.client('s3', endpoint_url=sys.argv[1], aws_access_key_id=sys.argv[2], aws_secret_access_key=sys.argv[3], region_name='us-east-1').create_bucket(Bucket='slow')"])
+        .args([&endpoint, ACCESS, SECRET])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let slow = |key: &str, claimed: u64, sent: u64| -> (String, f64, String) {
+        let out = Command::new("python3")
+            .args(["-c", SLOW_CLIENT, &endpoint, ACCESS, SECRET, key])
+            .args([claimed.to_string(), sent.to_string()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let text = common::stdout(&out);
+        let f: Vec<&str> = text.split_whitespace().collect();
+        (
+            f[0].to_owned(),
+            f[1].parse().unwrap(),
+            f.get(2).copied().unwrap_or("").to_owned(),
+        )
+    };
+    // Claims 5 GiB, sends 10 bytes, then nothing: refused after the client timeout, not held.
+    let (status, took, code) = slow("five-gib", 5 << 30, 10);
+    assert_eq!(
+        (status.as_str(), code.as_str()),
+        ("400", "RequestTimeout"),
+        "{took}"
+    );
+    assert!((1.5..10.0).contains(&took), "answered after {took} s");
+    // Over 5 GiB: refused before any body is read.
+    let (status, took, code) = slow("six-gib", 6 << 30, 0);
+    assert_eq!((status.as_str(), code.as_str()), ("400", "EntityTooLarge"));
+    assert!(took < 1.5, "answered after {took} s");
+    // Headers that never end: the connection is closed after the client timeout.
+    let addr = endpoint.trim_start_matches("http://").to_owned();
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    let t = std::time::Instant::now();
+    std::io::Write::write_all(&mut s, b"PUT /slow/x HTTP/1.1\r\nHost: x\r\n").unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let n = std::io::Read::read(&mut s, &mut [0u8; 64]).unwrap_or(0);
+    let took = t.elapsed().as_secs_f64();
+    assert!(
+        n == 0 && (1.5..10.0).contains(&took),
+        "read {n} after {took} s"
+    );
+    // Nothing of either was stored.
+    assert_eq!(
+        std::fs::read_dir(p.path().join(".roar/s3/tmp"))
+            .unwrap()
+            .count(),
+        0
+    );
+}

@@ -56,6 +56,10 @@ pub struct GatewayArgs {
     /// Seconds an upstream may stay silent before a request fails.
     #[arg(long, default_value_t = 30)]
     upstream_timeout: u64,
+    /// Seconds a client may take to send its request headers, or stay silent mid-body, before
+    /// the request fails with 400 RequestTimeout.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    client_timeout: u64,
 }
 
 /// `roar gc`: drops the embedded store's blobs that nothing needs.
@@ -440,6 +444,7 @@ pub fn serve(args: GatewayArgs) -> anyhow::Result<ExitCode> {
     gw.credentials = credentials.clone();
     gw.domains = args.domains.clone();
     gw.upstream_timeout = Duration::from_secs(args.upstream_timeout);
+    gw.client_timeout = Duration::from_secs(args.client_timeout);
 
     let writer = Writer::start(&project.db_path())?;
     let sessions = Arc::new(Sessions {

@@ -3,6 +3,7 @@
 //! A body of known length ends with its last byte: hyper stops polling a response once it has
 //! sent Content-Length bytes, so waiting for the stream's own end would miss every full GET.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -198,6 +199,14 @@ pub(crate) fn client_body_error(
             err.set_status_code(http::StatusCode::BAD_REQUEST);
             err
         }
+        _ if text.contains(CLIENT_SILENT) => {
+            let mut err = S3Error::with_message(
+                S3ErrorCode::RequestTimeout,
+                "your socket connection to the server was not read from or written to within the timeout period",
+            );
+            err.set_status_code(http::StatusCode::BAD_REQUEST);
+            err
+        }
         _ if text.contains("SignatureMismatch") => S3Error::with_message(
             S3ErrorCode::SignatureDoesNotMatch,
             "a chunk of the aws-chunked body does not match its signature",
@@ -206,5 +215,58 @@ pub(crate) fn client_body_error(
             S3ErrorCode::IncompleteBody,
             format!("the request body broke off: {text}"),
         ),
+    }
+}
+
+/// What `Idle` fails a body with.
+const CLIENT_SILENT: &str = "the client sent nothing for too long (RequestTimeout)";
+
+/// A request body that fails once the client stays silent for `timeout` (before its first byte
+/// or between two): a client cannot hold a request, and what it announced, open forever.
+pub(crate) struct Idle {
+    inner: hyper::body::Incoming,
+    timeout: std::time::Duration,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl Idle {
+    pub(crate) fn new(inner: hyper::body::Incoming, timeout: std::time::Duration) -> Idle {
+        Idle {
+            inner,
+            timeout,
+            deadline: Box::pin(tokio::time::sleep(timeout)),
+        }
+    }
+}
+
+impl http_body::Body for Idle {
+    type Data = bytes::Bytes;
+    type Error = StdError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, StdError>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(frame)) => {
+                let next = tokio::time::Instant::now() + this.timeout;
+                this.deadline.as_mut().reset(next);
+                Poll::Ready(Some(frame.map_err(StdError::from)))
+            }
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => match this.deadline.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(CLIENT_SILENT.into()))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }

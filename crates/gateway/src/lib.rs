@@ -67,6 +67,9 @@ pub struct Config {
     pub domains: Vec<String>,
     /// How long an upstream may stay silent (connect, or between bytes) before the request fails.
     pub upstream_timeout: Duration,
+    /// How long a client may take to send a request's headers, or stay silent in the middle of
+    /// its body, before the request fails (400 RequestTimeout) and the connection is closed.
+    pub client_timeout: Duration,
 }
 
 impl Config {
@@ -78,6 +81,7 @@ impl Config {
             credentials: Vec::new(),
             domains: vec!["localhost".into()],
             upstream_timeout: Duration::from_secs(30),
+            client_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -147,7 +151,14 @@ impl Gateway {
                         }
                     };
                     let _ = ready_tx.send(Ok(()));
-                    serve(listener, service, shared.inflight, stop_rx).await;
+                    serve(
+                        listener,
+                        service,
+                        shared.inflight,
+                        config.client_timeout,
+                        stop_rx,
+                    )
+                    .await;
                     pending.wait().await;
                 });
             })?;
@@ -238,12 +249,15 @@ async fn serve(
     listener: tokio::net::TcpListener,
     service: s3s::service::S3Service,
     inflight: Arc<Inflight>,
+    client_timeout: Duration,
     mut stop: oneshot::Receiver<()>,
 ) {
     // Each request counts as in flight under the key it claims until its response body is gone.
     let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
         let guard = control::claimed_key(&req).map(|k| inflight.start(k));
-        let reply = hyper::service::Service::call(&service, req);
+        let req = req.map(|b| s3s::Body::http_body(body::Idle::new(b, client_timeout)));
+        let service = service.clone();
+        let reply = async move { service.call(req).await };
         async move {
             let mut resp = reply.await?;
             // Every answer names its request (S3 clients log it; support asks for it), errors
@@ -259,7 +273,11 @@ async fn serve(
             }))
         }
     });
-    let http = ConnBuilder::new(TokioExecutor::new());
+    let mut http = ConnBuilder::new(TokioExecutor::new());
+    // A client that does not finish its request headers in time is disconnected.
+    http.http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(client_timeout);
     let graceful = GracefulShutdown::new();
     loop {
         let socket = tokio::select! {

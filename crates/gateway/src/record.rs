@@ -285,6 +285,7 @@ with_plain_ops!(recorder_impl {
             &self,
             mut req: S3Request<PutObjectInput>,
         ) -> S3Result<S3Response<PutObjectOutput>> {
+            refuse_too_large(req.input.content_length, &req.headers)?;
             if self.shared.store.is_some() {
                 // The embedded store hashes what it keeps (blobs are named by blake3): one pass.
                 let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
@@ -506,6 +507,7 @@ with_plain_ops!(recorder_impl {
             &self,
             mut req: S3Request<UploadPartInput>,
         ) -> S3Result<S3Response<UploadPartOutput>> {
+            refuse_too_large(req.input.content_length, &req.headers)?;
             // The embedded store hashes the object it assembles; an upstream's parts are hashed
             // here as subtrees of their object, where their offset can be known.
             // aws-chunked bodies give their length in x-amz-decoded-content-length.
@@ -600,6 +602,26 @@ with_plain_ops!(recorder_impl {
         }
     }
 );
+
+/// S3's largest single PUT or part.
+const MAX_BODY: u64 = 5 << 30;
+
+/// EntityTooLarge before a byte of the body is read, for a body announced over 5 GiB.
+fn refuse_too_large(content_length: Option<i64>, headers: &http::HeaderMap) -> S3Result<()> {
+    let decoded = headers
+        .get("x-amz-decoded-content-length")
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let announced = content_length
+        .and_then(|n| u64::try_from(n).ok())
+        .max(decoded);
+    match announced {
+        Some(n) if n > MAX_BODY => Err(s3s::s3_error!(
+            EntityTooLarge,
+            "the body is {n} bytes; a single PUT or part holds at most {MAX_BODY} (use a multipart upload)"
+        )),
+        _ => Ok(()),
+    }
+}
 
 /// (bucket, key, version) of a `BUCKET/KEY` copy source.
 fn copy_source_of(source: &CopySource) -> Option<(String, String, Option<String>)> {
