@@ -35,7 +35,7 @@ for _ in $(seq 200); do
 done
 
 printf 'BENCHCLIENTKEY000001 bench-client-secret-bench-client-secret-\n' > "$W/keys.txt"
-AWS_ACCESS_KEY_ID=$UP_KEY AWS_SECRET_ACCESS_KEY=$UP_SECRET \
+AWS_ACCESS_KEY_ID=$UP_KEY AWS_SECRET_ACCESS_KEY=$UP_SECRET ROAR_LOG=roar_gateway=info \
     "$ROAR" gateway --listen 127.0.0.1:0 --upstream "$UP_URL" --credentials "$W/keys.txt" \
     > "$W/gateway.env" 2> "$W/gateway.log" &
 pids+=($!); GW_PID=$!
@@ -72,6 +72,8 @@ fi
 echo "== S3 latency and streaming (boto3, $REPS rounds for objects up to 1 MiB)"
 BENCH_DIR="$W" BENCH_JSON="$W/s3.json" python3 "$REPO/bench/s3_bench.py" "$REPS" "${endpoints[@]}"
 kill -TERM "$GW_PID"; wait "$GW_PID" 2>/dev/null || true
+# Multipart objects are hashed from their parts: none should have been read back.
+echo "objects the forwarding gateway read back from the upstream to hash: $(grep -c 'reading it back' "$W/gateway.log" || true)"
 echo "gateway jobs recorded: $("$ROAR" log --json -n 1000 | python3 -c 'import json,sys; print(sum(1 for j in json.load(sys.stdin) if j["backend"] == "gateway"))')"
 
 echo "== roar run --s3 true: fixed cost, a gateway of the run's own vs a key borrowed from a running one"
