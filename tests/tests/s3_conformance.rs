@@ -537,3 +537,48 @@ fn slow_and_oversized_uploads_are_refused_in_time() {
         0
     );
 }
+
+#[test]
+fn a_store_in_the_old_layout_is_imported_and_kept() {
+    if !common::require_python_modules(&["boto3"]) {
+        return;
+    }
+    let p = Project::new();
+    // What an older roar (s3s-fs) left: a directory per bucket, a file per object, and its own
+    // metadata files beside them.
+    p.write(".roar/s3/old-data/raw/a.csv", b"a,b\n1,2\n");
+    p.write(".roar/s3/old-data/top.bin", &[7u8; 5000]);
+    p.write(
+        ".roar/s3/.bucket-old-data.object-top.bin.metadata.json",
+        b"{}",
+    );
+    let (gw, endpoint) = roar_gateway(&p, None);
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            r#"import boto3, sys
+s3 = boto3.client("s3", endpoint_url=sys.argv[1], aws_access_key_id=sys.argv[2],
+                  aws_secret_access_key=sys.argv[3], region_name="us-east-1")
+keys = [o["Key"] for o in s3.list_objects_v2(Bucket="old-data")["Contents"]]
+assert keys == ["raw/a.csv", "top.bin"], keys
+assert s3.get_object(Bucket="old-data", Key="raw/a.csv")["Body"].read() == b"a,b\n1,2\n"
+assert s3.get_object(Bucket="old-data", Key="top.bin")["Body"].read() == bytes([7]) * 5000
+"#,
+            &endpoint,
+            ACCESS,
+            SECRET,
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    drop(gw);
+    // The old tree is kept as it was, out of the way.
+    let kept = p.path().join(".roar/s3/s3s-fs-layout/old-data");
+    assert_eq!(
+        std::fs::read(kept.join("raw/a.csv")).unwrap(),
+        b"a,b\n1,2\n"
+    );
+    assert!(!p.path().join(".roar/s3/old-data").exists());
+    let log = std::fs::read_to_string(p.path().join("gateway.log")).unwrap();
+    assert!(log.contains("imported 2 objects"), "{log}");
+}
