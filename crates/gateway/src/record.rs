@@ -7,8 +7,10 @@
 //!   client got the last byte (a client that goes away mid-body records nothing). A ranged GET
 //!   records its range and the object's full hash, known from an earlier access or computed by
 //!   reading the object once in the background.
-//! - Multipart uploads and copies produce an object the gateway never streamed whole: it reads the
-//!   result back once, in the background, to hash it.
+//! - Multipart uploads and copies produce an object the gateway never streamed whole. The embedded
+//!   store reports the blake3 it named the object by (a `Stored` response extension); through an
+//!   upstream, a multipart object's hash is merged from its parts' BLAKE3 subtrees (`parts.rs`),
+//!   and otherwise the result is read back once, in the background, to hash it.
 //! - Deletes record the key as deleted. Listings, HEADs and bucket operations are served, not
 //!   recorded. Every other operation goes to the backend as it is (`ops.rs`).
 

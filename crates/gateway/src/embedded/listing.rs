@@ -1,6 +1,12 @@
-//! Listings: prefix, delimiter, markers, continuation tokens and `encoding-type=url`.
+//! Listings of the embedded store — ListObjects v1 and v2, ListObjectVersions — with prefix,
+//! delimiter, markers, continuation tokens and `encoding-type=url`.
 
+use s3s::dto::*;
+use s3s::{s3_error, S3Request, S3Response, S3Result};
+
+use super::body::blocking;
 use super::index::{self, Index, Version};
+use super::{refused, timestamp, Embedded};
 
 /// One page of current objects and common prefixes, in key order.
 pub(crate) struct Page {
@@ -133,6 +139,235 @@ pub(crate) fn untoken(token: &str) -> Option<String> {
         .map(|i| u8::from_str_radix(token.get(i..i + 2)?, 16).ok())
         .collect();
     String::from_utf8(bytes?).ok()
+}
+
+impl Embedded {
+    pub(super) async fn list_v2(
+        &self,
+        req: S3Request<ListObjectsV2Input>,
+    ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        let i = req.input;
+        let prefix = i.prefix.clone().unwrap_or_default();
+        let after = match &i.continuation_token {
+            Some(t) => untoken(t).ok_or_else(|| {
+                s3_error!(
+                    InvalidArgument,
+                    "the continuation token is not one this store gave out"
+                )
+            })?,
+            None => i.start_after.clone().unwrap_or_default(),
+        };
+        let max = max_keys(i.max_keys);
+        let page = blocking(|| {
+            page(
+                &self.index,
+                &i.bucket,
+                &prefix,
+                i.delimiter.as_deref(),
+                &after,
+                max,
+            )
+        })
+        .map_err(|e| refused(e, &i.bucket, None))?;
+        let enc = Encoding::of(i.encoding_type.as_ref());
+        let key_count = (page.objects.len() + page.prefixes.len()) as i32;
+        Ok(S3Response::new(ListObjectsV2Output {
+            name: Some(i.bucket),
+            prefix: Some(enc.apply(&prefix)),
+            delimiter: enc.opt(i.delimiter.as_deref()),
+            start_after: enc.opt(i.start_after.as_deref()),
+            max_keys: Some(max as i32),
+            key_count: Some(key_count),
+            continuation_token: i.continuation_token,
+            is_truncated: Some(page.truncated),
+            next_continuation_token: page
+                .truncated
+                .then(|| page.last.as_deref().map(token))
+                .flatten(),
+            contents: Some(page.objects.iter().map(|v| object_entry(v, &enc)).collect()),
+            common_prefixes: Some(prefixes_out(&page.prefixes, &enc)),
+            encoding_type: i.encoding_type,
+            ..Default::default()
+        }))
+    }
+
+    pub(super) async fn list_v1(
+        &self,
+        req: S3Request<ListObjectsInput>,
+    ) -> S3Result<S3Response<ListObjectsOutput>> {
+        let i = req.input;
+        let prefix = i.prefix.clone().unwrap_or_default();
+        let after = i.marker.clone().unwrap_or_default();
+        let max = max_keys(i.max_keys);
+        let page = blocking(|| {
+            page(
+                &self.index,
+                &i.bucket,
+                &prefix,
+                i.delimiter.as_deref(),
+                &after,
+                max,
+            )
+        })
+        .map_err(|e| refused(e, &i.bucket, None))?;
+        let enc = Encoding::of(i.encoding_type.as_ref());
+        Ok(S3Response::new(ListObjectsOutput {
+            name: Some(i.bucket),
+            prefix: Some(enc.apply(&prefix)),
+            delimiter: enc.opt(i.delimiter.as_deref()),
+            marker: Some(enc.apply(&after)),
+            max_keys: Some(max as i32),
+            is_truncated: Some(page.truncated),
+            next_marker: page
+                .truncated
+                .then(|| page.last.as_deref().map(|l| enc.apply(l)))
+                .flatten(),
+            contents: Some(page.objects.iter().map(|v| object_entry(v, &enc)).collect()),
+            common_prefixes: Some(prefixes_out(&page.prefixes, &enc)),
+            encoding_type: i.encoding_type,
+            ..Default::default()
+        }))
+    }
+
+    pub(super) async fn list_versions(
+        &self,
+        req: S3Request<ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        let i = req.input;
+        let prefix = i.prefix.clone().unwrap_or_default();
+        let max = max_keys(i.max_keys);
+        let delimiter = i.delimiter.as_deref();
+        let key_marker = i.key_marker.clone().unwrap_or_default();
+        let mut after_seq = match (&i.key_marker, &i.version_id_marker) {
+            (Some(k), Some(vid)) if !vid.is_empty() => {
+                blocking(|| self.index.seq_of(&i.bucket, k, vid))
+                    .map_err(|e| refused(e, &i.bucket, None))?
+            }
+            _ => None,
+        };
+        let mut cursor = key_marker.as_bytes().to_vec();
+        if let Some(cp) = rolled_up(&key_marker, &prefix, delimiter) {
+            if cp == key_marker {
+                cursor = past(cp);
+            }
+        }
+        let (mut versions, mut markers, mut prefixes) = (Vec::new(), Vec::new(), Vec::new());
+        let mut last: Option<(String, Option<String>)> = None;
+        let mut truncated = false;
+        'batches: loop {
+            let batch = blocking(|| {
+                self.index
+                    .list_versions(&i.bucket, &prefix, &cursor, after_seq.take(), 1000)
+            })
+            .map_err(|e| refused(e, &i.bucket, None))?;
+            if batch.is_empty() {
+                break;
+            }
+            let full = batch.len() == 1000;
+            for v in batch {
+                if versions.len() + markers.len() + prefixes.len() >= max {
+                    truncated = true;
+                    break 'batches;
+                }
+                if let Some(cp) = rolled_up(&v.key, &prefix, delimiter) {
+                    let cp = cp.to_owned();
+                    cursor = past(&cp);
+                    last = Some((cp.clone(), None));
+                    prefixes.push(cp);
+                    continue 'batches;
+                }
+                cursor = v.key.as_bytes().to_vec();
+                after_seq = Some(v.seq);
+                last = Some((v.key.clone(), Some(v.version_id.clone())));
+                if v.delete_marker {
+                    markers.push(v);
+                } else {
+                    versions.push(v);
+                }
+            }
+            if !full {
+                break;
+            }
+        }
+        let enc = Encoding::of(i.encoding_type.as_ref());
+        let (next_key, next_vid) = match (truncated, last) {
+            (true, Some((k, vid))) => (Some(enc.apply(&k)), vid),
+            _ => (None, None),
+        };
+        Ok(S3Response::new(ListObjectVersionsOutput {
+            name: Some(i.bucket),
+            prefix: Some(enc.apply(&prefix)),
+            delimiter: enc.opt(delimiter),
+            key_marker: i.key_marker.as_deref().map(|k| enc.apply(k)),
+            version_id_marker: i.version_id_marker,
+            max_keys: Some(max as i32),
+            is_truncated: Some(truncated),
+            next_key_marker: next_key,
+            next_version_id_marker: next_vid,
+            versions: Some(
+                versions
+                    .iter()
+                    .map(|v| ObjectVersion {
+                        key: Some(enc.apply(&v.key)),
+                        version_id: Some(v.version_id.clone()),
+                        is_latest: Some(v.latest),
+                        e_tag: Some(ETag::Strong(v.etag.clone())),
+                        size: Some(v.size as i64),
+                        last_modified: Some(timestamp(v.modified_ns)),
+                        storage_class: Some(ObjectVersionStorageClass::from(
+                            ObjectVersionStorageClass::STANDARD.to_owned(),
+                        )),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            delete_markers: Some(
+                markers
+                    .iter()
+                    .map(|v| DeleteMarkerEntry {
+                        key: Some(enc.apply(&v.key)),
+                        version_id: Some(v.version_id.clone()),
+                        is_latest: Some(v.latest),
+                        last_modified: Some(timestamp(v.modified_ns)),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            common_prefixes: Some(prefixes_out(&prefixes, &enc)),
+            encoding_type: i.encoding_type,
+            ..Default::default()
+        }))
+    }
+}
+
+fn max_keys(asked: Option<i32>) -> usize {
+    asked.map_or(1000, |n| n.clamp(0, 1000) as usize)
+}
+
+fn object_entry(v: &Version, enc: &Encoding) -> Object {
+    Object {
+        key: Some(enc.apply(&v.key)),
+        e_tag: Some(ETag::Strong(v.etag.clone())),
+        size: Some(v.size as i64),
+        last_modified: Some(timestamp(v.modified_ns)),
+        storage_class: Some(ObjectStorageClass::from(
+            v.meta
+                .storage_class
+                .clone()
+                .unwrap_or_else(|| ObjectStorageClass::STANDARD.to_owned()),
+        )),
+        checksum_type: v.checksums.kind.clone().map(ChecksumType::from),
+        ..Default::default()
+    }
+}
+
+fn prefixes_out(prefixes: &[String], enc: &Encoding) -> Vec<CommonPrefix> {
+    prefixes
+        .iter()
+        .map(|p| CommonPrefix {
+            prefix: Some(enc.apply(p)),
+        })
+        .collect()
 }
 
 #[cfg(test)]
