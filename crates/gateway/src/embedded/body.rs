@@ -1,6 +1,7 @@
 //! Request bodies into blobs and blobs into response bodies.
 
 use std::fs::File;
+use std::future::Future;
 use std::os::unix::fs::FileExt;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -190,42 +191,80 @@ pub(crate) fn verify_length(declared: Option<i64>, written: &Written) -> S3Resul
     }
 }
 
-/// `len` bytes of a blob from `start`, read as the client takes them.
+/// Bytes `start..end` of a blob, read a block ahead on the blocking pool: the next block is
+/// being read while the client takes this one, and no runtime thread waits on the disk.
 pub(crate) struct BlobStream {
     file: Arc<File>,
+    /// Where the next block to read starts.
     pos: u64,
     end: u64,
+    /// Bytes not yet handed to the client.
+    left: u64,
+    reading: Option<tokio::task::JoinHandle<std::io::Result<Bytes>>>,
 }
 
 impl BlobStream {
     pub(crate) fn blob(file: File, start: u64, end: u64) -> StreamingBlob {
-        StreamingBlob::new(BlobStream {
+        let mut s = BlobStream {
             file: Arc::new(file),
             pos: start,
             end,
-        })
+            left: end - start,
+            reading: None,
+        };
+        s.read_next();
+        StreamingBlob::new(s)
+    }
+
+    fn read_next(&mut self) {
+        const BLOCK: u64 = 2 << 20;
+        if self.pos >= self.end {
+            return;
+        }
+        let (file, at, n) = (
+            Arc::clone(&self.file),
+            self.pos,
+            (self.end - self.pos).min(BLOCK) as usize,
+        );
+        self.pos += n as u64;
+        self.reading = Some(tokio::task::spawn_blocking(move || {
+            let mut buf = vec![0u8; n];
+            let mut got = 0;
+            while got < n {
+                match file.read_at(&mut buf[got..], at + got as u64)? {
+                    0 => {
+                        return Err(std::io::Error::new(
+                            std::io::ErrorKind::UnexpectedEof,
+                            "the stored object ended early",
+                        ))
+                    }
+                    k => got += k,
+                }
+            }
+            Ok(Bytes::from(buf))
+        }));
     }
 }
 
 impl futures::Stream for BlobStream {
     type Item = Result<Bytes, StdError>;
 
-    fn poll_next(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        const CHUNK: u64 = 1 << 20;
-        if self.pos >= self.end {
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let Some(reading) = self.reading.as_mut() else {
             return Poll::Ready(None);
-        }
-        let n = (self.end - self.pos).min(CHUNK) as usize;
-        let mut buf = vec![0u8; n];
-        let (file, pos) = (Arc::clone(&self.file), self.pos);
-        let read = blocking(|| file.read_at(&mut buf, pos));
-        match read {
-            Ok(0) => Poll::Ready(Some(Err("the stored object ended early".into()))),
-            Ok(got) => {
-                buf.truncate(got);
-                self.pos += got as u64;
-                Poll::Ready(Some(Ok(Bytes::from(buf))))
+        };
+        let done = match Pin::new(reading).poll(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(done) => done,
+        };
+        self.reading = None;
+        match done {
+            Ok(Ok(block)) => {
+                self.left -= block.len() as u64;
+                self.read_next();
+                Poll::Ready(Some(Ok(block)))
             }
+            Ok(Err(e)) => Poll::Ready(Some(Err(Box::new(e)))),
             Err(e) => Poll::Ready(Some(Err(Box::new(e)))),
         }
     }
@@ -233,7 +272,7 @@ impl futures::Stream for BlobStream {
 
 impl ByteStream for BlobStream {
     fn remaining_length(&self) -> RemainingLength {
-        RemainingLength::new_exact((self.end - self.pos) as usize)
+        RemainingLength::new_exact(self.left as usize)
     }
 }
 
