@@ -46,8 +46,9 @@ impl Drop for Running {
     }
 }
 
-/// `roar gateway` in `p` on a free port with the test's key; returns it and its endpoint.
-fn roar_gateway(p: &Project, upstream: Option<(&str, &str, &str)>) -> (Running, String) {
+/// `roar gateway` in `p` on a free port with the test's key, and `args` and `env`; returns it and
+/// its endpoint.
+fn start_gateway(p: &Project, args: &[&str], env: &[(&str, &str)]) -> (Running, String) {
     p.write("creds", format!("{ACCESS} {SECRET}\n").as_bytes());
     let mut cmd = p.cmd([
         "gateway",
@@ -56,10 +57,9 @@ fn roar_gateway(p: &Project, upstream: Option<(&str, &str, &str)>) -> (Running, 
         "--credentials",
         "creds",
     ]);
-    if let Some((url, access, secret)) = upstream {
-        cmd.args(["--upstream", url])
-            .env("AWS_ACCESS_KEY_ID", access)
-            .env("AWS_SECRET_ACCESS_KEY", secret);
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
     }
     let mut child = cmd
         .stdout(Stdio::piped())
@@ -78,6 +78,21 @@ fn roar_gateway(p: &Project, upstream: Option<(&str, &str, &str)>) -> (Running, 
     });
     let endpoint = line[start..].split_whitespace().next().unwrap().to_owned();
     (Running(child), endpoint)
+}
+
+/// `roar gateway` serving the embedded store, or forwarding to `upstream` (URL, access, secret).
+fn roar_gateway(p: &Project, upstream: Option<(&str, &str, &str)>) -> (Running, String) {
+    match upstream {
+        None => start_gateway(p, &[], &[]),
+        Some((url, access, secret)) => start_gateway(
+            p,
+            &["--upstream", url],
+            &[
+                ("AWS_ACCESS_KEY_ID", access),
+                ("AWS_SECRET_ACCESS_KEY", secret),
+            ],
+        ),
+    }
 }
 
 /// versitygw, as `scripts/setup.sh` installs it (go install into ~/.cache/roar-s3bin).
@@ -307,33 +322,15 @@ fn multipart_objects_through_an_upstream_are_hashed_from_their_parts() {
     let Some(bin) = versitygw() else { return };
     let p = Project::new();
     let (_server, upstream) = start_versitygw(&bin, &p.path().join("vgw"));
-    p.write("creds", format!("{ACCESS} {SECRET}\n").as_bytes());
-    let mut child = p
-        .cmd([
-            "gateway",
-            "--listen",
-            "127.0.0.1:0",
-            "--credentials",
-            "creds",
-        ])
-        .args(["--upstream", &upstream])
-        .env("AWS_ACCESS_KEY_ID", "VGWKEY00000000000001")
-        .env("AWS_SECRET_ACCESS_KEY", SECRET)
-        .env("ROAR_LOG", "roar_gateway=info")
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(p.path().join("gateway.log")).unwrap())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let endpoint = line[line.find("http://").unwrap()..]
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_owned();
-    let gw = Running(child);
+    let (gw, endpoint) = start_gateway(
+        &p,
+        &["--upstream", &upstream],
+        &[
+            ("AWS_ACCESS_KEY_ID", "VGWKEY00000000000001"),
+            ("AWS_SECRET_ACCESS_KEY", SECRET),
+            ("ROAR_LOG", "roar_gateway=info"),
+        ],
+    );
     // (key, object size, part size): 8 and 16 MiB parts are BLAKE3 subtrees; 5 MiB + 3 are not.
     let objects = [
         ("mp/8mib", (20 << 20) + 5, 8 << 20),
@@ -459,30 +456,7 @@ fn slow_and_oversized_uploads_are_refused_in_time() {
         return;
     }
     let p = Project::new();
-    p.write("creds", format!("{ACCESS} {SECRET}\n").as_bytes());
-    let mut child = p
-        .cmd([
-            "gateway",
-            "--listen",
-            "127.0.0.1:0",
-            "--credentials",
-            "creds",
-        ])
-        .args(["--client-timeout", "2"])
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(p.path().join("gateway.log")).unwrap())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let endpoint = line[line.find("http://").unwrap()..]
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_owned();
-    let _gw = Running(child);
+    let (_gw, endpoint) = start_gateway(&p, &["--client-timeout", "2"], &[]);
     let out = Command::new("python3")
         .args(["-c", "import boto3,sys; boto3.client('s3', endpoint_url=sys.argv[1], aws_access_key_id=sys.argv[2], aws_secret_access_key=sys.argv[3], region_name='us-east-1').create_bucket(Bucket='slow')"])
         .args([&endpoint, ACCESS, SECRET])

@@ -111,6 +111,20 @@ impl Checksums {
         ]
     }
 
+    /// The checksums a request claims: CRC32, CRC32C, CRC64NVME, SHA1, SHA256.
+    pub(crate) fn claimed(
+        [crc32, crc32c, crc64nvme, sha1, sha256]: [Option<String>; 5],
+    ) -> Checksums {
+        Checksums {
+            crc32,
+            crc32c,
+            crc64nvme,
+            sha1,
+            sha256,
+            kind: None,
+        }
+    }
+
     pub(crate) fn from_dto(c: s3s::dto::Checksum) -> Checksums {
         Checksums {
             crc32: c.checksum_crc32,

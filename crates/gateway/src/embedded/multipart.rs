@@ -8,6 +8,7 @@ use s3s::checksum::ChecksumHasher;
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
 
+use super::blobs::Written;
 use super::body::{self, blocking};
 use super::index::{random_id, Checksums, NewVersion, Part, Upload};
 use super::objects::{meta_of, parse_tagging, version_out, write_if};
@@ -79,14 +80,13 @@ impl Embedded {
         check_part_number(i.part_number)?;
         let upload = blocking(|| self.index.upload(&i.bucket, &i.key, &i.upload_id))
             .map_err(|e| refused(e, &i.bucket, Some(&i.key)))?;
-        let mut claimed = Checksums {
-            crc32: i.checksum_crc32.take(),
-            crc32c: i.checksum_crc32c.take(),
-            crc64nvme: i.checksum_crc64nvme.take(),
-            sha1: i.checksum_sha1.take(),
-            sha256: i.checksum_sha256.take(),
-            kind: None,
-        };
+        let mut claimed = Checksums::claimed([
+            i.checksum_crc32.take(),
+            i.checksum_crc32c.take(),
+            i.checksum_crc64nvme.take(),
+            i.checksum_sha1.take(),
+            i.checksum_sha256.take(),
+        ]);
         let algorithm = i.checksum_algorithm.clone().or_else(|| {
             upload
                 .checksum_algorithm
@@ -100,19 +100,14 @@ impl Embedded {
         body::verify_md5(i.content_md5.as_deref(), &written)?;
         let computed = Checksums::from_dto(written.checksums.clone());
         claimed.verify(&computed)?;
-        let part = Part {
-            number: i.part_number,
-            blob: String::new(),
-            size: written.size,
-            etag: written.md5_hex(),
-            md5: written.md5.to_vec(),
-            checksums: computed,
-            modified_ns: roar_store::now_ns(),
-        };
-        let blob = blocking(|| written.keep(&self.blobs)).map_err(internal)?;
-        let part = Part { blob, ..part };
-        blocking(|| self.index.put_part(&i.bucket, &i.key, &i.upload_id, &part))
-            .map_err(|e| refused(e, &i.bucket, Some(&i.key)))?;
+        let part = self.keep_part(
+            &i.bucket,
+            &i.key,
+            &i.upload_id,
+            i.part_number,
+            written,
+            computed,
+        )?;
         let c = &part.checksums;
         Ok(S3Response::new(UploadPartOutput {
             e_tag: Some(ETag::Strong(part.etag.clone())),
@@ -159,19 +154,15 @@ impl Embedded {
                 .copy_range(&source_blob, span.start, span.end - span.start, hasher)
         })
         .map_err(internal)?;
-        let part = Part {
-            number: i.part_number,
-            blob: String::new(),
-            size: written.size,
-            etag: written.md5_hex(),
-            md5: written.md5.to_vec(),
-            checksums: Checksums::from_dto(written.checksums.clone()),
-            modified_ns: roar_store::now_ns(),
-        };
-        let blob = blocking(|| written.keep(&self.blobs)).map_err(internal)?;
-        let part = Part { blob, ..part };
-        blocking(|| self.index.put_part(&i.bucket, &i.key, &i.upload_id, &part))
-            .map_err(|e| refused(e, &i.bucket, Some(&i.key)))?;
+        let computed = Checksums::from_dto(written.checksums.clone());
+        let part = self.keep_part(
+            &i.bucket,
+            &i.key,
+            &i.upload_id,
+            i.part_number,
+            written,
+            computed,
+        )?;
         let c = &part.checksums;
         Ok(S3Response::new(UploadPartCopyOutput {
             copy_part_result: Some(CopyPartResult {
@@ -186,6 +177,32 @@ impl Embedded {
             copy_source_version_id: version_out(&src),
             ..Default::default()
         }))
+    }
+
+    /// Keeps a verified part body as a blob and the part in the index.
+    fn keep_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        number: i32,
+        written: Written,
+        checksums: Checksums,
+    ) -> S3Result<Part> {
+        let (size, etag, md5) = (written.size, written.md5_hex(), written.md5.to_vec());
+        let blob = blocking(|| written.keep(&self.blobs)).map_err(internal)?;
+        let part = Part {
+            number,
+            blob,
+            size,
+            etag,
+            md5,
+            checksums,
+            modified_ns: roar_store::now_ns(),
+        };
+        blocking(|| self.index.put_part(bucket, key, upload_id, &part))
+            .map_err(|e| refused(e, bucket, Some(key)))?;
+        Ok(part)
     }
 
     pub(super) async fn parts(
@@ -357,14 +374,13 @@ impl Embedded {
                 .to_owned(),
             );
         }
-        let claimed = Checksums {
-            crc32: i.checksum_crc32.clone(),
-            crc32c: i.checksum_crc32c.clone(),
-            crc64nvme: i.checksum_crc64nvme.clone(),
-            sha1: i.checksum_sha1.clone(),
-            sha256: i.checksum_sha256.clone(),
-            kind: None,
-        };
+        let claimed = Checksums::claimed([
+            i.checksum_crc32.clone(),
+            i.checksum_crc32c.clone(),
+            i.checksum_crc64nvme.clone(),
+            i.checksum_sha1.clone(),
+            i.checksum_sha256.clone(),
+        ]);
         claimed.verify(&checksums)?;
         let mut md5s = md5::Md5::new();
         for p in &parts {
@@ -449,14 +465,13 @@ fn chosen_parts(asked: &[CompletedPart], stored: &[Part]) -> S3Result<Vec<Part>>
                 "part {n} is listed without its ETag"
             ));
         }
-        let claimed = Checksums {
-            crc32: a.checksum_crc32.clone(),
-            crc32c: a.checksum_crc32c.clone(),
-            crc64nvme: a.checksum_crc64nvme.clone(),
-            sha1: a.checksum_sha1.clone(),
-            sha256: a.checksum_sha256.clone(),
-            kind: None,
-        };
+        let claimed = Checksums::claimed([
+            a.checksum_crc32.clone(),
+            a.checksum_crc32c.clone(),
+            a.checksum_crc64nvme.clone(),
+            a.checksum_sha1.clone(),
+            a.checksum_sha256.clone(),
+        ]);
         for ((name, c), (_, s)) in claimed.fields().into_iter().zip(p.checksums.fields()) {
             if let (Some(c), Some(s)) = (c, s) {
                 if c != s {

@@ -18,14 +18,13 @@ impl Embedded {
         let (bucket, key) = (input.bucket.clone(), input.key.clone());
         // Fail fast on a bucket that is not there, before reading a body.
         blocking(|| self.index.bucket(&bucket)).map_err(|e| refused(e, &bucket, None))?;
-        let mut claimed = Checksums {
-            crc32: input.checksum_crc32.take(),
-            crc32c: input.checksum_crc32c.take(),
-            crc64nvme: input.checksum_crc64nvme.take(),
-            sha1: input.checksum_sha1.take(),
-            sha256: input.checksum_sha256.take(),
-            kind: None,
-        };
+        let mut claimed = Checksums::claimed([
+            input.checksum_crc32.take(),
+            input.checksum_crc32c.take(),
+            input.checksum_crc64nvme.take(),
+            input.checksum_sha1.take(),
+            input.checksum_sha256.take(),
+        ]);
         let hasher = body::wanted(&claimed, input.checksum_algorithm.as_ref(), &req.headers)?;
         let written = body::receive(&self.blobs, input.body.take(), hasher).await?;
         claimed.add_trailers(req.trailing_headers.as_ref())?;
@@ -98,20 +97,51 @@ impl Embedded {
         }
     }
 
+    /// What a GET or HEAD serves: the version (after its conditions) and the bytes of it.
+    #[allow(clippy::too_many_arguments)]
+    fn read_target(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        [if_match, if_none_match]: [&Option<ETagCondition>; 2],
+        [if_modified_since, if_unmodified_since]: [&Option<Timestamp>; 2],
+        range: Option<&Range>,
+        part: Option<i32>,
+    ) -> S3Result<(Version, Span)> {
+        let v = self.readable(bucket, key, version_id)?;
+        check_conditions(
+            &v,
+            if_match.as_ref(),
+            if_none_match.as_ref(),
+            if_modified_since.as_ref(),
+            if_unmodified_since.as_ref(),
+        )?;
+        let span = span_of(&v, range, part)?;
+        Ok((v, span))
+    }
+
     pub(super) async fn get(
         &self,
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let i = req.input;
-        let v = self.readable(&i.bucket, &i.key, i.version_id.as_deref())?;
-        check_conditions(
-            &v,
-            i.if_match.as_ref(),
-            i.if_none_match.as_ref(),
-            i.if_modified_since.as_ref(),
-            i.if_unmodified_since.as_ref(),
+        let (
+            v,
+            Span {
+                bytes: span,
+                content_range,
+                parts_count,
+            },
+        ) = self.read_target(
+            &i.bucket,
+            &i.key,
+            i.version_id.as_deref(),
+            [&i.if_match, &i.if_none_match],
+            [&i.if_modified_since, &i.if_unmodified_since],
+            i.range.as_ref(),
+            i.part_number,
         )?;
-        let (span, content_range, parts_count) = span_of(&v, i.range.as_ref(), i.part_number)?;
         let file = blocking(|| self.blobs.open_blob(v.blob.as_deref().unwrap_or_default()))
             .map_err(|e| body::not_found_blob(&e))?;
         let whole = content_range.is_none();
@@ -133,15 +163,22 @@ impl Embedded {
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let i = req.input;
-        let v = self.readable(&i.bucket, &i.key, i.version_id.as_deref())?;
-        check_conditions(
-            &v,
-            i.if_match.as_ref(),
-            i.if_none_match.as_ref(),
-            i.if_modified_since.as_ref(),
-            i.if_unmodified_since.as_ref(),
+        let (
+            v,
+            Span {
+                bytes: span,
+                content_range,
+                parts_count,
+            },
+        ) = self.read_target(
+            &i.bucket,
+            &i.key,
+            i.version_id.as_deref(),
+            [&i.if_match, &i.if_none_match],
+            [&i.if_modified_since, &i.if_unmodified_since],
+            i.range.as_ref(),
+            i.part_number,
         )?;
-        let (span, content_range, parts_count) = span_of(&v, i.range.as_ref(), i.part_number)?;
         let whole = content_range.is_none();
         let mut out = HeadObjectOutput {
             content_length: Some((span.end - span.start) as i64),
@@ -533,12 +570,15 @@ fn check_conditions(
     Ok(())
 }
 
-/// The bytes a read serves: a range, a part, or everything; with Content-Range and PartsCount.
-fn span_of(
-    v: &Version,
-    range: Option<&Range>,
-    part: Option<i32>,
-) -> S3Result<(std::ops::Range<u64>, Option<String>, Option<i32>)> {
+/// The bytes a read serves, with its Content-Range (None: the whole object) and PartsCount.
+struct Span {
+    bytes: std::ops::Range<u64>,
+    content_range: Option<String>,
+    parts_count: Option<i32>,
+}
+
+/// The bytes a read serves: a range, a part, or everything.
+fn span_of(v: &Version, range: Option<&Range>, part: Option<i32>) -> S3Result<Span> {
     let size = v.size;
     let parts = v.part_sizes.len().max(1) as i32;
     let span = if let Some(n) = part {
@@ -568,11 +608,19 @@ fn span_of(
             )
         })?
     } else {
-        return Ok((0..size, None, None));
+        return Ok(Span {
+            bytes: 0..size,
+            content_range: None,
+            parts_count: None,
+        });
     };
     let content_range = (span.start != 0 || span.end != size || part.is_some())
         .then(|| format!("bytes {}-{}/{size}", span.start, span.end.saturating_sub(1)));
-    Ok((span, content_range, part.map(|_| parts)))
+    Ok(Span {
+        bytes: span,
+        content_range,
+        parts_count: part.map(|_| parts),
+    })
 }
 
 /// `x-amz-tagging: k1=v1&k2=v2` (form-encoded).
