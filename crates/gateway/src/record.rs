@@ -203,7 +203,7 @@ impl Shared {
         let resp = match self.inner.get_object(req).await {
             Ok(r) => r,
             Err(e) => {
-                tracing::warn!("could not read s3://{bucket}/{key} back to hash it: {e}");
+                tracing::warn!("could not read {} back to hash it: {e}", shown(bucket, key));
                 return None;
             }
         };
@@ -212,7 +212,7 @@ impl Shared {
         match body::digest(blob).await {
             Ok(d) => Some((d, etag)),
             Err(e) => {
-                tracing::warn!("could not read s3://{bucket}/{key} back to hash it: {e}");
+                tracing::warn!("could not read {} back to hash it: {e}", shown(bucket, key));
                 None
             }
         }
@@ -323,7 +323,8 @@ with_plain_ops!(recorder_impl {
                     ..Access::new(access_key, bucket, key, AccessKind::Write)
                 }),
                 None => tracing::warn!(
-                    "PUT s3://{bucket}/{key} was accepted but its body was not read to the end; not recorded"
+                    "PUT {} was accepted but its body was not read to the end; not recorded",
+                    shown(&bucket, &key)
                 ),
             }
             Ok(resp)
@@ -592,10 +593,9 @@ with_plain_ops!(recorder_impl {
                 }),
                 None => {
                     tracing::info!(
-                        "s3://{}/{}: its parts do not form its blake3 tree (sizes, numbering or a \
-                         part not seen whole); reading it back to hash it",
-                        access.bucket,
-                        access.key
+                        "{}: its parts do not form its blake3 tree (sizes, numbering or a part \
+                         not seen whole); reading it back to hash it",
+                        shown(&access.bucket, &access.key)
                     );
                     self.shared.record_with_digest(access, etag)
                 }
@@ -604,6 +604,11 @@ with_plain_ops!(recorder_impl {
         }
     }
 );
+
+/// An object as a log line shows it: keys are the client's and may hold control characters.
+fn shown(bucket: &str, key: &str) -> String {
+    format!("s3://{}/{}", bucket.escape_debug(), key.escape_debug())
+}
 
 /// S3's largest single PUT or part.
 const MAX_BODY: u64 = 5 << 30;
