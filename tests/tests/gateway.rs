@@ -4,16 +4,17 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
 use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region, RequestChecksumCalculation};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier};
 use aws_sdk_s3::Client;
+use common::server::Server;
 use common::{stderr, Project};
 
 const BUCKET: &str = "lineage-data";
@@ -37,62 +38,6 @@ fn data(len: usize, seed: u8) -> Vec<u8> {
 
 fn bin(name: &str) -> PathBuf {
     common::roar_bin().with_file_name(name)
-}
-
-/// A process printing one line (an endpoint) on stdout before it serves; killed on drop.
-struct Server {
-    child: Child,
-    line: String,
-    log: PathBuf,
-}
-
-impl Server {
-    fn spawn(mut cmd: Command, log: PathBuf) -> Server {
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert!(
-            !line.is_empty(),
-            "server exited before it was ready: {}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        Server { child, line, log }
-    }
-
-    /// The endpoint URL in the first line (`http://…`, alone or as AWS_ENDPOINT_URL=…).
-    fn endpoint(&self) -> String {
-        let start = self.line.find("http://").expect("an endpoint URL");
-        self.line[start..]
-            .split_whitespace()
-            .next()
-            .unwrap()
-            .to_owned()
-    }
-
-    /// SIGTERM, then the exit status and everything the server wrote on stderr.
-    fn stop(mut self) -> (std::process::ExitStatus, String) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let status = self.child.wait().unwrap();
-        (
-            status,
-            std::fs::read_to_string(&self.log).unwrap_or_default(),
-        )
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn gateway(p: &Project, args: &[&str], env: &[(&str, &str)]) -> Server {

@@ -6,10 +6,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
+use common::server::Server;
 use common::{stderr, Project};
 
 const ACCESS: &str = "CONFKEY0000000000001";
@@ -36,19 +36,8 @@ fn conformance(endpoint: &str, access: &str, secret: &str, bucket: &str, skip: &
     );
 }
 
-/// A server child printing nothing we need; killed on drop.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// `roar gateway` in `p` on a free port with the test's key, and `args` and `env`; returns it and
-/// its endpoint.
-fn start_gateway(p: &Project, args: &[&str], env: &[(&str, &str)]) -> (Running, String) {
+/// `roar gateway` in `p` on a free port with the test's key, and `args` and `env`.
+fn start_gateway(p: &Project, args: &[&str], env: &[(&str, &str)]) -> Server {
     p.write("creds", format!("{ACCESS} {SECRET}\n").as_bytes());
     let mut cmd = p.cmd([
         "gateway",
@@ -61,28 +50,12 @@ fn start_gateway(p: &Project, args: &[&str], env: &[(&str, &str)]) -> (Running, 
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(p.path().join("gateway.log")).unwrap())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let start = line.find("http://").unwrap_or_else(|| {
-        panic!(
-            "gateway did not start: {line} {}",
-            std::fs::read_to_string(p.path().join("gateway.log")).unwrap_or_default()
-        )
-    });
-    let endpoint = line[start..].split_whitespace().next().unwrap().to_owned();
-    (Running(child), endpoint)
+    Server::spawn(cmd, p.path().join("gateway.log"))
 }
 
 /// `roar gateway` serving the embedded store, or forwarding to `upstream` (URL, access, secret).
-fn roar_gateway(p: &Project, upstream: Option<(&str, &str, &str)>) -> (Running, String) {
-    match upstream {
+fn roar_gateway(p: &Project, upstream: Option<(&str, &str, &str)>) -> (Server, String) {
+    let gw = match upstream {
         None => start_gateway(p, &[], &[]),
         Some((url, access, secret)) => start_gateway(
             p,
@@ -92,7 +65,9 @@ fn roar_gateway(p: &Project, upstream: Option<(&str, &str, &str)>) -> (Running, 
                 ("AWS_SECRET_ACCESS_KEY", secret),
             ],
         ),
-    }
+    };
+    let endpoint = gw.endpoint();
+    (gw, endpoint)
 }
 
 /// versitygw, as `scripts/setup.sh` installs it (go install into ~/.cache/roar-s3bin).
@@ -128,7 +103,7 @@ fn free_port() -> u16 {
 }
 
 /// versitygw's posix backend on `dir` with versioning; waits until it answers.
-fn start_versitygw(bin: &Path, dir: &Path) -> (Running, String) {
+fn start_versitygw(bin: &Path, dir: &Path) -> (Server, String) {
     let (root, versions) = (dir.join("root"), dir.join("versions"));
     std::fs::create_dir_all(&root).unwrap();
     std::fs::create_dir_all(&versions).unwrap();
@@ -147,7 +122,7 @@ fn start_versitygw(bin: &Path, dir: &Path) -> (Running, String) {
         .stderr(std::fs::File::create(dir.join("versitygw.log")).unwrap())
         .spawn()
         .unwrap();
-    let running = Running(child);
+    let running = Server::adopt(child, dir.join("versitygw.log"));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(
@@ -304,16 +279,6 @@ sys.stdout.buffer.write(s3.get_object(Bucket="many", Key=sys.argv[1])["Body"].re
     assert!(written.contains(&same));
 }
 
-impl Running {
-    /// SIGTERM, then wait: a gateway records its sessions' jobs on the way out.
-    fn stop(mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
-            .status();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn multipart_objects_through_an_upstream_are_hashed_from_their_parts() {
     if !common::require_python_modules(&["boto3"]) || !common::require_tool("b3sum") {
@@ -322,7 +287,7 @@ fn multipart_objects_through_an_upstream_are_hashed_from_their_parts() {
     let Some(bin) = versitygw() else { return };
     let p = Project::new();
     let (_server, upstream) = start_versitygw(&bin, &p.path().join("vgw"));
-    let (gw, endpoint) = start_gateway(
+    let gw = start_gateway(
         &p,
         &["--upstream", &upstream],
         &[
@@ -331,6 +296,7 @@ fn multipart_objects_through_an_upstream_are_hashed_from_their_parts() {
             ("ROAR_LOG", "roar_gateway=info"),
         ],
     );
+    let endpoint = gw.endpoint();
     // (key, object size, part size): 8 and 16 MiB parts are BLAKE3 subtrees; 5 MiB + 3 are not.
     let objects = [
         ("mp/8mib", (20 << 20) + 5, 8 << 20),
@@ -371,8 +337,7 @@ for spec in sys.argv[5:]:
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
-    gw.stop();
-    let log = std::fs::read_to_string(p.path().join("gateway.log")).unwrap();
+    let (_, log) = gw.stop();
 
     let logged: serde_json::Value =
         serde_json::from_slice(&p.roar(["--json", "log", "-n", "100"]).stdout).unwrap();
@@ -456,7 +421,8 @@ fn slow_and_oversized_uploads_are_refused_in_time() {
         return;
     }
     let p = Project::new();
-    let (_gw, endpoint) = start_gateway(&p, &["--client-timeout", "2"], &[]);
+    let gw = start_gateway(&p, &["--client-timeout", "2"], &[]);
+    let endpoint = gw.endpoint();
     let out = Command::new("python3")
         .args(["-c", "import boto3,sys; boto3.client('s3', endpoint_url=sys.argv[1], aws_access_key_id=sys.argv[2], aws_secret_access_key=sys.argv[3], region_name='us-east-1').create_bucket(Bucket='slow')"])
         .args([&endpoint, ACCESS, SECRET])

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod mount;
+pub mod server;
 pub mod workloads;
 
 use std::ffi::OsStr;
