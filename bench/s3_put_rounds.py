@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""1 GiB single PUTs, interleaved rounds, against two endpoints (boto3, payload signed with its
+SHA-256 as in s3_bench.py); prints each endpoint's times, medians and the ratio B/A.
+
+usage: s3_put_rounds.py ROUNDS FILE NAME=URL|ACCESS|SECRET NAME=URL|ACCESS|SECRET
+FILE is read as the body (make it 1 GiB, on the disk or tmpfs you want measured); each object is
+deleted after its PUT so a tmpfs does not fill.
+"""
+import os
+import random
+import statistics
+import sys
+import time
+
+import boto3
+from botocore.config import Config
+
+rounds, body_path = int(sys.argv[1]), sys.argv[2]
+eps = {}
+for arg in sys.argv[3:5]:
+    name, spec = arg.split("=", 1)
+    url, access, secret = spec.split("|")
+    eps[name] = boto3.client(
+        "s3", endpoint_url=url, aws_access_key_id=access, aws_secret_access_key=secret,
+        region_name="us-east-1",
+        config=Config(s3={"addressing_style": "path"}, request_checksum_calculation="when_required",
+                      response_checksum_validation="when_required"))
+for c in eps.values():
+    try:
+        c.create_bucket(Bucket="put-rounds")
+    except (c.exceptions.BucketAlreadyOwnedByYou, c.exceptions.BucketAlreadyExists):
+        pass
+times = {name: [] for name in eps}
+for r in range(rounds):
+    order = list(eps.items())
+    random.shuffle(order)
+    for name, c in order:
+        os.sync()
+        t = time.perf_counter()
+        with open(body_path, "rb") as body:
+            c.put_object(Bucket="put-rounds", Key=f"big{r}", Body=body)
+        times[name].append(time.perf_counter() - t)
+        c.delete_object(Bucket="put-rounds", Key=f"big{r}")
+for name, ts in times.items():
+    print(f"{name:<12} {' '.join(f'{t:.2f}' for t in ts)}  median {statistics.median(ts):.2f} s")
+a, b = (statistics.median(ts) for ts in times.values())
+print(f"ratio {list(times)[1]}/{list(times)[0]}: {b / a:.2f}x")
