@@ -15,6 +15,8 @@ pub struct Config {
     pub ignore: Vec<String>,
     /// The S3 gateway of `roar run` and `roar gateway`.
     pub s3: S3Config,
+    /// What else is redacted from command lines and environments (the writer applies it).
+    pub redact: roar_store::redact::RedactConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -45,6 +47,7 @@ impl Default for Config {
             tracer: "auto".into(),
             ignore: Vec::new(),
             s3: S3Config::default(),
+            redact: Default::default(),
         }
     }
 }
@@ -70,6 +73,8 @@ impl Config {
                 config.hash
             );
         }
+        roar_store::redact::Policy::new(&config.redact)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         Ok(config)
     }
 

@@ -220,7 +220,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     tracing::debug!("tracer {} ({why})", backend.name());
     let cwd = std::env::current_dir()?;
     let git = git_state(&cwd);
-    let env = roar_store::redact::filter_env(std::env::vars_os());
+    // Redacted by the writer, with the project's `[redact]` rules.
+    let env = roar_store::redact::collect_env(std::env::vars_os());
     let t_setup = t0.elapsed();
 
     let opts = HashOptions {

@@ -742,14 +742,30 @@ impl ExitEvents {
 
     /// Blocks until events arrive; returns the exits among them.
     pub fn wait(&self, buf: &mut [u8]) -> io::Result<Exits> {
-        // SAFETY: recv into a live, writable buffer of its length.
-        let n = unsafe { libc::recv(self.sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        // SAFETY: sockaddr_nl is plain old data.
+        let mut from: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+        let mut from_len = std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t;
+        // SAFETY: recvfrom into a live, writable buffer of its length and a sockaddr_nl.
+        let n = unsafe {
+            libc::recvfrom(
+                self.sock.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                0,
+                (&mut from as *mut libc::sockaddr_nl).cast(),
+                &mut from_len,
+            )
+        };
         if n < 0 {
             let e = io::Error::last_os_error();
             return match e.raw_os_error() {
                 Some(libc::ENOBUFS) => Ok(Exits::Lost),
                 _ => Err(e),
             };
+        }
+        if from.nl_pid != 0 {
+            // Only the kernel speaks for the proc connector; anything else is dropped unread.
+            return Ok(Exits::Tids(Vec::new()));
         }
         let mut tids = Vec::new();
         let mut rest = &buf[..n as usize];

@@ -138,7 +138,10 @@ pub fn open(path: &Path, create: bool) -> Result<Connection> {
     let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     if create {
         flags |= OpenFlags::SQLITE_OPEN_CREATE;
+        // A failure (a read-only directory, say) is left to SQLite to report.
+        let _ = crate::private::create_file(path);
     }
+    crate::private::narrow(path);
     let conn = Connection::open_with_flags(path, flags).map_err(|e| classify(path, e))?;
     // Refuse a newer or foreign database before anything (even the WAL switch) writes to it.
     check_version(&conn, path)?;

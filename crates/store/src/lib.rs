@@ -11,6 +11,7 @@ mod lineage;
 mod model;
 mod project;
 mod query;
+pub mod private;
 pub mod redact;
 mod writer;
 

@@ -31,6 +31,17 @@ enabled = false
 # instead of serving the embedded object store in .roar/s3/.
 # upstream = "http://127.0.0.1:9000"
 region = "us-east-1"
+
+# Secrets are redacted from command lines and environments before anything is stored
+# (docs/SECURITY.md lists the built-in rules). Add your own here:
+[redact]
+# More names whose values are secrets: variables, options (without dashes), name=value pairs.
+# `*` matches anything; case is ignored.
+names = []
+# Names that are never secret by name (values are still checked for token shapes).
+allow = []
+# Regular expressions; every match is redacted wherever it appears.
+patterns = []
 "#;
 
 #[derive(Debug, Clone)]
@@ -85,7 +96,7 @@ impl Project {
         };
         let dir = project.dir();
         let fresh = !project.db_path().exists();
-        std::fs::create_dir_all(&dir).map_err(|e| StoreError::io("create", &dir, e))?;
+        crate::private::create_dir(&dir).map_err(|e| StoreError::io("create", &dir, e))?;
         if !project.config_path().exists() {
             std::fs::write(project.config_path(), DEFAULT_CONFIG)
                 .map_err(|e| StoreError::io("write", project.config_path(), e))?;

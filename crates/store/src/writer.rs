@@ -11,6 +11,7 @@ use rusqlite::{params, CachedStatement, Connection, OptionalExtension, Transacti
 use crate::db;
 use crate::error::{Result, StoreError};
 use crate::model::{argv_to_blob, CacheEntry, ContentHash, FileRecord, JobRecord};
+use crate::redact::Policy;
 
 /// Most messages one transaction takes before it commits and starts the next.
 const MAX_BATCH: usize = 4096;
@@ -226,12 +227,19 @@ fn spawn_thread(f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
 
 fn run(mut conn: Connection, path: PathBuf, rx: Receiver<Msg>, checkpoints: Checkpoints) {
     let mut lost = None;
+    // Every job is redacted here, on its way in: nothing secret reaches the database or its WAL.
+    let policy = Policy::for_config(&path.with_file_name(crate::project::CONFIG_NAME));
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
                 Ok(m) => batch.push(m),
                 Err(_) => break,
+            }
+        }
+        for msg in &mut batch {
+            if let Msg::Job(job, _, _) = msg {
+                policy.job(job);
             }
         }
         commit(&mut conn, &path, batch, &mut lost);

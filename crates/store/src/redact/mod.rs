@@ -1,0 +1,264 @@
+//! What of a job's command line and environment is stored: secrets never are.
+//!
+//! Every job reaches the store through [`crate::Writer`], which passes it through the store's
+//! [`Policy`] first — so `roar run` (every backend), the mount and the gateway share one rule and
+//! no secret reaches the database, its WAL or any output. A secret becomes `<redacted>`:
+//!
+//! - a variable whose *name* says secret ([`names`]: `*TOKEN*`, `*PASSWORD*`, `*_KEY`, ...);
+//! - an option whose name says secret, and the password options of well-known tools ([`args`]:
+//!   `--password X`, `--token=X`, `mysql -pX`, `curl -u user:X`, `-storepass X`);
+//! - anywhere, a value that *looks* like one ([`values`]: token formats, JWTs, PEM private keys,
+//!   credentials in URLs and DSNs, `name=value` pairs with a secret name, `Bearer` values);
+//! - whatever `[redact]` in `.roar/config.toml` adds (`names`, `patterns`), minus `allow`.
+
+mod args;
+mod names;
+mod values;
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::Path;
+
+use regex_lite::Regex;
+use serde::Deserialize;
+
+pub use names::NameKind;
+
+use crate::model::JobRecord;
+
+pub const REDACTED: &str = "<redacted>";
+
+/// Variables that are noise for provenance and only make every job record bigger.
+const DROPPED: &[&str] = &["LS_COLORS", "LD_PRELOAD", "_"];
+
+/// `[redact]` in `.roar/config.toml`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RedactConfig {
+    /// More names whose values are secrets: variables, options (without dashes) and `name=value`
+    /// pairs; `*` matches anything, case is ignored.
+    pub names: Vec<String>,
+    /// Names that are never secret by name (their values are still checked for token shapes).
+    pub allow: Vec<String>,
+    /// Regular expressions: every match is redacted wherever it appears.
+    pub patterns: Vec<String>,
+}
+
+/// The redaction rules of one store: the built-in ones plus the project's `[redact]`.
+#[derive(Debug, Clone, Default)]
+pub struct Policy {
+    names: Vec<String>,
+    allow: Vec<String>,
+    patterns: Vec<Regex>,
+}
+
+/// Only `[redact]` of the config file; the CLI checks the rest.
+#[derive(Deserialize)]
+struct ConfigFile {
+    #[serde(default)]
+    redact: Option<toml::Value>,
+}
+
+impl Policy {
+    /// The built-in rules alone.
+    pub fn builtin() -> Policy {
+        Policy::default()
+    }
+
+    pub fn new(config: &RedactConfig) -> Result<Policy, String> {
+        let patterns = config
+            .patterns
+            .iter()
+            .map(|p| {
+                Regex::new(p).map_err(|e| {
+                    format!("[redact] patterns: {p:?} is not a regular expression ({e})")
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Policy {
+            names: config.names.clone(),
+            allow: config.allow.clone(),
+            patterns,
+        })
+    }
+
+    /// The rules for the store whose config file is `config` (`.roar/config.toml`): its
+    /// `[redact]` section when it has a valid one, the built-in rules otherwise (the CLI reports
+    /// an invalid config before any job is recorded).
+    pub fn for_config(config: &Path) -> Policy {
+        let Ok(text) = std::fs::read_to_string(config) else {
+            return Policy::builtin();
+        };
+        let section = toml::from_str::<ConfigFile>(&text)
+            .ok()
+            .and_then(|c| c.redact)
+            .and_then(|v| v.try_into::<RedactConfig>().ok());
+        match section.map(|c| Policy::new(&c)) {
+            Some(Ok(p)) => p,
+            Some(Err(e)) => {
+                tracing::warn!("{}: {e}; using the built-in redaction rules", config.display());
+                Policy::builtin()
+            }
+            None => Policy::builtin(),
+        }
+    }
+
+    /// Whether a value under `name` is a secret, whatever it looks like.
+    pub fn is_secret(&self, name: &str, kind: NameKind) -> bool {
+        let bare = name.trim_start_matches('-');
+        if self.allow.iter().any(|g| names::glob_match(g, bare)) {
+            return false;
+        }
+        self.names.iter().any(|g| names::glob_match(g, bare)) || names::builtin_secret(bare, kind)
+    }
+
+    /// `s` with every secret the value rules find redacted, or None when it holds none.
+    pub fn scrub(&self, s: &str) -> Option<String> {
+        args::text(self, s)
+    }
+
+    /// Redacts an argv in place; returns how many arguments changed.
+    pub fn argv(&self, argv: &mut [OsString]) -> usize {
+        let text: Vec<String> = argv.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        let mut changed = 0;
+        for (a, new) in argv.iter_mut().zip(args::argv(self, &text)) {
+            if let Some(new) = new.filter(|n| a.as_encoded_bytes() != n.as_bytes()) {
+                *a = new.into();
+                changed += 1;
+            }
+        }
+        changed
+    }
+
+    /// Redacts an environment in place: a secret name hides the whole value, any other value is
+    /// scrubbed. Returns how many values changed.
+    pub fn env(&self, env: &mut BTreeMap<String, String>) -> usize {
+        let mut changed = 0;
+        for (k, v) in env.iter_mut() {
+            let new = if self.is_secret(k, NameKind::Env) {
+                (v != REDACTED).then(|| REDACTED.to_owned())
+            } else {
+                values::scrub(v, self)
+            };
+            if let Some(new) = new {
+                *v = new;
+                changed += 1;
+            }
+        }
+        changed
+    }
+
+    /// Everything of a job that may hold a secret: its name, argv, every process's argv and its
+    /// environment. Paths are not: they name the files the lineage is about.
+    pub fn job(&self, job: &mut JobRecord) -> usize {
+        let mut changed = self.argv(&mut job.argv) + self.env(&mut job.env);
+        for p in &mut job.processes {
+            changed += self.argv(&mut p.argv);
+        }
+        if let Some(new) = job.name.as_deref().and_then(|n| self.scrub(n)) {
+            job.name = Some(new);
+            changed += 1;
+        }
+        changed
+    }
+}
+
+/// The environment as it is handed to the writer (which redacts it): without roar's own
+/// variables and noise.
+pub fn collect_env(vars: impl IntoIterator<Item = (OsString, OsString)>) -> BTreeMap<String, String> {
+    vars.into_iter()
+        .filter_map(|(k, v)| {
+            let k = k.to_string_lossy().into_owned();
+            if DROPPED.contains(&k.as_str()) || k.starts_with("ROAR_INTERNAL_") {
+                return None;
+            }
+            Some((k, v.to_string_lossy().into_owned()))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_are_redacted_and_harmless_names_kept() {
+        let mut env = collect_env(
+            [
+                ("AWS_SECRET_ACCESS_KEY", "abc"),
+                ("AWS_ACCESS_KEY_ID", "AKIA"),
+                ("AWS_SESSION_TOKEN", "t"),
+                ("GITHUB_TOKEN", "ghp"),
+                ("DB_PASSWORD", "pw"),
+                ("OPENAI_API_KEY", "sk"),
+                ("SSH_AUTH_SOCK", "/tmp/agent"),
+                ("AWS_REGION", "eu-west-1"),
+                ("HOME", "/root"),
+                ("DATABASE_URL", "postgres://me:hunter2@db:5432/x"),
+                ("LS_COLORS", "rs=0"),
+                ("X", "ghp_R2d2C3poAbCdEfGhIjKlMnOpQrStUvWx1234"),
+                ("Y", "hello"),
+            ]
+            .map(|(k, v)| (OsString::from(k), OsString::from(v))),
+        );
+        Policy::builtin().env(&mut env);
+        for k in [
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SESSION_TOKEN",
+            "GITHUB_TOKEN",
+            "DB_PASSWORD",
+            "OPENAI_API_KEY",
+            "X",
+        ] {
+            assert_eq!(env[k], REDACTED, "{k}");
+        }
+        assert_eq!(env["SSH_AUTH_SOCK"], "/tmp/agent");
+        assert_eq!(env["AWS_REGION"], "eu-west-1");
+        assert_eq!(env["HOME"], "/root");
+        assert_eq!(env["Y"], "hello");
+        assert_eq!(env["DATABASE_URL"], "postgres://me:<redacted>@db:5432/x");
+        assert!(!env.contains_key("LS_COLORS"));
+    }
+
+    #[test]
+    fn the_config_adds_and_allows() {
+        let p = Policy::new(&RedactConfig {
+            names: vec!["LICENSE_*".into(), "seed".into()],
+            allow: vec!["MY_TOKEN_COUNT".into()],
+            patterns: vec!["corp-[0-9a-f]{8}".into()],
+        })
+        .unwrap();
+        let mut env: BTreeMap<String, String> = [
+            ("LICENSE_CODE", "x1"),
+            ("MY_TOKEN_COUNT", "12"),
+            ("NOTE", "uses corp-deadbeef here"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .into();
+        p.env(&mut env);
+        assert_eq!(env["LICENSE_CODE"], REDACTED);
+        assert_eq!(env["MY_TOKEN_COUNT"], "12");
+        assert_eq!(env["NOTE"], "uses <redacted> here");
+        let mut argv: Vec<OsString> = ["app", "--seed", "7"].map(OsString::from).into();
+        p.argv(&mut argv);
+        assert_eq!(argv[2], REDACTED);
+        assert!(Policy::new(&RedactConfig {
+            patterns: vec!["(".into()],
+            ..Default::default()
+        })
+        .unwrap_err()
+        .contains("not a regular expression"));
+    }
+
+    #[test]
+    fn redaction_is_idempotent() {
+        let p = Policy::builtin();
+        let mut argv: Vec<OsString> =
+            ["app", "--password", "pw", "https://u:p@h/", "-pX"].map(OsString::from).into();
+        p.argv(&mut argv);
+        let once = argv.clone();
+        assert_eq!(p.argv(&mut argv), 0, "{argv:?}");
+        assert_eq!(argv, once);
+    }
+}

@@ -1,0 +1,302 @@
+//! Secrets found inside a string whatever its name: token formats, private keys, credentials in
+//! URLs and DSNs, `name=value` pairs with a secret name, HTTP authorization values.
+
+use std::ops::Range;
+use std::sync::OnceLock;
+
+use regex_lite::Regex;
+
+use super::names::NameKind;
+use super::{Policy, REDACTED};
+
+/// Well-known token formats. Each is checked again by [`random_enough`] so a file called
+/// `sk-learn-baseline-experiment` is not a key.
+const TOKEN_FORMATS: &str = concat!(
+    r"\b(?:",
+    r"gh[pousr]_[A-Za-z0-9]{30,}",         // GitHub
+    r"|github_pat_[A-Za-z0-9_]{40,}",      // GitHub fine-grained
+    r"|glpat-[A-Za-z0-9_\-]{20,}",         // GitLab personal
+    r"|gl(?:dt|rt|cbt|ptt|ft|imt|soat)-[A-Za-z0-9_\-]{20,}", // GitLab others
+    r"|xox[abposr]-[A-Za-z0-9\-]{10,}",    // Slack
+    r"|xapp-[0-9]-[A-Za-z0-9\-]{10,}",     // Slack app-level
+    r"|(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}", // AWS access key ids
+    r"|sk-[A-Za-z0-9_\-]{32,}",            // OpenAI, Anthropic and alike
+    r"|hf_[A-Za-z0-9]{30,}",               // Hugging Face
+    r"|(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}", // Stripe
+    r"|AIza[0-9A-Za-z_\-]{35}",            // Google API keys
+    r"|npm_[A-Za-z0-9]{36}",               // npm
+    r"|pypi-AgE[A-Za-z0-9_\-]{50,}",       // PyPI
+    r"|dop_v1_[a-f0-9]{64}",               // DigitalOcean
+    r"|SG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}", // SendGrid
+    r"|eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*", // JWT
+    r")"
+);
+
+/// A PEM private key, up to its END line (or the end of the string when it is cut).
+const PEM: &str = r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----(?s:.)*?(?:-----END[A-Z0-9 ]*PRIVATE KEY-----|$)";
+
+/// `name=value`, `name: value`, `"name": "value"` inside a string.
+const PAIR: &str = r#"(?:^|[\s;&,?{(\[])["']?([A-Za-z_][A-Za-z0-9_.\-]*)["']?\s*[=:]\s*["']?([^\s;&,"'})\]]+)"#;
+
+/// `Bearer xyz`, `Basic xyz` anywhere.
+const AUTH_SCHEME: &str = r"(?i)\b(?:Bearer|Basic)\s+([A-Za-z0-9._~+/=\-]{8,})";
+
+/// HTTP authorization schemes: the credential follows them.
+const SCHEMES: &[&str] = &["bearer", "basic", "token", "digest", "negotiate", "aws4-hmac-sha256"];
+
+/// Query parameters that carry a signature or credential under a name the word rules miss.
+const QUERY_SECRETS: &[&str] = &["x-amz-credential", "x-goog-credential", "code"];
+
+/// Hosts whose URL path is itself the credential.
+const WEBHOOK_HOSTS: &[(&str, &str)] = &[
+    ("hooks.slack.com", "/services/"),
+    ("discord.com", "/api/webhooks/"),
+    ("discordapp.com", "/api/webhooks/"),
+    ("outlook.office.com", "/webhook/"),
+];
+
+struct Patterns {
+    tokens: Regex,
+    pem: Regex,
+    pair: Regex,
+    auth: Regex,
+}
+
+fn patterns() -> &'static Patterns {
+    static P: OnceLock<Patterns> = OnceLock::new();
+    P.get_or_init(|| Patterns {
+        tokens: Regex::new(TOKEN_FORMATS).expect("token formats"),
+        pem: Regex::new(PEM).expect("pem"),
+        pair: Regex::new(PAIR).expect("pair"),
+        auth: Regex::new(AUTH_SCHEME).expect("auth scheme"),
+    })
+}
+
+/// A token has digits or mixed case, as generated keys do and words and file names rarely do.
+fn random_enough(s: &str) -> bool {
+    let digits = s.bytes().filter(u8::is_ascii_digit).count();
+    let upper = s.bytes().filter(u8::is_ascii_uppercase).count();
+    let lower = s.bytes().filter(u8::is_ascii_lowercase).count();
+    let classes = [digits, upper, lower].iter().filter(|n| **n > 0).count();
+    classes >= 2 && digits + upper > 2
+}
+
+/// Looks like a generated credential on its own (a URL's user part, say): long and random.
+pub(super) fn token_like(s: &str) -> bool {
+    s.len() >= 16
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.~+/=".contains(&b))
+        && (random_enough(s) || (s.len() >= 24 && s.bytes().all(|b| b.is_ascii_hexdigit())))
+}
+
+/// The byte ranges of `s` that hold secrets, unmerged.
+fn secret_spans(s: &str, policy: &Policy) -> Vec<Range<usize>> {
+    let p = patterns();
+    let mut spans = Vec::new();
+    spans.extend(p.pem.find_iter(s).map(|m| m.range()));
+    spans.extend(
+        p.tokens
+            .find_iter(s)
+            .filter(|m| random_enough(m.as_str()))
+            .map(|m| m.range()),
+    );
+    url_spans(s, policy, &mut spans);
+    for c in p.pair.captures_iter(s) {
+        let (name, value) = (c.get(1).expect("name"), c.get(2).expect("value"));
+        if !policy.is_secret(name.as_str(), NameKind::Env) {
+            continue;
+        }
+        if SCHEMES.contains(&value.as_str().to_ascii_lowercase().as_str()) {
+            // `Authorization: Bearer xyz`: the credential is the rest of the string.
+            let rest = s[value.end()..].trim_start();
+            if !rest.is_empty() {
+                spans.push(s.len() - rest.len()..s.len());
+            }
+        } else {
+            spans.push(value.range());
+        }
+    }
+    for c in p.auth.captures_iter(s) {
+        spans.push(c.get(1).expect("credential").range());
+    }
+    for re in &policy.patterns {
+        spans.extend(re.find_iter(s).map(|m| m.range()));
+    }
+    spans
+}
+
+/// Credentials inside every `scheme://` URL of `s`: the password (or a token-like user), secret
+/// query parameters, and the path of webhook URLs.
+fn url_spans(s: &str, policy: &Policy, spans: &mut Vec<Range<usize>>) {
+    let mut from = 0;
+    while let Some(found) = s[from..].find("://") {
+        let start = from + found + 3;
+        let end = s[start..]
+            .find(|c: char| c.is_whitespace() || "\"'<>`".contains(c))
+            .map_or(s.len(), |e| start + e);
+        from = end.max(start);
+        let url = &s[start..end];
+        let authority_len = url.find(['/', '?', '#']).unwrap_or(url.len());
+        let authority = &url[..authority_len];
+        if let Some(at) = authority.rfind('@') {
+            let userinfo = &authority[..at];
+            match userinfo.find(':') {
+                Some(colon) => spans.push(start + colon + 1..start + at),
+                None if token_like(userinfo) => spans.push(start..start + at),
+                None => {}
+            }
+        }
+        let host = authority.rsplit('@').next().unwrap_or(authority);
+        let host = host.split(':').next().unwrap_or(host).to_ascii_lowercase();
+        let rest = &url[authority_len..];
+        for (webhook, prefix) in WEBHOOK_HOSTS {
+            if host == *webhook && rest.starts_with(prefix) && rest.len() > prefix.len() {
+                let path_end = rest.find(['?', '#']).unwrap_or(rest.len());
+                let at = start + authority_len + prefix.len();
+                spans.push(at..start + authority_len + path_end);
+            }
+        }
+        if let Some(q) = rest.find('?') {
+            let query_start = start + authority_len + q + 1;
+            let query_end = rest[q..]
+                .find('#')
+                .map_or(end, |h| start + authority_len + q + h);
+            let mut at = query_start;
+            for param in s[query_start..query_end].split('&') {
+                if let Some((name, value)) = param.split_once('=') {
+                    let lower = name.to_ascii_lowercase();
+                    if !value.is_empty()
+                        && (QUERY_SECRETS.contains(&lower.as_str())
+                            || policy.is_secret(name, NameKind::Option))
+                    {
+                        let v = at + name.len() + 1;
+                        spans.push(v..v + value.len());
+                    }
+                }
+                at += param.len() + 1;
+            }
+        }
+    }
+}
+
+/// `s` with every secret replaced by `<redacted>`, or None when it holds none.
+pub fn scrub(s: &str, policy: &Policy) -> Option<String> {
+    let mut spans = secret_spans(s, policy);
+    spans.retain(|r| !r.is_empty());
+    if spans.is_empty() {
+        return None;
+    }
+    spans.sort_by_key(|r| (r.start, std::cmp::Reverse(r.end)));
+    let mut out = String::with_capacity(s.len());
+    let mut at = 0;
+    for r in spans {
+        if r.end <= at {
+            continue;
+        }
+        let start = r.start.max(at);
+        out.push_str(&s[at..start]);
+        if start == r.start {
+            out.push_str(REDACTED);
+        }
+        at = r.end;
+    }
+    out.push_str(&s[at..]);
+    (out != s).then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scrubbed(s: &str) -> String {
+        scrub(s, &Policy::builtin()).unwrap_or_else(|| s.to_owned())
+    }
+
+    #[test]
+    fn token_formats_anywhere() {
+        let gh = "ghp_R2d2C3poAbCdEfGhIjKlMnOpQrStUvWx1234";
+        assert_eq!(scrubbed(gh), REDACTED);
+        assert_eq!(scrubbed(&format!("x {gh} y")), "x <redacted> y");
+        assert_eq!(scrubbed("AKIAIOSFODNN7EXAMPLE"), REDACTED);
+        let jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U";
+        assert_eq!(scrubbed(jwt), REDACTED);
+        for harmless in [
+            "sk-learn-baseline-experiment-final-report",
+            "models/epoch_004.npy",
+            "ghp_short",
+            "AKIA is a prefix",
+            "task-1234",
+        ] {
+            assert_eq!(scrubbed(harmless), harmless);
+        }
+    }
+
+    #[test]
+    fn pem_blocks() {
+        let pem = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n";
+        assert_eq!(scrubbed(pem), "<redacted>\n");
+        assert_eq!(
+            scrubbed("-----BEGIN RSA PRIVATE KEY-----\nMIIE"),
+            REDACTED
+        );
+        let cert = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----";
+        assert_eq!(scrubbed(cert), cert);
+    }
+
+    #[test]
+    fn urls_and_dsns() {
+        assert_eq!(
+            scrubbed("https://user:pass@host/x"),
+            "https://user:<redacted>@host/x"
+        );
+        assert_eq!(
+            scrubbed("postgresql://u:pw@h/db"),
+            "postgresql://u:<redacted>@h/db"
+        );
+        assert_eq!(
+            scrubbed("https://0123456789abcdef0123456789abcdef@o1.ingest.sentry.io/42"),
+            "https://<redacted>@o1.ingest.sentry.io/42"
+        );
+        assert_eq!(
+            scrubbed("https://hooks.slack.com/services/T000/B000/XXXXXXXX"),
+            "https://hooks.slack.com/services/<redacted>"
+        );
+        assert_eq!(
+            scrubbed("https://b.s3.amazonaws.com/k?X-Amz-Credential=AK%2F1&X-Amz-Signature=abc123&x-id=GetObject"),
+            "https://b.s3.amazonaws.com/k?X-Amz-Credential=<redacted>&X-Amz-Signature=<redacted>&x-id=GetObject"
+        );
+        assert_eq!(
+            scrubbed("host=h port=5432 password=pw dbname=x"),
+            "host=h port=5432 password=<redacted> dbname=x"
+        );
+        let azure = "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=YWJjZA==;EndpointSuffix=core.windows.net";
+        assert_eq!(
+            scrubbed(azure),
+            "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=<redacted>;EndpointSuffix=core.windows.net"
+        );
+        for v in [
+            "https://example.com/a:b@c",
+            "s3://bucket/key",
+            "git@github.com:org/repo.git",
+            "http://user@host/",
+            "https://example.com/?page=2&sort=name",
+        ] {
+            assert_eq!(scrubbed(v), v);
+        }
+    }
+
+    #[test]
+    fn authorization_values() {
+        assert_eq!(
+            scrubbed("Authorization: Bearer xyz.abc-123"),
+            "Authorization: Bearer <redacted>"
+        );
+        assert_eq!(scrubbed("Bearer abcdefgh12"), "Bearer <redacted>");
+        assert_eq!(scrubbed("X-Api-Key: 12345"), "X-Api-Key: <redacted>");
+        assert_eq!(scrubbed("Content-Type: text/csv"), "Content-Type: text/csv");
+        assert_eq!(
+            scrubbed(r#"{"user": "me", "password": "hunter2"}"#),
+            r#"{"user": "me", "password": "<redacted>"}"#
+        );
+    }
+}
