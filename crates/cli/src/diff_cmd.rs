@@ -62,7 +62,7 @@ struct Diff {
 
 fn side(store: &Store, what: &OsStr) -> anyhow::Result<Side> {
     let cwd = std::env::current_dir()?;
-    let label = what.to_string_lossy().into_owned();
+    let label = fmt::shown(&what.to_string_lossy()).into_owned();
     let artifact = match classify(what, &cwd) {
         Target::Job(id) => {
             return Ok(Side {
@@ -231,12 +231,12 @@ pub fn diff(a: &OsStr, b: &OsStr, json: bool) -> anyhow::Result<()> {
     }
     let mut any = false;
     if let Some(c) = &d.argv {
-        writeln!(out, "{:<12}{}", "argv", c.a.join(" "))?;
-        writeln!(out, "{:<12}{}", "", c.b.join(" "))?;
+        writeln!(out, "{:<12}{}", "argv", fmt::argv(&c.a))?;
+        writeln!(out, "{:<12}{}", "", fmt::argv(&c.b))?;
         any = true;
     }
     if let Some(c) = &d.cwd {
-        writeln!(out, "{:<12}{} -> {}", "cwd", c.a, c.b)?;
+        writeln!(out, "{:<12}{} -> {}", "cwd", fmt::shown(&c.a), fmt::shown(&c.b))?;
         any = true;
     }
     if let Some(c) = &d.git {
@@ -245,10 +245,15 @@ pub fn diff(a: &OsStr, b: &OsStr, json: bool) -> anyhow::Result<()> {
     }
     for (i, e) in d.env.iter().enumerate() {
         let head = if i == 0 { "env" } else { "" };
-        match (&e.a, &e.b) {
-            (Some(x), Some(y)) => writeln!(out, "{head:<12}~ {}: {x} -> {y}", e.name)?,
-            (None, Some(y)) => writeln!(out, "{head:<12}+ {}={y}", e.name)?,
-            (Some(x), None) => writeln!(out, "{head:<12}- {}={x}", e.name)?,
+        let (name, a, b) = (
+            fmt::shown(&e.name),
+            e.a.as_deref().map(fmt::shown),
+            e.b.as_deref().map(fmt::shown),
+        );
+        match (a, b) {
+            (Some(x), Some(y)) => writeln!(out, "{head:<12}~ {name}: {x} -> {y}")?,
+            (None, Some(y)) => writeln!(out, "{head:<12}+ {name}={y}")?,
+            (Some(x), None) => writeln!(out, "{head:<12}- {name}={x}")?,
             (None, None) => {}
         }
         any = true;

@@ -71,12 +71,26 @@ pub fn time_ns(ns: i64) -> String {
     )
 }
 
-/// A stored absolute path shown relative to `base` when it is inside it.
+/// A stored absolute path shown relative to `base` when it is inside it, with control
+/// characters escaped (see [`roar_store::quote`]).
 pub fn rel(path: &str, base: &Path) -> String {
     match Path::new(path).strip_prefix(base) {
-        Ok(p) if !p.as_os_str().is_empty() => p.to_string_lossy().into_owned(),
-        _ => path.to_owned(),
+        Ok(p) if !p.as_os_str().is_empty() => shown(&p.to_string_lossy()).into_owned(),
+        _ => shown(path).into_owned(),
     }
+}
+
+/// A recorded string (name, cwd, value) for the terminal.
+pub fn shown(s: &str) -> std::borrow::Cow<'_, str> {
+    roar_store::shown(s)
+}
+
+/// A recorded argv for the terminal: as bash would need it typed, control bytes escaped.
+pub fn argv(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| roar_store::shell_quote(a))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 pub fn status(status: &str, exit_code: Option<i32>, signal: Option<i32>) -> String {

@@ -1,13 +1,11 @@
-//! `roar lineage`, `roar inputs`, `roar dag`, `roar reproduce` and `roar status`: answers built on
+//! `roar lineage`, `roar inputs`, `roar dag` and `roar status`: answers built on
 //! the recorded graph of jobs and artifacts.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsStr;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
-use anyhow::Context;
 use roar_store::hash::{hash_paths, HashOptions, Prior};
 use roar_store::{shell_join, ContentHash, Edge, Project, Step, Store};
 use serde::Serialize;
@@ -32,7 +30,7 @@ pub(crate) fn resolve(store: &Store, what: &OsStr) -> anyhow::Result<ContentHash
     })
 }
 
-fn open() -> anyhow::Result<(Project, Store)> {
+pub(crate) fn open() -> anyhow::Result<(Project, Store)> {
     let project = crate::project()?;
     let store = Store::open(&project.db_path())?;
     Ok((project, store))
@@ -216,7 +214,7 @@ pub fn dag(as_dot: bool, svg: Option<PathBuf>, json: bool) -> anyhow::Result<()>
 }
 
 /// Current content of `paths` (hash cache first), keyed by path; missing files are absent.
-fn current_hashes(store: &Store, paths: &[PathBuf], sha256: bool) -> HashMap<PathBuf, ContentHash> {
+pub(crate) fn current_hashes(store: &Store, paths: &[PathBuf], sha256: bool) -> HashMap<PathBuf, ContentHash> {
     let batch = hash_paths(
         paths,
         HashOptions { sha256 },
@@ -241,187 +239,6 @@ fn current_hashes(store: &Store, paths: &[PathBuf], sha256: bool) -> HashMap<Pat
         }
     }
     out
-}
-
-pub fn reproduce(what: &OsStr, run: bool, json: bool) -> anyhow::Result<ExitCode> {
-    let (project, store) = open()?;
-    let target = resolve(&store, what)?;
-    let lineage = store.lineage(&target)?;
-    anyhow::ensure!(
-        !lineage.steps.is_empty(),
-        "no recorded job made {}: it is a root input, there is nothing to rebuild",
-        what.to_string_lossy()
-    );
-    if json && !run {
-        fmt::print_json(&lineage)?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    if !run {
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "#!/bin/sh")?;
-        writeln!(
-            out,
-            "# Rebuilds {} (blake3 {})",
-            what.to_string_lossy(),
-            target.blake3
-        )?;
-        writeln!(
-            out,
-            "# from these root inputs (`roar reproduce --run` checks them first):"
-        )?;
-        for r in &lineage.roots {
-            let h = r
-                .hash
-                .as_ref()
-                .map(|h| h.blake3.as_str())
-                .unwrap_or("unknown content");
-            writeln!(out, "#   {h}  {}", rel(&r.path, &project.root))?;
-        }
-        writeln!(out, "set -e")?;
-        let mut last_cwd = String::new();
-        let mut last_commit = None;
-        for s in &lineage.steps {
-            if s.git_commit.is_some() && s.git_commit != last_commit {
-                let dirty = if s.git_dirty == Some(true) {
-                    " (the tree was dirty)"
-                } else {
-                    ""
-                };
-                writeln!(
-                    out,
-                    "git checkout {}  # recorded commit{dirty}",
-                    s.git_commit.as_deref().unwrap_or_default()
-                )?;
-                last_commit = s.git_commit.clone();
-            }
-            if s.cwd != last_cwd {
-                writeln!(out, "cd {}", roar_store::shell_quote(&s.cwd))?;
-                last_cwd = s.cwd.clone();
-            }
-            if s.backend == "gateway" {
-                writeln!(
-                    out,
-                    "# job {}: objects an S3 client wrote through `roar gateway` ({}); not a command roar can re-run",
-                    s.job_id,
-                    s.name.as_deref().unwrap_or("unnamed")
-                )?;
-                continue;
-            }
-            writeln!(
-                out,
-                "roar run{} -- {}  # job {}",
-                if s.uses_s3() { " --s3" } else { "" },
-                shell_join(&s.argv),
-                s.job_id
-            )?;
-        }
-        return Ok(ExitCode::SUCCESS);
-    }
-    run_steps(&project, &store, &target, &lineage)
-}
-
-/// Checks the root inputs, re-runs every step under `roar run`, and verifies the result.
-fn run_steps(
-    project: &Project,
-    store: &Store,
-    target: &ContentHash,
-    lineage: &roar_store::Lineage,
-) -> anyhow::Result<ExitCode> {
-    let sha256 = target.sha256.is_some();
-    let roots: Vec<PathBuf> = lineage
-        .roots
-        .iter()
-        .map(|r| PathBuf::from(&r.path))
-        .collect();
-    let now = current_hashes(store, &roots, sha256);
-    for (r, p) in lineage.roots.iter().zip(&roots) {
-        let Some(want) = &r.hash else {
-            anyhow::bail!(
-                "root input {} was recorded without its content; it cannot be verified",
-                r.path
-            );
-        };
-        match now.get(p) {
-            Some(h) if h.blake3 == want.blake3 => {}
-            Some(h) => anyhow::bail!(
-                "root input {} changed: recorded {}, now {}; restore it before reproducing",
-                rel(&r.path, &project.root),
-                short_hash(want),
-                short_hash(h)
-            ),
-            None => anyhow::bail!(
-                "root input {} is missing; restore it before reproducing",
-                rel(&r.path, &project.root)
-            ),
-        }
-    }
-    let head = crate::run_cmd::git_head(&project.root);
-    let exe = std::env::current_exe()?;
-    for s in &lineage.steps {
-        if let (Some(want), Some(have)) = (&s.git_commit, &head) {
-            if want != have {
-                eprintln!(
-                    "roar: warning: job {} ran at commit {}, the tree is at {}",
-                    s.job_id,
-                    &want[..12.min(want.len())],
-                    &have[..12.min(have.len())]
-                );
-            }
-        }
-        anyhow::ensure!(
-            s.backend != "gateway",
-            "job {} is an S3 client seen by `roar gateway`, not a command; re-create its objects and run `roar reproduce` on what it made",
-            s.job_id
-        );
-        eprintln!(
-            "roar: reproducing job {}: {}",
-            s.job_id,
-            shell_join(&s.argv)
-        );
-        let status = std::process::Command::new(&exe)
-            .arg("run")
-            .args(s.uses_s3().then_some("--s3"))
-            .arg("--")
-            .args(&s.argv)
-            .current_dir(&s.cwd)
-            .status()
-            .with_context(|| format!("cannot start roar run for job {}", s.job_id))?;
-        anyhow::ensure!(
-            status.success(),
-            "job {} failed when re-run ({status}); stopping",
-            s.job_id
-        );
-    }
-    // The target is the output of the last step that had this content.
-    let path = lineage
-        .steps
-        .iter()
-        .rev()
-        .flat_map(|s| s.outputs.iter())
-        .find(|o| o.hash.as_ref().is_some_and(|h| h.blake3 == target.blake3))
-        .map(|o| PathBuf::from(&o.path))
-        .context("the lineage does not name the target's path")?;
-    let got = current_hashes(store, std::slice::from_ref(&path), sha256);
-    match got.get(&path) {
-        Some(h) if h.blake3 == target.blake3 => {
-            println!(
-                "reproduced {}: blake3 {} matches",
-                rel(&path.to_string_lossy(), &project.root),
-                target.blake3
-            );
-            Ok(ExitCode::SUCCESS)
-        }
-        Some(h) => {
-            println!(
-                "{} differs: recorded {}, rebuilt {} (the steps are not deterministic, or an input outside the lineage changed)",
-                rel(&path.to_string_lossy(), &project.root),
-                target.blake3,
-                h.blake3
-            );
-            Ok(ExitCode::from(crate::exit::FAILURE))
-        }
-        None => anyhow::bail!("{} was not rebuilt", path.display()),
-    }
 }
 
 #[derive(Serialize)]

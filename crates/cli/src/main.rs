@@ -9,6 +9,7 @@ mod hash_cmd;
 mod lineage_cmd;
 mod mount_cmd;
 mod query_cmd;
+mod reproduce_cmd;
 mod run_cmd;
 
 use std::ffi::OsString;
@@ -209,7 +210,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Lineage { what } => lineage_cmd::lineage(&what, json)?,
         Command::Inputs { what } => lineage_cmd::inputs(&what, json)?,
         Command::Dag { dot, svg } => lineage_cmd::dag(dot, svg, json)?,
-        Command::Reproduce { what, run } => return lineage_cmd::reproduce(&what, run, json),
+        Command::Reproduce { what, run } => return reproduce_cmd::reproduce(&what, run, json),
         Command::Status => lineage_cmd::status(json)?,
         Command::Diff { a, b } => diff_cmd::diff(&a, &b, json)?,
         Command::Export {

@@ -42,11 +42,11 @@ pub fn log(limit: usize, json: bool) -> anyhow::Result<()> {
     }
     let mut out = std::io::stdout().lock();
     for j in &jobs {
-        let argv = j.argv.join(" ");
+        let argv = fmt::argv(&j.argv);
         let label = j
             .name
             .as_deref()
-            .map(|n| format!("[{n}] "))
+            .map(|n| format!("[{}] ", fmt::shown(n)))
             .unwrap_or_default();
         writeln!(
             out,
@@ -132,10 +132,10 @@ fn print_job(job: &JobDetail, root: &Path) -> anyhow::Result<()> {
         out,
         "{} {}",
         bold(&format!("job {}", s.id)),
-        s.argv.join(" ")
+        fmt::argv(&s.argv)
     )?;
     if let Some(n) = &s.name {
-        writeln!(out, "  name     {n}")?;
+        writeln!(out, "  name     {}", fmt::shown(n))?;
     }
     writeln!(
         out,
@@ -152,7 +152,7 @@ fn print_job(job: &JobDetail, root: &Path) -> anyhow::Result<()> {
         .map(|e| format!(" ({})", fmt::duration_ns(e - s.started_ns)))
         .unwrap_or_default();
     writeln!(out, "  started  {}{took}", fmt::time_ns(s.started_ns))?;
-    writeln!(out, "  cwd      {}", s.cwd)?;
+    writeln!(out, "  cwd      {}", fmt::shown(&s.cwd))?;
     writeln!(out, "  backend  {}", s.backend)?;
     if let Some(g) = &s.git {
         let commit = g
@@ -218,9 +218,8 @@ fn print_job(job: &JobDetail, root: &Path) -> anyhow::Result<()> {
             .iter()
             .skip(job.processes.len().saturating_sub(SHOWN))
         {
-            let argv: Vec<_> = p.argv.iter().map(|a| a.to_string_lossy()).collect();
             let parent = p.parent_pid.map(|p| format!(" <- {p}")).unwrap_or_default();
-            writeln!(out, "  {}{parent}  {}", p.pid, argv.join(" "))?;
+            writeln!(out, "  {}{parent}  {}", p.pid, roar_store::shell_join(&p.argv))?;
         }
     }
     Ok(())
@@ -237,7 +236,7 @@ fn print_uses(out: &mut impl Write, title: &str, uses: &[Use], root: &Path) -> a
             "  job {:<5} {}  {}",
             u.job_id,
             rel(&u.path, root),
-            u.argv.join(" ")
+            fmt::argv(&u.argv)
         )?;
     }
     Ok(())
@@ -269,7 +268,7 @@ fn print_path(p: &PathDetail, root: &Path) -> anyhow::Result<()> {
             hash,
             u.role.as_str(),
             u.job_id,
-            u.argv.join(" ")
+            fmt::argv(&u.argv)
         )?;
     }
     Ok(())

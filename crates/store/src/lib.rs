@@ -12,6 +12,7 @@ mod model;
 mod project;
 mod query;
 pub mod private;
+pub mod quote;
 pub mod redact;
 mod writer;
 
@@ -19,10 +20,11 @@ pub use db::{open, SCHEMA_VERSION};
 pub use error::{Result, StoreError};
 pub use lineage::{Dag, Edge, Lineage, Step};
 pub use model::{
-    argv_from_blob, argv_to_blob, now_ns, shell_join, shell_quote, CacheEntry, ContentHash,
+    argv_from_blob, argv_to_blob, now_ns, CacheEntry, ContentHash,
     FileRecord, FileStat, GitState, JobRecord, Made, Ops, Outcome, PathUse, ProcessRecord, Role,
     S3Object,
 };
+pub use quote::{shell_join, shell_quote, shown};
 pub use project::{Project, CONFIG_NAME, DB_NAME, DEFAULT_CONFIG, DIR_NAME};
 pub use query::{ArtifactDetail, DbStats, FileRow, JobDetail, JobSummary, PathDetail, Store, Use};
 pub use writer::{

@@ -282,25 +282,6 @@ pub fn argv_from_blob(blob: &[u8]) -> Vec<OsString> {
         .collect()
 }
 
-/// Renders argv as a shell would need it typed: plain words bare, anything else single-quoted.
-pub fn shell_join(argv: &[OsString]) -> String {
-    argv.iter()
-        .map(|a| shell_quote(&a.to_string_lossy()))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-pub fn shell_quote(s: &str) -> String {
-    let plain = !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b));
-    if plain {
-        s.to_owned()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
-    }
-}
-
 pub(crate) fn ser_path<S: serde::Serializer>(p: &Option<PathBuf>, s: S) -> Result<S::Ok, S::Error> {
     match p {
         Some(p) => s.serialize_some(&p.to_string_lossy()),

@@ -156,9 +156,11 @@ fn option_rules(policy: &Policy, words: &[&str]) -> Vec<Option<String>> {
             } else {
                 let opt = &w[1..];
                 let (name, value) = opt.split_once('=').unwrap_or((opt, ""));
+                // Not split at case changes: `-pPW` is a cluster of short options, not "p PW".
+                let lower = name.to_ascii_lowercase();
                 let secret = name.len() > 1
-                    && (DASH_PASSWORDS.contains(&name.to_ascii_lowercase().as_str())
-                        || policy.is_secret(name, NameKind::Option));
+                    && (DASH_PASSWORDS.contains(&lower.as_str())
+                        || policy.is_secret(&lower, NameKind::Option));
                 if secret && !value.is_empty() {
                     out[i] = Some(format!("-{name}={REDACTED}"));
                 } else if secret {
@@ -277,6 +279,8 @@ mod tests {
         assert_eq!(red(&["curl", "-u", "me:pw", "https://h/"]), ["curl", "-u", "me:<redacted>", "https://h/"]);
         assert_eq!(red(&["curl", "-H", "Authorization: Bearer xyz"]), ["curl", "-H", "Authorization: Bearer <redacted>"]);
         assert_eq!(red(&["keytool", "-storepass", "changeit"]), ["keytool", "-storepass", REDACTED]);
+        assert_eq!(red(&["java", "-Ddb.password=pw", "-jar", "x.jar"]), ["java", "-Ddb.password=<redacted>", "-jar", "x.jar"]);
+        assert_eq!(red(&["tool", "-pPW", "next"]), ["tool", "-pPW", "next"]);
         assert_eq!(red(&["openssl", "enc", "-pass", "pass:pw"]), ["openssl", "enc", "-pass", REDACTED]);
         assert_eq!(red(&["env", "AWS_SECRET_ACCESS_KEY=abc", "cmd"]), ["env", "AWS_SECRET_ACCESS_KEY=<redacted>", "cmd"]);
         assert_eq!(red(&["aws", "configure", "set", "aws_secret_access_key", "abc"]), ["aws", "configure", "set", "aws_secret_access_key", REDACTED]);

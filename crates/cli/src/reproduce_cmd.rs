@@ -1,0 +1,308 @@
+//! `roar reproduce`: the script that rebuilds an artifact from its root inputs, or (`--run`) the
+//! rebuild itself, checked against the recorded hash.
+//!
+//! The script is POSIX `sh` and exact: every recorded word (argv, cwd) is quoted byte for byte
+//! ([`roar_store::quote::script_word`]), every recorded string in a comment is escaped, so no
+//! file name or argument can inject a command. An argument roar redacted (a secret) becomes
+//! `${ROAR_SECRET_<n>:?...}`: the script stops with a message unless the user supplies it, and
+//! `--run` reads the same variables.
+
+use std::ffi::{OsStr, OsString};
+use std::io::Write;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use roar_store::quote::script_word;
+use roar_store::redact::REDACTED;
+use roar_store::{shell_join, ContentHash, Lineage, Project, Step, Store};
+
+use crate::fmt::{self, rel, short_hash};
+use crate::lineage_cmd::{current_hashes, open, resolve};
+
+pub fn reproduce(what: &OsStr, run: bool, json: bool) -> anyhow::Result<ExitCode> {
+    let (project, store) = open()?;
+    let target = resolve(&store, what)?;
+    let lineage = store.lineage(&target)?;
+    anyhow::ensure!(
+        !lineage.steps.is_empty(),
+        "no recorded job made {}: it is a root input, there is nothing to rebuild",
+        what.to_string_lossy()
+    );
+    if json && !run {
+        fmt::print_json(&lineage)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !run {
+        let mut out = std::io::stdout().lock();
+        script(&mut out, what, &target, &lineage, &project.root)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    run_steps(&project, &store, &target, &lineage)
+}
+
+/// Checks the root inputs, re-runs every step under `roar run`, and verifies the result.
+fn run_steps(
+    project: &Project,
+    store: &Store,
+    target: &ContentHash,
+    lineage: &roar_store::Lineage,
+) -> anyhow::Result<ExitCode> {
+    let sha256 = target.sha256.is_some();
+    let roots: Vec<PathBuf> = lineage
+        .roots
+        .iter()
+        .map(|r| PathBuf::from(&r.path))
+        .collect();
+    let now = current_hashes(store, &roots, sha256);
+    for (r, p) in lineage.roots.iter().zip(&roots) {
+        let Some(want) = &r.hash else {
+            anyhow::bail!(
+                "root input {} was recorded without its content; it cannot be verified",
+                rel(&r.path, &project.root)
+            );
+        };
+        match now.get(p) {
+            Some(h) if h.blake3 == want.blake3 => {}
+            Some(h) => anyhow::bail!(
+                "root input {} changed: recorded {}, now {}; restore it before reproducing",
+                rel(&r.path, &project.root),
+                short_hash(want),
+                short_hash(h)
+            ),
+            None => anyhow::bail!(
+                "root input {} is missing; restore it before reproducing",
+                rel(&r.path, &project.root)
+            ),
+        }
+    }
+    let head = crate::run_cmd::git_head(&project.root);
+    let exe = std::env::current_exe()?;
+    let mut slot = 0;
+    for s in &lineage.steps {
+        if let (Some(want), Some(have)) = (&s.git_commit, &head) {
+            if want != have {
+                eprintln!(
+                    "roar: warning: job {} ran at commit {}, the tree is at {}",
+                    s.job_id,
+                    &want[..12.min(want.len())],
+                    &have[..12.min(have.len())]
+                );
+            }
+        }
+        anyhow::ensure!(
+            s.backend != "gateway",
+            "job {} is an S3 client seen by `roar gateway`, not a command; re-create its objects and run `roar reproduce` on what it made",
+            s.job_id
+        );
+        eprintln!(
+            "roar: reproducing job {}: {}",
+            s.job_id,
+            shell_join(&s.argv)
+        );
+        let argv = supplied(s, &mut slot)?;
+        let status = std::process::Command::new(&exe)
+            .arg("run")
+            .args(s.uses_s3().then_some("--s3"))
+            .arg("--")
+            .args(&argv)
+            .current_dir(&s.cwd)
+            .status()
+            .with_context(|| format!("cannot start roar run for job {}", s.job_id))?;
+        anyhow::ensure!(
+            status.success(),
+            "job {} failed when re-run ({status}); stopping",
+            s.job_id
+        );
+    }
+    // The target is the output of the last step that had this content.
+    let path = lineage
+        .steps
+        .iter()
+        .rev()
+        .flat_map(|s| s.outputs.iter())
+        .find(|o| o.hash.as_ref().is_some_and(|h| h.blake3 == target.blake3))
+        .map(|o| PathBuf::from(&o.path))
+        .context("the lineage does not name the target's path")?;
+    let got = current_hashes(store, std::slice::from_ref(&path), sha256);
+    match got.get(&path) {
+        Some(h) if h.blake3 == target.blake3 => {
+            println!(
+                "reproduced {}: blake3 {} matches",
+                rel(&path.to_string_lossy(), &project.root),
+                target.blake3
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(h) => {
+            println!(
+                "{} differs: recorded {}, rebuilt {} (the steps are not deterministic, or an input outside the lineage changed)",
+                rel(&path.to_string_lossy(), &project.root),
+                target.blake3,
+                h.blake3
+            );
+            Ok(ExitCode::from(crate::exit::FAILURE))
+        }
+        None => anyhow::bail!("{} was not rebuilt", path.display()),
+    }
+}
+
+
+/// The name of the `n`th secret slot (1-based in what users see).
+fn slot_var(n: usize) -> String {
+    format!("ROAR_SECRET_{}", n + 1)
+}
+
+/// Each argument of a step split around the secrets roar redacted from it.
+fn pieces(arg: &OsStr) -> Vec<&[u8]> {
+    let b = arg.as_bytes();
+    let mut out = Vec::new();
+    let mut rest = b;
+    while let Some(at) = rest
+        .windows(REDACTED.len())
+        .position(|w| w == REDACTED.as_bytes())
+    {
+        out.push(&rest[..at]);
+        rest = &rest[at + REDACTED.len()..];
+    }
+    out.push(rest);
+    out
+}
+
+/// A step's argv as `sh` words, each redacted secret replaced by its slot variable.
+fn script_argv(s: &Step, slot: &mut usize) -> Vec<u8> {
+    let mut line = Vec::new();
+    for (k, arg) in s.argv.iter().enumerate() {
+        if k > 0 {
+            line.push(b' ');
+        }
+        let parts = pieces(arg);
+        if parts.len() == 1 {
+            line.extend(script_word(arg.as_bytes()));
+            continue;
+        }
+        for (i, part) in parts.iter().enumerate() {
+            if !part.is_empty() {
+                line.extend(script_word(part));
+            }
+            if i + 1 < parts.len() {
+                let var = slot_var(*slot);
+                *slot += 1;
+                line.extend(
+                    format!(
+                        "\"${{{var}:?is a secret roar redacted from argument {k} of job {}: set it}}\"",
+                        s.job_id
+                    )
+                    .bytes(),
+                );
+            }
+        }
+    }
+    line
+}
+
+/// A step's argv for `--run`, each redacted secret taken from its slot variable.
+fn supplied(s: &Step, slot: &mut usize) -> anyhow::Result<Vec<OsString>> {
+    let mut argv = Vec::with_capacity(s.argv.len());
+    let mut missing = Vec::new();
+    for (k, arg) in s.argv.iter().enumerate() {
+        let parts = pieces(arg);
+        let mut out = parts[0].to_vec();
+        for part in &parts[1..] {
+            let var = slot_var(*slot);
+            *slot += 1;
+            match std::env::var_os(&var) {
+                Some(v) => out.extend_from_slice(v.as_bytes()),
+                None => missing.push(format!("{var} (argument {k})")),
+            }
+            out.extend_from_slice(part);
+        }
+        argv.push(OsString::from_vec(out));
+    }
+    anyhow::ensure!(
+        missing.is_empty(),
+        "job {} had secrets roar redacted; supply them in the environment: {}",
+        s.job_id,
+        missing.join(", ")
+    );
+    Ok(argv)
+}
+
+/// The rebuild script (see the module docs).
+fn script(
+    out: &mut impl Write,
+    what: &OsStr,
+    target: &ContentHash,
+    lineage: &Lineage,
+    root: &Path,
+) -> std::io::Result<()> {
+    writeln!(out, "#!/bin/sh")?;
+    writeln!(
+        out,
+        "# Rebuilds {} (blake3 {})",
+        fmt::shown(&what.to_string_lossy()),
+        target.blake3
+    )?;
+    writeln!(
+        out,
+        "# from these root inputs (`roar reproduce --run` checks them first):"
+    )?;
+    for r in &lineage.roots {
+        let h = r
+            .hash
+            .as_ref()
+            .map(|h| h.blake3.as_str())
+            .unwrap_or("unknown content");
+        writeln!(out, "#   {h}  {}", rel(&r.path, root))?;
+    }
+    let secrets: usize = lineage
+        .steps
+        .iter()
+        .flat_map(|s| &s.argv)
+        .map(|a| pieces(a).len() - 1)
+        .sum();
+    if secrets > 0 {
+        writeln!(
+            out,
+            "# roar redacted {secrets} secret(s) from the commands: set ROAR_SECRET_1..{secrets} before running."
+        )?;
+    }
+    writeln!(out, "set -e")?;
+    let mut last_cwd = String::new();
+    let mut last_commit = None;
+    let mut slot = 0;
+    for s in &lineage.steps {
+        if s.git_commit.is_some() && s.git_commit != last_commit {
+            let dirty = if s.git_dirty == Some(true) {
+                " (the tree was dirty)"
+            } else {
+                ""
+            };
+            let commit = s.git_commit.as_deref().unwrap_or_default();
+            out.write_all(b"git checkout ")?;
+            out.write_all(&script_word(commit.as_bytes()))?;
+            writeln!(out, "  # recorded commit{dirty}")?;
+            last_commit = s.git_commit.clone();
+        }
+        if s.cwd != last_cwd {
+            out.write_all(b"cd ")?;
+            out.write_all(&script_word(s.cwd.as_bytes()))?;
+            out.write_all(b"\n")?;
+            last_cwd = s.cwd.clone();
+        }
+        if s.backend == "gateway" {
+            writeln!(
+                out,
+                "# job {}: objects an S3 client wrote through `roar gateway` ({}); not a command roar can re-run",
+                s.job_id,
+                fmt::shown(s.name.as_deref().unwrap_or("unnamed"))
+            )?;
+            continue;
+        }
+        out.write_all(if s.uses_s3() { b"roar run --s3 -- " } else { b"roar run -- " })?;
+        out.write_all(&script_argv(s, &mut slot))?;
+        writeln!(out, "  # job {}", s.job_id)?;
+    }
+    Ok(())
+}
