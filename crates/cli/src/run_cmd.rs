@@ -359,6 +359,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 "roar: job {id}, {n_in} inputs, {n_out} outputs, {}, +{overhead_ms:.0} ms{incomplete}",
                 backend.name()
             );
+            if traced.forged > 0 {
+                let _ = writeln!(
+                    err,
+                    "roar: warning: dropped {} event datagrams that did not come from this run (another process on this machine sent them); the record is unaffected",
+                    traced.forged
+                );
+            }
             if hashed.unhashed_inputs > 0 {
                 let _ = writeln!(
                     err,

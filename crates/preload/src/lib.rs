@@ -15,7 +15,7 @@ use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicUsize, Ordering};
 
 use libc::{mode_t, off_t, pid_t, FILE};
 use roar_wire::ring::{Ring, RING_ENV};
-use roar_wire::{Header, Kind, WireStat, LIB_ENV, SOCK_ENV};
+use roar_wire::{Header, Kind, WireStat, KEY_LEN, LIB_ENV, SOCK_ENV};
 
 const PATH_MAX: usize = 4096;
 /// Our socket is moved to a high fd so programs that assume small fds are unaffected.
@@ -32,6 +32,8 @@ static SOCK_NAME_LEN: AtomicUsize = AtomicUsize::new(0);
 /// "ROAR_INTERNAL_SOCK=...", "ROAR_INTERNAL_RING=..." and "ROAR_INTERNAL_LIB=...", NUL-terminated,
 /// for exec environments.
 static mut SOCK_ENTRY: [u8; 160] = [0; 160];
+/// The run's key, appended to every datagram (see `roar_wire::SOCK_ENV`).
+static mut KEY: [u8; KEY_LEN] = [0; KEY_LEN];
 static mut RING_ENTRY: [u8; 64] = [0; 64];
 static RING_LEN: AtomicUsize = AtomicUsize::new(0);
 /// The ring's mapping (`RING_MAP_LEN` bytes), null if this process has none.
@@ -172,7 +174,7 @@ unsafe fn send(kind: Kind, arg: i64, fd: c_int, stat: WireStat, parts: [&[u8]; 4
     let mut iov = [libc::iovec {
         iov_base: ptr::null_mut(),
         iov_len: 0,
-    }; 5];
+    }; 6];
     iov[0] = libc::iovec {
         iov_base: h.as_bytes().as_ptr() as *mut c_void,
         iov_len: h.as_bytes().len(),
@@ -183,6 +185,11 @@ unsafe fn send(kind: Kind, arg: i64, fd: c_int, stat: WireStat, parts: [&[u8]; 4
             iov_len: p.len(),
         };
     }
+    iov[5] = libc::iovec {
+        // SAFETY: KEY is written once by the constructor, before any event is sent.
+        iov_base: ptr::addr_of!(KEY) as *mut c_void,
+        iov_len: KEY_LEN,
+    };
     // SAFETY: msghdr zeroed then pointed at our iovecs, which outlive the call.
     let mut msg: libc::msghdr = unsafe { core::mem::zeroed() };
     msg.msg_iov = iov.as_mut_ptr();
@@ -1221,14 +1228,18 @@ unsafe fn copy_entry(dst: &mut [u8], name: &str, value: &[u8]) -> usize {
 unsafe extern "C" fn init(argc: c_int, argv: *const *const c_char, _envp: *const *const c_char) {
     // SAFETY: the constructor runs once, before main and before any thread of the program exists.
     unsafe {
-        let sock = cstr(libc::getenv(c"ROAR_INTERNAL_SOCK".as_ptr()));
+        let sock_env = cstr(libc::getenv(c"ROAR_INTERNAL_SOCK".as_ptr()));
         let lib = cstr(libc::getenv(c"ROAR_INTERNAL_LIB".as_ptr()));
-        if sock.is_empty() || sock.len() > 100 {
+        let Some((sock, key)) = roar_wire::split_sock_env(sock_env) else {
+            return;
+        };
+        if sock.len() > 100 {
             return;
         }
         (&mut *ptr::addr_of_mut!(SOCK_NAME))[..sock.len()].copy_from_slice(sock);
         SOCK_NAME_LEN.store(sock.len(), Ordering::Relaxed);
-        copy_entry(&mut *ptr::addr_of_mut!(SOCK_ENTRY), SOCK_ENV, sock);
+        *ptr::addr_of_mut!(KEY) = key;
+        copy_entry(&mut *ptr::addr_of_mut!(SOCK_ENTRY), SOCK_ENV, sock_env);
         let ring = cstr(libc::getenv(c"ROAR_INTERNAL_RING".as_ptr()));
         if map_ring(ring) > 0 {
             RING_LEN.store(

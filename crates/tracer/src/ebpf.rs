@@ -401,6 +401,7 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
         ended_ns,
         malformed,
         lost: lost as usize,
+        forged: 0,
     })
 }
 

@@ -86,6 +86,9 @@ pub struct Traced {
     /// Events the kernel could not hand over (eBPF ring buffer full): the job is incomplete if
     /// non-zero.
     pub lost: usize,
+    /// Datagrams from outside the run (without its key), dropped unread: the record is not
+    /// affected, but someone on the machine sent them.
+    pub forged: usize,
 }
 
 impl Traced {

@@ -1,6 +1,11 @@
 //! The preload backend: runs the command with the shim in LD_PRELOAD and reads its events from a
 //! shared-memory ring owned by this run (see `roar_wire::ring`), plus datagrams on an abstract
 //! unix socket from processes that could not map the ring.
+//!
+//! Who may report: the ring is a memfd reached through `/proc/<roar>/fd/N`, which only processes
+//! allowed to ptrace roar can open. The socket is reachable by anyone, so every datagram must end
+//! with the run's random key, which the shim reads from its environment (readable only by the
+//! run's own processes and root); datagrams without it are dropped unparsed and counted.
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
@@ -11,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use roar_store::{now_ns, FileStat};
 use roar_wire::ring::{self, Next, Ring, RING_ENV};
-use roar_wire::{Header, Kind, WireStat, HEADER_LEN, LIB_ENV, SOCK_ENV};
+use roar_wire::{strip_key, Header, Kind, WireStat, KEY_LEN, LIB_ENV, SOCK_ENV};
 
 use crate::event::{join_normalize, Event};
 use crate::launch;
@@ -25,6 +30,26 @@ const SOCK_BUF: libc::c_int = 32 << 20;
 struct Socket {
     fd: libc::c_int,
     name: String,
+    key: [u8; KEY_LEN],
+}
+
+impl Socket {
+    /// The `SOCK_ENV` value the shim gets: the name and the key.
+    fn env_value(&self) -> String {
+        let hex: String = self.key.iter().map(|b| format!("{b:02x}")).collect();
+        format!("{}:{hex}", self.name)
+    }
+}
+
+/// A fresh key from the kernel's random source.
+fn random_key() -> std::io::Result<[u8; KEY_LEN]> {
+    let mut key = [0u8; KEY_LEN];
+    // SAFETY: getrandom writes at most key.len() bytes into our buffer.
+    let n = unsafe { libc::getrandom(key.as_mut_ptr().cast(), key.len(), 0) };
+    if n != KEY_LEN as isize {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(key)
 }
 
 impl Drop for Socket {
@@ -48,13 +73,14 @@ fn abstract_addr(name: &str) -> (libc::sockaddr_un, libc::socklen_t) {
 fn bind() -> Result<Socket, TraceError> {
     let err = |source| TraceError::Socket { source };
     let name = format!("roar-{}-{:x}", std::process::id(), now_ns());
+    let key = random_key().map_err(err)?;
     // SAFETY: plain socket calls on values we own.
     unsafe {
         let fd = libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
         if fd < 0 {
             return Err(err(std::io::Error::last_os_error()));
         }
-        let sock = Socket { fd, name };
+        let sock = Socket { fd, name, key };
         let (addr, len) = abstract_addr(&sock.name);
         if libc::bind(fd, std::ptr::addr_of!(addr).cast(), len) != 0 {
             return Err(err(std::io::Error::last_os_error()));
@@ -70,19 +96,21 @@ fn bind() -> Result<Socket, TraceError> {
     }
 }
 
-fn send_end_marker(name: &str) {
+fn send_end_marker(sock: &Socket) {
     let h = Header {
         kind: END_MARKER,
         ..Header::default()
     };
+    let mut datagram = h.as_bytes().to_vec();
+    datagram.extend_from_slice(&sock.key);
     // SAFETY: a short-lived socket of ours sends one datagram to our own name.
     unsafe {
         let fd = libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
-        let (addr, len) = abstract_addr(name);
+        let (addr, len) = abstract_addr(&sock.name);
         libc::sendto(
             fd,
-            h.as_bytes().as_ptr().cast(),
-            HEADER_LEN,
+            datagram.as_ptr().cast(),
+            datagram.len(),
             0,
             std::ptr::addr_of!(addr).cast(),
             len,
@@ -231,12 +259,14 @@ fn drain_ring(
 struct Received {
     events: Vec<Event>,
     malformed: usize,
+    /// Datagrams without the run's key.
+    forged: usize,
 }
 
 /// Reads the ring and the socket until the end marker: waits in poll(2) on the socket (a datagram
 /// wakes it at once) for at most `RING_POLL`, then drains the ring and the queued datagrams. The
 /// end marker comes after every traced process is gone, so the last pass over the ring is final.
-fn receive(fd: libc::c_int, map: &RingMap, tap: &Tap) -> Received {
+fn receive(fd: libc::c_int, key: &[u8; KEY_LEN], map: &RingMap, tap: &Tap) -> Received {
     let mut buf = vec![0u8; RECV_BUF];
     let mut from_ring = Received::default();
     let mut from_sock = Received::default();
@@ -265,7 +295,11 @@ fn receive(fd: libc::c_int, map: &RingMap, tap: &Tap) -> Received {
                     }
                 }
             }
-            match Header::parse(&buf[..n as usize]) {
+            let Some(body) = strip_key(&buf[..n as usize], key) else {
+                from_sock.forged += 1;
+                continue;
+            };
+            match Header::parse(body) {
                 Some((h, _)) if h.kind == END_MARKER => break true,
                 Some((h, parts)) => match decode(&h, parts) {
                     Some(ev) => {
@@ -292,6 +326,7 @@ fn receive(fd: libc::c_int, map: &RingMap, tap: &Tap) -> Received {
     Received {
         events,
         malformed: from_ring.malformed + from_sock.malformed,
+        forged: from_sock.forged,
     }
 }
 
@@ -376,10 +411,10 @@ pub fn run(
     let sock = bind()?;
     let map = Arc::new(map_ring(capacity).map_err(|source| TraceError::Socket { source })?);
     let receiver: JoinHandle<Received> = {
-        let (fd, map) = (sock.fd, map.clone());
+        let (fd, key, map) = (sock.fd, sock.key, map.clone());
         std::thread::Builder::new()
             .name("roar-preload-recv".into())
-            .spawn(move || receive(fd, &map, &tap))
+            .spawn(move || receive(fd, &key, &map, &tap))
             .map_err(|source| TraceError::Socket { source })?
     };
 
@@ -396,7 +431,7 @@ pub fn run(
         .cloned()
         .chain([
             set("LD_PRELOAD", preload),
-            set(SOCK_ENV, sock.name.clone().into()),
+            set(SOCK_ENV, sock.env_value().into()),
             set(
                 RING_ENV,
                 format!("{}/{}", std::process::id(), map.fd).into(),
@@ -416,7 +451,7 @@ pub fn run(
     };
     let ended_ns = now_ns();
     drop(guard);
-    send_end_marker(&sock.name);
+    send_end_marker(&sock);
     let received = receiver.join().unwrap_or_default();
     let status = status?;
     Ok(Traced {
@@ -426,6 +461,7 @@ pub fn run(
         ended_ns,
         malformed: received.malformed,
         lost: 0,
+        forged: received.forged,
     })
 }
 

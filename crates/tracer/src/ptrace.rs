@@ -531,6 +531,7 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
         ended_ns,
         malformed,
         lost: 0,
+        forged: 0,
     })
 }
 

@@ -6,8 +6,43 @@
 
 pub mod ring;
 
-/// Environment variable naming the abstract unix socket (without the leading NUL) to send to.
+/// Environment variable naming the abstract unix socket (without the leading NUL) to send to,
+/// then `:` and the run's key in hex ([`KEY_LEN`] bytes). Every datagram ends with the key: anyone
+/// on the machine can find the socket in `/proc/net/unix`, but only the run's processes (and
+/// root) can read their environment, so a datagram without the key is not from the run.
 pub const SOCK_ENV: &str = "ROAR_INTERNAL_SOCK";
+/// Length of the run's key.
+pub const KEY_LEN: usize = 16;
+
+/// Splits a `SOCK_ENV` value into the socket name and the key; None if it is not well-formed.
+pub fn split_sock_env(value: &[u8]) -> Option<(&[u8], [u8; KEY_LEN])> {
+    let colon = value.iter().rposition(|b| *b == b':')?;
+    let (name, hex) = (&value[..colon], &value[colon + 1..]);
+    if name.is_empty() || hex.len() != 2 * KEY_LEN {
+        return None;
+    }
+    let nibble = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    let mut key = [0u8; KEY_LEN];
+    for (i, k) in key.iter_mut().enumerate() {
+        *k = (nibble(hex[2 * i])? << 4) | nibble(hex[2 * i + 1])?;
+    }
+    Some((name, key))
+}
+
+/// The body of a datagram that ends with `key`, or None (the datagram is not from the run).
+/// Compared without an early exit, so timing says nothing about how much of a guess was right.
+pub fn strip_key<'a>(datagram: &'a [u8], key: &[u8; KEY_LEN]) -> Option<&'a [u8]> {
+    let body_len = datagram.len().checked_sub(KEY_LEN)?;
+    let diff = datagram[body_len..]
+        .iter()
+        .zip(key)
+        .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+    (diff == 0).then(|| &datagram[..body_len])
+}
 /// Environment variable holding the shim's own path, re-added to `LD_PRELOAD` on exec.
 pub const LIB_ENV: &str = "ROAR_INTERNAL_LIB";
 
@@ -134,5 +169,21 @@ mod tests {
         assert_eq!((back.pid, back.stat.ino), (42, 7));
         assert_eq!(parts, [&b"/tmp"[..], b"a", b"", b"xyz"]);
         assert!(Header::parse(&buf[..HEADER_LEN + 3]).is_none());
+    }
+
+    #[test]
+    fn keys() {
+        let (name, key) = split_sock_env(b"roar-1-ab:000102030405060708090a0b0c0d0eff").unwrap();
+        assert_eq!(name, b"roar-1-ab");
+        assert_eq!(key[15], 0xff);
+        assert!(split_sock_env(b"roar-1-ab").is_none());
+        assert!(split_sock_env(b"roar:0001").is_none());
+        assert!(split_sock_env(b"roar:zz0102030405060708090a0b0c0d0eff").is_none());
+        let mut dg = [7u8; 20];
+        dg[4..].copy_from_slice(&key);
+        assert_eq!(strip_key(&dg, &key), Some(&[7u8; 4][..]));
+        dg[19] ^= 1;
+        assert_eq!(strip_key(&dg, &key), None);
+        assert_eq!(strip_key(&dg[..3], &key), None);
     }
 }

@@ -1,0 +1,507 @@
+//! What a store keeps and who can read it: a corpus of secrets in argv and env under every
+//! backend, the mount and the gateway (none reaches the database, its WAL or any output; harmless
+//! values under the same names stay); hostile file names through `reproduce` and the terminal; the
+//! store's permissions; and events forged by another user against a running job.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::mount::{require_fuse, Mounted};
+use common::server::Server;
+use common::{stderr, stdout, Project};
+
+/// Secrets in argv, in every form the rules know. Each value is unique and never appears
+/// elsewhere, so finding it anywhere is a leak.
+fn argv_secrets() -> Vec<(Vec<&'static str>, &'static str)> {
+    vec![
+        (vec!["--password", "Sx1-hunter2"], "Sx1-hunter2"),
+        (vec!["--token=Sx2-abc"], "Sx2-abc"),
+        (vec!["--api-key", "Sx3-key"], "Sx3-key"),
+        (vec!["mysql", "-u", "root", "-pSx4-mysql"], "Sx4-mysql"),
+        (vec!["https://user:Sx5-url@host/x"], "Sx5-url"),
+        (vec!["postgresql://u:Sx6-dsn@h/db"], "Sx6-dsn"),
+        (vec!["Authorization: Bearer Sx7-bearer"], "Sx7-bearer"),
+        (vec!["AWS_SECRET_ACCESS_KEY=Sx8-awsarg"], "Sx8-awsarg"),
+        (vec!["ghp_Sx9aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456"], "Sx9aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456"),
+        (vec!["-storepass", "Sx10-keystore"], "Sx10-keystore"),
+        (
+            vec!["https://b.s3.amazonaws.com/k?X-Amz-Signature=Sx11sig&x-id=GetObject"],
+            "Sx11sig",
+        ),
+        (vec!["--header=Cookie: session=Sx12-cookie"], "Sx12-cookie"),
+    ]
+}
+
+/// Token-shaped values under innocent variable names.
+fn env_secrets() -> Vec<(&'static str, String, &'static str)> {
+    let pem = "-----BEGIN RSA PRIVATE KEY-----\nMIIEpQIBAAKCAQEAse1PEMbodyline\n-----END RSA PRIVATE KEY-----";
+    vec![
+        ("SEC_A", "ghp_Se1aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456".into(), "Se1aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456"),
+        ("SEC_B", "AKIASE2EXAMPLE7Q4XYZ".into(), "AKIASE2EXAMPLE7Q4XYZ"),
+        ("SEC_C", pem.into(), "MIIEpQIBAAKCAQEAse1PEMbodyline"),
+        (
+            "SEC_D",
+            "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJTZTRqd3QifQ.Se4SignatureAbc123xyz".into(),
+            "Se4SignatureAbc123xyz",
+        ),
+        (
+            "SEC_E",
+            "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=Se5azureKey==;EndpointSuffix=core.windows.net".into(),
+            "Se5azureKey",
+        ),
+        (
+            "SEC_F",
+            "https://5e6f0123456789abcdef0123456789ab@o1.ingest.sentry.io/42".into(),
+            "5e6f0123456789abcdef0123456789ab",
+        ),
+        (
+            "SEC_G",
+            "https://hooks.slack.com/services/T0SE7/B0SE7/Se7slackHookPath".into(),
+            "Se7slackHookPath",
+        ),
+        ("SEC_H", "glpat-Se8gitlabTokenValue12".into(), "Se8gitlabTokenValue12"),
+        ("SEC_I", "hf_Se9HuggingFaceTokenValue0123456789".into(), "Se9HuggingFaceTokenValue0123456789"),
+        ("SEC_J", "sk-proj-Se10OpenAiKeyValue0123456789abcdefXYZ".into(), "Se10OpenAiKeyValue0123456789abcdefXYZ"),
+        ("DB_PASSWORD", "Se11-plain".into(), "Se11-plain"),
+    ]
+}
+
+/// Harmless values under the same names and forms: kept as they are.
+fn harmless() -> (Vec<&'static str>, Vec<(&'static str, &'static str)>) {
+    (
+        vec!["--key", "data/Hk1.csv", "https://example.com/Hk2", "--max-tokens", "Hk3"],
+        vec![
+            ("SEC_A", "Hk4 plain words"),
+            ("SEC_B", "s3://bucket/Hk5"),
+            ("SEC_E", "AccountName=Hk6"),
+        ],
+    )
+}
+
+fn all_argv() -> Vec<String> {
+    let mut argv: Vec<String> = ["sh", "-c", "echo made > out.txt", "sh"]
+        .map(String::from)
+        .into();
+    for (words, _) in argv_secrets() {
+        argv.extend(words.into_iter().map(String::from));
+    }
+    argv
+}
+
+fn needles() -> Vec<String> {
+    argv_secrets()
+        .into_iter()
+        .map(|(_, s)| s.to_owned())
+        .chain(env_secrets().into_iter().map(|(_, _, s)| s.to_owned()))
+        .collect()
+}
+
+fn contains(hay: &[u8], needle: &str) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+/// Every byte of the store's files, and every output a user or an export can get.
+fn everything_shown(p: &Project, job: &str) -> Vec<(String, Vec<u8>)> {
+    let mut seen = Vec::new();
+    for f in ["roar.db", "roar.db-wal", "roar.db-shm"] {
+        if let Ok(b) = std::fs::read(p.path().join(".roar").join(f)) {
+            seen.push((f.to_owned(), b));
+        }
+    }
+    let out_txt = p.path().join("out.txt");
+    let out = out_txt.to_str().unwrap();
+    for args in [
+        vec!["log"],
+        vec!["log", "--json"],
+        vec!["show", job],
+        vec!["show", job, "--json"],
+        vec!["dag"],
+        vec!["dag", "--json"],
+        vec!["dag", "--dot"],
+        vec!["lineage", out],
+        vec!["lineage", out, "--json"],
+        vec!["reproduce", out],
+        vec!["export", "--format", "prov-json"],
+        vec!["export", "--format", "openlineage"],
+        vec!["diff", "1", job],
+    ] {
+        let o = p.roar(&args);
+        seen.push((args.join(" "), [o.stdout, o.stderr].concat()));
+    }
+    seen
+}
+
+fn assert_no_secret(p: &Project, job: &str, what: &str) {
+    for (source, bytes) in everything_shown(p, job) {
+        for n in needles() {
+            assert!(
+                !contains(&bytes, &n),
+                "{what}: secret {n:?} is in {source}"
+            );
+        }
+    }
+}
+
+fn harmless_kept(p: &Project, job: &str) {
+    let shown = stdout(&p.roar(["show", job, "--json"]));
+    for v in ["Hk1", "Hk2", "Hk3", "Hk4 plain words", "s3://bucket/Hk5", "AccountName=Hk6"] {
+        assert!(shown.contains(v), "harmless {v:?} was redacted: {shown}");
+    }
+}
+
+/// A harmless job first (job 1, so `diff 1 N` compares against it), then the secret one.
+fn run_both(p: &Project, backend: &str) {
+    let (h_argv, h_env) = harmless();
+    let mut cmd = p.cmd(["run", "--tracer", backend, "--", "sh", "-c", "echo made > out.txt", "sh"]);
+    cmd.args(h_argv);
+    for (k, v) in h_env {
+        cmd.env(k, v);
+    }
+    let o = cmd.output().unwrap();
+    assert!(o.status.success(), "{backend}: {}", stderr(&o));
+    harmless_kept(p, "1");
+
+    let argv = all_argv();
+    let mut cmd = p.cmd(["run", "--tracer", backend, "--"]);
+    cmd.args(&argv);
+    for (k, v, _) in env_secrets() {
+        cmd.env(k, v);
+    }
+    let o = cmd.output().unwrap();
+    assert!(o.status.success(), "{backend}: {}", stderr(&o));
+}
+
+#[test]
+fn no_secret_from_any_backend_reaches_the_store_or_an_output() {
+    let mut backends = vec!["preload", "ptrace"];
+    if common::ebpf_available() {
+        backends.push("ebpf");
+    }
+    for backend in backends {
+        let p = Project::new();
+        run_both(&p, backend);
+        assert_no_secret(&p, "2", backend);
+        // The redacted job still says what it ran, and which arguments were secrets.
+        let job = p.job_json(2);
+        let argv: Vec<&str> = job["argv"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert_eq!(argv.len(), all_argv().len(), "{backend}: {argv:?}");
+        assert!(argv.contains(&"--password") && argv.contains(&"<redacted>"), "{argv:?}");
+        assert!(argv.contains(&"https://user:<redacted>@host/x"), "{argv:?}");
+        assert_eq!(job["env"]["SEC_B"], "<redacted>", "{backend}");
+    }
+}
+
+#[test]
+fn the_projects_own_rules_add_and_allow() {
+    let p = Project::new();
+    let config = p.path().join(".roar/config.toml");
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "names = []\n",
+        "names = [\"LICENSE_*\", \"seed\"]\n",
+    );
+    let text = text
+        .replace("allow = []\n", "allow = [\"DB_PASSWORD\"]\n")
+        .replace("patterns = []\n", "patterns = [\"corp-[0-9]{6}\"]\n");
+    std::fs::write(&config, text).unwrap();
+    let o = p
+        .cmd(["run", "--", "sh", "-c", "true", "sh", "--seed", "Cf1", "note corp-123456"])
+        .env("LICENSE_CODE", "Cf2")
+        .env("DB_PASSWORD", "Cf3-allowed")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let db = std::fs::read(p.path().join(".roar/roar.db-wal")).unwrap();
+    for leaked in ["Cf1", "Cf2", "corp-123456"] {
+        assert!(!contains(&db, leaked), "{leaked} reached the store");
+    }
+    assert_eq!(p.last_job()["env"]["DB_PASSWORD"], "Cf3-allowed");
+
+    // A bad pattern is one clear line, and nothing runs.
+    std::fs::write(&config, "[redact]\npatterns = [\"(\"]\n").unwrap();
+    let o = p.roar(["run", "--", "touch", "never"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("not a regular expression"), "{err}");
+    assert!(!p.path().join("never").exists());
+}
+
+#[test]
+fn no_secret_from_a_mount_job() {
+    if !require_fuse() {
+        return;
+    }
+    let mut m = Mounted::new(|_| {});
+    let mut argv = all_argv();
+    argv[2] = "echo made > out.txt".into();
+    // Its own process group, as an interactive shell starts a command: the mount's job.
+    let status = Command::new(&argv[0])
+        .args(&argv[1..])
+        .current_dir(&m.data)
+        .process_group(0)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    m.unmount();
+    let db = [
+        std::fs::read(m.p.path().join(".roar/roar.db")).unwrap(),
+        std::fs::read(m.p.path().join(".roar/roar.db-wal")).unwrap_or_default(),
+    ]
+    .concat();
+    let shown = [
+        stdout(&m.p.roar(["log"])),
+        stdout(&m.p.roar(["log", "--json"])),
+        stdout(&m.p.roar(["dag", "--json"])),
+    ]
+    .concat();
+    assert!(shown.contains("<redacted>"), "the mount recorded no job: {shown}");
+    for (_, s) in argv_secrets() {
+        assert!(!contains(&db, s), "mount: {s} reached the store");
+        assert!(!shown.contains(s), "mount: {s} is shown");
+    }
+}
+
+#[test]
+fn no_secret_from_a_gateway_client() {
+    if !common::require_tool("aws") {
+        return;
+    }
+    let p = Project::new();
+    // An access key id shaped like a real AWS one names the client's job.
+    let (access, secret) = ("AKIAGWSECRET7EXAMPLE", "gateway-secret-gateway-secret-gateway-00");
+    p.write("keys.txt", format!("{access} {secret}\n").as_bytes());
+    p.write("obj.bin", b"object");
+    let cmd = p.cmd(["gateway", "--listen", "127.0.0.1:0", "--credentials", "keys.txt"]);
+    let gw = Server::spawn(cmd, p.path().join("gateway.log"));
+    let aws = |args: &[&str]| {
+        let o = Command::new("aws")
+            .args(["--endpoint-url", &gw.endpoint(), "--region", "us-east-1"])
+            .args(args)
+            .current_dir(p.path())
+            .env("AWS_ACCESS_KEY_ID", access)
+            .env("AWS_SECRET_ACCESS_KEY", secret)
+            .env_remove("AWS_PROFILE")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "aws {args:?}: {}", stderr(&o));
+    };
+    aws(&["s3", "mb", "s3://sec-bucket"]);
+    aws(&["s3", "cp", "obj.bin", "s3://sec-bucket/obj.bin"]);
+    let (status, log) = gw.stop();
+    assert!(status.success(), "{log}");
+    let log_json = stdout(&p.roar(["log", "--json"]));
+    assert!(log_json.contains("gateway"), "{log_json}");
+    let db = [
+        std::fs::read(p.path().join(".roar/roar.db")).unwrap(),
+        std::fs::read(p.path().join(".roar/roar.db-wal")).unwrap_or_default(),
+    ]
+    .concat();
+    for leaked in [access, secret] {
+        assert!(!contains(&db, leaked), "{leaked} reached the store");
+        assert!(!log_json.contains(leaked), "{leaked} is shown");
+    }
+}
+
+/// Every byte 1..=255 but `/` in some name (16 to a name), and names built to inject.
+fn hostile_names() -> Vec<Vec<u8>> {
+    let bytes: Vec<u8> = (1..=255u8).filter(|b| *b != b'/').collect();
+    let mut names: Vec<Vec<u8>> = bytes
+        .chunks(16)
+        .map(|c| [b"n".as_slice(), c, b"x"].concat())
+        .collect();
+    names.push(b"inj\ntouch PWNED #".to_vec());
+    names.push(b"q'uote\"$(touch PWNED2)`touch PWNED3`".to_vec());
+    names.push(b"\x1b]0;title\x07\x1b[31mred".to_vec());
+    names
+}
+
+#[test]
+fn reproduce_recreates_hostile_names_exactly_and_the_terminal_sees_no_control_bytes() {
+    use std::os::unix::ffi::OsStrExt;
+    let p = Project::new();
+    let names = hostile_names();
+    // One job per name: the name is in its argv, as a user's script would pass it.
+    let writer = "import os, sys; n = os.fsencode(sys.argv[1]); open(n, 'wb').write(n)";
+    for name in &names {
+        let o = p
+            .cmd(["run", "--", "python3", "-c", writer])
+            .arg(std::ffi::OsStr::from_bytes(name))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let terminal = [
+        p.roar(["log", "-n", "1000"]).stdout,
+        p.roar(["dag"]).stdout,
+        p.roar(["show", "3"]).stdout,
+    ]
+    .concat();
+    let bad: Vec<u8> = terminal
+        .iter()
+        .copied()
+        .filter(|b| (*b < 0x20 && *b != b'\n') || *b == 0x7f)
+        .collect();
+    assert!(bad.is_empty(), "raw control bytes on the terminal: {bad:?}");
+
+    let bin_dir = common::roar_bin().parent().unwrap().to_owned();
+    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap());
+    for name in &names {
+        let file = p.path().join(std::ffi::OsStr::from_bytes(name));
+        let o = p.cmd(["reproduce"]).arg(&file).output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        std::fs::write(p.path().join("r.sh"), &o.stdout).unwrap();
+        std::fs::remove_file(&file).unwrap();
+        let run = Command::new("sh")
+            .arg("r.sh")
+            .current_dir(p.path())
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+        assert!(run.status.success(), "{:?}: {}", name, stderr(&run));
+        assert_eq!(std::fs::read(&file).unwrap(), *name, "{name:?} not recreated");
+    }
+    for pwned in ["PWNED", "PWNED2", "PWNED3"] {
+        assert!(!p.path().join(pwned).exists(), "{pwned}: a name injected a command");
+    }
+}
+
+#[test]
+fn a_reproduced_redacted_argument_must_be_supplied() {
+    let p = Project::new();
+    let o = p
+        .roar(["run", "--", "sh", "-c", "echo \"$1\" > out.txt", "sh", "--token=Rs1-value"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = p.path().join("out.txt");
+    let script = stdout(&p.cmd(["reproduce"]).arg(&out).output().unwrap());
+    assert!(script.contains("ROAR_SECRET_1"), "{script}");
+    std::fs::write(p.path().join("r.sh"), &script).unwrap();
+    let bin_dir = common::roar_bin().parent().unwrap().to_owned();
+    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap());
+    let o = Command::new("sh")
+        .arg("r.sh")
+        .current_dir(p.path())
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("ROAR_SECRET_1"), "{}", stderr(&o));
+    // `--run` reads the same variable: the rebuilt output matches the record.
+    let o = p
+        .cmd(["reproduce", "--run"])
+        .arg(&out)
+        .env("ROAR_SECRET_1", "Rs1-value")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("matches"), "{}", stdout(&o));
+}
+
+fn mode(p: &Path) -> u32 {
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+#[test]
+fn a_store_is_private_and_an_old_wide_one_is_narrowed() {
+    let p = Project::new();
+    let o = p.roar(["run", "--", "true"]);
+    assert!(o.status.success());
+    let dir = p.path().join(".roar");
+    assert_eq!(mode(&dir), 0o700);
+    for f in ["roar.db", "roar.db-wal", "roar.db-shm"] {
+        assert_eq!(mode(&dir.join(f)), 0o600, "{f}");
+    }
+    // As an older roar left it.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for f in ["roar.db", "roar.db-wal", "roar.db-shm"] {
+        std::fs::set_permissions(dir.join(f), std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    assert!(p.roar(["log"]).status.success());
+    assert_eq!(mode(&dir), 0o700);
+    for f in ["roar.db", "roar.db-wal", "roar.db-shm"] {
+        assert_eq!(mode(&dir.join(f)), 0o600, "{f}");
+    }
+    if !common::can_switch_user("reading the store as user nobody needs root and setpriv") {
+        return;
+    }
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "cat"])
+        .arg(dir.join("roar.db"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "user nobody read the store");
+}
+
+/// The abstract socket of the running job, from /proc/net/unix.
+fn job_sockets() -> Vec<String> {
+    std::fs::read_to_string("/proc/net/unix")
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(7))
+        .filter(|n| n.starts_with("@roar-"))
+        .map(|n| n[1..].to_owned())
+        .collect()
+}
+
+#[test]
+fn events_forged_by_another_user_are_not_recorded() {
+    if !can_forge() {
+        return;
+    }
+    let p = Project::new();
+    let before = job_sockets();
+    let job = p
+        .cmd(["run", "--tracer", "preload", "--", "sh", "-c", "sleep 3; echo real > real.txt"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let sock = loop {
+        if let Some(s) = job_sockets().into_iter().find(|s| !before.contains(s)) {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the job's socket never appeared");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // As user nobody: garbage, then a well-formed Open event (header + strings) claiming the job
+    // wrote /etc/forged, without the run's key.
+    let forger = r#"
+import socket, struct, sys, time
+name = sys.argv[1]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.sendto(b"garbage", "\0" + name)
+path = b"/etc/forged"
+stat = struct.pack("=QQQqqII", 1, 2, 0, 0, 0, 0o100644, 0)
+hdr = struct.pack("=HHiqiiq", 3, 0, 1, 0o1101, 3, 0, time.time_ns()) + stat + struct.pack("=IIII", 0, len(path), 0, 0)
+s.sendto(hdr + path, "\0" + name)
+s.sendto(hdr + path + b"\0" * 16, "\0" + name)
+"#;
+    let o = Command::new("setpriv")
+        // The system interpreter: user nobody cannot reach a pyenv under /root.
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", forger, &sock])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "the forger failed: {}", stderr(&o));
+    let out = job.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("dropped 3 event datagrams"), "{err}");
+    let job = p.last_job();
+    assert_eq!(job["incomplete"], false, "{job}");
+    let outputs = p.files(&job, "output");
+    assert!(outputs.iter().any(|f| f.ends_with("real.txt")), "{outputs:?}");
+    assert!(!outputs.iter().any(|f| f.contains("forged")), "{outputs:?}");
+}
+
+fn can_forge() -> bool {
+    common::can_switch_user("sending datagrams as user nobody needs root and setpriv")
+}
