@@ -505,3 +505,33 @@ s.sendto(hdr + path + b"\0" * 16, "\0" + name)
 fn can_forge() -> bool {
     common::can_switch_user("sending datagrams as user nobody needs root and setpriv")
 }
+
+#[test]
+fn an_old_store_is_audited_and_redacted_in_place() {
+    let p = Project::new();
+    // Recorded before the project's rule existed: stored as it was.
+    let o = p.roar(["run", "--", "sh", "-c", "true", "sh", "--license", "Au1-licence-value"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = p.roar(["db", "--secrets-scan"]);
+    assert!(o.status.success(), "{}", stdout(&o));
+    let config = p.path().join(".roar/config.toml");
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("names = []\n", "names = [\"license\"]\n");
+    std::fs::write(&config, text).unwrap();
+
+    let o = p.roar(["db", "--secrets-scan", "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let found: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(found[0]["field"], "argv[5]", "{found}");
+    assert!(!stdout(&o).contains("Au1"), "the scan printed the secret");
+
+    let o = p.roar(["db", "--redact"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(p.roar(["db", "--secrets-scan"]).status.success());
+    for f in ["roar.db", "roar.db-wal"] {
+        let bytes = std::fs::read(p.path().join(".roar").join(f)).unwrap_or_default();
+        assert!(!contains(&bytes, "Au1-licence-value"), "the old value survives in {f}");
+    }
+    assert_eq!(p.job_json(1)["argv"][5], "<redacted>");
+}

@@ -80,8 +80,16 @@ enum Command {
         /// A job id, a blake3 hash prefix (at least 4 hex digits), or a path.
         what: OsString,
     },
-    /// Show the store's size, schema version and row counts.
-    Db,
+    /// Show the store's size, schema version and row counts; audit it for secrets.
+    Db {
+        /// List every stored field that holds a secret by the current redaction rules (a store
+        /// recorded by an older roar, or before a `[redact]` rule was added); exit 1 if any.
+        #[arg(long, conflicts_with = "redact")]
+        secrets_scan: bool,
+        /// Redact those fields in place and rewrite the store so no old value survives.
+        #[arg(long)]
+        redact: bool,
+    },
     /// How an artifact was made: the jobs upstream of it, down to its root inputs.
     Lineage {
         /// A path or a blake3 hash prefix.
@@ -206,7 +214,15 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Hash { paths, sha256 } => hash_cmd::hash(&paths, sha256, json)?,
         Command::Log { limit } => query_cmd::log(limit, json)?,
         Command::Show { what } => query_cmd::show(&what, json)?,
-        Command::Db => query_cmd::db(json)?,
+        Command::Db {
+            secrets_scan,
+            redact,
+        } => {
+            if secrets_scan || redact {
+                return query_cmd::db_secrets(redact, json);
+            }
+            query_cmd::db(json)?
+        }
         Command::Lineage { what } => lineage_cmd::lineage(&what, json)?,
         Command::Inputs { what } => lineage_cmd::inputs(&what, json)?,
         Command::Dag { dot, svg } => lineage_cmd::dag(dot, svg, json)?,

@@ -3,6 +3,7 @@
 use std::ffi::OsStr;
 use std::io::Write;
 use std::path::{Component, Path, PathBuf};
+use std::process::ExitCode;
 
 use roar_store::{ArtifactDetail, JobDetail, PathDetail, Project, Store, Use};
 use serde::Serialize;
@@ -294,6 +295,53 @@ pub fn db(json: bool) -> anyhow::Result<()> {
     println!("s3 objects  {}", stats.s3_objects);
     println!("hash cache  {}", stats.hash_cache);
     Ok(())
+}
+
+/// `roar db --secrets-scan` (exit 1 when the store holds secrets) and `roar db --redact`.
+pub fn db_secrets(redact: bool, json: bool) -> anyhow::Result<ExitCode> {
+    let project = crate::project()?;
+    crate::config::Config::load(&project)?;
+    let policy = roar_store::redact::Policy::for_config(&project.config_path());
+    let findings = if redact {
+        roar_store::audit::redact_store(&project.db_path(), &policy)?
+    } else {
+        roar_store::audit::scan(&Store::open(&project.db_path())?, &policy)?
+    };
+    if json {
+        fmt::print_json(&findings)?;
+    } else {
+        let mut out = std::io::stdout().lock();
+        for f in &findings {
+            writeln!(
+                out,
+                "job {:<5} {:<24} {}",
+                f.job_id,
+                fmt::shown(&f.field),
+                fmt::shown(&f.redacted)
+            )?;
+        }
+        let jobs: std::collections::BTreeSet<i64> = findings.iter().map(|f| f.job_id).collect();
+        match (findings.is_empty(), redact) {
+            (true, _) => writeln!(out, "no secrets found by the current redaction rules")?,
+            (false, false) => writeln!(
+                out,
+                "{} fields in {} jobs hold secrets; `roar db --redact` removes them",
+                findings.len(),
+                jobs.len()
+            )?,
+            (false, true) => writeln!(
+                out,
+                "redacted {} fields in {} jobs; the store was rewritten so no old value remains",
+                findings.len(),
+                jobs.len()
+            )?,
+        }
+    }
+    Ok(if findings.is_empty() || redact {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(crate::exit::FAILURE)
+    })
 }
 
 /// `path` made absolute against `cwd` and lexically normalised (no filesystem access).

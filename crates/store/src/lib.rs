@@ -11,6 +11,7 @@ mod lineage;
 mod model;
 mod project;
 mod query;
+pub mod audit;
 pub mod private;
 pub mod quote;
 pub mod redact;
