@@ -74,9 +74,14 @@ pub fn time_ns(ns: i64) -> String {
 /// A stored absolute path shown relative to `base` when it is inside it, with control
 /// characters escaped (see [`roar_store::quote`]).
 pub fn rel(path: &str, base: &Path) -> String {
+    shown(&rel_exact(path, base)).into_owned()
+}
+
+/// [`rel`] unescaped, for JSON.
+pub fn rel_exact(path: &str, base: &Path) -> String {
     match Path::new(path).strip_prefix(base) {
-        Ok(p) if !p.as_os_str().is_empty() => shown(&p.to_string_lossy()).into_owned(),
-        _ => shown(path).into_owned(),
+        Ok(p) if !p.as_os_str().is_empty() => p.to_string_lossy().into_owned(),
+        _ => path.to_owned(),
     }
 }
 

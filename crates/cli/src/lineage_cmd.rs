@@ -10,7 +10,7 @@ use roar_store::hash::{hash_paths, HashOptions, Prior};
 use roar_store::{shell_join, ContentHash, Edge, Project, Step, Store};
 use serde::Serialize;
 
-use crate::fmt::{self, bold, rel, short_hash};
+use crate::fmt::{self, bold, rel, rel_exact, short_hash};
 use crate::query_cmd::{classify, Target};
 
 /// Resolves a PATH or HASH argument to the artifact it names.
@@ -92,7 +92,7 @@ pub fn lineage(what: &OsStr, json: bool) -> anyhow::Result<()> {
         out,
         "{} {}  {}",
         bold("lineage of"),
-        what.to_string_lossy(),
+        fmt::shown(&what.to_string_lossy()),
         target.blake3
     )?;
     if lineage.steps.is_empty() {
@@ -270,7 +270,7 @@ pub fn status(json: bool) -> anyhow::Result<()> {
         };
         changed.insert(path.clone());
         lines.push(StatusLine {
-            path: rel(path, &project.root),
+            path: rel_exact(path, &project.root),
             state,
             detail: None,
         });
@@ -307,11 +307,11 @@ pub fn status(json: bool) -> anyhow::Result<()> {
         });
         if let Some(i) = stale {
             lines.push(StatusLine {
-                path: rel(out, &project.root),
+                path: rel_exact(out, &project.root),
                 state: "stale",
                 detail: Some(format!(
                     "input {} changed since job {}",
-                    rel(&i.path, &project.root),
+                    rel_exact(&i.path, &project.root),
                     step.job_id
                 )),
             });
@@ -326,7 +326,7 @@ pub fn status(json: bool) -> anyhow::Result<()> {
         let s = p.to_string_lossy();
         if !known.contains(s.as_ref()) {
             lines.push(StatusLine {
-                path: rel(&s, &project.root),
+                path: rel_exact(&s, &project.root),
                 state: "untracked",
                 detail: None,
             });
@@ -340,9 +340,14 @@ pub fn status(json: bool) -> anyhow::Result<()> {
         let detail = l
             .detail
             .as_deref()
-            .map(|d| format!("  ({d})"))
+            .map(|d| format!("  ({})", fmt::shown(d)))
             .unwrap_or_default();
-        writeln!(out, "{:<10} {}{detail}", format!("{}:", l.state), l.path)?;
+        writeln!(
+            out,
+            "{:<10} {}{detail}",
+            format!("{}:", l.state),
+            fmt::shown(&l.path)
+        )?;
     }
     if lines.is_empty() {
         writeln!(out, "everything matches what roar recorded")?;

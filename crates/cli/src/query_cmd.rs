@@ -281,7 +281,7 @@ pub fn db(json: bool) -> anyhow::Result<()> {
     if json {
         return fmt::print_json(&stats);
     }
-    println!("store       {}", stats.path);
+    println!("store       {}", fmt::shown(&stats.path));
     println!("size        {}", fmt::size(stats.size_bytes));
     println!(
         "schema      {} (this roar writes {})",

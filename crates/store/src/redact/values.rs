@@ -35,9 +35,6 @@ const TOKEN_FORMATS: &str = concat!(
 /// A PEM private key, up to its END line (or the end of the string when it is cut).
 const PEM: &str = r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----(?s:.)*?(?:-----END[A-Z0-9 ]*PRIVATE KEY-----|$)";
 
-/// `name=value`, `name: value`, `"name": "value"` inside a string.
-const PAIR: &str = r#"(?:^|[\s;&,?{(\[])["']?([A-Za-z_][A-Za-z0-9_.\-]*)["']?\s*[=:]\s*["']?([^\s;&,"'})\]]+)"#;
-
 /// `Bearer xyz`, `Basic xyz` anywhere.
 const AUTH_SCHEME: &str = r"(?i)\b(?:Bearer|Basic)\s+([A-Za-z0-9._~+/=\-]{8,})";
 
@@ -55,22 +52,23 @@ const WEBHOOK_HOSTS: &[(&str, &str)] = &[
     ("outlook.office.com", "/webhook/"),
 ];
 
-struct Patterns {
-    tokens: Regex,
-    pem: Regex,
-    pair: Regex,
-    auth: Regex,
+/// Literals one of which every [`TOKEN_FORMATS`] match starts with: a string holding none is
+/// not searched (regex-lite has no literal prefilter of its own).
+const TOKEN_PREFIXES: &[&str] = &[
+    "gh", "glpat-", "gldt-", "glrt-", "glcbt-", "glptt-", "glft-", "glimt-", "glsoat-", "xox",
+    "xapp-", "AKIA", "ASIA", "ABIA", "ACCA", "sk-", "hf_", "sk_", "rk_", "AIza", "npm_", "pypi-",
+    "dop_v1_", "SG.", "eyJ",
+];
+
+/// Each pattern is compiled the first time a string passes its literal prefilter (~50-150 us
+/// each): most jobs' argv and environment never need one.
+fn compiled(cell: &'static OnceLock<Regex>, pattern: &str) -> &'static Regex {
+    cell.get_or_init(|| Regex::new(pattern).expect("a built-in pattern"))
 }
 
-fn patterns() -> &'static Patterns {
-    static P: OnceLock<Patterns> = OnceLock::new();
-    P.get_or_init(|| Patterns {
-        tokens: Regex::new(TOKEN_FORMATS).expect("token formats"),
-        pem: Regex::new(PEM).expect("pem"),
-        pair: Regex::new(PAIR).expect("pair"),
-        auth: Regex::new(AUTH_SCHEME).expect("auth scheme"),
-    })
-}
+static TOKENS: OnceLock<Regex> = OnceLock::new();
+static PEM_BLOCK: OnceLock<Regex> = OnceLock::new();
+static AUTH: OnceLock<Regex> = OnceLock::new();
 
 /// A token has digits or mixed case, as generated keys do and words and file names rarely do.
 fn random_enough(s: &str) -> bool {
@@ -91,38 +89,103 @@ pub(super) fn token_like(s: &str) -> bool {
 
 /// The byte ranges of `s` that hold secrets, unmerged.
 fn secret_spans(s: &str, policy: &Policy) -> Vec<Range<usize>> {
-    let p = patterns();
     let mut spans = Vec::new();
-    spans.extend(p.pem.find_iter(s).map(|m| m.range()));
-    spans.extend(
-        p.tokens
-            .find_iter(s)
-            .filter(|m| random_enough(m.as_str()))
-            .map(|m| m.range()),
-    );
-    url_spans(s, policy, &mut spans);
-    for c in p.pair.captures_iter(s) {
-        let (name, value) = (c.get(1).expect("name"), c.get(2).expect("value"));
-        if !policy.is_secret(name.as_str(), NameKind::Env) {
-            continue;
-        }
-        if SCHEMES.contains(&value.as_str().to_ascii_lowercase().as_str()) {
-            // `Authorization: Bearer xyz`: the credential is the rest of the string.
-            let rest = s[value.end()..].trim_start();
-            if !rest.is_empty() {
-                spans.push(s.len() - rest.len()..s.len());
-            }
-        } else {
-            spans.push(value.range());
-        }
+    if s.contains("-----BEGIN") {
+        spans.extend(compiled(&PEM_BLOCK, PEM).find_iter(s).map(|m| m.range()));
     }
-    for c in p.auth.captures_iter(s) {
-        spans.push(c.get(1).expect("credential").range());
+    if s.len() >= 12 && TOKEN_PREFIXES.iter().any(|t| s.contains(t)) {
+        spans.extend(
+            compiled(&TOKENS, TOKEN_FORMATS)
+                .find_iter(s)
+                .filter(|m| random_enough(m.as_str()))
+                .map(|m| m.range()),
+        );
+    }
+    if s.contains("://") {
+        url_spans(s, policy, &mut spans);
+    }
+    pair_spans(s, policy, &mut spans);
+    let lower_has = |w: &str| {
+        s.as_bytes()
+            .windows(w.len())
+            .any(|x| x.eq_ignore_ascii_case(w.as_bytes()))
+    };
+    if lower_has("bearer") || lower_has("basic") {
+        for c in compiled(&AUTH, AUTH_SCHEME).captures_iter(s) {
+            spans.push(c.get(1).expect("credential").range());
+        }
     }
     for re in &policy.patterns {
         spans.extend(re.find_iter(s).map(|m| m.range()));
     }
     spans
+}
+
+fn name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')
+}
+
+/// What may come before a pair's name.
+fn pair_start(b: u8) -> bool {
+    b.is_ascii_whitespace() || b";&,?{([".contains(&b)
+}
+
+/// What ends a pair's value.
+fn value_end(b: u8) -> bool {
+    b.is_ascii_whitespace() || b";&,\"'})]".contains(&b)
+}
+
+/// `name=value`, `name: value`, `"name": "value"` inside a string (at its start or after a
+/// separator) whose name is secret: the value, or for `Authorization: Bearer xyz` the rest.
+fn pair_spans(s: &str, policy: &Policy, spans: &mut Vec<Range<usize>>) {
+    let b = s.as_bytes();
+    for (at, &c) in b.iter().enumerate() {
+        if c != b'=' && c != b':' {
+            continue;
+        }
+        let quote = |i: usize| i > 0 && matches!(b[i - 1], b'"' | b'\'');
+        let mut end = at;
+        while end > 0 && b[end - 1].is_ascii_whitespace() {
+            end -= 1;
+        }
+        if quote(end) {
+            end -= 1;
+        }
+        let mut start = end;
+        while start > 0 && name_byte(b[start - 1]) {
+            start -= 1;
+        }
+        if start == end || !(b[start].is_ascii_alphabetic() || b[start] == b'_') {
+            continue;
+        }
+        let before = if quote(start) { start - 1 } else { start };
+        if before > 0 && !pair_start(b[before - 1]) {
+            continue;
+        }
+        let mut v = at + 1;
+        while v < b.len() && b[v].is_ascii_whitespace() {
+            v += 1;
+        }
+        if v < b.len() && matches!(b[v], b'"' | b'\'') {
+            v += 1;
+        }
+        let value_start = v;
+        while v < b.len() && !value_end(b[v]) {
+            v += 1;
+        }
+        if v == value_start || !policy.is_secret(&s[start..end], NameKind::Env) {
+            continue;
+        }
+        if SCHEMES.contains(&s[value_start..v].to_ascii_lowercase().as_str()) {
+            // `Authorization: Bearer xyz`: the credential is the rest of the string.
+            let rest = s[v..].trim_start();
+            if !rest.is_empty() {
+                spans.push(s.len() - rest.len()..s.len());
+            }
+        } else {
+            spans.push(value_start..v);
+        }
+    }
 }
 
 /// Credentials inside every `scheme://` URL of `s`: the password (or a token-like user), secret
