@@ -5,7 +5,8 @@
 
 use std::ops::Range;
 
-use super::names::NameKind;
+use super::names::{weak_secret, NameKind};
+use super::values::high_entropy;
 use super::{Policy, REDACTED};
 
 /// How a tool's short option carries a password.
@@ -128,13 +129,20 @@ fn option_rules(policy: &Policy, words: &[&str]) -> Vec<Option<String>> {
                 Some((name, value)) if !value.is_empty() => {
                     if USER_PASS_OPTIONS.contains(&name) {
                         out[i] = user_pass(value, ':').map(|v| format!("--{name}={v}"));
-                    } else if policy.is_secret(name, NameKind::Option) {
+                    } else if policy.is_secret(name, NameKind::Option)
+                        || (weak_secret(name) && high_entropy(value))
+                    {
                         out[i] = Some(format!("--{name}={REDACTED}"));
                     }
                 }
                 Some(_) => {}
                 None if USER_PASS_OPTIONS.contains(&opt) => next = Some(Some(':')),
                 None if policy.is_secret(opt, NameKind::Option) => next = Some(None),
+                None if weak_secret(opt)
+                    && words.get(i + 1).is_some_and(|v| high_entropy(v)) =>
+                {
+                    next = Some(None)
+                }
                 None => {}
             }
         } else if w.len() > 1 && w.starts_with('-') {
@@ -273,6 +281,8 @@ mod tests {
         assert_eq!(red(&["app", "--password", "hunter2"]), ["app", "--password", REDACTED]);
         assert_eq!(red(&["app", "--token=abc"]), ["app", "--token=<redacted>"]);
         assert_eq!(red(&["app", "--api-key", "k", "--key", "data/x.csv"]), ["app", "--api-key", REDACTED, "--key", "data/x.csv"]);
+        assert_eq!(red(&["app", "--key", "q8F3zT0bLx9vYp2RkWm4sNd7JhGc1Ae5"]), ["app", "--key", REDACTED]);
+        assert_eq!(red(&["app", "--hmac-salt=9b74c9897bac770ffc029102a200c5de5d5b7e3f"]), ["app", "--hmac-salt=<redacted>"]);
         assert_eq!(red(&["mysql", "-u", "root", "-pPW", "db"]), ["mysql", "-u", "root", "-p<redacted>", "db"]);
         assert_eq!(red(&["mysql", "-p", "db"]), ["mysql", "-p", "db"]);
         assert_eq!(red(&["sshpass", "-p", "PW", "ssh", "h"]), ["sshpass", "-p", REDACTED, "ssh", "h"]);

@@ -213,6 +213,14 @@ pub fn builtin_secret(name: &str, kind: NameKind) -> bool {
     }
 }
 
+/// Names that hold a secret only sometimes (`--key` is an S3 key or an API key): their value is
+/// redacted when it looks generated ([`super::values::high_entropy`]).
+pub fn weak_secret(name: &str) -> bool {
+    words(name)
+        .iter()
+        .any(|w| matches!(w.as_str(), "KEY" | "HMAC" | "SALT" | "NONCE"))
+}
+
 /// `*` matches any run of characters; everything else matches itself, ignoring ASCII case.
 pub fn glob_match(pattern: &str, name: &str) -> bool {
     let (p, n) = (pattern.as_bytes(), name.as_bytes());

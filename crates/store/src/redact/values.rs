@@ -87,6 +87,33 @@ pub(super) fn token_like(s: &str) -> bool {
         && (random_enough(s) || (s.len() >= 24 && s.bytes().all(|b| b.is_ascii_hexdigit())))
 }
 
+/// A value that looks generated rather than written: 20+ characters of a token alphabet with
+/// high Shannon entropy (random base64 ~4.5+ bits per character, hex ~3.7: 32+ hex digits
+/// count), no path or file-name punctuation.
+pub(super) fn high_entropy(s: &str) -> bool {
+    let b = s.as_bytes();
+    if b.len() < 20 || !b.iter().all(|c| c.is_ascii_alphanumeric() || b"+/=_-".contains(c)) {
+        return false;
+    }
+    if b.len() >= 32 && b.iter().all(u8::is_ascii_hexdigit) {
+        return true;
+    }
+    let mut counts = [0u32; 256];
+    for c in b {
+        counts[*c as usize] += 1;
+    }
+    let n = b.len() as f64;
+    let bits: f64 = counts
+        .iter()
+        .filter(|c| **c > 0)
+        .map(|c| {
+            let p = f64::from(*c) / n;
+            -p * p.log2()
+        })
+        .sum();
+    bits >= 4.0 && random_enough(s)
+}
+
 /// The byte ranges of `s` that hold secrets, unmerged.
 fn secret_spans(s: &str, policy: &Policy) -> Vec<Range<usize>> {
     let mut spans = Vec::new();
@@ -291,6 +318,15 @@ mod tests {
             "task-1234",
         ] {
             assert_eq!(scrubbed(harmless), harmless);
+        }
+    }
+
+    #[test]
+    fn generated_values() {
+        assert!(high_entropy("q8F3zT0bLx9vYp2RkWm4sNd7JhGc1Ae5"));
+        assert!(high_entropy("9b74c9897bac770ffc029102a200c5de5d5b7e3f"));
+        for v in ["data/2024/train-0001.parquet", "models/m.npy", "hello-world-this-is-text", "short"] {
+            assert!(!high_entropy(v), "{v}");
         }
     }
 
