@@ -27,7 +27,10 @@ fn argv_secrets() -> Vec<(Vec<&'static str>, &'static str)> {
         (vec!["postgresql://u:Sx6-dsn@h/db"], "Sx6-dsn"),
         (vec!["Authorization: Bearer Sx7-bearer"], "Sx7-bearer"),
         (vec!["AWS_SECRET_ACCESS_KEY=Sx8-awsarg"], "Sx8-awsarg"),
-        (vec!["ghp_Sx9aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456"], "Sx9aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456"),
+        (
+            vec!["ghp_Sx9aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456"],
+            "Sx9aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456",
+        ),
         (vec!["-storepass", "Sx10-keystore"], "Sx10-keystore"),
         (
             vec!["https://b.s3.amazonaws.com/k?X-Amz-Signature=Sx11sig&x-id=GetObject"],
@@ -74,7 +77,13 @@ fn env_secrets() -> Vec<(&'static str, String, &'static str)> {
 /// Harmless values under the same names and forms: kept as they are.
 fn harmless() -> (Vec<&'static str>, Vec<(&'static str, &'static str)>) {
     (
-        vec!["--key", "data/Hk1.csv", "https://example.com/Hk2", "--max-tokens", "Hk3"],
+        vec![
+            "--key",
+            "data/Hk1.csv",
+            "https://example.com/Hk2",
+            "--max-tokens",
+            "Hk3",
+        ],
         vec![
             ("SEC_A", "Hk4 plain words"),
             ("SEC_B", "s3://bucket/Hk5"),
@@ -139,17 +148,21 @@ fn everything_shown(p: &Project, job: &str) -> Vec<(String, Vec<u8>)> {
 fn assert_no_secret(p: &Project, job: &str, what: &str) {
     for (source, bytes) in everything_shown(p, job) {
         for n in needles() {
-            assert!(
-                !contains(&bytes, &n),
-                "{what}: secret {n:?} is in {source}"
-            );
+            assert!(!contains(&bytes, &n), "{what}: secret {n:?} is in {source}");
         }
     }
 }
 
 fn harmless_kept(p: &Project, job: &str) {
     let shown = stdout(&p.roar(["show", job, "--json"]));
-    for v in ["Hk1", "Hk2", "Hk3", "Hk4 plain words", "s3://bucket/Hk5", "AccountName=Hk6"] {
+    for v in [
+        "Hk1",
+        "Hk2",
+        "Hk3",
+        "Hk4 plain words",
+        "s3://bucket/Hk5",
+        "AccountName=Hk6",
+    ] {
         assert!(shown.contains(v), "harmless {v:?} was redacted: {shown}");
     }
 }
@@ -157,7 +170,16 @@ fn harmless_kept(p: &Project, job: &str) {
 /// A harmless job first (job 1, so `diff 1 N` compares against it), then the secret one.
 fn run_both(p: &Project, backend: &str) {
     let (h_argv, h_env) = harmless();
-    let mut cmd = p.cmd(["run", "--tracer", backend, "--", "sh", "-c", "echo made > out.txt", "sh"]);
+    let mut cmd = p.cmd([
+        "run",
+        "--tracer",
+        backend,
+        "--",
+        "sh",
+        "-c",
+        "echo made > out.txt",
+        "sh",
+    ]);
     cmd.args(h_argv);
     for (k, v) in h_env {
         cmd.env(k, v);
@@ -195,7 +217,10 @@ fn no_secret_from_any_backend_reaches_the_store_or_an_output() {
             .map(|a| a.as_str().unwrap())
             .collect();
         assert_eq!(argv.len(), all_argv().len(), "{backend}: {argv:?}");
-        assert!(argv.contains(&"--password") && argv.contains(&"<redacted>"), "{argv:?}");
+        assert!(
+            argv.contains(&"--password") && argv.contains(&"<redacted>"),
+            "{argv:?}"
+        );
         assert!(argv.contains(&"https://user:<redacted>@host/x"), "{argv:?}");
         assert_eq!(job["env"]["SEC_B"], "<redacted>", "{backend}");
     }
@@ -205,16 +230,25 @@ fn no_secret_from_any_backend_reaches_the_store_or_an_output() {
 fn the_projects_own_rules_add_and_allow() {
     let p = Project::new();
     let config = p.path().join(".roar/config.toml");
-    let text = std::fs::read_to_string(&config).unwrap().replace(
-        "names = []\n",
-        "names = [\"LICENSE_*\", \"seed\"]\n",
-    );
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("names = []\n", "names = [\"LICENSE_*\", \"seed\"]\n");
     let text = text
         .replace("allow = []\n", "allow = [\"DB_PASSWORD\"]\n")
         .replace("patterns = []\n", "patterns = [\"corp-[0-9]{6}\"]\n");
     std::fs::write(&config, text).unwrap();
     let o = p
-        .cmd(["run", "--", "sh", "-c", "true", "sh", "--seed", "Cf1", "note corp-123456"])
+        .cmd([
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "true",
+            "sh",
+            "--seed",
+            "Cf1",
+            "note corp-123456",
+        ])
         .env("LICENSE_CODE", "Cf2")
         .env("DB_PASSWORD", "Cf3-allowed")
         .output()
@@ -264,7 +298,10 @@ fn no_secret_from_a_mount_job() {
         stdout(&m.p.roar(["dag", "--json"])),
     ]
     .concat();
-    assert!(shown.contains("<redacted>"), "the mount recorded no job: {shown}");
+    assert!(
+        shown.contains("<redacted>"),
+        "the mount recorded no job: {shown}"
+    );
     for (_, s) in argv_secrets() {
         assert!(!contains(&db, s), "mount: {s} reached the store");
         assert!(!shown.contains(s), "mount: {s} is shown");
@@ -278,10 +315,19 @@ fn no_secret_from_a_gateway_client() {
     }
     let p = Project::new();
     // An access key id shaped like a real AWS one names the client's job.
-    let (access, secret) = ("AKIAGWSECRET7EXAMPLE", "gateway-secret-gateway-secret-gateway-00");
+    let (access, secret) = (
+        "AKIAGWSECRET7EXAMPLE",
+        "gateway-secret-gateway-secret-gateway-00",
+    );
     p.write("keys.txt", format!("{access} {secret}\n").as_bytes());
     p.write("obj.bin", b"object");
-    let cmd = p.cmd(["gateway", "--listen", "127.0.0.1:0", "--credentials", "keys.txt"]);
+    let cmd = p.cmd([
+        "gateway",
+        "--listen",
+        "127.0.0.1:0",
+        "--credentials",
+        "keys.txt",
+    ]);
     let gw = Server::spawn(cmd, p.path().join("gateway.log"));
     let aws = |args: &[&str]| {
         let o = Command::new("aws")
@@ -368,18 +414,32 @@ fn reproduce_recreates_hostile_names_exactly_and_the_terminal_sees_no_control_by
             .output()
             .unwrap();
         assert!(run.status.success(), "{:?}: {}", name, stderr(&run));
-        assert_eq!(std::fs::read(&file).unwrap(), *name, "{name:?} not recreated");
+        assert_eq!(
+            std::fs::read(&file).unwrap(),
+            *name,
+            "{name:?} not recreated"
+        );
     }
     for pwned in ["PWNED", "PWNED2", "PWNED3"] {
-        assert!(!p.path().join(pwned).exists(), "{pwned}: a name injected a command");
+        assert!(
+            !p.path().join(pwned).exists(),
+            "{pwned}: a name injected a command"
+        );
     }
 }
 
 #[test]
 fn a_reproduced_redacted_argument_must_be_supplied() {
     let p = Project::new();
-    let o = p
-        .roar(["run", "--", "sh", "-c", "echo \"$1\" > out.txt", "sh", "--token=Rs1-value"]);
+    let o = p.roar([
+        "run",
+        "--",
+        "sh",
+        "-c",
+        "echo \"$1\" > out.txt",
+        "sh",
+        "--token=Rs1-value",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = p.path().join("out.txt");
     let script = stdout(&p.cmd(["reproduce"]).arg(&out).output().unwrap());
@@ -460,7 +520,15 @@ fn events_forged_by_another_user_are_not_recorded() {
     let p = Project::new();
     let before = job_sockets();
     let job = p
-        .cmd(["run", "--tracer", "preload", "--", "sh", "-c", "sleep 3; echo real > real.txt"])
+        .cmd([
+            "run",
+            "--tracer",
+            "preload",
+            "--",
+            "sh",
+            "-c",
+            "sleep 3; echo real > real.txt",
+        ])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -487,7 +555,15 @@ s.sendto(hdr + path + b"\0" * 16, "\0" + name)
 "#;
     let o = Command::new("setpriv")
         // The system interpreter: user nobody cannot reach a pyenv under /root.
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", forger, &sock])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-c",
+            forger,
+            &sock,
+        ])
         .output()
         .unwrap();
     assert!(o.status.success(), "the forger failed: {}", stderr(&o));
@@ -498,7 +574,10 @@ s.sendto(hdr + path + b"\0" * 16, "\0" + name)
     let job = p.last_job();
     assert_eq!(job["incomplete"], false, "{job}");
     let outputs = p.files(&job, "output");
-    assert!(outputs.iter().any(|f| f.ends_with("real.txt")), "{outputs:?}");
+    assert!(
+        outputs.iter().any(|f| f.ends_with("real.txt")),
+        "{outputs:?}"
+    );
     assert!(!outputs.iter().any(|f| f.contains("forged")), "{outputs:?}");
 }
 
@@ -510,7 +589,16 @@ fn can_forge() -> bool {
 fn an_old_store_is_audited_and_redacted_in_place() {
     let p = Project::new();
     // Recorded before the project's rule existed: stored as it was.
-    let o = p.roar(["run", "--", "sh", "-c", "true", "sh", "--license", "Au1-licence-value"]);
+    let o = p.roar([
+        "run",
+        "--",
+        "sh",
+        "-c",
+        "true",
+        "sh",
+        "--license",
+        "Au1-licence-value",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let o = p.roar(["db", "--secrets-scan"]);
     assert!(o.status.success(), "{}", stdout(&o));
@@ -531,7 +619,10 @@ fn an_old_store_is_audited_and_redacted_in_place() {
     assert!(p.roar(["db", "--secrets-scan"]).status.success());
     for f in ["roar.db", "roar.db-wal"] {
         let bytes = std::fs::read(p.path().join(".roar").join(f)).unwrap_or_default();
-        assert!(!contains(&bytes, "Au1-licence-value"), "the old value survives in {f}");
+        assert!(
+            !contains(&bytes, "Au1-licence-value"),
+            "the old value survives in {f}"
+        );
     }
     assert_eq!(p.job_json(1)["argv"][5], "<redacted>");
 }

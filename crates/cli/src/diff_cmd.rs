@@ -236,7 +236,13 @@ pub fn diff(a: &OsStr, b: &OsStr, json: bool) -> anyhow::Result<()> {
         any = true;
     }
     if let Some(c) = &d.cwd {
-        writeln!(out, "{:<12}{} -> {}", "cwd", fmt::shown(&c.a), fmt::shown(&c.b))?;
+        writeln!(
+            out,
+            "{:<12}{} -> {}",
+            "cwd",
+            fmt::shown(&c.a),
+            fmt::shown(&c.b)
+        )?;
         any = true;
     }
     if let Some(c) = &d.git {

@@ -214,7 +214,11 @@ pub fn dag(as_dot: bool, svg: Option<PathBuf>, json: bool) -> anyhow::Result<()>
 }
 
 /// Current content of `paths` (hash cache first), keyed by path; missing files are absent.
-pub(crate) fn current_hashes(store: &Store, paths: &[PathBuf], sha256: bool) -> HashMap<PathBuf, ContentHash> {
+pub(crate) fn current_hashes(
+    store: &Store,
+    paths: &[PathBuf],
+    sha256: bool,
+) -> HashMap<PathBuf, ContentHash> {
     let batch = hash_paths(
         paths,
         HashOptions { sha256 },

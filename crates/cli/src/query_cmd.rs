@@ -220,7 +220,12 @@ fn print_job(job: &JobDetail, root: &Path) -> anyhow::Result<()> {
             .skip(job.processes.len().saturating_sub(SHOWN))
         {
             let parent = p.parent_pid.map(|p| format!(" <- {p}")).unwrap_or_default();
-            writeln!(out, "  {}{parent}  {}", p.pid, roar_store::shell_join(&p.argv))?;
+            writeln!(
+                out,
+                "  {}{parent}  {}",
+                p.pid,
+                roar_store::shell_join(&p.argv)
+            )?;
         }
     }
     Ok(())

@@ -148,7 +148,6 @@ fn run_steps(
     }
 }
 
-
 /// The name of the `n`th secret slot (1-based in what users see).
 fn slot_var(n: usize) -> String {
     format!("ROAR_SECRET_{}", n + 1)
@@ -300,7 +299,11 @@ fn script(
             )?;
             continue;
         }
-        out.write_all(if s.uses_s3() { b"roar run --s3 -- " } else { b"roar run -- " })?;
+        out.write_all(if s.uses_s3() {
+            b"roar run --s3 -- "
+        } else {
+            b"roar run -- "
+        })?;
         out.write_all(&script_argv(s, &mut slot))?;
         writeln!(out, "  # job {}", s.job_id)?;
     }

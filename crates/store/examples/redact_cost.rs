@@ -36,10 +36,17 @@ fn shapes() -> Vec<(&'static str, JobRecord)> {
         .split(' ')
         .map(String::from)
         .collect();
-    let typical = job(typical_argv, roar_store::redact::collect_env(std::env::vars_os()));
+    let typical = job(
+        typical_argv,
+        roar_store::redact::collect_env(std::env::vars_os()),
+    );
     let wide = job(
-        (0..200).map(|i| format!("--opt{i}=value-{i}/path/file{i}.csv")).collect(),
-        (0..300).map(|i| (format!("VAR_{i}"), format!("/some/path/{i}:/other/{i}"))).collect(),
+        (0..200)
+            .map(|i| format!("--opt{i}=value-{i}/path/file{i}.csv"))
+            .collect(),
+        (0..300)
+            .map(|i| (format!("VAR_{i}"), format!("/some/path/{i}:/other/{i}")))
+            .collect(),
     );
     let secret = |i: usize| match i % 4 {
         0 => format!("ghp_{:036}", i),
@@ -60,7 +67,11 @@ fn shapes() -> Vec<(&'static str, JobRecord)> {
             .collect(),
         (0..300)
             .map(|i| {
-                let v = if i % 2 == 0 { secret(i) } else { format!("/plain/{i}") };
+                let v = if i % 2 == 0 {
+                    secret(i)
+                } else {
+                    format!("/plain/{i}")
+                };
                 (format!("VAR_{i}"), v)
             })
             .collect(),
@@ -70,7 +81,10 @@ fn shapes() -> Vec<(&'static str, JobRecord)> {
 
 fn main() {
     let policy = Policy::builtin();
-    let rounds: usize = std::env::args().nth(1).and_then(|r| r.parse().ok()).unwrap_or(200);
+    let rounds: usize = std::env::args()
+        .nth(1)
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(200);
     for (name, shape) in shapes() {
         // The first job of a process also compiles the patterns its strings need.
         let t = Instant::now();

@@ -110,7 +110,8 @@ fn plan(conn: &Connection, policy: &Policy) -> rusqlite::Result<(Vec<Finding>, U
             ));
         }
     }
-    let mut stmt = conn.prepare("SELECT id, job_id, pid, argv FROM processes ORDER BY job_id, id")?;
+    let mut stmt =
+        conn.prepare("SELECT id, job_id, pid, argv FROM processes ORDER BY job_id, id")?;
     let rows = stmt.query_map([], |r| {
         Ok((
             r.get::<_, i64>(0)?,
@@ -122,9 +123,13 @@ fn plan(conn: &Connection, policy: &Policy) -> rusqlite::Result<(Vec<Finding>, U
     for row in rows {
         let (rowid, job_id, pid, blob) = row?;
         let argv = argv_from_blob(&blob);
-        if let Some(new) =
-            argv_findings(policy, job_id, &format!("process {pid} "), &argv, &mut findings)
-        {
+        if let Some(new) = argv_findings(
+            policy,
+            job_id,
+            &format!("process {pid} "),
+            &argv,
+            &mut findings,
+        ) {
             procs.push((rowid, argv_to_blob(&new)));
         }
     }

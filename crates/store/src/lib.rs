@@ -4,15 +4,15 @@
 //! Every producer (tracers, the mount, the gateway) hands finished [`JobRecord`]s to a [`Writer`];
 //! nothing else writes to the database.
 
+pub mod audit;
 mod db;
 mod error;
 pub mod hash;
 mod lineage;
 mod model;
+pub mod private;
 mod project;
 mod query;
-pub mod audit;
-pub mod private;
 pub mod quote;
 pub mod redact;
 mod writer;
@@ -21,13 +21,12 @@ pub use db::{open, SCHEMA_VERSION};
 pub use error::{Result, StoreError};
 pub use lineage::{Dag, Edge, Lineage, Step};
 pub use model::{
-    argv_from_blob, argv_to_blob, now_ns, CacheEntry, ContentHash,
-    FileRecord, FileStat, GitState, JobRecord, Made, Ops, Outcome, PathUse, ProcessRecord, Role,
-    S3Object,
+    argv_from_blob, argv_to_blob, now_ns, CacheEntry, ContentHash, FileRecord, FileStat, GitState,
+    JobRecord, Made, Ops, Outcome, PathUse, ProcessRecord, Role, S3Object,
 };
-pub use quote::{shell_join, shell_quote, shown};
 pub use project::{Project, CONFIG_NAME, DB_NAME, DEFAULT_CONFIG, DIR_NAME};
 pub use query::{ArtifactDetail, DbStats, FileRow, JobDetail, JobSummary, PathDetail, Store, Use};
+pub use quote::{shell_join, shell_quote, shown};
 pub use writer::{
     checkpoint, checkpoint_due, Checkpoints, FileChunk, JobStream, OpeningWriter, Writer, WAL_LIMIT,
 };

@@ -52,8 +52,7 @@ fn push_escape(out: &mut String, c: char) {
 
 fn plain(b: &[u8]) -> bool {
     !b.is_empty()
-        && b
-            .iter()
+        && b.iter()
             .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(b))
 }
 

@@ -43,16 +43,32 @@ const SHORT_OPTIONS: &[(&[&str], &str, Carries)] = &[
         Carries::Attached,
     ),
     (
-        &["sshpass", "mongo", "mongosh", "mongodump", "mongorestore", "mongoexport", "mongoimport"],
+        &[
+            "sshpass",
+            "mongo",
+            "mongosh",
+            "mongodump",
+            "mongorestore",
+            "mongoexport",
+            "mongoimport",
+        ],
         "-p",
         Carries::Either,
     ),
-    (&["zip", "unzip", "zipcloak", "sqlcmd", "bcp"], "-P", Carries::Either),
+    (
+        &["zip", "unzip", "zipcloak", "sqlcmd", "bcp"],
+        "-P",
+        Carries::Either,
+    ),
     (&["redis-cli"], "-a", Carries::Either),
     (&["curl"], "-u", Carries::UserPass(':')),
     (&["curl"], "-U", Carries::UserPass(':')),
     (&["smbclient", "rpcclient"], "-U", Carries::UserPass('%')),
-    (&["docker", "podman", "buildah", "skopeo", "helm", "oras"], "-p", Carries::Either),
+    (
+        &["docker", "podman", "buildah", "skopeo", "helm", "oras"],
+        "-p",
+        Carries::Either,
+    ),
 ];
 
 /// Long options holding `user:password`.
@@ -94,7 +110,8 @@ fn short_rule(words: &[&str], i: usize) -> Option<(&'static str, Carries)> {
     for tool in tools_before(words, i) {
         for (tools, flag, how) in SHORT_OPTIONS {
             if tools.contains(&tool) && w.starts_with(flag) {
-                let docker_like = matches!(*flag, "-p") && *how == Carries::Either && tools.contains(&"docker");
+                let docker_like =
+                    matches!(*flag, "-p") && *how == Carries::Either && tools.contains(&"docker");
                 // `docker run -p 8080:80` publishes a port; only `docker login -p` is a password.
                 if docker_like && !words[..i].contains(&"login") {
                     continue;
@@ -138,9 +155,7 @@ fn option_rules(policy: &Policy, words: &[&str]) -> Vec<Option<String>> {
                 Some(_) => {}
                 None if USER_PASS_OPTIONS.contains(&opt) => next = Some(Some(':')),
                 None if policy.is_secret(opt, NameKind::Option) => next = Some(None),
-                None if weak_secret(opt)
-                    && words.get(i + 1).is_some_and(|v| high_entropy(v)) =>
-                {
+                None if weak_secret(opt) && words.get(i + 1).is_some_and(|v| high_entropy(v)) => {
                     next = Some(None)
                 }
                 None => {}
@@ -278,24 +293,72 @@ mod tests {
 
     #[test]
     fn secret_options_in_every_form() {
-        assert_eq!(red(&["app", "--password", "hunter2"]), ["app", "--password", REDACTED]);
+        assert_eq!(
+            red(&["app", "--password", "hunter2"]),
+            ["app", "--password", REDACTED]
+        );
         assert_eq!(red(&["app", "--token=abc"]), ["app", "--token=<redacted>"]);
-        assert_eq!(red(&["app", "--api-key", "k", "--key", "data/x.csv"]), ["app", "--api-key", REDACTED, "--key", "data/x.csv"]);
-        assert_eq!(red(&["app", "--key", "q8F3zT0bLx9vYp2RkWm4sNd7JhGc1Ae5"]), ["app", "--key", REDACTED]);
-        assert_eq!(red(&["app", "--hmac-salt=9b74c9897bac770ffc029102a200c5de5d5b7e3f"]), ["app", "--hmac-salt=<redacted>"]);
-        assert_eq!(red(&["mysql", "-u", "root", "-pPW", "db"]), ["mysql", "-u", "root", "-p<redacted>", "db"]);
+        assert_eq!(
+            red(&["app", "--api-key", "k", "--key", "data/x.csv"]),
+            ["app", "--api-key", REDACTED, "--key", "data/x.csv"]
+        );
+        assert_eq!(
+            red(&["app", "--key", "q8F3zT0bLx9vYp2RkWm4sNd7JhGc1Ae5"]),
+            ["app", "--key", REDACTED]
+        );
+        assert_eq!(
+            red(&[
+                "app",
+                "--hmac-salt=9b74c9897bac770ffc029102a200c5de5d5b7e3f"
+            ]),
+            ["app", "--hmac-salt=<redacted>"]
+        );
+        assert_eq!(
+            red(&["mysql", "-u", "root", "-pPW", "db"]),
+            ["mysql", "-u", "root", "-p<redacted>", "db"]
+        );
         assert_eq!(red(&["mysql", "-p", "db"]), ["mysql", "-p", "db"]);
-        assert_eq!(red(&["sshpass", "-p", "PW", "ssh", "h"]), ["sshpass", "-p", REDACTED, "ssh", "h"]);
-        assert_eq!(red(&["curl", "-u", "me:pw", "https://h/"]), ["curl", "-u", "me:<redacted>", "https://h/"]);
-        assert_eq!(red(&["curl", "-H", "Authorization: Bearer xyz"]), ["curl", "-H", "Authorization: Bearer <redacted>"]);
-        assert_eq!(red(&["keytool", "-storepass", "changeit"]), ["keytool", "-storepass", REDACTED]);
-        assert_eq!(red(&["java", "-Ddb.password=pw", "-jar", "x.jar"]), ["java", "-Ddb.password=<redacted>", "-jar", "x.jar"]);
+        assert_eq!(
+            red(&["sshpass", "-p", "PW", "ssh", "h"]),
+            ["sshpass", "-p", REDACTED, "ssh", "h"]
+        );
+        assert_eq!(
+            red(&["curl", "-u", "me:pw", "https://h/"]),
+            ["curl", "-u", "me:<redacted>", "https://h/"]
+        );
+        assert_eq!(
+            red(&["curl", "-H", "Authorization: Bearer xyz"]),
+            ["curl", "-H", "Authorization: Bearer <redacted>"]
+        );
+        assert_eq!(
+            red(&["keytool", "-storepass", "changeit"]),
+            ["keytool", "-storepass", REDACTED]
+        );
+        assert_eq!(
+            red(&["java", "-Ddb.password=pw", "-jar", "x.jar"]),
+            ["java", "-Ddb.password=<redacted>", "-jar", "x.jar"]
+        );
         assert_eq!(red(&["tool", "-pPW", "next"]), ["tool", "-pPW", "next"]);
-        assert_eq!(red(&["openssl", "enc", "-pass", "pass:pw"]), ["openssl", "enc", "-pass", REDACTED]);
-        assert_eq!(red(&["env", "AWS_SECRET_ACCESS_KEY=abc", "cmd"]), ["env", "AWS_SECRET_ACCESS_KEY=<redacted>", "cmd"]);
-        assert_eq!(red(&["aws", "configure", "set", "aws_secret_access_key", "abc"]), ["aws", "configure", "set", "aws_secret_access_key", REDACTED]);
-        assert_eq!(red(&["docker", "run", "-p", "8080:80", "img"]), ["docker", "run", "-p", "8080:80", "img"]);
-        assert_eq!(red(&["docker", "login", "-p", "pw", "reg"]), ["docker", "login", "-p", REDACTED, "reg"]);
+        assert_eq!(
+            red(&["openssl", "enc", "-pass", "pass:pw"]),
+            ["openssl", "enc", "-pass", REDACTED]
+        );
+        assert_eq!(
+            red(&["env", "AWS_SECRET_ACCESS_KEY=abc", "cmd"]),
+            ["env", "AWS_SECRET_ACCESS_KEY=<redacted>", "cmd"]
+        );
+        assert_eq!(
+            red(&["aws", "configure", "set", "aws_secret_access_key", "abc"]),
+            ["aws", "configure", "set", "aws_secret_access_key", REDACTED]
+        );
+        assert_eq!(
+            red(&["docker", "run", "-p", "8080:80", "img"]),
+            ["docker", "run", "-p", "8080:80", "img"]
+        );
+        assert_eq!(
+            red(&["docker", "login", "-p", "pw", "reg"]),
+            ["docker", "login", "-p", REDACTED, "reg"]
+        );
     }
 
     #[test]
@@ -314,8 +377,16 @@ mod tests {
     #[test]
     fn command_lines_inside_arguments() {
         assert_eq!(
-            red(&["sh", "-c", "mysql -u root -phunter2 db && app --password  pw2 | tee x"]),
-            ["sh", "-c", "mysql -u root -p<redacted> db && app --password  <redacted> | tee x"]
+            red(&[
+                "sh",
+                "-c",
+                "mysql -u root -phunter2 db && app --password  pw2 | tee x"
+            ]),
+            [
+                "sh",
+                "-c",
+                "mysql -u root -p<redacted> db && app --password  <redacted> | tee x"
+            ]
         );
     }
 }

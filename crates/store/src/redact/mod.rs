@@ -96,7 +96,10 @@ impl Policy {
         match section.map(|c| Policy::new(&c)) {
             Some(Ok(p)) => p,
             Some(Err(e)) => {
-                tracing::warn!("{}: {e}; using the built-in redaction rules", config.display());
+                tracing::warn!(
+                    "{}: {e}; using the built-in redaction rules",
+                    config.display()
+                );
                 Policy::builtin()
             }
             None => Policy::builtin(),
@@ -119,7 +122,10 @@ impl Policy {
 
     /// Redacts an argv in place; returns how many arguments changed.
     pub fn argv(&self, argv: &mut [OsString]) -> usize {
-        let text: Vec<String> = argv.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        let text: Vec<String> = argv
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
         let mut changed = 0;
         for (a, new) in argv.iter_mut().zip(args::argv(self, &text)) {
             if let Some(new) = new.filter(|n| a.as_encoded_bytes() != n.as_bytes()) {
@@ -165,7 +171,9 @@ impl Policy {
 
 /// The environment as it is handed to the writer (which redacts it): without roar's own
 /// variables and noise.
-pub fn collect_env(vars: impl IntoIterator<Item = (OsString, OsString)>) -> BTreeMap<String, String> {
+pub fn collect_env(
+    vars: impl IntoIterator<Item = (OsString, OsString)>,
+) -> BTreeMap<String, String> {
     vars.into_iter()
         .filter_map(|(k, v)| {
             let k = k.to_string_lossy().into_owned();
@@ -254,8 +262,9 @@ mod tests {
     #[test]
     fn redaction_is_idempotent() {
         let p = Policy::builtin();
-        let mut argv: Vec<OsString> =
-            ["app", "--password", "pw", "https://u:p@h/", "-pX"].map(OsString::from).into();
+        let mut argv: Vec<OsString> = ["app", "--password", "pw", "https://u:p@h/", "-pX"]
+            .map(OsString::from)
+            .into();
         p.argv(&mut argv);
         let once = argv.clone();
         assert_eq!(p.argv(&mut argv), 0, "{argv:?}");

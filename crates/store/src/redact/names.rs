@@ -184,7 +184,10 @@ pub fn builtin_secret(name: &str, kind: NameKind) -> bool {
             }
             // `AWS_SHARED_CREDENTIALS_FILE`, `SSL_KEY_PATH`: where a secret is, not the secret.
             if words.len() > 1
-                && matches!(words.last().map(String::as_str), Some("FILE" | "PATH" | "DIR"))
+                && matches!(
+                    words.last().map(String::as_str),
+                    Some("FILE" | "PATH" | "DIR")
+                )
             {
                 return false;
             }
@@ -205,9 +208,7 @@ pub fn builtin_secret(name: &str, kind: NameKind) -> bool {
             words.iter().enumerate().any(|(i, w)| {
                 strong(w)
                     || OPTION_WORDS.contains(&w.as_str())
-                    || (w == "KEY"
-                        && i > 0
-                        && KEY_QUALIFIERS.contains(&words[i - 1].as_str()))
+                    || (w == "KEY" && i > 0 && KEY_QUALIFIERS.contains(&words[i - 1].as_str()))
             })
         }
     }
@@ -253,7 +254,10 @@ mod tests {
     fn words_split_on_separators_and_camel_case() {
         assert_eq!(words("AccountKey"), ["ACCOUNT", "KEY"]);
         assert_eq!(words("--api-key"), ["API", "KEY"]);
-        assert_eq!(words("AWS_SECRET_ACCESS_KEY"), ["AWS", "SECRET", "ACCESS", "KEY"]);
+        assert_eq!(
+            words("AWS_SECRET_ACCESS_KEY"),
+            ["AWS", "SECRET", "ACCESS", "KEY"]
+        );
         assert_eq!(words("db.password"), ["DB", "PASSWORD"]);
     }
 

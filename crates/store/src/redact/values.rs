@@ -13,33 +13,41 @@ use super::{Policy, REDACTED};
 /// `sk-learn-baseline-experiment` is not a key.
 const TOKEN_FORMATS: &str = concat!(
     r"\b(?:",
-    r"gh[pousr]_[A-Za-z0-9]{30,}",         // GitHub
-    r"|github_pat_[A-Za-z0-9_]{40,}",      // GitHub fine-grained
-    r"|glpat-[A-Za-z0-9_\-]{20,}",         // GitLab personal
+    r"gh[pousr]_[A-Za-z0-9]{30,}",                           // GitHub
+    r"|github_pat_[A-Za-z0-9_]{40,}",                        // GitHub fine-grained
+    r"|glpat-[A-Za-z0-9_\-]{20,}",                           // GitLab personal
     r"|gl(?:dt|rt|cbt|ptt|ft|imt|soat)-[A-Za-z0-9_\-]{20,}", // GitLab others
-    r"|xox[abposr]-[A-Za-z0-9\-]{10,}",    // Slack
-    r"|xapp-[0-9]-[A-Za-z0-9\-]{10,}",     // Slack app-level
-    r"|(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}", // AWS access key ids
-    r"|sk-[A-Za-z0-9_\-]{32,}",            // OpenAI, Anthropic and alike
-    r"|hf_[A-Za-z0-9]{30,}",               // Hugging Face
-    r"|(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}", // Stripe
-    r"|AIza[0-9A-Za-z_\-]{35}",            // Google API keys
-    r"|npm_[A-Za-z0-9]{36}",               // npm
-    r"|pypi-AgE[A-Za-z0-9_\-]{50,}",       // PyPI
-    r"|dop_v1_[a-f0-9]{64}",               // DigitalOcean
-    r"|SG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}", // SendGrid
+    r"|xox[abposr]-[A-Za-z0-9\-]{10,}",                      // Slack
+    r"|xapp-[0-9]-[A-Za-z0-9\-]{10,}",                       // Slack app-level
+    r"|(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}",                 // AWS access key ids
+    r"|sk-[A-Za-z0-9_\-]{32,}",                              // OpenAI, Anthropic and alike
+    r"|hf_[A-Za-z0-9]{30,}",                                 // Hugging Face
+    r"|(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}",            // Stripe
+    r"|AIza[0-9A-Za-z_\-]{35}",                              // Google API keys
+    r"|npm_[A-Za-z0-9]{36}",                                 // npm
+    r"|pypi-AgE[A-Za-z0-9_\-]{50,}",                         // PyPI
+    r"|dop_v1_[a-f0-9]{64}",                                 // DigitalOcean
+    r"|SG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}",          // SendGrid
     r"|eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*", // JWT
     r")"
 );
 
 /// A PEM private key, up to its END line (or the end of the string when it is cut).
-const PEM: &str = r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----(?s:.)*?(?:-----END[A-Z0-9 ]*PRIVATE KEY-----|$)";
+const PEM: &str =
+    r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----(?s:.)*?(?:-----END[A-Z0-9 ]*PRIVATE KEY-----|$)";
 
 /// `Bearer xyz`, `Basic xyz` anywhere.
 const AUTH_SCHEME: &str = r"(?i)\b(?:Bearer|Basic)\s+([A-Za-z0-9._~+/=\-]{8,})";
 
 /// HTTP authorization schemes: the credential follows them.
-const SCHEMES: &[&str] = &["bearer", "basic", "token", "digest", "negotiate", "aws4-hmac-sha256"];
+const SCHEMES: &[&str] = &[
+    "bearer",
+    "basic",
+    "token",
+    "digest",
+    "negotiate",
+    "aws4-hmac-sha256",
+];
 
 /// Query parameters that carry a signature or credential under a name the word rules miss.
 const QUERY_SECRETS: &[&str] = &["x-amz-credential", "x-goog-credential", "code"];
@@ -92,7 +100,11 @@ pub(super) fn token_like(s: &str) -> bool {
 /// count), no path or file-name punctuation.
 pub(super) fn high_entropy(s: &str) -> bool {
     let b = s.as_bytes();
-    if b.len() < 20 || !b.iter().all(|c| c.is_ascii_alphanumeric() || b"+/=_-".contains(c)) {
+    if b.len() < 20
+        || !b
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || b"+/=_-".contains(c))
+    {
         return false;
     }
     if b.len() >= 32 && b.iter().all(u8::is_ascii_hexdigit) {
@@ -325,7 +337,12 @@ mod tests {
     fn generated_values() {
         assert!(high_entropy("q8F3zT0bLx9vYp2RkWm4sNd7JhGc1Ae5"));
         assert!(high_entropy("9b74c9897bac770ffc029102a200c5de5d5b7e3f"));
-        for v in ["data/2024/train-0001.parquet", "models/m.npy", "hello-world-this-is-text", "short"] {
+        for v in [
+            "data/2024/train-0001.parquet",
+            "models/m.npy",
+            "hello-world-this-is-text",
+            "short",
+        ] {
             assert!(!high_entropy(v), "{v}");
         }
     }
@@ -334,10 +351,7 @@ mod tests {
     fn pem_blocks() {
         let pem = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n";
         assert_eq!(scrubbed(pem), "<redacted>\n");
-        assert_eq!(
-            scrubbed("-----BEGIN RSA PRIVATE KEY-----\nMIIE"),
-            REDACTED
-        );
+        assert_eq!(scrubbed("-----BEGIN RSA PRIVATE KEY-----\nMIIE"), REDACTED);
         let cert = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----";
         assert_eq!(scrubbed(cert), cert);
     }
