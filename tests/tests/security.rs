@@ -110,6 +110,27 @@ fn needles() -> Vec<String> {
         .collect()
 }
 
+/// The database and its WAL, as bytes.
+fn store_bytes(project: &Path) -> Vec<u8> {
+    ["roar.db", "roar.db-wal"]
+        .iter()
+        .flat_map(|f| std::fs::read(project.join(".roar").join(f)).unwrap_or_default())
+        .collect()
+}
+
+/// Runs a `roar reproduce` script with `sh`, with the built `roar` first on PATH.
+fn run_script(project: &Path, script: &[u8]) -> std::process::Output {
+    std::fs::write(project.join("r.sh"), script).unwrap();
+    let bin_dir = common::roar_bin().parent().unwrap().to_owned();
+    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap());
+    Command::new("sh")
+        .arg("r.sh")
+        .current_dir(project)
+        .env("PATH", path)
+        .output()
+        .unwrap()
+}
+
 fn contains(hay: &[u8], needle: &str) -> bool {
     hay.windows(needle.len()).any(|w| w == needle.as_bytes())
 }
@@ -254,7 +275,7 @@ fn the_projects_own_rules_add_and_allow() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-    let db = std::fs::read(p.path().join(".roar/roar.db-wal")).unwrap();
+    let db = store_bytes(p.path());
     for leaked in ["Cf1", "Cf2", "corp-123456"] {
         assert!(!contains(&db, leaked), "{leaked} reached the store");
     }
@@ -287,11 +308,7 @@ fn no_secret_from_a_mount_job() {
         .unwrap();
     assert!(status.success());
     m.unmount();
-    let db = [
-        std::fs::read(m.p.path().join(".roar/roar.db")).unwrap(),
-        std::fs::read(m.p.path().join(".roar/roar.db-wal")).unwrap_or_default(),
-    ]
-    .concat();
+    let db = store_bytes(m.p.path());
     let shown = [
         stdout(&m.p.roar(["log"])),
         stdout(&m.p.roar(["log", "--json"])),
@@ -347,11 +364,7 @@ fn no_secret_from_a_gateway_client() {
     assert!(status.success(), "{log}");
     let log_json = stdout(&p.roar(["log", "--json"]));
     assert!(log_json.contains("gateway"), "{log_json}");
-    let db = [
-        std::fs::read(p.path().join(".roar/roar.db")).unwrap(),
-        std::fs::read(p.path().join(".roar/roar.db-wal")).unwrap_or_default(),
-    ]
-    .concat();
+    let db = store_bytes(p.path());
     for leaked in [access, secret] {
         assert!(!contains(&db, leaked), "{leaked} reached the store");
         assert!(!log_json.contains(leaked), "{leaked} is shown");
@@ -399,20 +412,12 @@ fn reproduce_recreates_hostile_names_exactly_and_the_terminal_sees_no_control_by
         .collect();
     assert!(bad.is_empty(), "raw control bytes on the terminal: {bad:?}");
 
-    let bin_dir = common::roar_bin().parent().unwrap().to_owned();
-    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap());
     for name in &names {
         let file = p.path().join(std::ffi::OsStr::from_bytes(name));
         let o = p.cmd(["reproduce"]).arg(&file).output().unwrap();
         assert!(o.status.success(), "{}", stderr(&o));
-        std::fs::write(p.path().join("r.sh"), &o.stdout).unwrap();
         std::fs::remove_file(&file).unwrap();
-        let run = Command::new("sh")
-            .arg("r.sh")
-            .current_dir(p.path())
-            .env("PATH", &path)
-            .output()
-            .unwrap();
+        let run = run_script(p.path(), &o.stdout);
         assert!(run.status.success(), "{:?}: {}", name, stderr(&run));
         assert_eq!(
             std::fs::read(&file).unwrap(),
@@ -444,15 +449,7 @@ fn a_reproduced_redacted_argument_must_be_supplied() {
     let out = p.path().join("out.txt");
     let script = stdout(&p.cmd(["reproduce"]).arg(&out).output().unwrap());
     assert!(script.contains("ROAR_SECRET_1"), "{script}");
-    std::fs::write(p.path().join("r.sh"), &script).unwrap();
-    let bin_dir = common::roar_bin().parent().unwrap().to_owned();
-    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap());
-    let o = Command::new("sh")
-        .arg("r.sh")
-        .current_dir(p.path())
-        .env("PATH", &path)
-        .output()
-        .unwrap();
+    let o = run_script(p.path(), script.as_bytes());
     assert!(!o.status.success());
     assert!(stderr(&o).contains("ROAR_SECRET_1"), "{}", stderr(&o));
     // `--run` reads the same variable: the rebuilt output matches the record.
