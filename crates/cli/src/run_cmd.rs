@@ -298,7 +298,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 
     // From here on the command's status is final: a failure to record never changes it.
     let ignore = Ignore::new(&config.ignore);
-    let mut classified = collect::classify(&traced.events, traced.started_ns, &ignore);
+    let mut classified = collect::classify(&traced.events, traced.ctime_floor_ns, &ignore);
     let t_classified = t0.elapsed();
     job.processes = std::mem::take(&mut classified.processes);
     let count = |role: Role| s3_files.iter().filter(|f| f.role == role).count();

@@ -147,7 +147,10 @@ impl Paths<'_> {
     }
 }
 
-pub fn classify(events: &[Event], job_start_ns: i64, ignore: &Ignore) -> Classified {
+/// Classifies every path the events touched. `ctime_floor_ns` ([`crate::ctime_floor_ns`] taken
+/// before the command started) decides whether a file the job opened existed before it: a ctime
+/// at or above it means the inode changed during the job.
+pub fn classify(events: &[Event], ctime_floor_ns: i64, ignore: &Ignore) -> Classified {
     let mut paths = Paths {
         ignore,
         seen: HashMap::default(),
@@ -210,7 +213,7 @@ pub fn classify(events: &[Event], job_start_ns: i64, ignore: &Ignore) -> Classif
                 let first_access = st.ops == Ops::default();
                 let created_now = flags & libc::O_CREAT != 0
                     && (flags & libc::O_EXCL != 0
-                        || stat.is_some_and(|s| s.size == 0 && s.ctime_ns >= job_start_ns));
+                        || stat.is_some_and(|s| s.size == 0 && s.ctime_ns >= ctime_floor_ns));
                 // No old bytes: the job removed the path earlier, or creates/truncates it on first touch.
                 let no_prior =
                     (!first_access && !st.exists) || (first_access && (truncates || created_now));
@@ -222,7 +225,7 @@ pub fn classify(events: &[Event], job_start_ns: i64, ignore: &Ignore) -> Classif
                     // Appending or writing in place keeps the old bytes: they are an input too,
                     // unless there were none (a new, empty file).
                     let has_prior =
-                        reads || stat.is_some_and(|s| s.size > 0 && s.ctime_ns < job_start_ns);
+                        reads || stat.is_some_and(|s| s.size > 0 && s.ctime_ns < ctime_floor_ns);
                     if has_prior && !st.reads_prior {
                         st.reads_prior = true;
                         st.read_stat = *stat;
@@ -232,7 +235,7 @@ pub fn classify(events: &[Event], job_start_ns: i64, ignore: &Ignore) -> Classif
                     st.ops.insert(Ops::WRITE);
                     st.job_made = true;
                     if flags & libc::O_CREAT != 0
-                        && stat.is_some_and(|s| s.ctime_ns >= job_start_ns)
+                        && stat.is_some_and(|s| s.ctime_ns >= ctime_floor_ns)
                     {
                         st.ops.insert(Ops::CREATE);
                     }

@@ -341,6 +341,7 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
     unsafe {
         cmd.pre_exec(move || track_self(map_fd));
     }
+    let ctime_floor_ns = crate::ctime_floor_ns();
     let started_ns = now_ns();
     let child = cmd.spawn().map_err(|e| launch::spawn_error(&argv[0], e))?;
     let root = child.id() as i32;
@@ -398,6 +399,7 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
         events,
         status,
         started_ns,
+        ctime_floor_ns,
         ended_ns,
         malformed,
         lost: lost as usize,

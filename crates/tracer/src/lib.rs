@@ -74,12 +74,30 @@ impl TraceError {
     }
 }
 
+/// The kernel's coarse clock (`CLOCK_REALTIME_COARSE`), the clock inode timestamps are taken
+/// from (the multigrain fine-grained stamps of kernels >= 6.13 are never below it). A file whose
+/// ctime is at least a reading taken before the job started was changed after it; comparing
+/// ctime with the precise clock instead calls a file created in the job's first tick (4 ms at
+/// HZ=250) older than the job.
+pub fn ctime_floor_ns() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer; CLOCK_REALTIME_COARSE needs no privilege.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
 /// What a traced run produced.
 #[derive(Debug)]
 pub struct Traced {
     pub events: Vec<Event>,
     pub status: Status,
     pub started_ns: i64,
+    /// [`ctime_floor_ns`] just before the command started: the ctime of any inode the job
+    /// changes is at least this.
+    pub ctime_floor_ns: i64,
     pub ended_ns: i64,
     /// Datagrams, stops or records that could not be decoded: the job is incomplete if non-zero.
     pub malformed: usize,

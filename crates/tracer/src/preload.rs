@@ -439,6 +439,7 @@ pub fn run(
             set(LIB_ENV, lib.into()),
         ])
         .collect();
+    let ctime_floor_ns = crate::ctime_floor_ns();
     let started_ns = now_ns();
     let status = match launch::spawn(argv, &env, &guard) {
         Ok(pid) => {
@@ -458,6 +459,7 @@ pub fn run(
         events: received.events,
         status,
         started_ns,
+        ctime_floor_ns,
         ended_ns,
         malformed: received.malformed,
         lost: 0,

@@ -393,6 +393,7 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
             Ok(())
         });
     }
+    let ctime_floor_ns = crate::ctime_floor_ns();
     let started_ns = now_ns();
     // exec happens before the first stop, so spawn returns (its error pipe closes on exec).
     let child = cmd.spawn().map_err(|e| launch::spawn_error(&argv[0], e))?;
@@ -528,6 +529,7 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
         events,
         status: root_status.unwrap_or(Status::Exited(0)),
         started_ns,
+        ctime_floor_ns,
         ended_ns,
         malformed,
         lost: 0,

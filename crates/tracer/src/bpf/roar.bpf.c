@@ -318,7 +318,10 @@ static __always_inline int on_open(struct scratch *s, struct task_struct *t, int
 	s->ev.ino = BPF_CORE_READ(ino, i_ino);
 	s->ev.size = BPF_CORE_READ(ino, i_size);
 	s->ev.mtime_ns = BPF_CORE_READ(ino, i_mtime_sec) * 1000000000 + BPF_CORE_READ(ino, i_mtime_nsec);
-	s->ev.ctime_ns = BPF_CORE_READ(ino, i_ctime_sec) * 1000000000 + BPF_CORE_READ(ino, i_ctime_nsec);
+	/* Kernels >= 6.13 keep the multigrain "ctime queried" flag in bit 31 of i_ctime_nsec
+	 * (I_CTIME_QUERIED); stat(2) masks it, so must we. No other timestamp carries a flag. */
+	s->ev.ctime_ns = BPF_CORE_READ(ino, i_ctime_sec) * 1000000000 +
+			 (BPF_CORE_READ(ino, i_ctime_nsec) & ~(1U << 31));
 	off = put_at(s, 0, t, dirfd, upath, 0);
 	emit(s, off);
 	return 0;

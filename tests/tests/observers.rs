@@ -1,0 +1,125 @@
+//! The same record from every observer, at the edges where they used to differ: whether a file
+//! existed before the job is decided from a precise fact on every backend (a file created in the
+//! job's first tick is an output, never an input), and eBPF's view of inode timestamps equals
+//! stat(2)'s (the multigrain "ctime queried" flag of kernels >= 6.13 is masked).
+
+mod common;
+
+use common::{stderr, Project};
+
+/// Every backend that can run here: eBPF only where it loads (always under CI=true).
+fn backends() -> Vec<&'static str> {
+    let mut b = vec!["preload", "ptrace"];
+    if common::ebpf_available() {
+        b.push("ebpf");
+    }
+    b
+}
+
+/// Longer than the hash cache's racy window: a file written less than 20 ms before it is hashed
+/// is not trusted from the cache.
+const RACY: std::time::Duration = std::time::Duration::from_millis(60);
+
+/// The recorded (role, hash) of every file of the last job under `name`.
+fn roles_of(p: &Project, name: &str) -> Vec<(String, serde_json::Value)> {
+    let job = p.last_job();
+    job["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["path"].as_str().unwrap().ends_with(name))
+        .map(|f| (f["role"].as_str().unwrap().to_owned(), f["hash"].clone()))
+        .collect()
+}
+
+#[test]
+fn a_file_created_in_the_jobs_first_tick_is_an_output_never_an_input() {
+    // `1<>` opens O_RDWR|O_CREAT without O_EXCL or O_TRUNC, as sqlite opens its journal, within
+    // a millisecond of the job's start: inside the kernel's first timestamp tick.
+    for backend in backends() {
+        let p = Project::new();
+        for round in 0..20 {
+            let _ = std::fs::remove_file(p.path().join("early.db"));
+            let o = p.roar([
+                "run",
+                "--tracer",
+                backend,
+                "--",
+                "sh",
+                "-c",
+                "echo x 1<>early.db",
+            ]);
+            assert!(o.status.success(), "{backend}: {}", stderr(&o));
+            let roles = roles_of(&p, "early.db");
+            assert_eq!(
+                roles.iter().map(|(r, _)| r.as_str()).collect::<Vec<_>>(),
+                ["output"],
+                "{backend}, round {round}: {roles:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_append_to_a_file_stated_just_before_keeps_its_input() {
+    for backend in backends() {
+        let p = Project::new();
+        p.write("log.txt", b"first\n");
+        // Hashed once it is out of the racy window, so the kept bytes' content is known from the
+        // hash cache after the append; then stat(2) sets the inode's "ctime queried" flag on
+        // kernels with multigrain timestamps.
+        std::thread::sleep(RACY);
+        assert!(p.roar(["hash", "log.txt"]).status.success());
+        std::fs::metadata(p.path().join("log.txt")).unwrap();
+        let o = p.roar([
+            "run",
+            "--tracer",
+            backend,
+            "--",
+            "sh",
+            "-c",
+            "echo second >> log.txt",
+        ]);
+        assert!(o.status.success(), "{backend}: {}", stderr(&o));
+        let roles = roles_of(&p, "log.txt");
+        let input = roles.iter().find(|(r, _)| r == "input");
+        let want = blake3::hash(b"first\n").to_hex().to_string();
+        assert_eq!(
+            input.map(|(_, h)| h["blake3"].as_str().unwrap_or("").to_owned()),
+            Some(want),
+            "{backend}: the kept bytes are an input: {roles:?}"
+        );
+    }
+}
+
+#[test]
+fn a_file_hashed_before_an_in_place_rewrite_has_known_input_content() {
+    // `sed -i` replaces the file: its old content is known only from the hash cache, which
+    // matches on (dev, inode, size, mtime, ctime) as the observer saw them at open.
+    for backend in backends() {
+        let p = Project::new();
+        p.write("conf.txt", b"alpha\n");
+        std::thread::sleep(RACY);
+        let o = p.roar(["hash", "conf.txt"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let o = p.roar([
+            "run",
+            "--tracer",
+            backend,
+            "--",
+            "sed",
+            "-i",
+            "s/alpha/beta/",
+            "conf.txt",
+        ]);
+        assert!(o.status.success(), "{backend}: {}", stderr(&o));
+        let roles = roles_of(&p, "conf.txt");
+        let input = roles.iter().find(|(r, _)| r == "input");
+        let want = blake3::hash(b"alpha\n").to_hex().to_string();
+        assert_eq!(
+            input.map(|(_, h)| h["blake3"].as_str().unwrap_or("").to_owned()),
+            Some(want),
+            "{backend}: {roles:?}"
+        );
+    }
+}
