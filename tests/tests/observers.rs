@@ -123,3 +123,43 @@ fn a_file_hashed_before_an_in_place_rewrite_has_known_input_content() {
         );
     }
 }
+
+/// Overwrites through the mount, each as its own job: the old content is never an input.
+#[test]
+fn an_overwrite_through_the_mount_is_an_output_not_a_read_of_the_old_content() {
+    if !common::mount::require_fuse() {
+        return;
+    }
+    let mut m = common::mount::Mounted::new(|d| {
+        std::fs::write(d.join("f.txt"), b"one\n").unwrap();
+        std::fs::write(d.join("src.txt"), b"source\n").unwrap();
+        std::fs::write(d.join("dst.txt"), b"old\n").unwrap();
+        std::fs::write(d.join("p.txt"), b"old\n").unwrap();
+    });
+    const ROUNDS: usize = 50;
+    for i in 0..ROUNDS {
+        let script = format!("echo {i} > f.txt");
+        assert!(m.run(&["sh", "-c", &script]).success());
+    }
+    assert!(m.run(&["cp", "src.txt", "dst.txt"]).success());
+    assert!(m
+        .run(&["/usr/bin/python3", "-c", "open('p.txt', 'w').write('new')"])
+        .success());
+    m.unmount();
+    let jobs = m.jobs();
+    assert_eq!(jobs.len(), ROUNDS + 2, "{jobs:#?}");
+    for job in &jobs {
+        let inputs = m.files(job, "input");
+        let outputs = m.files(job, "output");
+        assert!(
+            !inputs
+                .iter()
+                .any(|f| ["f.txt", "dst.txt", "p.txt"].contains(&f.as_str())),
+            "an overwritten file is an input: {} {inputs:?}",
+            job["argv"]
+        );
+        assert_eq!(outputs.len(), 1, "{}: {outputs:?}", job["argv"]);
+    }
+    let cp = m.job_with_argv(&["cp", "src.txt", "dst.txt"]);
+    assert_eq!(m.files(&cp, "input"), ["src.txt"]);
+}

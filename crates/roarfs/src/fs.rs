@@ -412,6 +412,15 @@ impl Filesystem for RoarFs {
         if config.add_capabilities(InitFlags::FUSE_POSIX_ACL).is_err() {
             tracing::warn!("roarfs: the kernel does not offer FUSE_POSIX_ACL: ACLs are not enforced through the mount");
         }
+        // `open(O_TRUNC)` reaches us as one open with O_TRUNC, not an open the kernel follows
+        // with a truncate: without it an overwrite (`echo x > f`, `cp a f`) first opens the old
+        // content for writing, and that content would count as the job's input.
+        if config
+            .add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC)
+            .is_err()
+        {
+            tracing::warn!("roarfs: the kernel does not offer FUSE_ATOMIC_O_TRUNC: overwrites may be recorded as reads of the old content");
+        }
         if config.add_capabilities(InitFlags::FUSE_DONT_MASK).is_ok() {
             self.dont_mask.store(true, Ordering::Relaxed);
         }
