@@ -163,3 +163,70 @@ fn an_overwrite_through_the_mount_is_an_output_not_a_read_of_the_old_content() {
     let cp = m.job_with_argv(&["cp", "src.txt", "dst.txt"]);
     assert_eq!(m.files(&cp, "input"), ["src.txt"]);
 }
+
+/// The fd numbers a shell has open, as it lists them itself.
+fn own_fds(cmd: &mut std::process::Command) -> String {
+    let o = cmd.output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    common::stdout(&o)
+}
+
+#[test]
+fn the_command_gets_exactly_the_fds_roar_got() {
+    use std::process::{Command, Stdio};
+    let p = Project::new();
+    // Closed stays closed: `cat <&-` and `echo >&-` fail as they do bare.
+    let bare = |script: &str| {
+        Command::new("sh")
+            .args(["-c", script])
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap()
+            .code()
+    };
+    let cat_bare = bare("cat <&-");
+    let echo_bare = bare("echo hi >&-");
+    assert_eq!((cat_bare, echo_bare), (Some(1), Some(1)));
+    let lister = "ls /proc/$$/fd | sort -n | tr '\\n' ' '";
+    let want = own_fds(
+        Command::new("sh")
+            .args(["-c", lister])
+            .current_dir(p.path())
+            .stdin(Stdio::null()),
+    );
+    for backend in backends() {
+        let roar = common::roar_bin();
+        // roar itself started with the fd closed, as the shell's `<&-` does for it.
+        let closed = |redirect: &str, argv: &str| {
+            Command::new("sh")
+                .args([
+                    "-c",
+                    &format!(
+                        "exec {} run --tracer {backend} -- {argv} {redirect}",
+                        roar.display()
+                    ),
+                ])
+                .current_dir(p.path())
+                .stdin(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .unwrap()
+                .code()
+        };
+        assert_eq!(closed("<&-", "cat"), cat_bare, "{backend}: cat <&-");
+        assert_eq!(
+            closed(">&-", "echo hi"),
+            echo_bare,
+            "{backend}: echo hi >&-"
+        );
+        let got = own_fds(
+            p.cmd(["run", "--tracer", backend, "--", "sh", "-c", lister])
+                .stdin(Stdio::null()),
+        );
+        assert_eq!(
+            got, want,
+            "{backend}: the command's open fds differ from bare"
+        );
+    }
+}

@@ -21,7 +21,11 @@ const PATH_MAX: usize = 4096;
 /// Our socket is moved to a high fd so programs that assume small fds are unaffected.
 const SOCK_FD_MIN: c_int = 800;
 
+/// Our datagram socket: -1 none (off, or the connect failed), [`UNCONNECTED`] until the first
+/// event that needs it (one too big for the ring, or a process without the ring), so a program
+/// whose events all go through the ring never has a descriptor of ours.
 static SOCK: AtomicI32 = AtomicI32::new(-1);
+const UNCONNECTED: c_int = -2;
 /// This process's pid, set by the constructor and in the child of a hooked fork (saves a syscall
 /// per event; a child made by a raw clone that never execs reports its parent's pid).
 static PID: AtomicI32 = AtomicI32::new(0);
@@ -89,7 +93,28 @@ impl Drop for KeepErrno {
 }
 
 fn enabled() -> bool {
-    SOCK.load(Ordering::Relaxed) >= 0
+    SOCK.load(Ordering::Relaxed) != -1 || RING_LEN.load(Ordering::Relaxed) > 0
+}
+
+/// The socket, connected now if this is the first datagram.
+unsafe fn socket() -> c_int {
+    let sock = SOCK.load(Ordering::Relaxed);
+    if sock != UNCONNECTED {
+        return sock;
+    }
+    // SAFETY: no preconditions.
+    let fresh = unsafe { connect_socket() };
+    match SOCK.compare_exchange(UNCONNECTED, fresh, Ordering::AcqRel, Ordering::Relaxed) {
+        Ok(_) => fresh,
+        Err(other) => {
+            // Another thread connected first.
+            if fresh >= 0 {
+                // SAFETY: closing the fd we just opened.
+                unsafe { real!(close: unsafe extern "C" fn(c_int) -> c_int)(fresh) };
+            }
+            other
+        }
+    }
 }
 
 unsafe fn cstr<'a>(p: *const c_char) -> &'a [u8] {
@@ -195,7 +220,8 @@ unsafe fn send(kind: Kind, arg: i64, fd: c_int, stat: WireStat, parts: [&[u8]; 4
     msg.msg_iov = iov.as_mut_ptr();
     msg.msg_iovlen = iov.len();
     for _attempt in 0..2 {
-        let sock = SOCK.load(Ordering::Relaxed);
+        // SAFETY: no preconditions.
+        let sock = unsafe { socket() };
         if sock < 0 {
             return;
         }
@@ -1253,7 +1279,7 @@ unsafe extern "C" fn init(argc: c_int, argv: *const *const c_char, _envp: *const
         );
         PID.store(libc::getpid(), Ordering::Relaxed);
         refresh_cwd();
-        SOCK.store(connect_socket(), Ordering::Relaxed);
+        SOCK.store(UNCONNECTED, Ordering::Relaxed);
 
         let args = &mut *ptr::addr_of_mut!(ARGV_BUF);
         let mut len = 0;

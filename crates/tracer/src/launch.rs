@@ -11,7 +11,7 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
 
 use crate::TraceError;
 
@@ -114,6 +114,35 @@ impl Drop for SignalGuard {
     }
 }
 
+/// Which of fds 0, 1, 2 were closed when roar started (bit N: fd N), so the command gets them
+/// closed too. Rust's runtime opens /dev/null on closed standard fds before `main` (so that its
+/// own files never land there); this is read before that, from `.init_array`, which the C runtime
+/// runs first.
+static CLOSED_STDIO: AtomicU8 = AtomicU8::new(0);
+
+extern "C" fn record_closed_stdio() {
+    let mut closed = 0;
+    for fd in 0..3 {
+        // SAFETY: F_GETFD on any integer is safe; EBADF says it is not open.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+            closed |= 1 << fd;
+        }
+    }
+    CLOSED_STDIO.store(closed, Ordering::Relaxed);
+}
+
+#[used]
+#[link_section = ".init_array"]
+static RECORD_CLOSED_STDIO: extern "C" fn() = record_closed_stdio;
+
+/// The standard fds that were closed when roar started.
+pub(crate) fn closed_stdio() -> Vec<libc::c_int> {
+    // Referencing the constructor keeps its object in the link.
+    std::hint::black_box(&RECORD_CLOSED_STDIO);
+    let closed = CLOSED_STDIO.load(Ordering::Relaxed);
+    (0..3).filter(|fd| closed & (1 << fd) != 0).collect()
+}
+
 /// A Command for `argv` with `env` applied, forked so that a backend can act in the child before
 /// exec (ptrace, eBPF); its child starts with the signal state `guard` describes. The preload
 /// backend, which needs nothing in the child, uses [`spawn`].
@@ -127,11 +156,15 @@ pub(crate) fn command(argv: &[OsString], env: &crate::EnvChanges, guard: &Signal
         };
     }
     let reset = guard.reset_on_exec();
-    // SAFETY: the closure only calls async-signal-safe functions (signal).
+    let closed = closed_stdio();
+    // SAFETY: the closure only calls async-signal-safe functions (signal, close).
     unsafe {
         cmd.pre_exec(move || {
             for sig in &reset {
                 libc::signal(*sig, libc::SIG_DFL);
+            }
+            for fd in &closed {
+                libc::close(*fd);
             }
             Ok(())
         });
@@ -163,7 +196,8 @@ pub(crate) fn spawn(
             .map(|(k, v)| [k.as_bytes(), b"=", v.as_bytes()].concat()),
     )?;
     let attr = SpawnAttr::new(&guard.reset_on_exec())?;
-    let run = |path: &[u8]| spawn_file(path, &args, &envp, &attr);
+    let actions = FileActions::closing(&closed_stdio())?;
+    let run = |path: &[u8]| spawn_file(path, &args, &envp, &attr, &actions);
 
     let prog = argv[0].as_bytes();
     if prog.is_empty() {
@@ -268,6 +302,34 @@ impl Drop for SpawnAttr {
     }
 }
 
+/// posix_spawn file actions: close the fds that were closed when roar started.
+struct FileActions(libc::posix_spawn_file_actions_t);
+
+impl FileActions {
+    fn closing(fds: &[libc::c_int]) -> io::Result<FileActions> {
+        let check = |r: libc::c_int| match r {
+            0 => Ok(()),
+            e => Err(io::Error::from_raw_os_error(e)),
+        };
+        // SAFETY: init before any other use.
+        unsafe {
+            let mut actions = FileActions(std::mem::zeroed());
+            check(libc::posix_spawn_file_actions_init(&mut actions.0))?;
+            for fd in fds {
+                check(libc::posix_spawn_file_actions_addclose(&mut actions.0, *fd))?;
+            }
+            Ok(actions)
+        }
+    }
+}
+
+impl Drop for FileActions {
+    fn drop(&mut self) {
+        // SAFETY: initialised in `closing`, destroyed once.
+        unsafe { libc::posix_spawn_file_actions_destroy(&mut self.0) };
+    }
+}
+
 /// posix_spawn of the file at `path`; one the kernel will not exec is run by /bin/sh, as execvp
 /// does.
 fn spawn_file(
@@ -275,19 +337,20 @@ fn spawn_file(
     args: &[CString],
     envp: &[CString],
     attr: &SpawnAttr,
+    actions: &FileActions,
 ) -> io::Result<i32> {
     let path = CString::new(path).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let envp = pointers(envp);
     let spawn = |file: &CString, argv: &[CString]| {
         let mut pid = 0;
         let argv = pointers(argv);
-        // SAFETY: every pointer array is null-terminated and outlives the call; attr is
-        // initialised; no file actions.
+        // SAFETY: every pointer array is null-terminated and outlives the call; attr and
+        // actions are initialised.
         let r = unsafe {
             libc::posix_spawn(
                 &mut pid,
                 file.as_ptr(),
-                std::ptr::null(),
+                &actions.0,
                 &attr.0,
                 argv.as_ptr(),
                 envp.as_ptr(),
