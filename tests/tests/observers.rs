@@ -230,3 +230,27 @@ fn the_command_gets_exactly_the_fds_roar_got() {
         );
     }
 }
+
+#[test]
+fn a_directory_renamed_then_deleted_leaves_temps_not_outputs() {
+    // setuptools' `*.egg-info` -> `*.egg-info.__bkp__` -> removed, inside one job.
+    for backend in backends() {
+        let p = Project::new();
+        let o = p.roar([
+            "run",
+            "--tracer",
+            backend,
+            "--",
+            "sh",
+            "-c",
+            "mkdir d && echo x > d/f && mv d d.bkp && rm -rf d.bkp && echo y > kept.txt",
+        ]);
+        assert!(o.status.success(), "{backend}: {}", stderr(&o));
+        let job = p.last_job();
+        let inputs = p.files(&job, "input");
+        let outputs = p.files(&job, "output");
+        assert!(inputs.is_empty(), "{backend}: inputs {inputs:?}");
+        assert_eq!(outputs.len(), 1, "{backend}: outputs {outputs:?}");
+        assert!(outputs[0].ends_with("kept.txt"), "{backend}: {outputs:?}");
+    }
+}

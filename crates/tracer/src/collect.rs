@@ -110,6 +110,20 @@ impl Paths<'_> {
         matches!(self.seen.get(path.as_os_str()), Some(Seen::At(_)))
     }
 
+    /// Whether a rename `from -> to` moved a directory, from what the job itself showed: it made
+    /// or removed a directory at either name, or used paths below `from/`. Only when the job
+    /// showed nothing is the filesystem asked (after the job, so a directory renamed and then
+    /// deleted is known only from the events).
+    fn is_dir(&self, from: &Path, to: &Path, dirs: &HashSet<&Path>) -> bool {
+        dirs.contains(from)
+            || dirs.contains(to)
+            || self
+                .list
+                .iter()
+                .any(|(p, st)| st.is_some() && p != from && p.starts_with(from))
+            || to.is_dir()
+    }
+
     /// Re-keys every tracked path below `from/` to the same place below `to/`. The moved state
     /// replaces one already at the new name (it is what lives there now) and keeps the earlier of
     /// the two places in the order.
@@ -151,6 +165,14 @@ impl Paths<'_> {
 /// before the command started) decides whether a file the job opened existed before it: a ctime
 /// at or above it means the inode changed during the job.
 pub fn classify(events: &[Event], ctime_floor_ns: i64, ignore: &Ignore) -> Classified {
+    // Directories the job made or removed, by name: a rename of one moves what is below it.
+    let dirs: HashSet<&Path> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Mkdir { path, .. } | Event::Rmdir { path, .. } => Some(path.as_path()),
+            _ => None,
+        })
+        .collect();
     let mut paths = Paths {
         ignore,
         seen: HashMap::default(),
@@ -260,7 +282,7 @@ pub fn classify(events: &[Event], ctime_floor_ns: i64, ignore: &Ignore) -> Class
                 from, to, ts_ns, ..
             } => {
                 let is_rename = matches!(ev, Event::Rename { .. });
-                if is_rename && !paths.is_tracked(from) && to.is_dir() {
+                if is_rename && !paths.is_tracked(from) && paths.is_dir(from, to, &dirs) {
                     // A directory moved: what the job did inside it now lives under the new name.
                     paths.move_children(from, to);
                     continue;
