@@ -254,3 +254,37 @@ fn a_directory_renamed_then_deleted_leaves_temps_not_outputs() {
         assert!(outputs[0].ends_with("kept.txt"), "{backend}: {outputs:?}");
     }
 }
+
+#[test]
+fn a_symlink_made_and_removed_in_the_job_is_a_temp_and_one_kept_is_an_output() {
+    // configure makes and removes `conftest.sym` for every symlink check.
+    for backend in backends() {
+        let p = Project::new();
+        p.write("target.txt", b"t\n");
+        let o = p.roar([
+            "run",
+            "--tracer",
+            backend,
+            "--",
+            "sh",
+            "-c",
+            "ln -s target.txt conftest.sym && rm conftest.sym && ln -s target.txt latest",
+        ]);
+        assert!(o.status.success(), "{backend}: {}", stderr(&o));
+        let job = p.last_job();
+        let outputs = p.files(&job, "output");
+        assert!(
+            !outputs.iter().any(|f| f.ends_with("conftest.sym")),
+            "{backend}: a phantom deleted output: {outputs:?}"
+        );
+        assert!(
+            outputs.iter().any(|f| f.ends_with("latest")),
+            "{backend}: the kept link: {outputs:?}"
+        );
+        let temps = p.files(&job, "temp");
+        assert!(
+            temps.iter().any(|f| f.ends_with("conftest.sym")),
+            "{backend}: {temps:?}"
+        );
+    }
+}

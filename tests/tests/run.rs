@@ -53,7 +53,7 @@ fn strace_files(p: &Project, argv: &[&str]) -> BTreeSet<String> {
     // -ff writes one log per process, so no call is split into unfinished/resumed halves.
     let log = p.path().join(".roar/strace.log");
     let status = Command::new("strace")
-        .args(["-ff", "-qq", "-e", "trace=open,openat,creat,rename,renameat,renameat2,link,linkat,unlink,unlinkat,truncate", "-o"])
+        .args(["-ff", "-qq", "-e", "trace=open,openat,creat,rename,renameat,renameat2,link,linkat,unlink,unlinkat,truncate,symlink,symlinkat", "-o"])
         .arg(&log)
         .args(argv)
         .current_dir(p.path())
@@ -86,7 +86,14 @@ fn strace_files(p: &Project, argv: &[&str]) -> BTreeSet<String> {
         if !ok || line.contains("O_DIRECTORY") || line.contains("AT_REMOVEDIR") {
             continue;
         }
-        for quoted in line.split('"').skip(1).step_by(2) {
+        let quoted: Vec<&str> = line.split('"').skip(1).step_by(2).collect();
+        // A symlink's target is a string, not a file the job used: only the link's own path.
+        let used = if line.starts_with("symlink") {
+            &quoted[quoted.len().saturating_sub(1)..]
+        } else {
+            &quoted[..]
+        };
+        for quoted in used {
             let path = root.join(quoted);
             let Ok(rel) = path.strip_prefix(&root) else {
                 continue;

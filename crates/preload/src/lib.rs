@@ -771,6 +771,34 @@ pub unsafe extern "C" fn renameat2(
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn symlink(target: *const c_char, path: *const c_char) -> c_int {
+    let r = unsafe {
+        real!(symlink: unsafe extern "C" fn(*const c_char, *const c_char) -> c_int)(target, path)
+    };
+    if r == 0 {
+        unsafe { report_path(Kind::Symlink, libc::AT_FDCWD, path) };
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn symlinkat(
+    target: *const c_char,
+    dirfd: c_int,
+    path: *const c_char,
+) -> c_int {
+    let r = unsafe {
+        real!(symlinkat: unsafe extern "C" fn(*const c_char, c_int, *const c_char) -> c_int)(
+            target, dirfd, path,
+        )
+    };
+    if r == 0 {
+        unsafe { report_path(Kind::Symlink, dirfd, path) };
+    }
+    r
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
     let r = unsafe { real!(unlink: unsafe extern "C" fn(*const c_char) -> c_int)(path) };
     if r == 0 {

@@ -323,6 +323,16 @@ pub fn classify(events: &[Event], ctime_floor_ns: i64, ignore: &Ignore) -> Class
                 st.ops.insert(Ops::UNLINK);
                 st.exists = false;
             }
+            Event::Symlink { path, ts_ns, .. } => {
+                // symlink(2) fails if the name exists: the job made this path. Removed later
+                // (configure's `conftest.sym`), it is a temp, not a deleted pre-existing file.
+                let Some(st) = paths.get(path, *ts_ns) else {
+                    continue;
+                };
+                st.ops.insert(Ops::CREATE);
+                st.job_made = true;
+                st.exists = true;
+            }
             Event::Mkdir { .. } | Event::Rmdir { .. } => {}
         }
     }

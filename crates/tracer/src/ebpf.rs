@@ -48,6 +48,7 @@ const KIND_RENAME: u32 = 5;
 const KIND_LINK: u32 = 6;
 const KIND_UNLINK: u32 = 7;
 const KIND_TRUNCATE: u32 = 8;
+const KIND_SYMLINK: u32 = 9;
 const HAS_STAT: u32 = 1;
 const TRUNCATED: u32 = 2;
 const HEADER: usize = std::mem::size_of::<roar_event>();
@@ -270,6 +271,11 @@ fn decode(rec: &[u8], offset: i64) -> Result<Option<Event>, ()> {
             ts_ns,
         },
         KIND_TRUNCATE => Event::Truncate {
+            pid,
+            path: path(strs[0], strs[1]),
+            ts_ns,
+        },
+        KIND_SYMLINK => Event::Symlink {
             pid,
             path: path(strs[0], strs[1]),
             ts_ns,

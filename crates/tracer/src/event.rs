@@ -68,6 +68,12 @@ pub enum Event {
         path: PathBuf,
         ts_ns: i64,
     },
+    /// A symbolic link created at `path` (its target is not a path the job used).
+    Symlink {
+        pid: i32,
+        path: PathBuf,
+        ts_ns: i64,
+    },
 }
 
 impl Event {
@@ -82,7 +88,8 @@ impl Event {
             | Event::Unlink { ts_ns, .. }
             | Event::Truncate { ts_ns, .. }
             | Event::Mkdir { ts_ns, .. }
-            | Event::Rmdir { ts_ns, .. } => *ts_ns,
+            | Event::Rmdir { ts_ns, .. }
+            | Event::Symlink { ts_ns, .. } => *ts_ns,
         }
     }
 }

@@ -398,6 +398,11 @@ fn decode(h: &Header, p: [&[u8]; 4]) -> Option<Event> {
             path: path(),
             ts_ns,
         },
+        Kind::Symlink => Event::Symlink {
+            pid,
+            path: path(),
+            ts_ns,
+        },
     })
 }
 

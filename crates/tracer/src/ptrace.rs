@@ -28,14 +28,16 @@ const SYS_RMDIR: u64 = 84;
 const SYS_CREAT: u64 = 85;
 const SYS_LINK: u64 = 86;
 const SYS_UNLINK: u64 = 87;
+const SYS_SYMLINK: u64 = 88;
 const SYS_OPENAT: u64 = 257;
 const SYS_MKDIRAT: u64 = 258;
 const SYS_UNLINKAT: u64 = 263;
 const SYS_RENAMEAT: u64 = 264;
 const SYS_LINKAT: u64 = 265;
+const SYS_SYMLINKAT: u64 = 266;
 const SYS_RENAMEAT2: u64 = 316;
 const SYS_OPENAT2: u64 = 437;
-const TRACED_SYSCALLS: [u64; 16] = [
+const TRACED_SYSCALLS: [u64; 18] = [
     SYS_OPEN,
     SYS_TRUNCATE,
     SYS_FTRUNCATE,
@@ -52,6 +54,8 @@ const TRACED_SYSCALLS: [u64; 16] = [
     SYS_LINKAT,
     SYS_RENAMEAT2,
     SYS_OPENAT2,
+    SYS_SYMLINK,
+    SYS_SYMLINKAT,
 ];
 
 const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
@@ -136,6 +140,7 @@ enum Pending {
 
 #[derive(Clone, Copy)]
 enum OneKind {
+    Symlink,
     Unlink,
     Rmdir,
     Mkdir,
@@ -253,6 +258,9 @@ fn on_entry(pid: i32, r: &libc::user_regs_struct) -> Option<Pending> {
             to: resolve(pid, a2 as i64, a3),
         },
         SYS_UNLINK => one(OneKind::Unlink, AT_FDCWD, a0),
+        // symlink(target, linkpath), symlinkat(target, newdirfd, linkpath).
+        SYS_SYMLINK => one(OneKind::Symlink, AT_FDCWD, a1),
+        SYS_SYMLINKAT => one(OneKind::Symlink, a1 as i64, a2),
         SYS_UNLINKAT => {
             let kind = if a2 as i32 & libc::AT_REMOVEDIR != 0 {
                 OneKind::Rmdir
@@ -317,6 +325,7 @@ fn on_exit(pid: i32, pending: Pending, result: i64) -> Option<Event> {
         },
         Pending::One { kind, path } => match kind {
             OneKind::Unlink => Event::Unlink { pid, path, ts_ns },
+            OneKind::Symlink => Event::Symlink { pid, path, ts_ns },
             OneKind::Rmdir => Event::Rmdir { pid, path, ts_ns },
             OneKind::Mkdir => Event::Mkdir { pid, path, ts_ns },
             OneKind::Truncate => Event::Truncate { pid, path, ts_ns },

@@ -71,6 +71,8 @@ pub enum Kind {
     Rmdir = 9,
     /// The process is exiting through exit/_exit. `arg` = status.
     Exit = 10,
+    /// A symbolic link was created. s0 = base, s1 = the link's path.
+    Symlink = 11,
 }
 
 impl Kind {
@@ -86,6 +88,7 @@ impl Kind {
             8 => Kind::Mkdir,
             9 => Kind::Rmdir,
             10 => Kind::Exit,
+            11 => Kind::Symlink,
             _ => return None,
         })
     }

@@ -47,10 +47,12 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define NR_creat 85
 #define NR_link 86
 #define NR_unlink 87
+#define NR_symlink 88
 #define NR_openat 257
 #define NR_unlinkat 263
 #define NR_renameat 264
 #define NR_linkat 265
+#define NR_symlinkat 266
 #define NR_renameat2 316
 #define NR_openat2 437
 
@@ -113,6 +115,8 @@ static __always_inline bool traced_nr(long nr)
 	case NR_linkat:
 	case NR_unlink:
 	case NR_unlinkat:
+	case NR_symlink:
+	case NR_symlinkat:
 		return true;
 	}
 	return false;
@@ -367,6 +371,10 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	case NR_ftruncate:
 		kind = ROAR_TRUNCATE;
 		break;
+	case NR_symlink:
+	case NR_symlinkat:
+		kind = ROAR_SYMLINK;
+		break;
 	default:
 		kind = ROAR_UNLINK;
 	}
@@ -406,6 +414,13 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 		if (p.a[2] & AT_REMOVEDIR)
 			return 0;
 		off = put_at(s, 0, t, p.a[0], p.a[1], 0);
+		break;
+	/* symlink(target, linkpath), symlinkat(target, newdirfd, linkpath): the link's path. */
+	case NR_symlink:
+		off = put_at(s, 0, t, AT_FDCWD, p.a[1], 0);
+		break;
+	case NR_symlinkat:
+		off = put_at(s, 0, t, p.a[1], p.a[2], 0);
 		break;
 	case NR_ftruncate: {
 		struct file *f = fd_file(t, (int)p.a[0]);

@@ -15,6 +15,7 @@ enum roar_kind {
 	ROAR_LINK = 6,
 	ROAR_UNLINK = 7,
 	ROAR_TRUNCATE = 8,
+	ROAR_SYMLINK = 9,
 };
 
 /* Header flags. */
