@@ -288,3 +288,49 @@ fn a_symlink_made_and_removed_in_the_job_is_a_temp_and_one_kept_is_an_output() {
         );
     }
 }
+
+#[test]
+fn a_static_program_below_the_top_command_is_followed_or_reported() {
+    if !common::require_tool("cc") {
+        return;
+    }
+    let p = Project::new();
+    p.write(
+        "st.c",
+        b"#include <stdio.h>\nint main(void){FILE*f=fopen(\"static-out.txt\",\"w\");fputs(\"x\\n\",f);return fclose(f);}\n",
+    );
+    let cc = std::process::Command::new("cc")
+        .args(["-static", "-O2", "-o", "st", "st.c"])
+        .current_dir(p.path())
+        .output()
+        .unwrap();
+    assert!(cc.status.success(), "cc -static: {}", stderr(&cc));
+    for backend in backends() {
+        for argv in [&["sh", "-c", "./st"][..], &["./st"]] {
+            let _ = std::fs::remove_file(p.path().join("static-out.txt"));
+            let o = p
+                .cmd(["run", "--tracer", backend, "--"])
+                .args(argv)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{backend} {argv:?}: {}", stderr(&o));
+            let job = p.last_job();
+            let outputs = p.files(&job, "output");
+            if backend == "preload" {
+                // The shim cannot load into it: said, and the job is incomplete, never silent.
+                assert!(
+                    stderr(&o).contains("statically linked"),
+                    "{argv:?}: {}",
+                    stderr(&o)
+                );
+                assert_eq!(job["incomplete"], true, "{argv:?}");
+            } else {
+                assert_eq!(job["incomplete"], false, "{backend} {argv:?}");
+                assert!(
+                    outputs.iter().any(|f| f.ends_with("static-out.txt")),
+                    "{backend} {argv:?}: {outputs:?}"
+                );
+            }
+        }
+    }
+}

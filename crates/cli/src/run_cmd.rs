@@ -348,6 +348,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     match recorded {
         Ok(id) => {
             let incomplete = match (traced.lost, traced.malformed) {
+                (0, 0) if !traced.untraced.is_empty() => {
+                    ", incomplete (programs the tracer could not follow)".to_owned()
+                }
                 (0, 0) => String::new(),
                 (0, bad) => format!(", incomplete ({bad} undecodable events)"),
                 (lost, _) => format!(
@@ -359,6 +362,20 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 "roar: job {id}, {n_in} inputs, {n_out} outputs, {}, +{overhead_ms:.0} ms{incomplete}",
                 backend.name()
             );
+            for (exe, why) in traced.untraced.iter().take(3) {
+                let _ = writeln!(
+                    err,
+                    "roar: warning: the job ran {} ({why}): its files are not in the record; use --tracer ebpf or ptrace",
+                    roar_store::shown(&exe.to_string_lossy())
+                );
+            }
+            if traced.untraced.len() > 3 {
+                let _ = writeln!(
+                    err,
+                    "roar: warning: ... and {} more programs the tracer could not follow",
+                    traced.untraced.len() - 3
+                );
+            }
             if traced.forged > 0 {
                 let _ = writeln!(
                     err,

@@ -14,6 +14,8 @@ use core::ptr;
 use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicUsize, Ordering};
 
 use libc::{mode_t, off_t, pid_t, FILE};
+mod followable;
+
 use roar_wire::ring::{Ring, RING_ENV};
 use roar_wire::{Header, Kind, WireStat, KEY_LEN, LIB_ENV, SOCK_ENV};
 
@@ -446,6 +448,40 @@ unsafe fn report_path(kind: Kind, dirfd: c_int, path: *const c_char) {
     let mut buf = [0u8; PATH_MAX];
     let b = unsafe { base(dirfd, p, &mut buf) };
     unsafe { send(kind, 0, -1, WireStat::default(), [b, p, &[], &[]]) };
+}
+
+/// Reports an exec of a program the shim will not be loaded into (see `followable`). `search`:
+/// `file` is looked up in the PATH of `envp` as execvp does.
+unsafe fn check_exec(file: *const c_char, search: bool, envp: *const *const c_char) {
+    if !enabled() || file.is_null() {
+        return;
+    }
+    let _errno = KeepErrno::new();
+    // SAFETY: exec's own argument, a C string.
+    let f = unsafe { CStr::from_ptr(file) }.to_bytes_with_nul();
+    let mut found = [0u8; PATH_MAX];
+    let path: &[u8] = if search && !f.contains(&b'/') {
+        match unsafe { followable::search_path(f, envp, &mut found) } {
+            Some(p) => p,
+            None => return,
+        }
+    } else {
+        f
+    };
+    if let Some(why) = followable::judge(path) {
+        let p = &path[..path.len() - 1];
+        let mut buf = [0u8; PATH_MAX];
+        let b = unsafe { base(libc::AT_FDCWD, p, &mut buf) };
+        unsafe {
+            send(
+                Kind::Untraced,
+                why as i64,
+                -1,
+                WireStat::default(),
+                [b, p, &[], &[]],
+            )
+        };
+    }
 }
 
 unsafe fn report_pair(kind: Kind, fd1: c_int, p1: *const c_char, fd2: c_int, p2: *const c_char) {
@@ -1095,6 +1131,7 @@ pub unsafe extern "C" fn execve(
     let mut out = [ptr::null(); ENV_SLOTS];
     let mut preload = [0u8; 2 * PATH_MAX];
     let env = unsafe { fix_env(envp, &mut out, &mut preload) };
+    unsafe { check_exec(path, false, env) };
     unsafe { real!(execve: ExecveFn)(path, argv, env) }
 }
 
@@ -1112,6 +1149,7 @@ pub unsafe extern "C" fn execvpe(
     let mut out = [ptr::null(); ENV_SLOTS];
     let mut preload = [0u8; 2 * PATH_MAX];
     let env = unsafe { fix_env(envp, &mut out, &mut preload) };
+    unsafe { check_exec(file, true, env) };
     unsafe { real!(execvpe: ExecveFn)(file, argv, env) }
 }
 
@@ -1157,6 +1195,7 @@ pub unsafe extern "C" fn posix_spawn(
     let mut out = [ptr::null(); ENV_SLOTS];
     let mut preload = [0u8; 2 * PATH_MAX];
     let env = unsafe { fix_env(envp, &mut out, &mut preload) };
+    unsafe { check_exec(path, false, env) };
     unsafe { real!(posix_spawn: SpawnFn)(pid, path, actions, attr, argv, env) }
 }
 
@@ -1172,6 +1211,7 @@ pub unsafe extern "C" fn posix_spawnp(
     let mut out = [ptr::null(); ENV_SLOTS];
     let mut preload = [0u8; 2 * PATH_MAX];
     let env = unsafe { fix_env(envp, &mut out, &mut preload) };
+    unsafe { check_exec(file, true, env) };
     unsafe { real!(posix_spawnp: SpawnFn)(pid, file, actions, attr, argv, env) }
 }
 

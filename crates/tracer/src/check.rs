@@ -185,7 +185,13 @@ pub fn linkage(exe: &Path) -> Linkage {
     let Ok(meta) = std::fs::metadata(exe) else {
         return Linkage::Other;
     };
-    if meta.permissions().mode() & 0o6000 != 0 {
+    // The loader runs a program in secure mode (and ignores LD_PRELOAD) when exec gives it
+    // another user or group id: setuid to another owner, setgid (with group exec) to another group.
+    use std::os::unix::fs::MetadataExt;
+    let mode = meta.mode();
+    // SAFETY: no preconditions.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    if (mode & 0o4000 != 0 && meta.uid() != uid) || (mode & 0o2010 == 0o2010 && meta.gid() != gid) {
         return Linkage::SetId;
     }
     let mut head = [0u8; 64];

@@ -333,7 +333,7 @@ pub fn classify(events: &[Event], ctime_floor_ns: i64, ignore: &Ignore) -> Class
                 st.job_made = true;
                 st.exists = true;
             }
-            Event::Mkdir { .. } | Event::Rmdir { .. } => {}
+            Event::Mkdir { .. } | Event::Rmdir { .. } | Event::Untraced { .. } => {}
         }
     }
     let paths = paths

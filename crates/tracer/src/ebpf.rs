@@ -410,6 +410,7 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
         malformed,
         lost: lost as usize,
         forged: 0,
+        untraced: Vec::new(),
     })
 }
 

@@ -74,6 +74,13 @@ pub enum Event {
         path: PathBuf,
         ts_ns: i64,
     },
+    /// The process was about to exec `path`, a program the backend cannot follow (`why`).
+    Untraced {
+        pid: i32,
+        path: PathBuf,
+        why: &'static str,
+        ts_ns: i64,
+    },
 }
 
 impl Event {
@@ -89,7 +96,8 @@ impl Event {
             | Event::Truncate { ts_ns, .. }
             | Event::Mkdir { ts_ns, .. }
             | Event::Rmdir { ts_ns, .. }
-            | Event::Symlink { ts_ns, .. } => *ts_ns,
+            | Event::Symlink { ts_ns, .. }
+            | Event::Untraced { ts_ns, .. } => *ts_ns,
         }
     }
 }

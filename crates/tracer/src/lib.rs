@@ -107,12 +107,15 @@ pub struct Traced {
     /// Datagrams from outside the run (without its key), dropped unread: the record is not
     /// affected, but someone on the machine sent them.
     pub forged: usize,
+    /// Programs the job exec'd that the backend could not follow (preload: statically linked or
+    /// setuid), each with why: their files are missing from the record, so the job is incomplete.
+    pub untraced: Vec<(PathBuf, &'static str)>,
 }
 
 impl Traced {
     /// Whether some of what the command did may be missing from `events`.
     pub fn incomplete(&self) -> bool {
-        self.malformed > 0 || self.lost > 0
+        self.malformed > 0 || self.lost > 0 || !self.untraced.is_empty()
     }
 }
 

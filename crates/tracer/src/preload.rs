@@ -403,7 +403,36 @@ fn decode(h: &Header, p: [&[u8]; 4]) -> Option<Event> {
             path: path(),
             ts_ns,
         },
+        Kind::Untraced => Event::Untraced {
+            pid,
+            path: path(),
+            why: if h.arg == 2 { SETID } else { STATIC },
+            ts_ns,
+        },
     })
+}
+
+const STATIC: &str = "statically linked: the preload shim cannot load into it";
+const SETID: &str = "setuid/setgid: the loader drops LD_PRELOAD";
+
+/// The programs of `events` the shim could not follow, once each, and the top command itself
+/// when it is one (roar starts it, so no shim reports it).
+fn untraced(argv: &[OsString], events: &[Event]) -> Vec<(PathBuf, &'static str)> {
+    let mut out: Vec<(PathBuf, &'static str)> = Vec::new();
+    let top = crate::check::resolve(&argv[0]).map(|exe| (crate::check::linkage(&exe), exe));
+    match top {
+        Some((crate::check::Linkage::Static, exe)) => out.push((exe, STATIC)),
+        Some((crate::check::Linkage::SetId, exe)) => out.push((exe, SETID)),
+        _ => {}
+    }
+    for e in events {
+        if let Event::Untraced { path, why, .. } = e {
+            if !out.iter().any(|(p, _)| p == path) {
+                out.push((path.clone(), why));
+            }
+        }
+    }
+    out
 }
 
 pub fn run(
@@ -459,6 +488,7 @@ pub fn run(
     drop(guard);
     send_end_marker(&sock);
     let received = receiver.join().unwrap_or_default();
+    let untraced = untraced(argv, &received.events);
     let status = status?;
     Ok(Traced {
         events: received.events,
@@ -469,6 +499,7 @@ pub fn run(
         malformed: received.malformed,
         lost: 0,
         forged: received.forged,
+        untraced,
     })
 }
 

@@ -543,6 +543,7 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
         malformed,
         lost: 0,
         forged: 0,
+        untraced: Vec::new(),
     })
 }
 

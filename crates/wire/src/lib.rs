@@ -73,6 +73,9 @@ pub enum Kind {
     Exit = 10,
     /// A symbolic link was created. s0 = base, s1 = the link's path.
     Symlink = 11,
+    /// The process is about to exec a program the shim cannot follow. s0 = base, s1 = path;
+    /// `arg` = 1 statically linked, 2 setuid/setgid (the loader drops `LD_PRELOAD`).
+    Untraced = 12,
 }
 
 impl Kind {
@@ -89,6 +92,7 @@ impl Kind {
             9 => Kind::Rmdir,
             10 => Kind::Exit,
             11 => Kind::Symlink,
+            12 => Kind::Untraced,
             _ => return None,
         })
     }
