@@ -79,7 +79,7 @@ fn judge_fd(fd: c_int) -> Option<Unfollowable> {
     ]);
     let phentsize = u16::from_le_bytes([head[0x36], head[0x37]]) as usize;
     let phnum = (u16::from_le_bytes([head[0x38], head[0x39]]) as usize).min(MAX_PHDRS);
-    if phentsize < 4 || phentsize > PHDR_SIZE * 2 {
+    if !(4..=PHDR_SIZE * 2).contains(&phentsize) {
         return None;
     }
     let mut table = [0u8; MAX_PHDRS * PHDR_SIZE * 2];
