@@ -334,3 +334,30 @@ fn a_static_program_below_the_top_command_is_followed_or_reported() {
         }
     }
 }
+
+#[test]
+fn an_o_tmpfile_linked_into_place_is_the_output_and_its_directory_is_not() {
+    // linkat(fd, "", ..., AT_EMPTY_PATH), as glibc and systemd name an O_TMPFILE (the /proc/self/fd
+    // route with AT_SYMLINK_FOLLOW is refused in some containers).
+    let script = "import ctypes, os\nfd = os.open('.', os.O_TMPFILE | os.O_WRONLY, 0o644)\nos.write(fd, b'anon')\nlibc = ctypes.CDLL(None, use_errno=True)\nif libc.linkat(fd, b'', -100, b'named.txt', 0x1000) != 0:\n    raise OSError(ctypes.get_errno(), 'linkat')\nos.close(fd)\n";
+    for backend in backends() {
+        let p = Project::new();
+        p.write("tmpfile.py", script.as_bytes());
+        let o = p.roar(["run", "--tracer", backend, "--", "python3", "tmpfile.py"]);
+        assert!(o.status.success(), "{backend}: {}", stderr(&o));
+        let job = p.last_job();
+        let outputs = p.files(&job, "output");
+        assert_eq!(outputs, ["named.txt"], "{backend}");
+        let named = job["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["path"].as_str().unwrap().ends_with("named.txt"))
+            .unwrap();
+        assert_eq!(
+            named["hash"]["blake3"],
+            blake3::hash(b"anon").to_hex().to_string(),
+            "{backend}"
+        );
+    }
+}

@@ -225,6 +225,11 @@ pub fn classify(events: &[Event], ctime_floor_ns: i64, ignore: &Ignore) -> Class
                 ts_ns,
                 ..
             } => {
+                // O_TMPFILE names the directory an anonymous file is made in: nothing happened at
+                // that path. The file gets a name, if ever, by a link, recorded as such.
+                if flags & libc::O_TMPFILE == libc::O_TMPFILE {
+                    continue;
+                }
                 let Some(st) = paths.get(path, *ts_ns) else {
                     continue;
                 };
