@@ -361,3 +361,29 @@ fn an_o_tmpfile_linked_into_place_is_the_output_and_its_directory_is_not() {
         );
     }
 }
+
+#[test]
+fn the_mount_records_links_and_applies_the_ignore_rules_of_roar_run() {
+    if !common::mount::require_fuse() {
+        return;
+    }
+    let mut m = common::mount::Mounted::new(|_| {});
+    let script =
+        "echo a > x.txt && ln x.txt y.txt && mkdir -p .git && echo c > .git/HEAD && echo p > m.pyc";
+    assert!(m.run(&["sh", "-c", script]).success());
+    m.unmount();
+    let job = m.job_with_argv(&["sh", "-c", script]);
+    let mut outputs = m.files(&job, "output");
+    outputs.sort();
+    assert_eq!(outputs, ["x.txt", "y.txt"], "{job:#}");
+    let y = job["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"].as_str().unwrap().ends_with("y.txt"))
+        .unwrap();
+    assert_eq!(
+        y["hash"]["blake3"],
+        blake3::hash(b"a\n").to_hex().to_string()
+    );
+}

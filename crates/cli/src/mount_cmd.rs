@@ -129,6 +129,8 @@ pub fn mount(args: MountArgs, json: bool) -> anyhow::Result<ExitCode> {
         return list(&project, json);
     }
     let dir = absolute(args.dir.as_deref().expect("clap requires DIR"))?;
+    // A config error is reported here, not by the daemon.
+    crate::config::Config::load(&project)?;
     clear_dead(&dir, &project)?;
     let meta =
         std::fs::metadata(&dir).with_context(|| format!("cannot mount on {}", dir.display()))?;
@@ -224,7 +226,9 @@ pub fn mount(args: MountArgs, json: bool) -> anyhow::Result<ExitCode> {
 fn foreground(project: &Project, dir: &Path) -> anyhow::Result<ExitCode> {
     let daemon = std::env::var_os("ROAR_INTERNAL_MOUNT_DAEMON").is_some();
     let state = state_path(project, dir);
-    let result = roar_roarfs::serve(dir, &project.db_path(), |r| {
+    let config = crate::config::Config::load(project)?;
+    let ignore = roar_store::ignore::Ignore::new(&config.ignore);
+    let result = roar_roarfs::serve(dir, &project.db_path(), ignore, |r| {
         let mut out = std::io::stdout();
         match r {
             Ok(scheme) => {

@@ -683,18 +683,39 @@ impl Filesystem for RoarFs {
 
     fn link(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         newparent: INodeNo,
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        let job = match self.job(req) {
+            Ok(job) => job,
+            Err(e) => return reply.error(e),
+        };
         let r = self.with_fd(ino.0, |f| {
             self.inodes
                 .with_fd(newparent.0, |dir| sys::link_at(f, dir, newname))
         });
         match r.and_then(|_| self.lookup_child(newparent.0, newname)) {
-            Ok((a, g)) => reply.entry(&TTL, &a, g),
+            Ok((a, g)) => {
+                // A new name the job made, with the linked file's content (`roar run` records a
+                // link the same way).
+                if let (Some(job), FileType::RegularFile) = (job, a.kind) {
+                    let path = self.child_path(newparent.0, newname);
+                    let content = self
+                        .with_fd(ino.0, |f| Ok(self.content.of_path_fd(f, &path)))
+                        .ok()
+                        .flatten();
+                    self.jobs.with_file(job, &path, |st| {
+                        st.ops.insert(Ops::CREATE);
+                        st.job_made = true;
+                        st.exists = true;
+                        st.output = content;
+                    });
+                }
+                reply.entry(&TTL, &a, g)
+            }
             Err(e) => reply.error(e),
         }
     }

@@ -8,6 +8,7 @@
 //! when the root exits. Processes under `roar run` are left to that run's tracer, which records
 //! them in its own job.
 
+use roar_store::ignore::Ignore;
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io;
@@ -154,6 +155,8 @@ struct LiveJob {
 
 /// The live jobs of one mount and the writer their records go to.
 pub struct Jobs {
+    /// Paths that are never inputs or outputs (`roar run`'s rule and the project's globs).
+    ignore: Ignore,
     inner: Mutex<Inner>,
     /// Thread exits arrive from the kernel (see [`Jobs::watch_exits`]): a cached thread is
     /// alive, and its job is known without reading /proc.
@@ -182,9 +185,10 @@ fn boot_ns() -> i64 {
 }
 
 impl Jobs {
-    pub fn new(writer: Writer) -> Jobs {
+    pub fn new(writer: Writer, ignore: Ignore) -> Jobs {
         let hz = crate::sys::clock_ticks_per_second();
         Jobs {
+            ignore,
             inner: Mutex::new(Inner::default()),
             exits_watched: std::sync::atomic::AtomicBool::new(false),
             writer,
@@ -497,6 +501,9 @@ impl Jobs {
             let Some(st) = job.files.get(path) else {
                 continue;
             };
+            if self.ignore.is_ignored(path) {
+                continue;
+            }
             let rec = |role: Role, hash: Option<ContentHash>| FileRecord {
                 role,
                 path: path.clone(),

@@ -14,6 +14,7 @@ pub mod inodes;
 pub mod jobs;
 pub mod sys;
 
+use roar_store::ignore::Ignore;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -48,8 +49,9 @@ pub struct Mounted {
     scheme: inodes::Scheme,
 }
 
-/// Mounts roarfs in place over `dir`, recording into the store at `db`.
-pub fn mount(dir: &Path, db: &Path) -> Result<Mounted, MountError> {
+/// Mounts roarfs in place over `dir`, recording into the store at `db`; paths `ignore` matches
+/// are never inputs or outputs (the rule `roar run` applies).
+pub fn mount(dir: &Path, db: &Path, ignore: Ignore) -> Result<Mounted, MountError> {
     let root_fd: OwnedFd = std::fs::File::open(dir)
         .and_then(|f| sys::open_path(std::os::fd::AsFd::as_fd(&f), ".".as_ref()))
         .map_err(|source| MountError::Open {
@@ -62,7 +64,7 @@ pub fn mount(dir: &Path, db: &Path) -> Result<Mounted, MountError> {
         tracing::warn!("roarfs: cannot raise the open-file limit: {e}");
     }
     let writer = roar_store::Writer::start(db)?;
-    let jobs = Arc::new(Jobs::new(writer));
+    let jobs = Arc::new(Jobs::new(writer, ignore));
     jobs.watch_exits();
     let fs = RoarFs::new(root_fd, dir.to_owned(), jobs.clone(), Some(db)).map_err(|source| {
         MountError::Open {
@@ -169,10 +171,11 @@ pub const TICK: Duration = Duration::from_millis(200);
 pub fn serve(
     dir: &Path,
     db: &Path,
+    ignore: Ignore,
     ready: impl FnOnce(Result<inodes::Scheme, &MountError>),
 ) -> Result<Vec<i64>, MountError> {
     let signals = sys::block_signals(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP]);
-    let mounted = match mount(dir, db) {
+    let mounted = match mount(dir, db, ignore) {
         Ok(m) => m,
         Err(e) => {
             ready(Err(&e));

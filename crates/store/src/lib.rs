@@ -8,6 +8,7 @@ pub mod audit;
 mod db;
 mod error;
 pub mod hash;
+pub mod ignore;
 mod lineage;
 mod model;
 pub mod private;

@@ -11,7 +11,8 @@ pub mod collect;
 pub mod early;
 mod ebpf;
 pub mod event;
-pub mod ignore;
+/// The ignore rule is the store's, shared with the mount.
+pub use roar_store::ignore;
 mod launch;
 mod preload;
 mod ptrace;

@@ -155,7 +155,8 @@ impl Ignore {
     }
 
     pub fn is_ignored(&self, path: &Path) -> bool {
-        let p = crate::event::bytes(path);
+        use std::os::unix::ffi::OsStrExt;
+        let p = path.as_os_str().as_bytes();
         self.patterns.iter().any(|g| g.matches(p))
     }
 }
