@@ -387,3 +387,27 @@ fn the_mount_records_links_and_applies_the_ignore_rules_of_roar_run() {
         blake3::hash(b"a\n").to_hex().to_string()
     );
 }
+
+#[test]
+fn a_forked_worker_in_a_new_session_stays_in_its_jobs_record_through_the_mount() {
+    if !common::mount::require_fuse() {
+        return;
+    }
+    // A daemonized copy (fork + setsid, no exec) that outlives its parent.
+    let script = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    open('child1.txt', 'w').write('1')\n    time.sleep(0.6)\n    open('child2.txt', 'w').write('2')\n    os._exit(0)\ntime.sleep(0.2)\nopen('parent.txt', 'w').write('p')\n";
+    let mut m =
+        common::mount::Mounted::new(|d| std::fs::write(d.join("daemon.py"), script).unwrap());
+    assert!(m.run(&["/usr/bin/python3", "daemon.py"]).success());
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    m.unmount();
+    let jobs: Vec<_> = m
+        .jobs()
+        .into_iter()
+        .filter(|j| !m.files(j, "output").is_empty())
+        .collect();
+    assert_eq!(jobs.len(), 1, "{jobs:#?}");
+    let mut outputs = m.files(&jobs[0], "output");
+    outputs.sort();
+    assert_eq!(outputs, ["child1.txt", "child2.txt", "parent.txt"]);
+    assert_eq!(jobs[0]["incomplete"], false);
+}

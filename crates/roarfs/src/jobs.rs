@@ -111,6 +111,18 @@ fn is_interactive_shell(info: &ProcInfo) -> bool {
         .all(|a| a.to_string_lossy().starts_with('-') && a != "-c")
 }
 
+/// Whether `a` and `b` run the same program with the same arguments: `b` forked from `a` (or a
+/// copy of it) without exec.
+fn same_program(a: i32, b: i32) -> bool {
+    let exe = |pid: i32| std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+    let (ea, eb) = (exe(a), exe(b));
+    ea.is_some() && ea == eb && cmdline_bytes(a).is_some_and(|c| Some(c) == cmdline_bytes(b))
+}
+
+fn cmdline_bytes(pid: i32) -> Option<Vec<u8>> {
+    std::fs::read(format!("/proc/{pid}/cmdline")).ok()
+}
+
 fn is_boundary(info: &ProcInfo) -> bool {
     info.pid <= 1 || BOUNDARIES.contains(&info.comm.as_str()) || is_interactive_shell(info)
 }
@@ -295,6 +307,16 @@ impl Jobs {
         }
     }
 
+    /// Whether a thread of `key`'s job other than its root is still alive (a forked worker
+    /// outliving the root keeps the job open, as `roar run` waits for every descendant).
+    fn members_alive(inner: &Inner, key: &JobKey) -> bool {
+        inner.by_tid.iter().any(|(tid, (start, job))| {
+            *job == Some(*key)
+                && *tid != key.pid
+                && matches!(read_proc_stat(*tid), Ok(Some(p)) if p.start == *start)
+        })
+    }
+
     fn attribute(&self, pid: i32) -> io::Result<Option<JobKey>> {
         let Some(mut cur) = read_proc_stat(pid)? else {
             return Ok(None);
@@ -306,7 +328,11 @@ impl Jobs {
             if is_roar_run(&parent) {
                 return Ok(None);
             }
-            if parent.pgid != cur.pgid || is_boundary(&parent) {
+            // A new process group (setsid, a daemon's double fork) starts a new job only where a
+            // program was exec'd: a fork that did not exec (multiprocessing, a daemonized copy)
+            // stays in its parent's job, as forked workers stay in their parent's process.
+            let regrouped = parent.pgid != cur.pgid && !same_program(parent.pid, cur.pid);
+            if regrouped || is_boundary(&parent) {
                 // Still look above for a `roar run` that owns this process group's session.
                 let mut up = parent;
                 while up.pid > 1 {
@@ -457,6 +483,17 @@ impl Jobs {
         let done: Vec<(JobKey, LiveJob)> = {
             let mut inner = self.inner.lock().expect("jobs lock");
             let mut keys = Vec::new();
+            let mut waiting = Vec::new();
+            for (key, job) in inner.jobs.iter() {
+                if !all && job.open_writers == 0 {
+                    waiting.push(*key);
+                }
+            }
+            // Jobs whose root is gone but a member still runs stay open.
+            let alive: Vec<JobKey> = waiting
+                .into_iter()
+                .filter(|k| Self::members_alive(&inner, k))
+                .collect();
             for (key, job) in inner.jobs.iter_mut() {
                 if !job.root_gone {
                     // An unreadable /proc (descriptors exhausted) is not an exit.
@@ -466,7 +503,7 @@ impl Jobs {
                         Err(_) => false,
                     };
                 }
-                if all || (job.root_gone && job.open_writers == 0) {
+                if all || (job.root_gone && job.open_writers == 0 && !alive.contains(key)) {
                     keys.push(*key);
                 }
             }
