@@ -411,3 +411,36 @@ fn a_forked_worker_in_a_new_session_stays_in_its_jobs_record_through_the_mount()
     assert_eq!(outputs, ["child1.txt", "child2.txt", "parent.txt"]);
     assert_eq!(jobs[0]["incomplete"], false);
 }
+
+#[test]
+fn an_exchange_swaps_contents_the_old_ones_are_inputs_and_the_new_ones_outputs() {
+    let swap = "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nif libc.renameat2(-100, b'a.txt', -100, b'b.txt', 2) != 0:\n    raise OSError(ctypes.get_errno(), 'renameat2')\n";
+    let h = |b: &[u8]| blake3::hash(b).to_hex().to_string();
+    for backend in backends() {
+        let p = Project::new();
+        p.write("a.txt", b"A");
+        p.write("b.txt", b"B");
+        p.write("swap.py", swap.as_bytes());
+        let o = p.roar(["run", "--tracer", backend, "--", "python3", "swap.py"]);
+        assert!(o.status.success(), "{backend}: {}", stderr(&o));
+        for (name, was, now) in [("a.txt", b"A", b"B"), ("b.txt", b"B", b"A")] {
+            let roles = roles_of(&p, name);
+            let hash_of = |role: &str| {
+                roles
+                    .iter()
+                    .find(|(r, _)| r == role)
+                    .map(|(_, h)| h["blake3"].as_str().unwrap_or("?").to_owned())
+            };
+            assert_eq!(
+                hash_of("input"),
+                Some(h(was)),
+                "{backend} {name}: {roles:?}"
+            );
+            assert_eq!(
+                hash_of("output"),
+                Some(h(now)),
+                "{backend} {name}: {roles:?}"
+            );
+        }
+    }
+}

@@ -801,7 +801,12 @@ pub unsafe extern "C" fn renameat2(
         )
     };
     if r == 0 {
-        unsafe { report_pair(Kind::Rename, ofd, old, nfd, new) };
+        let kind = if flags & libc::RENAME_EXCHANGE != 0 {
+            Kind::Exchange
+        } else {
+            Kind::Rename
+        };
+        unsafe { report_pair(kind, ofd, old, nfd, new) };
     }
     r
 }

@@ -328,6 +328,37 @@ pub fn classify(events: &[Event], ctime_floor_ns: i64, ignore: &Ignore) -> Class
                 st.ops.insert(Ops::UNLINK);
                 st.exists = false;
             }
+            Event::Exchange { a, b, ts_ns, .. } => {
+                if paths.is_dir(a, b, &dirs) {
+                    // Two directories swapped: what the job did below each now lives below the
+                    // other name (through a temporary name no path can have).
+                    let swap = a.join("\0roar-exchange");
+                    paths.move_children(a, &swap);
+                    paths.move_children(b, a);
+                    paths.move_children(&swap, b);
+                    continue;
+                }
+                // Each name now holds the other's content: each is made by the job, and each
+                // prior content the job had not made is consumed, its bytes now at the other name.
+                for (here, there) in [(a, b), (b, a)] {
+                    let ignored_there = ignore.is_ignored(there);
+                    if let Some(st) = paths.get(here, *ts_ns) {
+                        st.ops.insert(Ops::RENAME);
+                        if !st.job_made && !st.reads_prior {
+                            st.reads_prior = true;
+                            if !ignored_there {
+                                st.moved_to = Some(there.clone());
+                            }
+                        }
+                    }
+                }
+                for p in [a, b] {
+                    if let Some(st) = paths.get(p, *ts_ns) {
+                        st.job_made = true;
+                        st.exists = true;
+                    }
+                }
+            }
             Event::Symlink { path, ts_ns, .. } => {
                 // symlink(2) fails if the name exists: the job made this path. Removed later
                 // (configure's `conftest.sym`), it is a temp, not a deleted pre-existing file.

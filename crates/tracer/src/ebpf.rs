@@ -49,6 +49,7 @@ const KIND_LINK: u32 = 6;
 const KIND_UNLINK: u32 = 7;
 const KIND_TRUNCATE: u32 = 8;
 const KIND_SYMLINK: u32 = 9;
+const KIND_EXCHANGE: u32 = 10;
 const HAS_STAT: u32 = 1;
 const TRUNCATED: u32 = 2;
 const HEADER: usize = std::mem::size_of::<roar_event>();
@@ -273,6 +274,12 @@ fn decode(rec: &[u8], offset: i64) -> Result<Option<Event>, ()> {
         KIND_TRUNCATE => Event::Truncate {
             pid,
             path: path(strs[0], strs[1]),
+            ts_ns,
+        },
+        KIND_EXCHANGE => Event::Exchange {
+            pid,
+            a: path(strs[0], strs[1]),
+            b: path(strs[2], strs[3]),
             ts_ns,
         },
         KIND_SYMLINK => Event::Symlink {

@@ -68,6 +68,13 @@ pub enum Event {
         path: PathBuf,
         ts_ns: i64,
     },
+    /// `renameat2(RENAME_EXCHANGE)`: the contents of `a` and `b` swapped places.
+    Exchange {
+        pid: i32,
+        a: PathBuf,
+        b: PathBuf,
+        ts_ns: i64,
+    },
     /// A symbolic link created at `path` (its target is not a path the job used).
     Symlink {
         pid: i32,
@@ -97,6 +104,7 @@ impl Event {
             | Event::Mkdir { ts_ns, .. }
             | Event::Rmdir { ts_ns, .. }
             | Event::Symlink { ts_ns, .. }
+            | Event::Exchange { ts_ns, .. }
             | Event::Untraced { ts_ns, .. } => *ts_ns,
         }
     }

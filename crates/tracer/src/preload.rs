@@ -398,6 +398,12 @@ fn decode(h: &Header, p: [&[u8]; 4]) -> Option<Event> {
             path: path(),
             ts_ns,
         },
+        Kind::Exchange => Event::Exchange {
+            pid,
+            a: path(),
+            b: path2(),
+            ts_ns,
+        },
         Kind::Symlink => Event::Symlink {
             pid,
             path: path(),

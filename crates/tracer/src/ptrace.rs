@@ -132,10 +132,17 @@ enum Pending {
         path: PathBuf,
     },
     Two {
-        rename: bool,
+        kind: TwoKind,
         from: PathBuf,
         to: PathBuf,
     },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum TwoKind {
+    Rename,
+    Link,
+    Exchange,
 }
 
 #[derive(Clone, Copy)]
@@ -225,7 +232,7 @@ fn regs(pid: i32) -> io::Result<libc::user_regs_struct> {
 }
 
 fn on_entry(pid: i32, r: &libc::user_regs_struct) -> Option<Pending> {
-    let (a0, a1, a2, a3) = (r.rdi, r.rsi, r.rdx, r.r10);
+    let (a0, a1, a2, a3, a4) = (r.rdi, r.rsi, r.rdx, r.r10, r.r8);
     let one = |kind, dirfd: i64, addr| Pending::One {
         kind,
         path: resolve(pid, dirfd, addr),
@@ -248,12 +255,20 @@ fn on_entry(pid: i32, r: &libc::user_regs_struct) -> Option<Pending> {
             flags: libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
         },
         SYS_RENAME | SYS_LINK => Pending::Two {
-            rename: r.orig_rax == SYS_RENAME,
+            kind: if r.orig_rax == SYS_RENAME {
+                TwoKind::Rename
+            } else {
+                TwoKind::Link
+            },
             from: resolve(pid, AT_FDCWD, a0),
             to: resolve(pid, AT_FDCWD, a1),
         },
         SYS_RENAMEAT | SYS_RENAMEAT2 | SYS_LINKAT => Pending::Two {
-            rename: r.orig_rax != SYS_LINKAT,
+            kind: match r.orig_rax {
+                SYS_LINKAT => TwoKind::Link,
+                SYS_RENAMEAT2 if a4 & libc::RENAME_EXCHANGE as u64 != 0 => TwoKind::Exchange,
+                _ => TwoKind::Rename,
+            },
             from: resolve(pid, a0 as i64, a1),
             to: resolve(pid, a2 as i64, a3),
         },
@@ -304,7 +319,17 @@ fn on_exit(pid: i32, pending: Pending, result: i64) -> Option<Event> {
             }
         }
         Pending::Two {
-            rename: true,
+            kind: TwoKind::Exchange,
+            from,
+            to,
+        } => Event::Exchange {
+            pid,
+            a: from,
+            b: to,
+            ts_ns,
+        },
+        Pending::Two {
+            kind: TwoKind::Rename,
             from,
             to,
         } => Event::Rename {
@@ -314,7 +339,7 @@ fn on_exit(pid: i32, pending: Pending, result: i64) -> Option<Event> {
             ts_ns,
         },
         Pending::Two {
-            rename: false,
+            kind: TwoKind::Link,
             from,
             to,
         } => Event::Link {

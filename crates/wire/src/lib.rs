@@ -76,6 +76,8 @@ pub enum Kind {
     /// The process is about to exec a program the shim cannot follow. s0 = base, s1 = path;
     /// `arg` = 1 statically linked, 2 setuid/setgid (the loader drops `LD_PRELOAD`).
     Untraced = 12,
+    /// `renameat2(RENAME_EXCHANGE)`: strings as for `Rename`.
+    Exchange = 13,
 }
 
 impl Kind {
@@ -93,6 +95,7 @@ impl Kind {
             10 => Kind::Exit,
             11 => Kind::Symlink,
             12 => Kind::Untraced,
+            13 => Kind::Exchange,
             _ => return None,
         })
     }

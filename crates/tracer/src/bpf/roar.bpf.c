@@ -32,6 +32,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 #define AT_FDCWD -100
 #define AT_REMOVEDIR 0x200
+#define RENAME_EXCHANGE (1 << 1)
 #define O_WRONLY 01
 #define O_CREAT 0100
 #define O_TRUNC 01000
@@ -64,7 +65,7 @@ struct scratch {
 
 struct pending {
 	long nr;
-	__u64 a[4];
+	__u64 a[5];
 };
 
 struct {
@@ -296,6 +297,7 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 	p.a[1] = regs->si;
 	p.a[2] = regs->dx;
 	p.a[3] = regs->r10;
+	p.a[4] = regs->r8;
 	/* find and ls -R open thousands of directories; they are never artifacts. */
 	if ((id == NR_open && (p.a[1] & O_DIRECTORY)) || (id == NR_openat && (p.a[2] & O_DIRECTORY)))
 		return 0;
@@ -360,8 +362,10 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 		break;
 	case NR_rename:
 	case NR_renameat:
-	case NR_renameat2:
 		kind = ROAR_RENAME;
+		break;
+	case NR_renameat2:
+		kind = (p.a[4] & RENAME_EXCHANGE) ? ROAR_EXCHANGE : ROAR_RENAME;
 		break;
 	case NR_link:
 	case NR_linkat:

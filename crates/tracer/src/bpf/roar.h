@@ -16,6 +16,7 @@ enum roar_kind {
 	ROAR_UNLINK = 7,
 	ROAR_TRUNCATE = 8,
 	ROAR_SYMLINK = 9,
+	ROAR_EXCHANGE = 10,
 };
 
 /* Header flags. */
