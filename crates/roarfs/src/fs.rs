@@ -575,16 +575,17 @@ impl Filesystem for RoarFs {
             Err(e) => return reply.error(e),
         };
         let result = self.with_fd(parent.0, |dir| {
-            // Only a job's regular files are recorded; the extra stat is paid only for them.
-            let regular = job.is_some()
+            // Only a job's regular files and symlinks are recorded; the extra stat is paid only
+            // for a job's requests.
+            let recorded = job.is_some()
                 && sys::open_path(dir, name)
                     .and_then(|fd| sys::stat_fd(fd.as_fd()))
-                    .is_ok_and(|st| is_reg(&st));
-            sys::unlink_at(dir, name, 0).map(|()| regular)
+                    .is_ok_and(|st| is_reg(&st) || st.st_mode & libc::S_IFMT == libc::S_IFLNK);
+            sys::unlink_at(dir, name, 0).map(|()| recorded)
         });
         match result {
-            Ok(regular) => {
-                if let (true, Some(job)) = (regular, job) {
+            Ok(recorded) => {
+                if let (true, Some(job)) = (recorded, job) {
                     self.jobs
                         .with_file(job, &self.child_path(parent.0, name), |st| {
                             st.ops.insert(Ops::UNLINK);
@@ -614,9 +615,24 @@ impl Filesystem for RoarFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        let job = match self.job(req) {
+            Ok(job) => job,
+            Err(e) => return reply.error(e),
+        };
+        let made = std::cell::Cell::new(false);
         self.make_entry(req, parent.0, link_name, 0, reply, |dir| {
-            sys::symlink_at(target.as_os_str(), dir, link_name)
+            sys::symlink_at(target.as_os_str(), dir, link_name).inspect(|()| made.set(true))
         });
+        // A name the job made, as under `roar run`: a temp if it removes it again (configure's
+        // `conftest.sym`). Kept, it is recorded without content (docs/SEMANTICS.md).
+        if let (true, Some(job)) = (made.get(), job) {
+            self.jobs
+                .with_file(job, &self.child_path(parent.0, link_name), |st| {
+                    st.ops.insert(Ops::CREATE);
+                    st.job_made = true;
+                    st.exists = true;
+                });
+        }
     }
 
     fn rename(

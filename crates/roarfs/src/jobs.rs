@@ -419,7 +419,17 @@ impl Jobs {
             }
             j.files.insert(from.to_owned(), left);
         } else {
-            j.order.retain(|p| p != from);
+            // Made by the job and moved away (rsync's `.f.XXXXXX`, a `.Tpo`): a temp, as
+            // `roar run` lists it.
+            let left = FileState {
+                ops: old.ops | Ops::RENAME,
+                job_made: true,
+                exists: false,
+                output: None,
+                last_ns: now,
+                ..old
+            };
+            j.files.insert(from.to_owned(), left);
         }
         // Content the job read at the new name before replacing it stays an input there.
         if let Some(replaced) = j.files.get(to) {
@@ -516,6 +526,9 @@ impl Jobs {
                 .filter_map(|k| inner.jobs.remove(&k).map(|j| (k, j)))
                 .collect()
         };
+        // Jobs that end in the same tick are recorded in the order they started.
+        let mut done = done;
+        done.sort_by_key(|(key, job)| (job.started_ns, key.pid));
         let mut ids = Vec::new();
         for (key, job) in done {
             if job.files.is_empty() {
