@@ -39,8 +39,10 @@ struct PathState {
     job_made: bool,
     /// As far as the events tell, the path exists at the end.
     exists: bool,
-    /// A pre-existing file moved away from here, unread, now lives at this path.
-    moved_to: Option<PathBuf>,
+    /// A pre-existing file moved away from here, unread, now lives at this path (since `.1`).
+    moved_to: Option<(PathBuf, i64)>,
+    /// When the job last opened the path for writing or truncated it.
+    written_ns: Option<i64>,
 }
 
 /// A job's paths, classified but not yet hashed.
@@ -260,6 +262,7 @@ pub fn classify(events: &[Event], ctime_floor_ns: i64, ignore: &Ignore) -> Class
                 }
                 if writes {
                     st.ops.insert(Ops::WRITE);
+                    st.written_ns = Some(*ts_ns);
                     st.job_made = true;
                     if flags & libc::O_CREAT != 0
                         && stat.is_some_and(|s| s.ctime_ns >= ctime_floor_ns)
@@ -277,6 +280,7 @@ pub fn classify(events: &[Event], ctime_floor_ns: i64, ignore: &Ignore) -> Class
                     continue;
                 };
                 st.ops.insert(Ops::TRUNCATE | Ops::WRITE);
+                st.written_ns = Some(*ts_ns);
                 st.job_made = true;
                 st.exists = true;
             }
@@ -303,7 +307,7 @@ pub fn classify(events: &[Event], ctime_floor_ns: i64, ignore: &Ignore) -> Class
                             // its content is whatever lands at the destination.
                             st.reads_prior = true;
                             if !ignored_to {
-                                st.moved_to = Some(to.clone());
+                                st.moved_to = Some((to.clone(), *ts_ns));
                             }
                         }
                     }
@@ -347,7 +351,7 @@ pub fn classify(events: &[Event], ctime_floor_ns: i64, ignore: &Ignore) -> Class
                         if !st.job_made && !st.reads_prior {
                             st.reads_prior = true;
                             if !ignored_there {
-                                st.moved_to = Some(there.clone());
+                                st.moved_to = Some((there.clone(), *ts_ns));
                             }
                         }
                     }
@@ -423,7 +427,7 @@ pub fn hash<'c>(
     let moved_to: HashSet<&OsStr> = classified
         .paths
         .iter()
-        .filter_map(|(_, st)| st.moved_to.as_deref().map(Path::as_os_str))
+        .filter_map(|(_, st)| st.moved_to.as_ref().map(|(to, _)| to.as_os_str()))
         .collect();
     // Outputs and nothing else, hashed during the run (and, if big, still as they were then), and
     // nobody's rename destination.
@@ -453,7 +457,10 @@ pub fn hash<'c>(
     for ((path, st), later) in classified.paths.iter().zip(&later) {
         // Only its own record needs a path confirmed later.
         let own = (st.exists && !later).then_some(path);
-        for p in [own, st.moved_to.as_ref()].into_iter().flatten() {
+        for p in [own, st.moved_to.as_ref().map(|(to, _)| to)]
+            .into_iter()
+            .flatten()
+        {
             if !index.contains_key(p.as_os_str()) {
                 index.insert(p.as_os_str(), want.len());
                 want.push(p.clone());
@@ -590,9 +597,10 @@ fn input_hash<'a, 'c>(
         // Replaced since (sed -i, an in-place rewrite): known only if hashed before the job.
         return cache().and_then(|c| cache_get(c, read, opts));
     }
-    let to = st.moved_to.as_deref()?;
+    let (to, moved_ns) = st.moved_to.as_ref()?;
     let dst = states.get(to.as_os_str())?;
-    if dst.ops.contains(Ops::WRITE) || dst.ops.contains(Ops::TRUNCATE) {
+    // Written there after the move: the moved bytes are gone (writes before it were replaced).
+    if dst.written_ns.is_some_and(|w| w >= *moved_ns) {
         return None;
     }
     current(to).map(|h| h.hash.clone())
