@@ -478,7 +478,27 @@ const DIFFERENTIAL: &[&str] = &[
     "echo B > b.txt && python3 -c \"import ctypes; l = ctypes.CDLL(None); assert l.renameat2(-100, b'pre.txt', -100, b'b.txt', 2) == 0\"",
     "python3 -c \"import ctypes, os; fd = os.open('.', os.O_TMPFILE | os.O_WRONLY, 0o644); os.write(fd, b'anon'); assert ctypes.CDLL(None).linkat(fd, b'', -100, b'named.txt', 0x1000) == 0\"",
     "python3 -c \"import sqlite3; c = sqlite3.connect('db.sqlite'); c.execute('create table t(x)'); c.commit()\"",
+    "ln pre.txt b.txt && echo more >> b.txt",
 ];
+
+/// Where a record may know less than another, and why (docs/SEMANTICS.md): the content of bytes
+/// an append kept through a hard link the job made. The link moved the inode's ctime, so the hash
+/// cache cannot vouch for the old content under `roar run`; the mount read it at the open.
+fn content_may_be_unknown(script: &str) -> bool {
+    script.starts_with("ln pre.txt b.txt")
+}
+
+/// `a` equals `b`, except that where allowed a hash one side does not know ("-") is not compared.
+fn same_record(
+    a: &[(String, String, String)],
+    b: &[(String, String, String)],
+    unknown_ok: bool,
+) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            x.0 == y.0 && x.1 == y.1 && (x.2 == y.2 || (unknown_ok && (x.2 == "-" || y.2 == "-")))
+        })
+}
 
 #[test]
 fn every_observer_records_the_same_files_for_the_same_workload() {
@@ -522,10 +542,11 @@ fn every_observer_records_the_same_files_for_the_same_workload() {
         }
         let (first, rest) = records.split_first().unwrap();
         for (who, rec) in rest {
-            assert_eq!(
-                rec, &first.1,
-                "`{script}`: {who} recorded differently from {}",
-                first.0
+            assert!(
+                same_record(rec, &first.1, content_may_be_unknown(script)),
+                "`{script}`: {who} recorded differently from {}:\n{rec:?}\n{:?}",
+                first.0,
+                first.1
             );
         }
     }

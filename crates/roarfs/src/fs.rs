@@ -262,11 +262,24 @@ impl RoarFs {
                     }
                     if keeps && !st.job_made && !st.read_prior {
                         st.read_prior = true;
-                        st.input = before;
+                        st.input = before.clone();
                     }
                     st.job_made = true;
                     st.exists = true;
                 });
+                // The same file under the job's other names changes too; bytes this write keeps
+                // were theirs before the job.
+                for other in self.jobs.linked_names(job, &path) {
+                    self.jobs.with_file(job, &other, |st| {
+                        st.ops.insert(Ops::WRITE);
+                        if keeps && !st.job_made && !st.read_prior {
+                            st.read_prior = true;
+                            st.input = before.clone();
+                        }
+                        st.job_made = true;
+                        st.exists = true;
+                    });
+                }
                 self.jobs.writer_opened(job);
                 // The content is about to change.
                 self.content.forget(st);
@@ -709,6 +722,8 @@ impl Filesystem for RoarFs {
             Ok(job) => job,
             Err(e) => return reply.error(e),
         };
+        // The existing name, before the new one becomes the inode's name here.
+        let source = self.inodes.path(ino.0);
         let r = self.with_fd(ino.0, |f| {
             self.inodes
                 .with_fd(newparent.0, |dir| sys::link_at(f, dir, newname))
@@ -728,6 +743,7 @@ impl Filesystem for RoarFs {
                         st.job_made = true;
                         st.exists = true;
                         st.output = content;
+                        st.alias_of = Some(source).filter(|s| *s != path);
                     });
                 }
                 reply.entry(&TTL, &a, g)
@@ -909,13 +925,19 @@ impl Filesystem for RoarFs {
         };
         // Another writable handle on the same file can still change it (and may be changing
         // it now): the content is taken when the last one is released.
-        if (h.wrote || h.opened.passthrough) && writers_left == 0 {
+        // A file unlinked before this (asynchronous) release is gone: not an output (sqlite's
+        // journal, pwrite+close+unlink); its unlink already said so.
+        let linked = sys::stat_fd(h.file.as_fd()).map_or(true, |st| st.st_nlink > 0);
+        if (h.wrote || h.opened.passthrough) && writers_left == 0 && linked {
             let path = self.inodes.path(h.opened.ino);
             let hash = self.written_content(&mut h, &path);
-            self.jobs.with_file(job, &path, |st| {
-                st.output = hash;
-                st.exists = true;
-            });
+            // Content only: whether the path still exists is the opens', renames' and unlinks'
+            // to say (an unlink racing this release on another thread must win).
+            for name in self.jobs.linked_names(job, &path) {
+                self.jobs
+                    .with_file(job, &name, |st| st.output = hash.clone());
+            }
+            self.jobs.with_file(job, &path, |st| st.output = hash);
         }
         self.jobs.writer_released(job);
     }

@@ -150,6 +150,8 @@ pub struct FileState {
     pub output: Option<ContentHash>,
     pub first_ns: i64,
     pub last_ns: i64,
+    /// The job made this name as a hard link to that one: the same file under two names.
+    pub alias_of: Option<PathBuf>,
 }
 
 #[derive(Debug)]
@@ -370,6 +372,31 @@ impl Jobs {
         });
         st.last_ns = now;
         f(st);
+    }
+
+    /// The other names the job knows for the file at `path` (hard links it made): writing through
+    /// one changes them all.
+    pub fn linked_names(&self, job: JobKey, path: &Path) -> Vec<PathBuf> {
+        let inner = self.inner.lock().expect("jobs lock");
+        let Some(j) = inner.jobs.get(&job) else {
+            return Vec::new();
+        };
+        let root = j
+            .files
+            .get(path)
+            .and_then(|st| st.alias_of.clone())
+            .unwrap_or_else(|| path.to_owned());
+        let mut names: Vec<PathBuf> = j
+            .files
+            .iter()
+            .filter(|(_, st)| st.alias_of.as_deref() == Some(root.as_path()))
+            .map(|(p, _)| p.clone())
+            .chain([root.clone()])
+            .filter(|p| p != path)
+            .collect();
+        names.sort();
+        names.dedup();
+        names
     }
 
     /// Moves a path's state to its new name (a rename seen by the job). `content` gives the

@@ -43,6 +43,9 @@ struct PathState {
     moved_to: Option<(PathBuf, i64)>,
     /// When the job last opened the path for writing or truncated it.
     written_ns: Option<i64>,
+    /// A hard link the job made to a file it had not made: the other name, whose content a write
+    /// through this one changes (same inode).
+    alias_of: Option<PathBuf>,
 }
 
 /// A job's paths, classified but not yet hashed.
@@ -274,6 +277,23 @@ pub fn classify(events: &[Event], ctime_floor_ns: i64, ignore: &Ignore) -> Class
                     st.ops.insert(Ops::TRUNCATE);
                 }
                 st.exists = true;
+                let alias = st.alias_of.clone().filter(|_| writes);
+                if let Some(st) = alias.and_then(|a| paths.get(&a, *ts_ns)) {
+                    // Written through another name: this one changes too, and bytes the write
+                    // keeps were this name's before the job.
+                    if !truncates
+                        && !st.job_made
+                        && !st.reads_prior
+                        && stat.is_some_and(|s| s.size > 0)
+                    {
+                        st.reads_prior = true;
+                        st.read_stat = *stat;
+                    }
+                    st.ops.insert(Ops::WRITE);
+                    st.written_ns = Some(*ts_ns);
+                    st.job_made = true;
+                    st.exists = true;
+                }
             }
             Event::Truncate { path, ts_ns, .. } => {
                 let Some(st) = paths.get(path, *ts_ns) else {
@@ -318,6 +338,14 @@ pub fn classify(events: &[Event], ctime_floor_ns: i64, ignore: &Ignore) -> Class
                 };
                 dst.ops.insert(Ops::RENAME);
                 dst.exists = true;
+                if !is_rename {
+                    // A new name for content the job did not make: writes through it change the
+                    // old name too.
+                    dst.alias_of = src
+                        .as_ref()
+                        .filter(|s| !s.job_made)
+                        .map(|s| s.alias_of.clone().unwrap_or_else(|| from.clone()));
+                }
                 // New content at the destination either way; its old content, if the job had read
                 // it, stays an input through `reads_prior`.
                 dst.job_made = true;
