@@ -9,13 +9,13 @@
 //! /proc/self/fd); roar joins them, so the hot path never canonicalises anything.
 #![allow(clippy::missing_safety_doc)]
 
+mod followable;
+
 use core::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use core::ptr;
 use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicUsize, Ordering};
 
 use libc::{mode_t, off_t, pid_t, FILE};
-mod followable;
-
 use roar_wire::ring::{Ring, RING_ENV};
 use roar_wire::{Header, Kind, WireStat, KEY_LEN, LIB_ENV, SOCK_ENV};
 

@@ -311,8 +311,8 @@ impl Jobs {
 
     /// Whether a thread of `key`'s job other than its root is still alive (a forked worker
     /// outliving the root keeps the job open, as `roar run` waits for every descendant).
-    fn members_alive(inner: &Inner, key: &JobKey) -> bool {
-        inner.by_tid.iter().any(|(tid, (start, job))| {
+    fn members_alive(by_tid: &HashMap<i32, (u64, Option<JobKey>)>, key: &JobKey) -> bool {
+        by_tid.iter().any(|(tid, (start, job))| {
             *job == Some(*key)
                 && *tid != key.pid
                 && matches!(read_proc_stat(*tid), Ok(Some(p)) if p.start == *start)
@@ -520,18 +520,8 @@ impl Jobs {
         let done: Vec<(JobKey, LiveJob)> = {
             let mut inner = self.inner.lock().expect("jobs lock");
             let mut keys = Vec::new();
-            let mut waiting = Vec::new();
-            for (key, job) in inner.jobs.iter() {
-                if !all && job.open_writers == 0 {
-                    waiting.push(*key);
-                }
-            }
-            // Jobs whose root is gone but a member still runs stay open.
-            let alive: Vec<JobKey> = waiting
-                .into_iter()
-                .filter(|k| Self::members_alive(&inner, k))
-                .collect();
-            for (key, job) in inner.jobs.iter_mut() {
+            let Inner { jobs, by_tid } = &mut *inner;
+            for (key, job) in jobs.iter_mut() {
                 if !job.root_gone {
                     // An unreadable /proc (descriptors exhausted) is not an exit.
                     job.root_gone = match read_proc_stat(key.pid) {
@@ -540,7 +530,10 @@ impl Jobs {
                         Err(_) => false,
                     };
                 }
-                if all || (job.root_gone && job.open_writers == 0 && !alive.contains(key)) {
+                // A job whose root is gone stays open while a member still runs.
+                if all
+                    || (job.root_gone && job.open_writers == 0 && !Self::members_alive(by_tid, key))
+                {
                     keys.push(*key);
                 }
             }
