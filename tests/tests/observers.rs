@@ -164,8 +164,8 @@ fn an_overwrite_through_the_mount_is_an_output_not_a_read_of_the_old_content() {
     assert_eq!(m.files(&cp, "input"), ["src.txt"]);
 }
 
-/// The fd numbers a shell has open, as it lists them itself.
-fn own_fds(cmd: &mut std::process::Command) -> String {
+/// The output of `cmd`, which must succeed.
+fn output_of(cmd: &mut std::process::Command) -> String {
     let o = cmd.output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     common::stdout(&o)
@@ -188,15 +188,20 @@ fn the_command_gets_exactly_the_fds_roar_got() {
     let cat_bare = bare("cat <&-");
     let echo_bare = bare("echo hi >&-");
     assert_eq!((cat_bare, echo_bare), (Some(1), Some(1)));
-    let lister = "ls /proc/$$/fd | sort -n | tr '\\n' ' '";
-    let want = own_fds(
-        Command::new("sh")
-            .args(["-c", lister])
-            .current_dir(p.path())
-            .stdin(Stdio::null()),
-    );
+    // The fds a shell has, listed by a child of it (no pipeline: a shell holds a pipe's ends while
+    // it sets one up), once bare and once as roar's command, from one outer shell, so both
+    // inherit exactly the same descriptors (the harness's parallel tests may hold others).
+    let lister = "ls /proc/$$/fd";
+    let fds = |listing: &str| {
+        let mut v: Vec<u32> = listing
+            .split_whitespace()
+            .filter_map(|f| f.parse().ok())
+            .collect();
+        v.sort();
+        v
+    };
+    let roar = common::roar_bin();
     for backend in backends() {
-        let roar = common::roar_bin();
         // roar itself started with the fd closed, as the shell's `<&-` does for it.
         let closed = |redirect: &str, argv: &str| {
             Command::new("sh")
@@ -220,12 +225,23 @@ fn the_command_gets_exactly_the_fds_roar_got() {
             echo_bare,
             "{backend}: echo hi >&-"
         );
-        let got = own_fds(
-            p.cmd(["run", "--tracer", backend, "--", "sh", "-c", lister])
+        let both = output_of(
+            Command::new("sh")
+                .args([
+                    "-c",
+                    &format!(
+                        "sh -c \"$0\"; echo ---; {} run --tracer {backend} -- sh -c \"$0\" 2>/dev/null",
+                        roar.display()
+                    ),
+                    lister,
+                ])
+                .current_dir(p.path())
                 .stdin(Stdio::null()),
         );
+        let (bare, traced) = both.split_once("---").unwrap();
         assert_eq!(
-            got, want,
+            fds(traced),
+            fds(bare),
             "{backend}: the command's open fds differ from bare"
         );
     }
