@@ -16,6 +16,28 @@ fn backends() -> Vec<&'static str> {
     b
 }
 
+/// `roar run --tracer BACKEND -- ARGV` in the project; it must succeed.
+fn run_under(p: &Project, backend: &str, argv: &[&str]) {
+    let o = p
+        .cmd(["run", "--tracer", backend, "--"])
+        .args(argv)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{backend} {argv:?}: {}", stderr(&o));
+}
+
+/// The blake3 the last job recorded for the file ending in `name` in `role`.
+fn hash_in(p: &Project, name: &str, role: &str) -> Option<String> {
+    roles_of(p, name)
+        .into_iter()
+        .find(|(r, _)| r == role)
+        .map(|(_, h)| h["blake3"].as_str().unwrap_or("-").to_owned())
+}
+
+fn b3(bytes: &[u8]) -> String {
+    blake3::hash(bytes).to_hex().to_string()
+}
+
 /// Longer than the hash cache's racy window: a file written less than 20 ms before it is hashed
 /// is not trusted from the cache.
 const RACY: std::time::Duration = std::time::Duration::from_millis(60);
@@ -40,16 +62,7 @@ fn a_file_created_in_the_jobs_first_tick_is_an_output_never_an_input() {
         let p = Project::new();
         for round in 0..20 {
             let _ = std::fs::remove_file(p.path().join("early.db"));
-            let o = p.roar([
-                "run",
-                "--tracer",
-                backend,
-                "--",
-                "sh",
-                "-c",
-                "echo x 1<>early.db",
-            ]);
-            assert!(o.status.success(), "{backend}: {}", stderr(&o));
+            run_under(&p, backend, &["sh", "-c", "echo x 1<>early.db"]);
             let roles = roles_of(&p, "early.db");
             assert_eq!(
                 roles.iter().map(|(r, _)| r.as_str()).collect::<Vec<_>>(),
@@ -71,23 +84,12 @@ fn an_append_to_a_file_stated_just_before_keeps_its_input() {
         std::thread::sleep(RACY);
         assert!(p.roar(["hash", "log.txt"]).status.success());
         std::fs::metadata(p.path().join("log.txt")).unwrap();
-        let o = p.roar([
-            "run",
-            "--tracer",
-            backend,
-            "--",
-            "sh",
-            "-c",
-            "echo second >> log.txt",
-        ]);
-        assert!(o.status.success(), "{backend}: {}", stderr(&o));
-        let roles = roles_of(&p, "log.txt");
-        let input = roles.iter().find(|(r, _)| r == "input");
-        let want = blake3::hash(b"first\n").to_hex().to_string();
+        run_under(&p, backend, &["sh", "-c", "echo second >> log.txt"]);
         assert_eq!(
-            input.map(|(_, h)| h["blake3"].as_str().unwrap_or("").to_owned()),
-            Some(want),
-            "{backend}: the kept bytes are an input: {roles:?}"
+            hash_in(&p, "log.txt", "input"),
+            Some(b3(b"first\n")),
+            "{backend}: the kept bytes are an input: {:?}",
+            roles_of(&p, "log.txt")
         );
     }
 }
@@ -102,24 +104,12 @@ fn a_file_hashed_before_an_in_place_rewrite_has_known_input_content() {
         std::thread::sleep(RACY);
         let o = p.roar(["hash", "conf.txt"]);
         assert!(o.status.success(), "{}", stderr(&o));
-        let o = p.roar([
-            "run",
-            "--tracer",
-            backend,
-            "--",
-            "sed",
-            "-i",
-            "s/alpha/beta/",
-            "conf.txt",
-        ]);
-        assert!(o.status.success(), "{backend}: {}", stderr(&o));
-        let roles = roles_of(&p, "conf.txt");
-        let input = roles.iter().find(|(r, _)| r == "input");
-        let want = blake3::hash(b"alpha\n").to_hex().to_string();
+        run_under(&p, backend, &["sed", "-i", "s/alpha/beta/", "conf.txt"]);
         assert_eq!(
-            input.map(|(_, h)| h["blake3"].as_str().unwrap_or("").to_owned()),
-            Some(want),
-            "{backend}: {roles:?}"
+            hash_in(&p, "conf.txt", "input"),
+            Some(b3(b"alpha\n")),
+            "{backend}: {:?}",
+            roles_of(&p, "conf.txt")
         );
     }
 }
@@ -252,16 +242,15 @@ fn a_directory_renamed_then_deleted_leaves_temps_not_outputs() {
     // setuptools' `*.egg-info` -> `*.egg-info.__bkp__` -> removed, inside one job.
     for backend in backends() {
         let p = Project::new();
-        let o = p.roar([
-            "run",
-            "--tracer",
+        run_under(
+            &p,
             backend,
-            "--",
-            "sh",
-            "-c",
-            "mkdir d && echo x > d/f && mv d d.bkp && rm -rf d.bkp && echo y > kept.txt",
-        ]);
-        assert!(o.status.success(), "{backend}: {}", stderr(&o));
+            &[
+                "sh",
+                "-c",
+                "mkdir d && echo x > d/f && mv d d.bkp && rm -rf d.bkp && echo y > kept.txt",
+            ],
+        );
         let job = p.last_job();
         let inputs = p.files(&job, "input");
         let outputs = p.files(&job, "output");
@@ -277,16 +266,15 @@ fn a_symlink_made_and_removed_in_the_job_is_a_temp_and_one_kept_is_an_output() {
     for backend in backends() {
         let p = Project::new();
         p.write("target.txt", b"t\n");
-        let o = p.roar([
-            "run",
-            "--tracer",
+        run_under(
+            &p,
             backend,
-            "--",
-            "sh",
-            "-c",
-            "ln -s target.txt conftest.sym && rm conftest.sym && ln -s target.txt latest",
-        ]);
-        assert!(o.status.success(), "{backend}: {}", stderr(&o));
+            &[
+                "sh",
+                "-c",
+                "ln -s target.txt conftest.sym && rm conftest.sym && ln -s target.txt latest",
+            ],
+        );
         let job = p.last_job();
         let outputs = p.files(&job, "output");
         assert!(
@@ -359,8 +347,7 @@ fn an_o_tmpfile_linked_into_place_is_the_output_and_its_directory_is_not() {
     for backend in backends() {
         let p = Project::new();
         p.write("tmpfile.py", script.as_bytes());
-        let o = p.roar(["run", "--tracer", backend, "--", "python3", "tmpfile.py"]);
-        assert!(o.status.success(), "{backend}: {}", stderr(&o));
+        run_under(&p, backend, &["python3", "tmpfile.py"]);
         let job = p.last_job();
         let outputs = p.files(&job, "output");
         assert_eq!(outputs, ["named.txt"], "{backend}");
@@ -437,8 +424,7 @@ fn an_exchange_swaps_contents_the_old_ones_are_inputs_and_the_new_ones_outputs()
         p.write("a.txt", b"A");
         p.write("b.txt", b"B");
         p.write("swap.py", swap.as_bytes());
-        let o = p.roar(["run", "--tracer", backend, "--", "python3", "swap.py"]);
-        assert!(o.status.success(), "{backend}: {}", stderr(&o));
+        run_under(&p, backend, &["python3", "swap.py"]);
         for (name, was, now) in [("a.txt", b"A", b"B"), ("b.txt", b"B", b"A")] {
             let roles = roles_of(&p, name);
             let hash_of = |role: &str| {
