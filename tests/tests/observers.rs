@@ -396,12 +396,28 @@ fn a_forked_worker_in_a_new_session_stays_in_its_jobs_record_through_the_mount()
     if !common::mount::require_fuse() {
         return;
     }
-    // A daemonized copy (fork + setsid, no exec) that outlives its parent.
-    let script = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    open('child1.txt', 'w').write('1')\n    time.sleep(0.6)\n    open('child2.txt', 'w').write('2')\n    os._exit(0)\ntime.sleep(0.2)\nopen('parent.txt', 'w').write('p')\n";
+    // A daemonized copy (fork + setsid, no exec) that outlives its parent: the parent waits (a
+    // pipe, not a timer) until the child has written once, then exits; the child writes again
+    // after that and exits last.
+    let script = "import os, time\nr, w = os.pipe()\nif os.fork() == 0:\n    os.setsid()\n    open('child1.txt', 'w').write('1')\n    os.write(w, b'x')\n    time.sleep(0.3)\n    open('child2.txt', 'w').write('2')\n    os._exit(0)\nos.read(r, 1)\nopen('parent.txt', 'w').write('p')\n";
     let mut m =
         common::mount::Mounted::new(|d| std::fs::write(d.join("daemon.py"), script).unwrap());
     assert!(m.run(&["/usr/bin/python3", "daemon.py"]).success());
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // The child is done when no process runs daemon.py any more.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let running = || {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .is_ok_and(|c| c.windows(9).any(|w| w == b"daemon.py"))
+        })
+    };
+    while running() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the child never ended"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     m.unmount();
     let jobs: Vec<_> = m
         .jobs()
