@@ -461,6 +461,16 @@ pub fn serve(args: GatewayArgs) -> anyhow::Result<ExitCode> {
             gateway.addr()
         );
     }
+    // Runs can borrow a key before anyone is told the gateway is up: a `roar run --s3` started
+    // the moment the endpoint is printed finds the socket.
+    let lender = Lender {
+        serving: describe(&backend),
+        endpoint: gateway.endpoint(),
+        region: region.clone(),
+        control: gateway.control(),
+        sessions: Arc::clone(&sessions),
+    };
+    let socket = offer_keys(&project, lender);
     let serving = match &backend {
         Backend::Embedded(dir) => format!(
             "the embedded store {}",
@@ -490,15 +500,6 @@ pub fn serve(args: GatewayArgs) -> anyhow::Result<ExitCode> {
         }
         out.flush()?;
     }
-
-    let lender = Lender {
-        serving: describe(&backend),
-        endpoint: gateway.endpoint(),
-        region: region.clone(),
-        control: gateway.control(),
-        sessions: Arc::clone(&sessions),
-    };
-    let socket = offer_keys(&project, lender);
 
     let idle = Duration::from_secs(args.session_idle);
     let record = |done: Vec<(String, Session)>| {
