@@ -9,11 +9,11 @@ use std::ffi::OsStr;
 use std::io::Write;
 use std::path::Path;
 
-use roar_store::{ContentHash, JobDetail, Role, Store};
+use roar_store::{ContentHash, JobDetail, Role, Store, Version};
 use serde::Serialize;
 
 use crate::fmt::{self, bold, rel, short_hash};
-use crate::query_cmd::{classify, Target};
+use crate::query_cmd::{classify_in, Target};
 
 /// One side of the comparison.
 struct Side {
@@ -63,7 +63,7 @@ struct Diff {
 fn side(store: &Store, what: &OsStr) -> anyhow::Result<Side> {
     let cwd = std::env::current_dir()?;
     let label = fmt::shown(&what.to_string_lossy()).into_owned();
-    let artifact = match classify(what, &cwd) {
+    let target = match classify_in(Some(store), what, &cwd) {
         Target::Job(id) => {
             return Ok(Side {
                 label: format!("job {id}"),
@@ -71,30 +71,22 @@ fn side(store: &Store, what: &OsStr) -> anyhow::Result<Side> {
                 roots: None,
             })
         }
-        Target::Hash(prefix) => store.resolve_hash(&prefix)?,
-        Target::Path(path) => store.artifact_at(&std::fs::canonicalize(&path).unwrap_or(path))?,
+        Target::Hash(prefix) => Version {
+            path: None,
+            hash: store.resolve_hash(&prefix)?,
+        },
+        Target::Path(path) => store.version_at(&std::fs::canonicalize(&path).unwrap_or(path))?,
     };
-    let lineage = store.lineage(&artifact)?;
-    let Some(last) = lineage.steps.last() else {
+    let lineage = store.lineage(&target)?;
+    let Some(producer) = store.made_by(&target)? else {
         anyhow::bail!(
             "{label} ({}) is a root input: no recorded job made it, so it has no provenance to compare",
-            short_hash(&artifact)
+            short_hash(&target.hash)
         );
     };
-    // The producer is the newest step of the lineage (steps are oldest first).
-    let producer = lineage
-        .steps
-        .iter()
-        .rev()
-        .find(|s| {
-            s.outputs
-                .iter()
-                .any(|o| o.hash.as_ref().is_some_and(|h| h.blake3 == artifact.blake3))
-        })
-        .unwrap_or(last);
     Ok(Side {
-        label: format!("{label} (job {})", producer.job_id),
-        job: store.job(producer.job_id)?,
+        label: format!("{label} (job {producer})"),
+        job: store.job(producer)?,
         roots: Some(
             lineage
                 .roots
@@ -215,8 +207,7 @@ fn print_files(
 }
 
 pub fn diff(a: &OsStr, b: &OsStr, json: bool) -> anyhow::Result<()> {
-    let project = crate::project()?;
-    let store = Store::open(&project.db_path())?;
+    let (project, store) = crate::lineage_cmd::open()?;
     let (sa, sb) = (side(&store, a)?, side(&store, b)?);
     let d = diff_of(&sa, &sb);
     if json {

@@ -29,14 +29,13 @@ pub enum Format {
 const PRODUCER: &str = concat!("urn:roar:", env!("CARGO_PKG_VERSION"));
 
 pub fn export(what: Option<&OsStr>, format: Format) -> anyhow::Result<()> {
-    let project = crate::project()?;
-    let store = roar_store::Store::open(&project.db_path())?;
+    let (project, store) = crate::lineage_cmd::open()?;
     let steps = match what {
         Some(what) => {
             let target = crate::lineage_cmd::resolve(&store, what)?;
             store.lineage(&target)?.steps
         }
-        None => store.dag()?.steps,
+        None => store.dag(None)?.steps,
     };
     let mut out = std::io::stdout().lock();
     match format {

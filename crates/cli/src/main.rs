@@ -5,12 +5,14 @@ mod diff_cmd;
 mod export_cmd;
 mod fmt;
 mod gateway_cmd;
+mod graph;
 mod hash_cmd;
 mod lineage_cmd;
 mod mount_cmd;
 mod query_cmd;
 mod reproduce_cmd;
 mod run_cmd;
+mod status_cmd;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -71,14 +73,18 @@ enum Command {
     },
     /// List recorded jobs, newest first.
     Log {
-        /// Show at most this many jobs.
+        /// Show at most this many jobs (0: all of them).
         #[arg(short = 'n', long, default_value_t = 20)]
         limit: usize,
     },
-    /// Show a job (by id), an artifact (by hash prefix) or a path with its history.
+    /// Show a job, an artifact (by hash prefix) or a path with its history.
     Show {
-        /// A job id, a blake3 hash prefix (at least 4 hex digits), or a path.
+        /// A job: its id (`3` or `@3`), its `--name` (the latest job of that name) or `NAME~N`
+        /// (the Nth before it); a blake3 hash prefix (at least 4 hex digits); or a path.
         what: OsString,
+        /// Also list files hidden as environment noise (fonts, caches, `ignore` globs).
+        #[arg(long)]
+        all: bool,
     },
     /// Show the store's size, schema version and row counts; audit it for secrets.
     Db {
@@ -90,24 +96,41 @@ enum Command {
         #[arg(long)]
         redact: bool,
     },
-    /// How an artifact was made: the jobs upstream of it, down to its root inputs.
+    /// How a file version was made: the jobs upstream of it, down to its root inputs.
     Lineage {
         /// A path or a blake3 hash prefix.
         what: OsString,
+        /// Also list files hidden as environment noise (fonts, caches, `ignore` globs).
+        #[arg(long)]
+        all: bool,
+        /// Do not collapse directories of many files (all, or the given directory).
+        #[arg(long, value_name = "DIR", num_args = 0..=1, require_equals = true)]
+        expand: Option<Vec<PathBuf>>,
     },
-    /// The root inputs an artifact was made from (content no recorded job produced).
+    /// The root inputs a file version was made from (versions no recorded job produced).
     Inputs {
         /// A path or a blake3 hash prefix.
         what: OsString,
+        /// Also list files hidden as environment noise (fonts, caches, `ignore` globs).
+        #[arg(long)]
+        all: bool,
     },
-    /// The project's lineage graph: every job with its inputs and outputs.
+    /// The lineage graph: the jobs that made TARGET, or every job, with inputs and outputs.
     Dag {
+        /// A path or a blake3 hash prefix: only the subgraph that made it.
+        target: Option<OsString>,
         /// Print Graphviz source instead of text.
         #[arg(long)]
         dot: bool,
         /// Render the graph to an SVG file with Graphviz's `dot`.
         #[arg(long, value_name = "FILE", conflicts_with = "dot")]
         svg: Option<PathBuf>,
+        /// Also show files hidden as environment noise (fonts, caches, `ignore` globs).
+        #[arg(long)]
+        all: bool,
+        /// Do not collapse directories of many files (all, or the given directory).
+        #[arg(long, value_name = "DIR", num_args = 0..=1, require_equals = true)]
+        expand: Option<Vec<PathBuf>>,
     },
     /// The commands that rebuild an artifact, as a shell script; --run executes and verifies them.
     Reproduce {
@@ -136,8 +159,12 @@ enum Command {
         #[arg(long)]
         all: bool,
     },
-    /// Files whose content no longer matches what was recorded, stale outputs, untracked files.
-    Status,
+    /// Recorded files that changed, outputs made stale by a change upstream, untracked files.
+    Status {
+        /// Exit with status 1 when anything changed or is stale (as `git diff --exit-code`).
+        #[arg(long)]
+        exit_code: bool,
+    },
     /// Mount roarfs over DIR, in place: everything read or written under DIR is recorded.
     Mount(mount_cmd::MountArgs),
     /// Serve S3 (embedded store or an upstream) and record which client read or wrote which object.
@@ -213,7 +240,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Init { dir } => query_cmd::init(dir, json)?,
         Command::Hash { paths, sha256 } => hash_cmd::hash(&paths, sha256, json)?,
         Command::Log { limit } => query_cmd::log(limit, json)?,
-        Command::Show { what } => query_cmd::show(&what, json)?,
+        Command::Show { what, all } => query_cmd::show(&what, all, json)?,
         Command::Db {
             secrets_scan,
             redact,
@@ -223,11 +250,28 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             query_cmd::db(json)?
         }
-        Command::Lineage { what } => lineage_cmd::lineage(&what, json)?,
-        Command::Inputs { what } => lineage_cmd::inputs(&what, json)?,
-        Command::Dag { dot, svg } => lineage_cmd::dag(dot, svg, json)?,
+        Command::Lineage { what, all, expand } => {
+            lineage_cmd::lineage(&what, all, &expand_dirs(expand), json)?
+        }
+        Command::Inputs { what, all } => lineage_cmd::inputs(&what, all, json)?,
+        Command::Dag {
+            target,
+            dot,
+            svg,
+            all,
+            expand,
+        } => lineage_cmd::dag(
+            lineage_cmd::DagArgs {
+                target,
+                dot,
+                svg,
+                all,
+                expand: expand_dirs(expand),
+            },
+            json,
+        )?,
         Command::Reproduce { what, run } => return reproduce_cmd::reproduce(&what, run, json),
-        Command::Status => lineage_cmd::status(json)?,
+        Command::Status { exit_code } => return status_cmd::status(exit_code, json),
         Command::Diff { a, b } => diff_cmd::diff(&a, &b, json)?,
         Command::Export {
             format,
@@ -271,6 +315,27 @@ fn exit_code(e: &anyhow::Error) -> u8 {
 }
 
 /// The project around the current directory.
+/// `--expand` alone expands everything; `--expand=DIR` that directory (made absolute).
+fn expand_dirs(arg: Option<Vec<PathBuf>>) -> graph::Expand {
+    match arg {
+        None => graph::Expand::default(),
+        Some(dirs) if dirs.is_empty() => graph::Expand {
+            all: true,
+            dirs: Vec::new(),
+        },
+        Some(dirs) => {
+            let cwd = std::env::current_dir().unwrap_or_default();
+            graph::Expand {
+                all: false,
+                dirs: dirs
+                    .into_iter()
+                    .map(|d| std::fs::canonicalize(&d).unwrap_or_else(|_| cwd.join(d)))
+                    .collect(),
+            }
+        }
+    }
+}
+
 pub fn project() -> anyhow::Result<Project> {
     let cwd = std::env::current_dir()?;
     Ok(Project::find(&cwd)?)

@@ -35,9 +35,9 @@ pub fn init(dir: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
 }
 
 pub fn log(limit: usize, json: bool) -> anyhow::Result<()> {
-    let project = crate::project()?;
-    let store = Store::open(&project.db_path())?;
-    let jobs = store.jobs(limit)?;
+    let (_, store) = crate::lineage_cmd::open()?;
+    // -n 0 means every job, as `git log -n 0` would not: an empty answer is never useful.
+    let jobs = store.jobs(if limit == 0 { usize::MAX } else { limit })?;
     if json {
         return fmt::print_json(&jobs);
     }
@@ -74,11 +74,17 @@ pub(crate) enum Target {
     Path(PathBuf),
 }
 
-/// `123` is a job id, `b3:…` or 4+ hex digits a hash prefix (unless a file of that name exists),
-/// `s3://bucket/key` an object, anything else a path.
+/// `123` or `@123` is a job id, `b3:…` or 4+ hex digits a hash prefix (unless a file of that name
+/// exists), `s3://bucket/key` an object, `NAME` or `NAME~N` a job's `--name` (unless a file of
+/// that name exists), anything else a path.
 pub(crate) fn classify(what: &OsStr, cwd: &Path) -> Target {
+    classify_in(None, what, cwd)
+}
+
+/// [`classify`], with job names resolved against `store`.
+pub(crate) fn classify_in(store: Option<&Store>, what: &OsStr, cwd: &Path) -> Target {
     let s = what.to_string_lossy();
-    if let Ok(id) = s.parse::<i64>() {
+    if let Ok(id) = s.strip_prefix('@').unwrap_or(&s).parse::<i64>() {
         return Target::Job(id);
     }
     if let Some(h) = s.strip_prefix("b3:") {
@@ -88,18 +94,31 @@ pub(crate) fn classify(what: &OsStr, cwd: &Path) -> Target {
         return Target::Path(PathBuf::from(what));
     }
     let path = absolute(cwd, Path::new(what));
+    if path.exists() {
+        return Target::Path(path);
+    }
     let hexish = s.len() >= 4 && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_hexdigit());
-    if hexish && !path.exists() {
+    if hexish {
         return Target::Hash(s.into_owned());
+    }
+    if let Some(store) = store {
+        let (name, back) = match s.rsplit_once('~') {
+            Some((n, k)) if k.bytes().all(|b| b.is_ascii_digit()) => {
+                (n, k.parse::<usize>().unwrap_or(usize::MAX))
+            }
+            _ => (s.as_ref(), 0),
+        };
+        if let Ok(Some(id)) = store.job_named(name, back) {
+            return Target::Job(id);
+        }
     }
     Target::Path(path)
 }
 
-pub fn show(what: &OsStr, json: bool) -> anyhow::Result<()> {
-    let project = crate::project()?;
-    let store = Store::open(&project.db_path())?;
+pub fn show(what: &OsStr, all: bool, json: bool) -> anyhow::Result<()> {
+    let (project, store) = crate::lineage_cmd::open_with(all)?;
     let cwd = std::env::current_dir()?;
-    match classify(what, &cwd) {
+    match classify_in(Some(&store), what, &cwd) {
         Target::Job(id) => {
             let job = store.job(id)?;
             if json {

@@ -36,10 +36,10 @@ pub fn reproduce(what: &OsStr, run: bool, json: bool) -> anyhow::Result<ExitCode
     }
     if !run {
         let mut out = std::io::stdout().lock();
-        script(&mut out, what, &target, &lineage, &project.root)?;
+        script(&mut out, what, &target.hash, &lineage, &project.root)?;
         return Ok(ExitCode::SUCCESS);
     }
-    run_steps(&project, &store, &target, &lineage)
+    run_steps(&project, &store, &target.hash, &lineage)
 }
 
 /// Checks the root inputs, re-runs every step under `roar run`, and verifies the result.

@@ -127,6 +127,13 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     CREATE INDEX job_files_path ON job_files(path);
     CREATE INDEX job_files_producer ON job_files(artifact_id, role, job_id);
     "#,
+    // 6: a lineage node is a file version, (location, content): the producer of an input is the
+    // last job that wrote that path with that content, looked up by (path, role, artifact_id). The
+    // index also serves every lookup by path alone, so the path-only index goes.
+    r#"
+    CREATE INDEX job_files_version ON job_files(path, role, artifact_id);
+    DROP INDEX job_files_path;
+    "#,
 ];
 
 /// The schema version this build writes.

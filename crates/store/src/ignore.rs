@@ -47,6 +47,37 @@ pub const DEFAULT_IGNORES: &[&str] = &[
     "**/.pyenv/version",
     "**/.roar/**",
     "**/.git/**",
+    // Environment, not data (docs/SEMANTICS.md, "Noise"): fonts and fontconfig, locale and
+    // terminal databases, and the caches tools keep for themselves. Caches that hold data a job
+    // uses (pretrained weights in ~/.cache/torch/hub, HF models and datasets) stay recorded.
+    "/usr/share/fonts/**",
+    "/usr/local/share/fonts/**",
+    "**/.local/share/fonts/**",
+    "**/.fonts/**",
+    "/etc/fonts/**",
+    "/usr/share/fontconfig/**",
+    "/var/cache/fontconfig/**",
+    "**/.cache/fontconfig/**",
+    "**/.fontconfig/**",
+    "/usr/share/i18n/**",
+    "/etc/locale.alias",
+    "/etc/locale.conf",
+    "/etc/timezone",
+    "/usr/share/terminfo/**",
+    "/etc/terminfo/**",
+    "/usr/share/mime/**",
+    "**/.cache/matplotlib/**",
+    "**/.config/matplotlib/**",
+    "**/.matplotlib/**",
+    "**/.cache/pip/**",
+    "**/.cache/uv/**",
+    "**/.cache/torch/kernels/**",
+    "**/.cache/torch_extensions/**",
+    "/tmp/torchinductor_*/**",
+    "**/.triton/**",
+    "**/.nv/ComputeCache/**",
+    "**/.cache/huggingface/**/.locks/**",
+    "**/.cache/huggingface/modules/**",
 ];
 
 /// A glob compiled to the cheapest test that is equivalent to it; checked on every event.

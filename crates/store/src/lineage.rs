@@ -1,11 +1,13 @@
-//! Lineage: how an artifact was made (the jobs upstream of it, down to root inputs), the whole
-//! project graph, and what in the working tree no longer matches what was recorded.
+//! Lineage: how a file version was made (the jobs upstream of it, down to root inputs) and the
+//! whole project graph.
 //!
-//! An artifact's producer is the most recent job that wrote that content; a root input is content
-//! no recorded job produced. Walks are breadth-first over indexed lookups, with visited sets so
-//! a job that reads and writes the same content cannot loop.
+//! A node of the graph is a file version: a location (a path or `s3://bucket/key`) at a content.
+//! Content is an attribute, never the identity: the producer of an input is the last job, started
+//! before the reader, that wrote *that location* with *that content*. Only when no job ever wrote
+//! the location does content find a producer elsewhere, and the edge says so (`copy_of`). Since a
+//! producer always started strictly before its reader, the graph has no cycles by construction.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -48,18 +50,32 @@ impl Step {
     }
 }
 
-/// One file of a step, with the job that produced its content (for inputs), if any.
+/// One file version a step read or wrote; for an input, the job that produced it, if any.
 #[derive(Debug, Clone, Serialize)]
 pub struct Edge {
     pub path: String,
     pub hash: Option<ContentHash>,
     pub producer: Option<i64>,
+    /// The same bytes at another location: for an input, where its producer wrote them (no job
+    /// wrote this path); for an output, the input of the same job it is a copy of.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub copy_of: Option<String>,
 }
 
-/// How one artifact was made: the steps in the order they started, and the root inputs.
+/// What a PATH or HASH argument names: a file version, or (for a hash) content anywhere.
+#[derive(Debug, Clone, Serialize)]
+pub struct Version {
+    /// The location, when the argument was a path.
+    pub path: Option<String>,
+    pub hash: ContentHash,
+}
+
+/// How one file version was made: the steps in the order they started, and the root inputs.
 #[derive(Debug, Clone, Serialize)]
 pub struct Lineage {
     pub target: ContentHash,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
     pub steps: Vec<Step>,
     pub roots: Vec<Edge>,
 }
@@ -74,9 +90,13 @@ fn lossy(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// A producer as the lookups find it: the job, and where it wrote the content when that is not
+/// the location asked about.
+type Producer = (i64, Option<String>);
+
 impl Store {
-    /// The artifact recorded last at `path` (as an output, else as an input).
-    pub fn artifact_at(&self, path: &Path) -> Result<ContentHash> {
+    /// The version recorded last at `path` (as an output, else as an input).
+    pub fn version_at(&self, path: &Path) -> Result<Version> {
         let bytes = path.as_os_str().as_bytes();
         let found = self
             .conn
@@ -96,20 +116,102 @@ impl Store {
                 .optional()
             })
             .map_err(|e| self.err(e))?;
-        found.ok_or_else(|| StoreError::UnknownPath {
-            path: path.to_owned(),
-        })
+        match found {
+            Some(hash) => Ok(Version {
+                path: Some(path.to_string_lossy().into_owned()),
+                hash,
+            }),
+            None => Err(StoreError::UnknownPath {
+                path: path.to_owned(),
+            }),
+        }
     }
 
-    /// The most recent job that wrote `blake3`, if any.
-    fn producer(&self, blake3: &str) -> rusqlite::Result<Option<i64>> {
+    /// The content recorded last at `path`.
+    pub fn artifact_at(&self, path: &Path) -> Result<ContentHash> {
+        Ok(self.version_at(path)?.hash)
+    }
+
+    /// Who made the content `artifact` found at `path` by a job (`reader`, or none) that started
+    /// at `before_ns`: the last job started before it that wrote that path with that content;
+    /// else, only if no job wrote the path at all, the last that wrote the content anywhere.
+    fn producer_of(
+        &self,
+        path: &[u8],
+        artifact: i64,
+        reader: i64,
+        before_ns: i64,
+    ) -> rusqlite::Result<Option<Producer>> {
+        let here: Option<i64> = self
+            .conn
+            .prepare_cached(
+                "SELECT f.job_id FROM job_files f JOIN jobs j ON j.id = f.job_id
+                 WHERE f.path = ?1 AND f.role = 'output' AND f.artifact_id = ?2
+                   AND f.job_id != ?3 AND j.started_ns < ?4
+                 ORDER BY j.started_ns DESC, f.job_id DESC LIMIT 1",
+            )?
+            .query_row(params![path, artifact, reader, before_ns], |r| r.get(0))
+            .optional()?;
+        if let Some(job) = here {
+            return Ok(Some((job, None)));
+        }
+        // The path was written by a job but not with these bytes: changed outside roar since.
+        let written: bool = self
+            .conn
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM job_files f JOIN jobs j ON j.id = f.job_id
+                 WHERE f.path = ?1 AND f.role = 'output' AND f.job_id != ?2 AND j.started_ns < ?3)",
+            )?
+            .query_row(params![path, reader, before_ns], |r| r.get(0))?;
+        if written {
+            return Ok(None);
+        }
         self.conn
             .prepare_cached(
-                "SELECT f.job_id FROM job_files f JOIN artifacts a ON a.id = f.artifact_id
-                 WHERE a.blake3 = ?1 AND f.role = 'output' ORDER BY f.job_id DESC LIMIT 1",
+                "SELECT f.job_id, f.path FROM job_files f JOIN jobs j ON j.id = f.job_id
+                 WHERE f.artifact_id = ?1 AND f.role = 'output' AND f.job_id != ?2
+                   AND j.started_ns < ?3
+                 ORDER BY j.started_ns DESC, f.job_id DESC LIMIT 1",
             )?
+            .query_row(params![artifact, reader, before_ns], |r| {
+                Ok((r.get(0)?, Some(lossy(r.get_ref(1)?.as_bytes()?))))
+            })
+            .optional()
+    }
+
+    /// The job that made `target` (see [`Store::lineage`]), if a recorded one did.
+    pub fn made_by(&self, target: &Version) -> Result<Option<i64>> {
+        Ok(self
+            .maker(target)
+            .map_err(|e| self.err(e))?
+            .map(|(job, _)| job))
+    }
+
+    fn artifact_id(&self, blake3: &str) -> rusqlite::Result<Option<i64>> {
+        self.conn
+            .prepare_cached("SELECT id FROM artifacts WHERE blake3 = ?1")?
             .query_row([blake3], |r| r.get(0))
             .optional()
+    }
+
+    /// The job that made `target`: for a path, by the rule of [`Store::producer_of`] with no
+    /// time bound; for content alone, the last job that wrote it anywhere.
+    fn maker(&self, target: &Version) -> rusqlite::Result<Option<Producer>> {
+        let Some(artifact) = self.artifact_id(&target.hash.blake3)? else {
+            return Ok(None);
+        };
+        match &target.path {
+            Some(p) => self.producer_of(p.as_bytes(), artifact, -1, i64::MAX),
+            None => self
+                .conn
+                .prepare_cached(
+                    "SELECT f.job_id FROM job_files f JOIN jobs j ON j.id = f.job_id
+                     WHERE f.artifact_id = ?1 AND f.role = 'output'
+                     ORDER BY j.started_ns DESC, f.job_id DESC LIMIT 1",
+                )?
+                .query_row([artifact], |r| Ok((r.get(0)?, None)))
+                .optional(),
+        }
     }
 
     fn step(&self, job_id: i64) -> rusqlite::Result<Step> {
@@ -143,57 +245,71 @@ impl Store {
                 })
             })?;
         let mut stmt = self.conn.prepare_cached(
-            "SELECT f.role, f.path, a.blake3, a.sha256, a.size FROM job_files f
+            "SELECT f.role, f.path, f.artifact_id, a.blake3, a.sha256, a.size FROM job_files f
              LEFT JOIN artifacts a ON a.id = f.artifact_id
-             WHERE f.job_id = ?1 AND f.role != 'temp' ORDER BY f.path",
+             WHERE f.job_id = ?1 AND f.role != 'temp' AND NOT roar_noise(f.path)
+             ORDER BY f.path",
         )?;
-        let rows = stmt.query_map([job_id], |r| {
-            let hash = hash_from(r.get(2)?, r.get(3)?, r.get(4)?);
-            Ok((
-                r.get::<_, String>(0)?,
-                Edge {
-                    path: lossy(r.get_ref(1)?.as_bytes().unwrap_or_default()),
-                    hash,
-                    producer: None,
-                },
-            ))
-        })?;
-        for row in rows {
-            let (role, mut edge) = row?;
+        let rows = stmt
+            .query_map([job_id], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get_ref(1)?.as_bytes()?.to_vec(),
+                    r.get::<_, Option<i64>>(2)?,
+                    hash_from(r.get(3)?, r.get(4)?, r.get(5)?),
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        for (role, path, artifact, hash) in rows {
+            let mut edge = Edge {
+                path: lossy(&path),
+                hash,
+                producer: None,
+                copy_of: None,
+            };
             if role == "input" {
-                edge.producer = match &edge.hash {
-                    // The producer must have started before this job read the content.
-                    Some(h) => self
-                        .conn
-                        .prepare_cached(
-                            // Started before this job: ids are not enough, since the mount
-                            // records a job when its process ends, after jobs that began later.
-                            "SELECT f.job_id FROM job_files f JOIN artifacts a ON a.id = f.artifact_id
-                             JOIN jobs j ON j.id = f.job_id
-                             WHERE a.blake3 = ?1 AND f.role = 'output' AND f.job_id != ?2
-                               AND j.started_ns < ?3
-                             ORDER BY j.started_ns DESC LIMIT 1",
-                        )?
-                        .query_row(params![h.blake3, job_id, step.started_ns], |r| r.get(0))
-                        .optional()?,
-                    None => None,
-                };
+                if let Some(artifact) = artifact {
+                    if let Some((job, copy_of)) =
+                        self.producer_of(&path, artifact, job_id, step.started_ns)?
+                    {
+                        edge.producer = Some(job);
+                        edge.copy_of = copy_of;
+                    }
+                }
                 step.inputs.push(edge);
             } else {
                 step.outputs.push(edge);
             }
         }
+        // An output with the bytes of one of the job's inputs elsewhere is a copy of it.
+        let read: HashMap<&str, &str> = step
+            .inputs
+            .iter()
+            .filter_map(|i| Some((i.hash.as_ref()?.blake3.as_str(), i.path.as_str())))
+            .collect();
+        let copies: Vec<Option<String>> = step
+            .outputs
+            .iter()
+            .map(|o| {
+                let from = read.get(o.hash.as_ref()?.blake3.as_str())?;
+                (*from != o.path).then(|| from.to_string())
+            })
+            .collect();
+        for (o, c) in step.outputs.iter_mut().zip(copies) {
+            o.copy_of = c;
+        }
         Ok(step)
     }
 
-    /// The jobs upstream of `target`, in the order they started, and the root inputs they start from.
-    pub fn lineage(&self, target: &ContentHash) -> Result<Lineage> {
+    /// The jobs upstream of `target`, in the order they started, and the root inputs they start
+    /// from.
+    pub fn lineage(&self, target: &Version) -> Result<Lineage> {
         let walk = || -> rusqlite::Result<Lineage> {
             let mut steps: BTreeMap<i64, Step> = BTreeMap::new();
-            let mut roots: BTreeMap<String, Edge> = BTreeMap::new();
+            let mut roots: BTreeMap<(String, String), Edge> = BTreeMap::new();
             let mut seen_jobs = HashSet::new();
             let mut queue = VecDeque::new();
-            if let Some(job) = self.producer(&target.blake3)? {
+            if let Some((job, _)) = self.maker(target)? {
                 queue.push_back(job);
             }
             while let Some(job) = queue.pop_front() {
@@ -205,12 +321,10 @@ impl Store {
                     match input.producer {
                         Some(p) => queue.push_back(p),
                         None => {
-                            let key = format!(
-                                "{}\0{}",
-                                input.path,
-                                input.hash.as_ref().map(|h| h.blake3.as_str()).unwrap_or("")
-                            );
-                            roots.entry(key).or_insert_with(|| input.clone());
+                            let content = input.hash.as_ref().map(|h| h.blake3.clone());
+                            roots
+                                .entry((input.path.clone(), content.unwrap_or_default()))
+                                .or_insert_with(|| input.clone());
                         }
                     }
                 }
@@ -221,7 +335,8 @@ impl Store {
             let mut steps: Vec<Step> = steps.into_values().collect();
             steps.sort_by_key(|s| (s.started_ns, s.job_id));
             Ok(Lineage {
-                target: target.clone(),
+                target: target.hash.clone(),
+                path: target.path.clone(),
                 steps,
                 roots: roots.into_values().collect(),
             })
@@ -229,8 +344,14 @@ impl Store {
         walk().map_err(|e| self.err(e))
     }
 
-    /// Every job of the project, in the order they started, with the producers of their inputs.
-    pub fn dag(&self) -> Result<Dag> {
+    /// Every job of the project in the order they started, with the producers of their inputs;
+    /// with a target, only the jobs that made it (its lineage).
+    pub fn dag(&self, target: Option<&Version>) -> Result<Dag> {
+        if let Some(t) = target {
+            return Ok(Dag {
+                steps: self.lineage(t)?.steps,
+            });
+        }
         let walk = || -> rusqlite::Result<Dag> {
             let ids: Vec<i64> = self
                 .conn
@@ -244,28 +365,6 @@ impl Store {
                 .map(|id| self.step(id))
                 .collect::<rusqlite::Result<_>>()?;
             Ok(Dag { steps })
-        };
-        walk().map_err(|e| self.err(e))
-    }
-
-    /// The latest recorded content of every file path the store knows, for `roar status`.
-    pub fn tracked_files(&self) -> Result<Vec<(String, Option<ContentHash>, String)>> {
-        let walk = || -> rusqlite::Result<Vec<(String, Option<ContentHash>, String)>> {
-            let mut stmt = self.conn.prepare(
-                "SELECT f.path, a.blake3, a.sha256, a.size, f.role FROM job_files f
-                 LEFT JOIN artifacts a ON a.id = f.artifact_id
-                 WHERE f.id IN (SELECT max(id) FROM job_files WHERE kind = 'file' AND role != 'temp' GROUP BY path)
-                 ORDER BY f.path",
-            )?;
-            let rows = stmt.query_map([], |r| {
-                let hash = hash_from(r.get(1)?, r.get(2)?, r.get(3)?);
-                Ok((
-                    lossy(r.get_ref(0)?.as_bytes().unwrap_or_default()),
-                    hash,
-                    r.get(4)?,
-                ))
-            })?;
-            rows.collect()
         };
         walk().map_err(|e| self.err(e))
     }

@@ -3,11 +3,15 @@
 use std::collections::BTreeMap;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use rusqlite::functions::FunctionFlags;
+use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::Serialize;
 
 use crate::error::{Result, StoreError};
+use crate::ignore::Ignore;
 use crate::model::{argv_from_blob, ContentHash, GitState, Ops, ProcessRecord, Role, S3Object};
 
 /// One line of `roar log`.
@@ -93,8 +97,10 @@ pub struct DbStats {
 const SUMMARY_COLS: &str =
     "j.id, j.name, j.argv, j.cwd, j.started_ns, j.ended_ns, j.status, j.exit_code,
      j.signal, j.incomplete, j.backend, j.git_commit, j.git_branch, j.git_dirty,
-     (SELECT count(*) FROM job_files f WHERE f.job_id = j.id AND f.role = 'input'),
-     (SELECT count(*) FROM job_files f WHERE f.job_id = j.id AND f.role = 'output')";
+     (SELECT count(*) FROM job_files f
+      WHERE f.job_id = j.id AND f.role = 'input' AND NOT roar_noise(f.path)),
+     (SELECT count(*) FROM job_files f
+      WHERE f.job_id = j.id AND f.role = 'output' AND NOT roar_noise(f.path))";
 
 fn lossy_argv(blob: &[u8]) -> Vec<String> {
     argv_from_blob(blob)
@@ -157,14 +163,51 @@ pub(crate) fn hash_from(
 pub struct Store {
     pub(crate) conn: Connection,
     pub(crate) path: PathBuf,
+    /// Paths that are environment, not data: left out of every answer (see [`Store::hide`]).
+    pub(crate) noise: Option<Arc<Ignore>>,
 }
 
 impl Store {
     pub fn open(path: &Path) -> Result<Store> {
-        Ok(Store {
+        let mut store = Store {
             conn: crate::db::open(path, false)?,
             path: path.to_owned(),
-        })
+            noise: None,
+        };
+        store.hide(None)?;
+        Ok(store)
+    }
+
+    /// Leaves the paths `noise` matches out of every answer from now on: jobs recorded before an
+    /// ignore glob was added are shown as if it had applied. The rule is also the SQL function
+    /// `roar_noise(path)`, so counts computed in SQL agree with the lists built here.
+    pub fn hide(&mut self, noise: Option<Ignore>) -> Result<()> {
+        let noise = noise.map(Arc::new);
+        let f = noise.clone();
+        self.conn
+            .create_scalar_function(
+                "roar_noise",
+                1,
+                FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+                move |ctx| {
+                    let Some(f) = &f else { return Ok(false) };
+                    let bytes = match ctx.get_raw(0) {
+                        ValueRef::Blob(b) | ValueRef::Text(b) => b,
+                        _ => return Ok(false),
+                    };
+                    Ok(f.is_ignored(Path::new(std::ffi::OsStr::from_bytes(bytes))))
+                },
+            )
+            .map_err(|e| self.err(e))?;
+        self.noise = noise;
+        Ok(())
+    }
+
+    /// Whether `path` is hidden by [`Store::hide`].
+    pub fn is_noise(&self, path: &str) -> bool {
+        self.noise
+            .as_ref()
+            .is_some_and(|n| n.is_ignored(Path::new(path)))
     }
 
     pub fn conn(&self) -> &Connection {
@@ -183,6 +226,22 @@ impl Store {
             .query_map([limit as i64], summary_from_row)
             .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>());
         rows.map_err(|e| self.err(e))
+    }
+
+    /// The latest job recorded with `--name NAME`, or the `back`-th before it (`NAME~back`).
+    pub fn job_named(&self, name: &str, back: usize) -> Result<Option<i64>> {
+        self.conn
+            .prepare_cached(
+                "SELECT id FROM jobs WHERE name = ?1 ORDER BY started_ns DESC, id DESC
+                 LIMIT 1 OFFSET ?2",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![name, back.min(i64::MAX as usize) as i64], |r| {
+                    r.get(0)
+                })
+                .optional()
+            })
+            .map_err(|e| self.err(e))
     }
 
     pub fn job(&self, id: i64) -> Result<JobDetail> {
@@ -244,7 +303,7 @@ impl Store {
                  SELECT p.artifact_id FROM job_files p
                  WHERE p.path = f.path AND p.id < f.id AND p.role != 'temp' AND f.role = 'output'
                  ORDER BY p.id DESC LIMIT 1))
-             WHERE f.job_id = ?1
+             WHERE f.job_id = ?1 AND NOT roar_noise(f.path)
              ORDER BY CASE f.role WHEN 'input' THEN 0 WHEN 'output' THEN 1 ELSE 2 END, f.path",
         )?;
         let rows = stmt.query_map([job], |r| {

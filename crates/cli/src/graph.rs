@@ -1,0 +1,242 @@
+//! Rendering the lineage graph for people: text and Graphviz, with directories of many files of
+//! one role collapsed into one node (`ckpt/ (100 files)`) unless asked to expand them.
+//!
+//! A node is a file version, keyed by (location, producer); a collapsed node is the versions one
+//! producer (or none, for root inputs) left in one directory, so the checkpoints a training job
+//! wrote are one node and the evaluation that read one of them points at it.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use roar_store::{shell_join, Edge, Step};
+
+use crate::fmt::{self, bold, rel, short_hash};
+
+/// A step lists at most this many files of one directory before they are shown as one line.
+pub const COLLAPSE_AT: usize = 6;
+/// Inputs and outputs a text listing shows per step before "... N more".
+const SHOWN_INPUTS: usize = 12;
+const SHOWN_OUTPUTS: usize = 6;
+
+/// Which directories are shown expanded.
+#[derive(Debug, Clone, Default)]
+pub struct Expand {
+    pub all: bool,
+    pub dirs: Vec<PathBuf>,
+}
+
+impl Expand {
+    fn keeps(&self, dir: &str) -> bool {
+        self.all || self.dirs.iter().any(|d| Path::new(dir).starts_with(d))
+    }
+}
+
+/// The directories collapsed in this graph: those holding `COLLAPSE_AT` or more files of one
+/// role of one step.
+pub fn collapsed(steps: &[Step], expand: &Expand) -> HashSet<String> {
+    let mut out = HashSet::new();
+    for s in steps {
+        for edges in [&s.inputs, &s.outputs] {
+            let mut count: HashMap<&str, usize> = HashMap::new();
+            for e in edges.iter() {
+                *count.entry(parent(&e.path)).or_default() += 1;
+            }
+            out.extend(
+                count
+                    .into_iter()
+                    .filter(|(d, n)| *n >= COLLAPSE_AT && !expand.keeps(d))
+                    .map(|(d, _)| d.to_owned()),
+            );
+        }
+    }
+    out
+}
+
+fn parent(path: &str) -> &str {
+    match path.rfind('/') {
+        Some(0) => "/",
+        Some(i) => &path[..i],
+        None => "",
+    }
+}
+
+/// One line of a step's listing: a file version, or the versions of one producer in a collapsed
+/// directory.
+enum Item<'a> {
+    File(&'a Edge),
+    Dir {
+        dir: &'a str,
+        files: usize,
+        producer: Option<i64>,
+    },
+}
+
+fn items<'a>(edges: &'a [Edge], dirs: &HashSet<String>) -> Vec<Item<'a>> {
+    let mut groups: BTreeMap<(&str, Option<i64>), usize> = BTreeMap::new();
+    let mut out = Vec::new();
+    for e in edges {
+        let d = parent(&e.path);
+        if dirs.contains(d) {
+            *groups.entry((d, e.producer)).or_default() += 1;
+        } else {
+            out.push(Item::File(e));
+        }
+    }
+    out.extend(
+        groups
+            .into_iter()
+            .map(|((dir, producer), files)| Item::Dir {
+                dir,
+                files,
+                producer,
+            }),
+    );
+    out
+}
+
+pub fn label(step: &Step) -> String {
+    let name = step
+        .name
+        .as_deref()
+        .map(|n| format!("[{}] ", fmt::shown(n)))
+        .unwrap_or_default();
+    format!("{name}{}", shell_join(&step.argv))
+}
+
+fn from(producer: Option<i64>) -> String {
+    producer.map(|p| format!("  (job {p})")).unwrap_or_default()
+}
+
+fn print_item(out: &mut impl Write, arrow: &str, item: &Item, root: &Path) -> std::io::Result<()> {
+    match item {
+        Item::File(e) => print_edge(out, arrow, e, root),
+        Item::Dir {
+            dir,
+            files,
+            producer,
+        } => writeln!(
+            out,
+            "    {arrow} {:width$}  {}/ ({files} files){}",
+            "",
+            rel(dir, root),
+            from(*producer),
+            width = fmt::SHORT_HASH
+        ),
+    }
+}
+
+pub fn print_edge(out: &mut impl Write, arrow: &str, e: &Edge, root: &Path) -> std::io::Result<()> {
+    let hash = e
+        .hash
+        .as_ref()
+        .map(short_hash)
+        .unwrap_or_else(|| "?".repeat(fmt::SHORT_HASH));
+    let copy = e
+        .copy_of
+        .as_deref()
+        .map(|c| format!("  = copy of {}", rel(c, root)))
+        .unwrap_or_default();
+    writeln!(
+        out,
+        "    {arrow} {hash}  {}{copy}{}",
+        rel(&e.path, root),
+        from(e.producer)
+    )
+}
+
+fn print_list(
+    out: &mut impl Write,
+    arrow: &str,
+    edges: &[Edge],
+    dirs: &HashSet<String>,
+    max: usize,
+    what: &str,
+    root: &Path,
+) -> std::io::Result<()> {
+    let items = items(edges, dirs);
+    for i in items.iter().take(max) {
+        print_item(out, arrow, i, root)?;
+    }
+    if items.len() > max {
+        let hidden: usize = items[max..]
+            .iter()
+            .map(|i| match i {
+                Item::File(_) => 1,
+                Item::Dir { files, .. } => *files,
+            })
+            .sum();
+        writeln!(out, "    {arrow} ... {hidden} more {what}")?;
+    }
+    Ok(())
+}
+
+pub fn print_steps(
+    out: &mut impl Write,
+    steps: &[Step],
+    expand: &Expand,
+    root: &Path,
+) -> std::io::Result<()> {
+    let dirs = collapsed(steps, expand);
+    for s in steps {
+        writeln!(out, "{} {}", bold(&format!("job {}", s.job_id)), label(s))?;
+        print_list(out, "<-", &s.inputs, &dirs, SHOWN_INPUTS, "inputs", root)?;
+        print_list(out, "->", &s.outputs, &dirs, SHOWN_OUTPUTS, "outputs", root)?;
+    }
+    Ok(())
+}
+
+/// Graphviz source: jobs are boxes, file versions (or collapsed directories) are notes.
+pub fn dot(steps: &[Step], expand: &Expand, root: &Path) -> String {
+    let esc = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
+    let dirs = collapsed(steps, expand);
+    let mut s = String::from(
+        "digraph roar {\n  rankdir=LR;\n  node [fontname=\"monospace\", fontsize=10];\n",
+    );
+    let mut declared = HashSet::new();
+    let mut node = |s: &mut String, item: &Item, producer: Option<i64>| -> String {
+        let (key, label) = match item {
+            Item::File(e) => {
+                let hash = e
+                    .hash
+                    .as_ref()
+                    .map(short_hash)
+                    .unwrap_or_else(|| "?".into());
+                (
+                    format!("v{}@{}", esc(&e.path), producer.unwrap_or(0)),
+                    format!("{}\\n{hash}", esc(&rel(&e.path, root))),
+                )
+            }
+            Item::Dir { dir, files, .. } => (
+                format!("d{}@{}", esc(dir), producer.unwrap_or(0)),
+                format!("{}/\\n({files} files)", esc(&rel(dir, root))),
+            ),
+        };
+        if declared.insert(key.clone()) {
+            *s += &format!("  \"{key}\" [shape=note, label=\"{label}\"];\n");
+        }
+        key
+    };
+    for st in steps {
+        s += &format!(
+            "  \"j{}\" [shape=box, style=bold, label=\"job {}\\n{}\"];\n",
+            st.job_id,
+            st.job_id,
+            esc(&label(st))
+        );
+        for item in items(&st.inputs, &dirs) {
+            let producer = match &item {
+                Item::File(e) => e.producer,
+                Item::Dir { producer, .. } => *producer,
+            };
+            let n = node(&mut s, &item, producer);
+            s += &format!("  \"{n}\" -> \"j{}\";\n", st.job_id);
+        }
+        for item in items(&st.outputs, &dirs) {
+            let n = node(&mut s, &item, Some(st.job_id));
+            s += &format!("  \"j{}\" -> \"{n}\";\n", st.job_id);
+        }
+    }
+    s += "}\n";
+    s
+}

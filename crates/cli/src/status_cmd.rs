@@ -1,0 +1,190 @@
+//! `roar status`: recorded files that changed, outputs made stale by a change upstream (with the
+//! chain of jobs it went through), and files no job touched. Judged in `roar_store::status`; this
+//! file looks at the files (stat and hash cache first) and prints the report.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use roar_store::hash::{hash_paths, HashError, HashOptions, Prior};
+use roar_store::{Now, StatusReport, Store};
+use serde::Serialize;
+
+use crate::fmt::{self, bold, rel_exact};
+use crate::lineage_cmd::open;
+
+/// What is at each path now: the hash cache answers for a file whose identity did not move; only
+/// the others are read.
+fn look(store: &Store, paths: &[String]) -> HashMap<String, Now> {
+    let bufs: Vec<PathBuf> = paths.iter().map(PathBuf::from).collect();
+    let batch = hash_paths(
+        &bufs,
+        HashOptions { sha256: false },
+        &|_| Prior::MayBeCached,
+        &|| Some(store.conn()),
+        &|_| {},
+    );
+    let now = paths
+        .iter()
+        .zip(batch.results)
+        .map(|(p, r)| {
+            let n = match r {
+                Ok(h) => Now::Content(h.hash.blake3),
+                Err(HashError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    Now::Missing
+                }
+                // A directory now where a file was, or a file that was replaced by another kind.
+                Err(HashError::NotAFile { .. }) => Now::Missing,
+                Err(_) => Now::Unknown,
+            };
+            (p.clone(), n)
+        })
+        .collect();
+    // Remembering these makes the next status or reproduce cheap.
+    if !batch.new_cache.is_empty() {
+        if let Some(Ok(w)) = store
+            .conn()
+            .path()
+            .map(|p| roar_store::Writer::start(Path::new(p)))
+        {
+            let _ = w.cache(batch.new_cache);
+        }
+    }
+    now
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    clean: bool,
+    #[serde(flatten)]
+    report: &'a StatusReport,
+    untracked: Vec<String>,
+}
+
+pub fn status(exit_code: bool, json: bool) -> anyhow::Result<ExitCode> {
+    let (project, store) = open()?;
+    let config = crate::config::Config::load(&project)?;
+    let plan = store.status_plan(&project.root)?;
+    let now = look(&store, &plan.paths());
+    let report = plan.evaluate(&now);
+
+    // Files in the tree that no job ever touched.
+    let ignore = roar_store::ignore::Ignore::new(&config.ignore);
+    let mut found = Vec::new();
+    walk(&project.root, &ignore, &mut found)?;
+    let untracked: Vec<String> = found
+        .into_iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .filter(|p| !plan.knows(p))
+        .collect();
+
+    let dirty = !report.is_clean();
+    let code = if exit_code && dirty {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    };
+    if json {
+        fmt::print_json(&Report {
+            clean: !dirty,
+            report: &report,
+            untracked: untracked
+                .iter()
+                .map(|p| rel_exact(p, &project.root))
+                .collect(),
+        })?;
+        return Ok(code);
+    }
+    let root = &project.root;
+    let mut out = std::io::stdout().lock();
+    if !report.changed.is_empty() {
+        writeln!(
+            out,
+            "{} ({})",
+            bold("changed since recorded"),
+            report.changed.len()
+        )?;
+        for c in &report.changed {
+            writeln!(
+                out,
+                "  {:<9} {}  (job {})",
+                format!("{}:", c.state),
+                fmt::shown(&rel_exact(&c.path, root)),
+                c.job
+            )?;
+        }
+    }
+    if !report.stale.is_empty() {
+        let files: usize = report.stale.iter().map(|s| s.outputs.len()).sum();
+        writeln!(
+            out,
+            "{} ({files} files of {} jobs)",
+            bold("stale outputs"),
+            report.stale.len()
+        )?;
+        for s in &report.stale {
+            let chain = s
+                .because
+                .chain
+                .iter()
+                .map(|j| format!("job {j}"))
+                .collect::<Vec<_>>()
+                .join(" → ");
+            writeln!(
+                out,
+                "  job {}  {}  ({} file{}): {} {} ({chain})",
+                s.job,
+                fmt::shown(&s.label),
+                s.outputs.len(),
+                if s.outputs.len() == 1 { "" } else { "s" },
+                fmt::shown(&rel_exact(&s.because.path, root)),
+                s.because.change,
+            )?;
+            let shown = 3;
+            for o in s.outputs.iter().take(shown) {
+                writeln!(out, "      {}", fmt::shown(&rel_exact(o, root)))?;
+            }
+            if s.outputs.len() > shown {
+                writeln!(out, "      ... {} more", s.outputs.len() - shown)?;
+            }
+        }
+    }
+    if !untracked.is_empty() {
+        writeln!(out, "{} ({})", bold("untracked"), untracked.len())?;
+        for p in &untracked {
+            writeln!(out, "  {}", fmt::shown(&rel_exact(p, root)))?;
+        }
+    }
+    if !dirty && untracked.is_empty() {
+        writeln!(out, "everything matches what roar recorded")?;
+    }
+    Ok(code)
+}
+
+fn walk(
+    dir: &Path,
+    ignore: &roar_store::ignore::Ignore,
+    out: &mut Vec<PathBuf>,
+) -> anyhow::Result<()> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for e in entries {
+        let e = e?;
+        let path = e.path();
+        let name = e.file_name();
+        if name == ".roar" || name == ".git" || ignore.is_ignored(&path) {
+            continue;
+        }
+        let ty = e.file_type()?;
+        if ty.is_dir() {
+            walk(&path, ignore, out)?;
+        } else if ty.is_file() {
+            out.push(path);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,372 @@
+//! `roar status`: which recorded files changed, and which outputs are stale because something
+//! upstream of them changed — transitively, with the chain of jobs that carries the change.
+//!
+//! The plan is read from the store first ([`Store::status_plan`]); the caller looks at the files
+//! it names (stat and hash cache, a read only when the identity changed) and hands back what it
+//! found ([`StatusPlan::evaluate`]). Only the last record of each location counts: a job whose
+//! every output was rewritten since by another job is history, not status.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::error::Result;
+use crate::model::{argv_from_blob, ContentHash, Ops, Role};
+use crate::query::{hash_from, Store};
+use crate::quote::shell_join;
+
+/// What is at a location now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Now {
+    Missing,
+    Content(String),
+    /// Could not be read (permissions, a special file): never judged.
+    Unknown,
+}
+
+/// The last record of one location.
+#[derive(Debug, Clone)]
+struct Last {
+    hash: Option<ContentHash>,
+    role: Role,
+    job: i64,
+    /// The job moved or deleted the file itself: its absence is what was recorded.
+    gone: bool,
+}
+
+#[derive(Debug, Clone)]
+struct JobPlan {
+    id: i64,
+    label: String,
+    inputs: Vec<(String, Option<String>)>,
+    /// Outputs this job is still the last record of.
+    outputs: Vec<String>,
+}
+
+/// What `roar status` must look at, read from the store in one pass.
+#[derive(Debug)]
+pub struct StatusPlan {
+    last: HashMap<String, Last>,
+    /// The last job that wrote each location, and the content it wrote.
+    made: HashMap<String, (i64, String)>,
+    jobs: Vec<JobPlan>,
+    root: std::path::PathBuf,
+}
+
+/// A recorded file whose content is not what was recorded last.
+#[derive(Debug, Clone, Serialize)]
+pub struct Change {
+    pub path: String,
+    /// modified | deleted
+    pub state: &'static str,
+    /// The job that recorded the content last.
+    pub job: i64,
+    pub recorded: Option<String>,
+    pub now: Option<String>,
+}
+
+/// Why a job's outputs are stale: the first changed input found, and the jobs the change went
+/// through (the job that read it first, this job last).
+#[derive(Debug, Clone, Serialize)]
+pub struct Cause {
+    pub path: String,
+    /// modified | deleted | rewritten (a later job wrote the location)
+    pub change: &'static str,
+    pub chain: Vec<i64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StaleJob {
+    pub job: i64,
+    pub label: String,
+    pub outputs: Vec<String>,
+    pub because: Cause,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StatusReport {
+    /// Files of the project whose content changed since their last record.
+    pub changed: Vec<Change>,
+    /// Jobs whose current outputs would change if re-run, in the order they started.
+    pub stale: Vec<StaleJob>,
+}
+
+impl StatusReport {
+    pub fn is_clean(&self) -> bool {
+        self.changed.is_empty() && self.stale.is_empty()
+    }
+}
+
+impl Store {
+    /// Reads the last record of every location and the inputs of every job that is still the
+    /// last writer of one; noise is left out (see [`Store::hide`]).
+    pub fn status_plan(&self, root: &Path) -> Result<StatusPlan> {
+        let read = || -> rusqlite::Result<StatusPlan> {
+            let mut last = HashMap::new();
+            let mut stmt = self.conn.prepare(
+                "SELECT f.path, f.role, f.job_id, a.blake3, a.sha256, a.size, f.ops FROM job_files f
+                 LEFT JOIN artifacts a ON a.id = f.artifact_id
+                 WHERE f.id IN (SELECT max(id) FROM job_files WHERE role != 'temp' GROUP BY path)
+                   AND NOT roar_noise(f.path)",
+            )?;
+            let mut rows = stmt.query([])?;
+            while let Some(r) = rows.next()? {
+                let path = String::from_utf8_lossy(r.get_ref(0)?.as_bytes()?).into_owned();
+                last.insert(
+                    path,
+                    Last {
+                        role: Role::parse(&r.get::<_, String>(1)?),
+                        job: r.get(2)?,
+                        hash: hash_from(r.get(3)?, r.get(4)?, r.get(5)?),
+                        gone: {
+                            let ops = Ops::parse(&r.get::<_, String>(6)?);
+                            ops.contains(Ops::UNLINK)
+                                || (ops.contains(Ops::RENAME) && r.get::<_, String>(1)? == "input")
+                        },
+                    },
+                );
+            }
+            // The last writer of each location that still holds what it wrote (as far as the
+            // store knows: no later record shows other content there).
+            let mut outputs: BTreeMap<i64, Vec<String>> = BTreeMap::new();
+            let mut writers = self.conn.prepare(
+                "SELECT f.path, f.job_id, a.blake3 FROM job_files f JOIN artifacts a ON a.id = f.artifact_id
+                 WHERE f.id IN (SELECT max(id) FROM job_files WHERE role = 'output' GROUP BY path)
+                   AND NOT roar_noise(f.path)",
+            )?;
+            let mut made = HashMap::new();
+            let mut rows = writers.query([])?;
+            while let Some(r) = rows.next()? {
+                let path = String::from_utf8_lossy(r.get_ref(0)?.as_bytes()?).into_owned();
+                let job: i64 = r.get(1)?;
+                let blake3: String = r.get(2)?;
+                let held = last.get(&path).is_some_and(|l| {
+                    !l.gone && l.hash.as_ref().is_some_and(|h| h.blake3 == blake3)
+                });
+                if held {
+                    outputs.entry(job).or_default().push(path.clone());
+                }
+                made.insert(path, (job, blake3));
+            }
+            // Every last writer takes part, even one whose outputs were all moved on: a change
+            // upstream of it goes through it to the jobs that read what it made.
+            for (job, _) in made.values() {
+                outputs.entry(*job).or_default();
+            }
+            let mut jobs = Vec::with_capacity(outputs.len());
+            let mut head = self
+                .conn
+                .prepare("SELECT name, argv, started_ns FROM jobs WHERE id = ?1")?;
+            let mut ins = self.conn.prepare(
+                "SELECT f.path, a.blake3 FROM job_files f LEFT JOIN artifacts a ON a.id = f.artifact_id
+                 WHERE f.job_id = ?1 AND f.role = 'input' AND NOT roar_noise(f.path)",
+            )?;
+            let mut order = Vec::new();
+            for (id, mut outs) in outputs {
+                let (label, started): (String, i64) = head.query_row([id], |r| {
+                    let name: Option<String> = r.get(0)?;
+                    let argv = argv_from_blob(r.get_ref(1)?.as_bytes()?);
+                    let argv = shell_join(&argv);
+                    Ok((
+                        match name {
+                            Some(n) => format!("[{n}] {argv}"),
+                            None => argv,
+                        },
+                        r.get(2)?,
+                    ))
+                })?;
+                let inputs = ins
+                    .query_map([id], |r| {
+                        Ok((
+                            String::from_utf8_lossy(r.get_ref(0)?.as_bytes()?).into_owned(),
+                            r.get(1)?,
+                        ))
+                    })?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                outs.sort();
+                order.push((started, id));
+                jobs.push(JobPlan {
+                    id,
+                    label,
+                    inputs,
+                    outputs: outs,
+                });
+            }
+            // Producers before the jobs that read them.
+            let rank: HashMap<i64, (i64, i64)> =
+                order.iter().map(|&(s, id)| (id, (s, id))).collect();
+            jobs.sort_by_key(|j| rank[&j.id]);
+            Ok(StatusPlan {
+                last,
+                made,
+                jobs,
+                root: root.to_owned(),
+            })
+        };
+        read().map_err(|e| self.err(e))
+    }
+}
+
+impl StatusPlan {
+    /// Whether the store has a record (not a temp) of `path`.
+    pub fn knows(&self, path: &str) -> bool {
+        self.last.contains_key(path)
+    }
+
+    /// The files to look at: every recorded location in the project and every input of a job
+    /// that still counts, wherever it is (S3 objects are judged from the record alone).
+    pub fn paths(&self) -> Vec<String> {
+        let mut out: HashSet<&str> = self
+            .last
+            .keys()
+            .filter(|p| Path::new(p).starts_with(&self.root))
+            .map(String::as_str)
+            .collect();
+        for j in &self.jobs {
+            out.extend(j.inputs.iter().map(|(p, _)| p.as_str()));
+        }
+        let mut v: Vec<String> = out
+            .into_iter()
+            .filter(|p| !p.starts_with("s3://"))
+            .map(str::to_owned)
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Judges the plan against what is at each location now (`now` has an entry for every path
+    /// of [`StatusPlan::paths`]).
+    pub fn evaluate(&self, now: &HashMap<String, Now>) -> StatusReport {
+        let mut changed = Vec::new();
+        let mut state: HashMap<&str, (&'static str, Option<&str>)> = HashMap::new();
+        for (path, l) in &self.last {
+            let Some(now) = self.now_at(path, now) else {
+                continue;
+            };
+            let recorded = l.hash.as_ref().map(|h| h.blake3.as_str());
+            let st = match (recorded, &now) {
+                (_, Now::Unknown) => continue,
+                (_, Now::Missing) if l.gone => continue,
+                (Some(_), Now::Missing) => "deleted",
+                (Some(r), Now::Content(c)) if r != c => "modified",
+                _ => continue,
+            };
+            state.insert(path.as_str(), (st, recorded));
+            if Path::new(path).starts_with(&self.root) {
+                changed.push(Change {
+                    path: path.clone(),
+                    state: st,
+                    job: l.job,
+                    recorded: recorded.map(str::to_owned),
+                    now: match now {
+                        Now::Content(c) => Some(c),
+                        _ => None,
+                    },
+                });
+            }
+        }
+        changed.sort_by(|a, b| a.path.cmp(&b.path));
+
+        let mut stale: HashMap<i64, Cause> = HashMap::new();
+        // Jobs are in start order, so a producer is usually judged before its readers; the loop
+        // repeats until nothing new is found for the rare reader recorded out of order.
+        loop {
+            let mut found = false;
+            for j in &self.jobs {
+                if stale.contains_key(&j.id) {
+                    continue;
+                }
+                if let Some(cause) = self.cause(j, now, &stale) {
+                    stale.insert(j.id, cause);
+                    found = true;
+                }
+            }
+            if !found {
+                break;
+            }
+        }
+        let stale = self
+            .jobs
+            .iter()
+            .filter_map(|j| {
+                let because = stale.get(&j.id)?.clone();
+                // An output changed by hand is reported as modified, not as stale.
+                let outputs: Vec<String> = j
+                    .outputs
+                    .iter()
+                    .filter(|o| !state.contains_key(o.as_str()))
+                    .cloned()
+                    .collect();
+                (!outputs.is_empty()).then(|| StaleJob {
+                    job: j.id,
+                    label: j.label.clone(),
+                    outputs,
+                    because,
+                })
+            })
+            .collect();
+        StatusReport { changed, stale }
+    }
+
+    fn now_at(&self, path: &str, now: &HashMap<String, Now>) -> Option<Now> {
+        if path.starts_with("s3://") {
+            // roar cannot look into a bucket without a client's credentials: an object's current
+            // content is the last one recorded for it.
+            let l = self.last.get(path)?;
+            return Some(match &l.hash {
+                Some(h) => Now::Content(h.blake3.clone()),
+                None => Now::Missing,
+            });
+        }
+        now.get(path).cloned()
+    }
+
+    fn cause(
+        &self,
+        j: &JobPlan,
+        now: &HashMap<String, Now>,
+        stale: &HashMap<i64, Cause>,
+    ) -> Option<Cause> {
+        let mut inherited = None;
+        for (path, read) in &j.inputs {
+            let Some(read) = read else { continue };
+            // Unchanged, but made by a job that is itself stale.
+            if inherited.is_none() {
+                let up = self.made.get(path).filter(|(w, c)| c == read && *w != j.id);
+                if let Some(up) = up.and_then(|(w, _)| stale.get(w)) {
+                    let mut c = up.clone();
+                    c.chain.push(j.id);
+                    inherited = Some(c);
+                }
+            }
+            let last = self.last.get(path);
+            // The job changed or moved that file itself (an in-place update, a rename away): its
+            // own doing, not a change.
+            if last.is_some_and(|l| l.job == j.id && (l.role == Role::Output || l.gone)) {
+                continue;
+            }
+            let change = match self.now_at(path, now) {
+                Some(Now::Missing) => Some("deleted"),
+                Some(Now::Content(c)) if &c != read => Some(match last {
+                    Some(l)
+                        if l.role == Role::Output
+                            && l.hash.as_ref().is_some_and(|h| h.blake3 == c) =>
+                    {
+                        "rewritten"
+                    }
+                    _ => "modified",
+                }),
+                _ => None,
+            };
+            if let Some(change) = change {
+                return Some(Cause {
+                    path: path.clone(),
+                    change,
+                    chain: vec![j.id],
+                });
+            }
+        }
+        inherited
+    }
+}
