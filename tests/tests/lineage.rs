@@ -92,22 +92,41 @@ fn lineage_and_inputs_walk_to_the_root_inputs() {
 #[test]
 fn status_reports_modified_stale_deleted_and_untracked() {
     let p = pipeline();
+    let out = p.roar(["status", "--exit-code"]);
     assert!(
-        stdout(&p.roar(["status"])).contains("everything matches"),
+        stdout(&out).contains("everything matches"),
         "{}",
-        stdout(&p.roar(["status"]))
+        stdout(&out)
     );
+    assert_eq!(out.status.code(), Some(0));
     p.write("conf.txt", b"forward\n");
     std::fs::remove_file(p.path().join("sorted.txt")).unwrap();
     p.write("new.txt", b"n");
-    let out = stdout(&p.roar(["status"]));
-    assert!(out.contains("modified:  conf.txt"), "{out}");
-    assert!(out.contains("deleted:   sorted.txt"), "{out}");
+    let out = p.roar(["status", "--exit-code"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let out = stdout(&out);
+    assert!(out.contains("modified: conf.txt  (read by job 2)"), "{out}");
     assert!(
-        out.contains("stale:     tagged.txt  (input conf.txt changed since job 2)"),
+        out.contains("deleted:  sorted.txt  (made by job 1)"),
         "{out}"
     );
-    assert!(out.contains("untracked: new.txt"), "{out}");
+    assert!(
+        out.contains("job 2  [tag] sh -c 'cat conf.txt sorted.txt > tagged.txt'  (1 file): conf.txt modified (job 2)"),
+        "{out}"
+    );
+    // report read sorted.txt (gone) and tag's output (stale): the direct cause is named.
+    assert!(
+        out.contains("(1 file): sorted.txt deleted (job 3)"),
+        "{out}"
+    );
+    // Put sorted.txt back: report is still stale, through tag.
+    let out = p.roar(["run", "--", "sh", "-c", "sort raw.txt > sorted.txt"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = stdout(&p.roar(["status"]));
+    assert!(out.contains("conf.txt modified (job 2 → job 3)"), "{out}");
+    assert!(out.contains("untracked (1)\n  new.txt"), "{out}");
+    // Without --exit-code, status always exits 0.
+    assert_eq!(p.roar(["status"]).status.code(), Some(0));
 }
 
 #[test]

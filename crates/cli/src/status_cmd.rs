@@ -110,9 +110,10 @@ pub fn status(exit_code: bool, json: bool) -> anyhow::Result<ExitCode> {
         for c in &report.changed {
             writeln!(
                 out,
-                "  {:<9} {}  (job {})",
+                "  {:<9} {}  ({} by job {})",
                 format!("{}:", c.state),
                 fmt::shown(&rel_exact(&c.path, root)),
+                if c.made { "made" } else { "read" },
                 c.job
             )?;
         }

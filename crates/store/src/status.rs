@@ -60,8 +60,10 @@ pub struct Change {
     pub path: String,
     /// modified | deleted
     pub state: &'static str,
-    /// The job that recorded the content last.
+    /// The job that made the recorded content, else the last job that read it.
     pub job: i64,
+    /// Whether `job` made it (else it read it).
+    pub made: bool,
     pub recorded: Option<String>,
     pub now: Option<String>,
 }
@@ -254,10 +256,16 @@ impl StatusPlan {
             };
             state.insert(path.as_str(), (st, recorded));
             if Path::new(path).starts_with(&self.root) {
+                let maker = self
+                    .made
+                    .get(path)
+                    .filter(|(_, c)| Some(c.as_str()) == recorded)
+                    .map(|(j, _)| *j);
                 changed.push(Change {
                     path: path.clone(),
                     state: st,
-                    job: l.job,
+                    job: maker.unwrap_or(l.job),
+                    made: maker.is_some(),
                     recorded: recorded.map(str::to_owned),
                     now: match now {
                         Now::Content(c) => Some(c),
