@@ -175,15 +175,20 @@ pub(crate) fn current_hashes(
             out.insert(p.clone(), h.hash);
         }
     }
-    // Remembering these makes the next status or reproduce cheap.
-    if !batch.new_cache.is_empty() {
-        if let Some(Ok(w)) = store
-            .conn()
-            .path()
-            .map(|p| roar_store::Writer::start(Path::new(p)))
-        {
-            let _ = w.cache(batch.new_cache);
-        }
-    }
+    remember(store, batch.new_cache);
     out
+}
+
+/// Saves hashes computed by a query in the hash cache: the next status or reproduce is cheap.
+pub(crate) fn remember(store: &Store, entries: Vec<roar_store::CacheEntry>) {
+    if entries.is_empty() {
+        return;
+    }
+    if let Some(Ok(w)) = store
+        .conn()
+        .path()
+        .map(|p| roar_store::Writer::start(Path::new(p)))
+    {
+        let _ = w.cache(entries);
+    }
 }

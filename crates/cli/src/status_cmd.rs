@@ -43,16 +43,7 @@ fn look(store: &Store, paths: &[String]) -> HashMap<String, Now> {
             (p.clone(), n)
         })
         .collect();
-    // Remembering these makes the next status or reproduce cheap.
-    if !batch.new_cache.is_empty() {
-        if let Some(Ok(w)) = store
-            .conn()
-            .path()
-            .map(|p| roar_store::Writer::start(Path::new(p)))
-        {
-            let _ = w.cache(batch.new_cache);
-        }
-    }
+    crate::lineage_cmd::remember(store, batch.new_cache);
     now
 }
 

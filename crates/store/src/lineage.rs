@@ -141,42 +141,52 @@ impl Store {
         artifact: i64,
         reader: i64,
         before_ns: i64,
+        never_made: &mut HashSet<i64>,
     ) -> rusqlite::Result<Option<Producer>> {
-        let here: Option<i64> = self
+        // The last writer of the path before the reader, one with these bytes first: a writer
+        // with other bytes only means the path changed outside roar since (no producer).
+        let here: Option<(i64, bool)> = self
             .conn
             .prepare_cached(
-                "SELECT f.job_id FROM job_files f JOIN jobs j ON j.id = f.job_id
-                 WHERE f.path = ?1 AND f.role = 'output' AND f.artifact_id = ?2
-                   AND f.job_id != ?3 AND j.started_ns < ?4
-                 ORDER BY j.started_ns DESC, f.job_id DESC LIMIT 1",
+                "SELECT f.job_id, f.artifact_id IS ?2 AS same FROM job_files f
+                 JOIN jobs j ON j.id = f.job_id
+                 WHERE f.path = ?1 AND f.role = 'output' AND f.job_id != ?3 AND j.started_ns < ?4
+                 ORDER BY same DESC, j.started_ns DESC, f.job_id DESC LIMIT 1",
             )?
-            .query_row(params![path, artifact, reader, before_ns], |r| r.get(0))
+            .query_row(params![path, artifact, reader, before_ns], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
             .optional()?;
-        if let Some(job) = here {
-            return Ok(Some((job, None)));
+        match here {
+            Some((job, true)) => return Ok(Some((job, None))),
+            Some((_, false)) => return Ok(None),
+            None => {}
         }
-        // The path was written by a job but not with these bytes: changed outside roar since.
-        let written: bool = self
-            .conn
-            .prepare_cached(
-                "SELECT EXISTS (SELECT 1 FROM job_files f JOIN jobs j ON j.id = f.job_id
-                 WHERE f.path = ?1 AND f.role = 'output' AND f.job_id != ?2 AND j.started_ns < ?3)",
-            )?
-            .query_row(params![path, reader, before_ns], |r| r.get(0))?;
-        if written {
+        // No job wrote the path: the content, wherever a job wrote it (a copy roar did not see).
+        // Content no job ever wrote (a dataset every step reads) is remembered for the walk.
+        if never_made.contains(&artifact) {
             return Ok(None);
         }
-        self.conn
+        let found: Option<(i64, String, i64)> = self
+            .conn
             .prepare_cached(
-                "SELECT f.job_id, f.path FROM job_files f JOIN jobs j ON j.id = f.job_id
-                 WHERE f.artifact_id = ?1 AND f.role = 'output' AND f.job_id != ?2
-                   AND j.started_ns < ?3
-                 ORDER BY j.started_ns DESC, f.job_id DESC LIMIT 1",
+                "SELECT f.job_id, f.path, j.started_ns < ?3 AND f.job_id != ?2 AS before FROM job_files f
+                 JOIN jobs j ON j.id = f.job_id
+                 WHERE f.artifact_id = ?1 AND f.role = 'output'
+                 ORDER BY before DESC, j.started_ns DESC, f.job_id DESC LIMIT 1",
             )?
             .query_row(params![artifact, reader, before_ns], |r| {
-                Ok((r.get(0)?, Some(lossy(r.get_ref(1)?.as_bytes()?))))
+                Ok((r.get(0)?, lossy(r.get_ref(1)?.as_bytes()?), r.get(2)?))
             })
-            .optional()
+            .optional()?;
+        match found {
+            Some((job, at, 1)) => Ok(Some((job, Some(at)))),
+            Some(_) => Ok(None),
+            None => {
+                never_made.insert(artifact);
+                Ok(None)
+            }
+        }
     }
 
     /// The job that made `target` (see [`Store::lineage`]), if a recorded one did.
@@ -201,7 +211,7 @@ impl Store {
             return Ok(None);
         };
         match &target.path {
-            Some(p) => self.producer_of(p.as_bytes(), artifact, -1, i64::MAX),
+            Some(p) => self.producer_of(p.as_bytes(), artifact, -1, i64::MAX, &mut HashSet::new()),
             None => self
                 .conn
                 .prepare_cached(
@@ -214,7 +224,8 @@ impl Store {
         }
     }
 
-    fn step(&self, job_id: i64) -> rusqlite::Result<Step> {
+    /// One job with its non-temp files; `never_made` memoises content no job ever wrote.
+    fn step(&self, job_id: i64, never_made: &mut HashSet<i64>) -> rusqlite::Result<Step> {
         let mut step = self
             .conn
             .prepare_cached(
@@ -270,7 +281,7 @@ impl Store {
             if role == "input" {
                 if let Some(artifact) = artifact {
                     if let Some((job, copy_of)) =
-                        self.producer_of(&path, artifact, job_id, step.started_ns)?
+                        self.producer_of(&path, artifact, job_id, step.started_ns, never_made)?
                     {
                         edge.producer = Some(job);
                         edge.copy_of = copy_of;
@@ -308,6 +319,7 @@ impl Store {
             let mut steps: BTreeMap<i64, Step> = BTreeMap::new();
             let mut roots: BTreeMap<(String, String), Edge> = BTreeMap::new();
             let mut seen_jobs = HashSet::new();
+            let mut never_made = HashSet::new();
             let mut queue = VecDeque::new();
             if let Some((job, _)) = self.maker(target)? {
                 queue.push_back(job);
@@ -316,7 +328,7 @@ impl Store {
                 if !seen_jobs.insert(job) {
                     continue;
                 }
-                let step = self.step(job)?;
+                let step = self.step(job, &mut never_made)?;
                 for input in &step.inputs {
                     match input.producer {
                         Some(p) => queue.push_back(p),
@@ -360,9 +372,10 @@ impl Store {
                 )?
                 .query_map([], |r| r.get(0))?
                 .collect::<rusqlite::Result<_>>()?;
+            let mut never_made = HashSet::new();
             let steps = ids
                 .into_iter()
-                .map(|id| self.step(id))
+                .map(|id| self.step(id, &mut never_made))
                 .collect::<rusqlite::Result<_>>()?;
             Ok(Dag { steps })
         };
