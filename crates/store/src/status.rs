@@ -38,6 +38,7 @@ struct Last {
 #[derive(Debug, Clone)]
 struct JobPlan {
     id: i64,
+    started: i64,
     label: String,
     inputs: Vec<(String, Option<String>)>,
     /// Outputs this job is still the last record of.
@@ -164,7 +165,6 @@ impl Store {
                 "SELECT f.path, a.blake3 FROM job_files f LEFT JOIN artifacts a ON a.id = f.artifact_id
                  WHERE f.job_id = ?1 AND f.role = 'input' AND NOT roar_noise(f.path)",
             )?;
-            let mut order = Vec::new();
             for (id, mut outs) in outputs {
                 let (label, started): (String, i64) = head.query_row([id], |r| {
                     let name: Option<String> = r.get(0)?;
@@ -187,18 +187,16 @@ impl Store {
                     })?
                     .collect::<rusqlite::Result<Vec<_>>>()?;
                 outs.sort();
-                order.push((started, id));
                 jobs.push(JobPlan {
                     id,
+                    started,
                     label,
                     inputs,
                     outputs: outs,
                 });
             }
             // Producers before the jobs that read them.
-            let rank: HashMap<i64, (i64, i64)> =
-                order.iter().map(|&(s, id)| (id, (s, id))).collect();
-            jobs.sort_by_key(|j| rank[&j.id]);
+            jobs.sort_by_key(|j| (j.started, j.id));
             Ok(StatusPlan {
                 last,
                 made,
