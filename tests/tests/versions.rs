@@ -468,3 +468,42 @@ fn a_store_of_the_previous_schema_migrates_with_every_job() {
         [1, 2]
     );
 }
+
+#[test]
+fn an_s3_copy_is_a_new_version_whose_lineage_goes_through_the_copy() {
+    if !common::require_python_modules(&["boto3"]) {
+        return;
+    }
+    let p = Project::new();
+    p.write("data.csv", b"a,b\n1,2\n");
+    let s3 = |name: &str, code: &str| {
+        let script = format!("import boto3\ns3 = boto3.client('s3')\n{code}\n");
+        p.write(&format!("{name}.py"), script.as_bytes());
+        let out = p.roar(["run", "--s3", "--name", name, "--", "python3", &format!("{name}.py")]);
+        assert!(out.status.success(), "{name}: {}", stderr(&out));
+    };
+    s3(
+        "upload",
+        "s3.create_bucket(Bucket='lineage-b')\ns3.upload_file('data.csv', 'lineage-b', 'raw/data.csv')",
+    );
+    s3(
+        "stage",
+        "s3.copy_object(Bucket='lineage-b', Key='staged/data.csv', CopySource={'Bucket': 'lineage-b', 'Key': 'raw/data.csv'})",
+    );
+    s3(
+        "train",
+        "open('model.txt', 'wb').write(s3.get_object(Bucket='lineage-b', Key='staged/data.csv')['Body'].read().upper())",
+    );
+    let dag = json(&p, &["dag", "--json"]);
+    assert_eq!(
+        inputs_of(&p, &dag, 3).into_iter().filter(|i| i.0.starts_with("s3://")).collect::<Vec<_>>(),
+        [("s3://lineage-b/staged/data.csv".into(), Some(2), None)],
+        "{dag}"
+    );
+    let stage = &dag["steps"][1];
+    assert_eq!(stage["outputs"][0]["path"], "s3://lineage-b/staged/data.csv", "{dag}");
+    assert_eq!(stage["outputs"][0]["copy_of"], "s3://lineage-b/raw/data.csv", "{dag}");
+    assert_eq!(job_ids(&json(&p, &["lineage", "model.txt", "--json"])), [1, 2, 3]);
+    let out = p.roar(["status", "--exit-code"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+}
