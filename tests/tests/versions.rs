@@ -479,7 +479,15 @@ fn an_s3_copy_is_a_new_version_whose_lineage_goes_through_the_copy() {
     let s3 = |name: &str, code: &str| {
         let script = format!("import boto3\ns3 = boto3.client('s3')\n{code}\n");
         p.write(&format!("{name}.py"), script.as_bytes());
-        let out = p.roar(["run", "--s3", "--name", name, "--", "python3", &format!("{name}.py")]);
+        let out = p.roar([
+            "run",
+            "--s3",
+            "--name",
+            name,
+            "--",
+            "python3",
+            &format!("{name}.py"),
+        ]);
         assert!(out.status.success(), "{name}: {}", stderr(&out));
     };
     s3(
@@ -496,14 +504,53 @@ fn an_s3_copy_is_a_new_version_whose_lineage_goes_through_the_copy() {
     );
     let dag = json(&p, &["dag", "--json"]);
     assert_eq!(
-        inputs_of(&p, &dag, 3).into_iter().filter(|i| i.0.starts_with("s3://")).collect::<Vec<_>>(),
+        inputs_of(&p, &dag, 3)
+            .into_iter()
+            .filter(|i| i.0.starts_with("s3://"))
+            .collect::<Vec<_>>(),
         [("s3://lineage-b/staged/data.csv".into(), Some(2), None)],
         "{dag}"
     );
     let stage = &dag["steps"][1];
-    assert_eq!(stage["outputs"][0]["path"], "s3://lineage-b/staged/data.csv", "{dag}");
-    assert_eq!(stage["outputs"][0]["copy_of"], "s3://lineage-b/raw/data.csv", "{dag}");
-    assert_eq!(job_ids(&json(&p, &["lineage", "model.txt", "--json"])), [1, 2, 3]);
+    assert_eq!(
+        stage["outputs"][0]["path"], "s3://lineage-b/staged/data.csv",
+        "{dag}"
+    );
+    assert_eq!(
+        stage["outputs"][0]["copy_of"], "s3://lineage-b/raw/data.csv",
+        "{dag}"
+    );
+    assert_eq!(
+        job_ids(&json(&p, &["lineage", "model.txt", "--json"])),
+        [1, 2, 3]
+    );
     let out = p.roar(["status", "--exit-code"]);
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+}
+
+#[test]
+fn status_names_active_mounts_and_judges_their_jobs_once_recorded() {
+    if !common::mount::require_fuse() {
+        return;
+    }
+    let mut m =
+        common::mount::Mounted::new(|d| std::fs::write(d.join("raw.txt"), b"2\n1\n").unwrap());
+    assert!(m.run(&["sh", "-c", "sort raw.txt > sorted.txt"]).success());
+    let v = json(&m.p, &["status", "--json"]);
+    let mounts = v["mounts"].as_array().unwrap();
+    assert_eq!(mounts.len(), 1, "{v}");
+    assert_eq!(mounts[0]["state"], "active", "{v}");
+    let text = stdout(&m.p.roar(["status"]));
+    assert!(text.contains("mount data  (pid"), "{text}");
+    m.unmount();
+    let out = m.p.roar(["status", "--exit-code"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    std::fs::write(m.data.join("raw.txt"), b"3\n").unwrap();
+    let v = json(&m.p, &["status", "--json"]);
+    assert_eq!(
+        v["stale"][0]["because"]["path"],
+        m.data.join("raw.txt").to_str().unwrap(),
+        "{v}"
+    );
+    assert!(v["mounts"].as_array().unwrap().is_empty(), "{v}");
 }

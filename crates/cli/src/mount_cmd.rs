@@ -283,7 +283,8 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-fn list(project: &Project, json: bool) -> anyhow::Result<ExitCode> {
+/// The project's mounts as their state files describe them, with how each one is doing.
+pub(crate) fn mounts(project: &Project) -> Vec<serde_json::Value> {
     let mut mounts = Vec::new();
     if let Ok(entries) = std::fs::read_dir(state_dir(project)) {
         for e in entries.flatten() {
@@ -303,6 +304,11 @@ fn list(project: &Project, json: bool) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    mounts
+}
+
+fn list(project: &Project, json: bool) -> anyhow::Result<ExitCode> {
+    let mounts = mounts(project);
     if json {
         crate::fmt::print_json(&mounts)?;
     } else if mounts.is_empty() {

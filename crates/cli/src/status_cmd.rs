@@ -53,6 +53,8 @@ struct Report<'a> {
     #[serde(flatten)]
     report: &'a StatusReport,
     untracked: Vec<String>,
+    /// `roar mount`s of the project: what their processes do now is recorded when each job ends.
+    mounts: Vec<serde_json::Value>,
 }
 
 pub fn status(exit_code: bool, json: bool) -> anyhow::Result<ExitCode> {
@@ -72,6 +74,7 @@ pub fn status(exit_code: bool, json: bool) -> anyhow::Result<ExitCode> {
         .filter(|p| !plan.knows(p))
         .collect();
 
+    let mounts = crate::mount_cmd::mounts(&project);
     let dirty = !report.is_clean();
     let code = if exit_code && dirty {
         ExitCode::from(1)
@@ -86,6 +89,7 @@ pub fn status(exit_code: bool, json: bool) -> anyhow::Result<ExitCode> {
                 .iter()
                 .map(|p| rel_exact(p, &project.root))
                 .collect(),
+            mounts,
         })?;
         return Ok(code);
     }
@@ -149,6 +153,17 @@ pub fn status(exit_code: bool, json: bool) -> anyhow::Result<ExitCode> {
         for p in &untracked {
             writeln!(out, "  {}", fmt::shown(&rel_exact(p, root)))?;
         }
+    }
+    for m in &mounts {
+        writeln!(
+            out,
+            "{} {}  (pid {}, since {}, {}): jobs running under it are recorded when they end",
+            bold("mount"),
+            fmt::shown(&rel_exact(m["dir"].as_str().unwrap_or_default(), root)),
+            m["pid"],
+            m["since"].as_str().unwrap_or_default(),
+            m["state"].as_str().unwrap_or_default(),
+        )?;
     }
     if !dirty && untracked.is_empty() {
         writeln!(out, "everything matches what roar recorded")?;
