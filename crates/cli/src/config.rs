@@ -60,25 +60,90 @@ impl Config {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
             Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
         };
-        let config: Config = toml::from_str(&text).with_context(|| {
-            format!(
-                "{} is not valid; fix it or delete it to use the defaults",
-                path.display()
+        Config::parse(&text, project).map_err(|e| anyhow::anyhow!("{}:{e}", path.display()))
+    }
+
+    /// Parses and checks a config file's text; an error is one line, `LINE: what is wrong` (the
+    /// caller puts the file's path before it).
+    pub fn parse(text: &str, project: &Project) -> anyhow::Result<Config> {
+        let line_of = |offset: usize| text[..offset.min(text.len())].matches('\n').count() + 1;
+        let mut config: Config = toml::from_str(text).map_err(|e| {
+            let line = e.span().map(|s| line_of(s.start)).unwrap_or(1);
+            let src = text.lines().nth(line - 1).unwrap_or_default().trim();
+            anyhow::anyhow!(
+                "{line}: {} (in `{src}`); fix it, or delete the file to use the defaults",
+                e.message().trim_end_matches('\n').replace('\n', "; ")
             )
         })?;
+        // Errors found after parsing point at the key's line.
+        let at = |key: &str| {
+            text.lines()
+                .position(|l| l.trim_start().starts_with(key))
+                .map_or(1, |i| i + 1)
+        };
         if !matches!(config.hash.as_str(), "blake3" | "sha256") {
             anyhow::bail!(
                 "{}: hash = {:?} is not supported; use \"blake3\" or \"sha256\"",
-                path.display(),
+                at("hash"),
                 config.hash
             );
         }
+        if !matches!(
+            config.tracer.as_str(),
+            "auto" | "preload" | "ptrace" | "ebpf"
+        ) {
+            anyhow::bail!(
+                "{}: tracer = {:?} is not a tracer; use \"auto\", \"preload\", \"ptrace\" or \"ebpf\"",
+                at("tracer"),
+                config.tracer
+            );
+        }
+        let mut resolved = Vec::with_capacity(config.ignore.len());
+        for g in &config.ignore {
+            resolved.push(
+                resolve_glob(g, &project.root)
+                    .map_err(|why| anyhow::anyhow!("{}: ignore glob {g:?} {why}", at("ignore")))?,
+            );
+        }
+        config.ignore = resolved;
         roar_store::redact::Policy::new(&config.redact)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            .map_err(|e| anyhow::anyhow!("{}: {e}", at("[redact]")))?;
         Ok(config)
     }
 
     pub fn sha256(&self) -> bool {
         self.hash == "sha256"
     }
+}
+
+/// An `ignore` glob as recorded paths are matched: like .gitignore, a glob without `/` matches
+/// a name anywhere (`*.log` is `**/*.log`), one starting with `/` is absolute, any other is
+/// relative to the project root (`data/tmp/**`). Refuses globs that can never mean what was meant.
+pub fn resolve_glob(glob: &str, root: &std::path::Path) -> Result<String, &'static str> {
+    if glob.is_empty() {
+        return Err("is empty");
+    }
+    if glob.contains('\0') {
+        return Err("contains a NUL byte");
+    }
+    if glob
+        .split('/')
+        .any(|part| part.contains("**") && part != "**")
+    {
+        return Err("uses `**` inside a name: `**` must be a whole path component (`a/**/b`)");
+    }
+    if glob.starts_with('/') {
+        return Ok(glob.to_owned());
+    }
+    let glob = glob.strip_prefix("./").unwrap_or(glob);
+    if glob.starts_with("../") || glob.split('/').any(|p| p == "..") {
+        return Err("goes above the project with `..`; use an absolute path");
+    }
+    if !glob.contains('/') {
+        return Ok(format!("**/{glob}"));
+    }
+    if glob.starts_with("**/") {
+        return Ok(glob.to_owned());
+    }
+    Ok(format!("{}/{glob}", root.display()))
 }

@@ -423,7 +423,7 @@ fn load_credentials(path: &Path) -> anyhow::Result<Vec<(String, String)>> {
     Ok(pairs)
 }
 
-pub fn serve(args: GatewayArgs) -> anyhow::Result<ExitCode> {
+pub fn serve(args: GatewayArgs, json: bool) -> anyhow::Result<ExitCode> {
     let project = crate::project()?;
     let config = Config::load(&project)?;
     if !args.listen.ip().is_loopback() && !args.allow_remote {
@@ -482,7 +482,26 @@ pub fn serve(args: GatewayArgs) -> anyhow::Result<ExitCode> {
         "roar: S3 gateway on {} for {serving}; stop with Ctrl-C",
         gateway.endpoint()
     );
-    {
+    if json {
+        // One line on stdout a program can read before it starts its clients.
+        let (access, secret) = match &args.credentials {
+            None => (Some(&credentials[0].0), Some(&credentials[0].1)),
+            Some(_) => (None, None),
+        };
+        let mut out = std::io::stdout().lock();
+        writeln!(
+            out,
+            "{}",
+            serde_json::json!({
+                "endpoint": gateway.endpoint(),
+                "region": region,
+                "serving": serving,
+                "access_key_id": access,
+                "secret_access_key": secret,
+            })
+        )?;
+        out.flush()?;
+    } else {
         let mut out = std::io::stdout().lock();
         if args.credentials.is_none() {
             let (access, secret) = &credentials[0];

@@ -4,7 +4,6 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use roar_store::hash::{hash_paths, HashOptions, Prior};
 use roar_store::{Store, Writer};
@@ -26,9 +25,7 @@ pub fn hash(paths: &[PathBuf], sha256: bool, json: bool) -> anyhow::Result<()> {
         sha256: sha256 || config.sha256(),
     };
     let mut files = Vec::new();
-    for p in paths {
-        expand(p, &mut files)?;
-    }
+    let unlisted: usize = paths.iter().map(|p| expand(p, true, &mut files)).sum();
     let store = Store::open(&project.db_path())?;
     let total: u64 = files
         .iter()
@@ -81,32 +78,68 @@ pub fn hash(paths: &[PathBuf], sha256: bool, json: bool) -> anyhow::Result<()> {
     }
     writer.artifacts(hashes)?;
     writer.flush()?;
-    if failed > 0 {
-        anyhow::bail!("{failed} of {} files could not be hashed", files.len());
+    if failed + unlisted > 0 {
+        anyhow::bail!(
+            "{} of {} entries could not be hashed (listed above); the others were",
+            failed + unlisted,
+            files.len() + unlisted
+        );
     }
     Ok(())
 }
 
-fn expand(path: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
-    let meta =
-        std::fs::metadata(path).with_context(|| format!("cannot hash {}", path.display()))?;
+/// Collects the files under `path`, reporting what cannot be read (a symlink loop, a directory
+/// without permission) on stderr and going on. Arguments are followed if they are symlinks;
+/// symlinks met inside a directory are hashed when they lead to a file and not followed into
+/// directories (a loop cannot recurse). Returns how many entries could not be listed.
+fn expand(path: &Path, top: bool, out: &mut Vec<PathBuf>) -> usize {
+    let meta = if top {
+        std::fs::metadata(path)
+    } else {
+        std::fs::symlink_metadata(path).and_then(|m| {
+            if m.file_type().is_symlink() {
+                std::fs::metadata(path).map(|t| if t.is_dir() { m } else { t })
+            } else {
+                Ok(m)
+            }
+        })
+    };
+    let meta = match meta {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("roar: cannot hash {}: {e}", path.display());
+            return 1;
+        }
+    };
+    if meta.file_type().is_symlink() {
+        // A symlink to a directory inside the walk: listed, not followed.
+        eprintln!(
+            "roar: skipped {}: a symbolic link to a directory (name it to hash what it points to)",
+            path.display()
+        );
+        return 0;
+    }
     if !meta.is_dir() {
         out.push(path.to_owned());
-        return Ok(());
+        return 0;
     }
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
-        .with_context(|| format!("cannot list {}", path.display()))?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("cannot list {}", path.display()))?;
-    entries.sort();
-    for e in entries {
-        if e.file_name().is_some_and(|n| n == roar_store::DIR_NAME) {
-            continue;
+    let entries = std::fs::read_dir(path).and_then(|d| {
+        d.map(|e| e.map(|e| e.path()))
+            .collect::<std::io::Result<Vec<PathBuf>>>()
+    });
+    let mut entries = match entries {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("roar: cannot list {}: {e}", path.display());
+            return 1;
         }
-        expand(&e, out)?;
-    }
-    Ok(())
+    };
+    entries.sort();
+    entries
+        .iter()
+        .filter(|e| e.file_name().is_none_or(|n| n != roar_store::DIR_NAME))
+        .map(|e| expand(e, false, out))
+        .sum()
 }
 
 /// A progress bar on stderr that appears only once hashing has taken a second, and only on a terminal.

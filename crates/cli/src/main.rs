@@ -1,6 +1,7 @@
 //! The `roar` command: argument parsing, dispatch, and turning errors into one line and an exit code.
 
 mod config;
+mod config_cmd;
 mod diff_cmd;
 mod export_cmd;
 mod fmt;
@@ -188,6 +189,24 @@ enum Command {
         #[arg(long, default_value_t = 3600)]
         grace: u64,
     },
+    /// Read or change the project's settings (.roar/config.toml).
+    Config {
+        #[command(subcommand)]
+        command: config_cmd::ConfigCommand,
+    },
+    /// Remove jobs from the record (their file records with them); never touches any file.
+    Rm {
+        /// Jobs: ids (`3`, `@3`), names (the latest job of that name) or `NAME~N`.
+        #[arg(required = true)]
+        jobs: Vec<OsString>,
+    },
+    /// Print a shell completion script: `roar completions bash > /etc/bash_completion.d/roar`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff): `roar man | man -l -`.
+    Man,
     /// Inspect the tracer backends.
     Tracer {
         #[command(subcommand)]
@@ -222,8 +241,27 @@ fn main() -> ExitCode {
                 }),
         )
         .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal, and never with NO_COLOR (no-color.org).
+        .with_ansi(
+            std::io::IsTerminal::is_terminal(&std::io::stderr())
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        )
         .without_time()
         .init();
+    // Commands that print reports stop quietly when their reader goes away (`roar db | head -1`),
+    // as cat and grep do. Not the commands that run or serve something: `roar run` leaves the
+    // command's signal dispositions as they were, and servers must outlive a client.
+    if !matches!(
+        cli.command,
+        Command::Run(_)
+            | Command::Mount(_)
+            | Command::Gateway(_)
+            | Command::Unmount { .. }
+            | Command::CheckpointStore { .. }
+    ) {
+        // SAFETY: setting a signal disposition before any thread is started.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     match dispatch(cli) {
         Ok(code) => code,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
@@ -278,11 +316,15 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             what,
             all: _,
         } => export_cmd::export(what.as_deref(), format)?,
-        Command::Run(args) => return run_cmd::run(args),
+        Command::Run(args) => return run_cmd::run(args, json),
         Command::Gc { grace } => gateway_cmd::gc(grace, json)?,
         Command::Mount(args) => return mount_cmd::mount(args, json),
-        Command::Gateway(args) => return gateway_cmd::serve(args),
-        Command::Unmount { dir, force } => return mount_cmd::unmount(&dir, force),
+        Command::Gateway(args) => return gateway_cmd::serve(args, json),
+        Command::Unmount { dir, force } => return mount_cmd::unmount(&dir, force, json),
+        Command::Config { command } => config_cmd::config(command, json)?,
+        Command::Rm { jobs } => query_cmd::rm(&jobs, json)?,
+        Command::Completions { shell } => config_cmd::completions(shell)?,
+        Command::Man => config_cmd::man()?,
         Command::Tracer { command } => return run_cmd::tracer(command, json),
         Command::CheckpointStore { db } => run_cmd::checkpoint_store(&db)?,
     }

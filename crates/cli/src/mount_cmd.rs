@@ -329,7 +329,7 @@ fn list(project: &Project, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn unmount(dir: &Path, force: bool) -> anyhow::Result<ExitCode> {
+pub fn unmount(dir: &Path, force: bool, json: bool) -> anyhow::Result<ExitCode> {
     let project = crate::project()?;
     let dir = absolute(dir)?;
     let state_file = state_path(&project, &dir);
@@ -362,12 +362,18 @@ pub fn unmount(dir: &Path, force: bool) -> anyhow::Result<ExitCode> {
                 s.pid,
                 dir.display()
             );
-            eprintln!(
-                "roar: detached {}; the daemon (pid {}) records the remaining jobs once {} open file(s) are closed",
-                dir.display(),
-                s.pid,
-                writers.len()
-            );
+            if json {
+                crate::fmt::print_json(&serde_json::json!({
+                    "dir": dir, "state": "detached", "pid": s.pid, "open_writers": writers.len()
+                }))?;
+            } else {
+                eprintln!(
+                    "roar: detached {}; the daemon (pid {}) records the remaining jobs once {} open file(s) are closed",
+                    dir.display(),
+                    s.pid,
+                    writers.len()
+                );
+            }
             return Ok(ExitCode::SUCCESS);
         }
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -383,10 +389,16 @@ pub fn unmount(dir: &Path, force: bool) -> anyhow::Result<ExitCode> {
             std::thread::sleep(Duration::from_millis(20));
         }
         let _ = std::fs::remove_file(&state_file);
-        eprintln!(
-            "roar: unmounted {}; its jobs are recorded (`roar log`)",
-            dir.display()
-        );
+        if json {
+            crate::fmt::print_json(&serde_json::json!({
+                "dir": dir, "state": "unmounted", "pid": s.pid
+            }))?;
+        } else {
+            eprintln!(
+                "roar: unmounted {}; its jobs are recorded (`roar log`)",
+                dir.display()
+            );
+        }
         return Ok(ExitCode::SUCCESS);
     }
     if clear_dead(&dir, &project)? {

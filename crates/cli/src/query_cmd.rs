@@ -382,3 +382,35 @@ pub fn absolute(cwd: &Path, path: &Path) -> PathBuf {
     }
     out
 }
+
+/// `roar rm JOB...`: every reference is resolved before anything is removed, so one typo removes
+/// nothing.
+pub fn rm(jobs: &[std::ffi::OsString], json: bool) -> anyhow::Result<()> {
+    let project = crate::project()?;
+    let store = Store::open(&project.db_path())?;
+    let cwd = std::env::current_dir()?;
+    let mut ids = Vec::new();
+    for j in jobs {
+        match classify_in(Some(&store), j, &cwd) {
+            Target::Job(id) => {
+                store.job(id)?;
+                ids.push(id);
+            }
+            _ => anyhow::bail!(
+                "{} is not a recorded job (give an id, `@ID`, a job name or `NAME~N`); nothing was removed",
+                fmt::shown(&j.to_string_lossy())
+            ),
+        }
+    }
+    ids.dedup();
+    for id in &ids {
+        store.delete_job(*id)?;
+    }
+    if json {
+        return fmt::print_json(&serde_json::json!({ "removed": ids }));
+    }
+    for id in &ids {
+        println!("removed job {id} from the record (files untouched)");
+    }
+    Ok(())
+}

@@ -45,8 +45,9 @@ pub struct RunArgs {
     /// With --s3: forward to this S3 service instead of the embedded store in .roar/s3/.
     #[arg(long, value_name = "URL")]
     s3_upstream: Option<String>,
-    /// The command and its arguments (put `--` before it if it has options of its own).
-    #[arg(required = true, allow_hyphen_values = true, value_name = "CMD")]
+    /// The command and its arguments. Options before it are roar's (an unknown one is an error,
+    /// never the command); everything from the command's name on is the command's.
+    #[arg(required = true, value_name = "CMD")]
     command: Vec<OsString>,
 }
 
@@ -189,7 +190,7 @@ fn signal_name(sig: i32) -> &'static str {
     }
 }
 
-pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     let t0 = Instant::now();
     let timing = args.timing || std::env::var_os("ROAR_TIMING").is_some_and(|v| v == "1");
     // No project, bad config or an unusable backend: fail before anything runs.
@@ -357,11 +358,34 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                     ", incomplete ({lost} events lost: the eBPF ring buffer was full; raise ROAR_EBPF_RING_KB)"
                 ),
             };
-            let _ = writeln!(
-                err,
-                "roar: job {id}, {n_in} inputs, {n_out} outputs, {}, +{overhead_ms:.0} ms{incomplete}",
-                backend.name()
-            );
+            if json {
+                // One object on stderr: stdout is the command's.
+                let summary = serde_json::json!({
+                    "job": id,
+                    "inputs": n_in,
+                    "outputs": n_out,
+                    "backend": backend.name(),
+                    "overhead_ms": (overhead_ms * 100.0).round() / 100.0,
+                    "incomplete": !incomplete.is_empty(),
+                    "untraced": traced.untraced.iter().map(|(exe, why)| serde_json::json!({
+                        "program": exe.to_string_lossy(), "why": why
+                    })).collect::<Vec<_>>(),
+                    "forged_datagrams": traced.forged,
+                    "unhashed_inputs": hashed.unhashed_inputs,
+                    "files": listing.as_ref().map(|files| files.iter().filter(|f| f.role != Role::Temp).map(|f| serde_json::json!({
+                        "role": f.role.as_str(),
+                        "path": f.path.to_string_lossy(),
+                        "blake3": f.hash.as_ref().map(|h| h.blake3.clone()),
+                    })).collect::<Vec<_>>()),
+                });
+                let _ = writeln!(err, "{summary}");
+            } else {
+                let _ = writeln!(
+                    err,
+                    "roar: job {id}, {n_in} inputs, {n_out} outputs, {}, +{overhead_ms:.0} ms{incomplete}",
+                    backend.name()
+                );
+            }
             for (exe, why) in traced.untraced.iter().take(3) {
                 let _ = writeln!(
                     err,
@@ -399,7 +423,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             );
         }
     }
-    if let Some(files) = listing {
+    if let Some(files) = listing.filter(|_| !json) {
         for f in files.iter().filter(|f| f.role != Role::Temp) {
             let hash = f
                 .hash

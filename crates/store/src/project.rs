@@ -19,8 +19,11 @@ hash = "blake3"
 # Default tracer for `roar run`: "auto", "preload", "ptrace" or "ebpf".
 tracer = "auto"
 
-# Paths a job may touch without them becoming inputs or outputs (globs; `**` crosses directories).
-# These are added to the built-in list (/proc, /sys, /dev, system library paths, .roar/, __pycache__).
+# Paths a job may touch without them becoming inputs or outputs, added to the built-in list
+# (/proc, /sys, /dev, system libraries, fonts, tool caches, .roar/, __pycache__). Globs as in
+# .gitignore: `*.log` matches that name anywhere, `data/tmp/**` is relative to the project,
+# `/scratch/**` is absolute; `*` stays within a name, `**` crosses directories. They also hide
+# matching files of jobs recorded before they were added (`roar show --all` shows everything).
 ignore = []
 
 # The S3 gateway (`roar gateway`, `roar run --s3`): clients get AWS_ENDPOINT_URL pointing at it.

@@ -244,6 +244,24 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
+    /// Removes a job's record (its processes and file records with it) and the content
+    /// records nothing refers to any more. Files are never touched.
+    pub fn delete_job(&self, id: i64) -> Result<bool> {
+        let delete = || -> rusqlite::Result<bool> {
+            let tx = self.conn.unchecked_transaction()?;
+            let n = tx.execute("DELETE FROM jobs WHERE id = ?1", [id])?;
+            tx.execute(
+                "DELETE FROM artifacts WHERE NOT EXISTS (SELECT 1 FROM job_files f WHERE f.artifact_id = artifacts.id)
+                   AND NOT EXISTS (SELECT 1 FROM job_files f WHERE f.before_artifact_id = artifacts.id)
+                   AND NOT EXISTS (SELECT 1 FROM s3_objects o WHERE o.artifact_id = artifacts.id)",
+                [],
+            )?;
+            tx.commit()?;
+            Ok(n == 1)
+        };
+        delete().map_err(|e| self.err(e))
+    }
+
     pub fn job(&self, id: i64) -> Result<JobDetail> {
         let sql = format!("SELECT {SUMMARY_COLS}, j.host, j.env FROM jobs j WHERE j.id = ?1");
         let found = self
