@@ -5,7 +5,8 @@ set -euo pipefail
 
 need_apt=()
 # cmake builds aws-lc (TLS of the gateway's upstream client); acl (setfacl) is for the mount's ACL tests.
-for pkg in clang libelf-dev zlib1g-dev pkg-config make cmake b3sum strace hyperfine git gcc graphviz openssl acl; do
+# zsh, fish and groff check that `roar completions` parse and `roar man` renders (tests/tests/cli_habits.rs).
+for pkg in clang libelf-dev zlib1g-dev pkg-config make cmake b3sum strace hyperfine git gcc graphviz openssl acl zsh fish groff-base; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -1,6 +1,73 @@
-//! Links `roar` as a position-dependent executable: a PIE of this size carries ~72,000 relative
-//! relocations, which the loader applies at every start (hundreds of copy-on-write page faults,
-//! about a millisecond of each `roar run`).
+//! Links `roar` as a position-dependent executable, and embeds the preload shim.
+//!
+//! No PIE: a PIE of this size carries ~72,000 relative relocations, which the loader applies at
+//! every start (hundreds of copy-on-write page faults, about a millisecond of each `roar run`).
+//!
+//! The shim (`crates/preload`, a cdylib) is built here by a nested `cargo build` into this
+//! package's OUT_DIR and included in the binary, so a `roar` installed alone (`cargo install
+//! --path crates/cli`) still has it: cargo cannot make a build script depend on a cdylib, and
+//! `cargo install` installs binaries only. roar prefers a shim installed beside it and writes the
+//! embedded one out once when there is none (`crates/cli/src/shim.rs`).
+//! `ROAR_EMBED_SHIM=0` builds without it (the binary then needs a shim beside it).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
 fn main() {
     println!("cargo:rustc-link-arg-bins=-no-pie");
+    println!("cargo:rerun-if-env-changed=ROAR_EMBED_SHIM");
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let dest = out.join("libroar_preload.so");
+    let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    let workspace = manifest.join("../..");
+    for dir in ["crates/preload", "crates/wire", "Cargo.lock"] {
+        println!("cargo:rerun-if-changed={}", workspace.join(dir).display());
+    }
+    if std::env::var_os("ROAR_EMBED_SHIM").is_some_and(|v| v == "0") {
+        std::fs::write(&dest, b"").expect("writing an empty shim placeholder");
+        return;
+    }
+    let release = std::env::var("PROFILE").is_ok_and(|p| p == "release");
+    build_shim(&workspace, &out.join("shim-target"), release, &dest);
+}
+
+fn build_shim(workspace: &Path, target_dir: &Path, release: bool, dest: &Path) {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.arg("build")
+        .arg("--manifest-path")
+        .arg(workspace.join("Cargo.toml"))
+        .args(["-p", "roar-preload", "--lib"])
+        .arg("--target-dir")
+        .arg(target_dir);
+    if release {
+        cmd.arg("--release");
+    }
+    // The outer build's settings for this package must not leak into the shim's build.
+    for (key, _) in std::env::vars_os() {
+        let k = key.to_string_lossy();
+        if (k.starts_with("CARGO_") && k != "CARGO_HOME" && !k.starts_with("CARGO_REGISTRIES"))
+            || k == "RUSTFLAGS"
+            || k == "OUT_DIR"
+            || k == "TARGET"
+            || k == "HOST"
+            || k == "PROFILE"
+            || k == "OPT_LEVEL"
+            || k == "DEBUG"
+            || k == "NUM_JOBS"
+        {
+            cmd.env_remove(&key);
+        }
+    }
+    let status = cmd
+        .status()
+        .expect("running cargo to build the preload shim");
+    assert!(
+        status.success(),
+        "building the preload shim failed ({status})"
+    );
+    let built = target_dir
+        .join(if release { "release" } else { "debug" })
+        .join("libroar_preload.so");
+    std::fs::copy(&built, dest).expect("copying the built shim");
 }

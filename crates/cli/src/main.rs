@@ -13,13 +13,14 @@ mod mount_cmd;
 mod query_cmd;
 mod reproduce_cmd;
 mod run_cmd;
+mod shim;
 mod status_cmd;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use roar_store::{Project, StoreError};
 
 /// Exit codes of roar's own failures (a traced command's status is passed through by `roar run`).
@@ -221,7 +222,19 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let long_version: &'static str = Box::leak(
+        format!(
+            "{}\npreload shim: {}\neBPF programs: built into the binary (CO-RE)",
+            env!("CARGO_PKG_VERSION"),
+            shim::describe(),
+        )
+        .into_boxed_str(),
+    );
+    let parsed = Cli::command()
+        .long_version(long_version)
+        .try_get_matches()
+        .and_then(|mut m| Cli::from_arg_matches_mut(&mut m));
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
@@ -338,7 +351,22 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
         .any(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
+/// Something the user named that the store does not have (exit code 4, like an unknown path).
+#[derive(Debug)]
+pub struct NotFound(pub String);
+
+impl std::fmt::Display for NotFound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NotFound {}
+
 fn exit_code(e: &anyhow::Error) -> u8 {
+    if e.chain().any(|c| c.is::<NotFound>()) {
+        return exit::NOT_FOUND;
+    }
     match e.chain().find_map(|c| c.downcast_ref::<StoreError>()) {
         Some(StoreError::NoProject { .. }) => exit::NO_PROJECT,
         Some(
@@ -356,7 +384,6 @@ fn exit_code(e: &anyhow::Error) -> u8 {
     }
 }
 
-/// The project around the current directory.
 /// `--expand` alone expands everything; `--expand=DIR` that directory (made absolute).
 fn expand_dirs(arg: Option<Vec<PathBuf>>) -> graph::Expand {
     match arg {
@@ -378,6 +405,7 @@ fn expand_dirs(arg: Option<Vec<PathBuf>>) -> graph::Expand {
     }
 }
 
+/// The project around the current directory.
 pub fn project() -> anyhow::Result<Project> {
     let cwd = std::env::current_dir()?;
     Ok(Project::find(&cwd)?)

@@ -396,10 +396,13 @@ pub fn rm(jobs: &[std::ffi::OsString], json: bool) -> anyhow::Result<()> {
                 store.job(id)?;
                 ids.push(id);
             }
-            _ => anyhow::bail!(
-                "{} is not a recorded job (give an id, `@ID`, a job name or `NAME~N`); nothing was removed",
-                fmt::shown(&j.to_string_lossy())
-            ),
+            _ => {
+                return Err(crate::NotFound(format!(
+                    "{} is not a recorded job (give an id, `@ID`, a job name or `NAME~N`); nothing was removed",
+                    fmt::shown(&j.to_string_lossy())
+                ))
+                .into())
+            }
         }
     }
     ids.dedup();

@@ -61,19 +61,9 @@ pub enum TracerCommand {
     },
 }
 
-/// The preload shim: `ROAR_PRELOAD_LIB`, else `libroar_preload.so` next to the roar binary.
+/// The preload shim (`shim.rs` says where it comes from).
 fn preload_lib() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("ROAR_PRELOAD_LIB") {
-        return Some(PathBuf::from(p));
-    }
-    let exe = std::env::current_exe().ok()?;
-    let dir = exe.parent()?;
-    [
-        dir.join("libroar_preload.so"),
-        dir.join("../lib/libroar_preload.so"),
-    ]
-    .into_iter()
-    .find(|p| p.is_file())
+    crate::shim::path()
 }
 
 pub fn tracer(command: TracerCommand, json: bool) -> anyhow::Result<ExitCode> {
