@@ -458,3 +458,61 @@ fn a_binary_installed_alone_uses_the_shim_built_into_it() {
     );
     assert!(written[0].starts_with("libroar_preload-"), "{written:?}");
 }
+
+#[test]
+fn trace_shows_each_access_as_it_happens_on_every_backend() {
+    let mut backends = vec!["preload", "ptrace"];
+    if common::ebpf_available() {
+        backends.push("ebpf");
+    }
+    for backend in backends {
+        let p = Project::new();
+        p.write("in.txt", b"x");
+        let trace = p.path().join("trace.log");
+        let out = p
+            .cmd(["run", "--tracer", backend, "--summary", "--trace-file"])
+            .arg(&trace)
+            .args([
+                "--",
+                "sh",
+                "-c",
+                "cat in.txt > tmp.txt && mv tmp.txt out.txt && rm -f gone",
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{backend}: {}", stderr(&out));
+        let text = std::fs::read_to_string(&trace).unwrap();
+        let lines: Vec<&str> = text
+            .lines()
+            .map(|l| {
+                l.strip_prefix("roar: [")
+                    .and_then(|l| l.split_once("] "))
+                    .map(|x| x.1)
+                    .unwrap_or(l)
+            })
+            .collect();
+        for want in [
+            "exec sh -c 'cat in.txt > tmp.txt && mv tmp.txt out.txt && rm -f gone'",
+            "open R in.txt",
+            "open W (create, truncate) tmp.txt",
+            "rename tmp.txt -> out.txt",
+        ] {
+            assert!(lines.contains(&want), "{backend}: no {want:?} in {text}");
+        }
+        // Events keep their order: the rename is seen after the write it follows.
+        let pos = |w: &str| lines.iter().position(|l| *l == w).unwrap();
+        assert!(
+            pos("open W (create, truncate) tmp.txt") < pos("rename tmp.txt -> out.txt"),
+            "{text}"
+        );
+        let err = stderr(&out);
+        assert!(err.contains("roar: summary of"), "{err}");
+        assert!(
+            err.lines().any(|l| l.trim_end().ends_with("rename")),
+            "{err}"
+        );
+        // Without --trace, the command's stderr has nothing of it.
+        let out = p.roar(["run", "--tracer", backend, "--", "cat", "in.txt"]);
+        assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    }
+}

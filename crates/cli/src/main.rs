@@ -9,6 +9,7 @@ mod gateway_cmd;
 mod graph;
 mod hash_cmd;
 mod lineage_cmd;
+mod live;
 mod mount_cmd;
 mod query_cmd;
 mod reproduce_cmd;

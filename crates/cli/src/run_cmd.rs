@@ -35,6 +35,15 @@ pub struct RunArgs {
     /// List the job's inputs and outputs after it finishes.
     #[arg(short, long)]
     verbose: bool,
+    /// Print each access as roar observes it (`[pid] open R data/x.csv`), on stderr.
+    #[arg(long)]
+    trace: bool,
+    /// Write the --trace lines to FILE instead of stderr (implies --trace).
+    #[arg(long, value_name = "FILE")]
+    trace_file: Option<PathBuf>,
+    /// End with counts per operation and per directory, like `strace -c`.
+    #[arg(long)]
+    summary: bool,
     /// Print where roar's own time went (also ROAR_TIMING=1).
     #[arg(long)]
     timing: bool,
@@ -229,10 +238,13 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     };
     let child_env = gateway.as_ref().map(|g| g.child_env()).unwrap_or_default();
     let early = early_hasher(&config, opts);
-    let tap: Tap = match &early {
+    let mut tap: Tap = match &early {
         Some(e) => e.tap(),
         None => Arc::new(|_: &roar_tracer::Event| {}),
     };
+    if args.trace || args.trace_file.is_some() {
+        tap = crate::live::trace_tap(args.trace_file.as_deref(), cwd.clone(), tap)?;
+    }
     // The store is opened on the writer's thread while the command runs (the first connection
     // replays the WAL and reads the schema: about a millisecond the user would wait for after it).
     let opening = Writer::open_in_background(&project.db_path(), Checkpoints::Deferred);
@@ -427,6 +439,9 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
                 rel(&f.path.to_string_lossy(), &project.root)
             );
         }
+    }
+    if args.summary {
+        let _ = crate::live::summary(&traced.events, &cwd, &mut err);
     }
     if timing {
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;

@@ -435,7 +435,9 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
     guard.set_child(root);
     drop(child);
 
-    let mut events = vec![exec_event(root)];
+    let first = exec_event(root);
+    tap(&first);
+    let mut events = vec![first];
     let mut pending: HashMap<i32, Pending> = HashMap::new();
     // Processes (not threads) whose exit is reported, and every tid whose first stop was seen.
     let mut known: HashSet<i32> = HashSet::from([root]);
@@ -461,10 +463,12 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
         if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
             pending.remove(&pid);
             if known.remove(&pid) {
-                events.push(Event::Exit {
+                let ev = Event::Exit {
                     pid,
                     ts_ns: now_ns(),
-                });
+                };
+                tap(&ev);
+                events.push(ev);
             }
             if pid == root {
                 root_status = Some(Status::from_wait(status));
@@ -516,17 +520,21 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
                 let new = new as i32;
                 if new > 0 && !is_thread(new) {
                     known.insert(new);
-                    events.push(Event::Fork {
+                    let ev = Event::Fork {
                         pid: new,
                         ppid: pid,
                         ts_ns: now_ns(),
-                    });
+                    };
+                    tap(&ev);
+                    events.push(ev);
                 }
                 cont(libc::PTRACE_CONT, pid, 0);
             }
             (libc::SIGTRAP, libc::PTRACE_EVENT_EXEC) => {
                 known.insert(pid);
-                events.push(exec_event(pid));
+                let ev = exec_event(pid);
+                tap(&ev);
+                events.push(ev);
                 cont(libc::PTRACE_CONT, pid, 0);
             }
             (s, 0) if s == libc::SIGTRAP | 0x80 => {
