@@ -516,3 +516,43 @@ fn trace_shows_each_access_as_it_happens_on_every_backend() {
         assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
     }
 }
+
+#[test]
+fn gateway_and_unmount_report_in_json() {
+    let p = Project::new();
+    let gw = common::server::Server::spawn(
+        p.cmd(["--json", "gateway", "--listen", "127.0.0.1:0"]),
+        p.path().join("gateway.log"),
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&gw.line).unwrap_or_else(|e| panic!("{e}: {}", gw.line));
+    assert!(
+        v["endpoint"]
+            .as_str()
+            .unwrap()
+            .starts_with("http://127.0.0.1:"),
+        "{v}"
+    );
+    assert_eq!(v["region"], "us-east-1");
+    assert!(
+        v["access_key_id"].as_str().is_some_and(|k| !k.is_empty()),
+        "{v}"
+    );
+    assert!(
+        v["secret_access_key"]
+            .as_str()
+            .is_some_and(|k| !k.is_empty()),
+        "{v}"
+    );
+    drop(gw);
+    if !common::mount::require_fuse() {
+        return;
+    }
+    let mut m = common::mount::Mounted::new(|_| {});
+    let out = m.p.roar(["--json", "unmount", "data"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    m.mounted = false;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["state"], "unmounted", "{v}");
+    assert_eq!(v["dir"], m.data.to_str().unwrap(), "{v}");
+}
