@@ -69,17 +69,19 @@ else
     echo "roar-cli --tracer preload does not work here; left out"
 fi
 echo "== fixed cost and the live view"
+# The binary alone finds its shim written out in this cache (the others do not look there).
+export XDG_CACHE_HOME="$W/cache"
 python3 "$REPO/bench/lib/compare.py" cli.json "$RUNS" \
     "bare true=true" \
     "roar run true (shim installed beside)=$ROAR run --tracer preload -- true" \
-    "roar run true (built-in shim, binary alone)=env XDG_CACHE_HOME=$W/cache $W/alone/bin/roar run --tracer preload -- true" \
+    "roar run true (built-in shim, binary alone)=$W/alone/bin/roar run --tracer preload -- true" \
     "roar run --trace-file true=$ROAR run --tracer preload --trace-file $W/trace.log -- true" \
     "roar run --summary true=$ROAR run --tracer preload --summary -- true" \
     "bare files 1000=./files 1000" \
     "roar run files 1000=$ROAR run --tracer preload -- ./files 1000" \
     "roar run --trace-file files 1000=$ROAR run --tracer preload --trace-file $W/trace.log -- ./files 1000" \
     "roar run --summary files 1000=$ROAR run --tracer preload --summary -- ./files 1000" \
-    "strace -f -e trace=file -o FILE files 1000 (peer)=strace -f -qq -e trace=file -o $W/strace.log ./files 1000" \
+    "strace -f file syscalls to a file, files 1000 (peer)=strace -f -qq -e trace=file -o $W/strace.log ./files 1000" \
     "${PEER[@]}"
 python3 - cli.json <<'PY'
 import json, sys

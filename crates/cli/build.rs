@@ -25,10 +25,17 @@ fn main() {
     }
     if std::env::var_os("ROAR_EMBED_SHIM").is_some_and(|v| v == "0") {
         std::fs::write(&dest, b"").expect("writing an empty shim placeholder");
-        return;
+    } else {
+        let release = std::env::var("PROFILE").is_ok_and(|p| p == "release");
+        build_shim(&workspace, &out.join("shim-target"), release, &dest);
     }
-    let release = std::env::var("PROFILE").is_ok_and(|p| p == "release");
-    build_shim(&workspace, &out.join("shim-target"), release, &dest);
+    // The name the embedded shim is written out under: its content's FNV-1a, computed here so a
+    // run does not hash 400 KiB to find the file.
+    let bytes = std::fs::read(&dest).expect("reading the shim back");
+    let id = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    println!("cargo:rustc-env=ROAR_SHIM_ID={id:016x}");
 }
 
 fn build_shim(workspace: &Path, target_dir: &Path, release: bool, dest: &Path) {

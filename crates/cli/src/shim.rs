@@ -1,7 +1,8 @@
 //! Where `roar run` finds the preload shim: `ROAR_PRELOAD_LIB`; else a shim installed beside the
 //! binary (`libroar_preload.so` next to it, in `../lib/roar/` or `../lib/`); else the copy built
 //! into the binary (crates/cli/build.rs), written once to the user's cache directory under a name
-//! that carries its content hash, so a newer roar never loads an older shim.
+//! that carries its content hash (computed at build time), so a newer roar never loads an older
+//! shim.
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -38,11 +39,10 @@ fn embedded_path() -> Option<PathBuf> {
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    let hash = blake3::hash(EMBEDDED).to_hex();
     Some(
         cache
             .join("roar")
-            .join(format!("libroar_preload-{}.so", &hash[..16])),
+            .join(concat!("libroar_preload-", env!("ROAR_SHIM_ID"), ".so")),
     )
 }
 
