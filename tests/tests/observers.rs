@@ -5,6 +5,8 @@
 
 mod common;
 
+use std::os::unix::process::CommandExt;
+
 use common::{stderr, Project};
 
 /// Every backend that can run here: eBPF only where it loads (always under CI=true).
@@ -568,4 +570,113 @@ fn every_observer_records_the_same_files_for_the_same_workload() {
             );
         }
     }
+}
+
+fn log_json(p: &Project) -> Vec<serde_json::Value> {
+    let out = p.roar(["log", "-n", "0", "--json"]);
+    serde_json::from_slice::<serde_json::Value>(&out.stdout)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// The job's row is written when it starts: `roar log` and `status` show it running, and a roar
+/// killed before the end leaves a job that says it was killed instead of no trace.
+#[test]
+fn a_job_is_recorded_as_running_and_a_killed_roar_leaves_a_killed_job() {
+    for backend in ["preload", "ptrace"] {
+        let p = Project::new();
+        let mut child = p
+            .cmd([
+                "run",
+                "--tracer",
+                backend,
+                "--",
+                "sh",
+                "-c",
+                "echo x > made; sleep 30.17",
+            ])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // The row is committed while the command runs.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let running = loop {
+            let log = log_json(&p);
+            if let Some(j) = log.first().filter(|j| j["status"] == "running") {
+                break j.clone();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{backend}: no running row: {log:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let status: serde_json::Value =
+            serde_json::from_slice(&p.roar(["status", "--json"]).stdout).unwrap();
+        assert_eq!(
+            status["unfinished"][0]["status"], "running",
+            "{backend}: {status}"
+        );
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        child.wait().unwrap();
+        let log = log_json(&p);
+        assert_eq!(log.len(), 1, "{backend}: {log:?}");
+        assert_eq!(log[0]["id"], running["id"]);
+        assert_eq!(log[0]["status"], "killed", "{backend}: {log:?}");
+        let show = common::stdout(&p.roar(["show", "1"]));
+        assert!(
+            show.contains("roar died before the job ended"),
+            "{backend}: {show}"
+        );
+        let status: serde_json::Value =
+            serde_json::from_slice(&p.roar(["status", "--json"]).stdout).unwrap();
+        assert_eq!(
+            status["unfinished"][0]["status"], "killed",
+            "{backend}: {status}"
+        );
+        // The command itself: preload leaves it running (it is not roar's child to kill);
+        // ptrace's tracees die with their tracer (PTRACE_O_EXITKILL: without a tracer, its
+        // seccomp filter would fail every file syscall).
+        let _ = std::process::Command::new("pkill")
+            .args(["-f", "sleep 30.17"])
+            .status();
+    }
+}
+
+/// Mount jobs get ids in the order they started, not the order they ended.
+#[test]
+fn mount_jobs_get_ids_in_the_order_they_started() {
+    if !common::mount::require_fuse() {
+        return;
+    }
+    let mut m = common::mount::Mounted::new(|_| {});
+    let data = m.data.clone();
+    let long = std::process::Command::new("sh")
+        .args(["-c", "echo a > first.txt; sleep 1; echo b >> first.txt"])
+        .current_dir(&data)
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    // The long job has touched its file before the short one starts.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !data.join("first.txt").exists() {
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(m.run(&["sh", "-c", "echo c > second.txt"]).success());
+    let mut long = long;
+    assert!(long.wait().unwrap().success());
+    m.unmount();
+    let jobs = m.jobs();
+    let id_of = |file: &str| {
+        jobs.iter()
+            .find(|j| m.files(j, "output").iter().any(|f| f == file))
+            .unwrap_or_else(|| panic!("no job wrote {file}: {jobs:?}"))["id"]
+            .as_i64()
+            .unwrap()
+    };
+    assert!(id_of("first.txt") < id_of("second.txt"), "{jobs:?}");
 }

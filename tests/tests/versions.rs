@@ -454,6 +454,7 @@ fn a_store_of_the_previous_schema_migrates_with_every_job() {
         conn.execute_batch(
             "DROP INDEX job_files_version;
              CREATE INDEX job_files_path ON job_files(path);
+             ALTER TABLE jobs DROP COLUMN recorder;
              PRAGMA user_version = 5;",
         )
         .unwrap();

@@ -161,10 +161,11 @@ fn print_job(job: &JobDetail, root: &Path) -> anyhow::Result<()> {
         out,
         "  status   {}{}",
         fmt::status(&s.status, s.exit_code, s.signal),
-        if s.incomplete {
-            " (incomplete: not every access was seen)"
-        } else {
-            ""
+        match s.status.as_str() {
+            "killed" => " (roar died before the job ended: its files are not in the record)",
+            "running" => " (files are recorded when it ends)",
+            _ if s.incomplete => " (incomplete: not every access was seen)",
+            _ => "",
         }
     )?;
     let took = s

@@ -248,6 +248,24 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     // The store is opened on the writer's thread while the command runs (the first connection
     // replays the WAL and reads the schema: about a millisecond the user would wait for after it).
     let opening = Writer::open_in_background(&project.db_path(), Checkpoints::Deferred);
+    let mut job = JobRecord {
+        name: args.name.clone(),
+        argv: args.command.clone(),
+        cwd: cwd.clone(),
+        started_ns: now_ns(),
+        ended_ns: None,
+        outcome: Outcome::Running,
+        incomplete: false,
+        backend: backend.name().to_owned(),
+        git,
+        env,
+        host: hostname(),
+        processes: Vec::new(),
+        files: Vec::new(),
+    };
+    // The job's row is written (running) while the command runs: a roar killed before the end
+    // leaves a job that says so. The record fills that row in.
+    let mut begun = opening.as_ref().ok().and_then(|o| o.begin_job(&job).ok());
     let writer = move || opening.and_then(OpeningWriter::wait);
     let mut traced = roar_tracer::run(
         backend,
@@ -268,24 +286,10 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     // Every access is in the sink once the gateway has stopped.
     let s3_files = gateway.map(|g| g.finish()).unwrap_or_default();
     let t_traced = t0.elapsed();
-    let mut job = JobRecord {
-        name: args.name.clone(),
-        argv: args.command.clone(),
-        cwd: cwd.clone(),
-        started_ns: now_ns(),
-        ended_ns: None,
-        outcome: Outcome::Running,
-        incomplete: false,
-        backend: backend.name().to_owned(),
-        git,
-        env,
-        host: hostname(),
-        processes: Vec::new(),
-        files: Vec::new(),
-    };
+    job.backend = backend.name().to_owned();
     let traced = match traced {
         Ok(t) => t,
-        Err(e) => return failed_to_start(&project, job, e, writer()),
+        Err(e) => return failed_to_start(&project, job, begun, e, writer()),
     };
     job.started_ns = traced.started_ns;
     job.ended_ns = Some(traced.ended_ns);
@@ -328,7 +332,8 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
             listing.extend(chunk.files.iter().cloned());
         }
         if let Ok(w) = &writer {
-            let started = stream.get_or_insert_with(|| w.start_job(job.take().expect("one job")));
+            let started = stream
+                .get_or_insert_with(|| w.start_begun(begun.take(), job.take().expect("one job")));
             if let Ok(s) = started {
                 s.send(chunk);
             }
@@ -340,7 +345,7 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     let recorded = match (writer, stream) {
         (Err(e), _) => Err(e),
         (Ok(_writer), Some(started)) => started.and_then(JobStream::finish),
-        (Ok(writer), None) => writer.record_job(job.take().expect("not started")),
+        (Ok(writer), None) => writer.record_begun(begun.take(), job.take().expect("not started")),
     };
     let t_recorded = t0.elapsed();
     let child_ns = traced.ended_ns - traced.started_ns;
@@ -519,16 +524,24 @@ pub fn checkpoint_store(db: &Path) -> roar_store::Result<()> {
 fn failed_to_start(
     project: &Project,
     mut job: JobRecord,
+    begun: Option<roar_store::Begun>,
     e: TraceError,
     writer: roar_store::Result<Writer>,
 ) -> anyhow::Result<ExitCode> {
+    job.ended_ns = Some(job.started_ns);
     let Some(code) = e.exit_code() else {
-        return Err(e.into());
+        // roar itself could not trace the command: the row written at the start says so
+        // instead of reading as a job still running.
+        let e = anyhow::Error::from(e);
+        job.outcome = Outcome::FailedToStart(format!("{e:#}"));
+        if let Ok(w) = writer {
+            let _ = w.record_begun(begun, job);
+        }
+        return Err(e);
     };
     eprintln!("roar: {:#}", anyhow::Error::from(e));
     job.outcome = Outcome::FailedToStart(format!("exit {code}"));
-    job.ended_ns = Some(job.started_ns);
-    match writer.and_then(|w| w.record_job(job)) {
+    match writer.and_then(|w| w.record_begun(begun, job)) {
         Ok(id) => eprintln!("roar: job {id} recorded as not started"),
         Err(e) => eprintln!(
             "roar: job could not be recorded: {:#}",

@@ -55,6 +55,8 @@ struct Report<'a> {
     untracked: Vec<String>,
     /// `roar mount`s of the project: what their processes do now is recorded when each job ends.
     mounts: Vec<serde_json::Value>,
+    /// Jobs still running (under `roar run` or a mount), and jobs whose roar was killed.
+    unfinished: Vec<roar_store::Unfinished>,
 }
 
 pub fn status(exit_code: bool, json: bool) -> anyhow::Result<ExitCode> {
@@ -75,6 +77,7 @@ pub fn status(exit_code: bool, json: bool) -> anyhow::Result<ExitCode> {
         .collect();
 
     let mounts = crate::mount_cmd::mounts(&project);
+    let unfinished = store.unfinished()?;
     let dirty = !report.is_clean();
     let code = if exit_code && dirty {
         ExitCode::from(1)
@@ -90,6 +93,7 @@ pub fn status(exit_code: bool, json: bool) -> anyhow::Result<ExitCode> {
                 .map(|p| rel_exact(p, &project.root))
                 .collect(),
             mounts,
+            unfinished,
         })?;
         return Ok(code);
     }
@@ -152,6 +156,23 @@ pub fn status(exit_code: bool, json: bool) -> anyhow::Result<ExitCode> {
         writeln!(out, "{} ({})", bold("untracked"), untracked.len())?;
         for p in &untracked {
             writeln!(out, "  {}", fmt::shown(&rel_exact(p, root)))?;
+        }
+    }
+    if !unfinished.is_empty() {
+        writeln!(out, "{} ({})", bold("not ended"), unfinished.len())?;
+        for u in &unfinished {
+            let why = match u.status.as_str() {
+                "killed" => "roar was killed before it ended: its files are not recorded",
+                _ => "running: its files are judged once it ends",
+            };
+            writeln!(
+                out,
+                "  job {}  {}  ({}, since {}): {why}",
+                u.job,
+                fmt::shown(&u.label),
+                u.backend,
+                fmt::time_ns(u.started_ns)
+            )?;
         }
     }
     for m in &mounts {

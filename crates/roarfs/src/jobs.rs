@@ -165,6 +165,9 @@ struct LiveJob {
     /// Writable handles still open: the job is finalised only once they are released.
     open_writers: usize,
     root_gone: bool,
+    /// The job's row, written (running) when it first touched a recorded path: ids follow the
+    /// order jobs started, and `roar log` shows the job while it runs.
+    begun: Option<roar_store::Begun>,
 }
 
 /// The live jobs of one mount and the writer their records go to.
@@ -250,6 +253,7 @@ impl Jobs {
                 order: Vec::new(),
                 open_writers: 0,
                 root_gone: false,
+                begun: None,
             });
         }
         if inner.by_tid.len() > 65_536 {
@@ -363,6 +367,10 @@ impl Jobs {
         let Some(j) = inner.jobs.get_mut(&job) else {
             return;
         };
+        if j.begun.is_none() && !self.ignore.is_ignored(path) {
+            let header = self.header(job, j);
+            j.begun = self.writer.begin_job(&header).ok();
+        }
         let st = j.files.entry(path.to_owned()).or_insert_with(|| {
             j.order.push(path.to_owned());
             FileState {
@@ -550,16 +558,43 @@ impl Jobs {
         let mut done = done;
         done.sort_by_key(|(key, job)| (job.started_ns, key.pid));
         let mut ids = Vec::new();
-        for (key, job) in done {
+        for (key, mut job) in done {
             if job.files.is_empty() {
                 continue;
             }
-            match self.writer.record_job(self.record(key, job, all)) {
+            let begun = job.begun.take();
+            match self.writer.record_begun(begun, self.record(key, job, all)) {
                 Ok(id) => ids.push(id),
                 Err(e) => tracing::error!("roarfs: cannot record a job: {e}"),
             }
         }
         ids
+    }
+
+    /// What the job's row says while it runs.
+    fn header(&self, key: JobKey, job: &LiveJob) -> JobRecord {
+        JobRecord {
+            name: None,
+            argv: job.argv.clone(),
+            cwd: job.cwd.clone(),
+            started_ns: job.started_ns,
+            ended_ns: None,
+            outcome: Outcome::Running,
+            incomplete: false,
+            backend: "mount".into(),
+            git: None,
+            env: Default::default(),
+            host: self.host.clone(),
+            processes: vec![ProcessRecord {
+                pid: key.pid,
+                parent_pid: None,
+                exe: job.exe.clone(),
+                argv: job.argv.clone(),
+                started_ns: Some(job.started_ns),
+                ended_ns: None,
+            }],
+            files: Vec::new(),
+        }
     }
 
     /// `unmounted`: the mount is gone, so paths name the backing files and an output whose last

@@ -134,6 +134,12 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     CREATE INDEX job_files_version ON job_files(path, role, artifact_id);
     DROP INDEX job_files_path;
     "#,
+    // 7: a job's row is written when it starts (status `running`) and completed when it ends;
+    // `recorder` names the process recording it (`pid:start time`), so a row whose recorder died
+    // (roar killed) reads as killed instead of running forever.
+    r#"
+    ALTER TABLE jobs ADD COLUMN recorder TEXT;
+    "#,
 ];
 
 /// The schema version this build writes.

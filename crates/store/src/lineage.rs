@@ -230,7 +230,7 @@ impl Store {
             .conn
             .prepare_cached(
                 "SELECT name, argv, cwd, started_ns, ended_ns, status, exit_code, git_commit, git_dirty, host,
-                        backend
+                        backend, recorder
                  FROM jobs WHERE id = ?1",
             )?
             .query_row([job_id], |r| {
@@ -245,7 +245,11 @@ impl Store {
                     cwd: lossy(r.get_ref(2)?.as_bytes().unwrap_or_default()),
                     started_ns: r.get(3)?,
                     ended_ns: r.get(4)?,
-                    status: r.get(5)?,
+                    status: crate::model::live_status(
+                        r.get(5)?,
+                        r.get(11)?,
+                        r.get::<_, Option<String>>(9)?.as_deref(),
+                    ),
                     exit_code: r.get(6)?,
                     git_commit: r.get(7)?,
                     git_dirty: r.get(8)?,

@@ -304,3 +304,49 @@ pub fn now_ns() -> i64 {
         .map(|d| d.as_nanos() as i64)
         .unwrap_or(0)
 }
+
+/// This process as a job's recorder: `pid:start time` (clock ticks since boot, from
+/// /proc/self/stat), so a reused pid is never taken for it.
+pub(crate) fn recorder_id() -> String {
+    let pid = std::process::id() as i32;
+    format!("{pid}:{}", proc_start(pid).unwrap_or(0))
+}
+
+/// A job's status as shown: a `running` row whose recorder is gone is `killed` (the roar that
+/// recorded it died before the job ended: its files are not in the record). A row recorded on
+/// another host (a shared store) cannot be checked here and stays `running`.
+pub(crate) fn live_status(status: String, recorder: Option<String>, host: Option<&str>) -> String {
+    let here = || {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_owned())
+    };
+    match recorder {
+        Some(r)
+            if status == "running"
+                && host.is_none_or(|h| here().as_deref() == Some(h))
+                && !recorder_alive(&r) =>
+        {
+            "killed".into()
+        }
+        _ => status,
+    }
+}
+
+/// Whether the recorder `id` (see [`recorder_id`]) still runs on this machine.
+pub(crate) fn recorder_alive(id: &str) -> bool {
+    let Some((pid, start)) = id.split_once(':') else {
+        return false;
+    };
+    let (Ok(pid), Ok(start)) = (pid.parse::<i32>(), start.parse::<u64>()) else {
+        return false;
+    };
+    proc_start(pid) == Some(start)
+}
+
+/// Field 22 of /proc/PID/stat (after the command name, which may hold spaces and parentheses).
+fn proc_start(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split(' ').nth(19)?.parse().ok()
+}

@@ -100,7 +100,8 @@ const SUMMARY_COLS: &str =
      (SELECT count(*) FROM job_files f
       WHERE f.job_id = j.id AND f.role = 'input' AND NOT roar_noise(f.path)),
      (SELECT count(*) FROM job_files f
-      WHERE f.job_id = j.id AND f.role = 'output' AND NOT roar_noise(f.path))";
+      WHERE f.job_id = j.id AND f.role = 'output' AND NOT roar_noise(f.path)),
+     j.recorder, j.host";
 
 fn lossy_argv(blob: &[u8]) -> Vec<String> {
     argv_from_blob(blob)
@@ -132,7 +133,11 @@ fn summary_from_row(r: &Row) -> rusqlite::Result<JobSummary> {
         cwd: lossy(bytes(r, 3)?),
         started_ns: r.get(4)?,
         ended_ns: r.get(5)?,
-        status: r.get(6)?,
+        status: crate::model::live_status(
+            r.get(6)?,
+            r.get(16)?,
+            r.get::<_, Option<String>>(17)?.as_deref(),
+        ),
         exit_code: r.get(7)?,
         signal: r.get(8)?,
         incomplete: r.get(9)?,
@@ -263,14 +268,14 @@ impl Store {
     }
 
     pub fn job(&self, id: i64) -> Result<JobDetail> {
-        let sql = format!("SELECT {SUMMARY_COLS}, j.host, j.env FROM jobs j WHERE j.id = ?1");
+        let sql = format!("SELECT {SUMMARY_COLS}, j.env FROM jobs j WHERE j.id = ?1");
         let found = self
             .conn
             .query_row(&sql, [id], |r| {
                 Ok((
                     summary_from_row(r)?,
-                    r.get::<_, Option<String>>(16)?,
-                    r.get::<_, String>(17)?,
+                    r.get::<_, Option<String>>(17)?,
+                    r.get::<_, String>(18)?,
                 ))
             })
             .optional()

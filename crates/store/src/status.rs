@@ -101,7 +101,49 @@ impl StatusReport {
     }
 }
 
+/// A job whose row says it has not ended: running now, or `killed` (its recorder died).
+#[derive(Debug, Clone, Serialize)]
+pub struct Unfinished {
+    pub job: i64,
+    pub label: String,
+    pub backend: String,
+    pub started_ns: i64,
+    /// running | killed
+    pub status: String,
+}
+
 impl Store {
+    /// Jobs not ended yet (`roar run`s in progress, jobs under active mounts) and jobs whose
+    /// recorder died, oldest first.
+    pub fn unfinished(&self) -> Result<Vec<Unfinished>> {
+        let read = || -> rusqlite::Result<Vec<Unfinished>> {
+            let mut stmt = self.conn.prepare(
+                "SELECT id, name, argv, backend, started_ns, status, recorder, host FROM jobs
+                 WHERE status = 'running' ORDER BY started_ns, id",
+            )?;
+            let rows = stmt.query_map([], |r| {
+                let name: Option<String> = r.get(1)?;
+                let argv = shell_join(&argv_from_blob(r.get_ref(2)?.as_bytes()?));
+                Ok(Unfinished {
+                    job: r.get(0)?,
+                    label: match name {
+                        Some(n) => format!("[{n}] {argv}"),
+                        None => argv,
+                    },
+                    backend: r.get(3)?,
+                    started_ns: r.get(4)?,
+                    status: crate::model::live_status(
+                        r.get(5)?,
+                        r.get(6)?,
+                        r.get::<_, Option<String>>(7)?.as_deref(),
+                    ),
+                })
+            })?;
+            rows.collect()
+        };
+        read().map_err(|e| self.err(e))
+    }
+
     /// Reads the last record of every location and the inputs of every job that is still the
     /// last writer of one; noise is left out (see [`Store::hide`]).
     pub fn status_plan(&self, root: &Path) -> Result<StatusPlan> {

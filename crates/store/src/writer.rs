@@ -17,12 +17,16 @@ use crate::redact::Policy;
 const MAX_BATCH: usize = 4096;
 
 enum Msg {
-    /// A job, and where the rest of its files arrive while it is being recorded (see
-    /// [`Writer::start_job`]).
+    /// A job that has just started: its row, `running`, with who records it (see
+    /// [`Writer::begin_job`]).
+    Begin(Box<JobRecord>, Sender<Result<i64>>),
+    /// A job, where the rest of its files arrive while it is being recorded (see
+    /// [`Writer::start_job`]), and the row [`Msg::Begin`] made for it, if any.
     Job(
         Box<JobRecord>,
         Option<Receiver<FileChunk>>,
         Sender<Result<i64>>,
+        Option<i64>,
     ),
     Cache(Vec<CacheEntry>),
     Artifacts(Vec<ContentHash>),
@@ -119,8 +123,26 @@ impl Writer {
 
     /// Records a whole job and returns its id once committed.
     pub fn record_job(&self, job: JobRecord) -> Result<i64> {
+        self.record_begun(None, job)
+    }
+
+    /// Writes `job`'s row now, as `running` with this process as its recorder, and returns at
+    /// once; the row is committed in the background. A job recorded later through
+    /// [`Writer::record_begun`]/[`Writer::start_begun`] with the [`Begun`] fills that row in.
+    /// Until then `roar log` shows the job running, and if this process dies first (killed), the
+    /// row stays to say so instead of the job leaving no trace.
+    pub fn begin_job(&self, job: &JobRecord) -> Result<Begun> {
         let (reply, answer) = mpsc::channel();
-        self.send(Msg::Job(Box::new(job), None, reply))?;
+        self.send(Msg::Begin(Box::new(header(job)), reply))?;
+        Ok(Begun { answer })
+    }
+
+    /// [`Writer::record_job`] into the row of a [`Writer::begin_job`] (a new row if `begun` is
+    /// None or its row could not be written).
+    pub fn record_begun(&self, begun: Option<Begun>, job: JobRecord) -> Result<i64> {
+        let (reply, answer) = mpsc::channel();
+        let id = begun.and_then(Begun::id);
+        self.send(Msg::Job(Box::new(job), None, reply, id))?;
         answer.recv().map_err(|_| StoreError::WriterGone)?
     }
 
@@ -132,9 +154,15 @@ impl Writer {
     /// is sent commits until the job does, and the writer waits for the job's files until the
     /// `JobStream` is finished or dropped: end it before dropping the `Writer`.
     pub fn start_job(&self, job: JobRecord) -> Result<JobStream> {
+        self.start_begun(None, job)
+    }
+
+    /// [`Writer::start_job`] into the row of a [`Writer::begin_job`].
+    pub fn start_begun(&self, begun: Option<Begun>, job: JobRecord) -> Result<JobStream> {
         let (reply, answer) = mpsc::channel();
         let (files, more) = mpsc::channel();
-        self.send(Msg::Job(Box::new(job), Some(more), reply))?;
+        let id = begun.and_then(Begun::id);
+        self.send(Msg::Job(Box::new(job), Some(more), reply, id))?;
         Ok(JobStream { files, answer })
     }
 
@@ -179,6 +207,38 @@ impl Drop for Writer {
     }
 }
 
+/// A job whose `running` row was queued by [`Writer::begin_job`].
+#[derive(Debug)]
+pub struct Begun {
+    answer: Receiver<Result<i64>>,
+}
+
+impl Begun {
+    /// The row's id, once committed (messages are applied in order, so by the time the job is
+    /// recorded this does not wait); None if it could not be written.
+    fn id(self) -> Option<i64> {
+        match self.answer.recv() {
+            Ok(Ok(id)) => Some(id),
+            Ok(Err(e)) => {
+                tracing::warn!("the job's row could not be written when it started: {e}");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+}
+
+/// What a [`Msg::Begin`] stores: the job without files or processes, running.
+fn header(job: &JobRecord) -> JobRecord {
+    JobRecord {
+        outcome: crate::Outcome::Running,
+        ended_ns: None,
+        processes: Vec::new(),
+        files: Vec::new(),
+        ..job.clone()
+    }
+}
+
 /// A [`Writer`] whose store is still being opened on its thread.
 pub struct OpeningWriter {
     tx: Sender<Msg>,
@@ -187,6 +247,15 @@ pub struct OpeningWriter {
 }
 
 impl OpeningWriter {
+    /// [`Writer::begin_job`], queued while the store opens.
+    pub fn begin_job(&self, job: &JobRecord) -> Result<Begun> {
+        let (reply, answer) = mpsc::channel();
+        self.tx
+            .send(Msg::Begin(Box::new(header(job)), reply))
+            .map_err(|_| StoreError::WriterGone)?;
+        Ok(Begun { answer })
+    }
+
     /// The writer, once its store is open, or why it could not be opened.
     pub fn wait(self) -> Result<Writer> {
         match self.opened.recv() {
@@ -238,7 +307,7 @@ fn run(mut conn: Connection, path: PathBuf, rx: Receiver<Msg>, checkpoints: Chec
             }
         }
         for msg in &mut batch {
-            if let Msg::Job(job, _, _) = msg {
+            if let Msg::Job(job, _, _, _) | Msg::Begin(job, _) = msg {
                 policy.job(job);
             }
         }
@@ -291,7 +360,10 @@ fn commit(conn: &mut Connection, path: &Path, batch: Vec<Msg>, lost: &mut Option
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         for msg in &batch {
             match msg {
-                Msg::Job(job, more, _) => job_ids.push(insert_job(&tx, job, more.as_ref())?),
+                Msg::Job(job, more, _, begun) => {
+                    job_ids.push(insert_job(&tx, job, more.as_ref(), *begun)?)
+                }
+                Msg::Begin(job, _) => job_ids.push(insert_job(&tx, job, None, None)?),
                 Msg::Cache(entries) => insert_cache(&tx, entries)?,
                 Msg::Artifacts(hashes) => {
                     let mut insert = tx.prepare_cached(INSERT_ARTIFACT)?;
@@ -311,7 +383,7 @@ fn commit(conn: &mut Connection, path: &Path, batch: Vec<Msg>, lost: &mut Option
             Err(e) => db::classify(path, clone_err(e)),
         };
         match msg {
-            Msg::Job(_, _, reply) => {
+            Msg::Job(_, _, reply, _) | Msg::Begin(_, reply) => {
                 let _ = reply.send(match &outcome {
                     Ok(()) => Ok(ids.next().expect("one id per job")),
                     Err(_) => Err(err()),
@@ -379,6 +451,7 @@ fn insert_job(
     tx: &Transaction,
     job: &JobRecord,
     more: Option<&Receiver<FileChunk>>,
+    begun: Option<i64>,
 ) -> rusqlite::Result<i64> {
     let (exit_code, signal) = match &job.outcome {
         crate::Outcome::Exited(c) => (Some(*c), None),
@@ -386,29 +459,58 @@ fn insert_job(
         _ => (None, None),
     };
     let env = serde_json::to_string(&job.env).unwrap_or_else(|_| "{}".into());
-    tx.prepare_cached(
+    // A running row names its recorder, so a reader can tell a job still running from one whose
+    // recorder died; a finished row needs none.
+    let recorder = matches!(job.outcome, crate::Outcome::Running).then(crate::model::recorder_id);
+    // The row written when the job began is completed in place (it keeps its id: ids follow the
+    // order jobs started); if it is gone (`roar rm` meanwhile), a new row is made.
+    let sql = if begun.is_some() {
+        "UPDATE jobs SET name = ?1, argv = ?2, cwd = ?3, started_ns = ?4, ended_ns = ?5,
+                status = ?6, exit_code = ?7, signal = ?8, incomplete = ?9, backend = ?10,
+                git_commit = ?11, git_branch = ?12, git_dirty = ?13, env = ?14, host = ?15,
+                recorder = ?16
+         WHERE id = ?17"
+    } else {
         "INSERT INTO jobs (name, argv, cwd, started_ns, ended_ns, status, exit_code, signal,
-                           incomplete, backend, git_commit, git_branch, git_dirty, env, host)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
-    )?
-    .execute(params![
-        job.name,
-        argv_to_blob(&job.argv),
-        job.cwd.as_os_str().as_bytes(),
-        job.started_ns,
-        job.ended_ns,
-        job.outcome.status(),
-        exit_code,
-        signal,
-        job.incomplete,
-        job.backend,
-        job.git.as_ref().and_then(|g| g.commit.clone()),
-        job.git.as_ref().and_then(|g| g.branch.clone()),
-        job.git.as_ref().map(|g| g.dirty),
-        env,
-        job.host,
-    ])?;
-    let job_id = tx.last_insert_rowid();
+                           incomplete, backend, git_commit, git_branch, git_dirty, env, host,
+                           recorder)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+    };
+    let mut stmt = tx.prepare_cached(sql)?;
+    let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(17);
+    let argv = argv_to_blob(&job.argv);
+    let cwd = job.cwd.as_os_str().as_bytes();
+    let status = job.outcome.status();
+    let commit = job.git.as_ref().and_then(|g| g.commit.clone());
+    let branch = job.git.as_ref().and_then(|g| g.branch.clone());
+    let dirty = job.git.as_ref().map(|g| g.dirty);
+    values.extend([
+        &job.name as &dyn rusqlite::ToSql,
+        &argv,
+        &cwd,
+        &job.started_ns,
+        &job.ended_ns,
+        &status,
+        &exit_code,
+        &signal,
+        &job.incomplete,
+        &job.backend,
+        &commit,
+        &branch,
+        &dirty,
+        &env,
+        &job.host,
+        &recorder,
+    ]);
+    if let Some(id) = &begun {
+        values.push(id);
+    }
+    let changed = stmt.execute(rusqlite::params_from_iter(values))?;
+    drop(stmt);
+    if begun.is_some() && changed == 0 {
+        return insert_job(tx, job, more, None);
+    }
+    let job_id = begun.unwrap_or_else(|| tx.last_insert_rowid());
 
     let mut proc_stmt = tx.prepare_cached(
         "INSERT INTO processes (job_id, pid, parent_pid, exe, argv, started_ns, ended_ns)
