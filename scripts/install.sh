@@ -6,21 +6,23 @@
 #   bash scripts/install.sh [--prefix DIR]     build (release) and install; default prefix
 #                                              /usr/local as root, else ~/.local
 #   bash scripts/install.sh --uninstall [--prefix DIR]
-#   --debug                                    install the dev build instead (what CI checks:
-#                                              the same steps without a second, release build)
+#   --from DIR                                 install the roar and libroar_preload.so already
+#                                              built in DIR instead of building (CI installs its
+#                                              dev build this way: same steps, no second build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 prefix=""
-profile=release
+from=""
 uninstall=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --prefix) prefix="${2:?--prefix needs a directory}"; shift 2 ;;
         --prefix=*) prefix="${1#--prefix=}"; shift ;;
         --uninstall) uninstall=1; shift ;;
-        --debug) profile=debug; shift ;;
-        -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --from) from="${2:?--from needs a directory}"; shift 2 ;;
+        --from=*) from="${1#--from=}"; shift ;;
+        -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "install.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -46,32 +48,34 @@ if [ "$uninstall" -eq 1 ]; then
     exit 0
 fi
 
-# What building needs (clang compiles the eBPF programs, libelf/zlib link libbpf).
-missing=()
-for pkg in clang libelf-dev zlib1g-dev pkg-config make gcc cmake; do
-    dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
-        echo "install.sh: installing build dependencies: ${missing[*]}" >&2
-        DEBIAN_FRONTEND=noninteractive apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-    else
-        echo "install.sh: missing build dependencies: ${missing[*]} (install them as root, then run again)" >&2
+if [ -n "$from" ]; then
+    target="$from"
+    for f in roar libroar_preload.so; do
+        [ -f "$target/$f" ] || { echo "install.sh: $target/$f does not exist" >&2; exit 1; }
+    done
+else
+    # What building needs (clang compiles the eBPF programs, libelf/zlib link libbpf).
+    missing=()
+    for pkg in clang libelf-dev zlib1g-dev pkg-config make gcc cmake; do
+        dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+            echo "install.sh: installing build dependencies: ${missing[*]}" >&2
+            DEBIAN_FRONTEND=noninteractive apt-get update -qq
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+        else
+            echo "install.sh: missing build dependencies: ${missing[*]} (install them as root, then run again)" >&2
+            exit 1
+        fi
+    fi
+    if ! command -v cargo >/dev/null; then
+        echo "install.sh: cargo is missing; install Rust 1.95 with rustup first" >&2
         exit 1
     fi
-fi
-if ! command -v cargo >/dev/null; then
-    echo "install.sh: cargo is missing; install Rust 1.95 with rustup first" >&2
-    exit 1
-fi
-
-if [ "$profile" = release ]; then
     cargo build --release --locked -p roar-cli -p roar-preload
-else
-    cargo build --locked -p roar-cli -p roar-preload
+    target="${CARGO_TARGET_DIR:-target}/release"
 fi
-target="${CARGO_TARGET_DIR:-target}/$profile"
 
 dirs=()
 for d in "$prefix/bin" "$prefix/lib/roar" "$prefix/share/man/man1" \

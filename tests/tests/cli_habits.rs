@@ -335,10 +335,13 @@ fn completions_parse_and_the_man_page_renders() {
 fn the_install_command_installs_and_uninstalls_without_leftovers() {
     let prefix = tempfile::tempdir().unwrap();
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    // --debug: the same steps on the dev build the suite already has (no second, release build).
+    // --from: the same steps on the build the suite already has (no second, release build).
+    let built = roar_bin().parent().unwrap().to_owned();
     let out = Command::new("bash")
         .arg(repo.join("scripts/install.sh"))
-        .args(["--debug", "--prefix"])
+        .arg("--from")
+        .arg(&built)
+        .arg("--prefix")
         .arg(prefix.path())
         .output()
         .unwrap();

@@ -680,3 +680,47 @@ fn mount_jobs_get_ids_in_the_order_they_started() {
     };
     assert!(id_of("first.txt") < id_of("second.txt"), "{jobs:?}");
 }
+
+/// `roar run` inside `roar run`: under every outer backend, both jobs record the command's output
+/// as an output (inside preload, `auto` traces with ptrace so the outer shim keeps reporting to
+/// the outer job); a ptrace run inside a ptrace run is refused in one line.
+#[test]
+fn a_nested_roar_run_is_recorded_by_both_runs() {
+    let roar = common::roar_bin();
+    for outer in backends() {
+        let p = Project::new();
+        let out = p
+            .cmd(["run", "--tracer", outer, "--"])
+            .arg(&roar)
+            .args(["run", "--", "sh", "-c", "echo n > nested.txt"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{outer}: {}", stderr(&out));
+        let log = log_json(&p);
+        assert_eq!(log.len(), 2, "{outer}: {log:?}");
+        for summary in &log {
+            let job = &p.job_json(summary["id"].as_i64().unwrap());
+            let files = p.files(job, "output");
+            assert_eq!(files, ["nested.txt"], "{outer}: job {}: {job}", job["id"]);
+            assert!(
+                p.files(job, "input").iter().all(|f| f != "nested.txt"),
+                "{outer}: {job}"
+            );
+        }
+        // The outer job began first.
+        assert!(
+            log[1]["argv"][0].as_str().unwrap().ends_with("roar"),
+            "{outer}: {log:?}"
+        );
+    }
+    let p = Project::new();
+    let out = p
+        .cmd(["run", "--tracer", "ptrace", "--"])
+        .arg(&roar)
+        .args(["run", "--tracer", "ptrace", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("roar is itself being traced"), "{err}");
+}

@@ -218,6 +218,11 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         );
     }
     tracing::debug!("tracer {} ({why})", backend.name());
+    if backend == Backend::Preload && roar_tracer::check::inside_preload_run() {
+        eprintln!(
+            "roar: warning: this run is inside another `roar run` tracing with preload; with --tracer preload the outer job does not see this command's files (use --tracer ptrace or ebpf, as auto does)"
+        );
+    }
     let cwd = std::env::current_dir()?;
     let git = git_state(&cwd);
     // Redacted by the writer, with the project's `[redact]` rules.

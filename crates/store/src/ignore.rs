@@ -47,6 +47,11 @@ pub const DEFAULT_IGNORES: &[&str] = &[
     "**/.pyenv/version",
     "**/.roar/**",
     "**/.git/**",
+    // Anonymous memory (memfd_create), named by the kernel as if it were a file: a nested
+    // `roar run`'s event ring, any program's shared buffers.
+    "/memfd:*",
+    // eBPF names a memfd by its dentry on the kernel's internal mount: "/". No file is at "/".
+    "/",
     // Environment, not data (docs/SEMANTICS.md, "Noise"): fonts and fontconfig, locale and
     // terminal databases, and the caches tools keep for themselves. Caches that hold data a job
     // uses (pretrained weights in ~/.cache/torch/hub, HF models and datasets) stay recorded.

@@ -154,6 +154,19 @@ fn ptrace_verdict() -> (bool, String) {
             "the seccomp filter is written for x86_64 only".into(),
         );
     }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let tracer = status
+        .lines()
+        .find_map(|l| l.strip_prefix("TracerPid:"))
+        .map(str::trim)
+        .filter(|p| *p != "0");
+    if let Some(pid) = tracer {
+        // A tracee's children are its tracer's (PTRACE_O_TRACEFORK): they cannot be traced again.
+        return (
+            false,
+            format!("roar is itself being traced (by pid {pid}: an outer `roar run --tracer ptrace`, strace or a debugger), and a traced process's children cannot be traced again; use --tracer preload or ebpf"),
+        );
+    }
     match std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope") {
         Ok(s) if s.trim() == "3" => (false, "kernel.yama.ptrace_scope=3 forbids ptrace".into()),
         _ => match std::fs::read_to_string("/proc/self/status") {
@@ -235,6 +248,12 @@ pub fn resolve(cmd: &OsStr) -> Option<PathBuf> {
         })
 }
 
+/// Whether this process runs inside a job traced by `roar run --tracer preload` (the outer run's
+/// shim put its event socket in the environment).
+pub fn inside_preload_run() -> bool {
+    std::env::var_os(roar_wire::SOCK_ENV).is_some_and(|v| !v.is_empty())
+}
+
 /// The backend `auto` picks for `cmd`, with the reason.
 pub fn choose(cmd: &OsStr, preload_lib: Option<&Path>) -> (Backend, String) {
     let exe = resolve(cmd);
@@ -247,6 +266,20 @@ pub fn choose(cmd: &OsStr, preload_lib: Option<&Path>) -> (Backend, String) {
     match link {
         Linkage::Static => no_preload("static binary: the preload shim cannot load"),
         Linkage::SetId => no_preload("setuid/setgid binary: the loader drops LD_PRELOAD"),
+        // Nested in a `roar run` that traces with preload: the command inherits the outer run's
+        // shim, and a shim of ours would take its events away from the outer job. A backend
+        // that does not touch the command's environment leaves the outer shim reporting to the
+        // outer run, so both jobs are complete.
+        _ if inside_preload_run() => match ptrace_verdict() {
+            (true, _) => (
+                Backend::Ptrace,
+                "inside a preload-traced `roar run`: its shim keeps reporting to the outer job"
+                    .into(),
+            ),
+            (false, why) => no_preload(&format!(
+                "inside a preload-traced `roar run` (ptrace: {why})"
+            )),
+        },
         _ if !preload.ok => (
             Backend::Ptrace,
             format!("preload unavailable: {}", preload.reason),
