@@ -169,6 +169,18 @@ fn a_rename_and_a_copy_outside_roar_name_their_origin() {
         text.contains("copy.txt  = copy of final.txt  (job 2)"),
         "{text}"
     );
+    // In DOT the copy hangs off the version it copies, dashed.
+    let dot = stdout(&p.roar(["dag", "--dot"]));
+    let root = std::fs::canonicalize(p.path()).unwrap();
+    let edge = format!(
+        "\"v{0}/final.txt@2\" -> \"v{0}/copy.txt@2\" [style=dashed, label=\"copy\"];",
+        root.display()
+    );
+    assert!(dot.contains(&edge), "{edge} in {dot}");
+    assert!(
+        dot.contains(&format!("\"j2\" -> \"v{}/final.txt@2\"", root.display())),
+        "{dot}"
+    );
 }
 
 #[test]

@@ -231,6 +231,15 @@ pub fn dot(steps: &[Step], expand: &Expand, root: &Path) -> String {
             };
             let n = node(&mut s, &item, producer);
             s += &format!("  \"{n}\" -> \"j{}\";\n", st.job_id);
+            // The same bytes found at another location, where its producer wrote them.
+            if let (Item::File(e), Some(p)) = (&item, producer) {
+                if let Some(from) = &e.copy_of {
+                    s += &format!(
+                        "  \"v{}@{p}\" -> \"{n}\" [style=dashed, label=\"copy\"];\n",
+                        esc(from)
+                    );
+                }
+            }
         }
         for item in items(&st.outputs, &dirs) {
             let n = node(&mut s, &item, Some(st.job_id));
