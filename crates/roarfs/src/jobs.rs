@@ -571,7 +571,7 @@ impl Jobs {
         ids
     }
 
-    /// What the job's row says while it runs.
+    /// What the job's row says while it runs (and, completed, once it has ended).
     fn header(&self, key: JobKey, job: &LiveJob) -> JobRecord {
         JobRecord {
             name: None,
@@ -645,26 +645,11 @@ impl Jobs {
             }
         }
         JobRecord {
-            name: None,
-            argv: job.argv.clone(),
-            cwd: job.cwd,
-            started_ns: job.started_ns,
             ended_ns: Some(now_ns()),
             outcome: Outcome::Ended,
             incomplete: !job.root_gone,
-            backend: "mount".into(),
-            git: None,
-            env: Default::default(),
-            host: self.host.clone(),
-            processes: vec![ProcessRecord {
-                pid: key.pid,
-                parent_pid: None,
-                exe: job.exe,
-                argv: job.argv,
-                started_ns: Some(job.started_ns),
-                ended_ns: None,
-            }],
             files,
+            ..self.header(key, &job)
         }
     }
 
