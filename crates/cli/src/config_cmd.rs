@@ -20,7 +20,7 @@ pub enum ConfigCommand {
     Set { key: String, value: String },
 }
 
-/// The settings, as dotted keys, with a description for `list`.
+/// The settings, as dotted keys, in the order `list` prints them.
 const KEYS: &[&str] = &[
     "hash",
     "tracer",

@@ -36,7 +36,7 @@ pub fn init(dir: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
 
 pub fn log(limit: usize, json: bool) -> anyhow::Result<()> {
     let (_, store) = crate::lineage_cmd::open()?;
-    // -n 0 means every job, as `git log -n 0` would not: an empty answer is never useful.
+    // -n 0 lists every job: an empty list is never what was asked for.
     let jobs = store.jobs(if limit == 0 { usize::MAX } else { limit })?;
     if json {
         return fmt::print_json(&jobs);
