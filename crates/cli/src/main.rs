@@ -223,16 +223,21 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let long_version: &'static str = Box::leak(
-        format!(
-            "{}\npreload shim: {}\neBPF programs: built into the binary (CO-RE)",
-            env!("CARGO_PKG_VERSION"),
-            shim::describe(),
-        )
-        .into_boxed_str(),
-    );
-    let parsed = Cli::command()
-        .long_version(long_version)
+    let mut command = Cli::command();
+    // Finding the shim takes a few stats: only `roar --version` (clap's long version) pays them,
+    // not the start of every `roar run`.
+    if std::env::args_os().nth(1).is_some_and(|a| a == "--version") {
+        let long_version: &'static str = Box::leak(
+            format!(
+                "{}\npreload shim: {}\neBPF programs: built into the binary (CO-RE)",
+                env!("CARGO_PKG_VERSION"),
+                shim::describe(),
+            )
+            .into_boxed_str(),
+        );
+        command = command.long_version(long_version);
+    }
+    let parsed = command
         .try_get_matches()
         .and_then(|mut m| Cli::from_arg_matches_mut(&mut m));
     let cli = match parsed {
