@@ -94,6 +94,6 @@ echo
 echo "== roar reproduce model.json (the commands that rebuild it; --run re-runs and verifies)"
 "$ROAR" reproduce model.json
 echo
-echo "== after editing prep.py: roar status"
-echo "# tweak" >> prep.py
+echo "== after editing train.py: roar status   (what changed, and what is stale downstream, job by job)"
+echo "# tweak" >> train.py
 "$ROAR" status
