@@ -139,6 +139,8 @@ fn record_pipeline(p: &Project) {
             commit: Some("0123456789abcdef0123".into()),
             branch: Some("main".into()),
             dirty: true,
+            remote: None,
+            diff: None,
         }),
         env: Default::default(),
         host: Some("testhost".into()),
@@ -151,6 +153,7 @@ fn record_pipeline(p: &Project) {
             ended_ns: None,
         }],
         files,
+        environment: None,
     };
     writer
         .record_job(job(

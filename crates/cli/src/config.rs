@@ -15,6 +15,8 @@ pub struct Config {
     pub ignore: Vec<String>,
     /// The S3 gateway of `roar run` and `roar gateway`.
     pub s3: S3Config,
+    /// What `roar run` records of the environment.
+    pub env: EnvConfig,
     /// What else is redacted from command lines and environments (the writer applies it).
     pub redact: roar_store::redact::RedactConfig,
 }
@@ -28,6 +30,24 @@ pub struct S3Config {
     pub upstream: Option<String>,
     /// The region clients sign for, and the upstream's.
     pub region: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EnvConfig {
+    /// Keep a dirty tree's `git diff HEAD` (false: record only that it is dirty).
+    pub diff: bool,
+    /// Record the packages a job used.
+    pub packages: bool,
+}
+
+impl Default for EnvConfig {
+    fn default() -> Self {
+        EnvConfig {
+            diff: true,
+            packages: true,
+        }
+    }
 }
 
 impl Default for S3Config {
@@ -47,6 +67,7 @@ impl Default for Config {
             tracer: "auto".into(),
             ignore: Vec::new(),
             s3: S3Config::default(),
+            env: EnvConfig::default(),
             redact: Default::default(),
         }
     }

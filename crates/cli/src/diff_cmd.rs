@@ -1,14 +1,17 @@
 //! `roar diff A B`: what differs between the provenance of two jobs or two artifacts.
 //!
-//! An artifact stands for the job that produced it. Compared: argv, working directory, code (git
-//! commit and dirty state), environment, the direct inputs and outputs by path, and for artifacts
-//! also the root inputs of their whole lineage, where a changed dataset many steps up shows.
+//! An artifact stands for the job that produced it. Compared, most likely cause first: the
+//! parameters in argv (`lr: 0.1 -> 0.01`), argv itself, working directory, code (git commit, dirty
+//! state and diff), package versions, the machine, environment variables, the direct inputs and
+//! outputs by path, and for artifacts also the root inputs of their whole lineage, where a changed
+//! dataset many steps up shows.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::io::Write;
 use std::path::Path;
 
+use roar_env::params::{self, ParamChange};
 use roar_store::{ContentHash, JobDetail, Role, Store, Version};
 use serde::Serialize;
 
@@ -46,12 +49,25 @@ struct EnvChange {
 }
 
 #[derive(Serialize)]
+struct PackageChange {
+    kind: String,
+    name: String,
+    a: Option<String>,
+    b: Option<String>,
+}
+
+/// Ranked like a root-cause report: parameters, code, packages, machine and environment, then
+/// data.
+#[derive(Serialize)]
 struct Diff {
     a_job: i64,
     b_job: i64,
+    parameters: Vec<ParamChange>,
     argv: Option<Change<Vec<String>>>,
     cwd: Option<Change<String>>,
     git: Option<Change<String>>,
+    packages: Vec<PackageChange>,
+    machine: Vec<EnvChange>,
     env: Vec<EnvChange>,
     inputs: Vec<FileChange>,
     outputs: Vec<FileChange>,
@@ -143,7 +159,12 @@ fn git_label(job: &JobDetail) -> String {
                 .as_deref()
                 .map(|c| &c[..12.min(c.len())])
                 .unwrap_or("no commit"),
-            if g.dirty { " (dirty)" } else { "" }
+            match (g.dirty, &g.diff) {
+                (false, _) => String::new(),
+                // Two dirty trees differ when their diffs do.
+                (true, Some(d)) => format!(" (dirty, diff {})", &d[..12.min(d.len())]),
+                (true, None) => " (dirty)".into(),
+            }
         ),
         None => "not a git tree".into(),
     }
@@ -173,9 +194,16 @@ fn diff_of(a: &Side, b: &Side) -> Diff {
         (Some(ra), Some(rb)) => compare(ra, rb).0,
         _ => Vec::new(),
     };
+    let parameters = params::compare(
+        &params::of_argv(&ja.summary.argv),
+        &params::of_argv(&jb.summary.argv),
+    );
     Diff {
         a_job: ja.summary.id,
         b_job: jb.summary.id,
+        parameters,
+        packages: package_changes(ja, jb),
+        machine: machine_changes(ja, jb),
         argv: changed(ja.summary.argv.clone(), jb.summary.argv.clone()),
         cwd: changed(ja.summary.cwd.clone(), jb.summary.cwd.clone()),
         git: changed(git_label(ja), git_label(jb)),
@@ -185,6 +213,61 @@ fn diff_of(a: &Side, b: &Side) -> Diff {
         root_inputs,
         same_inputs,
     }
+}
+
+/// Packages by (kind, name): a version that changed, or one only one side used. Jobs recorded
+/// before packages were (no package at all on a side) compare as unknown, not as removals.
+fn package_changes(a: &JobDetail, b: &JobDetail) -> Vec<PackageChange> {
+    let (pa, pb) = (&a.environment.packages, &b.environment.packages);
+    if pa.is_empty() || pb.is_empty() {
+        return Vec::new();
+    }
+    let versions = |ps: &[roar_store::Package]| -> BTreeMap<(String, String), String> {
+        ps.iter()
+            .map(|p| ((p.kind.clone(), p.name.clone()), p.version.clone()))
+            .collect()
+    };
+    let (va, vb) = (versions(pa), versions(pb));
+    let keys: BTreeSet<&(String, String)> = va.keys().chain(vb.keys()).collect();
+    keys.into_iter()
+        .filter(|k| va.get(*k) != vb.get(*k))
+        .map(|k| PackageChange {
+            kind: k.0.clone(),
+            name: k.1.clone(),
+            a: va.get(k).cloned(),
+            b: vb.get(k).cloned(),
+        })
+        .collect()
+}
+
+/// The machine fields that differ (hostname, CPU, GPUs, OS, kernel...).
+fn machine_changes(a: &JobDetail, b: &JobDetail) -> Vec<EnvChange> {
+    let (Some(ra), Some(rb)) = (&a.environment.runtime, &b.environment.runtime) else {
+        return Vec::new();
+    };
+    let flat = |r: &roar_store::Runtime| -> BTreeMap<String, String> {
+        let v = serde_json::to_value(r).unwrap_or_default();
+        v.as_object()
+            .map(|o| {
+                o.iter()
+                    .map(|(k, v)| {
+                        let s = v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string());
+                        (k.clone(), s)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let (fa, fb) = (flat(ra), flat(rb));
+    let keys: BTreeSet<&String> = fa.keys().chain(fb.keys()).collect();
+    keys.into_iter()
+        .filter(|k| fa.get(*k) != fb.get(*k))
+        .map(|k| EnvChange {
+            name: k.clone(),
+            a: fa.get(k).cloned(),
+            b: fb.get(k).cloned(),
+        })
+        .collect()
 }
 
 fn print_files(
@@ -221,6 +304,14 @@ pub fn diff(a: &OsStr, b: &OsStr, json: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     let mut any = false;
+    for (i, p) in d.parameters.iter().enumerate() {
+        let head = if i == 0 { "parameters" } else { "" };
+        let v = |x: &Option<String>| -> String {
+            x.as_deref().map_or("(unset)".into(), |s| fmt::shown(s).into_owned())
+        };
+        writeln!(out, "{head:<12}{}: {} -> {}", fmt::shown(&p.name), v(&p.a), v(&p.b))?;
+        any = true;
+    }
     if let Some(c) = &d.argv {
         writeln!(out, "{:<12}{}", "argv", fmt::argv(&c.a))?;
         writeln!(out, "{:<12}{}", "", fmt::argv(&c.b))?;
@@ -238,6 +329,25 @@ pub fn diff(a: &OsStr, b: &OsStr, json: bool) -> anyhow::Result<()> {
     }
     if let Some(c) = &d.git {
         writeln!(out, "{:<12}{} -> {}", "code", c.a, c.b)?;
+        any = true;
+    }
+    for (i, p) in d.packages.iter().enumerate() {
+        let head = if i == 0 { "packages" } else { "" };
+        let name = fmt::shown(&p.name);
+        match (&p.a, &p.b) {
+            (Some(x), Some(y)) => writeln!(out, "{head:<12}~ {name} ({}): {x} -> {y}", p.kind)?,
+            (None, Some(y)) => writeln!(out, "{head:<12}+ {name} {y} ({}, only in B)", p.kind)?,
+            (Some(x), None) => writeln!(out, "{head:<12}- {name} {x} ({}, only in A)", p.kind)?,
+            (None, None) => {}
+        }
+        any = true;
+    }
+    for (i, m) in d.machine.iter().enumerate() {
+        let head = if i == 0 { "machine" } else { "" };
+        let v = |x: &Option<String>| -> String {
+            x.as_deref().map_or("-".into(), |s| fmt::shown(s).into_owned())
+        };
+        writeln!(out, "{head:<12}{}: {} -> {}", m.name, v(&m.a), v(&m.b))?;
         any = true;
     }
     for (i, e) in d.env.iter().enumerate() {
@@ -271,7 +381,7 @@ pub fn diff(a: &OsStr, b: &OsStr, json: bool) -> anyhow::Result<()> {
     if !any {
         writeln!(
             out,
-            "same provenance: argv, directory, code, environment and inputs are identical"
+            "same provenance: parameters, directory, code, packages, machine, environment and inputs are identical"
         )?;
     }
     Ok(())

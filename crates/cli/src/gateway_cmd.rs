@@ -395,6 +395,7 @@ fn session_job(project: &Project, access_key: &str, session: &Session) -> JobRec
         host: crate::run_cmd::hostname(),
         processes: Vec::new(),
         files: roar_gateway::job_files(&session.accesses),
+        environment: None,
     }
 }
 

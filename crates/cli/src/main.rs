@@ -3,6 +3,7 @@
 mod config;
 mod config_cmd;
 mod diff_cmd;
+mod environment;
 mod export_cmd;
 mod fmt;
 mod gateway_cmd;
@@ -88,6 +89,9 @@ enum Command {
         /// Also list files hidden as environment noise (fonts, caches, `ignore` globs).
         #[arg(long)]
         all: bool,
+        /// For a job: its environment instead (parameters, code, packages, machine).
+        #[arg(long)]
+        env: bool,
     },
     /// Show the store's size, schema version and row counts; audit it for secrets.
     Db {
@@ -297,7 +301,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Init { dir } => query_cmd::init(dir, json)?,
         Command::Hash { paths, sha256 } => hash_cmd::hash(&paths, sha256, json)?,
         Command::Log { limit } => query_cmd::log(limit, json)?,
-        Command::Show { what, all } => query_cmd::show(&what, all, json)?,
+        Command::Show { what, all, env } => query_cmd::show(&what, all, env, json)?,
         Command::Db {
             secrets_scan,
             redact,

@@ -115,10 +115,18 @@ pub(crate) fn classify_in(store: Option<&Store>, what: &OsStr, cwd: &Path) -> Ta
     Target::Path(path)
 }
 
-pub fn show(what: &OsStr, all: bool, json: bool) -> anyhow::Result<()> {
+pub fn show(what: &OsStr, all: bool, env: bool, json: bool) -> anyhow::Result<()> {
     let (project, store) = crate::lineage_cmd::open_with(all)?;
     let cwd = std::env::current_dir()?;
-    match classify_in(Some(&store), what, &cwd) {
+    let target = classify_in(Some(&store), what, &cwd);
+    if env && !matches!(target, Target::Job(_)) {
+        anyhow::bail!(
+            "--env shows a job's environment; {} is not a job (give its id, @N or name)",
+            fmt::shown(&what.to_string_lossy())
+        );
+    }
+    match target {
+        Target::Job(id) if env => crate::environment::show(&store.job(id)?, json),
         Target::Job(id) => {
             let job = store.job(id)?;
             if json {
@@ -184,6 +192,15 @@ fn print_job(job: &JobDetail, root: &Path) -> anyhow::Result<()> {
         let branch = g.branch.as_deref().unwrap_or("detached");
         let dirty = if g.dirty { ", dirty" } else { "" };
         writeln!(out, "  git      {commit} ({branch}{dirty})")?;
+    }
+    let e = &job.environment;
+    if !e.packages.is_empty() || e.runtime.is_some() {
+        writeln!(
+            out,
+            "  env      {}; `roar show {} --env`",
+            crate::environment::one_line(e),
+            s.id
+        )?;
     }
     for (title, role) in [
         ("inputs", roar_store::Role::Input),

@@ -11,7 +11,7 @@ use std::time::Instant;
 use clap::{Args, Subcommand};
 use roar_store::hash::HashOptions;
 use roar_store::{
-    now_ns, Checkpoints, GitState, JobRecord, JobStream, OpeningWriter, Outcome, Project, Role,
+    now_ns, Checkpoints, JobRecord, JobStream, OpeningWriter, Outcome, Project, Role,
     Store, Writer,
 };
 use roar_tracer::collect;
@@ -120,42 +120,6 @@ pub fn tracer(command: TracerCommand, json: bool) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// Reads the git state of `dir` before the job starts. A dirty tree is recorded, never refused.
-fn git_state(dir: &Path) -> Option<GitState> {
-    let root = dir.ancestors().find(|d| d.join(".git").exists())?;
-    let out = std::process::Command::new("git")
-        .args([
-            "status",
-            "--porcelain=v2",
-            "--branch",
-            "--untracked-files=no",
-        ])
-        .current_dir(root)
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut state = GitState {
-        commit: None,
-        branch: None,
-        dirty: false,
-    };
-    for line in text.lines() {
-        if let Some(c) = line.strip_prefix("# branch.oid ") {
-            state.commit = (c != "(initial)").then(|| c.to_owned());
-        } else if let Some(b) = line.strip_prefix("# branch.head ") {
-            state.branch = (b != "(detached)").then(|| b.to_owned());
-        } else if !line.starts_with('#') {
-            state.dirty = true;
-        }
-    }
-    Some(state)
-}
-
 /// The commit checked out in the repository around `dir`, if any.
 pub fn git_head(dir: &Path) -> Option<String> {
     let out = std::process::Command::new("git")
@@ -224,7 +188,12 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         );
     }
     let cwd = std::env::current_dir()?;
-    let git = git_state(&cwd);
+    // Commit, branch and remote from the repository's files; whether the tree is dirty (and
+    // how) from a `git diff` that runs alongside the command (see roar_env::git).
+    let repo = roar_env::git::Repo::find(&cwd);
+    let git = repo
+        .as_ref()
+        .and_then(|r| r.head().or_else(|| roar_env::git::from_git(&r.root)));
     // Redacted by the writer, with the project's `[redact]` rules.
     let env = roar_store::redact::collect_env(std::env::vars_os());
     let t_setup = t0.elapsed();
@@ -267,11 +236,19 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         host: hostname(),
         processes: Vec::new(),
         files: Vec::new(),
+        environment: None,
     };
     // The job's row is written (running) while the command runs: a roar killed before the end
     // leaves a job that says so. The record fills that row in.
     let mut begun = opening.as_ref().ok().and_then(|o| o.begin_job(&job).ok());
     let writer = move || opening.and_then(OpeningWriter::wait);
+    let diff = repo.as_ref().zip(job.git.as_ref()).and_then(|(r, g)| {
+        config
+            .env
+            .diff
+            .then(|| roar_env::git::DiffJob::start(r, g.commit.is_some()))
+            .flatten()
+    });
     let mut traced = roar_tracer::run(
         backend,
         &args.command,
@@ -330,6 +307,15 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     // outputs hashed during the run as each chunk of them is confirmed: the writer records one
     // chunk while this thread stats the next (`collect::hash`).
     let writer = writer();
+    crate::environment::capture(
+        &mut job,
+        &classified,
+        diff,
+        writer.as_ref().ok(),
+        config.env.packages,
+        lib.as_deref(),
+    );
+    let t_environment = t0.elapsed();
     let mut job = Some(job);
     let mut stream = None;
     let hashed = collect::hash(classified, opts, &cache, &early, &mut |chunk| {
@@ -457,12 +443,13 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         let _ = writeln!(
             err,
-            "roar: timing: setup {:.2} ms, traced run {:.2} ms (command {:.2} ms), classify {:.2} ms, hash {:.2} ms ({} files hashed during the run) with recording alongside, record {:.2} ms after the last file was hashed",
+            "roar: timing: setup {:.2} ms, traced run {:.2} ms (command {:.2} ms), classify {:.2} ms, environment {:.2} ms, hash {:.2} ms ({} files hashed during the run) with recording alongside, record {:.2} ms after the last file was hashed",
             ms(t_setup),
             ms(t_traced - t_setup),
             child_ns as f64 / 1e6,
             ms(t_classified - t_traced),
-            ms(t_hashed - t_classified),
+            ms(t_environment - t_classified),
+            ms(t_hashed - t_environment),
             hashed.hashed_early,
             ms(t_recorded - t_hashed),
         );

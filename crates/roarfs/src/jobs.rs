@@ -594,6 +594,7 @@ impl Jobs {
                 ended_ns: None,
             }],
             files: Vec::new(),
+            environment: None,
         }
     }
 

@@ -29,6 +29,7 @@ fn job(argv: Vec<String>, env: BTreeMap<String, String>) -> JobRecord {
         processes: Vec::new(),
         files: Vec::new(),
     }
+    environment: None,
 }
 
 fn shapes() -> Vec<(&'static str, JobRecord)> {

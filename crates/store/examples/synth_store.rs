@@ -110,6 +110,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             host: Some("bench".into()),
             processes: Vec::new(),
             files,
+            environment: None,
         })?;
     }
     writer.flush()?;

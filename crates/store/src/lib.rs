@@ -6,6 +6,7 @@
 
 pub mod audit;
 mod db;
+pub mod environment;
 mod error;
 pub mod hash;
 pub mod ignore;
@@ -20,6 +21,7 @@ mod status;
 mod writer;
 
 pub use db::{open, SCHEMA_VERSION};
+pub use environment::{Environment, EnvironmentDetail, Gpu, Package, PackageIndex, Runtime};
 pub use error::{Result, StoreError};
 pub use lineage::{Dag, Edge, Lineage, Step, Version};
 pub use model::{

@@ -47,6 +47,13 @@ pub struct GitState {
     pub commit: Option<String>,
     pub branch: Option<String>,
     pub dirty: bool,
+    /// The URL of the branch's remote (else `origin`), without credentials.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote: Option<String>,
+    /// blake3 of the dirty tree's `git diff HEAD --binary`, kept in the store (`roar reproduce`
+    /// applies it on the commit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diff: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -229,6 +236,8 @@ pub struct JobRecord {
     pub host: Option<String>,
     pub processes: Vec<ProcessRecord>,
     pub files: Vec<FileRecord>,
+    /// Packages, machine and the dirty tree's diff, when the producer captured them.
+    pub environment: Option<crate::environment::Environment>,
 }
 
 /// A file's identity as the hash cache sees it.

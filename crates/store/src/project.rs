@@ -35,6 +35,15 @@ enabled = false
 # upstream = "http://127.0.0.1:9000"
 region = "us-east-1"
 
+# The environment `roar run` records with each job (`roar show JOB --env`): the packages it
+# used (Python distributions, dpkg packages, the interpreter), the machine, and the code.
+[env]
+# Keep a dirty tree's `git diff HEAD` in the store, so `roar reproduce` can restore the exact code
+# (false: record only that the tree was dirty).
+diff = true
+# Record the packages the job used, found from the files it loaded.
+packages = true
+
 # Secrets are redacted from command lines and environments before anything is stored
 # (docs/SECURITY.md lists the built-in rules). Add your own here:
 [redact]

@@ -54,6 +54,8 @@ pub struct JobDetail {
     pub env: BTreeMap<String, String>,
     pub processes: Vec<ProcessRecord>,
     pub files: Vec<FileRow>,
+    /// Packages used and the machine (schema 8 on; empty for jobs recorded before).
+    pub environment: crate::environment::EnvironmentDetail,
 }
 
 /// One job's use of an artifact or path.
@@ -101,7 +103,7 @@ const SUMMARY_COLS: &str =
       WHERE f.job_id = j.id AND f.role = 'input' AND NOT roar_noise(f.path)),
      (SELECT count(*) FROM job_files f
       WHERE f.job_id = j.id AND f.role = 'output' AND NOT roar_noise(f.path)),
-     j.recorder, j.host";
+     j.recorder, j.host, j.git_remote, j.git_diff";
 
 fn lossy_argv(blob: &[u8]) -> Vec<String> {
     argv_from_blob(blob)
@@ -146,6 +148,8 @@ fn summary_from_row(r: &Row) -> rusqlite::Result<JobSummary> {
             commit,
             branch,
             dirty,
+            remote: r.get(18).ok().flatten(),
+            diff: r.get(19).ok().flatten(),
         }),
         inputs: r.get(14)?,
         outputs: r.get(15)?,
@@ -275,7 +279,7 @@ impl Store {
                 Ok((
                     summary_from_row(r)?,
                     r.get::<_, Option<String>>(17)?,
-                    r.get::<_, String>(18)?,
+                    r.get::<_, String>(20)?,
                 ))
             })
             .optional()
@@ -285,12 +289,17 @@ impl Store {
         };
         let processes = self.processes(id).map_err(|e| self.err(e))?;
         let files = self.files(id).map_err(|e| self.err(e))?;
+        let environment = crate::environment::EnvironmentDetail {
+            packages: crate::environment::packages_of(&self.conn, id).map_err(|e| self.err(e))?,
+            runtime: crate::environment::runtime_of(&self.conn, id).map_err(|e| self.err(e))?,
+        };
         Ok(JobDetail {
             summary,
             host,
             env: serde_json::from_str(&env).unwrap_or_default(),
             processes,
             files,
+            environment,
         })
     }
 

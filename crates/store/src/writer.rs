@@ -10,6 +10,7 @@ use rusqlite::{params, CachedStatement, Connection, OptionalExtension, Transacti
 
 use crate::db;
 use crate::error::{Result, StoreError};
+use crate::environment::PackageIndex;
 use crate::model::{argv_to_blob, CacheEntry, ContentHash, FileRecord, JobRecord};
 use crate::redact::Policy;
 
@@ -30,6 +31,9 @@ enum Msg {
     ),
     Cache(Vec<CacheEntry>),
     Artifacts(Vec<ContentHash>),
+    Index(Box<PackageIndex>),
+    /// A read on the writer's connection (already open), between transactions.
+    Read(Box<dyn FnOnce(&Connection) + Send>),
     Flush(Sender<Result<()>>),
 }
 
@@ -182,6 +186,24 @@ impl Writer {
         self.send(Msg::Artifacts(hashes))
     }
 
+    /// Runs `f` on the writer's connection, after everything queued before it is committed,
+    /// and returns what it returns: a read that need not open a connection of its own.
+    pub fn read<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> R + Send + 'static,
+    ) -> Result<R> {
+        let (tx, rx) = mpsc::channel();
+        self.send(Msg::Read(Box::new(move |c| {
+            let _ = tx.send(f(c));
+        })))?;
+        rx.recv().map_err(|_| StoreError::WriterGone)
+    }
+
+    /// Replaces a package index (see [`crate::environment`]); like cache entries, nobody waits.
+    pub fn package_index(&self, index: PackageIndex) -> Result<()> {
+        self.send(Msg::Index(Box::new(index)))
+    }
+
     /// Waits until everything queued before this call is committed.
     pub fn flush(&self) -> Result<()> {
         let (reply, answer) = mpsc::channel();
@@ -235,6 +257,7 @@ fn header(job: &JobRecord) -> JobRecord {
         ended_ns: None,
         processes: Vec::new(),
         files: Vec::new(),
+        environment: None,
         ..job.clone()
     }
 }
@@ -299,19 +322,30 @@ fn run(mut conn: Connection, path: PathBuf, rx: Receiver<Msg>, checkpoints: Chec
     // Every job is redacted here, on its way in: nothing secret reaches the database or its WAL.
     let policy = Policy::for_config(&path.with_file_name(crate::project::CONFIG_NAME));
     while let Ok(first) = rx.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(m) => batch.push(m),
-                Err(_) => break,
+        let mut next = Some(first);
+        while let Some(msg) = next.take() {
+            if let Msg::Read(f) = msg {
+                f(&conn);
+                continue;
             }
-        }
-        for msg in &mut batch {
-            if let Msg::Job(job, _, _, _) | Msg::Begin(job, _) = msg {
-                policy.job(job);
+            let mut batch = vec![msg];
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(Msg::Read(f)) => {
+                        next = Some(Msg::Read(f));
+                        break;
+                    }
+                    Ok(m) => batch.push(m),
+                    Err(_) => break,
+                }
             }
+            for msg in &mut batch {
+                if let Msg::Job(job, _, _, _) | Msg::Begin(job, _) = msg {
+                    policy.job(job);
+                }
+            }
+            commit(&mut conn, &path, batch, &mut lost);
         }
-        commit(&mut conn, &path, batch, &mut lost);
     }
     if checkpoints == Checkpoints::Inline && checkpoint_due(&path) {
         // Busy (a reader elsewhere) is fine: the next writer tries again.
@@ -371,7 +405,8 @@ fn commit(conn: &mut Connection, path: &Path, batch: Vec<Msg>, lost: &mut Option
                         upsert_artifact(&tx, &mut insert, h)?;
                     }
                 }
-                Msg::Flush(_) => {}
+                Msg::Index(index) => crate::environment::replace_index(&tx, index)?,
+                Msg::Flush(_) | Msg::Read(_) => {}
             }
         }
         tx.commit()
@@ -397,7 +432,8 @@ fn commit(conn: &mut Connection, path: &Path, batch: Vec<Msg>, lost: &mut Option
                 };
                 let _ = reply.send(result);
             }
-            Msg::Cache(_) | Msg::Artifacts(_) => {
+            Msg::Read(_) => {}
+            Msg::Cache(_) | Msg::Artifacts(_) | Msg::Index(_) => {
                 if outcome.is_err() {
                     // Nobody waits on these: a lost entry only costs a re-hash later, and the
                     // caller's next flush() reports the failure.
@@ -511,6 +547,13 @@ fn insert_job(
         return insert_job(tx, job, more, None);
     }
     let job_id = begun.unwrap_or_else(|| tx.last_insert_rowid());
+    if let Some(g) = job.git.as_ref().filter(|g| g.remote.is_some() || g.diff.is_some()) {
+        tx.prepare_cached("UPDATE jobs SET git_remote = ?1, git_diff = ?2 WHERE id = ?3")?
+            .execute(params![g.remote, g.diff, job_id])?;
+    }
+    if let Some(env) = &job.environment {
+        crate::environment::insert(tx, job_id, env)?;
+    }
 
     let mut proc_stmt = tx.prepare_cached(
         "INSERT INTO processes (job_id, pid, parent_pid, exe, argv, started_ns, ended_ns)

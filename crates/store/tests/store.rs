@@ -27,6 +27,7 @@ fn job(argv: &[&str], files: Vec<FileRecord>) -> JobRecord {
         processes: vec![],
         files,
     }
+    environment: None,
 }
 
 fn file(role: Role, path: &str, content: &[u8]) -> FileRecord {

@@ -53,6 +53,9 @@ struct PathState {
 pub struct Classified {
     paths: Vec<(PathBuf, PathState)>,
     pub processes: Vec<ProcessRecord>,
+    /// The ignored paths the job touched, each once, in first-seen order: not data, but the
+    /// evidence of its environment (the packages it loaded: `roar_env`).
+    pub environment: Vec<PathBuf>,
 }
 
 const O_ACCMODE: i32 = libc::O_ACCMODE;
@@ -74,6 +77,8 @@ struct Paths<'a> {
     seen: HashMap<OsString, Seen>,
     /// `None` once a directory move re-keyed the path onto an earlier entry.
     list: Vec<(PathBuf, Option<PathState>)>,
+    /// Ignored paths, at first sight.
+    ignored: Vec<PathBuf>,
 }
 
 impl Paths<'_> {
@@ -85,6 +90,7 @@ impl Paths<'_> {
             None => {
                 if self.ignore.is_ignored(path) {
                     self.seen.insert(path.as_os_str().to_owned(), Seen::Ignored);
+                    self.ignored.push(path.to_owned());
                     return None;
                 }
                 self.track(path.to_owned(), ts)
@@ -166,6 +172,16 @@ impl Paths<'_> {
     }
 }
 
+impl Classified {
+    /// The paths whose prior content the job read: its inputs, before hashing.
+    pub fn read_paths(&self) -> impl Iterator<Item = &Path> {
+        self.paths
+            .iter()
+            .filter(|(_, st)| st.reads_prior)
+            .map(|(p, _)| p.as_path())
+    }
+}
+
 /// Classifies every path the events touched. `ctime_floor_ns` ([`crate::ctime_floor_ns`] taken
 /// before the command started) decides whether a file the job opened existed before it: a ctime
 /// at or above it means the inode changed during the job.
@@ -182,6 +198,7 @@ pub fn classify(events: &[Event], ctime_floor_ns: i64, ignore: &Ignore) -> Class
         ignore,
         seen: HashMap::default(),
         list: Vec::new(),
+        ignored: Vec::new(),
     };
     let mut processes: Vec<ProcessRecord> = Vec::new();
     let mut latest: HashMap<i32, usize> = HashMap::default();
@@ -404,12 +421,17 @@ pub fn classify(events: &[Event], ctime_floor_ns: i64, ignore: &Ignore) -> Class
             Event::Mkdir { .. } | Event::Rmdir { .. } | Event::Untraced { .. } => {}
         }
     }
+    let environment = paths.ignored;
     let paths = paths
         .list
         .into_iter()
         .filter_map(|(p, st)| st.map(|st| (p, st)))
         .collect();
-    Classified { paths, processes }
+    Classified {
+        paths,
+        processes,
+        environment,
+    }
 }
 
 /// What hashing a job's files found, besides the files themselves (which went to the sink).

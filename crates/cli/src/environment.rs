@@ -1,0 +1,223 @@
+//! What `roar run` adds to a job's record about its environment, once the command has ended:
+//! the dirty tree's diff (from the `git diff` that ran alongside the command), the packages the
+//! job used (found from the files it loaded, on the writer's already open connection), and the
+//! machine (probed once per boot). See roar_env.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use roar_env::git::{DiffJob, Dirt};
+use roar_env::{runtime, Evidence};
+use roar_store::environment::{blake3_hex, runtime_for_boot};
+use roar_store::{Environment, EnvironmentDetail, JobDetail, JobRecord, Writer};
+
+use crate::fmt::{bold, shown};
+use roar_tracer::collect::Classified;
+
+pub fn capture(
+    job: &mut JobRecord,
+    classified: &Classified,
+    diff: Option<DiffJob>,
+    writer: Option<&Writer>,
+    packages: bool,
+    shim: Option<&Path>,
+) {
+    let mut env = Environment::default();
+    if let (Some(git), Some(dirt)) = (job.git.as_mut(), diff.and_then(DiffJob::finish)) {
+        if let Dirt::Dirty(bytes) = dirt {
+            git.dirty = true;
+            git.diff = bytes.as_deref().map(blake3_hex);
+            if bytes.is_none() {
+                tracing::warn!(
+                    "the tree's diff is over {} MiB: recorded as dirty, not kept",
+                    roar_env::git::MAX_DIFF >> 20
+                );
+            }
+            env.diff = bytes;
+        }
+    }
+    // Without a writer nothing is recorded: the rest would be thrown away.
+    let Some(writer) = writer else { return };
+    let files = if packages {
+        classified.environment.clone()
+    } else {
+        Vec::new()
+    };
+    let inputs: Vec<PathBuf> = if packages {
+        classified.read_paths().map(Path::to_owned).collect()
+    } else {
+        Vec::new()
+    };
+    let mut programs: Vec<PathBuf> = if packages {
+        job.processes
+            .iter()
+            .filter_map(|p| p.exe.clone())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    programs.sort();
+    programs.dedup();
+    // roar's own files are never a package of the job's.
+    let exclude: Vec<PathBuf> = shim
+        .map(Path::to_owned)
+        .into_iter()
+        .chain(std::env::current_exe().ok())
+        .collect();
+    let host = job.host.clone();
+    let boot = runtime::boot_id();
+    let boot2 = boot.clone();
+    let found = writer.read(move |conn| {
+        let evidence = Evidence {
+            files: &files,
+            inputs: inputs.iter().map(PathBuf::as_path).collect(),
+            programs: programs.iter().map(PathBuf::as_path).collect(),
+        };
+        let found = roar_env::packages(Some(conn), &evidence, &exclude);
+        let cached = boot2
+            .as_deref()
+            .and_then(|b| runtime_for_boot(conn, b, host.as_deref()).ok().flatten());
+        let runtime = cached.unwrap_or_else(|| runtime::probe(Path::new("/"), true));
+        (found, runtime)
+    });
+    let Ok((found, runtime)) = found else { return };
+    for index in found.rebuilt {
+        let _ = writer.package_index(index);
+    }
+    env.packages = found.packages;
+    env.runtime = Some(runtime);
+    env.boot_id = boot;
+    job.environment = Some(env);
+}
+
+/// `N packages, python 3.11.7, Debian 12 on 2 CPUs`: the environment in `roar show`'s header.
+pub fn one_line(e: &EnvironmentDetail) -> String {
+    let mut parts = Vec::new();
+    let count = |kind: &str| e.packages.iter().filter(|p| p.kind == kind).count();
+    let (py, deb) = (count("python"), count("dpkg"));
+    if py > 0 {
+        parts.push(format!("{py} python"));
+    }
+    if deb > 0 {
+        parts.push(format!("{deb} dpkg"));
+    }
+    for p in e.packages.iter().filter(|p| p.kind == "interpreter") {
+        parts.push(format!("{} {}", p.name, p.version));
+    }
+    if let Some(rt) = &e.runtime {
+        let mut m = rt.os.clone().unwrap_or_else(|| "unknown OS".into());
+        m.push_str(&format!(", {} CPUs", rt.cpus));
+        if !rt.gpus.is_empty() {
+            m.push_str(&format!(", {} GPUs", rt.gpus.len()));
+        }
+        parts.push(m);
+    }
+    parts.join(", ")
+}
+
+/// `roar show JOB --env`.
+pub fn show(job: &JobDetail, json: bool) -> anyhow::Result<()> {
+    let s = &job.summary;
+    let params = roar_env::params::of_argv(&s.argv);
+    let e = &job.environment;
+    if json {
+        return crate::fmt::print_json(&serde_json::json!({
+            "job": s.id,
+            "parameters": params,
+            "git": s.git,
+            "runtime": e.runtime,
+            "packages": e.packages,
+        }));
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{} {}", bold(&format!("job {}", s.id)), crate::fmt::argv(&s.argv))?;
+    if !params.is_empty() {
+        writeln!(out, "{}", bold("parameters"))?;
+        for p in &params {
+            writeln!(out, "  {:<20} {}", shown(&p.name), shown(&p.value))?;
+        }
+    }
+    writeln!(out, "{}", bold("code"))?;
+    match &s.git {
+        None => writeln!(out, "  not in a git work tree")?,
+        Some(g) => {
+            writeln!(out, "  commit     {}", g.commit.as_deref().unwrap_or("(none yet)"))?;
+            writeln!(out, "  branch     {}", g.branch.as_deref().unwrap_or("(detached)"))?;
+            if let Some(r) = &g.remote {
+                writeln!(out, "  remote     {}", shown(r))?;
+            }
+            let state = match (g.dirty, &g.diff) {
+                (false, _) => "clean".to_owned(),
+                (true, Some(d)) => format!(
+                    "dirty; diff {} kept (`roar reproduce` applies it)",
+                    &d[..12.min(d.len())]
+                ),
+                (true, None) => "dirty; the diff was not kept".to_owned(),
+            };
+            writeln!(out, "  tree       {state}")?;
+        }
+    }
+    if let Some(rt) = &e.runtime {
+        writeln!(out, "{}", bold("machine"))?;
+        let mut row = |k: &str, v: Option<String>| match v {
+            Some(v) => writeln!(out, "  {k:<10} {}", shown(&v)),
+            None => Ok(()),
+        };
+        row("host", rt.hostname.clone())?;
+        row("os", rt.os.clone())?;
+        row("kernel", rt.kernel.clone())?;
+        row(
+            "cpu",
+            Some(format!(
+                "{} x {}",
+                rt.cpus,
+                rt.cpu_model.as_deref().unwrap_or("unknown")
+            )),
+        )?;
+        row("arch", rt.arch.clone())?;
+        row("memory", rt.memory_bytes.map(crate::fmt::size))?;
+        row("container", rt.container.clone())?;
+        row("vm", rt.virtualization.clone())?;
+        for g in &rt.gpus {
+            let mut v = g.model.clone();
+            if let Some(d) = &g.driver {
+                v.push_str(&format!(", driver {d}"));
+            }
+            if let Some(c) = &g.cuda {
+                v.push_str(&format!(", CUDA {c}"));
+            }
+            row("gpu", Some(v))?;
+        }
+    }
+    if !e.packages.is_empty() {
+        writeln!(out, "{} ({})", bold("packages"), e.packages.len())?;
+        for p in &e.packages {
+            let mut extra = Vec::new();
+            if let Some(i) = &p.installer {
+                extra.push(i.clone());
+            }
+            if p.kind != "dpkg" {
+                if let Some(l) = &p.location {
+                    extra.push(l.clone());
+                }
+            }
+            if let Some(c) = &p.commit {
+                extra.push(format!("commit {}", &c[..12.min(c.len())]));
+            }
+            let extra = if extra.is_empty() {
+                String::new()
+            } else {
+                format!("  ({})", extra.join(", "))
+            };
+            writeln!(
+                out,
+                "  {:<12} {:<32} {}{}",
+                p.kind,
+                shown(&p.name),
+                shown(&p.version),
+                shown(&extra)
+            )?;
+        }
+    }
+    Ok(())
+}

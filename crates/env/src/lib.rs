@@ -1,0 +1,310 @@
+//! Environment capture (docs/SEMANTICS.md, "Environment"): the packages a job actually used,
+//! derived from what the tracer already saw; the machine; the code state; the parameters in its
+//! argv.
+//!
+//! Packages come from evidence, never from a listing of what is installed: the files a job
+//! opened that the ignore rules keep out of its inputs (site-packages, shared libraries,
+//! interpreters' own code) and the programs it ran. Each file is looked up in a package index:
+//! one per Python site directory and one for dpkg, built on first use, kept in the store with
+//! the identity of what it was built from, and rebuilt when that changes. A job that loads
+//! nothing new costs a handful of indexed lookups.
+
+pub mod dpkg;
+pub mod git;
+pub mod params;
+pub mod python;
+pub mod runtime;
+
+use std::collections::{BTreeSet, HashMap};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use roar_store::environment::{index_lookup, index_stamp};
+use roar_store::hash::Connection;
+use roar_store::{Package, PackageIndex};
+
+/// What a job showed of its environment.
+#[derive(Debug, Default)]
+pub struct Evidence<'a> {
+    /// Files it touched that are environment, not data (the ignored paths).
+    pub files: &'a [PathBuf],
+    /// Its inputs (an editable install's sources are inputs: they are the project's code).
+    pub inputs: Vec<&'a Path>,
+    /// The programs it ran.
+    pub programs: Vec<&'a Path>,
+}
+
+/// The packages found, and the indexes that had to be (re)built: the caller stores them.
+#[derive(Debug, Default)]
+pub struct Found {
+    pub packages: Vec<Package>,
+    pub rebuilt: Vec<PackageIndex>,
+}
+
+/// An index in use for one job: the stored one, or one just built.
+enum Index {
+    Stored(String),
+    Fresh(HashMap<Vec<u8>, Package>),
+    Missing,
+}
+
+struct Resolver<'c> {
+    conn: Option<&'c Connection>,
+    root: PathBuf,
+    indexes: HashMap<String, Index>,
+    rebuilt: Vec<PackageIndex>,
+    /// Directories, by whether any dpkg package lists them.
+    dpkg_dirs: HashMap<PathBuf, bool>,
+    /// Stored lookups already made: a package's files share a few keys.
+    memo: std::cell::RefCell<HashMap<(String, Vec<u8>), Option<Package>>>,
+}
+
+impl Resolver<'_> {
+    /// Index `source`, stamped `stamp`, built by `build` unless the store holds it with that
+    /// stamp.
+    fn index(
+        &mut self,
+        source: &str,
+        stamp: impl FnOnce() -> Option<String>,
+        build: impl FnOnce() -> Vec<(Vec<u8>, Package)>,
+    ) -> &Index {
+        if !self.indexes.contains_key(source) {
+            let index = match stamp() {
+                None => Index::Missing,
+                Some(stamp) => {
+                    let stored = self
+                        .conn
+                        .and_then(|c| index_stamp(c, source).ok().flatten());
+                    if stored.as_deref() == Some(stamp.as_str()) {
+                        Index::Stored(source.to_owned())
+                    } else {
+                        let entries = build();
+                        let map = entries.iter().cloned().collect();
+                        self.rebuilt.push(PackageIndex {
+                            source: source.to_owned(),
+                            stamp,
+                            entries,
+                        });
+                        Index::Fresh(map)
+                    }
+                }
+            };
+            self.indexes.insert(source.to_owned(), index);
+        }
+        &self.indexes[source]
+    }
+
+    fn lookup(&self, source: &str, key: &[u8]) -> Option<Package> {
+        match self.indexes.get(source)? {
+            Index::Stored(s) => {
+                let memo = (s.clone(), key.to_vec());
+                if let Some(found) = self.memo.borrow().get(&memo) {
+                    return found.clone();
+                }
+                let found = self
+                    .conn
+                    .and_then(|c| index_lookup(c, s, key).ok().flatten());
+                self.memo.borrow_mut().insert(memo, found.clone());
+                found
+            }
+            Index::Fresh(map) => map.get(key).cloned(),
+            Index::Missing => None,
+        }
+    }
+
+    fn python(&mut self, site: &Path, rest: &Path) -> Option<Package> {
+        let source = format!("python:{}", site.display());
+        let s = site.to_owned();
+        let s2 = site.to_owned();
+        self.index(&source, || python::stamp(&s), || python::index(&s2));
+        python::keys(rest)
+            .iter()
+            .find_map(|k| self.lookup(&source, k))
+    }
+
+    fn dpkg(&mut self, path: &Path) -> Option<Package> {
+        let admin = dpkg::admin_dir(&self.root);
+        let a2 = admin.clone();
+        self.index(dpkg::SOURCE, || dpkg::stamp(&admin), || dpkg::index(&a2));
+        // dpkg lists every directory of its files: a file whose directory no package lists is
+        // no package's (a Python stdlib outside dpkg is hundreds of such files, one lookup).
+        let dir = path.parent()?;
+        let owned = match self.dpkg_dirs.get(dir) {
+            Some(owned) => *owned,
+            None => {
+                let owned = dpkg::candidates(dir)
+                    .iter()
+                    .any(|d| self.lookup(dpkg::SOURCE, d.as_os_str().as_bytes()).is_some());
+                self.dpkg_dirs.insert(dir.to_owned(), owned);
+                owned
+            }
+        };
+        if !owned {
+            return None;
+        }
+        dpkg::candidates(path)
+            .iter()
+            .find_map(|p| self.lookup(dpkg::SOURCE, p.as_os_str().as_bytes()))
+    }
+
+    /// Editable installs of the site directories seen, as (source directory, package).
+    fn editables(&self, sites: &BTreeSet<PathBuf>) -> Vec<(PathBuf, Package)> {
+        let mut out = Vec::new();
+        for site in sites {
+            let source = format!("python:{}", site.display());
+            match self.indexes.get(&source) {
+                Some(Index::Fresh(map)) => {
+                    for (k, p) in map {
+                        if let Some(dir) = k.strip_prefix(python::EDITABLE) {
+                            out.push((PathBuf::from(std::ffi::OsStr::from_bytes(dir)), p.clone()));
+                        }
+                    }
+                }
+                Some(Index::Stored(s)) => {
+                    if let Some(c) = self.conn {
+                        out.extend(
+                            roar_store::environment::index_prefixed(c, s, python::EDITABLE)
+                                .unwrap_or_default()
+                                .into_iter()
+                                .map(|(k, p)| {
+                                    let dir = &k[python::EDITABLE.len()..];
+                                    (PathBuf::from(std::ffi::OsStr::from_bytes(dir)), p)
+                                }),
+                        );
+                    }
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
+/// The packages `evidence` shows the job used. `conn` is the store holding the indexes (none:
+/// every index is built for this job alone); `exclude` are roar's own files (its shim), never a
+/// package of the job's.
+pub fn packages(conn: Option<&Connection>, evidence: &Evidence, exclude: &[PathBuf]) -> Found {
+    packages_under(conn, Path::new("/"), evidence, exclude)
+}
+
+/// [`packages`] with the dpkg database under `root`.
+pub fn packages_under(
+    conn: Option<&Connection>,
+    root: &Path,
+    evidence: &Evidence,
+    exclude: &[PathBuf],
+) -> Found {
+    let mut r = Resolver {
+        conn,
+        root: root.to_owned(),
+        indexes: HashMap::new(),
+        rebuilt: Vec::new(),
+        dpkg_dirs: HashMap::new(),
+        memo: Default::default(),
+    };
+    let mut found: BTreeSet<Package> = BTreeSet::new();
+    let mut sites = BTreeSet::new();
+    let files = evidence.files.iter().map(PathBuf::as_path);
+    for path in files.chain(evidence.programs.iter().copied()) {
+        if exclude.iter().any(|e| e == path) || path.starts_with("/proc") || path.starts_with("/dev")
+        {
+            continue;
+        }
+        if let Some((site, rest)) = python::site_of(path) {
+            sites.insert(site.clone());
+            if python::is_startup_noise(&rest) {
+                continue;
+            }
+            if let Some(p) = r.python(&site, &rest) {
+                found.insert(p);
+                continue;
+            }
+        }
+        if let Some(p) = r.dpkg(path) {
+            found.insert(p);
+        }
+    }
+    // Site directories whose only evidence was startup noise still have their indexes read:
+    // their editable installs are found through the sources the job read.
+    for site in &sites {
+        let source = format!("python:{}", site.display());
+        let (s, s2) = (site.clone(), site.clone());
+        r.index(&source, || python::stamp(&s), || python::index(&s2));
+    }
+    let editables = r.editables(&sites);
+    if !editables.is_empty() {
+        let used = evidence.inputs.iter().copied().chain(evidence.files.iter().map(PathBuf::as_path));
+        for path in used {
+            if let Some((_, p)) = editables.iter().find(|(dir, _)| path.starts_with(dir)) {
+                found.insert(p.clone());
+            }
+        }
+    }
+    for program in &evidence.programs {
+        if let Some(p) = interpreter(&mut r, program) {
+            found.insert(p);
+        }
+    }
+    Found {
+        packages: found.into_iter().collect(),
+        rebuilt: r.rebuilt,
+    }
+}
+
+/// An interpreter the job ran (python, node, ruby), with the version it reports: asked once per
+/// binary (`EXE --version`) and kept as an index stamped with the binary's identity.
+fn interpreter(r: &mut Resolver, program: &Path) -> Option<Package> {
+    let name = program.file_name()?.to_str()?;
+    let kind = ["python", "node", "ruby"]
+        .into_iter()
+        .find(|k| name.starts_with(k) && name[k.len()..].chars().all(|c| c.is_ascii_digit() || c == '.'))?;
+    let real = std::fs::canonicalize(program).ok()?;
+    let source = format!("exe:{}", real.display());
+    let (r1, r2) = (real.clone(), real.clone());
+    r.index(
+        &source,
+        || {
+            let m = std::fs::metadata(&r1).ok()?;
+            Some(format!("{}:{}:{}.{}:{}", m.dev(), m.ino(), m.mtime(), m.mtime_nsec(), m.size()))
+        },
+        || {
+            version_of(&r2)
+                .map(|version| {
+                    vec![(
+                        Vec::new(),
+                        Package {
+                            kind: "interpreter".into(),
+                            name: kind.into(),
+                            version,
+                            installer: None,
+                            location: Some(r2.to_string_lossy().into_owned()),
+                            commit: None,
+                        },
+                    )]
+                })
+                .unwrap_or_default()
+        },
+    );
+    r.lookup(&source, b"")
+}
+
+/// `EXE --version`: "Python 3.11.7", "v20.11.1", "ruby 3.1.2p20 (...)".
+fn version_of(exe: &Path) -> Option<String> {
+    let out = Command::new(exe)
+        .arg("--version")
+        .env_clear()
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .stdout(Stdio::piped())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(if out.stdout.is_empty() { &out.stderr } else { &out.stdout })
+        .into_owned();
+    let word = text.split_whitespace().find(|w| {
+        let w = w.trim_start_matches('v');
+        w.chars().next().is_some_and(|c| c.is_ascii_digit()) && w.contains('.')
+    })?;
+    Some(word.trim_start_matches('v').to_owned())
+}

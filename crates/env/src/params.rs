@@ -1,0 +1,240 @@
+//! A job's parameters, read from its argv: `--lr 0.1`, `--lr=0.1`, `-n 5`, Hydra-style
+//! `lr=0.1` / `+model.depth=4` / `~key`, and bare flags (`--amp`: `true`). What is left is
+//! positional (`train.py`, `data/`), numbered by position.
+//!
+//! Derived when asked, never stored: every job ever recorded has parameters, and a better parser
+//! improves old records too. `roar diff` reports them first; exports carry them as a facet.
+
+use serde::Serialize;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Param {
+    /// As written, without leading dashes (`lr`, `model.depth`); positional ones are `#1`, `#2`...
+    pub name: String,
+    pub value: String,
+}
+
+/// Keys compare without regard to `-` versus `_` (`--learning-rate` is `--learning_rate`).
+pub fn same_key(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .all(|(x, y)| x == y || (matches!(x, b'-' | b'_') && matches!(y, b'-' | b'_')))
+}
+
+fn is_value(s: &str) -> bool {
+    !s.starts_with('-') || s.parse::<f64>().is_ok()
+}
+
+fn hydra_key(k: &str) -> bool {
+    let k = k.trim_start_matches(['+', '~']);
+    let mut chars = k.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | '/' | '@'))
+}
+
+/// The parameters in `args` (the arguments after the program; for an interpreter running a
+/// script, after the script too: `python train.py --lr 0.1` has `#1 = train.py` and `lr`).
+pub fn parse(args: &[String]) -> Vec<Param> {
+    let mut out = Vec::new();
+    let mut positional = 0;
+    let mut i = 0;
+    let mut only_positional = false;
+    while i < args.len() {
+        let a = &args[i];
+        i += 1;
+        if only_positional {
+            positional += 1;
+            out.push(Param {
+                name: format!("#{positional}"),
+                value: a.clone(),
+            });
+            continue;
+        }
+        if a == "--" {
+            only_positional = true;
+            continue;
+        }
+        if let Some(body) = a.strip_prefix("--").filter(|b| !b.is_empty()) {
+            if let Some((k, v)) = body.split_once('=') {
+                out.push(Param {
+                    name: k.into(),
+                    value: v.into(),
+                });
+            } else if i < args.len() && is_value(&args[i]) && !args[i].contains('=') {
+                out.push(Param {
+                    name: body.into(),
+                    value: args[i].clone(),
+                });
+                i += 1;
+            } else {
+                out.push(Param {
+                    name: body.into(),
+                    value: "true".into(),
+                });
+            }
+            continue;
+        }
+        if let Some(body) = a.strip_prefix('-').filter(|b| !b.is_empty() && a.parse::<f64>().is_err())
+        {
+            let mut chars = body.chars();
+            let first = chars.next().expect("not empty");
+            let rest = chars.as_str();
+            if !rest.is_empty() && first.is_ascii_alphabetic() && rest.parse::<f64>().is_ok() {
+                // `-n5`
+                out.push(Param {
+                    name: first.to_string(),
+                    value: rest.into(),
+                });
+            } else if body.len() == 1 && i < args.len() && is_value(&args[i]) {
+                out.push(Param {
+                    name: body.into(),
+                    value: args[i].clone(),
+                });
+                i += 1;
+            } else {
+                out.push(Param {
+                    name: body.into(),
+                    value: "true".into(),
+                });
+            }
+            continue;
+        }
+        if let Some((k, v)) = a.split_once('=').filter(|(k, _)| hydra_key(k)) {
+            out.push(Param {
+                name: k.into(),
+                value: v.into(),
+            });
+            continue;
+        }
+        if let Some(k) = a.strip_prefix('~').filter(|k| hydra_key(k)) {
+            out.push(Param {
+                name: format!("~{k}"),
+                value: "deleted".into(),
+            });
+            continue;
+        }
+        positional += 1;
+        out.push(Param {
+            name: format!("#{positional}"),
+            value: a.clone(),
+        });
+    }
+    out
+}
+
+/// The parameters of a job's argv: the program itself is not one; for an interpreter the
+/// interpreter's own options before the script are not either (`python -u train.py --lr 0.1`).
+pub fn of_argv(argv: &[String]) -> Vec<Param> {
+    let Some(prog) = argv.first() else {
+        return Vec::new();
+    };
+    let base = prog.rsplit('/').next().unwrap_or(prog);
+    let interp = ["python", "node", "ruby", "Rscript", "bash", "sh", "perl", "uv", "torchrun"]
+        .iter()
+        .any(|k| base.starts_with(k));
+    let mut start = 1;
+    if interp {
+        // Skip the interpreter's options up to the script (or `-m module`, kept as a parameter).
+        while start < argv.len() && argv[start].starts_with('-') && argv[start] != "-m" {
+            start += 1;
+        }
+    }
+    parse(&argv[start.min(argv.len())..])
+}
+
+/// One parameter that differs between two jobs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ParamChange {
+    pub name: String,
+    pub a: Option<String>,
+    pub b: Option<String>,
+}
+
+/// The parameters that differ, in A's order then B's new ones.
+pub fn compare(a: &[Param], b: &[Param]) -> Vec<ParamChange> {
+    let mut out = Vec::new();
+    for p in a {
+        let other = b.iter().find(|q| same_key(&q.name, &p.name));
+        if other.map(|q| &q.value) != Some(&p.value) {
+            out.push(ParamChange {
+                name: p.name.clone(),
+                a: Some(p.value.clone()),
+                b: other.map(|q| q.value.clone()),
+            });
+        }
+    }
+    for q in b {
+        if !a.iter().any(|p| same_key(&p.name, &q.name)) {
+            out.push(ParamChange {
+                name: q.name.clone(),
+                a: None,
+                b: Some(q.value.clone()),
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(s: &[&str]) -> Vec<String> {
+        s.iter().map(|x| x.to_string()).collect()
+    }
+
+    fn pairs(ps: &[Param]) -> Vec<(String, String)> {
+        ps.iter().map(|p| (p.name.clone(), p.value.clone())).collect()
+    }
+
+    #[test]
+    fn styles() {
+        let p = of_argv(&v(&[
+            "python3", "-u", "train.py", "--lr", "0.1", "--epochs=5", "-n", "3", "--amp",
+            "model.depth=4", "+trainer.gpus=2", "--shift", "-1", "data/",
+        ]));
+        assert_eq!(
+            pairs(&p),
+            vec![
+                ("#1".into(), "train.py".into()),
+                ("lr".into(), "0.1".into()),
+                ("epochs".into(), "5".into()),
+                ("n".into(), "3".into()),
+                ("amp".into(), "true".into()),
+                ("model.depth".into(), "4".into()),
+                ("+trainer.gpus".into(), "2".into()),
+                ("shift".into(), "-1".into()),
+                ("#2".into(), "data/".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn flags_before_flags_and_dash_dash() {
+        let p = of_argv(&v(&["tool", "--verbose", "--out", "x", "--", "--not-a-flag"]));
+        assert_eq!(
+            pairs(&p),
+            vec![
+                ("verbose".into(), "true".into()),
+                ("out".into(), "x".into()),
+                ("#1".into(), "--not-a-flag".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn changes_rank_by_name() {
+        let a = of_argv(&v(&["python", "t.py", "--learning-rate", "0.1", "--seed", "1"]));
+        let b = of_argv(&v(&["python", "t.py", "--learning_rate", "0.01", "--seed", "1", "--amp"]));
+        let c = compare(&a, &b);
+        assert_eq!(c.len(), 2);
+        assert_eq!(c[0].name, "learning-rate");
+        assert_eq!(c[0].a.as_deref(), Some("0.1"));
+        assert_eq!(c[0].b.as_deref(), Some("0.01"));
+        assert_eq!(c[1].name, "amp");
+        assert_eq!(c[1].a, None);
+    }
+}
