@@ -1,15 +1,15 @@
 //! What `roar run` adds to a job's record about its environment, once the command has ended:
 //! the dirty tree's diff (from the `git diff` that ran alongside the command), the packages the
-//! job used (found from the files it loaded, on the writer's already open connection), and the
-//! machine (probed once per boot). See roar_env.
+//! job used (found from the files it loaded), and the machine (probed once per boot). See
+//! roar_env.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use roar_env::git::{DiffJob, Dirt};
-use roar_env::{runtime, Evidence};
-use roar_store::environment::{blake3_hex, runtime_for_boot};
-use roar_store::{Environment, EnvironmentDetail, JobDetail, JobRecord, Writer};
+use roar_env::{Cache, Evidence};
+use roar_store::environment::blake3_hex;
+use roar_store::{Environment, EnvironmentDetail, JobDetail, JobRecord};
 
 use crate::fmt::{bold, shown};
 use roar_tracer::collect::Classified;
@@ -18,75 +18,40 @@ pub fn capture(
     job: &mut JobRecord,
     classified: &Classified,
     diff: Option<DiffJob>,
-    writer: Option<&Writer>,
     packages: bool,
     shim: Option<&Path>,
 ) {
     let mut env = Environment::default();
-    if let (Some(git), Some(dirt)) = (job.git.as_mut(), diff.and_then(DiffJob::finish)) {
-        if let Dirt::Dirty(bytes) = dirt {
-            git.dirty = true;
-            git.diff = bytes.as_deref().map(blake3_hex);
-            if bytes.is_none() {
-                tracing::warn!(
-                    "the tree's diff is over {} MiB: recorded as dirty, not kept",
-                    roar_env::git::MAX_DIFF >> 20
-                );
-            }
-            env.diff = bytes;
+    if let (Some(git), Some(Dirt::Dirty(bytes))) = (job.git.as_mut(), diff.and_then(DiffJob::finish)) {
+        git.dirty = true;
+        git.diff = bytes.as_deref().map(blake3_hex);
+        if bytes.is_none() {
+            tracing::warn!(
+                "the tree's diff is over {} MiB: recorded as dirty, not kept",
+                roar_env::git::MAX_DIFF >> 20
+            );
         }
+        env.diff = bytes;
     }
-    // Without a writer nothing is recorded: the rest would be thrown away.
-    let Some(writer) = writer else { return };
-    let files = if packages {
-        classified.environment.clone()
-    } else {
-        Vec::new()
-    };
-    let inputs: Vec<PathBuf> = if packages {
-        classified.read_paths().map(Path::to_owned).collect()
-    } else {
-        Vec::new()
-    };
-    let mut programs: Vec<PathBuf> = if packages {
-        job.processes
-            .iter()
-            .filter_map(|p| p.exe.clone())
-            .collect()
-    } else {
-        Vec::new()
-    };
-    programs.sort();
-    programs.dedup();
-    // roar's own files are never a package of the job's.
-    let exclude: Vec<PathBuf> = shim
-        .map(Path::to_owned)
-        .into_iter()
-        .chain(std::env::current_exe().ok())
-        .collect();
-    let host = job.host.clone();
-    let boot = runtime::boot_id();
-    let boot2 = boot.clone();
-    let found = writer.read(move |conn| {
+    let mut cache = Cache::open();
+    if packages {
+        let mut programs: Vec<&Path> = job.processes.iter().filter_map(|p| p.exe.as_deref()).collect();
+        programs.sort();
+        programs.dedup();
         let evidence = Evidence {
-            files: &files,
-            inputs: inputs.iter().map(PathBuf::as_path).collect(),
-            programs: programs.iter().map(PathBuf::as_path).collect(),
+            files: &classified.environment,
+            inputs: classified.read_paths().collect(),
+            programs,
         };
-        let found = roar_env::packages(Some(conn), &evidence, &exclude);
-        let cached = boot2
-            .as_deref()
-            .and_then(|b| runtime_for_boot(conn, b, host.as_deref()).ok().flatten());
-        let runtime = cached.unwrap_or_else(|| runtime::probe(Path::new("/"), true));
-        (found, runtime)
-    });
-    let Ok((found, runtime)) = found else { return };
-    for index in found.rebuilt {
-        let _ = writer.package_index(index);
+        // roar's own files are never a package of the job's.
+        let exclude: Vec<PathBuf> = shim
+            .map(Path::to_owned)
+            .into_iter()
+            .chain(std::env::current_exe().ok())
+            .collect();
+        env.packages = roar_env::packages(&mut cache, &evidence, &exclude);
     }
-    env.packages = found.packages;
-    env.runtime = Some(runtime);
-    env.boot_id = boot;
+    env.runtime = Some(roar_env::machine(&cache));
     job.environment = Some(env);
 }
 

@@ -92,6 +92,10 @@ enum Command {
         /// For a job: its environment instead (parameters, code, packages, machine).
         #[arg(long)]
         env: bool,
+        /// For a job run in a dirty tree: the uncommitted changes it ran with, as a patch
+        /// (`roar show 3 --patch | git apply`).
+        #[arg(long, conflicts_with = "env")]
+        patch: bool,
     },
     /// Show the store's size, schema version and row counts; audit it for secrets.
     Db {
@@ -301,7 +305,12 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Init { dir } => query_cmd::init(dir, json)?,
         Command::Hash { paths, sha256 } => hash_cmd::hash(&paths, sha256, json)?,
         Command::Log { limit } => query_cmd::log(limit, json)?,
-        Command::Show { what, all, env } => query_cmd::show(&what, all, env, json)?,
+        Command::Show {
+            what,
+            all,
+            env,
+            patch,
+        } => query_cmd::show(&what, all, env, patch, json)?,
         Command::Db {
             secrets_scan,
             redact,

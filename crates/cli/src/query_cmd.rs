@@ -115,17 +115,33 @@ pub(crate) fn classify_in(store: Option<&Store>, what: &OsStr, cwd: &Path) -> Ta
     Target::Path(path)
 }
 
-pub fn show(what: &OsStr, all: bool, env: bool, json: bool) -> anyhow::Result<()> {
+pub fn show(what: &OsStr, all: bool, env: bool, patch: bool, json: bool) -> anyhow::Result<()> {
     let (project, store) = crate::lineage_cmd::open_with(all)?;
     let cwd = std::env::current_dir()?;
     let target = classify_in(Some(&store), what, &cwd);
-    if env && !matches!(target, Target::Job(_)) {
+    if (env || patch) && !matches!(target, Target::Job(_)) {
         anyhow::bail!(
-            "--env shows a job's environment; {} is not a job (give its id, @N or name)",
+            "--{} is about a job; {} is not one (give its id, @N or name)",
+            if env { "env" } else { "patch" },
             fmt::shown(&what.to_string_lossy())
         );
     }
     match target {
+        Target::Job(id) if patch => {
+            let Some(diff) = store.job_patch(id)? else {
+                let dirty = store.job(id)?.summary.git.is_some_and(|g| g.dirty);
+                anyhow::bail!(
+                    "job {id} {}",
+                    if dirty {
+                        "ran in a dirty tree but its diff was not kept (over the size limit, or `env.diff = false`)"
+                    } else {
+                        "ran in a clean tree (or outside git): there is no patch"
+                    }
+                );
+            };
+            std::io::stdout().lock().write_all(&diff)?;
+            Ok(())
+        }
         Target::Job(id) if env => crate::environment::show(&store.job(id)?, json),
         Target::Job(id) => {
             let job = store.job(id)?;

@@ -78,6 +78,14 @@ fn run_steps(
         }
     }
     let head = crate::run_cmd::git_head(&project.root);
+    // The uncommitted changes the tree has now, to compare with each step's.
+    let now_diff = roar_env::git::Repo::find(&project.root)
+        .and_then(|r| roar_env::git::DiffJob::start(&r, head.is_some()))
+        .and_then(roar_env::git::DiffJob::finish)
+        .map(|d| match d {
+            roar_env::git::Dirt::Clean => None,
+            roar_env::git::Dirt::Dirty(bytes) => bytes.as_deref().map(roar_store::environment::blake3_hex),
+        });
     let exe = std::env::current_exe()?;
     let mut slot = 0;
     for s in &lineage.steps {
@@ -88,6 +96,16 @@ fn run_steps(
                     s.job_id,
                     &want[..12.min(want.len())],
                     &have[..12.min(have.len())]
+                );
+            }
+        }
+        if let (Some(want), Some(have)) = (&s.git_diff, &now_diff) {
+            if have.as_ref() != Some(want) {
+                eprintln!(
+                    "roar: warning: job {} ran with uncommitted changes (diff {}) the tree does not have; restore them with `git stash && roar show @{} --patch | git apply`",
+                    s.job_id,
+                    &want[..12.min(want.len())],
+                    s.job_id
                 );
             }
         }
@@ -269,20 +287,41 @@ fn script(
     }
     writeln!(out, "set -e")?;
     let mut last_cwd = String::new();
-    let mut last_commit = None;
+    // The code each step ran: its commit, plus the uncommitted changes kept with it. A patch
+    // applied for one step is taken back (`git apply -R`) before the tree moves on.
+    let mut last_code: (Option<&str>, Option<(&str, i64)>) = (None, None);
     let mut slot = 0;
     for s in &lineage.steps {
-        if s.git_commit.is_some() && s.git_commit != last_commit {
-            let dirty = if s.git_dirty == Some(true) {
-                " (the tree was dirty)"
-            } else {
-                ""
+        let patch = s.git_diff.as_deref().map(|d| (d, s.job_id));
+        let code = (s.git_commit.as_deref(), patch);
+        let same_patch = last_code.1.map(|p| p.0) == patch.map(|p| p.0);
+        if s.git_commit.is_some() && (code.0 != last_code.0 || !same_patch) {
+            if let Some((d, job)) = last_code.1 {
+                writeln!(
+                    out,
+                    "roar show @{job} --patch | git apply -R  # take back the changes of diff {}",
+                    &d[..12.min(d.len())]
+                )?;
+            }
+            let dirty = match (s.git_dirty == Some(true), patch) {
+                (false, _) => "",
+                (true, Some(_)) => " (the tree was dirty: its changes are applied next)",
+                (true, None) => " (the tree was dirty; its diff was not kept)",
             };
-            let commit = s.git_commit.as_deref().unwrap_or_default();
-            out.write_all(b"git checkout ")?;
-            out.write_all(&script_word(commit.as_bytes()))?;
-            writeln!(out, "  # recorded commit{dirty}")?;
-            last_commit = s.git_commit.clone();
+            if code.0 != last_code.0 {
+                let commit = s.git_commit.as_deref().unwrap_or_default();
+                out.write_all(b"git checkout ")?;
+                out.write_all(&script_word(commit.as_bytes()))?;
+                writeln!(out, "  # recorded commit{dirty}")?;
+            }
+            if let Some((d, job)) = patch {
+                writeln!(
+                    out,
+                    "roar show @{job} --patch | git apply  # job {job}'s uncommitted changes (diff {})",
+                    &d[..12.min(d.len())]
+                )?;
+            }
+            last_code = code;
         }
         if s.cwd != last_cwd {
             out.write_all(b"cd ")?;

@@ -290,6 +290,14 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     let mut classified = collect::classify(&traced.events, traced.ctime_floor_ns, &ignore);
     let t_classified = t0.elapsed();
     job.processes = std::mem::take(&mut classified.processes);
+    crate::environment::capture(
+        &mut job,
+        &classified,
+        diff,
+        config.env.packages,
+        lib.as_deref(),
+    );
+    let t_environment = t0.elapsed();
     let count = |role: Role| s3_files.iter().filter(|f| f.role == role).count();
     let (mut n_in, mut n_out) = (count(Role::Input), count(Role::Output));
     job.files = s3_files;
@@ -307,15 +315,6 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     // outputs hashed during the run as each chunk of them is confirmed: the writer records one
     // chunk while this thread stats the next (`collect::hash`).
     let writer = writer();
-    crate::environment::capture(
-        &mut job,
-        &classified,
-        diff,
-        writer.as_ref().ok(),
-        config.env.packages,
-        lib.as_deref(),
-    );
-    let t_environment = t0.elapsed();
     let mut job = Some(job);
     let mut stream = None;
     let hashed = collect::hash(classified, opts, &cache, &early, &mut |chunk| {

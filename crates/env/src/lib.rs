@@ -5,10 +5,11 @@
 //! Packages come from evidence, never from a listing of what is installed: the files a job
 //! opened that the ignore rules keep out of its inputs (site-packages, shared libraries,
 //! interpreters' own code) and the programs it ran. Each file is looked up in a package index:
-//! one per Python site directory and one for dpkg, built on first use, kept in the store with
-//! the identity of what it was built from, and rebuilt when that changes. A job that loads
-//! nothing new costs a handful of indexed lookups.
+//! one per Python site directory and one for dpkg, built on first use, kept in a per-user cache
+//! ([`cache`]) with the identity of what it was built from, and rebuilt when that changes. A job
+//! that loads nothing new costs a handful of indexed lookups.
 
+pub mod cache;
 pub mod dpkg;
 pub mod git;
 pub mod params;
@@ -21,9 +22,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use roar_store::environment::{index_lookup, index_stamp};
-use roar_store::hash::Connection;
-use roar_store::{Package, PackageIndex};
+use roar_store::{Package, Runtime};
+
+pub use cache::Cache;
 
 /// What a job showed of its environment.
 #[derive(Debug, Default)]
@@ -36,11 +37,13 @@ pub struct Evidence<'a> {
     pub programs: Vec<&'a Path>,
 }
 
-/// The packages found, and the indexes that had to be (re)built: the caller stores them.
-#[derive(Debug, Default)]
-pub struct Found {
-    pub packages: Vec<Package>,
-    pub rebuilt: Vec<PackageIndex>,
+/// A package index: `source` names what was indexed (`dpkg`, `python:SITE_DIR`, `exe:PATH`),
+/// `stamp` the identity of its files when it was built, `entries` key -> package.
+#[derive(Debug, Clone, Default)]
+pub struct PackageIndex {
+    pub source: String,
+    pub stamp: String,
+    pub entries: Vec<(Vec<u8>, Package)>,
 }
 
 /// An index in use for one job: the stored one, or one just built.
@@ -51,10 +54,9 @@ enum Index {
 }
 
 struct Resolver<'c> {
-    conn: Option<&'c Connection>,
+    cache: &'c mut Cache,
     root: PathBuf,
     indexes: HashMap<String, Index>,
-    rebuilt: Vec<PackageIndex>,
     /// Directories, by whether any dpkg package lists them.
     dpkg_dirs: HashMap<PathBuf, bool>,
     /// Stored lookups already made: a package's files share a few keys.
@@ -74,15 +76,12 @@ impl Resolver<'_> {
             let index = match stamp() {
                 None => Index::Missing,
                 Some(stamp) => {
-                    let stored = self
-                        .conn
-                        .and_then(|c| index_stamp(c, source).ok().flatten());
-                    if stored.as_deref() == Some(stamp.as_str()) {
+                    if self.cache.stamp(source).as_deref() == Some(stamp.as_str()) {
                         Index::Stored(source.to_owned())
                     } else {
                         let entries = build();
                         let map = entries.iter().cloned().collect();
-                        self.rebuilt.push(PackageIndex {
+                        self.cache.replace(&PackageIndex {
                             source: source.to_owned(),
                             stamp,
                             entries,
@@ -103,9 +102,7 @@ impl Resolver<'_> {
                 if let Some(found) = self.memo.borrow().get(&memo) {
                     return found.clone();
                 }
-                let found = self
-                    .conn
-                    .and_then(|c| index_lookup(c, s, key).ok().flatten());
+                let found = self.cache.lookup(s, key);
                 self.memo.borrow_mut().insert(memo, found.clone());
                 found
             }
@@ -163,17 +160,10 @@ impl Resolver<'_> {
                     }
                 }
                 Some(Index::Stored(s)) => {
-                    if let Some(c) = self.conn {
-                        out.extend(
-                            roar_store::environment::index_prefixed(c, s, python::EDITABLE)
-                                .unwrap_or_default()
-                                .into_iter()
-                                .map(|(k, p)| {
-                                    let dir = &k[python::EDITABLE.len()..];
-                                    (PathBuf::from(std::ffi::OsStr::from_bytes(dir)), p)
-                                }),
-                        );
-                    }
+                    out.extend(self.cache.prefixed(s, python::EDITABLE).into_iter().map(|(k, p)| {
+                        let dir = &k[python::EDITABLE.len()..];
+                        (PathBuf::from(std::ffi::OsStr::from_bytes(dir)), p)
+                    }));
                 }
                 _ => {}
             }
@@ -182,25 +172,23 @@ impl Resolver<'_> {
     }
 }
 
-/// The packages `evidence` shows the job used. `conn` is the store holding the indexes (none:
-/// every index is built for this job alone); `exclude` are roar's own files (its shim), never a
-/// package of the job's.
-pub fn packages(conn: Option<&Connection>, evidence: &Evidence, exclude: &[PathBuf]) -> Found {
-    packages_under(conn, Path::new("/"), evidence, exclude)
+/// The packages `evidence` shows the job used, sorted. Indexes come from `cache` and go back
+/// to it when rebuilt; `exclude` are roar's own files (its shim), never a package of the job's.
+pub fn packages(cache: &mut Cache, evidence: &Evidence, exclude: &[PathBuf]) -> Vec<Package> {
+    packages_under(cache, Path::new("/"), evidence, exclude)
 }
 
 /// [`packages`] with the dpkg database under `root`.
 pub fn packages_under(
-    conn: Option<&Connection>,
+    cache: &mut Cache,
     root: &Path,
     evidence: &Evidence,
     exclude: &[PathBuf],
-) -> Found {
+) -> Vec<Package> {
     let mut r = Resolver {
-        conn,
+        cache,
         root: root.to_owned(),
         indexes: HashMap::new(),
-        rebuilt: Vec::new(),
         dpkg_dirs: HashMap::new(),
         memo: Default::default(),
     };
@@ -247,10 +235,21 @@ pub fn packages_under(
             found.insert(p);
         }
     }
-    Found {
-        packages: found.into_iter().collect(),
-        rebuilt: r.rebuilt,
+    found.into_iter().collect()
+}
+
+/// The machine: probed once per boot, then read from `cache`.
+pub fn machine(cache: &Cache) -> Runtime {
+    let boot = runtime::boot_id();
+    let host = runtime::hostname();
+    if let Some(rt) = boot.as_deref().and_then(|b| cache.runtime(b, host.as_deref())) {
+        return rt;
     }
+    let rt = runtime::probe(Path::new("/"), true);
+    if let Some(b) = &boot {
+        cache.keep_runtime(b, &rt);
+    }
+    rt
 }
 
 /// An interpreter the job ran (python, node, ruby), with the version it reports: asked once per

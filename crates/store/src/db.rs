@@ -141,8 +141,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     ALTER TABLE jobs ADD COLUMN recorder TEXT;
     "#,
     // 8: the environment (crate::environment): packages a job used, the machine, the exact code
-    // (remote, and a dirty tree's diff as a content-addressed blob), and the package indexes
-    // that map a file a job loaded to its package, rebuilt when their sources change.
+    // (remote, and a dirty tree's diff as a content-addressed blob).
     r#"
     ALTER TABLE jobs ADD COLUMN git_remote TEXT;
     ALTER TABLE jobs ADD COLUMN git_diff TEXT;       -- blake3 of the diff in blobs
@@ -154,10 +153,8 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     CREATE TABLE runtimes (
         id       INTEGER PRIMARY KEY,
         digest   TEXT NOT NULL UNIQUE,               -- blake3 of info
-        boot_id  TEXT,
         info     TEXT NOT NULL                       -- JSON
     );
-    CREATE INDEX runtimes_boot ON runtimes(boot_id);
     CREATE TABLE packages (
         id         INTEGER PRIMARY KEY,
         kind       TEXT NOT NULL,                    -- python | dpkg | interpreter
@@ -172,16 +169,6 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         job_id      INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
         package_id  INTEGER NOT NULL REFERENCES packages(id),
         PRIMARY KEY (job_id, package_id)
-    ) WITHOUT ROWID;
-    CREATE TABLE env_sources (
-        source  TEXT PRIMARY KEY,
-        stamp   TEXT NOT NULL
-    ) WITHOUT ROWID;
-    CREATE TABLE env_files (
-        source      TEXT NOT NULL,
-        key         BLOB NOT NULL,
-        package_id  INTEGER NOT NULL REFERENCES packages(id),
-        PRIMARY KEY (source, key)
     ) WITHOUT ROWID;
     "#,
 ];

@@ -1,12 +1,11 @@
 //! A job's environment as recorded: the packages it used, the machine it ran on and the exact
 //! code (the dirty tree's diff as a content-addressed blob). What is captured and how is the
-//! `roar-env` crate; this module is the records, their tables and the package indexes' storage.
+//! `roar-env` crate (its package indexes are a per-user cache, not part of the store); this
+//! module is the records and their tables.
 //!
 //! Tables (schema 8): `packages` (one row per distinct package version and location),
 //! `job_packages` (which a job used), `runtimes` (machines, deduplicated by content), `blobs`
-//! (content-addressed bytes: diffs), and the package indexes (`env_sources`: one per dpkg
-//! database or Python site directory, with the identity of what it was built from;
-//! `env_files`: key -> package).
+//! (content-addressed bytes: diffs).
 
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use serde::{Deserialize, Serialize};
@@ -75,8 +74,6 @@ pub struct Environment {
     /// Sorted, each once.
     pub packages: Vec<Package>,
     pub runtime: Option<Runtime>,
-    /// The boot the runtime was probed in: a later job in the same boot reuses it unprobed.
-    pub boot_id: Option<String>,
     /// `git diff HEAD --binary` of a dirty tree; its blake3 is [`crate::GitState::diff`].
     pub diff: Option<Vec<u8>>,
 }
@@ -103,10 +100,9 @@ pub(crate) fn insert(tx: &Transaction, job_id: i64, env: &Environment) -> rusqli
         let info = serde_json::to_string(rt).unwrap_or_default();
         let digest = blake3_hex(info.as_bytes());
         tx.prepare_cached(
-            "INSERT INTO runtimes (digest, boot_id, info) VALUES (?1, ?2, ?3)
-             ON CONFLICT (digest) DO UPDATE SET boot_id = coalesce(excluded.boot_id, boot_id)",
+            "INSERT INTO runtimes (digest, info) VALUES (?1, ?2) ON CONFLICT (digest) DO NOTHING",
         )?
-        .execute(params![digest, env.boot_id, info])?;
+        .execute(params![digest, info])?;
         tx.prepare_cached(
             "UPDATE jobs SET runtime_id = (SELECT id FROM runtimes WHERE digest = ?1) WHERE id = ?2",
         )?
@@ -174,107 +170,10 @@ pub(crate) fn runtime_of(conn: &Connection, job_id: i64) -> rusqlite::Result<Opt
     Ok(info.and_then(|s| serde_json::from_str(&s).ok()))
 }
 
-/// The runtime last recorded in boot `boot_id`, if it was probed on `host`.
-pub fn runtime_for_boot(
-    conn: &Connection,
-    boot_id: &str,
-    host: Option<&str>,
-) -> rusqlite::Result<Option<Runtime>> {
-    let found: Option<String> = conn
-        .prepare_cached("SELECT info FROM runtimes WHERE boot_id = ?1 ORDER BY id DESC LIMIT 1")?
-        .query_row([boot_id], |r| r.get(0))
-        .optional()?;
-    Ok(found
-        .and_then(|s| serde_json::from_str::<Runtime>(&s).ok())
-        .filter(|rt| rt.hostname.as_deref() == host))
-}
-
 /// A content-addressed blob (a diff), by its blake3.
 pub fn blob(conn: &Connection, blake3: &str) -> rusqlite::Result<Option<Vec<u8>>> {
     conn.query_row("SELECT data FROM blobs WHERE blake3 = ?1", [blake3], |r| {
         r.get(0)
     })
     .optional()
-}
-
-/// A package index: `source` names what was indexed (`dpkg`, `python:SITE_DIR`), `stamp` the
-/// identity of its files when it was built, `entries` key -> package.
-#[derive(Debug, Clone, Default)]
-pub struct PackageIndex {
-    pub source: String,
-    pub stamp: String,
-    pub entries: Vec<(Vec<u8>, Package)>,
-}
-
-/// The stamp index `source` was built with, if it was.
-pub fn index_stamp(conn: &Connection, source: &str) -> rusqlite::Result<Option<String>> {
-    conn.prepare_cached("SELECT stamp FROM env_sources WHERE source = ?1")?
-        .query_row([source], |r| r.get(0))
-        .optional()
-}
-
-/// The package `key` maps to in index `source`.
-pub fn index_lookup(
-    conn: &Connection,
-    source: &str,
-    key: &[u8],
-) -> rusqlite::Result<Option<Package>> {
-    conn.prepare_cached(
-        "SELECT p.kind, p.name, p.version, p.installer, p.location, p.commit_id
-         FROM env_files f JOIN packages p ON p.id = f.package_id
-         WHERE f.source = ?1 AND f.key = ?2",
-    )?
-    .query_row(params![source, key], |r| package_from_row(r, 0))
-    .optional()
-}
-
-/// The entries of index `source` whose key starts with `prefix`.
-pub fn index_prefixed(
-    conn: &Connection,
-    source: &str,
-    prefix: &[u8],
-) -> rusqlite::Result<Vec<(Vec<u8>, Package)>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT f.key, p.kind, p.name, p.version, p.installer, p.location, p.commit_id
-         FROM env_files f JOIN packages p ON p.id = f.package_id
-         WHERE f.source = ?1 AND f.key >= ?2 AND f.key < ?3",
-    )?;
-    // The keys from `prefix` up to the next prefix of its length: a range of the primary key.
-    let mut upper = prefix.to_vec();
-    while let Some(last) = upper.pop() {
-        if last < 0xff {
-            upper.push(last + 1);
-            break;
-        }
-    }
-    let upper: &[u8] = if upper.is_empty() { &[0xff; 64] } else { &upper };
-    let rows = stmt.query_map(params![source, prefix, upper], |r| {
-        Ok((r.get(0)?, package_from_row(r, 1)?))
-    })?;
-    rows.collect()
-}
-
-/// Replaces index `source` (in the writer's transaction).
-pub(crate) fn replace_index(tx: &Transaction, index: &PackageIndex) -> rusqlite::Result<()> {
-    tx.execute("DELETE FROM env_files WHERE source = ?1", [&index.source])?;
-    tx.execute(
-        "INSERT OR REPLACE INTO env_sources (source, stamp) VALUES (?1, ?2)",
-        params![index.source, index.stamp],
-    )?;
-    let mut insert = tx.prepare_cached(
-        "INSERT OR REPLACE INTO env_files (source, key, package_id) VALUES (?1, ?2, ?3)",
-    )?;
-    let mut ids = std::collections::HashMap::new();
-    for (key, p) in &index.entries {
-        let id = match ids.get(p) {
-            Some(id) => *id,
-            None => {
-                let id = package_id(tx, p)?;
-                ids.insert(p.clone(), id);
-                id
-            }
-        };
-        insert.execute(params![index.source, key, id])?;
-    }
-    Ok(())
 }

@@ -21,7 +21,7 @@ mod status;
 mod writer;
 
 pub use db::{open, SCHEMA_VERSION};
-pub use environment::{Environment, EnvironmentDetail, Gpu, Package, PackageIndex, Runtime};
+pub use environment::{Environment, EnvironmentDetail, Gpu, Package, Runtime};
 pub use error::{Result, StoreError};
 pub use lineage::{Dag, Edge, Lineage, Step, Version};
 pub use model::{

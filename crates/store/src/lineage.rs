@@ -33,6 +33,9 @@ pub struct Step {
     pub exit_code: Option<i32>,
     pub git_commit: Option<String>,
     pub git_dirty: Option<bool>,
+    /// blake3 of the dirty tree's diff, kept in the store ([`crate::Store::job_patch`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub git_diff: Option<String>,
     pub host: Option<String>,
     /// How it was observed: preload, ptrace, mount, gateway.
     pub backend: String,
@@ -230,7 +233,7 @@ impl Store {
             .conn
             .prepare_cached(
                 "SELECT name, argv, cwd, started_ns, ended_ns, status, exit_code, git_commit, git_dirty, host,
-                        backend, recorder
+                        backend, recorder, git_diff
                  FROM jobs WHERE id = ?1",
             )?
             .query_row([job_id], |r| {
@@ -253,6 +256,7 @@ impl Store {
                     exit_code: r.get(6)?,
                     git_commit: r.get(7)?,
                     git_dirty: r.get(8)?,
+                    git_diff: r.get(12)?,
                     host: r.get(9)?,
                     backend: r.get(10)?,
                     inputs: Vec::new(),

@@ -303,6 +303,22 @@ impl Store {
         })
     }
 
+    /// The uncommitted changes job `id` ran with (`git diff HEAD --binary`), when kept.
+    pub fn job_patch(&self, id: i64) -> Result<Option<Vec<u8>>> {
+        let hash: Option<Option<String>> = self
+            .conn
+            .query_row("SELECT git_diff FROM jobs WHERE id = ?1", [id], |r| r.get(0))
+            .optional()
+            .map_err(|e| self.err(e))?;
+        let Some(hash) = hash else {
+            return Err(StoreError::UnknownJob { id });
+        };
+        match hash {
+            Some(h) => crate::environment::blob(&self.conn, &h).map_err(|e| self.err(e)),
+            None => Ok(None),
+        }
+    }
+
     fn processes(&self, job: i64) -> rusqlite::Result<Vec<ProcessRecord>> {
         let mut stmt = self.conn.prepare(
             "SELECT pid, parent_pid, exe, argv, started_ns, ended_ns FROM processes

@@ -10,7 +10,6 @@ use rusqlite::{params, CachedStatement, Connection, OptionalExtension, Transacti
 
 use crate::db;
 use crate::error::{Result, StoreError};
-use crate::environment::PackageIndex;
 use crate::model::{argv_to_blob, CacheEntry, ContentHash, FileRecord, JobRecord};
 use crate::redact::Policy;
 
@@ -31,9 +30,6 @@ enum Msg {
     ),
     Cache(Vec<CacheEntry>),
     Artifacts(Vec<ContentHash>),
-    Index(Box<PackageIndex>),
-    /// A read on the writer's connection (already open), between transactions.
-    Read(Box<dyn FnOnce(&Connection) + Send>),
     Flush(Sender<Result<()>>),
 }
 
@@ -186,24 +182,6 @@ impl Writer {
         self.send(Msg::Artifacts(hashes))
     }
 
-    /// Runs `f` on the writer's connection, after everything queued before it is committed,
-    /// and returns what it returns: a read that need not open a connection of its own.
-    pub fn read<R: Send + 'static>(
-        &self,
-        f: impl FnOnce(&Connection) -> R + Send + 'static,
-    ) -> Result<R> {
-        let (tx, rx) = mpsc::channel();
-        self.send(Msg::Read(Box::new(move |c| {
-            let _ = tx.send(f(c));
-        })))?;
-        rx.recv().map_err(|_| StoreError::WriterGone)
-    }
-
-    /// Replaces a package index (see [`crate::environment`]); like cache entries, nobody waits.
-    pub fn package_index(&self, index: PackageIndex) -> Result<()> {
-        self.send(Msg::Index(Box::new(index)))
-    }
-
     /// Waits until everything queued before this call is committed.
     pub fn flush(&self) -> Result<()> {
         let (reply, answer) = mpsc::channel();
@@ -322,30 +300,19 @@ fn run(mut conn: Connection, path: PathBuf, rx: Receiver<Msg>, checkpoints: Chec
     // Every job is redacted here, on its way in: nothing secret reaches the database or its WAL.
     let policy = Policy::for_config(&path.with_file_name(crate::project::CONFIG_NAME));
     while let Ok(first) = rx.recv() {
-        let mut next = Some(first);
-        while let Some(msg) = next.take() {
-            if let Msg::Read(f) = msg {
-                f(&conn);
-                continue;
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(m) => batch.push(m),
+                Err(_) => break,
             }
-            let mut batch = vec![msg];
-            while batch.len() < MAX_BATCH {
-                match rx.try_recv() {
-                    Ok(Msg::Read(f)) => {
-                        next = Some(Msg::Read(f));
-                        break;
-                    }
-                    Ok(m) => batch.push(m),
-                    Err(_) => break,
-                }
-            }
-            for msg in &mut batch {
-                if let Msg::Job(job, _, _, _) | Msg::Begin(job, _) = msg {
-                    policy.job(job);
-                }
-            }
-            commit(&mut conn, &path, batch, &mut lost);
         }
+        for msg in &mut batch {
+            if let Msg::Job(job, _, _, _) | Msg::Begin(job, _) = msg {
+                policy.job(job);
+            }
+        }
+        commit(&mut conn, &path, batch, &mut lost);
     }
     if checkpoints == Checkpoints::Inline && checkpoint_due(&path) {
         // Busy (a reader elsewhere) is fine: the next writer tries again.
@@ -405,8 +372,7 @@ fn commit(conn: &mut Connection, path: &Path, batch: Vec<Msg>, lost: &mut Option
                         upsert_artifact(&tx, &mut insert, h)?;
                     }
                 }
-                Msg::Index(index) => crate::environment::replace_index(&tx, index)?,
-                Msg::Flush(_) | Msg::Read(_) => {}
+                Msg::Flush(_) => {}
             }
         }
         tx.commit()
@@ -432,8 +398,7 @@ fn commit(conn: &mut Connection, path: &Path, batch: Vec<Msg>, lost: &mut Option
                 };
                 let _ = reply.send(result);
             }
-            Msg::Read(_) => {}
-            Msg::Cache(_) | Msg::Artifacts(_) | Msg::Index(_) => {
+            Msg::Cache(_) | Msg::Artifacts(_) => {
                 if outcome.is_err() {
                     // Nobody waits on these: a lost entry only costs a re-hash later, and the
                     // caller's next flush() reports the failure.
