@@ -70,6 +70,7 @@ def check_openlineage(text):
     from openlineage.client.generated.dataset_version_dataset import DatasetVersionDatasetFacet
     from openlineage.client.generated.job_type_job import JobTypeJobFacet
     from openlineage.client.generated.processing_engine_run import ProcessingEngineRunFacet
+    from openlineage.client.generated.source_code_location_job import SourceCodeLocationJobFacet
     from openlineage.client.serde import Serde
 
     # roar's own facets, declared the way the client documents custom facets.
@@ -92,10 +93,28 @@ def check_openlineage(text):
         exitCode: int | None = attr.field(default=None)
         gitCommit: str | None = attr.field(default=None)
         gitDirty: bool | None = attr.field(default=None)
+        gitDiff: str | None = attr.field(default=None)
 
         @staticmethod
         def _get_schema():
             return "urn:roar:facet:JobRunFacet"
+
+    @attr.define
+    class ParametersRunFacet(RunFacet):
+        parameters: dict
+
+        @staticmethod
+        def _get_schema():
+            return "urn:roar:facet:ParametersRunFacet"
+
+    @attr.define
+    class EnvironmentRunFacet(RunFacet):
+        packages: list
+        runtime: dict | None = attr.field(default=None)
+
+        @staticmethod
+        def _get_schema():
+            return "urn:roar:facet:EnvironmentRunFacet"
 
     def plain(d):
         return {k: v for k, v in d.items() if not k.startswith("_")}
@@ -119,11 +138,19 @@ def check_openlineage(text):
                 ),
                 "roar": JobRunFacet(**plain(ev["run"]["facets"]["roar"]), producer=ev["producer"]),
             }
+            optional = {"parameters": ParametersRunFacet, "environment": EnvironmentRunFacet}
+            for name, cls in optional.items():
+                if name in ev["run"]["facets"]:
+                    run_facets[name] = cls(**plain(ev["run"]["facets"][name]), producer=ev["producer"])
             job_facets = {
                 "jobType": JobTypeJobFacet(
                     **plain(ev["job"]["facets"]["jobType"]), producer=ev["producer"]
                 )
             }
+            if "sourceCodeLocation" in ev["job"]["facets"]:
+                job_facets["sourceCodeLocation"] = SourceCodeLocationJobFacet(
+                    **plain(ev["job"]["facets"]["sourceCodeLocation"]), producer=ev["producer"]
+                )
             event = RunEvent(
                 eventType=RunState(ev["eventType"]),
                 eventTime=ev["eventTime"],

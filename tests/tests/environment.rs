@@ -285,3 +285,75 @@ fn diff_reports_the_changed_parameter_first() {
         ]
     );
 }
+
+#[test]
+fn exports_carry_parameters_and_packages_and_keep_the_job_name() {
+    if !common::require_python_modules(&["openlineage.client", "prov", "jsonschema"]) {
+        return;
+    }
+    let p = Project::new();
+    p.write("train.py", b"import sys, json\nopen('model.txt', 'w').write(sys.argv[-1])\n");
+    p.write(".gitignore", b".roar/\nmodel.txt\n");
+    sh(
+        p.path(),
+        "git init -q && git remote add origin https://git.example.com/team/x.git && git add -A && git commit -qm i",
+    );
+    for lr in ["0.1", "0.01"] {
+        let out = p.roar(["run", "--", "python3", "train.py", "--lr", lr]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let out = p.roar(["export", "--all", "--format", "openlineage"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    common::validate_export("openlineage", &out.stdout);
+    let events: Vec<Value> = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let names: Vec<&str> = events.iter().map(|e| e["job"]["name"].as_str().unwrap()).collect();
+    assert!(names.iter().all(|n| *n == "python3 train.py"), "{names:?}");
+    let lrs: Vec<&str> = events
+        .iter()
+        .map(|e| e["run"]["facets"]["parameters"]["parameters"]["lr"].as_str().unwrap())
+        .collect();
+    assert_eq!(lrs, ["0.1", "0.1", "0.01", "0.01"]);
+    let code = &events[0]["job"]["facets"]["sourceCodeLocation"];
+    assert_eq!(code["url"], "https://git.example.com/team/x.git", "{code}");
+    assert_eq!(code["type"], "git");
+    let packages = &events[0]["run"]["facets"]["environment"]["packages"];
+    assert!(
+        packages.as_array().unwrap().iter().any(|p| p["kind"] == "interpreter" && p["name"] == "python"),
+        "{packages}"
+    );
+    let out = p.roar(["export", "--all", "--format", "prov-json"]);
+    common::validate_export("prov-json", &out.stdout);
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let act = doc["activity"].as_object().unwrap().values().next().unwrap();
+    assert_eq!(act["roar:parameters"], serde_json::json!(["#1=train.py", "lr=0.1"]));
+    assert!(act["roar:packages"].as_array().unwrap().iter().any(|p| p.as_str().unwrap().starts_with("interpreter:python==")));
+}
+
+
+/// The dirty check runs beside the command as a child of roar, which is a subreaper whose tracers
+/// wait for any child: a git reaped by them once made a dirty tree read as clean (1 run in 6).
+#[test]
+fn the_dirty_check_survives_every_backend_in_a_loop() {
+    let p = Project::new();
+    let root = p.path();
+    p.write("m.py", b"a\n");
+    p.write(".gitignore", b".roar/\nout.txt\n");
+    sh(root, "git init -q && git add -A && git commit -qm x");
+    p.write("m.py", b"b\n");
+    let mut backends = vec!["preload", "ptrace"];
+    if common::ebpf_available() {
+        backends.push("ebpf");
+    }
+    let mut diffs = std::collections::BTreeSet::new();
+    for backend in backends {
+        for _ in 0..6 {
+            let out = p.roar(["run", "--tracer", backend, "--json", "--", "sh", "-c", "cat m.py > out.txt"]);
+            assert!(out.status.success(), "{}", stderr(&out));
+            let job = p.last_job();
+            let git = &env_json(&p, &job["id"].to_string())["git"];
+            assert_eq!(git["dirty"], true, "{backend}: {git}");
+            diffs.insert(git["diff"].as_str().unwrap().to_owned());
+        }
+    }
+    assert_eq!(diffs.len(), 1, "one tree, one diff: {diffs:?}");
+}

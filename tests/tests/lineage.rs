@@ -260,25 +260,6 @@ fn diff_names_what_changed_between_two_runs() {
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
 }
 
-/// Runs the third-party validators of tests/data/validate_export.py on an export.
-fn validate(kind: &str, text: &[u8]) {
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(file.path(), text).unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/validate_export.py");
-    let out = std::process::Command::new("python3")
-        .arg(script)
-        .arg(kind)
-        .arg(file.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{kind} export is invalid:\n{}{}",
-        stdout(&out),
-        stderr(&out)
-    );
-}
-
 #[test]
 fn export_prov_json_is_valid_and_complete() {
     if !common::require_python_modules(&["jsonschema", "prov"]) {
@@ -287,7 +268,7 @@ fn export_prov_json_is_valid_and_complete() {
     let p = pipeline();
     let out = p.roar(["export", "--all", "--format", "prov-json"]);
     let doc = json(&out);
-    validate("prov-json", &out.stdout);
+    common::validate_export("prov-json", &out.stdout);
     assert_eq!(doc["activity"].as_object().unwrap().len(), 3);
     // report.txt derives from tagged.txt and sorted.txt; its entity is named by its hash.
     let report = json(&p.roar(["show", "report.txt", "--json"]))["history"][0]["hash"]["blake3"]
@@ -320,7 +301,7 @@ fn export_openlineage_events_are_accepted_by_the_openlineage_client() {
     assert_eq!(out.status.code(), Some(3));
     let out = p.roar(["export", "--all", "--format", "openlineage"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    validate("openlineage", &out.stdout);
+    common::validate_export("openlineage", &out.stdout);
     let events: Vec<serde_json::Value> = stdout(&out)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())

@@ -37,21 +37,50 @@ pub fn export(what: Option<&OsStr>, format: Format) -> anyhow::Result<()> {
         }
         None => store.dag(None)?.steps,
     };
+    let envs = environments(&store, &steps)?;
     let mut out = std::io::stdout().lock();
     match format {
         Format::ProvJson => {
-            serde_json::to_writer(&mut out, &prov_json(&project, &steps))
+            serde_json::to_writer(&mut out, &prov_json(&project, &steps, &envs))
                 .map_err(std::io::Error::from)?;
             writeln!(out)?;
         }
         Format::Openlineage => {
-            for event in openlineage(&project, &steps) {
+            for event in openlineage(&project, &steps, &envs) {
                 serde_json::to_writer(&mut out, &event).map_err(std::io::Error::from)?;
                 writeln!(out)?;
             }
         }
     }
     Ok(())
+}
+
+/// What an export says of a job's environment besides its Step.
+struct JobEnv {
+    params: Vec<roar_env::params::Param>,
+    git: Option<roar_store::GitState>,
+    env: roar_store::EnvironmentDetail,
+}
+
+fn environments(store: &roar_store::Store, steps: &[Step]) -> anyhow::Result<BTreeMap<i64, JobEnv>> {
+    let mut out = BTreeMap::new();
+    for s in steps {
+        let job = store.job(s.job_id)?;
+        out.insert(
+            s.job_id,
+            JobEnv {
+                params: roar_env::params::of_argv(&job.summary.argv),
+                git: job.summary.git,
+                env: job.environment,
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// A package as one string: `python:numpy==2.4.6`.
+fn package_id(p: &roar_store::Package) -> String {
+    format!("{}:{}=={}", p.kind, p.name, p.version)
 }
 
 /// RFC 3339 UTC with nanoseconds, as both formats want for times.
@@ -71,7 +100,7 @@ fn host(step: &Step) -> &str {
     step.host.as_deref().unwrap_or("localhost")
 }
 
-fn prov_json(project: &Project, steps: &[Step]) -> Value {
+fn prov_json(project: &Project, steps: &[Step], envs: &BTreeMap<i64, JobEnv>) -> Value {
     let mut entity = Map::new();
     let mut activity = Map::new();
     let mut used = Map::new();
@@ -116,6 +145,39 @@ fn prov_json(project: &Project, steps: &[Step]) -> Value {
         }
         if let Some(dirty) = s.git_dirty {
             a.insert("roar:gitDirty".into(), json!(dirty));
+        }
+        if let Some(e) = envs.get(&s.job_id) {
+            if let Some(remote) = e.git.as_ref().and_then(|g| g.remote.as_ref()) {
+                a.insert("roar:gitRemote".into(), json!(remote));
+            }
+            if let Some(diff) = e.git.as_ref().and_then(|g| g.diff.as_ref()) {
+                a.insert("roar:gitDiff".into(), json!(format!("b3:{diff}")));
+            }
+            if !e.params.is_empty() {
+                let p: Vec<String> = e.params.iter().map(|p| format!("{}={}", p.name, p.value)).collect();
+                a.insert("roar:parameters".into(), json!(p));
+            }
+            if !e.env.packages.is_empty() {
+                let p: Vec<String> = e.env.packages.iter().map(package_id).collect();
+                a.insert("roar:packages".into(), json!(p));
+            }
+            if let Some(rt) = &e.env.runtime {
+                for (k, v) in [
+                    ("roar:os", rt.os.clone()),
+                    ("roar:kernel", rt.kernel.clone()),
+                    ("roar:cpu", rt.cpu_model.clone()),
+                    ("roar:cpus", Some(rt.cpus.to_string())),
+                    ("roar:container", rt.container.clone()),
+                ] {
+                    if let Some(v) = v {
+                        a.insert(k.into(), json!(v));
+                    }
+                }
+                let gpus: Vec<String> = rt.gpus.iter().map(|g| g.model.clone()).collect();
+                if !gpus.is_empty() {
+                    a.insert("roar:gpus".into(), json!(gpus));
+                }
+            }
         }
         activity.insert(act.clone(), Value::Object(a));
 
@@ -245,22 +307,45 @@ fn dataset(e: &Edge, host: &str) -> Value {
     json!({"namespace": namespace, "name": name, "facets": facets})
 }
 
-fn openlineage(project: &Project, steps: &[Step]) -> Vec<Value> {
+fn openlineage(project: &Project, steps: &[Step], envs: &BTreeMap<i64, JobEnv>) -> Vec<Value> {
     let tag = project_tag(project);
     // Jobs are named within their project.
     let namespace = format!("roar://{}", project.root.display());
     let mut events = Vec::new();
     for s in steps {
         let run_id = run_id(&tag, s);
+        let e = envs.get(&s.job_id);
+        // A job keeps its name when only its parameters change: they are a run facet.
+        let argv: Vec<String> = s.argv.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        let stable: Vec<std::ffi::OsString> = roar_env::params::stable_name(&argv)
+            .into_iter()
+            .map(Into::into)
+            .collect();
+        let mut job_facets = json!({
+            "jobType": facet(
+                "https://openlineage.io/spec/facets/2-0-4/JobTypeJobFacet.json#/$defs/JobTypeJobFacet",
+                json!({"processingType": "BATCH", "integration": "ROAR", "jobType": "COMMAND"}),
+            ),
+        });
+        if let Some(g) = e.and_then(|e| e.git.as_ref()) {
+            if let Some(url) = &g.remote {
+                let mut f = json!({"type": "git", "url": url, "repoUrl": url});
+                if let Some(c) = &g.commit {
+                    f["version"] = json!(c);
+                }
+                if let Some(b) = &g.branch {
+                    f["branch"] = json!(b);
+                }
+                job_facets["sourceCodeLocation"] = facet(
+                    "https://openlineage.io/spec/facets/1-1-0/SourceCodeLocationJobFacet.json#/$defs/SourceCodeLocationJobFacet",
+                    f,
+                );
+            }
+        }
         let job = json!({
             "namespace": namespace,
-            "name": s.name.clone().unwrap_or_else(|| shell_join(&s.argv)),
-            "facets": {
-                "jobType": facet(
-                    "https://openlineage.io/spec/facets/2-0-4/JobTypeJobFacet.json#/$defs/JobTypeJobFacet",
-                    json!({"processingType": "BATCH", "integration": "ROAR", "jobType": "COMMAND"}),
-                ),
-            },
+            "name": s.name.clone().unwrap_or_else(|| shell_join(&stable)),
+            "facets": job_facets,
         });
         let mut roar = json!({
             "jobId": s.job_id,
@@ -284,6 +369,24 @@ fn openlineage(project: &Project, steps: &[Step]) -> Vec<Value> {
             ),
             "roar": facet("urn:roar:facet:JobRunFacet", roar),
         });
+        let mut run_facets = run_facets;
+        if let Some(e) = e {
+            if !e.params.is_empty() {
+                let params: Map<String, Value> =
+                    e.params.iter().map(|p| (p.name.clone(), json!(p.value))).collect();
+                run_facets["parameters"] =
+                    facet("urn:roar:facet:ParametersRunFacet", json!({ "parameters": params }));
+            }
+            if !e.env.packages.is_empty() || e.env.runtime.is_some() {
+                run_facets["environment"] = facet(
+                    "urn:roar:facet:EnvironmentRunFacet",
+                    json!({"packages": e.env.packages, "runtime": e.env.runtime}),
+                );
+            }
+            if let Some(d) = e.git.as_ref().and_then(|g| g.diff.as_ref()) {
+                run_facets["roar"]["gitDiff"] = json!(format!("b3:{d}"));
+            }
+        }
         let inputs: Vec<Value> = s.inputs.iter().map(|e| dataset(e, host(s))).collect();
         let outputs: Vec<Value> = s.outputs.iter().map(|e| dataset(e, host(s))).collect();
         events.push(json!({
@@ -343,6 +446,7 @@ mod tests {
             exit_code: Some(0),
             git_commit: None,
             git_dirty: None,
+            git_diff: None,
             host: None,
             backend: "preload".into(),
             inputs: vec![],

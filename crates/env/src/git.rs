@@ -3,6 +3,7 @@
 //! tree is dirty, with the diff itself, from a `git diff` that runs alongside the command at idle
 //! priority and is collected after it.
 
+use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -241,8 +242,22 @@ fn diff(root: &Path, has_commit: bool) -> Option<Vec<u8>> {
             Ok(())
         });
     }
-    let out = cmd.output().ok()?;
-    out.status.success().then_some(out.stdout)
+    let mut child = cmd.stdout(Stdio::piped()).spawn().ok()?;
+    let mut stdout = child.stdout.take()?;
+    let mut out = Vec::new();
+    // Past the limit the rest is drained (git must not block on a full pipe), not kept.
+    (&mut stdout)
+        .take(MAX_DIFF as u64 + 1)
+        .read_to_end(&mut out)
+        .ok()?;
+    std::io::copy(&mut stdout, &mut std::io::sink()).ok()?;
+    match child.wait() {
+        Ok(status) => status.success().then_some(out),
+        // `roar run` is a subreaper and its tracers wait for any child: git may have been reaped
+        // by them. Its output is whole (the pipe closed); a failed git wrote none.
+        Err(e) if e.raw_os_error() == Some(libc::ECHILD) => Some(out),
+        Err(_) => None,
+    }
 }
 
 /// The code state when `git` must be asked (a ref store this module does not read).

@@ -46,6 +46,9 @@ pub struct PackageIndex {
     pub entries: Vec<(Vec<u8>, Package)>,
 }
 
+/// (source, key) -> what the cache answered.
+type Memo = HashMap<(String, Vec<u8>), Option<Package>>;
+
 /// An index in use for one job: the stored one, or one just built.
 enum Index {
     Stored(String),
@@ -60,7 +63,7 @@ struct Resolver<'c> {
     /// Directories, by whether any dpkg package lists them.
     dpkg_dirs: HashMap<PathBuf, bool>,
     /// Stored lookups already made: a package's files share a few keys.
-    memo: std::cell::RefCell<HashMap<(String, Vec<u8>), Option<Package>>>,
+    memo: std::cell::RefCell<Memo>,
 }
 
 impl Resolver<'_> {

@@ -128,8 +128,37 @@ pub fn parse(args: &[String]) -> Vec<Param> {
 /// The parameters of a job's argv: the program itself is not one; for an interpreter the
 /// interpreter's own options before the script are not either (`python -u train.py --lr 0.1`).
 pub fn of_argv(argv: &[String]) -> Vec<Param> {
+    if argv.is_empty() {
+        return Vec::new();
+    }
+    parse(&argv[interpreter_options_end(argv)..])
+}
+
+/// The argv without its named parameters: a name for the job that stays the same when only
+/// parameter values change (`python -u train.py --lr 0.1 data/` -> `python -u train.py data/`).
+pub fn stable_name(argv: &[String]) -> Vec<String> {
     let Some(prog) = argv.first() else {
         return Vec::new();
+    };
+    let start = interpreter_options_end(argv);
+    let mut out: Vec<String> = argv[..start].to_vec();
+    if out.is_empty() {
+        out.push(prog.clone());
+    }
+    out.extend(
+        parse(&argv[start..])
+            .into_iter()
+            .filter(|p| p.name.starts_with('#'))
+            .map(|p| p.value),
+    );
+    out
+}
+
+/// Where the arguments that are the job's own begin: after the program, and for an interpreter
+/// after its own options (`-m` stays: the module is the job's first argument).
+fn interpreter_options_end(argv: &[String]) -> usize {
+    let Some(prog) = argv.first() else {
+        return 0;
     };
     let base = prog.rsplit('/').next().unwrap_or(prog);
     let interp = ["python", "node", "ruby", "Rscript", "bash", "sh", "perl", "uv", "torchrun"]
@@ -137,12 +166,11 @@ pub fn of_argv(argv: &[String]) -> Vec<Param> {
         .any(|k| base.starts_with(k));
     let mut start = 1;
     if interp {
-        // Skip the interpreter's options up to the script (or `-m module`, kept as a parameter).
         while start < argv.len() && argv[start].starts_with('-') && argv[start] != "-m" {
             start += 1;
         }
     }
-    parse(&argv[start.min(argv.len())..])
+    start.min(argv.len())
 }
 
 /// One parameter that differs between two jobs.
@@ -223,6 +251,15 @@ mod tests {
                 ("#1".into(), "--not-a-flag".into()),
             ]
         );
+    }
+
+    #[test]
+    fn names_without_parameter_values() {
+        assert_eq!(
+            stable_name(&v(&["python3", "-u", "train.py", "--lr", "0.1", "data/"])),
+            v(&["python3", "-u", "train.py", "data/"])
+        );
+        assert_eq!(stable_name(&v(&["make", "-j2", "all"])), v(&["make", "all"]));
     }
 
     #[test]

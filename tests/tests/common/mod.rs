@@ -234,3 +234,22 @@ pub fn snapshot(name: &str, actual: &str) {
     });
     assert_eq!(actual, expected, "snapshot {name} differs");
 }
+
+/// Runs the third-party validators of tests/data/validate_export.py on an export.
+pub fn validate_export(kind: &str, text: &[u8]) {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), text).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/validate_export.py");
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .arg(kind)
+        .arg(file.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{kind} export is invalid:\n{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+}
