@@ -77,6 +77,8 @@ macro_rules! real {
     }};
 }
 
+mod loaded;
+
 /// Saves errno on creation and restores it on drop, so reporting never disturbs the caller.
 struct KeepErrno(c_int);
 
@@ -1384,6 +1386,7 @@ unsafe extern "C" fn init(argc: c_int, argv: *const *const c_char, _envp: *const
             WireStat::default(),
             [cwd, exe, &args[..len], &[]],
         );
+        loaded::report();
     }
 }
 
