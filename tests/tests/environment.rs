@@ -58,7 +58,11 @@ fn write_dist(dir: &Path, name: &str, version: &str) {
         ),
     )
     .unwrap();
-    std::fs::write(dir.join(name).join("__init__.py"), format!("VERSION = '{version}'\n")).unwrap();
+    std::fs::write(
+        dir.join(name).join("__init__.py"),
+        format!("VERSION = '{version}'\n"),
+    )
+    .unwrap();
     let backend = format!(
         r#"import base64, hashlib, os, zipfile
 NAME, VERSION = {name:?}, {version:?}
@@ -106,14 +110,29 @@ fn a_venv_job_records_exactly_the_distributions_it_imported() {
     write_dist(&root.join("src/tinypkg"), "tinypkg", "1.2.3");
     write_dist(&root.join("src/unused"), "unusedpkg", "0.1");
     write_dist(&root.join("src/editpkg"), "editpkg", "0.9");
-    sh(&root.join("src/editpkg"), "git init -q && git add -A && git commit -qm init");
+    sh(
+        &root.join("src/editpkg"),
+        "git init -q && git add -A && git commit -qm init",
+    );
     let pip = "v/bin/python -m pip install -q --no-index --no-build-isolation --disable-pip-version-check";
-    sh(root, &format!("{pip} ./src/tinypkg ./src/unused && {pip} -e ./src/editpkg"));
+    sh(
+        root,
+        &format!("{pip} ./src/tinypkg ./src/unused && {pip} -e ./src/editpkg"),
+    );
     let edit_commit = sh(&root.join("src/editpkg"), "git rev-parse HEAD");
-    let py_version = sh(root, "v/bin/python -c 'import platform; print(platform.python_version())'");
-    p.write("use.py", b"import tinypkg, editpkg, sqlite3\nprint(tinypkg.VERSION)\n");
+    let py_version = sh(
+        root,
+        "v/bin/python -c 'import platform; print(platform.python_version())'",
+    );
+    p.write(
+        "use.py",
+        b"import tinypkg, editpkg, sqlite3\nprint(tinypkg.VERSION)\n",
+    );
     let want_sqlite = if Path::new("/var/lib/dpkg/status").exists() {
-        sh(root, "dpkg-query -W -f='${Version}' libsqlite3-0 2>/dev/null || true")
+        sh(
+            root,
+            "dpkg-query -W -f='${Version}' libsqlite3-0 2>/dev/null || true",
+        )
     } else {
         String::new()
     };
@@ -129,7 +148,10 @@ fn a_venv_job_records_exactly_the_distributions_it_imported() {
         let py = packages(&env, "python");
         assert_eq!(
             py,
-            vec![("editpkg".into(), "0.9".into()), ("tinypkg".into(), "1.2.3".into())],
+            vec![
+                ("editpkg".into(), "0.9".into()),
+                ("tinypkg".into(), "1.2.3".into())
+            ],
             "{tracer}: only what was imported (not unusedpkg, pip or setuptools): {env}"
         );
         let all = env["packages"].as_array().unwrap();
@@ -137,11 +159,15 @@ fn a_venv_job_records_exactly_the_distributions_it_imported() {
         assert_eq!(tiny["installer"], "pip");
         let site = tiny["location"].as_str().unwrap();
         assert!(
-            site.starts_with(&root.join("v/lib").display().to_string()) && site.ends_with("site-packages"),
+            site.starts_with(&root.join("v/lib").display().to_string())
+                && site.ends_with("site-packages"),
             "{site}"
         );
         let edit = all.iter().find(|p| p["name"] == "editpkg").unwrap();
-        assert_eq!(edit["location"], root.join("src/editpkg").display().to_string());
+        assert_eq!(
+            edit["location"],
+            root.join("src/editpkg").display().to_string()
+        );
         assert_eq!(edit["commit"], edit_commit.as_str());
         assert_eq!(
             packages(&env, "interpreter"),
@@ -149,7 +175,10 @@ fn a_venv_job_records_exactly_the_distributions_it_imported() {
             "{tracer}"
         );
         let text = format!("{env}");
-        assert!(!text.contains("libroar") && !text.contains("\"roar\""), "roar's own files: {text}");
+        assert!(
+            !text.contains("libroar") && !text.contains("\"roar\""),
+            "roar's own files: {text}"
+        );
         // The loader mapped libsqlite3 for `import sqlite3`: its dpkg package, seen by every
         // backend (preload reports what the loader mapped; ptrace sees its opens).
         if !want_sqlite.is_empty() {
@@ -167,7 +196,10 @@ fn a_system_wide_numpy_is_found_with_its_version() {
         return;
     }
     let p = Project::new();
-    let version = sh(p.path(), "python3 -c 'import numpy; print(numpy.__version__)'");
+    let version = sh(
+        p.path(),
+        "python3 -c 'import numpy; print(numpy.__version__)'",
+    );
     let out = p.roar(["run", "--", "python3", "-c", "import numpy"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let env = env_json(&p, "1");
@@ -196,11 +228,17 @@ fn the_machine_is_recorded_and_no_gpu_means_no_gpu_fields() {
     if Path::new("/var/lib/dpkg/status").exists() {
         let owner = sh(p.path(), "dpkg -S \"$(readlink -f \"$(command -v true)\")\" 2>/dev/null | cut -d: -f1 | head -1 || true");
         if !owner.is_empty() {
-            assert!(packages(&env, "dpkg").iter().any(|(n, _)| *n == owner), "{owner}: {env}");
+            assert!(
+                packages(&env, "dpkg").iter().any(|(n, _)| *n == owner),
+                "{owner}: {env}"
+            );
         }
     }
     let text = stdout(&p.roar(["show", "1", "--env"]));
-    assert!(text.contains("machine") && text.contains(kernel.trim()), "{text}");
+    assert!(
+        text.contains("machine") && text.contains(kernel.trim()),
+        "{text}"
+    );
 }
 
 #[test]
@@ -228,7 +266,10 @@ fn a_dirty_tree_keeps_its_diff_and_the_patch_restores_the_code() {
     let env = env_json(&p, "2");
     let git = &env["git"];
     assert_eq!(git["dirty"], true);
-    assert_eq!(git["remote"], "https://git.example.com/team/model.git", "credentials stripped");
+    assert_eq!(
+        git["remote"], "https://git.example.com/team/model.git",
+        "credentials stripped"
+    );
     let diff_hash = git["diff"].as_str().unwrap().to_owned();
     let db = std::fs::read(root.join(".roar/roar.db")).unwrap();
     assert!(!String::from_utf8_lossy(&db).contains("s3cr3t-token"));
@@ -242,10 +283,16 @@ fn a_dirty_tree_keeps_its_diff_and_the_patch_restores_the_code() {
     );
     // Back to the commit, then the patch: the exact tree the job ran in.
     std::fs::write(root.join("job2.patch"), &patch.stdout).unwrap();
-    sh(root, "git reset -q --hard && git clean -qfd -e .roar -e job2.patch -e out.txt");
+    sh(
+        root,
+        "git reset -q --hard && git clean -qfd -e .roar -e job2.patch -e out.txt",
+    );
     assert_eq!(std::fs::read(root.join("model.py")).unwrap(), b"lr = 0.1\n");
     sh(root, "git apply --index job2.patch");
-    assert_eq!(std::fs::read(root.join("model.py")).unwrap(), b"lr = 0.01  # tuned\n");
+    assert_eq!(
+        std::fs::read(root.join("model.py")).unwrap(),
+        b"lr = 0.01  # tuned\n"
+    );
     assert_eq!(std::fs::read(root.join("extra.py")).unwrap(), b"x = 1\n");
     assert_eq!(
         std::fs::read(root.join("weights.bin")).unwrap(),
@@ -253,7 +300,10 @@ fn a_dirty_tree_keeps_its_diff_and_the_patch_restores_the_code() {
     );
     // The reproduce script applies it too.
     let script = stdout(&p.roar(["reproduce", "out.txt"]));
-    assert!(script.contains("roar show @2 --patch | git apply"), "{script}");
+    assert!(
+        script.contains("roar show @2 --patch | git apply"),
+        "{script}"
+    );
 }
 
 #[test]
@@ -261,7 +311,16 @@ fn diff_reports_the_changed_parameter_first() {
     let p = Project::new();
     p.write("train.sh", b"echo \"$@\" > out.txt\n");
     for lr in ["0.1", "0.01"] {
-        let out = p.roar(["run", "--", "sh", "train.sh", "--lr", lr, "--epochs=5", "seed=1"]);
+        let out = p.roar([
+            "run",
+            "--",
+            "sh",
+            "train.sh",
+            "--lr",
+            lr,
+            "--epochs=5",
+            "seed=1",
+        ]);
         assert!(out.status.success(), "{}", stderr(&out));
     }
     let out = p.roar(["diff", "1", "2"]);
@@ -279,7 +338,12 @@ fn diff_reports_the_changed_parameter_first() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|x| (x["name"].as_str().unwrap().into(), x["value"].as_str().unwrap().into()))
+        .map(|x| {
+            (
+                x["name"].as_str().unwrap().into(),
+                x["value"].as_str().unwrap().into(),
+            )
+        })
         .collect();
     assert_eq!(
         params,
@@ -298,7 +362,10 @@ fn exports_carry_parameters_and_packages_and_keep_the_job_name() {
         return;
     }
     let p = Project::new();
-    p.write("train.py", b"import sys, json\nopen('model.txt', 'w').write(sys.argv[-1])\n");
+    p.write(
+        "train.py",
+        b"import sys, json\nopen('model.txt', 'w').write(sys.argv[-1])\n",
+    );
     p.write(".gitignore", b".roar/\nmodel.txt\n");
     sh(
         p.path(),
@@ -311,12 +378,22 @@ fn exports_carry_parameters_and_packages_and_keep_the_job_name() {
     let out = p.roar(["export", "--all", "--format", "openlineage"]);
     assert!(out.status.success(), "{}", stderr(&out));
     common::validate_export("openlineage", &out.stdout);
-    let events: Vec<Value> = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let names: Vec<&str> = events.iter().map(|e| e["job"]["name"].as_str().unwrap()).collect();
+    let events: Vec<Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let names: Vec<&str> = events
+        .iter()
+        .map(|e| e["job"]["name"].as_str().unwrap())
+        .collect();
     assert!(names.iter().all(|n| *n == "python3 train.py"), "{names:?}");
     let lrs: Vec<&str> = events
         .iter()
-        .map(|e| e["run"]["facets"]["parameters"]["parameters"]["lr"].as_str().unwrap())
+        .map(|e| {
+            e["run"]["facets"]["parameters"]["parameters"]["lr"]
+                .as_str()
+                .unwrap()
+        })
         .collect();
     assert_eq!(lrs, ["0.1", "0.1", "0.01", "0.01"]);
     let code = &events[0]["job"]["facets"]["sourceCodeLocation"];
@@ -324,17 +401,32 @@ fn exports_carry_parameters_and_packages_and_keep_the_job_name() {
     assert_eq!(code["type"], "git");
     let packages = &events[0]["run"]["facets"]["environment"]["packages"];
     assert!(
-        packages.as_array().unwrap().iter().any(|p| p["kind"] == "interpreter" && p["name"] == "python"),
+        packages
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["kind"] == "interpreter" && p["name"] == "python"),
         "{packages}"
     );
     let out = p.roar(["export", "--all", "--format", "prov-json"]);
     common::validate_export("prov-json", &out.stdout);
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let act = doc["activity"].as_object().unwrap().values().next().unwrap();
-    assert_eq!(act["roar:parameters"], serde_json::json!(["#1=train.py", "lr=0.1"]));
-    assert!(act["roar:packages"].as_array().unwrap().iter().any(|p| p.as_str().unwrap().starts_with("interpreter:python==")));
+    let act = doc["activity"]
+        .as_object()
+        .unwrap()
+        .values()
+        .next()
+        .unwrap();
+    assert_eq!(
+        act["roar:parameters"],
+        serde_json::json!(["#1=train.py", "lr=0.1"])
+    );
+    assert!(act["roar:packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p.as_str().unwrap().starts_with("interpreter:python==")));
 }
-
 
 /// The dirty check runs beside the command as a child of roar, which is a subreaper whose tracers
 /// wait for any child: a git reaped by them once made a dirty tree read as clean (1 run in 6).
@@ -353,7 +445,16 @@ fn the_dirty_check_survives_every_backend_in_a_loop() {
     let mut diffs = std::collections::BTreeSet::new();
     for backend in backends {
         for _ in 0..6 {
-            let out = p.roar(["run", "--tracer", backend, "--json", "--", "sh", "-c", "cat m.py > out.txt"]);
+            let out = p.roar([
+                "run",
+                "--tracer",
+                backend,
+                "--json",
+                "--",
+                "sh",
+                "-c",
+                "cat m.py > out.txt",
+            ]);
             assert!(out.status.success(), "{}", stderr(&out));
             let job = p.last_job();
             let git = &env_json(&p, &job["id"].to_string())["git"];

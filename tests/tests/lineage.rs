@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::path::Path;
 
 use common::{snapshot, stderr, stdout, Project};
 

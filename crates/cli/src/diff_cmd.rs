@@ -251,7 +251,10 @@ fn machine_changes(a: &JobDetail, b: &JobDetail) -> Vec<EnvChange> {
             .map(|o| {
                 o.iter()
                     .map(|(k, v)| {
-                        let s = v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string());
+                        let s = v
+                            .as_str()
+                            .map(str::to_owned)
+                            .unwrap_or_else(|| v.to_string());
                         (k.clone(), s)
                     })
                     .collect()
@@ -307,9 +310,16 @@ pub fn diff(a: &OsStr, b: &OsStr, json: bool) -> anyhow::Result<()> {
     for (i, p) in d.parameters.iter().enumerate() {
         let head = if i == 0 { "parameters" } else { "" };
         let v = |x: &Option<String>| -> String {
-            x.as_deref().map_or("(unset)".into(), |s| fmt::shown(s).into_owned())
+            x.as_deref()
+                .map_or("(unset)".into(), |s| fmt::shown(s).into_owned())
         };
-        writeln!(out, "{head:<12}{}: {} -> {}", fmt::shown(&p.name), v(&p.a), v(&p.b))?;
+        writeln!(
+            out,
+            "{head:<12}{}: {} -> {}",
+            fmt::shown(&p.name),
+            v(&p.a),
+            v(&p.b)
+        )?;
         any = true;
     }
     if let Some(c) = &d.argv {
@@ -345,7 +355,8 @@ pub fn diff(a: &OsStr, b: &OsStr, json: bool) -> anyhow::Result<()> {
     for (i, m) in d.machine.iter().enumerate() {
         let head = if i == 0 { "machine" } else { "" };
         let v = |x: &Option<String>| -> String {
-            x.as_deref().map_or("-".into(), |s| fmt::shown(s).into_owned())
+            x.as_deref()
+                .map_or("-".into(), |s| fmt::shown(s).into_owned())
         };
         writeln!(out, "{head:<12}{}: {} -> {}", m.name, v(&m.a), v(&m.b))?;
         any = true;

@@ -22,7 +22,9 @@ pub fn capture(
     shim: Option<&Path>,
 ) {
     let mut env = Environment::default();
-    if let (Some(git), Some(Dirt::Dirty(bytes))) = (job.git.as_mut(), diff.and_then(DiffJob::finish)) {
+    if let (Some(git), Some(Dirt::Dirty(bytes))) =
+        (job.git.as_mut(), diff.and_then(DiffJob::finish))
+    {
         git.dirty = true;
         git.diff = bytes.as_deref().map(blake3_hex);
         if bytes.is_none() {
@@ -35,7 +37,11 @@ pub fn capture(
     }
     let mut cache = Cache::open();
     if packages {
-        let mut programs: Vec<&Path> = job.processes.iter().filter_map(|p| p.exe.as_deref()).collect();
+        let mut programs: Vec<&Path> = job
+            .processes
+            .iter()
+            .filter_map(|p| p.exe.as_deref())
+            .collect();
         programs.sort();
         programs.dedup();
         let evidence = Evidence {
@@ -95,7 +101,12 @@ pub fn show(job: &JobDetail, json: bool) -> anyhow::Result<()> {
         }));
     }
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{} {}", bold(&format!("job {}", s.id)), crate::fmt::argv(&s.argv))?;
+    writeln!(
+        out,
+        "{} {}",
+        bold(&format!("job {}", s.id)),
+        crate::fmt::argv(&s.argv)
+    )?;
     if !params.is_empty() {
         writeln!(out, "{}", bold("parameters"))?;
         for p in &params {
@@ -106,8 +117,16 @@ pub fn show(job: &JobDetail, json: bool) -> anyhow::Result<()> {
     match &s.git {
         None => writeln!(out, "  not in a git work tree")?,
         Some(g) => {
-            writeln!(out, "  commit     {}", g.commit.as_deref().unwrap_or("(none yet)"))?;
-            writeln!(out, "  branch     {}", g.branch.as_deref().unwrap_or("(detached)"))?;
+            writeln!(
+                out,
+                "  commit     {}",
+                g.commit.as_deref().unwrap_or("(none yet)")
+            )?;
+            writeln!(
+                out,
+                "  branch     {}",
+                g.branch.as_deref().unwrap_or("(detached)")
+            )?;
             if let Some(r) = &g.remote {
                 writeln!(out, "  remote     {}", shown(r))?;
             }

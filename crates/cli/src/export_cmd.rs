@@ -62,7 +62,10 @@ struct JobEnv {
     env: roar_store::EnvironmentDetail,
 }
 
-fn environments(store: &roar_store::Store, steps: &[Step]) -> anyhow::Result<BTreeMap<i64, JobEnv>> {
+fn environments(
+    store: &roar_store::Store,
+    steps: &[Step],
+) -> anyhow::Result<BTreeMap<i64, JobEnv>> {
     let mut out = BTreeMap::new();
     for s in steps {
         let job = store.job(s.job_id)?;
@@ -154,7 +157,11 @@ fn prov_json(project: &Project, steps: &[Step], envs: &BTreeMap<i64, JobEnv>) ->
                 a.insert("roar:gitDiff".into(), json!(format!("b3:{diff}")));
             }
             if !e.params.is_empty() {
-                let p: Vec<String> = e.params.iter().map(|p| format!("{}={}", p.name, p.value)).collect();
+                let p: Vec<String> = e
+                    .params
+                    .iter()
+                    .map(|p| format!("{}={}", p.name, p.value))
+                    .collect();
                 a.insert("roar:parameters".into(), json!(p));
             }
             if !e.env.packages.is_empty() {
@@ -316,7 +323,11 @@ fn openlineage(project: &Project, steps: &[Step], envs: &BTreeMap<i64, JobEnv>) 
         let run_id = run_id(&tag, s);
         let e = envs.get(&s.job_id);
         // A job keeps its name when only its parameters change: they are a run facet.
-        let argv: Vec<String> = s.argv.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        let argv: Vec<String> = s
+            .argv
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
         let stable: Vec<std::ffi::OsString> = roar_env::params::stable_name(&argv)
             .into_iter()
             .map(Into::into)
@@ -372,10 +383,15 @@ fn openlineage(project: &Project, steps: &[Step], envs: &BTreeMap<i64, JobEnv>) 
         let mut run_facets = run_facets;
         if let Some(e) = e {
             if !e.params.is_empty() {
-                let params: Map<String, Value> =
-                    e.params.iter().map(|p| (p.name.clone(), json!(p.value))).collect();
-                run_facets["parameters"] =
-                    facet("urn:roar:facet:ParametersRunFacet", json!({ "parameters": params }));
+                let params: Map<String, Value> = e
+                    .params
+                    .iter()
+                    .map(|p| (p.name.clone(), json!(p.value)))
+                    .collect();
+                run_facets["parameters"] = facet(
+                    "urn:roar:facet:ParametersRunFacet",
+                    json!({ "parameters": params }),
+                );
             }
             if !e.env.packages.is_empty() || e.env.runtime.is_some() {
                 run_facets["environment"] = facet(

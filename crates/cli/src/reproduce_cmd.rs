@@ -84,7 +84,9 @@ fn run_steps(
         .and_then(roar_env::git::DiffJob::finish)
         .map(|d| match d {
             roar_env::git::Dirt::Clean => None,
-            roar_env::git::Dirt::Dirty(bytes) => bytes.as_deref().map(roar_store::environment::blake3_hex),
+            roar_env::git::Dirt::Dirty(bytes) => {
+                bytes.as_deref().map(roar_store::environment::blake3_hex)
+            }
         });
     let exe = std::env::current_exe()?;
     let mut slot = 0;

@@ -11,8 +11,7 @@ use std::time::Instant;
 use clap::{Args, Subcommand};
 use roar_store::hash::HashOptions;
 use roar_store::{
-    now_ns, Checkpoints, JobRecord, JobStream, OpeningWriter, Outcome, Project, Role,
-    Store, Writer,
+    now_ns, Checkpoints, JobRecord, JobStream, OpeningWriter, Outcome, Project, Role, Store, Writer,
 };
 use roar_tracer::collect;
 use roar_tracer::early::EarlyHasher;

@@ -125,8 +125,9 @@ impl Cache {
             let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             tx.execute("DELETE FROM files WHERE source = ?1", [&index.source])?;
             {
-                let mut add_pkg =
-                    tx.prepare_cached("INSERT INTO packages (json) VALUES (?1) ON CONFLICT DO NOTHING")?;
+                let mut add_pkg = tx.prepare_cached(
+                    "INSERT INTO packages (json) VALUES (?1) ON CONFLICT DO NOTHING",
+                )?;
                 let mut pkg_id = tx.prepare_cached("SELECT id FROM packages WHERE json = ?1")?;
                 let mut add_file = tx.prepare_cached(
                     "INSERT OR REPLACE INTO files (source, key, package_id) VALUES (?1, ?2, ?3)",
@@ -163,7 +164,10 @@ impl Cache {
             .conn
             .as_ref()?
             .prepare_cached("SELECT host, json FROM runtimes WHERE boot_id = ?1")
-            .and_then(|mut s| s.query_row([boot_id], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+            .and_then(|mut s| {
+                s.query_row([boot_id], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()
+            })
             .ok()
             .flatten()?;
         (h.as_deref() == host).then(|| serde_json::from_str(&json).ok())?

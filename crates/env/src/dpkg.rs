@@ -153,8 +153,12 @@ mod tests {
 
     #[test]
     fn usr_merge_candidates() {
-        let c = candidates(Path::new("/nonexistent-lib/../lib/x86_64-linux-gnu/libz.so.1"));
-        assert!(c.contains(&PathBuf::from("/nonexistent-lib/../lib/x86_64-linux-gnu/libz.so.1")));
+        let c = candidates(Path::new(
+            "/nonexistent-lib/../lib/x86_64-linux-gnu/libz.so.1",
+        ));
+        assert!(c.contains(&PathBuf::from(
+            "/nonexistent-lib/../lib/x86_64-linux-gnu/libz.so.1"
+        )));
         let c = candidates(Path::new("/lib/zz-not-there.so"));
         assert!(c.contains(&PathBuf::from("/usr/lib/zz-not-there.so")));
     }

@@ -134,9 +134,10 @@ impl Resolver<'_> {
         let owned = match self.dpkg_dirs.get(dir) {
             Some(owned) => *owned,
             None => {
-                let owned = dpkg::candidates(dir)
-                    .iter()
-                    .any(|d| self.lookup(dpkg::SOURCE, d.as_os_str().as_bytes()).is_some());
+                let owned = dpkg::candidates(dir).iter().any(|d| {
+                    self.lookup(dpkg::SOURCE, d.as_os_str().as_bytes())
+                        .is_some()
+                });
                 self.dpkg_dirs.insert(dir.to_owned(), owned);
                 owned
             }
@@ -163,10 +164,12 @@ impl Resolver<'_> {
                     }
                 }
                 Some(Index::Stored(s)) => {
-                    out.extend(self.cache.prefixed(s, python::EDITABLE).into_iter().map(|(k, p)| {
-                        let dir = &k[python::EDITABLE.len()..];
-                        (PathBuf::from(std::ffi::OsStr::from_bytes(dir)), p)
-                    }));
+                    out.extend(self.cache.prefixed(s, python::EDITABLE).into_iter().map(
+                        |(k, p)| {
+                            let dir = &k[python::EDITABLE.len()..];
+                            (PathBuf::from(std::ffi::OsStr::from_bytes(dir)), p)
+                        },
+                    ));
                 }
                 _ => {}
             }
@@ -199,7 +202,9 @@ pub fn packages_under(
     let mut sites = BTreeSet::new();
     let files = evidence.files.iter().map(PathBuf::as_path);
     for path in files.chain(evidence.programs.iter().copied()) {
-        if exclude.iter().any(|e| e == path) || path.starts_with("/proc") || path.starts_with("/dev")
+        if exclude.iter().any(|e| e == path)
+            || path.starts_with("/proc")
+            || path.starts_with("/dev")
         {
             continue;
         }
@@ -226,7 +231,11 @@ pub fn packages_under(
     }
     let editables = r.editables(&sites);
     if !editables.is_empty() {
-        let used = evidence.inputs.iter().copied().chain(evidence.files.iter().map(PathBuf::as_path));
+        let used = evidence
+            .inputs
+            .iter()
+            .copied()
+            .chain(evidence.files.iter().map(PathBuf::as_path));
         for path in used {
             if let Some((_, p)) = editables.iter().find(|(dir, _)| path.starts_with(dir)) {
                 found.insert(p.clone());
@@ -245,7 +254,10 @@ pub fn packages_under(
 pub fn machine(cache: &Cache) -> Runtime {
     let boot = runtime::boot_id();
     let host = runtime::hostname();
-    if let Some(rt) = boot.as_deref().and_then(|b| cache.runtime(b, host.as_deref())) {
+    if let Some(rt) = boot
+        .as_deref()
+        .and_then(|b| cache.runtime(b, host.as_deref()))
+    {
         return rt;
     }
     let rt = runtime::probe(Path::new("/"), true);
@@ -259,9 +271,12 @@ pub fn machine(cache: &Cache) -> Runtime {
 /// binary (`EXE --version`) and kept as an index stamped with the binary's identity.
 fn interpreter(r: &mut Resolver, program: &Path) -> Option<Package> {
     let name = program.file_name()?.to_str()?;
-    let kind = ["python", "node", "ruby"]
-        .into_iter()
-        .find(|k| name.starts_with(k) && name[k.len()..].chars().all(|c| c.is_ascii_digit() || c == '.'))?;
+    let kind = ["python", "node", "ruby"].into_iter().find(|k| {
+        name.starts_with(k)
+            && name[k.len()..]
+                .chars()
+                .all(|c| c.is_ascii_digit() || c == '.')
+    })?;
     let real = std::fs::canonicalize(program).ok()?;
     let source = format!("exe:{}", real.display());
     let (r1, r2) = (real.clone(), real.clone());
@@ -269,7 +284,14 @@ fn interpreter(r: &mut Resolver, program: &Path) -> Option<Package> {
         &source,
         || {
             let m = std::fs::metadata(&r1).ok()?;
-            Some(format!("{}:{}:{}.{}:{}", m.dev(), m.ino(), m.mtime(), m.mtime_nsec(), m.size()))
+            Some(format!(
+                "{}:{}:{}.{}:{}",
+                m.dev(),
+                m.ino(),
+                m.mtime(),
+                m.mtime_nsec(),
+                m.size()
+            ))
         },
         || {
             version_of(&r2)
@@ -302,8 +324,12 @@ fn version_of(exe: &Path) -> Option<String> {
         .stdout(Stdio::piped())
         .output()
         .ok()?;
-    let text = String::from_utf8_lossy(if out.stdout.is_empty() { &out.stderr } else { &out.stdout })
-        .into_owned();
+    let text = String::from_utf8_lossy(if out.stdout.is_empty() {
+        &out.stderr
+    } else {
+        &out.stdout
+    })
+    .into_owned();
     let word = text.split_whitespace().find(|w| {
         let w = w.trim_start_matches('v');
         w.chars().next().is_some_and(|c| c.is_ascii_digit()) && w.contains('.')

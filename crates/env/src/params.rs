@@ -77,7 +77,9 @@ pub fn parse(args: &[String]) -> Vec<Param> {
             }
             continue;
         }
-        if let Some(body) = a.strip_prefix('-').filter(|b| !b.is_empty() && a.parse::<f64>().is_err())
+        if let Some(body) = a
+            .strip_prefix('-')
+            .filter(|b| !b.is_empty() && a.parse::<f64>().is_err())
         {
             let mut chars = body.chars();
             let first = chars.next().expect("not empty");
@@ -161,9 +163,11 @@ fn interpreter_options_end(argv: &[String]) -> usize {
         return 0;
     };
     let base = prog.rsplit('/').next().unwrap_or(prog);
-    let interp = ["python", "node", "ruby", "Rscript", "bash", "sh", "perl", "uv", "torchrun"]
-        .iter()
-        .any(|k| base.starts_with(k));
+    let interp = [
+        "python", "node", "ruby", "Rscript", "bash", "sh", "perl", "uv", "torchrun",
+    ]
+    .iter()
+    .any(|k| base.starts_with(k));
     let mut start = 1;
     if interp {
         while start < argv.len() && argv[start].starts_with('-') && argv[start] != "-m" {
@@ -215,14 +219,28 @@ mod tests {
     }
 
     fn pairs(ps: &[Param]) -> Vec<(String, String)> {
-        ps.iter().map(|p| (p.name.clone(), p.value.clone())).collect()
+        ps.iter()
+            .map(|p| (p.name.clone(), p.value.clone()))
+            .collect()
     }
 
     #[test]
     fn styles() {
         let p = of_argv(&v(&[
-            "python3", "-u", "train.py", "--lr", "0.1", "--epochs=5", "-n", "3", "--amp",
-            "model.depth=4", "+trainer.gpus=2", "--shift", "-1", "data/",
+            "python3",
+            "-u",
+            "train.py",
+            "--lr",
+            "0.1",
+            "--epochs=5",
+            "-n",
+            "3",
+            "--amp",
+            "model.depth=4",
+            "+trainer.gpus=2",
+            "--shift",
+            "-1",
+            "data/",
         ]));
         assert_eq!(
             pairs(&p),
@@ -242,7 +260,14 @@ mod tests {
 
     #[test]
     fn flags_before_flags_and_dash_dash() {
-        let p = of_argv(&v(&["tool", "--verbose", "--out", "x", "--", "--not-a-flag"]));
+        let p = of_argv(&v(&[
+            "tool",
+            "--verbose",
+            "--out",
+            "x",
+            "--",
+            "--not-a-flag",
+        ]));
         assert_eq!(
             pairs(&p),
             vec![
@@ -259,13 +284,31 @@ mod tests {
             stable_name(&v(&["python3", "-u", "train.py", "--lr", "0.1", "data/"])),
             v(&["python3", "-u", "train.py", "data/"])
         );
-        assert_eq!(stable_name(&v(&["make", "-j2", "all"])), v(&["make", "all"]));
+        assert_eq!(
+            stable_name(&v(&["make", "-j2", "all"])),
+            v(&["make", "all"])
+        );
     }
 
     #[test]
     fn changes_rank_by_name() {
-        let a = of_argv(&v(&["python", "t.py", "--learning-rate", "0.1", "--seed", "1"]));
-        let b = of_argv(&v(&["python", "t.py", "--learning_rate", "0.01", "--seed", "1", "--amp"]));
+        let a = of_argv(&v(&[
+            "python",
+            "t.py",
+            "--learning-rate",
+            "0.1",
+            "--seed",
+            "1",
+        ]));
+        let b = of_argv(&v(&[
+            "python",
+            "t.py",
+            "--learning_rate",
+            "0.01",
+            "--seed",
+            "1",
+            "--amp",
+        ]));
         let c = compare(&a, &b);
         assert_eq!(c.len(), 2);
         assert_eq!(c[0].name, "learning-rate");

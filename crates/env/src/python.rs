@@ -107,7 +107,11 @@ pub fn index(site: &Path) -> Vec<(Vec<u8>, Package)> {
             continue;
         };
         let i = dists.len();
-        if let Some(src) = pkg.location.clone().filter(|_| pkg.commit.is_some() || is_editable(&path)) {
+        if let Some(src) = pkg
+            .location
+            .clone()
+            .filter(|_| pkg.commit.is_some() || is_editable(&path))
+        {
             editable.push((PathBuf::from(src), i));
         }
         dists.push(pkg);
@@ -137,7 +141,10 @@ pub fn index(site: &Path) -> Vec<(Vec<u8>, Package)> {
         }
     }
     for (src, i) in editable {
-        out.push(([EDITABLE, src.as_os_str().as_bytes()].concat(), dists[i].clone()));
+        out.push((
+            [EDITABLE, src.as_os_str().as_bytes()].concat(),
+            dists[i].clone(),
+        ));
     }
     out.sort();
     out
@@ -195,7 +202,11 @@ fn dist_info(site: &Path, dir: &Path) -> Option<(Package, Vec<PathBuf>)> {
         }
     }
     let record = std::fs::read_to_string(dir.join("RECORD")).unwrap_or_default();
-    let files = record.lines().filter_map(record_path).map(PathBuf::from).collect();
+    let files = record
+        .lines()
+        .filter_map(record_path)
+        .map(PathBuf::from)
+        .collect();
     Some((
         Package {
             kind: "python".into(),
@@ -228,7 +239,10 @@ fn record_path(line: &str) -> Option<String> {
         }
         None
     } else {
-        line.split(',').next().filter(|p| !p.is_empty()).map(str::to_owned)
+        line.split(',')
+            .next()
+            .filter(|p| !p.is_empty())
+            .map(str::to_owned)
     }
 }
 
@@ -296,18 +310,32 @@ mod tests {
 
     #[test]
     fn record_lines() {
-        assert_eq!(record_path("numpy/__init__.py,sha256=x,12").as_deref(), Some("numpy/__init__.py"));
-        assert_eq!(record_path("\"a,b.py\",sha256=x,1").as_deref(), Some("a,b.py"));
+        assert_eq!(
+            record_path("numpy/__init__.py,sha256=x,12").as_deref(),
+            Some("numpy/__init__.py")
+        );
+        assert_eq!(
+            record_path("\"a,b.py\",sha256=x,1").as_deref(),
+            Some("a,b.py")
+        );
         assert_eq!(percent_decode("/src/my%20pkg"), "/src/my pkg");
     }
 
     fn dist(site: &Path, name: &str, version: &str, files: &[&str]) {
         let d = site.join(format!("{name}-{version}.dist-info"));
         std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(d.join("METADATA"), format!("Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\nbody\nName: not-this\n")).unwrap();
+        std::fs::write(
+            d.join("METADATA"),
+            format!(
+                "Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\nbody\nName: not-this\n"
+            ),
+        )
+        .unwrap();
         std::fs::write(d.join("INSTALLER"), "pip\n").unwrap();
         let mut record: String = files.iter().map(|f| format!("{f},sha256=x,1\n")).collect();
-        record.push_str(&format!("{name}-{version}.dist-info/RECORD,,\n../../../bin/{name},,\n"));
+        record.push_str(&format!(
+            "{name}-{version}.dist-info/RECORD,,\n../../../bin/{name},,\n"
+        ));
         std::fs::write(d.join("RECORD"), record).unwrap();
     }
 
@@ -316,12 +344,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let site = dir.path();
         dist(site, "protobuf", "4.25.0", &["google/protobuf/__init__.py"]);
-        dist(site, "googleapis-common-protos", "1.6", &["google/api/http.py", "google/rpc/x.py"]);
+        dist(
+            site,
+            "googleapis-common-protos",
+            "1.6",
+            &["google/api/http.py", "google/rpc/x.py"],
+        );
         dist(site, "six", "1.16.0", &["six.py", "zz.pth"]);
         let idx: HashMap<Vec<u8>, Package> = index(site).into_iter().collect();
         let name = |k: &str| idx.get(k.as_bytes()).map(|p| p.name.clone());
         assert_eq!(name("google/protobuf").as_deref(), Some("protobuf"));
-        assert_eq!(name("google/api").as_deref(), Some("googleapis-common-protos"));
+        assert_eq!(
+            name("google/api").as_deref(),
+            Some("googleapis-common-protos")
+        );
         assert_eq!(name("google"), None);
         assert_eq!(name("six.py").as_deref(), Some("six"));
         assert_eq!(name("zz.pth"), None);

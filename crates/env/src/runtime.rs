@@ -57,7 +57,11 @@ fn memory(root: &Path) -> Option<u64> {
     let meminfo = read(root, "proc/meminfo")?;
     let total = meminfo.lines().find_map(|l| {
         let rest = l.strip_prefix("MemTotal:")?;
-        rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok()
+        rest.trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse::<u64>()
+            .ok()
     })? * 1024;
     let limit = read(root, "sys/fs/cgroup/memory.max").and_then(|s| s.parse::<u64>().ok());
     Some(limit.map_or(total, |l| l.min(total)))
@@ -173,7 +177,9 @@ fn cuda_version() -> Option<String> {
 
 pub(crate) fn parse_cuda(text: &str) -> Option<String> {
     let i = text.find("CUDA Version:")?;
-    let v = text[i + "CUDA Version:".len()..].split_whitespace().next()?;
+    let v = text[i + "CUDA Version:".len()..]
+        .split_whitespace()
+        .next()?;
     Some(v.trim_end_matches('|').to_owned())
 }
 
@@ -224,7 +230,8 @@ mod tests {
 
     #[test]
     fn cuda_from_nvidia_smi_header() {
-        let header = "| NVIDIA-SMI 535.104.05   Driver Version: 535.104.05   CUDA Version: 12.2     |";
+        let header =
+            "| NVIDIA-SMI 535.104.05   Driver Version: 535.104.05   CUDA Version: 12.2     |";
         assert_eq!(parse_cuda(header).as_deref(), Some("12.2"));
         assert_eq!(parse_cuda("no gpu"), None);
     }
@@ -233,10 +240,22 @@ mod tests {
     fn machine_fields_from_a_fake_root() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        write(root, "proc/cpuinfo", "processor\t: 0\nmodel name\t: Test CPU @ 2.00GHz\nflags\t\t: fpu hypervisor sse\n");
-        write(root, "proc/meminfo", "MemTotal:       24576000 kB\nMemFree: 1 kB\n");
+        write(
+            root,
+            "proc/cpuinfo",
+            "processor\t: 0\nmodel name\t: Test CPU @ 2.00GHz\nflags\t\t: fpu hypervisor sse\n",
+        );
+        write(
+            root,
+            "proc/meminfo",
+            "MemTotal:       24576000 kB\nMemFree: 1 kB\n",
+        );
         write(root, "sys/fs/cgroup/memory.max", "1073741824\n");
-        write(root, "etc/os-release", "NAME=\"Debian GNU/Linux\"\nPRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\n");
+        write(
+            root,
+            "etc/os-release",
+            "NAME=\"Debian GNU/Linux\"\nPRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\n",
+        );
         write(root, "sys/class/dmi/id/sys_vendor", "QEMU\n");
         write(root, ".dockerenv", "");
         let rt = probe(root, false);

@@ -28,8 +28,8 @@ fn job(argv: Vec<String>, env: BTreeMap<String, String>) -> JobRecord {
         host: None,
         processes: Vec::new(),
         files: Vec::new(),
+        environment: None,
     }
-    environment: None,
 }
 
 fn shapes() -> Vec<(&'static str, JobRecord)> {

@@ -93,8 +93,10 @@ pub fn blake3_hex(bytes: &[u8]) -> String {
 /// Writes `env` for job `job_id` (in the job's transaction).
 pub(crate) fn insert(tx: &Transaction, job_id: i64, env: &Environment) -> rusqlite::Result<()> {
     if let Some(diff) = &env.diff {
-        tx.prepare_cached("INSERT INTO blobs (blake3, data) VALUES (?1, ?2) ON CONFLICT DO NOTHING")?
-            .execute(params![blake3_hex(diff), diff])?;
+        tx.prepare_cached(
+            "INSERT INTO blobs (blake3, data) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+        )?
+        .execute(params![blake3_hex(diff), diff])?;
     }
     if let Some(rt) = &env.runtime {
         let info = serde_json::to_string(rt).unwrap_or_default();
@@ -125,7 +127,14 @@ fn package_id(conn: &Connection, p: &Package) -> rusqlite::Result<i64> {
         "INSERT INTO packages (kind, name, version, installer, location, commit_id)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
     )?
-    .execute(params![p.kind, p.name, p.version, p.installer, location, commit])?;
+    .execute(params![
+        p.kind,
+        p.name,
+        p.version,
+        p.installer,
+        location,
+        commit
+    ])?;
     conn.prepare_cached(
         "SELECT id FROM packages WHERE kind = ?1 AND name = ?2 AND version = ?3
            AND location = ?4 AND commit_id = ?5",

@@ -307,7 +307,9 @@ impl Store {
     pub fn job_patch(&self, id: i64) -> Result<Option<Vec<u8>>> {
         let hash: Option<Option<String>> = self
             .conn
-            .query_row("SELECT git_diff FROM jobs WHERE id = ?1", [id], |r| r.get(0))
+            .query_row("SELECT git_diff FROM jobs WHERE id = ?1", [id], |r| {
+                r.get(0)
+            })
             .optional()
             .map_err(|e| self.err(e))?;
         let Some(hash) = hash else {

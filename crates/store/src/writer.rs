@@ -512,7 +512,11 @@ fn insert_job(
         return insert_job(tx, job, more, None);
     }
     let job_id = begun.unwrap_or_else(|| tx.last_insert_rowid());
-    if let Some(g) = job.git.as_ref().filter(|g| g.remote.is_some() || g.diff.is_some()) {
+    if let Some(g) = job
+        .git
+        .as_ref()
+        .filter(|g| g.remote.is_some() || g.diff.is_some())
+    {
         tx.prepare_cached("UPDATE jobs SET git_remote = ?1, git_diff = ?2 WHERE id = ?3")?
             .execute(params![g.remote, g.diff, job_id])?;
     }

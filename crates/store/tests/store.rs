@@ -26,8 +26,8 @@ fn job(argv: &[&str], files: Vec<FileRecord>) -> JobRecord {
         host: None,
         processes: vec![],
         files,
+        environment: None,
     }
-    environment: None,
 }
 
 fn file(role: Role, path: &str, content: &[u8]) -> FileRecord {
