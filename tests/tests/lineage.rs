@@ -3,7 +3,6 @@
 
 mod common;
 
-
 use common::{snapshot, stderr, stdout, Project};
 
 /// A three-step pipeline run for real under `roar run`.
