@@ -47,8 +47,17 @@ pub fn dir() -> Option<PathBuf> {
 
 impl Cache {
     /// The user's cache, or none (every lookup misses) when it cannot be opened.
+    /// A home that cannot be written (a service account, a read-only container) falls back to
+    /// a directory of this user's under the system's temporary directory.
     pub fn open() -> Cache {
-        let conn = dir().and_then(|d| open(&d.join("packages.db")).ok());
+        // SAFETY: getuid cannot fail.
+        #[allow(unsafe_code)]
+        let uid = unsafe { libc::getuid() };
+        let fallback = std::env::temp_dir().join(format!("roar-cache-{uid}"));
+        let conn = dir()
+            .into_iter()
+            .chain([fallback])
+            .find_map(|d| open(&d.join("packages.db")).ok());
         Cache { conn }
     }
 
@@ -185,8 +194,18 @@ impl Cache {
 }
 
 fn open(path: &Path) -> rusqlite::Result<Connection> {
+    let refuse = || rusqlite::Error::InvalidPath(path.to_owned());
     if let Some(parent) = path.parent() {
         let _ = roar_store::private::create_dir(parent);
+        // Another user's directory (planted in /tmp, say) is never trusted with the cache.
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: getuid cannot fail.
+        #[allow(unsafe_code)]
+        let uid = unsafe { libc::getuid() };
+        let m = std::fs::symlink_metadata(parent).map_err(|_| refuse())?;
+        if !m.is_dir() || m.uid() != uid || m.mode() & 0o002 != 0 {
+            return Err(refuse());
+        }
     }
     let _ = roar_store::private::create_file(path);
     let conn = Connection::open(path)?;
@@ -204,4 +223,84 @@ fn open(path: &Path) -> rusqlite::Result<Connection> {
         conn.pragma_update(None, "user_version", VERSION)?;
     }
     Ok(conn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pkg(name: &str) -> Package {
+        Package {
+            kind: "python".into(),
+            name: name.into(),
+            version: "1.0".into(),
+            installer: Some("pip".into()),
+            location: Some("/site".into()),
+            commit: None,
+        }
+    }
+
+    #[test]
+    fn indexes_round_trip_and_are_replaced_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cache = Cache::at(&dir.path().join("c/packages.db"));
+        assert_eq!(cache.stamp("python:/site"), None);
+        cache.replace(&PackageIndex {
+            source: "python:/site".into(),
+            stamp: "1".into(),
+            entries: vec![
+                (b"numpy".to_vec(), pkg("numpy")),
+                (b"editable:/src/a".to_vec(), pkg("a")),
+                (b"editable:/src/b".to_vec(), pkg("b")),
+                (b"editablf".to_vec(), pkg("not-a-prefix-match")),
+            ],
+        });
+        assert_eq!(cache.stamp("python:/site").as_deref(), Some("1"));
+        assert_eq!(cache.lookup("python:/site", b"numpy"), Some(pkg("numpy")));
+        assert_eq!(cache.lookup("dpkg", b"numpy"), None);
+        let editable: Vec<String> = cache
+            .prefixed("python:/site", b"editable:")
+            .into_iter()
+            .map(|(_, p)| p.name)
+            .collect();
+        assert_eq!(editable, ["a", "b"]);
+        cache.replace(&PackageIndex {
+            source: "python:/site".into(),
+            stamp: "2".into(),
+            entries: vec![(b"six.py".to_vec(), pkg("six"))],
+        });
+        assert_eq!(
+            cache.lookup("python:/site", b"numpy"),
+            None,
+            "the old index is gone"
+        );
+        assert_eq!(cache.lookup("python:/site", b"six.py"), Some(pkg("six")));
+        let rt = Runtime {
+            hostname: Some("h".into()),
+            cpus: 2,
+            ..Runtime::default()
+        };
+        cache.keep_runtime("boot-1", &rt);
+        assert_eq!(cache.runtime("boot-1", Some("h")), Some(rt));
+        assert_eq!(cache.runtime("boot-1", Some("other-host")), None);
+        assert_eq!(cache.runtime("boot-2", Some("h")), None);
+    }
+
+    #[test]
+    fn a_directory_of_another_user_or_world_writable_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let open_dir = dir.path().join("world");
+        std::fs::create_dir(&open_dir).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&open_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(open(&open_dir.join("packages.db")).is_err());
+        // SAFETY: getuid cannot fail.
+        #[allow(unsafe_code)]
+        if unsafe { libc::getuid() } == 0 {
+            let theirs = dir.path().join("theirs");
+            std::fs::create_dir(&theirs).unwrap();
+            std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+            assert!(open(&theirs.join("packages.db")).is_err());
+        }
+    }
 }

@@ -49,6 +49,7 @@ pub const DEFAULT_IGNORES: &[&str] = &[
     // roar's own per-user cache (package indexes; `roar_env::cache`), wherever it is put.
     "**/.cache/roar/**",
     "**/roar/packages.db*",
+    "**/roar-cache-*/**",
     "**/.git/**",
     // Anonymous memory (memfd_create), named by the kernel as if it were a file: a nested
     // `roar run`'s event ring, any program's shared buffers.
