@@ -467,6 +467,13 @@ fn a_store_of_the_previous_schema_migrates_with_every_job() {
             "DROP INDEX job_files_version;
              CREATE INDEX job_files_path ON job_files(path);
              ALTER TABLE jobs DROP COLUMN recorder;
+             DROP TABLE job_packages;
+             DROP TABLE packages;
+             DROP TABLE runtimes;
+             DROP TABLE blobs;
+             ALTER TABLE jobs DROP COLUMN git_remote;
+             ALTER TABLE jobs DROP COLUMN git_diff;
+             ALTER TABLE jobs DROP COLUMN runtime_id;
              PRAGMA user_version = 5;",
         )
         .unwrap();

@@ -145,7 +145,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE jobs ADD COLUMN git_remote TEXT;
     ALTER TABLE jobs ADD COLUMN git_diff TEXT;       -- blake3 of the diff in blobs
-    ALTER TABLE jobs ADD COLUMN runtime_id INTEGER REFERENCES runtimes(id);
+    ALTER TABLE jobs ADD COLUMN runtime_id INTEGER;  -- runtimes.id (never deleted)
     CREATE TABLE blobs (
         blake3  TEXT PRIMARY KEY,
         data    BLOB NOT NULL
