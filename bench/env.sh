@@ -25,7 +25,10 @@ export ROAR_CACHE_DIR="$W/cache"
 runs_of() { # name=command pairs: roar (and the older roar) running "$@"
     printf '%s\n' "roar=$ROAR run --tracer preload -- $*"
     if [ -n "${ROAR_BEFORE:-}" ]; then
-        printf '%s\n' "roar-before=$ROAR_BEFORE run --tracer preload -- $*"
+        # Its own store (it refuses a newer schema and config): ROAR_DIR, same working tree.
+        local store="$W/before-$RANDOM/.roar"
+        mkdir -p "${store%/.roar}" && (cd "${store%/.roar}" && "$ROAR_BEFORE" init > /dev/null)
+        printf '%s\n' "roar-before=env ROAR_DIR=$store $ROAR_BEFORE run --tracer preload -- $*"
     fi
 }
 
@@ -51,16 +54,21 @@ for d in nogit small big; do (cd "$W/$d" && "$ROAR" run true 2> /dev/null); done
 for d in nogit small big; do
     echo "== roar run true: $d"
     mapfile -t T < <(runs_of true)
-    (cd "$W/$d" && $CMP "$W/true-$d.json" "$RUNS" bare=true bare2=true "${T[@]}" \
-        "git status=git --no-optional-locks status --porcelain=v2 --branch --untracked-files=no")
+    if [ "$d" != nogit ]; then
+        T+=("git status=git --no-optional-locks status --porcelain=v2 --branch --untracked-files=no")
+    fi
+    (cd "$W/$d" && $CMP "$W/true-$d.json" "$RUNS" bare=true bare2=true "${T[@]}")
 done
 echo "== roar run true: big, dirty (one tracked file edited: the diff is kept)"
 echo 'x = -1' >> "$W/big/src/d7/f7.py"
 mapfile -t T < <(runs_of true)
 (cd "$W/big" && $CMP "$W/true-big-dirty.json" "$RUNS" bare=true "${T[@]}" \
     "git diff HEAD=git --no-optional-locks diff HEAD --binary")
-(cd "$W/big" && "$ROAR" run true 2>&1 | sed 's/^/  /' &&
-    "$ROAR" show @1 --env | sed -n '/^code/,/^machine/p' | sed 's/^/  /')
+(cd "$W/big" && "$ROAR" run --name dirty true 2>&1 | sed 's/^/  /' &&
+    "$ROAR" show dirty --env | sed -n '/^code/,/^machine/p' | sed 's/^/  /')
+echo "== roar run sleep 0.3: big, dirty (a command longer than the diff hides it)"
+mapfile -t T < <(runs_of sleep 0.3)
+(cd "$W/big" && $CMP "$W/sleep-big-dirty.json" "${SLEEP_RUNS:-10}" "bare=sleep 0.3" "${T[@]}")
 
 # Python: roar in a project of its own.
 source "$REPO/bench/lib/peer.sh"
@@ -85,8 +93,8 @@ mapfile -t T < <(runs_of "$IMPORT")
 echo "== first job on a machine (empty package cache) vs the next: roar run python3 -c 'import numpy'"
 for i in 1 2 3; do
     rm -rf "$W/cache"
-    s=$(date +%s%N); (cd "$PY" && "$ROAR" run -- $IMPORT 2> /dev/null); e=$(date +%s%N)
-    s2=$(date +%s%N); (cd "$PY" && "$ROAR" run -- $IMPORT 2> /dev/null); e2=$(date +%s%N)
+    s=$(date +%s%N); (cd "$PY" && "$ROAR" run -- python3 -c 'import numpy' 2> /dev/null); e=$(date +%s%N)
+    s2=$(date +%s%N); (cd "$PY" && "$ROAR" run -- python3 -c 'import numpy' 2> /dev/null); e2=$(date +%s%N)
     s3=$(date +%s%N); (cd "$PY" && python3 -c 'import numpy'); e3=$(date +%s%N)
     echo "  first $(( (e - s) / 1000000 )) ms, next $(( (e2 - s2) / 1000000 )) ms, bare $(( (e3 - s3) / 1000000 )) ms"
 done
@@ -98,8 +106,8 @@ w = sys.argv[1]
 def med(f, k):
     return json.load(open(f"{w}/{f}.json"))[k]["median"] * 1e3
 print("== summary (medians; + is over bare)")
-for d in ["nogit", "small", "big", "big-dirty"]:
-    f = f"true-{d}"
+for f in ["true-nogit", "true-small", "true-big", "true-big-dirty", "sleep-big-dirty"]:
+    d = f.split("-", 1)[1] + (" (sleep 0.3)" if f.startswith("sleep") else "")
     r = json.load(open(f"{w}/{f}.json"))
     bare = r["bare"]["median"] * 1e3
     row = [f"roar +{r['roar']['median'] * 1e3 - bare:.2f} ms"]
@@ -108,7 +116,7 @@ for d in ["nogit", "small", "big", "big-dirty"]:
     for k in ("git status", "git diff HEAD"):
         if k in r:
             row.append(f"{k} {r[k]['median'] * 1e3:.2f} ms")
-    print(f"  true, {d:10s} bare {bare:.2f} ms; " + "; ".join(row))
+    print(f"  {d:22s} bare {bare:.2f} ms; " + "; ".join(row))
 r = json.load(open(f"{w}/numpy.json"))
 bare = r["bare"]["median"] * 1e3
 for k, v in r.items():

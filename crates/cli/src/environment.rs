@@ -9,15 +9,32 @@ use std::path::{Path, PathBuf};
 use roar_env::git::{DiffJob, Dirt};
 use roar_env::{Cache, Evidence};
 use roar_store::environment::blake3_hex;
-use roar_store::{Environment, EnvironmentDetail, JobDetail, JobRecord};
+use roar_store::{Environment, EnvironmentDetail, JobDetail, JobRecord, Runtime};
 
 use crate::fmt::{bold, shown};
 use roar_tracer::collect::Classified;
+
+/// The package cache opened and the machine read (or probed) on a thread of their own while the
+/// command runs: neither is on the command's start or, mostly, on roar's exit.
+pub struct Prepared(std::thread::JoinHandle<(Cache, Runtime)>);
+
+pub fn prepare() -> Option<Prepared> {
+    std::thread::Builder::new()
+        .name("roar-env".into())
+        .spawn(|| {
+            let cache = Cache::open();
+            let machine = roar_env::machine(&cache);
+            (cache, machine)
+        })
+        .ok()
+        .map(Prepared)
+}
 
 pub fn capture(
     job: &mut JobRecord,
     classified: &Classified,
     diff: Option<DiffJob>,
+    prepared: Option<Prepared>,
     packages: bool,
     shim: Option<&Path>,
 ) {
@@ -35,7 +52,11 @@ pub fn capture(
         }
         env.diff = bytes;
     }
-    let mut cache = Cache::open();
+    let (mut cache, machine) = prepared.and_then(|p| p.0.join().ok()).unwrap_or_else(|| {
+        let cache = Cache::open();
+        let machine = roar_env::machine(&cache);
+        (cache, machine)
+    });
     if packages {
         let mut programs: Vec<&Path> = job
             .processes
@@ -57,7 +78,7 @@ pub fn capture(
             .collect();
         env.packages = roar_env::packages(&mut cache, &evidence, &exclude);
     }
-    env.runtime = Some(roar_env::machine(&cache));
+    env.runtime = Some(machine);
     job.environment = Some(env);
 }
 

@@ -221,6 +221,7 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     // The store is opened on the writer's thread while the command runs (the first connection
     // replays the WAL and reads the schema: about a millisecond the user would wait for after it).
     let opening = Writer::open_in_background(&project.db_path(), Checkpoints::Deferred);
+    let prepared = crate::environment::prepare();
     let mut job = JobRecord {
         name: args.name.clone(),
         argv: args.command.clone(),
@@ -293,6 +294,7 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         &mut job,
         &classified,
         diff,
+        prepared,
         config.env.packages,
         lib.as_deref(),
     );

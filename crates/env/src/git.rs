@@ -4,7 +4,6 @@
 //! priority and is collected after it.
 
 use std::io::Read;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::thread::JoinHandle;
@@ -179,7 +178,14 @@ pub fn strip_credentials(url: &str) -> String {
 /// A dirty-tree check running alongside the command.
 pub struct DiffJob {
     thread: JoinHandle<Option<Vec<u8>>>,
+    /// git's pid once started (0 before, -1 once roar waits for it: no idle priority then).
+    pid: std::sync::Arc<std::sync::atomic::AtomicI32>,
+    /// Starts git now if it has not started yet (the command ended).
+    go: std::sync::mpsc::Sender<()>,
 }
+
+/// How long a command runs before its dirty check starts beside it.
+pub const OVERLAP_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// What the concurrent check found.
 pub enum Dirt {
@@ -191,17 +197,35 @@ pub enum Dirt {
 impl DiffJob {
     /// Starts `git diff HEAD --binary` in `repo` at idle CPU priority (it yields the CPU to the
     /// command). Optional locks are off: the user's own git commands never wait on roar's.
+    ///
+    /// It starts only once the command has run for [`OVERLAP_AFTER`]: on two cores, git's own
+    /// start (~2 ms of CPU in a small repository) beside a short command slowed the command more
+    /// than running it afterwards; a longer command hides the whole diff.
     pub fn start(repo: &Repo, has_commit: bool) -> Option<DiffJob> {
         let root = repo.root.clone();
+        let pid = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(0));
+        let p = pid.clone();
+        let (go, wait) = std::sync::mpsc::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("roar-git".into())
-            .spawn(move || diff(&root, has_commit))
+            .spawn(move || {
+                let _ = wait.recv_timeout(OVERLAP_AFTER);
+                diff(&root, has_commit, &p)
+            })
             .ok()?;
-        Some(DiffJob { thread })
+        Some(DiffJob { thread, pid, go })
     }
 
     /// The result; None if git could not say (not installed, not a repository it accepts).
+    /// The command has ended: git, if still running, goes back to normal priority, since roar
+    /// now waits for it.
     pub fn finish(self) -> Option<Dirt> {
+        // -1: from now on git runs at normal priority (`diff` sees it if git is not started yet).
+        let pid = self.pid.swap(-1, std::sync::atomic::Ordering::AcqRel);
+        let _ = self.go.send(());
+        if pid > 0 {
+            set_policy(pid, libc::SCHED_OTHER);
+        }
         let out = self.thread.join().ok()??;
         Some(if out.is_empty() {
             Dirt::Clean
@@ -213,7 +237,17 @@ impl DiffJob {
     }
 }
 
-fn diff(root: &Path, has_commit: bool) -> Option<Vec<u8>> {
+/// Best effort: a process that is gone, or a policy refused, leaves git as it was.
+fn set_policy(pid: i32, policy: i32) {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: a plain syscall on a pid we started; failure is ignored.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::sched_setscheduler(pid, policy, &param);
+    }
+}
+
+fn diff(root: &Path, has_commit: bool, pid: &std::sync::atomic::AtomicI32) -> Option<Vec<u8>> {
     let mut cmd = Command::new("git");
     cmd.args([
         "--no-optional-locks",
@@ -233,16 +267,23 @@ fn diff(root: &Path, has_commit: bool) -> Option<Vec<u8>> {
         .env_remove("GIT_DIR")
         .env_remove("GIT_WORK_TREE")
         .env("GIT_PAGER", "cat");
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    #[allow(unsafe_code)]
-    unsafe {
-        cmd.pre_exec(|| {
-            let param = libc::sched_param { sched_priority: 0 };
-            libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
-            Ok(())
-        });
-    }
+    // Spawned without a pre-exec hook, so std uses posix_spawn (no copy of roar's page tables);
+    // the idle policy is set right after.
     let mut child = cmd.stdout(Stdio::piped()).spawn().ok()?;
+    let id = child.id() as i32;
+    set_policy(id, libc::SCHED_IDLE);
+    let raced = pid
+        .compare_exchange(
+            0,
+            id,
+            std::sync::atomic::Ordering::AcqRel,
+            std::sync::atomic::Ordering::Acquire,
+        )
+        .is_err();
+    if raced {
+        // finish() came first: roar already waits for git.
+        set_policy(id, libc::SCHED_OTHER);
+    }
     let mut stdout = child.stdout.take()?;
     let mut out = Vec::new();
     // Past the limit the rest is drained (git must not block on a full pipe), not kept.
