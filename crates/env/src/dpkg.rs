@@ -3,7 +3,6 @@
 //! install, upgrade or removal rewrites it).
 
 use std::collections::HashMap;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use roar_store::Package;
@@ -16,15 +15,7 @@ pub fn admin_dir(root: &Path) -> PathBuf {
 }
 
 pub fn stamp(admin: &Path) -> Option<String> {
-    let m = std::fs::metadata(admin.join("status")).ok()?;
-    Some(format!(
-        "{}:{}:{}.{}:{}",
-        m.dev(),
-        m.ino(),
-        m.mtime(),
-        m.mtime_nsec(),
-        m.size()
-    ))
+    crate::stamp_of(&admin.join("status"))
 }
 
 /// Installed packages (`name` and `name:arch`) -> version.

@@ -65,13 +65,7 @@ impl Repo {
             None => return None,
         };
         let remote = self.remote_url(branch.as_deref());
-        Some(GitState {
-            commit,
-            branch,
-            dirty: false,
-            remote,
-            diff: None,
-        })
+        Some(before_the_job(commit, branch, remote))
     }
 
     fn resolve(&self, name: &str) -> Option<String> {
@@ -320,13 +314,23 @@ pub fn from_git(root: &Path) -> Option<GitState> {
     let remote = run(&["ls-remote", "--get-url"])
         .filter(|u| !u.is_empty() && u != "origin")
         .map(|u| strip_credentials(&u));
-    Some(GitState {
+    Some(before_the_job(commit, branch, remote))
+}
+
+/// The code state known before the job: whether the tree is dirty (and how) comes after it, from
+/// the [`DiffJob`].
+fn before_the_job(
+    commit: Option<String>,
+    branch: Option<String>,
+    remote: Option<String>,
+) -> GitState {
+    GitState {
         commit,
         branch,
         dirty: false,
         remote,
         diff: None,
-    })
+    }
 }
 
 #[cfg(test)]

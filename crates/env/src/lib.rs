@@ -267,6 +267,20 @@ pub fn machine(cache: &Cache) -> Runtime {
     rt
 }
 
+/// The identity of a file or directory an index is built from: a change (a package installed,
+/// a binary replaced) changes it.
+pub(crate) fn stamp_of(path: &Path) -> Option<String> {
+    let m = std::fs::metadata(path).ok()?;
+    Some(format!(
+        "{}:{}:{}.{}:{}",
+        m.dev(),
+        m.ino(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.size()
+    ))
+}
+
 /// An interpreter the job ran (python, node, ruby), with the version it reports: asked once per
 /// binary (`EXE --version`) and kept as an index stamped with the binary's identity.
 fn interpreter(r: &mut Resolver, program: &Path) -> Option<Package> {
@@ -282,17 +296,7 @@ fn interpreter(r: &mut Resolver, program: &Path) -> Option<Package> {
     let (r1, r2) = (real.clone(), real.clone());
     r.index(
         &source,
-        || {
-            let m = std::fs::metadata(&r1).ok()?;
-            Some(format!(
-                "{}:{}:{}.{}:{}",
-                m.dev(),
-                m.ino(),
-                m.mtime(),
-                m.mtime_nsec(),
-                m.size()
-            ))
-        },
+        || stamp_of(&r1),
         || {
             version_of(&r2)
                 .map(|version| {

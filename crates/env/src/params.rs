@@ -39,18 +39,29 @@ fn hydra_key(k: &str) -> bool {
 /// script, after the script too: `python train.py --lr 0.1` has `#1 = train.py` and `lr`).
 pub fn parse(args: &[String]) -> Vec<Param> {
     let mut out = Vec::new();
+    let mut push = |name: &str, value: &str| {
+        out.push(Param {
+            name: name.into(),
+            value: value.into(),
+        })
+    };
     let mut positional = 0;
     let mut i = 0;
     let mut only_positional = false;
+    // The value of an option, if the next argument is one (it is then consumed).
+    let takes_value = |i: &mut usize, bare_pairs_too: bool| -> Option<String> {
+        let next = args.get(*i)?;
+        (is_value(next) && (bare_pairs_too || !next.contains('='))).then(|| {
+            *i += 1;
+            next.clone()
+        })
+    };
     while i < args.len() {
         let a = &args[i];
         i += 1;
         if only_positional {
             positional += 1;
-            out.push(Param {
-                name: format!("#{positional}"),
-                value: a.clone(),
-            });
+            push(&format!("#{positional}"), a);
             continue;
         }
         if a == "--" {
@@ -58,22 +69,12 @@ pub fn parse(args: &[String]) -> Vec<Param> {
             continue;
         }
         if let Some(body) = a.strip_prefix("--").filter(|b| !b.is_empty()) {
-            if let Some((k, v)) = body.split_once('=') {
-                out.push(Param {
-                    name: k.into(),
-                    value: v.into(),
-                });
-            } else if i < args.len() && is_value(&args[i]) && !args[i].contains('=') {
-                out.push(Param {
-                    name: body.into(),
-                    value: args[i].clone(),
-                });
-                i += 1;
-            } else {
-                out.push(Param {
-                    name: body.into(),
-                    value: "true".into(),
-                });
+            match body.split_once('=') {
+                Some((k, v)) => push(k, v),
+                None => {
+                    let v = takes_value(&mut i, false);
+                    push(body, v.as_deref().unwrap_or("true"));
+                }
             }
             continue;
         }
@@ -86,43 +87,25 @@ pub fn parse(args: &[String]) -> Vec<Param> {
             let rest = chars.as_str();
             if !rest.is_empty() && first.is_ascii_alphabetic() && rest.parse::<f64>().is_ok() {
                 // `-n5`
-                out.push(Param {
-                    name: first.to_string(),
-                    value: rest.into(),
-                });
-            } else if body.len() == 1 && i < args.len() && is_value(&args[i]) {
-                out.push(Param {
-                    name: body.into(),
-                    value: args[i].clone(),
-                });
-                i += 1;
+                push(&first.to_string(), rest);
             } else {
-                out.push(Param {
-                    name: body.into(),
-                    value: "true".into(),
-                });
+                let v = (body.len() == 1)
+                    .then(|| takes_value(&mut i, true))
+                    .flatten();
+                push(body, v.as_deref().unwrap_or("true"));
             }
             continue;
         }
         if let Some((k, v)) = a.split_once('=').filter(|(k, _)| hydra_key(k)) {
-            out.push(Param {
-                name: k.into(),
-                value: v.into(),
-            });
+            push(k, v);
             continue;
         }
         if let Some(k) = a.strip_prefix('~').filter(|k| hydra_key(k)) {
-            out.push(Param {
-                name: format!("~{k}"),
-                value: "deleted".into(),
-            });
+            push(&format!("~{k}"), "deleted");
             continue;
         }
         positional += 1;
-        out.push(Param {
-            name: format!("#{positional}"),
-            value: a.clone(),
-        });
+        push(&format!("#{positional}"), a);
     }
     out
 }

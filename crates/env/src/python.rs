@@ -10,7 +10,6 @@
 
 use std::collections::HashMap;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
 use roar_store::Package;
@@ -35,14 +34,7 @@ pub fn site_of(path: &Path) -> Option<(PathBuf, PathBuf)> {
 
 /// The identity of a site directory's listing: a distribution installed or removed changes it.
 pub fn stamp(site: &Path) -> Option<String> {
-    let m = std::fs::metadata(site).ok()?;
-    Some(format!(
-        "{}:{}:{}.{}",
-        m.dev(),
-        m.ino(),
-        m.mtime(),
-        m.mtime_nsec()
-    ))
+    crate::stamp_of(site)
 }
 
 /// The keys to look `rest` (a path below the site directory) up by, most specific first.
@@ -182,10 +174,7 @@ fn name_version(text: &str) -> Option<(String, String)> {
 
 fn dist_info(site: &Path, dir: &Path) -> Option<(Package, Vec<PathBuf>)> {
     let (name, version) = name_version(&std::fs::read_to_string(dir.join("METADATA")).ok()?)?;
-    let installer = std::fs::read_to_string(dir.join("INSTALLER"))
-        .ok()
-        .map(|s| s.trim().to_owned())
-        .filter(|s| !s.is_empty());
+    let installer = installer(dir);
     let mut location = Some(site.to_string_lossy().into_owned());
     let mut commit = None;
     if is_editable(dir) {
@@ -218,6 +207,14 @@ fn dist_info(site: &Path, dir: &Path) -> Option<(Package, Vec<PathBuf>)> {
         },
         files,
     ))
+}
+
+/// Who installed the distribution (`INSTALLER`: pip, uv, conda, poetry...).
+fn installer(meta_dir: &Path) -> Option<String> {
+    std::fs::read_to_string(meta_dir.join("INSTALLER"))
+        .ok()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
 }
 
 /// The path field of a RECORD line (CSV: a path holding a comma is quoted).
@@ -266,9 +263,7 @@ fn egg_info(site: &Path, dir: &Path) -> Option<(Package, Vec<PathBuf>)> {
             kind: "python".into(),
             name,
             version,
-            installer: std::fs::read_to_string(dir.join("INSTALLER"))
-                .ok()
-                .map(|s| s.trim().to_owned()),
+            installer: installer(dir),
             location: Some(site.to_string_lossy().into_owned()),
             commit: None,
         },
