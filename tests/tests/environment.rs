@@ -464,3 +464,39 @@ fn the_dirty_check_survives_every_backend_in_a_loop() {
     }
     assert_eq!(diffs.len(), 1, "one tree, one diff: {diffs:?}");
 }
+
+/// A dirty tree whose changes add a secret: the diff is not kept (a redacted patch would not
+/// apply), the job still says the tree was dirty, and the secret is nowhere in the store.
+#[test]
+fn a_diff_that_adds_a_secret_is_not_kept() {
+    let p = Project::new();
+    let root = p.path();
+    p.write("settings.py", b"DEBUG = False\n");
+    p.write(".gitignore", b".roar/\n");
+    sh(root, "git init -q && git add -A && git commit -qm x");
+    let secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzEXAMPLEKEY";
+    p.write(
+        "settings.py",
+        format!("DEBUG = False\nAWS_SECRET_ACCESS_KEY = \"{secret}\"\n").as_bytes(),
+    );
+    let out = p.roar(["run", "cat", "settings.py"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let git = &env_json(&p, "1")["git"];
+    assert_eq!(git["dirty"], true, "{git}");
+    assert!(git.get("diff").is_none(), "{git}");
+    let patch = p.roar(["show", "1", "--patch"]);
+    assert!(!patch.status.success());
+    assert!(
+        stderr(&patch).contains("held a secret"),
+        "{}",
+        stderr(&patch)
+    );
+    for f in ["roar.db", "roar.db-wal"] {
+        let bytes = std::fs::read(root.join(".roar").join(f)).unwrap_or_default();
+        assert!(!String::from_utf8_lossy(&bytes).contains(secret), "{f}");
+    }
+    // An ordinary edit next to it is kept.
+    p.write("settings.py", b"DEBUG = True\n");
+    assert!(p.roar(["run", "cat", "settings.py"]).status.success());
+    assert!(env_json(&p, "2")["git"]["diff"].is_string());
+}

@@ -157,7 +157,10 @@ pub fn show(job: &JobDetail, json: bool) -> anyhow::Result<()> {
                     "dirty; diff {} kept (`roar reproduce` applies it)",
                     &d[..12.min(d.len())]
                 ),
-                (true, None) => "dirty; the diff was not kept".to_owned(),
+                (true, None) => {
+                    "dirty; the diff was not kept (a secret in an added line, over 64 MiB, or env.diff = false)"
+                        .to_owned()
+                }
             };
             writeln!(out, "  tree       {state}")?;
         }

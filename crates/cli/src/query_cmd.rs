@@ -133,7 +133,7 @@ pub fn show(what: &OsStr, all: bool, env: bool, patch: bool, json: bool) -> anyh
                 anyhow::bail!(
                     "job {id} {}",
                     if dirty {
-                        "ran in a dirty tree but its diff was not kept (over the size limit, or `env.diff = false`)"
+                        "ran in a dirty tree but its diff was not kept (an added line held a secret, the diff was over 64 MiB, or `env.diff = false`)"
                     } else {
                         "ran in a clean tree (or outside git): there is no patch"
                     }

@@ -154,8 +154,29 @@ impl Policy {
         changed
     }
 
-    /// Everything of a job that may hold a secret: its name, argv, every process's argv and its
-    /// environment. Paths are not: they name the files the lineage is about.
+    /// Whether a patch (`git diff --binary`) adds a line holding a secret. Only added lines
+    /// count (removed and context lines are already in the repository's history); binary
+    /// patches are encoded data, not text to scan.
+    pub fn patch_has_secret(&self, patch: &[u8]) -> bool {
+        let mut binary = false;
+        for line in patch.split(|b| *b == b'\n') {
+            if line.starts_with(b"diff --git ") {
+                binary = false;
+            } else if line == b"GIT binary patch" {
+                binary = true;
+            } else if !binary && line.starts_with(b"+") && !line.starts_with(b"+++ ") {
+                if self.scrub(&String::from_utf8_lossy(&line[1..])).is_some() {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// Everything of a job that may hold a secret: its name, argv, every process's argv, its
+    /// environment, its git remote, and its dirty tree's diff (not kept when an added line holds
+    /// a secret: a redacted patch would no longer apply). Paths are not: they name the files the
+    /// lineage is about.
     pub fn job(&self, job: &mut JobRecord) -> usize {
         let mut changed = self.argv(&mut job.argv) + self.env(&mut job.env);
         for p in &mut job.processes {
@@ -164,6 +185,25 @@ impl Policy {
         if let Some(new) = job.name.as_deref().and_then(|n| self.scrub(n)) {
             job.name = Some(new);
             changed += 1;
+        }
+        if let Some(git) = job.git.as_mut() {
+            if let Some(new) = git.remote.as_deref().and_then(|r| self.scrub(r)) {
+                git.remote = Some(new);
+                changed += 1;
+            }
+        }
+        if let Some(env) = job.environment.as_mut() {
+            if env
+                .diff
+                .as_deref()
+                .is_some_and(|d| self.patch_has_secret(d))
+            {
+                env.diff = None;
+                if let Some(git) = job.git.as_mut() {
+                    git.diff = None;
+                }
+                changed += 1;
+            }
         }
         changed
     }
@@ -188,6 +228,31 @@ pub fn collect_env(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn patches_are_scanned_in_their_added_text_lines_only() {
+        let p = Policy::builtin();
+        let diff =
+            |body: &str| format!("diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n{body}");
+        assert!(!p.patch_has_secret(diff("-lr = 0.1\n+lr = 0.01\n").as_bytes()));
+        assert!(p.patch_has_secret(
+            diff("+token = \"ghp_aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5\"\n").as_bytes()
+        ));
+        // Removed or context lines are in the history already.
+        assert!(!p.patch_has_secret(
+            diff("-password=hunter2hunter2\n+password_file=/run/x\n").as_bytes()
+        ));
+        // Base85 data of a binary patch is not text.
+        let binary =
+            "diff --git a/w.bin b/w.bin\nGIT binary patch\nliteral 7\nOcmZQzVDN(HU;qFB\n\n";
+        assert!(!p.patch_has_secret(binary.as_bytes()));
+        // Text after a binary patch is scanned again.
+        let both = format!(
+            "{binary}{}",
+            diff("+api_key = \"q8F3zT0bLx9vYp2RkWm4sNd7JhGc1Ae5\"\n")
+        );
+        assert!(p.patch_has_secret(both.as_bytes()));
+    }
 
     #[test]
     fn credentials_are_redacted_and_harmless_names_kept() {
