@@ -164,10 +164,12 @@ impl Policy {
                 binary = false;
             } else if line == b"GIT binary patch" {
                 binary = true;
-            } else if !binary && line.starts_with(b"+") && !line.starts_with(b"+++ ") {
-                if self.scrub(&String::from_utf8_lossy(&line[1..])).is_some() {
-                    return true;
-                }
+            } else if !binary
+                && line.starts_with(b"+")
+                && !line.starts_with(b"+++ ")
+                && self.scrub(&String::from_utf8_lossy(&line[1..])).is_some()
+            {
+                return true;
             }
         }
         false
