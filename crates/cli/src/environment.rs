@@ -10,12 +10,12 @@ use roar_env::git::{DiffJob, Dirt};
 use roar_env::{Cache, Evidence};
 use roar_store::environment::blake3_hex;
 use roar_store::{Environment, EnvironmentDetail, JobDetail, JobRecord, Runtime};
-
-use crate::fmt::{bold, shown};
 use roar_tracer::collect::Classified;
 
+use crate::fmt::{bold, shown};
+
 /// The package cache opened and the machine read (or probed) on a thread of their own while the
-/// command runs: neither is on the command's start or, mostly, on roar's exit.
+/// command runs: neither is on the command's start, and only the join is on roar's exit.
 pub struct Prepared(std::thread::JoinHandle<(Cache, Runtime)>);
 
 pub fn prepare() -> Option<Prepared> {
@@ -30,6 +30,7 @@ pub fn prepare() -> Option<Prepared> {
         .map(Prepared)
 }
 
+/// Fills `job.environment` (and the dirty state of `job.git`) after the command has ended.
 pub fn capture(
     job: &mut JobRecord,
     classified: &Classified,

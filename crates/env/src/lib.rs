@@ -67,7 +67,7 @@ struct Resolver<'c> {
 }
 
 impl Resolver<'_> {
-    /// Index `source`, stamped `stamp`, built by `build` unless the store holds it with that
+    /// Index `source`, stamped `stamp`, built by `build` unless the cache holds it with that
     /// stamp.
     fn index(
         &mut self,
