@@ -10,6 +10,7 @@
 //! that loads nothing new costs a handful of indexed lookups.
 
 pub mod cache;
+pub mod conda;
 pub mod dpkg;
 pub mod git;
 pub mod params;
@@ -62,6 +63,8 @@ struct Resolver<'c> {
     indexes: HashMap<String, Index>,
     /// Directories, by whether any dpkg package lists them.
     dpkg_dirs: HashMap<PathBuf, bool>,
+    /// Directories, by the conda environment they lie in.
+    conda_prefixes: HashMap<PathBuf, Option<PathBuf>>,
     /// Stored lookups already made: a package's files share a few keys.
     memo: std::cell::RefCell<Memo>,
 }
@@ -122,6 +125,27 @@ impl Resolver<'_> {
         python::keys(rest)
             .iter()
             .find_map(|k| self.lookup(&source, k))
+    }
+
+    /// The conda package owning `path`, when it lies in a conda environment.
+    fn conda(&mut self, path: &Path) -> Option<Package> {
+        let dir = path.parent()?;
+        let prefix = match self.conda_prefixes.get(dir) {
+            Some(p) => p.clone(),
+            None => {
+                let p = conda::prefix_of(dir);
+                self.conda_prefixes.insert(dir.to_owned(), p.clone());
+                p
+            }
+        }?;
+        let source = format!("conda:{}", prefix.display());
+        let (p1, p2) = (prefix.clone(), prefix);
+        self.index(&source, || conda::stamp(&p1), || conda::index(&p2));
+        let real = std::fs::canonicalize(path).ok();
+        [Some(path.to_owned()), real]
+            .into_iter()
+            .flatten()
+            .find_map(|p| self.lookup(&source, p.as_os_str().as_bytes()))
     }
 
     fn dpkg(&mut self, path: &Path) -> Option<Package> {
@@ -196,6 +220,7 @@ pub fn packages_under(
         root: root.to_owned(),
         indexes: HashMap::new(),
         dpkg_dirs: HashMap::new(),
+        conda_prefixes: HashMap::new(),
         memo: Default::default(),
     };
     let mut found: BTreeSet<Package> = BTreeSet::new();
@@ -218,7 +243,7 @@ pub fn packages_under(
                 continue;
             }
         }
-        if let Some(p) = r.dpkg(path) {
+        if let Some(p) = r.conda(path).or_else(|| r.dpkg(path)) {
             found.insert(p);
         }
     }
@@ -339,4 +364,86 @@ fn version_of(exe: &Path) -> Option<String> {
         w.chars().next().is_some_and(|c| c.is_ascii_digit()) && w.contains('.')
     })?;
     Some(word.trim_start_matches('v').to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(path: &Path, text: &str) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    /// A conda environment with a library and a Python distribution: found from the files a job
+    /// touched, the first time by building the indexes, the second time from the cache.
+    #[test]
+    fn evidence_resolves_through_built_then_cached_indexes() {
+        let dir = tempfile::tempdir().unwrap();
+        let prefix = dir.path().join("env");
+        let site = prefix.join("lib/python3.11/site-packages");
+        write(
+            &prefix.join("conda-meta/libfoo-1.2-h0.json"),
+            r#"{"name": "libfoo", "version": "1.2", "build": "h0", "channel": "conda-forge",
+                "files": ["lib/libfoo.so.1"]}"#,
+        );
+        write(&prefix.join("lib/libfoo.so.1"), "elf");
+        write(
+            &site.join("bar-3.0.dist-info/METADATA"),
+            "Metadata-Version: 2.1\nName: bar\nVersion: 3.0\n",
+        );
+        write(&site.join("bar-3.0.dist-info/INSTALLER"), "conda\n");
+        write(
+            &site.join("bar-3.0.dist-info/RECORD"),
+            "bar/__init__.py,,\n",
+        );
+        write(&site.join("bar/__init__.py"), "");
+        write(
+            &site.join("unused-1.0.dist-info/METADATA"),
+            "Name: unused\nVersion: 1.0\n",
+        );
+        write(&site.join("unused-1.0.dist-info/RECORD"), "unused.py,,\n");
+        let files = vec![
+            prefix.join("lib/libfoo.so.1"),
+            site.join("bar/__init__.py"),
+            site.join("distutils-precedence.pth"),
+        ];
+        let evidence = Evidence {
+            files: &files,
+            inputs: Vec::new(),
+            programs: Vec::new(),
+        };
+        let db = dir.path().join("cache/packages.db");
+        let no_dpkg = dir.path().join("no-root");
+        for round in ["built", "cached"] {
+            let mut cache = Cache::at(&db);
+            let found = packages_under(&mut cache, &no_dpkg, &evidence, &[]);
+            let names: Vec<(&str, &str, &str)> = found
+                .iter()
+                .map(|p| (p.kind.as_str(), p.name.as_str(), p.version.as_str()))
+                .collect();
+            assert_eq!(
+                names,
+                [("conda", "libfoo", "1.2=h0"), ("python", "bar", "3.0")],
+                "{round}"
+            );
+            assert_eq!(found[0].installer.as_deref(), Some("conda:conda-forge"));
+            assert_eq!(found[1].installer.as_deref(), Some("conda"));
+        }
+        // A new distribution changes the site directory: its index is rebuilt.
+        write(
+            &site.join("baz-1.0.dist-info/METADATA"),
+            "Name: baz\nVersion: 1.0\n",
+        );
+        write(&site.join("baz-1.0.dist-info/RECORD"), "baz.py,,\n");
+        let files = vec![site.join("baz.py")];
+        let evidence = Evidence {
+            files: &files,
+            inputs: Vec::new(),
+            programs: Vec::new(),
+        };
+        let found = packages_under(&mut Cache::at(&db), &no_dpkg, &evidence, &[]);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].name, "baz");
+    }
 }
