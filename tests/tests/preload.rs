@@ -120,3 +120,75 @@ fn a_bad_ring_size_is_one_clear_line_and_nothing_runs() {
         "ROAR_PRELOAD_RING_KB=\"100\" is not a power of two",
     );
 }
+
+/// Libraries loaded after `main` starts are reported (the loader's opens bypass every hook), and
+/// a library that `dlopen`s a sibling through its own RUNPATH (`$ORIGIN`, as PyTorch and CUDA
+/// do) still finds it under the shim: glibc searches the *caller's* RUNPATH, so a shim that
+/// wrapped `dlopen` would have broken this. Both ways out: return from main, and `_exit`.
+#[test]
+fn dlopen_through_runpath_works_and_what_it_loaded_is_seen() {
+    if !require_tool("cc") {
+        return;
+    }
+    let p = Project::new();
+    let root = p.path();
+    std::fs::create_dir_all(root.join("lib")).unwrap();
+    p.write("dep.c", b"int dep(void) { return 42; }\n");
+    p.write(
+        "caller.c",
+        b"#include <dlfcn.h>\n\
+          int call(void) {\n\
+          \x20   void *h = dlopen(\"libdep.so\", RTLD_NOW);\n\
+          \x20   if (!h) return -1;\n\
+          \x20   int (*f)(void) = (int (*)(void))dlsym(h, \"dep\");\n\
+          \x20   return f ? f() : -2;\n\
+          }\n",
+    );
+    p.write(
+        "main.c",
+        b"#include <dlfcn.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <unistd.h>\n\
+          int main(int argc, char **argv) {\n\
+          \x20   void *h = dlopen(\"./lib/libcaller.so\", RTLD_NOW);\n\
+          \x20   if (!h) { fprintf(stderr, \"%s\\n\", dlerror()); return 3; }\n\
+          \x20   int (*call)(void) = (int (*)(void))dlsym(h, \"call\");\n\
+          \x20   printf(\"%d\\n\", call());\n\
+          \x20   fflush(stdout);\n\
+          \x20   if (argc > 1) _exit(0);\n\
+          \x20   return 0;\n\
+          }\n",
+    );
+    let build = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(
+            "cc -shared -fPIC -o lib/libdep.so dep.c && \
+             cc -shared -fPIC -o lib/libcaller.so caller.c -ldl -Wl,--enable-new-dtags,-rpath,'$ORIGIN' && \
+             cc -o main main.c -ldl",
+        )
+        .current_dir(root)
+        .output()
+        .unwrap();
+    assert!(build.status.success(), "{}", stderr(&build));
+    for how in [&["./main"][..], &["./main", "_exit"][..]] {
+        let out = p
+            .cmd(["run", "--tracer", "preload", "--trace", "--"])
+            .args(how)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{how:?}: {}", stderr(&out));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "42\n",
+            "{how:?}: {}",
+            stderr(&out)
+        );
+        let trace = stderr(&out);
+        for lib in ["lib/libcaller.so", "lib/libdep.so"] {
+            assert!(
+                trace
+                    .lines()
+                    .any(|l| l.contains(" open R ") && l.ends_with(lib)),
+                "{how:?}: {lib} not seen:\n{trace}"
+            );
+        }
+    }
+}

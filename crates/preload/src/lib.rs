@@ -458,6 +458,8 @@ unsafe fn check_exec(file: *const c_char, search: bool, envp: *const *const c_ch
     if !enabled() || file.is_null() {
         return;
     }
+    // The objects this image loaded go with it.
+    unsafe { loaded::report() };
     let _errno = KeepErrno::new();
     // SAFETY: exec's own argument, a C string.
     let f = unsafe { CStr::from_ptr(file) }.to_bytes_with_nul();
@@ -1290,6 +1292,7 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
 
 unsafe fn report_exit(status: c_int) {
     if enabled() {
+        unsafe { loaded::report() };
         unsafe { send(Kind::Exit, status as i64, -1, WireStat::default(), [&[]; 4]) };
     }
 }

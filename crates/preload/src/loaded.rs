@@ -3,13 +3,17 @@
 //! The loader opens them with its own system calls, which no libc hook sees: without this, a job
 //! traced by preload would not show the libraries it loaded, where ptrace and eBPF do (the
 //! environment's dpkg packages come from them; a project's own `.so` is an input). The objects
-//! loaded before `main` are reported by the constructor, those of each successful `dlopen` after
-//! it: new objects are appended to the loader's list, so each scan reports only the ones after
-//! the last scan's count, unless an unload (`dlpi_subs`) reordered it.
+//! loaded before `main` are reported by the constructor; those `dlopen`ed later when the process
+//! leaves its image: at `exit`/`_exit`, in the shim's destructor (a return from `main`), and
+//! before an exec. New objects are appended to the loader's list, so each scan reports only the
+//! ones after the last scan's count, unless an unload (`dlpi_subs`) reordered it.
+//!
+//! `dlopen` itself is not interposed: glibc searches the *caller's* RUNPATH (`$ORIGIN/...`, as
+//! PyTorch's and CUDA's libraries use) for the library, and a wrapper would make the shim the
+//! caller, so such a load would fail under roar.
 
-use core::ffi::{c_char, c_int, c_void};
-use core::ptr;
-use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use core::ffi::{c_int, c_void};
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use roar_wire::Kind;
 
@@ -34,9 +38,11 @@ unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, size: usize, data: *mut
     if i < scan.skip || info.dlpi_name.is_null() {
         return 0;
     }
-    // SAFETY: the loader's name for the object, a C string (empty for the program itself).
+    // SAFETY: the loader's name for the object, a C string (empty for the program itself,
+    // relative for a `dlopen("./lib/x.so")`: relative to the directory it was loaded from, which
+    // the tracked cwd stands for).
     let name = unsafe { crate::cstr(info.dlpi_name) };
-    if name.first() != Some(&b'/') {
+    if name.is_empty() || name.starts_with(b"linux-vdso") {
         return 0;
     }
     // SAFETY: stat into a zeroed struct, on the loader's NUL-terminated name.
@@ -46,14 +52,16 @@ unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, size: usize, data: *mut
     {
         return 0;
     }
-    // SAFETY: send copies the parts before returning.
+    let mut buf = [0u8; crate::PATH_MAX];
+    // SAFETY: base writes within buf; send copies the parts before returning.
     unsafe {
+        let base = crate::base(libc::AT_FDCWD, name, &mut buf);
         crate::send(
             Kind::Open,
             libc::O_RDONLY as i64,
             -1,
             crate::wire_stat(&st),
-            [&[], name, &[], &[]],
+            [base, name, &[], &[]],
         )
     };
     0
@@ -89,15 +97,13 @@ pub(crate) unsafe fn report() {
     SUBS.store(scan.subs, Ordering::Relaxed);
 }
 
-/// `dlopen`: the real one, then a report of what it loaded.
-#[no_mangle]
-pub unsafe extern "C" fn dlopen(filename: *const c_char, flags: c_int) -> *mut c_void {
-    let real = real!(dlopen: unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void);
-    // SAFETY: the caller's arguments, unchanged.
-    let handle = unsafe { real(filename, flags) };
-    if !handle.is_null() {
-        // SAFETY: report only reads the loader's list.
-        unsafe { report() };
-    }
-    handle
+/// The shim's destructor: a process that returns from `main` leaves through libc's own `exit`,
+/// which no hook sees; the loader runs this on the way out.
+unsafe extern "C" fn fini() {
+    // SAFETY: report only reads the loader's list.
+    unsafe { report() };
 }
+
+#[used]
+#[link_section = ".fini_array"]
+static FINI: unsafe extern "C" fn() = fini;
