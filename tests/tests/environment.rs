@@ -304,6 +304,15 @@ fn a_dirty_tree_keeps_its_diff_and_the_patch_restores_the_code() {
         script.contains("roar show @2 --patch | git apply"),
         "{script}"
     );
+    // Forgetting the job frees its diff.
+    let blobs = || -> i64 {
+        let conn = roar_store::open(&root.join(".roar/roar.db"), false).unwrap();
+        conn.query_row("SELECT count(*) FROM blobs", [], |r| r.get(0))
+            .unwrap()
+    };
+    assert_eq!(blobs(), 1);
+    assert!(p.roar(["rm", "2"]).status.success());
+    assert_eq!(blobs(), 0);
 }
 
 #[test]

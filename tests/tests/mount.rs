@@ -469,3 +469,23 @@ fn posix_behaviours_match_the_backing_directory() {
         assert_eq!(std::fs::read(m.data.join("mine")).unwrap(), b"root's");
     }
 }
+
+/// A mount job records the machine like a `roar run` job, and no packages (the mount sees only
+/// its own files).
+#[test]
+fn a_mount_job_records_the_machine_needs_root() {
+    if !require_fuse() {
+        return;
+    }
+    let mut m = Mounted::new(|_| {});
+    assert!(m.run(&["sh", "-c", "echo x > out.txt"]).success());
+    m.unmount();
+    let job = m.job_with_argv(&["sh", "-c", "echo x > out.txt"]);
+    let out =
+        m.p.roar(["show", &job["id"].to_string(), "--env", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let env: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert_eq!(env["runtime"]["kernel"], kernel.trim(), "{env}");
+    assert_eq!(env["packages"], serde_json::json!([]), "{env}");
+}

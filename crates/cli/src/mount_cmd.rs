@@ -228,7 +228,8 @@ fn foreground(project: &Project, dir: &Path) -> anyhow::Result<ExitCode> {
     let state = state_path(project, dir);
     let config = crate::config::Config::load(project)?;
     let ignore = roar_store::ignore::Ignore::new(&config.ignore);
-    let result = roar_roarfs::serve(dir, &project.db_path(), ignore, |r| {
+    let machine = roar_env::machine(&roar_env::Cache::open());
+    let result = roar_roarfs::serve(dir, &project.db_path(), ignore, Some(machine), |r| {
         let mut out = std::io::stdout();
         match r {
             Ok(scheme) => {

@@ -182,6 +182,8 @@ pub struct Jobs {
     boot_ns: i64,
     tick_ns: i64,
     host: Option<String>,
+    /// The machine, recorded with every job.
+    machine: Option<roar_store::Runtime>,
 }
 
 #[derive(Default)]
@@ -214,6 +216,7 @@ impl Jobs {
             host: std::fs::read_to_string("/proc/sys/kernel/hostname")
                 .ok()
                 .map(|h| h.trim().to_owned()),
+            machine: None,
         }
     }
 
@@ -571,6 +574,12 @@ impl Jobs {
         ids
     }
 
+    /// Records `machine` with every job.
+    pub fn with_machine(mut self, machine: Option<roar_store::Runtime>) -> Jobs {
+        self.machine = machine;
+        self
+    }
+
     /// What the job's row says while it runs (and, completed, once it has ended).
     fn header(&self, key: JobKey, job: &LiveJob) -> JobRecord {
         JobRecord {
@@ -594,7 +603,10 @@ impl Jobs {
                 ended_ns: None,
             }],
             files: Vec::new(),
-            environment: None,
+            environment: self.machine.clone().map(|rt| roar_store::Environment {
+                runtime: Some(rt),
+                ..Default::default()
+            }),
         }
     }
 

@@ -50,8 +50,14 @@ pub struct Mounted {
 }
 
 /// Mounts roarfs in place over `dir`, recording into the store at `db`; paths `ignore` matches
-/// are never inputs or outputs (the rule `roar run` applies).
-pub fn mount(dir: &Path, db: &Path, ignore: Ignore) -> Result<Mounted, MountError> {
+/// are never inputs or outputs (the rule `roar run` applies). `machine` is recorded with every
+/// job (the mount sees no packages: only its own files).
+pub fn mount(
+    dir: &Path,
+    db: &Path,
+    ignore: Ignore,
+    machine: Option<roar_store::Runtime>,
+) -> Result<Mounted, MountError> {
     let root_fd: OwnedFd = std::fs::File::open(dir)
         .and_then(|f| sys::open_path(std::os::fd::AsFd::as_fd(&f), ".".as_ref()))
         .map_err(|source| MountError::Open {
@@ -64,7 +70,7 @@ pub fn mount(dir: &Path, db: &Path, ignore: Ignore) -> Result<Mounted, MountErro
         tracing::warn!("roarfs: cannot raise the open-file limit: {e}");
     }
     let writer = roar_store::Writer::start(db)?;
-    let jobs = Arc::new(Jobs::new(writer, ignore));
+    let jobs = Arc::new(Jobs::new(writer, ignore).with_machine(machine));
     jobs.watch_exits();
     let fs = RoarFs::new(root_fd, dir.to_owned(), jobs.clone(), Some(db)).map_err(|source| {
         MountError::Open {
@@ -172,10 +178,11 @@ pub fn serve(
     dir: &Path,
     db: &Path,
     ignore: Ignore,
+    machine: Option<roar_store::Runtime>,
     ready: impl FnOnce(Result<inodes::Scheme, &MountError>),
 ) -> Result<Vec<i64>, MountError> {
     let signals = sys::block_signals(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP]);
-    let mounted = match mount(dir, db, ignore) {
+    let mounted = match mount(dir, db, ignore, machine) {
         Ok(m) => m,
         Err(e) => {
             ready(Err(&e));

@@ -259,6 +259,11 @@ impl Store {
         let delete = || -> rusqlite::Result<bool> {
             let tx = self.conn.unchecked_transaction()?;
             let n = tx.execute("DELETE FROM jobs WHERE id = ?1", [id])?;
+            // A dirty tree's diff no job refers to any more goes too (it may be megabytes).
+            tx.execute(
+                "DELETE FROM blobs WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.git_diff = blobs.blake3)",
+                [],
+            )?;
             tx.execute(
                 "DELETE FROM artifacts WHERE NOT EXISTS (SELECT 1 FROM job_files f WHERE f.artifact_id = artifacts.id)
                    AND NOT EXISTS (SELECT 1 FROM job_files f WHERE f.before_artifact_id = artifacts.id)
