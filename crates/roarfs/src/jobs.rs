@@ -298,7 +298,15 @@ impl Jobs {
                                 inner.by_tid.remove(&t);
                             }
                         }
-                        Ok(crate::sys::Exits::Lost) => inner.by_tid.clear(),
+                        // Exit events were lost (the kernel reports every process of the
+                        // machine: a busy one overflows the socket). What is lost is which
+                        // cached threads ended, not which still run: keep those /proc shows
+                        // alive with the same start time. Clearing the cache instead forgot a
+                        // job's members, and a forked worker outliving its root then had its
+                        // job recorded early and its later writes made a job of their own.
+                        Ok(crate::sys::Exits::Lost) => inner.by_tid.retain(|tid, (start, _)| {
+                            matches!(read_proc_stat(*tid), Ok(Some(p)) if p.start == *start)
+                        }),
                         Err(e) => {
                             // Without events the cache cannot be trusted: back to /proc.
                             jobs.exits_watched
