@@ -690,7 +690,7 @@ mod tests {
     #[test]
     fn reads_a_command_line_with_empty_arguments_exactly() {
         // The shell blocks reading its stdin until it is killed. /proc can show an empty command
-        // line for a moment after spawn returns.
+        // line for a moment after spawn returns, or, before the exec, this test's own.
         let mut child = std::process::Command::new("sh")
             .args(["-c", "read x", "sh", "", "x"])
             .stdin(std::process::Stdio::piped())
@@ -698,7 +698,7 @@ mod tests {
             .unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         let mut argv = cmdline(child.id() as i32);
-        while argv.is_empty() && std::time::Instant::now() < deadline {
+        while argv.first().is_none_or(|a| a != "sh") && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(5));
             argv = cmdline(child.id() as i32);
         }
