@@ -344,7 +344,12 @@ pub fn diff(a: &OsStr, b: &OsStr, json: bool) -> anyhow::Result<()> {
     for (i, p) in d.packages.iter().enumerate() {
         let head = if i == 0 { "packages" } else { "" };
         let name = fmt::shown(&p.name);
-        match (&p.a, &p.b) {
+        // Versions come from files a package installed: escaped like every recorded string.
+        let (a, b) = (
+            p.a.as_deref().map(fmt::shown),
+            p.b.as_deref().map(fmt::shown),
+        );
+        match (a, b) {
             (Some(x), Some(y)) => writeln!(out, "{head:<12}~ {name} ({}): {x} -> {y}", p.kind)?,
             (None, Some(y)) => writeln!(out, "{head:<12}+ {name} {y} ({}, only in B)", p.kind)?,
             (Some(x), None) => writeln!(out, "{head:<12}- {name} {x} ({}, only in A)", p.kind)?,
