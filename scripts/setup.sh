@@ -6,7 +6,8 @@ set -euo pipefail
 need_apt=()
 # cmake builds aws-lc (TLS of the gateway's upstream client); acl (setfacl) is for the mount's ACL tests.
 # zsh, fish and groff check that `roar completions` parse and `roar man` renders (tests/tests/cli_habits.rs).
-for pkg in clang libelf-dev zlib1g-dev pkg-config make cmake b3sum strace hyperfine git gcc graphviz openssl acl zsh fish groff-base; do
+# python3-venv: the environment tests build a real venv (tests/tests/environment.rs).
+for pkg in clang libelf-dev zlib1g-dev pkg-config make cmake b3sum strace hyperfine git gcc graphviz openssl acl zsh fish groff-base python3-venv; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then
