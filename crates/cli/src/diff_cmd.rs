@@ -59,7 +59,7 @@ struct PackageChange {
 /// Ranked like a root-cause report: parameters, code, packages, machine and environment, then
 /// data.
 #[derive(Serialize)]
-struct Diff {
+pub(crate) struct Diff {
     a_job: i64,
     b_job: i64,
     parameters: Vec<ParamChange>,
@@ -290,6 +290,11 @@ fn print_files(
         }
     }
     Ok(())
+}
+
+/// What `roar diff A B --json` prints (A and B as on the command line).
+pub(crate) fn compare_in(store: &Store, a: &OsStr, b: &OsStr) -> anyhow::Result<Diff> {
+    Ok(diff_of(&side(store, a)?, &side(store, b)?))
 }
 
 pub fn diff(a: &OsStr, b: &OsStr, json: bool) -> anyhow::Result<()> {

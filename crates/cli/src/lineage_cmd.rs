@@ -100,6 +100,7 @@ pub struct DagArgs {
     pub target: Option<std::ffi::OsString>,
     pub dot: bool,
     pub svg: Option<PathBuf>,
+    pub html: Option<PathBuf>,
     pub all: bool,
     pub expand: Expand,
 }
@@ -110,6 +111,14 @@ pub fn dag(args: DagArgs, json: bool) -> anyhow::Result<()> {
         Some(t) => Some(resolve(&store, t)?),
         None => None,
     };
+    if let Some(out) = &args.html {
+        crate::ui::page::write(&project, &store, target.as_ref(), out)?;
+        if json {
+            return fmt::print_json(&serde_json::json!({ "wrote": out }));
+        }
+        println!("wrote {}", out.display());
+        return Ok(());
+    }
     let dag = store.dag(target.as_ref())?;
     if json {
         return fmt::print_json(&dag);

@@ -17,6 +17,7 @@ mod reproduce_cmd;
 mod run_cmd;
 mod shim;
 mod status_cmd;
+mod ui;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -136,6 +137,10 @@ enum Command {
         /// Render the graph to an SVG file with Graphviz's `dot`.
         #[arg(long, value_name = "FILE", conflicts_with = "dot")]
         svg: Option<PathBuf>,
+        /// Write the interactive view of `roar ui` as one self-contained HTML file (no server, no
+        /// network: the data is embedded).
+        #[arg(long, value_name = "FILE", conflicts_with_all = ["dot", "svg"])]
+        html: Option<PathBuf>,
         /// Also show files hidden as environment noise (fonts, caches, `ignore` globs).
         #[arg(long)]
         all: bool,
@@ -209,6 +214,13 @@ enum Command {
         /// Jobs: ids (`3`, `@3`), names (the latest job of that name) or `NAME~N`.
         #[arg(required = true)]
         jobs: Vec<OsString>,
+    },
+    /// Serve the lineage graph as a web page on 127.0.0.1 (a random token in the printed URL
+    /// keeps other local users out); new jobs appear while it is open.
+    Ui {
+        /// The port to listen on; 0 picks a free one.
+        #[arg(long, default_value_t = 4242)]
+        port: u16,
     },
     /// Print a shell completion script: `roar completions bash > /etc/bash_completion.d/roar`.
     Completions {
@@ -328,6 +340,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             target,
             dot,
             svg,
+            html,
             all,
             expand,
         } => lineage_cmd::dag(
@@ -335,6 +348,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 target,
                 dot,
                 svg,
+                html,
                 all,
                 expand: expand_dirs(expand),
             },
@@ -355,6 +369,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Unmount { dir, force } => return mount_cmd::unmount(&dir, force, json),
         Command::Config { command } => config_cmd::config(command, json)?,
         Command::Rm { jobs } => query_cmd::rm(&jobs, json)?,
+        Command::Ui { port } => ui::serve(port, json)?,
         Command::Completions { shell } => config_cmd::completions(shell)?,
         Command::Man => config_cmd::man()?,
         Command::Tracer { command } => return run_cmd::tracer(command, json),

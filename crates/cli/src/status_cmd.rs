@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use roar_store::hash::{hash_paths, HashError, HashOptions, Prior};
-use roar_store::{Now, StatusReport, Store};
+use roar_store::{Now, Project, StatusReport, Store};
 use serde::Serialize;
 
 use crate::fmt::{self, bold, rel_exact};
@@ -47,56 +47,65 @@ fn look(store: &Store, paths: &[String]) -> HashMap<String, Now> {
     now
 }
 
+/// What `roar status --json` prints, and what `roar ui` marks nodes with.
 #[derive(Serialize)]
-struct Report<'a> {
-    clean: bool,
+pub(crate) struct Report {
+    pub clean: bool,
     #[serde(flatten)]
-    report: &'a StatusReport,
-    untracked: Vec<String>,
+    pub report: StatusReport,
+    /// Relative to the project root.
+    pub untracked: Vec<String>,
     /// `roar mount`s of the project: what their processes do now is recorded when each job ends.
-    mounts: Vec<serde_json::Value>,
+    pub mounts: Vec<serde_json::Value>,
     /// Jobs still running (under `roar run` or a mount), and jobs whose roar was killed.
-    unfinished: Vec<roar_store::Unfinished>,
+    pub unfinished: Vec<roar_store::Unfinished>,
 }
 
-pub fn status(exit_code: bool, json: bool) -> anyhow::Result<ExitCode> {
-    let (project, store) = open()?;
-    let config = crate::config::Config::load(&project)?;
+/// The tree against the record: changed files, stale outputs, untracked files, running jobs.
+pub(crate) fn report(project: &Project, store: &Store) -> anyhow::Result<Report> {
+    let config = crate::config::Config::load(project)?;
     let plan = store.status_plan(&project.root)?;
-    let now = look(&store, &plan.paths());
+    let now = look(store, &plan.paths());
     let report = plan.evaluate(&now);
 
     // Files in the tree that no job ever touched.
     let ignore = roar_store::ignore::Ignore::new(&config.ignore);
     let mut found = Vec::new();
     walk(&project.root, &ignore, &mut found)?;
-    let untracked: Vec<String> = found
+    let untracked = found
         .into_iter()
         .map(|p| p.to_string_lossy().into_owned())
         .filter(|p| !plan.knows(p))
+        .map(|p| rel_exact(&p, &project.root))
         .collect();
+    Ok(Report {
+        clean: report.is_clean(),
+        report,
+        untracked,
+        mounts: crate::mount_cmd::mounts(project),
+        unfinished: store.unfinished()?,
+    })
+}
 
-    let mounts = crate::mount_cmd::mounts(&project);
-    let unfinished = store.unfinished()?;
-    let dirty = !report.is_clean();
-    let code = if exit_code && dirty {
+pub fn status(exit_code: bool, json: bool) -> anyhow::Result<ExitCode> {
+    let (project, store) = open()?;
+    let r = report(&project, &store)?;
+    let code = if exit_code && !r.clean {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
     };
     if json {
-        fmt::print_json(&Report {
-            clean: !dirty,
-            report: &report,
-            untracked: untracked
-                .iter()
-                .map(|p| rel_exact(p, &project.root))
-                .collect(),
-            mounts,
-            unfinished,
-        })?;
+        fmt::print_json(&r)?;
         return Ok(code);
     }
+    let Report {
+        clean,
+        report,
+        untracked,
+        mounts,
+        unfinished,
+    } = r;
     let root = &project.root;
     let mut out = std::io::stdout().lock();
     if !report.changed.is_empty() {
@@ -155,7 +164,7 @@ pub fn status(exit_code: bool, json: bool) -> anyhow::Result<ExitCode> {
     if !untracked.is_empty() {
         writeln!(out, "{} ({})", bold("untracked"), untracked.len())?;
         for p in &untracked {
-            writeln!(out, "  {}", fmt::shown(&rel_exact(p, root)))?;
+            writeln!(out, "  {}", fmt::shown(p))?;
         }
     }
     if !unfinished.is_empty() {
@@ -186,7 +195,7 @@ pub fn status(exit_code: bool, json: bool) -> anyhow::Result<ExitCode> {
             m["state"].as_str().unwrap_or_default(),
         )?;
     }
-    if !dirty && untracked.is_empty() {
+    if clean && untracked.is_empty() {
         writeln!(out, "everything matches what roar recorded")?;
     }
     Ok(code)

@@ -237,6 +237,15 @@ impl Store {
         rows.map_err(|e| self.err(e))
     }
 
+    /// Changes whenever a job is added, ends or is removed: what a live view polls (a cheap
+    /// aggregate over the jobs table, not the files).
+    pub fn revision(&self) -> Result<(i64, i64, i64)> {
+        self.conn
+            .prepare_cached("SELECT COUNT(*), COALESCE(MAX(id), 0), COUNT(ended_ns) FROM jobs")
+            .and_then(|mut s| s.query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))))
+            .map_err(|e| self.err(e))
+    }
+
     /// The latest job recorded with `--name NAME`, or the `back`-th before it (`NAME~back`).
     pub fn job_named(&self, name: &str, back: usize) -> Result<Option<i64>> {
         self.conn

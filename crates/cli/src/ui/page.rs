@@ -1,0 +1,157 @@
+//! The page of `roar ui` and `roar dag --html`: one HTML file with its script and style inlined
+//! (compiled into the binary: nothing is fetched at build or view time), and the data it shows.
+//!
+//! The page reads the same JSON the commands print: `roar dag --json` for the graph, `roar show
+//! JOB --json` for a job's details, `roar status --json` for what is stale or modified, `roar diff
+//! A B --json` for two jobs side by side. Served, it fetches them from `roar ui`; written to a
+//! file, they are embedded in it.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use roar_store::{Project, Store, Version};
+use serde::Serialize;
+
+const TEMPLATE: &str = include_str!("index.html");
+const STYLE: &str = include_str!("app.css");
+const SCRIPT: &str = include_str!("app.js");
+
+/// A file written by `roar dag --html` embeds a ranked diff for every pair of its jobs up to this
+/// many jobs; past it, only for reruns (jobs of the same stable name).
+const DIFF_ALL_PAIRS_UP_TO: usize = 30;
+
+/// What the page is told before it reads any data.
+#[derive(Serialize)]
+pub struct Config<'a> {
+    /// `server` (fetch from roar ui, live) or `file` (everything embedded).
+    pub mode: &'static str,
+    /// The project root: paths below it are shown relative.
+    pub root: &'a str,
+    /// Directories with this many files of one role of one job start collapsed (as in `roar dag`).
+    pub collapse_at: usize,
+    /// When the embedded data was read (file mode), in ns since the epoch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generated_ns: Option<i64>,
+}
+
+/// Everything a self-contained page shows, read once.
+#[derive(Serialize)]
+pub struct Embedded {
+    pub dag: roar_store::Dag,
+    /// None when the tree could not be compared with the record.
+    pub status: Option<crate::status_cmd::Report>,
+    /// `roar show ID --json` of every job in the graph.
+    pub jobs: BTreeMap<i64, roar_store::JobDetail>,
+    /// `roar diff A B --json` keyed `"A-B"` (A < B).
+    pub diffs: BTreeMap<String, crate::diff_cmd::Diff>,
+}
+
+/// JSON inside `<script type="application/json">`: `<` escaped so no string can close the tag.
+fn script_json<T: Serialize>(value: &T) -> anyhow::Result<String> {
+    Ok(serde_json::to_string(value)?.replace('<', "\\u003c"))
+}
+
+/// What the page may load. A written file may not connect anywhere at all.
+const CSP_SERVED: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'";
+const CSP_FILE: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'";
+
+pub fn csp(config: &Config) -> &'static str {
+    if config.mode == "file" {
+        CSP_FILE
+    } else {
+        CSP_SERVED
+    }
+}
+
+/// The template with its `{{MARKERS}}` filled in one pass: nothing inserted is searched again, so
+/// a recorded path that spells a marker stays a path.
+pub fn html(config: &Config, data: Option<&Embedded>) -> anyhow::Result<String> {
+    let data = match data {
+        Some(d) => script_json(d)?,
+        None => "null".into(),
+    };
+    let config_json = script_json(config)?;
+    let fill = |marker: &str| -> &str {
+        match marker {
+            "CSP" => csp(config),
+            "STYLE" => STYLE,
+            "CONFIG" => &config_json,
+            "DATA" => &data,
+            "SCRIPT" => SCRIPT,
+            _ => unreachable!("unknown marker {{{{{marker}}}}} in index.html"),
+        }
+    };
+    let mut out = String::with_capacity(TEMPLATE.len() + STYLE.len() + SCRIPT.len() + data.len());
+    let mut rest = TEMPLATE;
+    while let Some(start) = rest.find("{{") {
+        let end = start
+            + rest[start..]
+                .find("}}")
+                .expect("markers in index.html are closed");
+        out.push_str(&rest[..start]);
+        out.push_str(fill(&rest[start + 2..end]));
+        rest = &rest[end + 2..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// The data of `roar dag --html`: the graph (or TARGET's subgraph), the status of the tree, every
+/// job's details, and the diffs of the pairs of jobs people compare.
+pub fn embed(
+    project: &Project,
+    store: &Store,
+    target: Option<&Version>,
+) -> anyhow::Result<Embedded> {
+    let dag = store.dag(target)?;
+    let mut jobs = BTreeMap::new();
+    for s in &dag.steps {
+        jobs.insert(s.job_id, store.job(s.job_id)?);
+    }
+    let status = crate::status_cmd::report(project, store).ok();
+    let ids: Vec<i64> = jobs.keys().copied().collect();
+    let name = |id: &i64| -> Vec<String> {
+        jobs.get(id)
+            .map(|j| roar_env::params::stable_name(&j.summary.argv))
+            .unwrap_or_default()
+    };
+    let mut diffs = BTreeMap::new();
+    for (i, a) in ids.iter().enumerate() {
+        for b in &ids[i + 1..] {
+            if ids.len() > DIFF_ALL_PAIRS_UP_TO && name(a) != name(b) {
+                continue;
+            }
+            let d =
+                crate::diff_cmd::compare_in(store, a.to_string().as_ref(), b.to_string().as_ref())?;
+            diffs.insert(format!("{a}-{b}"), d);
+        }
+    }
+    Ok(Embedded {
+        dag,
+        status,
+        jobs,
+        diffs,
+    })
+}
+
+pub fn write(
+    project: &Project,
+    store: &Store,
+    target: Option<&Version>,
+    out: &Path,
+) -> anyhow::Result<()> {
+    let data = embed(project, store, target)?;
+    let root = project.root.to_string_lossy();
+    let page = html(
+        &Config {
+            mode: "file",
+            root: &root,
+            collapse_at: crate::graph::COLLAPSE_AT,
+            generated_ns: Some(roar_store::now_ns()),
+        },
+        Some(&data),
+    )?;
+    std::fs::write(out, page)
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", out.display()))?;
+    Ok(())
+}

@@ -1,0 +1,219 @@
+"""Drives the lineage page of `roar ui` / `roar dag --html` in headless Chromium (Debian's package)
+with Playwright, as a user would, and checks what it shows. Called by tests/tests/ui.rs.
+
+    drive.py served URL PROJECT ROAR EXPECT.json SHOT.png
+    drive.py file   PATH.html PROJECT ROAR EXPECT.json SHOT.png
+
+EXPECT.json (written by the Rust test from the store) names the pipeline's files and hashes. Any
+failed check raises; the exit status is the verdict.
+"""
+
+import base64
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+from playwright.sync_api import sync_playwright
+
+CHROMIUM = "/usr/bin/chromium"
+# Without the background-networking flags Chromium tries Google's hosts at every start.
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+def status_of(url, headers=None):
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {})) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def token_required(url):
+    base, token = url.split("?token=")
+    for path in ["", "api/dag", "api/job/1", "api/events", "api/status"]:
+        code, _ = status_of(base + path)
+        check(code == 401, f"/{path} without a token answered {code}")
+        code, _ = status_of(base + path + "?token=" + "0" * len(token))
+        check(code == 401, f"/{path} with a wrong token answered {code}")
+    code, body = status_of(base + "api/dag", {"Authorization": "Bearer " + token})
+    check(code == 200, f"/api/dag with the token answered {code}")
+    return json.loads(body)
+
+
+def nodes(page, cls):
+    """The labels (first line: `job N`, a path, `dir/`) of the graph nodes of class `cls`."""
+    return page.eval_on_selector_all(f"g.node.{cls}", "els => els.map(e => e.dataset.label)")
+
+
+def node(page, label):
+    return page.locator(f"g.node[data-label={json.dumps(label)}]")
+
+
+def not_blank(page, png):
+    """Decodes the screenshot in the browser and counts what is drawn: not one flat colour."""
+    url = "data:image/png;base64," + base64.b64encode(png).decode()
+    return page.evaluate(
+        """async (url) => {
+            const img = new Image(); img.src = url; await img.decode();
+            const c = document.createElement('canvas'); c.width = img.width; c.height = img.height;
+            const g = c.getContext('2d'); g.drawImage(img, 0, 0);
+            const d = g.getImageData(0, 0, c.width, c.height).data;
+            const colours = new Set(); let ink = 0;
+            for (let i = 0; i < d.length; i += 4) {
+                colours.add((d[i] << 16) | (d[i + 1] << 8) | d[i + 2]);
+                if (d[i] + d[i + 1] + d[i + 2] < 600) ink++;
+            }
+            return { colours: colours.size, ink: ink / (d.length / 4) };
+        }""",
+        url,
+    )
+
+
+def explore(page, expect, shot):
+    """What both modes must do: the graph, search, details, lineage highlight, expand, compare."""
+    page.wait_for_selector("body[data-ready]")
+    jobs = nodes(page, "job")
+    check(len(jobs) == expect["jobs"], f"{len(jobs)} job nodes, expected {expect['jobs']}: {jobs}")
+
+    # Search a file by name, pick it: its details show its hash and its producer.
+    page.fill("#search", expect["target"])
+    page.wait_for_selector("#results li")
+    first = page.inner_text("#results li")
+    check(expect["target"] in first, f"first search result is {first!r}")
+    page.keyboard.press("Enter")
+    details = page.inner_text("#details")
+    check(expect["target_hash"] in details, f"details lack the hash {expect['target_hash']}: {details}")
+    check(f"job {expect['target_job']}" in details, f"details lack the producer: {details}")
+    check(page.locator("g.node.sel").count() == 1, "one node is selected")
+
+    # Search by hash prefix finds the same node.
+    page.fill("#search", expect["target_hash"][:10])
+    page.wait_for_selector("#results li")
+    check(expect["target"] in page.inner_text("#results li"), "hash prefix search")
+    page.keyboard.press("Escape")
+
+    # How was this made: exactly the upstream lineage is highlighted.
+    page.click("button[data-highlight=up]")
+    up = nodes(page, "up")
+    check(sorted(up) == sorted(expect["upstream"]), f"highlighted upstream {up}, expected {expect['upstream']}")
+    check(page.locator("path.edge.up").count() >= len(expect["upstream"]) - 1, "edges highlighted")
+    check(page.eval_on_selector("#svg", "s => s.classList.contains('dim')"), "the rest is dimmed")
+    png = page.screenshot(path=shot)
+    drawn = not_blank(page, png)
+    check(drawn["colours"] > 20 and drawn["ink"] > 0.005, f"screenshot looks blank: {drawn}")
+
+    # What depends on this: the downstream of the first job includes the target.
+    page.click("#clear")
+    page.click("#fit")
+    node(page, f"job {expect['first_job']}").click()
+    page.click("button[data-highlight=down]")
+    down = nodes(page, "down")
+    check(expect["target"] in down, f"target not downstream of job {expect['first_job']}: {down}")
+
+    # A collapsed directory expands on click.
+    before = page.locator("g.node.file").count()
+    node(page, expect["collapsed_dir"] + "/").click()
+    after = page.locator("g.node.file").count()
+    check(after >= before + expect["collapsed_files"], f"expanding added {after - before} file nodes")
+
+    # Two jobs side by side: select one, Compare with..., click the other.
+    page.click("#clear")
+    page.click("#fit")
+    node(page, f"job {expect['first_job']}").click()
+    page.click("#compare-with")
+    node(page, f"job {expect['last_job']}").click()
+    page.wait_for_selector("#compare:not([hidden]) table")
+    compared = page.inner_text("#compare")
+    check("argv" in compared and f"job {expect['first_job']}" in compared, f"compare panel: {compared}")
+    page.keyboard.press("Escape")
+
+
+def hostile(page, expect):
+    """Recorded names that look like markup stay text."""
+    page.fill("#search", "onerror")
+    page.wait_for_selector("#results li")
+    check(expect["hostile"] in page.inner_text("#results"), "the hostile name is shown as written")
+    check(page.locator("img").count() == 0, "a recorded name became markup")
+
+
+def served(url, project, roar, expect, shot):
+    dag = token_required(url)
+    check(dag == expect["dag"], "/api/dag is not what `roar dag --json` prints")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 850})
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("dialog", lambda d: errors.append("dialog: " + d.message))
+        page.goto(url)
+        explore(page, expect, shot)
+        hostile(page, expect)
+
+        # Live: a job recorded while the page is open appears, and a changed input marks what
+        # depends on it as stale.
+        page.wait_for_selector("#live.on")
+        with open(f"{project}/{expect['root_input']}", "a") as f:
+            f.write("changed\n")
+        subprocess.run([roar, "run", "--", "sh", "-c", "echo late > late.txt"], cwd=project, check=True, capture_output=True)
+        # (No wait_for_function: the page's CSP forbids the eval it needs, as it should.)
+        page.wait_for_selector(f'g.node.job[data-label="job {expect["jobs"] + 1}"]', timeout=15000)
+        page.wait_for_selector("g.node.job.stale", timeout=15000)
+        check(len(nodes(page, "modified")) >= 1, "the changed root input is not marked modified")
+        stale = nodes(page, "job.stale")
+        check(len(stale) >= 1, f"no job marked stale after its input changed: {stale}")
+        check(not errors, f"page errors: {errors}")
+        browser.close()
+
+
+def from_disk(path, expect, shot):
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        context = browser.new_context(viewport={"width": 1400, "height": 850})
+        requests = []
+
+        def gate(route):
+            requests.append(route.request.url)
+            if route.request.url.startswith("file://"):
+                route.continue_()
+            else:
+                route.abort()
+
+        context.route("**/*", gate)
+        page = context.new_page()
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("dialog", lambda d: errors.append("dialog: " + d.message))
+        page.goto("file://" + path)
+        explore(page, expect, shot)
+        hostile(page, expect)
+        check(all(u.startswith("file://") for u in requests), f"the file fetched {requests}")
+        check(not errors, f"page errors: {errors}")
+        browser.close()
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    target, project, roar = sys.argv[2], sys.argv[3], sys.argv[4]
+    with open(sys.argv[5]) as f:
+        expect = json.load(f)
+    shot = sys.argv[6]
+    if mode == "served":
+        served(target, project, roar, expect, shot)
+    else:
+        from_disk(target, expect, shot)
+    print("ok")
