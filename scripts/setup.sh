@@ -17,6 +17,19 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
+# Headless Chromium is the browser the lineage page is tested in (tests/tests/ui.rs), installed
+# as Debian installs it (with its recommends: the configuration the tests ran with).
+need_browser=()
+for pkg in chromium fonts-dejavu-core; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need_browser+=("$pkg")
+done
+if [ ${#need_browser[@]} -gt 0 ]; then
+    echo "setup: installing ${need_browser[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    [ ${#need_apt[@]} -gt 0 ] || apt-get update -qq
+    apt-get install -y -qq "${need_browser[@]}" >/dev/null
+fi
+
 if ! command -v cargo >/dev/null 2>&1; then
     echo "setup: cargo is missing; install Rust 1.95 (rustup) first" >&2
     exit 1
@@ -26,10 +39,11 @@ fi
 # openlineage-python validate `roar export` (tests/data/validate_export.py); boto3 is the S3 client
 # of the `roar run --s3` tests, the demo and bench/s3.sh. Pinned for repeatability.
 # awscli is the other S3 client of tests/s3/conformance.py (`aws s3 sync`, `aws s3 rm --recursive`).
-PY_PACKAGES=(numpy jsonschema==4.26.0 prov==3.2.3 openlineage-python==1.54.0 boto3==1.43.11 awscli==1.45.11)
-if ! python3 -c 'import numpy, jsonschema, prov, openlineage.client, boto3' >/dev/null 2>&1 \
+# playwright drives Debian's Chromium in the page tests (tests/ui/drive.py; no browser download).
+PY_PACKAGES=(numpy jsonschema==4.26.0 prov==3.2.3 openlineage-python==1.54.0 boto3==1.43.11 awscli==1.45.11 playwright==1.56.0)
+if ! python3 -c 'import numpy, jsonschema, prov, openlineage.client, boto3, playwright' >/dev/null 2>&1 \
     || ! command -v aws >/dev/null 2>&1 \
-    || [ "$(python3 -c 'import importlib.metadata as m; print(m.version("openlineage-python"), m.version("prov"), m.version("boto3"), m.version("awscli"))' 2>/dev/null)" != "1.54.0 3.2.3 1.43.11 1.45.11" ]; then
+    || [ "$(python3 -c 'import importlib.metadata as m; print(m.version("openlineage-python"), m.version("prov"), m.version("boto3"), m.version("awscli"), m.version("playwright"))' 2>/dev/null)" != "1.54.0 3.2.3 1.43.11 1.45.11 1.56.0" ]; then
     echo "setup: installing python packages: ${PY_PACKAGES[*]}" >&2
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "${PY_PACKAGES[@]}"
 fi

@@ -42,6 +42,7 @@ def machine():
         ("bindfs", sh("bindfs --version")),
         ("b3sum", sh("b3sum --version")),
         ("hyperfine", sh("hyperfine --version")),
+        ("chromium, graphviz", f"{sh('chromium --version')}, {sh('dot -V 2>&1')}"),
     ]
     return "\n".join(f"| {k} | {v} |" for k, v in rows)
 
@@ -89,7 +90,7 @@ def main():
     sections = previous_sections(results)
     for name in [l.strip() for l in open(os.path.join(out, "order.txt")) if l.strip()]:
         sections[name] = section(out, name)
-    order = ["hash.sh", "run.sh", "query.sh", "mount.sh", "s3.sh", "security.sh", "pipeline.sh"]
+    order = ["hash.sh", "run.sh", "query.sh", "mount.sh", "s3.sh", "security.sh", "env.sh", "ui.sh", "pipeline.sh"]
     names = sorted(sections, key=lambda n: (order.index(n) if n in order else len(order), n))
     with open(results, "w") as f:
         f.write("""# Benchmark results

@@ -125,14 +125,31 @@
   }
 
   // ---- Status: stale jobs and their outputs, files modified or deleted since recorded.
-  function statusOf(n) {
+  // Indexed once per report: every node asks.
+  let index = null;
+  function statusIndex() {
     const st = state.status;
-    if (!st) return null;
-    if (n.kind === "job") return st.stale.some((s) => s.job === n.step.job_id) ? "stale" : "ok";
-    const paths = n.kind === "dir" ? new Set(n.files.keys()) : new Set([n.path]);
+    if (!index || index.of !== st) {
+      index = { of: st, changed: new Map(), staleJobs: new Set(), staleOutputs: new Set() };
+      for (const c of st.changed) index.changed.set(c.path, c);
+      for (const s of st.stale) {
+        index.staleJobs.add(s.job);
+        for (const o of s.outputs) index.staleOutputs.add(s.job + "\n" + o);
+      }
+    }
+    return index;
+  }
+  function statusOf(n) {
+    if (!state.status) return null;
+    const ix = statusIndex();
+    if (n.kind === "job") return ix.staleJobs.has(n.step.job_id) ? "stale" : "ok";
     if (n.kind === "file" && n.old) return "old";
-    for (const c of st.changed) if (paths.has(c.path)) return c.state === "deleted" ? "missing" : "modified";
-    if (n.producer && st.stale.some((s) => s.job === n.producer && s.outputs.some((o) => paths.has(o)))) return "stale";
+    const paths = n.kind === "dir" ? [...n.files.keys()] : [n.path];
+    for (const p of paths) {
+      const c = ix.changed.get(p);
+      if (c) return c.state === "deleted" ? "missing" : "modified";
+    }
+    if (n.producer && paths.some((p) => ix.staleOutputs.has(n.producer + "\n" + p))) return "stale";
     return "ok";
   }
   const STATUS_TEXT = { ok: "up to date", stale: "stale", modified: "modified since recorded", missing: "deleted since recorded", old: "an older version" };
@@ -425,7 +442,8 @@
   function fileTable(files) {
     const t = el("table", {});
     for (const f of files) {
-      const changed = state.status && state.status.changed.find((c) => c.path === f.path && c.now !== (f.hash && f.hash.blake3));
+      const c = state.status && statusIndex().changed.get(f.path);
+      const changed = c && c.now !== (f.hash && f.hash.blake3) ? c : null;
       t.append(el("tr", {}, el("td", { class: "hash", title: f.hash ? f.hash.blake3 : "content unknown" }, short(f.hash)), el("td", { class: "path" }, rel(f.path), f.producer ? el("span", { class: "muted" }, " (", jobLink(f.producer), ")") : null, changed ? badge(changed.state === "deleted" ? "missing" : "modified") : null)));
     }
     return t;
@@ -600,6 +618,7 @@
     rebuild(first);
     if (!first) showDetails();
     document.body.dataset.ready = String(Number(document.body.dataset.ready || 0) + 1);
+    if (first) document.body.dataset.readyMs = performance.now().toFixed(1);
   }
   window.addEventListener("resize", () => { if (state.model) applyView(); });
   load(true).catch((e) => { $("empty").hidden = false; $("empty").textContent = "Cannot read the record: " + e.message; });

@@ -155,3 +155,38 @@ pub fn write(
         .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", out.display()))?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(mode: &'static str, root: &str) -> String {
+        html(
+            &Config {
+                mode,
+                root,
+                collapse_at: 6,
+                generated_ns: None,
+            },
+            None,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn every_marker_is_filled_once_and_inserted_text_is_not_searched() {
+        // A recorded path may spell a marker: it stays what it is.
+        let page = config("server", "/p/{{SCRIPT}}/</script>");
+        assert!(!page.contains("{{CSP}}") && !page.contains("{{STYLE}}"));
+        assert_eq!(page.matches(SCRIPT).count(), 1);
+        assert!(page.contains("/p/{{SCRIPT}}/\\u003c/script>"));
+        assert_eq!(page.matches("</script>").count(), 3);
+    }
+
+    #[test]
+    fn a_written_file_may_not_connect() {
+        assert!(config("file", "/p").contains(CSP_FILE));
+        assert!(!CSP_FILE.contains("connect-src"), "default-src 'none' covers it");
+        assert!(config("server", "/p").contains("connect-src 'self'"));
+    }
+}
