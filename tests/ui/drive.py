@@ -125,6 +125,21 @@ def explore(page, expect, shot):
     down = nodes(page, "down")
     check(expect["target"] in down, f"target not downstream of job {expect['first_job']}: {down}")
 
+    # Pan and zoom: the wheel zooms about the pointer, a drag on the background pans.
+    transform = lambda: page.get_attribute("#viewport", "transform")
+    page.click("#fit")
+    before = transform()
+    box = page.locator("#svg").bounding_box()
+    page.mouse.move(box["x"] + 20, box["y"] + 20)
+    page.mouse.wheel(0, -400)
+    zoomed = transform()
+    check(zoomed != before and float(zoomed.split("scale(")[1].rstrip(")")) > float(before.split("scale(")[1].rstrip(")")), f"wheel did not zoom in: {before} -> {zoomed}")
+    page.mouse.down()
+    page.mouse.move(box["x"] + 120, box["y"] + 70, steps=5)
+    page.mouse.up()
+    check(transform() != zoomed and transform().split("scale(")[1] == zoomed.split("scale(")[1], f"drag did not pan: {zoomed} -> {transform()}")
+    page.click("#fit")
+
     # A collapsed directory expands on click.
     before = page.locator("g.node.file").count()
     node(page, expect["collapsed_dir"] + "/").click()
