@@ -298,8 +298,6 @@
       const g = svg("g", { class: `node ${n.kind}`, transform: `translate(${n.x},${n.y})` });
       g.dataset.key = n.key;
       g.dataset.label = n.kind === "job" ? `job ${n.step.job_id}` : n.kind === "dir" ? rel(n.dir) + "/" : rel(n.path);
-      const st = statusOf(n);
-      if (st && st !== "ok") g.classList.add(st);
       g.append(svg("rect", { width: n.w, height: n.h, rx: n.kind === "job" ? 5 : 2 }));
       const [l1, l2] = label(n);
       const t1 = svg("text", { x: 8, y: 15, class: "title" });
@@ -307,16 +305,29 @@
       const t2 = svg("text", { x: 8, y: n.kind === "job" ? 33 : 29, class: "sub" });
       t2.textContent = clip(l2, 36);
       const tip = svg("title");
-      tip.textContent = `${l1}\n${l2}` + (st && st !== "ok" ? `\n${STATUS_TEXT[st]}` : "");
+      tip.textContent = `${l1}\n${l2}`;
       g.append(tip, t1, t2);
       g.addEventListener("click", (ev) => { ev.stopPropagation(); clickNode(n); });
       n.el = g;
       gN.append(g);
     }
+    marks();
     $("empty").hidden = model.nodes.size > 0;
     const files = [...model.nodes.values()].filter((n) => n.kind !== "job").length;
     $("count").textContent = `${state.dag.steps.length} jobs · ${files} file nodes`;
     applyClasses();
+  }
+
+  /** Status marks (stale, modified...) on the drawn nodes, from the last status report. */
+  const MARKS = ["stale", "modified", "missing", "old"];
+  function marks() {
+    for (const n of state.model.nodes.values()) {
+      const st = statusOf(n);
+      n.el.classList.remove(...MARKS);
+      if (st && st !== "ok") n.el.classList.add(st);
+      const [l1, l2] = label(n);
+      n.el.querySelector("title").textContent = `${l1}\n${l2}` + (st && st !== "ok" ? `\n${STATUS_TEXT[st]}` : "");
+    }
   }
 
   // ---- Pan and zoom: a transform on one group; wheel zooms about the pointer, drag pans.
@@ -611,14 +622,17 @@
     applyClasses();
     if ($("search").value.trim()) { search(); $("results").hidden = true; }
   }
+  // The graph is drawn as soon as it arrives; the status (a walk of the tree, slower on a big
+  // one) marks it when it comes. `data-ready` counts loads whose marks are on.
   async function load(first) {
-    const [dag, status] = await Promise.all([source.dag(), source.status()]);
-    state.dag = dag;
-    state.status = status;
+    const status = source.status();
+    state.dag = await source.dag();
     rebuild(first);
-    if (!first) showDetails();
-    document.body.dataset.ready = String(Number(document.body.dataset.ready || 0) + 1);
     if (first) document.body.dataset.readyMs = performance.now().toFixed(1);
+    state.status = await status;
+    marks();
+    showDetails();
+    document.body.dataset.ready = String(Number(document.body.dataset.ready || 0) + 1);
   }
   window.addEventListener("resize", () => { if (state.model) applyView(); });
   load(true).catch((e) => { $("empty").hidden = false; $("empty").textContent = "Cannot read the record: " + e.message; });

@@ -186,7 +186,10 @@ mod tests {
     #[test]
     fn a_written_file_may_not_connect() {
         assert!(config("file", "/p").contains(CSP_FILE));
-        assert!(!CSP_FILE.contains("connect-src"), "default-src 'none' covers it");
+        assert!(
+            !CSP_FILE.contains("connect-src"),
+            "default-src 'none' covers it"
+        );
         assert!(config("server", "/p").contains("connect-src 'self'"));
     }
 }
