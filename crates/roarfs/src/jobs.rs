@@ -267,10 +267,13 @@ impl Jobs {
     }
 
     /// Follows the kernel's process events, dropping a thread id from the cache when its thread
-    /// exits and when a new thread is given that id (fork/clone), so that a request from a
-    /// cached thread needs no /proc read and a reused id is never taken for the old thread. Without the events
-    /// (no CAP_NET_ADMIN), every request reads the caller's /proc/TID/stat to check its start
-    /// time, as before.
+    /// exits, so that a request from a cached thread needs no /proc read and a reused id is
+    /// never taken for the old thread. An exit removes the entry only if the cached thread had
+    /// started by then: read late (the reader lags behind a busy machine), an exit must not evict
+    /// the new thread that reuses its id — nor, as fork events did, a forked worker cached before
+    /// the event of its own fork was read, which made its job end while it still ran. Without
+    /// the events (no CAP_NET_ADMIN), every request reads the caller's /proc/TID/stat to check
+    /// its start time, as before.
     pub fn watch_exits(self: &std::sync::Arc<Self>) {
         let events = match crate::sys::ExitEvents::open() {
             Ok(e) => e,
@@ -291,11 +294,21 @@ impl Jobs {
                 loop {
                     let seen = events.wait(&mut buf);
                     let Some(jobs) = jobs.upgrade() else { return };
+                    // Start times are clock ticks of CLOCK_BOOTTIME; exits are stamped with
+                    // CLOCK_MONOTONIC (they differ by the time the machine was suspended).
+                    let suspended = crate::sys::boottime_minus_monotonic_ns();
                     let mut inner = jobs.inner.lock().expect("jobs lock");
                     match seen {
-                        Ok(crate::sys::Exits::Tids(tids)) => {
-                            for t in tids {
-                                inner.by_tid.remove(&t);
+                        Ok(crate::sys::Exits::Tids(exits)) => {
+                            for e in exits {
+                                let tick = (e.at_ns as i64 + suspended) / jobs.tick_ns;
+                                if inner
+                                    .by_tid
+                                    .get(&e.tid)
+                                    .is_some_and(|(start, _)| *start as i64 <= tick)
+                                {
+                                    inner.by_tid.remove(&e.tid);
+                                }
                             }
                         }
                         // Exit events were lost (the kernel reports every process of the
@@ -708,7 +721,7 @@ mod tests {
     }
 
     #[test]
-    fn the_kernel_reports_a_new_and_an_exited_thread_id_needs_root() {
+    fn the_kernel_reports_an_exited_thread_with_when_it_exited_needs_root() {
         let events = match crate::sys::ExitEvents::open() {
             Ok(e) => e,
             Err(e) => {
@@ -728,17 +741,24 @@ mod tests {
                 }
             }
         });
+        let before = crate::sys::monotonic_ns();
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id() as i32;
         child.wait().unwrap();
-        // Its fork and its exit: the id is reported twice.
+        let after = crate::sys::monotonic_ns();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let mut seen = 0;
-        while seen < 2 {
+        let exit = loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
-            let tids = rx.recv_timeout(left).expect("events for the child");
-            seen += tids.iter().filter(|&&t| t == pid).count();
-        }
+            let exits = rx.recv_timeout(left).expect("the child's exit");
+            if let Some(e) = exits.into_iter().find(|e| e.tid == pid) {
+                break e;
+            }
+        };
+        assert!(
+            (before..=after).contains(&exit.at_ns),
+            "exit stamped {} outside [{before}, {after}]",
+            exit.at_ns
+        );
     }
 
     #[test]

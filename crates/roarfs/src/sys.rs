@@ -478,6 +478,25 @@ pub fn dup_stderr_to_stdout() {
 }
 
 /// The unit of process start times in /proc/PID/stat.
+fn clock_ns(clock: libc::clockid_t) -> i64 {
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: clock_gettime writes one timespec we own; both clocks exist on every Linux.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+/// CLOCK_MONOTONIC now, ns: the clock of the proc connector's event stamps.
+pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC) as u64
+}
+
+/// How far CLOCK_BOOTTIME (process start times in /proc) is ahead of CLOCK_MONOTONIC: the time
+/// the machine spent suspended.
+pub fn boottime_minus_monotonic_ns() -> i64 {
+    let boot = clock_ns(libc::CLOCK_BOOTTIME);
+    boot - clock_ns(libc::CLOCK_MONOTONIC)
+}
+
 pub fn clock_ticks_per_second() -> i64 {
     // SAFETY: sysconf has no preconditions.
     (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as i64
@@ -686,11 +705,19 @@ pub struct ExitEvents {
     sock: OwnedFd,
 }
 
+/// A thread's exit as the kernel reported it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exit {
+    pub tid: i32,
+    /// When it exited: CLOCK_MONOTONIC, ns.
+    pub at_ns: u64,
+}
+
 /// What [`ExitEvents::wait`] saw.
 pub enum Exits {
-    /// These thread ids exited, or were just given to a new thread (a fork or clone): either
-    /// way, whatever was known of the id before is stale.
-    Tids(Vec<i32>),
+    /// These threads exited. Reported late when the reader lags (a machine busy with other
+    /// processes): the id may already belong to a new thread, which started after `at_ns`.
+    Tids(Vec<Exit>),
     /// Events were lost (the socket's buffer overflowed): any cached thread may have exited.
     Lost,
 }
@@ -698,7 +725,6 @@ pub enum Exits {
 const CN_IDX_PROC: u32 = 1;
 const CN_VAL_PROC: u32 = 1;
 const PROC_CN_MCAST_LISTEN: u32 = 1;
-const PROC_EVENT_FORK: u32 = 0x0000_0001;
 const PROC_EVENT_EXIT: u32 = 0x8000_0000;
 /// sizeof(struct nlmsghdr) and sizeof(struct cn_msg).
 const NLMSG_HDR: usize = 16;
@@ -767,10 +793,10 @@ impl ExitEvents {
             // Only the kernel speaks for the proc connector; anything else is dropped unread.
             return Ok(Exits::Tids(Vec::new()));
         }
-        let mut tids = Vec::new();
+        let mut exits = Vec::new();
         let mut rest = &buf[..n as usize];
         // Netlink messages, each: nlmsghdr (len first), cn_msg, proc_event {what, cpu,
-        // timestamp, then the event's own fields}.
+        // timestamp_ns (u64), then the event's own fields}.
         while rest.len() >= NLMSG_HDR {
             let len = u32::from_ne_bytes(rest[0..4].try_into().expect("4 bytes")) as usize;
             if len < NLMSG_HDR || len > rest.len() {
@@ -781,14 +807,19 @@ impl ExitEvents {
                 ev.get(at..at + 4)
                     .map(|b| u32::from_ne_bytes(b.try_into().expect("4 bytes")))
             };
-            match word(0) {
-                // exit: {pid, tgid, ...}; fork: {parent pid, parent tgid, child pid, ...}.
-                Some(PROC_EVENT_EXIT) => tids.extend(word(16).map(|t| t as i32)),
-                Some(PROC_EVENT_FORK) => tids.extend(word(24).map(|t| t as i32)),
-                _ => {}
+            let at_ns = ev
+                .get(8..16)
+                .map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")));
+            // exit: {pid, tgid, ...}. Forks are not needed: a thread id is reused only after
+            // its exit, which the socket delivers first.
+            if let (Some(PROC_EVENT_EXIT), Some(tid), Some(at_ns)) = (word(0), word(16), at_ns) {
+                exits.push(Exit {
+                    tid: tid as i32,
+                    at_ns,
+                });
             }
             rest = &rest[((len + 3) & !3).min(rest.len())..];
         }
-        Ok(Exits::Tids(tids))
+        Ok(Exits::Tids(exits))
     }
 }
