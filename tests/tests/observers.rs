@@ -408,7 +408,7 @@ fn a_forked_worker_in_a_new_session_stays_in_its_jobs_record_through_the_mount()
     // exit to the mount, late and in bursts. Reported late, the child's fork event once evicted
     // the child, cached by then, and its job ended while it ran (1 run in ~18 split in two).
     use std::os::unix::process::CommandExt;
-    let storm = std::process::Command::new("sh")
+    let mut storm = std::process::Command::new("sh")
         .args([
             "-c",
             "while :; do for i in $(seq 300); do /bin/true & done; wait; done",
@@ -416,7 +416,9 @@ fn a_forked_worker_in_a_new_session_stays_in_its_jobs_record_through_the_mount()
         .process_group(0)
         .spawn()
         .unwrap();
-    let stop_storm = || unsafe { libc::kill(-(storm.id() as i32), libc::SIGKILL) };
+    let group = storm.id() as i32;
+    // SAFETY: kill(2) on the storm's own process group.
+    let stop_storm = move || unsafe { libc::kill(-group, libc::SIGKILL) };
     const RUNS: usize = 6;
     for _ in 0..RUNS {
         assert!(m.run(&["/usr/bin/python3", "daemon.py"]).success());
@@ -437,6 +439,7 @@ fn a_forked_worker_in_a_new_session_stays_in_its_jobs_record_through_the_mount()
         }
     }
     stop_storm();
+    let _ = storm.wait();
     m.unmount();
     let jobs: Vec<_> = m
         .jobs()
