@@ -104,6 +104,14 @@ impl Paths<'_> {
         Some(st)
     }
 
+    /// The state of a path already tracked, untouched (no access is recorded).
+    fn state_mut(&mut self, path: &Path) -> Option<&mut PathState> {
+        match self.seen.get(path.as_os_str()) {
+            Some(Seen::At(i)) => self.list[*i].1.as_mut(),
+            _ => None,
+        }
+    }
+
     fn track(&mut self, path: PathBuf, ts: i64) -> usize {
         let i = self.list.len();
         self.seen.insert(path.as_os_str().to_owned(), Seen::At(i));
@@ -202,6 +210,9 @@ pub fn classify(events: &[Event], ctime_floor_ns: i64, ignore: &Ignore) -> Class
     };
     let mut processes: Vec<ProcessRecord> = Vec::new();
     let mut latest: HashMap<i32, usize> = HashMap::default();
+    // Where pre-existing content moved away unread lies now (`moved_to`), by path: a later rename
+    // moves it on (`mv a tmp; mv tmp a`), and its input content is read where it lands last.
+    let mut landed: HashMap<PathBuf, PathBuf> = HashMap::default();
 
     for ev in events {
         match ev {
@@ -334,6 +345,22 @@ pub fn classify(events: &[Event], ctime_floor_ns: i64, ignore: &Ignore) -> Class
                     continue;
                 }
                 let ignored_to = ignore.is_ignored(to);
+                // Content that had landed at `to` is replaced there: gone, so unknown.
+                if let Some(origin) = landed.remove(to) {
+                    if let Some(st) = paths.state_mut(&origin) {
+                        st.moved_to = None;
+                    }
+                }
+                if is_rename {
+                    if let Some(origin) = landed.remove(from) {
+                        if let Some(st) = paths.state_mut(&origin) {
+                            st.moved_to = (!ignored_to).then(|| (to.clone(), *ts_ns));
+                        }
+                        if !ignored_to {
+                            landed.insert(to.clone(), origin);
+                        }
+                    }
+                }
                 let src = paths.get(from, *ts_ns).map(|st| {
                     let snapshot = st.clone();
                     if is_rename {
@@ -350,6 +377,12 @@ pub fn classify(events: &[Event], ctime_floor_ns: i64, ignore: &Ignore) -> Class
                     }
                     snapshot
                 });
+                if is_rename
+                    && src.as_ref().is_some_and(|s| !s.job_made && !s.reads_prior)
+                    && !ignored_to
+                {
+                    landed.insert(to.clone(), from.clone());
+                }
                 let Some(dst) = paths.get(to, *ts_ns) else {
                     continue;
                 };
@@ -389,6 +422,16 @@ pub fn classify(events: &[Event], ctime_floor_ns: i64, ignore: &Ignore) -> Class
                 }
                 // Each name now holds the other's content: each is made by the job, and each
                 // prior content the job had not made is consumed, its bytes now at the other name.
+                // Content that had landed at either name moves to the other.
+                let was = (landed.remove(a), landed.remove(b));
+                for (origin, there) in [(was.0, b), (was.1, a)] {
+                    if let Some(origin) = origin {
+                        if let Some(st) = paths.state_mut(&origin) {
+                            st.moved_to = Some((there.clone(), *ts_ns));
+                        }
+                        landed.insert(there.clone(), origin);
+                    }
+                }
                 for (here, there) in [(a, b), (b, a)] {
                     let ignored_there = ignore.is_ignored(there);
                     if let Some(st) = paths.get(here, *ts_ns) {
@@ -397,6 +440,7 @@ pub fn classify(events: &[Event], ctime_floor_ns: i64, ignore: &Ignore) -> Class
                             st.reads_prior = true;
                             if !ignored_there {
                                 st.moved_to = Some((there.clone(), *ts_ns));
+                                landed.insert(there.clone(), here.clone());
                             }
                         }
                     }
@@ -736,5 +780,52 @@ mod tests {
             .map(|(p, st)| (p.clone(), st.first_ns))
             .collect();
         assert_eq!(got, [(done.join("x"), 1), (done.join("y"), 2)]);
+    }
+
+    /// Where the content of a pre-existing file moved away unread is looked for, after `events`
+    /// (files, never directories: nothing here exists on disk).
+    fn landing(events: &[Event], of: &Path) -> Option<PathBuf> {
+        let c = classify(events, 0, &Ignore::new(&[]));
+        let (_, st) = c.paths.iter().find(|(p, _)| p == of).expect("tracked");
+        assert!(st.reads_prior, "a file moved away unread is an input");
+        st.moved_to.as_ref().map(|(to, _)| to.clone())
+    }
+
+    fn mv(from: &Path, to: &Path, ts_ns: i64) -> Event {
+        Event::Rename {
+            pid: 1,
+            from: from.to_owned(),
+            to: to.to_owned(),
+            ts_ns,
+        }
+    }
+
+    #[test]
+    fn moved_content_is_followed_to_where_it_lands_last() {
+        let d = Path::new("/nonexistent-roar-test");
+        let (a, t, u) = (d.join("a"), d.join("t"), d.join("u"));
+        // `mv a t; mv t u`: the input's bytes are at u.
+        assert_eq!(landing(&[mv(&a, &t, 1), mv(&t, &u, 2)], &a), Some(u));
+        // `mv a t; mv t a`: back at its own name.
+        assert_eq!(
+            landing(&[mv(&a, &t, 1), mv(&t, &a, 2)], &a),
+            Some(a.clone())
+        );
+        // An exchange with the landing place carries them to the other name.
+        let x = Event::Exchange {
+            pid: 1,
+            a: t.clone(),
+            b: d.join("v"),
+            ts_ns: 2,
+        };
+        assert_eq!(landing(&[mv(&a, &t, 1), x], &a), Some(d.join("v")));
+    }
+
+    #[test]
+    fn moved_content_replaced_where_it_landed_is_unknown_not_the_new_content() {
+        let d = Path::new("/nonexistent-roar-test");
+        let (a, c, t) = (d.join("a"), d.join("c"), d.join("t"));
+        // `mv a t; mv c t`: a's bytes are gone; t holds c's.
+        assert_eq!(landing(&[mv(&a, &t, 1), mv(&c, &t, 2)], &a), None);
     }
 }
