@@ -1,0 +1,311 @@
+//! The daemon's own state behind the FUSE requests: which job a request belongs to, the open
+//! policy (kernel passthrough for a read-only open of known content, userspace for writers), the
+//! handles and directory listings it keeps, and the content a writer left at its release. The
+//! request adapter is `mod.rs`; the inode table is `crate::inodes`, content `crate::content`.
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use fuser::{BackingId, Errno, FileAttr, FileType, Generation, ReplyEntry, Request};
+use roar_store::{ContentHash, Ops};
+
+use super::{
+    attr, dtype, errno, is_reg, log_once, DirEntry, Handle, RoarFs, ATTRIBUTION_FAILED, FMODE_EXEC,
+    TTL,
+};
+use crate::content::{file_stat, Content};
+use crate::inodes::{Inodes, ROOT};
+use crate::jobs::{JobKey, Jobs};
+use crate::sys;
+
+impl RoarFs {
+    /// `root_fd` is the directory opened (O_PATH) before the mount hides it; `root` its path.
+    pub fn new(
+        root_fd: std::os::fd::OwnedFd,
+        root: PathBuf,
+        jobs: Arc<Jobs>,
+        db: Option<&Path>,
+    ) -> io::Result<RoarFs> {
+        Ok(RoarFs {
+            inodes: Inodes::new(root_fd, root)?,
+            handles: RwLock::new(HashMap::new()),
+            dirs: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            content: Content::new(jobs.clone(), db),
+            jobs,
+            passthrough: AtomicBool::new(false),
+            dont_mask: AtomicBool::new(false),
+        })
+    }
+
+    pub fn inodes(&self) -> &Inodes {
+        &self.inodes
+    }
+
+    pub(super) fn with_fd<T>(
+        &self,
+        ino: u64,
+        f: impl FnOnce(std::os::fd::BorrowedFd<'_>) -> io::Result<T>,
+    ) -> Result<T, Errno> {
+        self.inodes.with_fd(ino, f).map_err(errno)
+    }
+
+    pub(super) fn child_path(&self, parent: u64, name: &OsStr) -> PathBuf {
+        self.inodes.path(parent).join(name)
+    }
+
+    /// The job of the request's caller. An access that cannot be attributed (the caller's /proc
+    /// entries unreadable) fails with that error rather than go unrecorded.
+    pub(super) fn job(&self, req: &Request) -> Result<Option<JobKey>, Errno> {
+        self.jobs.job_of(req.pid()).map_err(|e| {
+            log_once(&ATTRIBUTION_FAILED, || {
+                format!(
+                    "roarfs: cannot attribute an access by pid {} ({e}); such accesses fail with that error instead of going unrecorded",
+                    req.pid()
+                )
+            });
+            errno(e)
+        })
+    }
+
+    /// The job an open belongs to, known before anything is opened or created. The kernel
+    /// opening a program to exec it: the process still shows its old argv, and like `roar run`,
+    /// the mount records programs as processes, not as data inputs.
+    pub(super) fn open_job(&self, req: &Request, flags: i32) -> Result<Option<JobKey>, Errno> {
+        if flags & FMODE_EXEC != 0 {
+            return Ok(None);
+        }
+        self.job(req)
+    }
+
+    /// Removes `name` from `parent` after a creation whose reply could not be made: the caller
+    /// is told it failed, so nothing it did not get may stay behind unrecorded.
+    pub(super) fn undo_create(&self, parent: u64, name: &OsStr) {
+        let _ = self.with_fd(parent, |dir| {
+            sys::unlink_at(dir, name, 0).or_else(|_| sys::unlink_at(dir, name, libc::AT_REMOVEDIR))
+        });
+    }
+
+    pub(super) fn caller(&self, req: &Request, umask: u32) -> sys::Caller {
+        sys::Caller {
+            pid: req.pid(),
+            uid: req.uid(),
+            gid: req.gid(),
+            umask: if self.dont_mask.load(Ordering::Relaxed) {
+                umask
+            } else {
+                0
+            },
+        }
+    }
+
+    /// Looks up the child `name` of `parent` and gives its entry attributes.
+    pub(super) fn lookup_child(
+        &self,
+        parent: u64,
+        name: &OsStr,
+    ) -> Result<(FileAttr, Generation), Errno> {
+        let (ino, generation, st) = self.inodes.lookup(parent, name).map_err(errno)?;
+        Ok((attr(ino, &st), Generation(generation)))
+    }
+
+    /// Creates `name` in `parent` as the caller with `make` and replies with its attributes
+    /// (mknod, mkdir, symlink).
+    pub(super) fn make_entry(
+        &self,
+        req: &Request,
+        parent: u64,
+        name: &OsStr,
+        umask: u32,
+        reply: ReplyEntry,
+        make: impl FnOnce(std::os::fd::BorrowedFd<'_>) -> io::Result<()>,
+    ) {
+        let caller = self.caller(req, umask);
+        if let Err(e) = self.with_fd(parent, |dir| sys::as_caller(caller, || make(dir))) {
+            return reply.error(e);
+        }
+        match self.lookup_child(parent, name) {
+            Ok((a, g)) => reply.entry(&TTL, &a, g),
+            Err(e) => {
+                self.undo_create(parent, name);
+                reply.error(e)
+            }
+        }
+    }
+
+    /// Opens inode `ino` for a request: records the access and chooses passthrough or
+    /// userspace. Returns the new handle's number and whether it is served by passthrough.
+    pub(super) fn open_node(
+        &self,
+        job: Option<JobKey>,
+        ino: u64,
+        file: File,
+        flags: i32,
+        created: bool,
+    ) -> Result<(u64, bool), Errno> {
+        let acc = flags & libc::O_ACCMODE;
+        let writable = acc != libc::O_RDONLY;
+        let stat = sys::stat_fd(file.as_fd()).ok();
+        let is_file = stat.as_ref().is_some_and(is_reg);
+        if let (Some(job), Some(st)) = (job, stat.as_ref().filter(|_| is_file)) {
+            let path = self.inodes.path(ino);
+            if writable {
+                // The content before the job touched it is an input when the write keeps it.
+                let keeps = !created && flags & libc::O_TRUNC == 0;
+                let before = if keeps {
+                    self.content.of_path_fd(file.as_fd(), &path)
+                } else {
+                    None
+                };
+                self.jobs.with_file(job, &path, |st| {
+                    st.ops.insert(Ops::WRITE);
+                    if created {
+                        st.ops.insert(Ops::CREATE);
+                    }
+                    if flags & libc::O_TRUNC != 0 {
+                        st.ops.insert(Ops::TRUNCATE);
+                    }
+                    if keeps && !st.job_made && !st.read_prior {
+                        st.read_prior = true;
+                        st.input = before.clone();
+                    }
+                    st.job_made = true;
+                    st.exists = true;
+                });
+                // The same file under the job's other names changes too; bytes this write keeps
+                // were theirs before the job.
+                for other in self.jobs.linked_names(job, &path) {
+                    self.jobs.with_file(job, &other, |st| {
+                        st.ops.insert(Ops::WRITE);
+                        if keeps && !st.job_made && !st.read_prior {
+                            st.read_prior = true;
+                            st.input = before.clone();
+                        }
+                        st.job_made = true;
+                        st.exists = true;
+                    });
+                }
+                self.jobs.writer_opened(job);
+                // The content is about to change.
+                self.content.forget(st);
+            } else {
+                let content = self.content.at(&file, st, &path);
+                self.jobs.with_file(job, &path, |st| {
+                    st.ops.insert(Ops::READ);
+                    if !st.job_made && !st.read_prior {
+                        st.read_prior = true;
+                        st.input = content;
+                    }
+                });
+            }
+        }
+        let may_pass = is_file && self.passthrough.load(Ordering::Relaxed);
+        let opened = self.inodes.open(ino, writable, may_pass).map_err(errno)?;
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        let truncated = created || flags & libc::O_TRUNC != 0;
+        let handle = Handle {
+            file,
+            opened,
+            job,
+            writable,
+            stream: (writable && truncated && !opened.passthrough)
+                .then(|| (blake3::Hasher::new(), 0)),
+            wrote: truncated,
+            _backing: None,
+        };
+        self.handles
+            .write()
+            .expect("handles lock")
+            .insert(fh, Arc::new(Mutex::new(handle)));
+        Ok((fh, opened.passthrough))
+    }
+
+    /// Registers (or reuses) the passthrough backing id of `ino` for handle `fh`.
+    pub(super) fn attach_backing(
+        &self,
+        fh: u64,
+        ino: u64,
+        make: impl FnOnce(&File) -> io::Result<BackingId>,
+    ) -> io::Result<Arc<BackingId>> {
+        let handle = self
+            .handle(fh)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
+        let mut h = handle.lock().expect("handle lock");
+        let id = self.inodes.backing_id(ino, || make(&h.file))?;
+        h._backing = Some(id.clone());
+        Ok(id)
+    }
+
+    /// Undoes `open_node` when the reply could not be sent as planned.
+    pub(super) fn forget_handle(&self, fh: u64) {
+        let Some(handle) = self.handles.write().expect("handles lock").remove(&fh) else {
+            return;
+        };
+        let h = handle.lock().expect("handle lock");
+        self.inodes.close(h.opened);
+        if let (true, Some(job)) = (h.writable, h.job) {
+            self.jobs.writer_released(job);
+        }
+    }
+
+    pub(super) fn handle(&self, fh: u64) -> Option<Arc<Mutex<Handle>>> {
+        self.handles.read().expect("handles lock").get(&fh).cloned()
+    }
+
+    pub(super) fn list_dir(&self, ino: u64) -> Result<Arc<Vec<DirEntry>>, Errno> {
+        let entries = self.with_fd(ino, sys::read_dir)?;
+        let dots = [
+            (OsString::from("."), ino, FileType::Directory),
+            (OsString::from(".."), ROOT, FileType::Directory),
+        ];
+        Ok(Arc::new(
+            dots.into_iter()
+                .chain(entries.into_iter().map(|(n, i, t)| (n, i, dtype(t))))
+                .collect(),
+        ))
+    }
+
+    /// The listing of an open directory; offset 0 (a new pass or a rewind) reads it afresh.
+    pub(super) fn dir_entries(
+        &self,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+    ) -> Result<Arc<Vec<DirEntry>>, Errno> {
+        let cached = self.dirs.lock().expect("dirs lock").get(&fh).cloned();
+        match cached {
+            Some(e) if offset > 0 => Ok(e),
+            _ => {
+                let e = self.list_dir(ino)?;
+                self.dirs.lock().expect("dirs lock").insert(fh, e.clone());
+                Ok(e)
+            }
+        }
+    }
+
+    /// The final content of a file whose last writer handle `h` is being released.
+    pub(super) fn written_content(&self, h: &mut Handle, path: &Path) -> Option<ContentHash> {
+        let size = h.file.metadata().map(|m| m.len()).ok();
+        match h.stream.take() {
+            // Written from 0 to the end in one go: the stream is the content.
+            Some((hasher, n)) if Some(n) == size => {
+                let hash = ContentHash {
+                    blake3: hasher.finalize().to_hex().to_string(),
+                    sha256: None,
+                    size: n,
+                };
+                if let Ok(st) = sys::stat_fd(h.file.as_fd()) {
+                    self.content.remember(file_stat(&st), &hash);
+                }
+                Some(hash)
+            }
+            _ => self.content.of_path_fd(h.file.as_fd(), path),
+        }
+    }
+}
