@@ -132,9 +132,18 @@ async fn accept(listener: tokio::net::TcpListener, state: Arc<State>) -> anyhow:
     let shutdown = tokio::signal::ctrl_c();
     tokio::pin!(shutdown);
     loop {
-        let (stream, _) = tokio::select! {
-            r = listener.accept() => r?,
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
             _ = &mut shutdown => return Ok(()),
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of descriptors, a connection reset before it was taken: the server goes on.
+                tracing::warn!("roar ui: cannot accept a connection: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
         };
         let state = state.clone();
         tokio::spawn(async move {
