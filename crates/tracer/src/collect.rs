@@ -353,10 +353,13 @@ pub fn classify(events: &[Event], ctime_floor_ns: i64, ignore: &Ignore) -> Class
                 }
                 if is_rename {
                     if let Some(origin) = landed.remove(from) {
+                        // Written where they lay, the bytes moving on are no longer the input's.
+                        let kept =
+                            !ignored_to && !rewritten_since_landing(&mut paths, &origin, from);
                         if let Some(st) = paths.state_mut(&origin) {
-                            st.moved_to = (!ignored_to).then(|| (to.clone(), *ts_ns));
+                            st.moved_to = kept.then(|| (to.clone(), *ts_ns));
                         }
-                        if !ignored_to {
+                        if kept {
                             landed.insert(to.clone(), origin);
                         }
                     }
@@ -423,13 +426,16 @@ pub fn classify(events: &[Event], ctime_floor_ns: i64, ignore: &Ignore) -> Class
                 // Each name now holds the other's content: each is made by the job, and each
                 // prior content the job had not made is consumed, its bytes now at the other name.
                 // Content that had landed at either name moves to the other.
-                let was = (landed.remove(a), landed.remove(b));
-                for (origin, there) in [(was.0, b), (was.1, a)] {
+                let was = [(landed.remove(a), a, b), (landed.remove(b), b, a)];
+                for (origin, here, there) in was {
                     if let Some(origin) = origin {
+                        let kept = !rewritten_since_landing(&mut paths, &origin, here);
                         if let Some(st) = paths.state_mut(&origin) {
-                            st.moved_to = Some((there.clone(), *ts_ns));
+                            st.moved_to = kept.then(|| (there.clone(), *ts_ns));
                         }
-                        landed.insert(there.clone(), origin);
+                        if kept {
+                            landed.insert(there.clone(), origin);
+                        }
                     }
                 }
                 for (here, there) in [(a, b), (b, a)] {
@@ -636,6 +642,15 @@ pub fn hash<'c>(
     summary
 }
 
+/// Whether the job wrote at `at` after the content of `origin` landed there.
+fn rewritten_since_landing(paths: &mut Paths, origin: &Path, at: &Path) -> bool {
+    let landed_ns = paths
+        .state_mut(origin)
+        .and_then(|st| st.moved_to.as_ref().map(|(_, ts)| *ts));
+    let written_ns = paths.state_mut(at).and_then(|st| st.written_ns);
+    matches!((written_ns, landed_ns), (Some(w), Some(l)) if w >= l) || landed_ns.is_none()
+}
+
 fn path_use(st: &PathState) -> PathUse {
     PathUse {
         read_prior: st.reads_prior,
@@ -827,5 +842,17 @@ mod tests {
         let (a, c, t) = (d.join("a"), d.join("c"), d.join("t"));
         // `mv a t; mv c t`: a's bytes are gone; t holds c's.
         assert_eq!(landing(&[mv(&a, &t, 1), mv(&c, &t, 2)], &a), None);
+        // `mv a t; echo x >> t; mv t u`: what reaches u is not a's any more.
+        let append = Event::Open {
+            pid: 1,
+            path: t.clone(),
+            flags: libc::O_WRONLY | libc::O_APPEND,
+            stat: None,
+            ts_ns: 2,
+        };
+        assert_eq!(
+            landing(&[mv(&a, &t, 1), append, mv(&t, &d.join("u"), 3)], &a),
+            None
+        );
     }
 }
