@@ -408,17 +408,25 @@ fn a_forked_worker_in_a_new_session_stays_in_its_jobs_record_through_the_mount()
     // exit to the mount, late and in bursts. Reported late, the child's fork event once evicted
     // the child, cached by then, and its job ended while it ran (1 run in ~18 split in two).
     use std::os::unix::process::CommandExt;
-    let mut storm = std::process::Command::new("sh")
-        .args([
-            "-c",
-            "while :; do for i in $(seq 300); do /bin/true & done; wait; done",
-        ])
-        .process_group(0)
-        .spawn()
-        .unwrap();
-    let group = storm.id() as i32;
-    // SAFETY: kill(2) on the storm's own process group.
-    let stop_storm = move || unsafe { libc::kill(-group, libc::SIGKILL) };
+    /// Stops the storm however the test ends (a failed assertion too).
+    struct Storm(std::process::Child);
+    impl Drop for Storm {
+        fn drop(&mut self) {
+            // SAFETY: kill(2) on the storm's own process group.
+            unsafe { libc::kill(-(self.0.id() as i32), libc::SIGKILL) };
+            let _ = self.0.wait();
+        }
+    }
+    let storm = Storm(
+        std::process::Command::new("sh")
+            .args([
+                "-c",
+                "while :; do for i in $(seq 300); do /bin/true & done; wait; done",
+            ])
+            .process_group(0)
+            .spawn()
+            .unwrap(),
+    );
     const RUNS: usize = 6;
     for _ in 0..RUNS {
         assert!(m.run(&["/usr/bin/python3", "daemon.py"]).success());
@@ -431,15 +439,14 @@ fn a_forked_worker_in_a_new_session_stays_in_its_jobs_record_through_the_mount()
             })
         };
         while running() {
-            if std::time::Instant::now() > deadline {
-                stop_storm();
-                panic!("the child never ended");
-            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the child never ended"
+            );
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
     }
-    stop_storm();
-    let _ = storm.wait();
+    drop(storm);
     m.unmount();
     let jobs: Vec<_> = m
         .jobs()
