@@ -23,7 +23,7 @@ struct Side {
     label: String,
     job: JobDetail,
     /// Root inputs of the artifact's lineage, by path; None when the side is a job.
-    roots: Option<BTreeMap<String, Option<ContentHash>>>,
+    roots: Option<Roots>,
 }
 
 #[derive(Serialize)]
@@ -175,7 +175,17 @@ fn changed<T: PartialEq>(a: T, b: T) -> Option<Change<T>> {
 }
 
 fn diff_of(a: &Side, b: &Side) -> Diff {
-    let (ja, jb) = (&a.job, &b.job);
+    diff_jobs(&a.job, a.roots.as_ref(), &b.job, b.roots.as_ref())
+}
+
+/// `roar diff A B --json` of two jobs already read (`roar dag --html` holds every job's details).
+pub(crate) fn compare_jobs(a: &JobDetail, b: &JobDetail) -> Diff {
+    diff_jobs(a, None, b, None)
+}
+
+type Roots = BTreeMap<String, Option<ContentHash>>;
+
+fn diff_jobs(ja: &JobDetail, ra: Option<&Roots>, jb: &JobDetail, rb: Option<&Roots>) -> Diff {
     let mut env = Vec::new();
     let names: BTreeSet<&String> = ja.env.keys().chain(jb.env.keys()).collect();
     for name in names {
@@ -190,7 +200,7 @@ fn diff_of(a: &Side, b: &Side) -> Diff {
     }
     let (inputs, same_inputs) = compare(&files(ja, Role::Input), &files(jb, Role::Input));
     let (outputs, _) = compare(&files(ja, Role::Output), &files(jb, Role::Output));
-    let root_inputs = match (&a.roots, &b.roots) {
+    let root_inputs = match (ra, rb) {
         (Some(ra), Some(rb)) => compare(ra, rb).0,
         _ => Vec::new(),
     };

@@ -108,22 +108,22 @@ pub fn embed(
     for s in &dag.steps {
         jobs.insert(s.job_id, store.job(s.job_id)?);
     }
-    let status = crate::status_cmd::report(project, store).ok();
-    let ids: Vec<i64> = jobs.keys().copied().collect();
-    let name = |id: &i64| -> Vec<String> {
-        jobs.get(id)
-            .map(|j| roar_env::params::stable_name(&j.summary.argv))
-            .unwrap_or_default()
-    };
+    let status = crate::status_cmd::report(project, store)
+        .map_err(|e| eprintln!("roar: the page has no status marks: {e:#}"))
+        .ok();
+    // Reruns of one command share a stable name (its argv without parameter values).
+    let names: BTreeMap<i64, Vec<String>> = jobs
+        .iter()
+        .map(|(id, j)| (*id, roar_env::params::stable_name(&j.summary.argv)))
+        .collect();
+    let all_pairs = jobs.len() <= DIFF_ALL_PAIRS_UP_TO;
+    let details: Vec<(&i64, &roar_store::JobDetail)> = jobs.iter().collect();
     let mut diffs = BTreeMap::new();
-    for (i, a) in ids.iter().enumerate() {
-        for b in &ids[i + 1..] {
-            if ids.len() > DIFF_ALL_PAIRS_UP_TO && name(a) != name(b) {
-                continue;
+    for (i, (a, ja)) in details.iter().enumerate() {
+        for (b, jb) in &details[i + 1..] {
+            if all_pairs || names[*a] == names[*b] {
+                diffs.insert(format!("{a}-{b}"), crate::diff_cmd::compare_jobs(ja, jb));
             }
-            let d =
-                crate::diff_cmd::compare_in(store, a.to_string().as_ref(), b.to_string().as_ref())?;
-            diffs.insert(format!("{a}-{b}"), d);
         }
     }
     Ok(Embedded {

@@ -163,33 +163,28 @@ impl RoarFs {
                 } else {
                     None
                 };
-                self.jobs.with_file(job, &path, |st| {
+                // Under every name the job knows for the file (its hard links change too): bytes
+                // this write keeps were that name's before the job.
+                let written = |st: &mut crate::jobs::FileState| {
                     st.ops.insert(Ops::WRITE);
-                    if created {
-                        st.ops.insert(Ops::CREATE);
-                    }
-                    if flags & libc::O_TRUNC != 0 {
-                        st.ops.insert(Ops::TRUNCATE);
-                    }
                     if keeps && !st.job_made && !st.read_prior {
                         st.read_prior = true;
                         st.input = before.clone();
                     }
                     st.job_made = true;
                     st.exists = true;
+                };
+                self.jobs.with_file(job, &path, |st| {
+                    if created {
+                        st.ops.insert(Ops::CREATE);
+                    }
+                    if flags & libc::O_TRUNC != 0 {
+                        st.ops.insert(Ops::TRUNCATE);
+                    }
+                    written(st);
                 });
-                // The same file under the job's other names changes too; bytes this write keeps
-                // were theirs before the job.
                 for other in self.jobs.linked_names(job, &path) {
-                    self.jobs.with_file(job, &other, |st| {
-                        st.ops.insert(Ops::WRITE);
-                        if keeps && !st.job_made && !st.read_prior {
-                            st.read_prior = true;
-                            st.input = before.clone();
-                        }
-                        st.job_made = true;
-                        st.exists = true;
-                    });
+                    self.jobs.with_file(job, &other, written);
                 }
                 self.jobs.writer_opened(job);
                 // The content is about to change.
