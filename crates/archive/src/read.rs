@@ -1,0 +1,187 @@
+//! A member's bytes at any offset. Stored members are read with `pread` from the archive;
+//! members of a compressed stream by decoding from the access point before the offset; deflated
+//! zip members from their start. A reader keeps its decoder between reads, so reading a member
+//! front to back decodes it once.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::sync::Arc;
+
+use crate::gz::{self, read_at_retry};
+use crate::{zst, Data, Format, Identity, Index, Member};
+
+/// An indexed archive, open for reading members.
+pub struct Source {
+    pub index: Index,
+    file: Arc<File>,
+}
+
+impl Source {
+    /// Opens the archive the index describes; an error if it is no longer that file.
+    pub fn open(index: Index) -> io::Result<Source> {
+        let file = File::open(&index.archive)?;
+        let source = Source {
+            index,
+            file: Arc::new(file),
+        };
+        if source.changed() {
+            return Err(io::Error::other(format!(
+                "{} changed since it was indexed",
+                source.index.archive.display()
+            )));
+        }
+        Ok(source)
+    }
+
+    /// Whether the archive file is no longer what was indexed (rewritten in place or replaced
+    /// data under the same inode): its members cannot be served as recorded.
+    pub fn changed(&self) -> bool {
+        self.file
+            .metadata()
+            .map_or(true, |m| Identity::of(&m) != self.index.identity)
+    }
+
+    pub fn reader(&self, member: usize) -> MemberReader {
+        MemberReader {
+            member: self.index.members[member].clone(),
+            decoder: Decoder::None,
+        }
+    }
+}
+
+enum Decoder {
+    None,
+    Inflate(gz::Cursor),
+    Zstd(zst::Cursor),
+}
+
+/// Reads one member; keeps its decoder positioned after the last read.
+pub struct MemberReader {
+    member: Member,
+    decoder: Decoder,
+}
+
+/// How far ahead a positioned decoder is kept rather than restarted from an access point.
+const SKIP_AHEAD: u64 = gz::SPAN;
+
+impl MemberReader {
+    /// Fills `buf` from offset `off` of the member, short only at its end.
+    pub fn read_at(&mut self, src: &Source, off: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let m = &self.member;
+        if off >= m.size {
+            return Ok(0);
+        }
+        let len = buf.len().min((m.size - off) as usize);
+        let buf = &mut buf[..len];
+        let file = &src.file;
+        match m.data {
+            Data::Raw { offset } => read_at_retry(file, buf, offset + off),
+            Data::Stream { offset } => {
+                let target = offset + off;
+                let at = match &self.decoder {
+                    Decoder::Inflate(c) => Some(c.offset()),
+                    Decoder::Zstd(c) => Some(c.offset()),
+                    Decoder::None => None,
+                };
+                if !at.is_some_and(|at| at <= target && target - at <= SKIP_AHEAD) {
+                    let point = src.index.point_before(target).ok_or_else(|| {
+                        io::Error::new(io::ErrorKind::InvalidData, "no access point in the index")
+                    })?;
+                    self.decoder = match src.index.format {
+                        Format::TarZst => Decoder::Zstd(zst::Cursor::at_point(file.clone(), point)?),
+                        _ => Decoder::Inflate(gz::Cursor::at_point(file, point)?),
+                    };
+                }
+                fill(&mut self.decoder, file, target, buf)
+            }
+            Data::Deflate { offset, csize } => {
+                let restart = match &self.decoder {
+                    Decoder::Inflate(c) => c.offset() > off,
+                    _ => true,
+                };
+                if restart {
+                    self.decoder = Decoder::Inflate(gz::Cursor::deflate(offset, offset + csize)?);
+                }
+                fill(&mut self.decoder, file, off, buf)
+            }
+        }
+    }
+}
+
+/// Moves the decoder to `target` and fills `buf` from there.
+fn fill(decoder: &mut Decoder, file: &File, target: u64, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    match decoder {
+        Decoder::Inflate(c) => {
+            c.skip(file, target - c.offset())?;
+            while n < buf.len() {
+                match c.read(file, &mut buf[n..])? {
+                    0 => break,
+                    k => n += k,
+                }
+            }
+        }
+        Decoder::Zstd(c) => {
+            c.skip(target - c.offset())?;
+            while n < buf.len() {
+                match c.read(&mut buf[n..])? {
+                    0 => break,
+                    k => n += k,
+                }
+            }
+        }
+        Decoder::None => unreachable!("a decoder is set before filling"),
+    }
+    if n < buf.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the archive ends before the member does",
+        ));
+    }
+    Ok(n)
+}
+
+/// The bytes of a stored or deflated member from its start (the zip scan hashes through it).
+pub fn member_reader<'a>(file: &'a File, m: &Member) -> io::Result<Box<dyn Read + 'a>> {
+    match m.data {
+        Data::Raw { offset } => Ok(Box::new(Pread {
+            file,
+            pos: offset,
+            end: offset + m.size,
+        })),
+        Data::Deflate { offset, csize } => Ok(Box::new(Inflating {
+            file,
+            cursor: gz::Cursor::deflate(offset, offset + csize)?,
+        })),
+        Data::Stream { .. } => Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "a member of a compressed stream is read through its index",
+        )),
+    }
+}
+
+struct Pread<'a> {
+    file: &'a File,
+    pos: u64,
+    end: u64,
+}
+
+impl Read for Pread<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let want = buf.len().min(self.end.saturating_sub(self.pos) as usize);
+        let n = read_at_retry(self.file, &mut buf[..want], self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+struct Inflating<'a> {
+    file: &'a File,
+    cursor: gz::Cursor,
+}
+
+impl Read for Inflating<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.cursor.read(self.file, buf)
+    }
+}

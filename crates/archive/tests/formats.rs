@@ -1,0 +1,257 @@
+//! Archives made by the real tools (tar, gzip, zstd, zip): every member indexed with the hash of
+//! its bytes, and every byte readable at random offsets, equal to the files archived.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use roar_archive::read::Source;
+use roar_archive::{cache, scan, Format, Kind};
+
+/// A small deterministic generator (xorshift): the same tree on every run.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// Files of many sizes (empty, tiny, one block, several MiB), compressible and not, with odd
+/// names; returns relative path -> content.
+fn tree(root: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut files = BTreeMap::new();
+    let names = [
+        "a.txt",
+        "empty",
+        "dir/with space.bin",
+        "dir/sub/deep/ünï.json",
+        "dir/sub/new\nline",
+        "big/random.bin",
+        "big/text.csv",
+        "x/y/z/-dash",
+    ];
+    for (i, name) in names.iter().enumerate() {
+        let size = match i {
+            1 => 0,
+            5 => 5 << 20,
+            6 => 7 << 20,
+            _ => rng.below(300_000) as usize,
+        };
+        let content: Vec<u8> = if i == 6 {
+            (0..size).map(|k| b"0123456789,abc\n"[(k * 7 + k / 13) % 15]).collect()
+        } else {
+            (0..size).map(|_| rng.next() as u8).collect()
+        };
+        files.insert(name.to_string(), content);
+    }
+    for i in 0..300 {
+        let size = rng.below(40_000) as usize;
+        let content = (0..size).map(|_| (rng.next() % 7) as u8 + b'a').collect();
+        files.insert(format!("many/{:04}.dat", i), content);
+    }
+    for (name, content) in &files {
+        let p = root.join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+    }
+    files
+}
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Concatenates two independently compressed halves of `plain` (what pigz, bgzip and
+/// multi-threaded zstd produce: several gzip members or zstd frames).
+fn two_parts(plain: &Path, out: &Path, tool: &str) {
+    let bytes = std::fs::read(plain).unwrap();
+    let half = bytes.len() / 2;
+    let mut joined = Vec::new();
+    for (k, part) in [&bytes[..half], &bytes[half..]].iter().enumerate() {
+        let p = out.with_extension(format!("part{k}"));
+        std::fs::write(&p, part).unwrap();
+        run(Command::new(tool).arg("-q").arg("-f").arg(&p));
+        let z = PathBuf::from(format!("{}.{}", p.display(), if tool == "gzip" { "gz" } else { "zst" }));
+        joined.extend(std::fs::read(&z).unwrap());
+    }
+    std::fs::write(out, joined).unwrap();
+}
+
+fn check(archive: &Path, format: Format, files: &BTreeMap<String, Vec<u8>>, seed: u64) {
+    assert_eq!(Format::detect(archive).unwrap(), format, "{}", archive.display());
+    let index = scan::scan(archive, &|_| {}).unwrap();
+    assert_eq!(index.format, format);
+    assert_eq!(
+        index.blake3,
+        *blake3::hash(&std::fs::read(archive).unwrap()).as_bytes()
+    );
+    let got: BTreeMap<String, usize> = index
+        .members
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.kind == Kind::File)
+        .map(|(i, m)| (String::from_utf8(m.path.clone()).unwrap(), i))
+        .collect();
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        files.keys().collect::<Vec<_>>(),
+        "{}: members",
+        archive.display()
+    );
+    for (name, &i) in &got {
+        let m = &index.members[i];
+        assert_eq!(m.size, files[name].len() as u64, "{name}");
+        assert_eq!(m.blake3, *blake3::hash(&files[name]).as_bytes(), "{name}");
+    }
+    let source = Source::open(index.clone()).unwrap();
+    let mut rng = Rng(seed);
+    // Whole members front to back in odd chunk sizes, then random slices of random members.
+    for (name, &i) in &got {
+        let want = &files[name];
+        let mut r = source.reader(i);
+        let mut back = Vec::new();
+        let mut buf = vec![0u8; 1 + rng.below(200_000) as usize];
+        loop {
+            let n = r.read_at(&source, back.len() as u64, &mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            back.extend_from_slice(&buf[..n]);
+        }
+        assert!(back == *want, "{}: {name} read back differs", archive.display());
+    }
+    let names: Vec<&String> = got.keys().collect();
+    for _ in 0..400 {
+        let name = names[rng.below(names.len() as u64) as usize];
+        let want = &files[name];
+        let off = rng.below(want.len() as u64 + 10);
+        let len = rng.below(150_000) as usize;
+        let mut r = source.reader(got[name]);
+        let mut buf = vec![0u8; len];
+        let n = r.read_at(&source, off, &mut buf).unwrap();
+        let from = (off as usize).min(want.len());
+        let to = (from + len).min(want.len());
+        assert_eq!(n, to - from, "{name} at {off}+{len}");
+        assert!(buf[..n] == want[from..to], "{}: {name} at {off}+{len}", archive.display());
+    }
+}
+
+#[test]
+fn every_format_indexes_and_reads_back_every_member() {
+    let scratch = tempfile::tempdir().unwrap();
+    let src = scratch.path().join("src");
+    let files = tree(&src);
+    let out = scratch.path();
+    let tar = out.join("t.tar");
+    run(Command::new("tar").arg("-cf").arg(&tar).arg("-C").arg(&src).arg("."));
+    check(&tar, Format::Tar, &files, 1);
+
+    let tgz = out.join("t.tar.gz");
+    run(Command::new("tar").arg("-czf").arg(&tgz).arg("-C").arg(&src).arg("."));
+    check(&tgz, Format::TarGz, &files, 2);
+    let index = scan::scan(&tgz, &|_| {}).unwrap();
+    assert!(index.points.len() >= 10, "a point every 1 MiB of ~16 MiB");
+
+    let multi = out.join("multi.tar.gz");
+    two_parts(&tar, &multi, "gzip");
+    check(&multi, Format::TarGz, &files, 3);
+
+    let zst = out.join("t.tar.zst");
+    run(Command::new("zstd").arg("-q").arg("-f").arg(&tar).arg("-o").arg(&zst));
+    check(&zst, Format::TarZst, &files, 4);
+    let frames = out.join("frames.tar.zst");
+    two_parts(&tar, &frames, "zstd");
+    check(&frames, Format::TarZst, &files, 5);
+    assert_eq!(scan::scan(&frames, &|_| {}).unwrap().points.len(), 2);
+
+    let zip = out.join("t.zip");
+    run(Command::new("zip").arg("-q").arg("-r").arg(&zip).arg(".").current_dir(&src));
+    check(&zip, Format::Zip, &files, 6);
+    let stored = out.join("stored.zip");
+    run(Command::new("zip").arg("-q").arg("-0").arg("-r").arg(&stored).arg(".").current_dir(&src));
+    check(&stored, Format::Zip, &files, 7);
+}
+
+#[test]
+fn links_duplicates_and_escaping_paths_in_tar() {
+    let scratch = tempfile::tempdir().unwrap();
+    let src = scratch.path().join("src");
+    std::fs::create_dir_all(src.join("d")).unwrap();
+    std::fs::write(src.join("d/orig"), b"original bytes").unwrap();
+    std::fs::hard_link(src.join("d/orig"), src.join("hard")).unwrap();
+    std::os::unix::fs::symlink("d/orig", src.join("soft")).unwrap();
+    let tar = scratch.path().join("l.tar");
+    run(Command::new("tar").arg("-cf").arg(&tar).arg("-C").arg(&src).arg("d").arg("hard").arg("soft"));
+    // A second copy of d/orig appended: extraction leaves the later one.
+    std::fs::write(src.join("d/orig"), b"replaced").unwrap();
+    run(Command::new("tar").arg("-rf").arg(&tar).arg("-C").arg(&src).arg("d/orig"));
+    // A member whose name climbs out of the archive (`tar -P` keeps it as given).
+    std::fs::write(scratch.path().join("evil"), b"x").unwrap();
+    run(Command::new("tar")
+        .arg("-rPf")
+        .arg(&tar)
+        .arg(format!("{}/../evil", src.display())));
+    let index = scan::scan(&tar, &|_| {}).unwrap();
+    let by: BTreeMap<String, &roar_archive::Member> = index
+        .members
+        .iter()
+        .map(|m| (String::from_utf8(m.path.clone()).unwrap(), m))
+        .collect();
+    assert_eq!(by["d/orig"].blake3, *blake3::hash(b"replaced").as_bytes());
+    assert_eq!(by["hard"].blake3, *blake3::hash(b"original bytes").as_bytes());
+    assert_eq!(by["soft"].kind, Kind::Symlink);
+    assert_eq!(by["soft"].link.as_deref(), Some(&b"d/orig"[..]));
+    assert!(!by.keys().any(|k| k.contains("evil")));
+    assert!(index.skipped.iter().any(|(p, _)| String::from_utf8_lossy(p).contains("evil")));
+}
+
+#[test]
+fn the_index_is_reused_until_the_archive_changes() {
+    let scratch = tempfile::tempdir().unwrap();
+    let src = scratch.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("f"), b"one").unwrap();
+    let tar = scratch.path().join("c.tar");
+    run(Command::new("tar").arg("-cf").arg(&tar).arg("-C").arg(&src).arg("f"));
+    let dir = scratch.path().join("idx");
+    let (first, o1) = cache::open(&tar, &dir, &|_| {}).unwrap();
+    let (again, o2) = cache::open(&tar, &dir, &|_| {}).unwrap();
+    assert_eq!((o1, o2), (cache::Origin::Built, cache::Origin::Reused));
+    assert_eq!(first.members, again.members);
+    assert_eq!(first.blake3, again.blake3);
+    std::fs::write(src.join("f"), b"two!").unwrap();
+    run(Command::new("tar").arg("-cf").arg(&tar).arg("-C").arg(&src).arg("f"));
+    let (changed, o3) = cache::open(&tar, &dir, &|_| {}).unwrap();
+    assert_eq!(o3, cache::Origin::Built);
+    assert_eq!(changed.members[0].blake3, *blake3::hash(b"two!").as_bytes());
+    // A damaged index file is rebuilt, not trusted.
+    std::fs::write(cache::index_path(&dir, &std::fs::canonicalize(&tar).unwrap()), b"junk").unwrap();
+    assert_eq!(cache::open(&tar, &dir, &|_| {}).unwrap().1, cache::Origin::Built);
+}
+
+#[test]
+fn what_is_not_an_archive_is_said_in_one_line() {
+    let scratch = tempfile::tempdir().unwrap();
+    let p = scratch.path().join("notes.tar");
+    std::fs::write(&p, b"just some text, not a tar").unwrap();
+    let e = scan::scan(&p, &|_| {}).unwrap_err().to_string();
+    assert!(e.contains("not an archive roar can mount"), "{e}");
+    let truncated = scratch.path().join("cut.tar.gz");
+    let src = scratch.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("f"), vec![7u8; 1 << 20]).unwrap();
+    let full = scratch.path().join("full.tar.gz");
+    run(Command::new("tar").arg("-czf").arg(&full).arg("-C").arg(&src).arg("f"));
+    let bytes = std::fs::read(&full).unwrap();
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
+    let e = scan::scan(&truncated, &|_| {}).unwrap_err().to_string();
+    assert!(e.contains("damaged"), "{e}");
+}
