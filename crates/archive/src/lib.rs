@@ -8,10 +8,12 @@
 //! - [`read`]: a member's bytes at any offset: `pread` for stored members, decoding from the
 //!   nearest access point for compressed ones.
 //! - [`gz`], [`zst`], [`inflate`]: random access into gzip (zran) and zstd (frames).
+//! - [`mounted`]: how a mounted member tells `roar run` what it is (an extended attribute).
 
 pub mod cache;
 pub mod gz;
 pub mod inflate;
+pub mod mounted;
 pub mod read;
 pub mod scan;
 pub mod zst;

@@ -143,7 +143,7 @@ fn expand(path: &Path, top: bool, out: &mut Vec<PathBuf>) -> usize {
 }
 
 /// A progress bar on stderr that appears only once hashing has taken a second, and only on a terminal.
-struct Progress {
+pub(crate) struct Progress {
     bar: ProgressBar,
     start: Instant,
     shown: std::sync::atomic::AtomicBool,
@@ -151,7 +151,7 @@ struct Progress {
 }
 
 impl Progress {
-    fn new(total: u64) -> Progress {
+    pub(crate) fn new(total: u64) -> Progress {
         let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::hidden());
         if let Ok(style) = ProgressStyle::with_template(
             "{bar:40} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec}",
@@ -166,8 +166,18 @@ impl Progress {
         }
     }
 
-    fn inc(&self, n: u64) {
+    pub(crate) fn inc(&self, n: u64) {
         self.bar.inc(n);
+        self.show_if_slow();
+    }
+
+    /// Moves the bar to `pos` (of the total).
+    pub(crate) fn set(&self, pos: u64) {
+        self.bar.set_position(pos);
+        self.show_if_slow();
+    }
+
+    fn show_if_slow(&self) {
         use std::sync::atomic::Ordering;
         if self.tty
             && self.start.elapsed() > Duration::from_secs(1)
@@ -177,7 +187,7 @@ impl Progress {
         }
     }
 
-    fn finish(&self) {
+    pub(crate) fn finish(&self) {
         self.bar.finish_and_clear();
     }
 }

@@ -1,4 +1,8 @@
-//! `roar mount DIR`, `roar mount --list`, `roar unmount DIR`: the roarfs daemon's lifecycle.
+//! `roar mount DIR`, `roar mount ARCHIVE... DIR`, `roar mount --list`, `roar unmount DIR`: the
+//! roarfs daemon's lifecycle.
+//!
+//! Archives are indexed (or their index reused) here, in the foreground with a progress bar,
+//! before the daemon starts; the daemon then finds every index current.
 //!
 //! `roar mount DIR` starts itself again as `roar mount DIR --foreground` in its own process group,
 //! with stdout a pipe on which the daemon says "ready" (or why not) once the mount is in place, and
@@ -18,9 +22,11 @@ use serde::{Deserialize, Serialize};
 
 #[derive(clap::Args)]
 pub struct MountArgs {
-    /// The directory to mount over, in place (its contents stay where they are).
-    #[arg(required_unless_present = "list")]
-    dir: Option<PathBuf>,
+    /// `DIR`: mount over that directory in place (its contents stay where they are) and record
+    /// every file read and written under it. `ARCHIVE... DIR`: mount archives (tar, tar.gz,
+    /// tar.zst, zip) read-only on DIR as one tree, recording which members each job reads.
+    #[arg(required_unless_present = "list", value_name = "[ARCHIVE...] DIR")]
+    paths: Vec<PathBuf>,
     /// Stay in the foreground (for debugging); Ctrl-C unmounts.
     #[arg(long, conflicts_with = "list")]
     foreground: bool,
@@ -34,6 +40,9 @@ struct State {
     dir: PathBuf,
     pid: i32,
     started_ns: i64,
+    /// The archives mounted on `dir` (none for a directory mount).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    archives: Vec<PathBuf>,
 }
 
 /// An absolute, lexically normalised path, without touching the filesystem (a dead FUSE mount
@@ -128,10 +137,15 @@ pub fn mount(args: MountArgs, json: bool) -> anyhow::Result<ExitCode> {
     if args.list {
         return list(&project, json);
     }
-    let dir = absolute(args.dir.as_deref().expect("clap requires DIR"))?;
+    let (dir, archives) = args.paths.split_last().expect("clap requires DIR");
+    let dir = absolute(dir)?;
     // A config error is reported here, not by the daemon.
     crate::config::Config::load(&project)?;
     clear_dead(&dir, &project)?;
+    if !archives.is_empty() && !dir.exists() {
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create the mount point {}", dir.display()))?;
+    }
     let meta =
         std::fs::metadata(&dir).with_context(|| format!("cannot mount on {}", dir.display()))?;
     anyhow::ensure!(meta.is_dir(), "{} is not a directory", dir.display());
@@ -149,23 +163,17 @@ pub fn mount(args: MountArgs, json: bool) -> anyhow::Result<ExitCode> {
         project.dir().display(),
         dir.display()
     );
-    let inside = roar_roarfs::sys::processes_inside(&dir);
-    if !inside.is_empty() {
-        let list: Vec<String> = inside
-            .iter()
-            .take(5)
-            .map(|(pid, comm)| format!("{pid} ({comm})"))
-            .collect();
-        eprintln!(
-            "roar: warning: {} process(es) have their working directory inside {} and will bypass the mount until they leave it: {}",
-            inside.len(),
-            dir.display(),
-            list.join(", ")
-        );
-    }
+    let indexes = if archives.is_empty() {
+        warn_processes_inside(&dir);
+        Vec::new()
+    } else {
+        index_archives(&project, &dir, archives)?
+    };
+    let archives: Vec<PathBuf> = indexes.iter().map(|i| i.archive.clone()).collect();
     if args.foreground {
-        return foreground(&project, &dir);
+        return foreground(&project, &dir, indexes);
     }
+    drop(indexes);
     std::fs::create_dir_all(state_dir(&project))?;
     let log = state_dir(&project).join(format!("{}.log", tag(&dir)));
     let log_file = std::fs::OpenOptions::new()
@@ -176,6 +184,7 @@ pub fn mount(args: MountArgs, json: bool) -> anyhow::Result<ExitCode> {
     let mut child = Command::new(std::env::current_exe()?)
         .arg("mount")
         .arg("--foreground")
+        .args(&archives)
         .arg(&dir)
         .stdin(Stdio::null())
         .stdout(writer)
@@ -191,8 +200,15 @@ pub fn mount(args: MountArgs, json: bool) -> anyhow::Result<ExitCode> {
             let (pid, scheme) = ready.split_once(' ').unwrap_or((ready, ""));
             if json {
                 crate::fmt::print_json(&serde_json::json!({
-                    "dir": dir, "pid": pid.parse::<i64>().ok(), "inodes": scheme
+                    "dir": dir, "pid": pid.parse::<i64>().ok(), "inodes": scheme, "archives": archives
                 }))?;
+            } else if !archives.is_empty() {
+                eprintln!(
+                    "roar: mounted {} archive(s) read-only on {} (daemon pid {pid}); every member a job reads is recorded as its input; `roar unmount {}` to stop",
+                    archives.len(),
+                    dir.display(),
+                    dir.display()
+                );
             } else {
                 let how = match scheme {
                     "path-fds" => {
@@ -223,13 +239,108 @@ pub fn mount(args: MountArgs, json: bool) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn foreground(project: &Project, dir: &Path) -> anyhow::Result<ExitCode> {
+fn warn_processes_inside(dir: &Path) {
+    let inside = roar_roarfs::sys::processes_inside(dir);
+    if !inside.is_empty() {
+        let list: Vec<String> = inside
+            .iter()
+            .take(5)
+            .map(|(pid, comm)| format!("{pid} ({comm})"))
+            .collect();
+        eprintln!(
+            "roar: warning: {} process(es) have their working directory inside {} and will bypass the mount until they leave it: {}",
+            inside.len(),
+            dir.display(),
+            list.join(", ")
+        );
+    }
+}
+
+/// Where archive indexes are kept: beside the store.
+fn index_dir(project: &Project) -> PathBuf {
+    project.dir().join("archives")
+}
+
+/// Checks the archives and the mount point, and gives each archive's index: reused if the
+/// archive is unchanged since it was built, else built now with a progress bar.
+fn index_archives(
+    project: &Project,
+    dir: &Path,
+    archives: &[PathBuf],
+) -> anyhow::Result<Vec<roar_archive::Index>> {
+    anyhow::ensure!(
+        std::fs::read_dir(dir)?.next().is_none(),
+        "{} is not empty; archives are mounted on an empty directory (a mount would hide its files)",
+        dir.display()
+    );
+    let mut indexes = Vec::new();
+    for a in archives {
+        let meta = std::fs::metadata(a).with_context(|| format!("cannot read {}", a.display()))?;
+        anyhow::ensure!(
+            meta.is_file(),
+            "{} is not a file; `roar mount ARCHIVE... DIR` mounts archives on DIR, `roar mount DIR` records a directory",
+            a.display()
+        );
+        let bar = crate::hash_cmd::Progress::new(meta.len());
+        let started = Instant::now();
+        let (index, origin) =
+            roar_archive::cache::open(a, &index_dir(project), &|pos| bar.set(pos))?;
+        bar.finish();
+        if origin == roar_archive::cache::Origin::Built {
+            eprintln!(
+                "roar: indexed {} ({}, {} members{}) in {}",
+                index.archive.display(),
+                index.format.name(),
+                index.members.len(),
+                if index.skipped.is_empty() {
+                    String::new()
+                } else {
+                    format!("; {} entries not shown, see the mount log", index.skipped.len())
+                },
+                crate::fmt::duration_ns(started.elapsed().as_nanos() as i64)
+            );
+        }
+        indexes.push(index);
+    }
+    Ok(indexes)
+}
+
+fn foreground(
+    project: &Project,
+    dir: &Path,
+    archives: Vec<roar_archive::Index>,
+) -> anyhow::Result<ExitCode> {
     let daemon = std::env::var_os("ROAR_INTERNAL_MOUNT_DAEMON").is_some();
     let state = state_path(project, dir);
     let config = crate::config::Config::load(project)?;
     let ignore = roar_store::ignore::Ignore::new(&config.ignore);
-    let machine = roar_env::machine(&roar_env::Cache::open());
-    let result = roar_roarfs::serve(dir, &project.db_path(), ignore, Some(machine), |r| {
+    let machine = Some(roar_env::machine(&roar_env::Cache::open()));
+    let archive_paths: Vec<PathBuf> = archives.iter().map(|i| i.archive.clone()).collect();
+    let db = project.db_path();
+    let mount = || {
+        if archives.is_empty() {
+            return roar_roarfs::mount(dir, &db, ignore, machine);
+        }
+        let mut sources = Vec::new();
+        for index in archives {
+            for (path, why) in &index.skipped {
+                tracing::warn!(
+                    "roarfs: {}: {} not shown: {why}",
+                    index.archive.display(),
+                    String::from_utf8_lossy(path)
+                );
+            }
+            let archive = index.archive.clone();
+            sources.push(roar_archive::read::Source::open(index).map_err(|source| {
+                roar_roarfs::MountError::Open {
+                    path: archive,
+                    source,
+                }
+            })?);
+        }
+        roar_roarfs::mount_archives(sources, dir, &db, ignore, machine)
+    };
+    let result = roar_roarfs::serve(dir, mount, |r| {
         let mut out = std::io::stdout();
         match r {
             Ok(scheme) => {
@@ -237,11 +348,12 @@ fn foreground(project: &Project, dir: &Path) -> anyhow::Result<ExitCode> {
                     dir: dir.to_owned(),
                     pid: std::process::id() as i32,
                     started_ns: roar_store::now_ns(),
+                    archives: archive_paths.clone(),
                 };
                 let _ = std::fs::create_dir_all(state_dir(project));
                 let _ = std::fs::write(&state, serde_json::to_vec(&s).unwrap_or_default());
                 if daemon {
-                    let _ = writeln!(out, "ready {} {}", std::process::id(), scheme.name());
+                    let _ = writeln!(out, "ready {} {}", std::process::id(), scheme);
                 } else {
                     eprintln!(
                         "roar: mounted {} in the foreground; Ctrl-C unmounts",
@@ -299,7 +411,8 @@ pub(crate) fn mounts(project: &Project) -> Vec<serde_json::Value> {
                         "starting or stopping"
                     };
                     mounts.push(serde_json::json!({
-                        "dir": s.dir, "pid": s.pid, "since": crate::fmt::time_ns(s.started_ns), "state": state
+                        "dir": s.dir, "pid": s.pid, "since": crate::fmt::time_ns(s.started_ns), "state": state,
+                        "archives": s.archives
                     }));
                 }
             }
@@ -318,12 +431,21 @@ fn list(project: &Project, json: bool) -> anyhow::Result<ExitCode> {
         );
     } else {
         for m in &mounts {
+            let archives: Vec<&str> = m["archives"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
+                .unwrap_or_default();
             println!(
-                "{}  pid {}  since {}  {}",
+                "{}  pid {}  since {}  {}{}",
                 m["dir"].as_str().unwrap_or_default(),
                 m["pid"],
                 m["since"].as_str().unwrap_or_default(),
-                m["state"].as_str().unwrap_or_default()
+                m["state"].as_str().unwrap_or_default(),
+                if archives.is_empty() {
+                    String::new()
+                } else {
+                    format!("  archives: {}", archives.join(", "))
+                }
             );
         }
     }

@@ -75,7 +75,7 @@ pub(crate) enum Target {
 }
 
 /// `123` or `@123` is a job id, `b3:…` or 4+ hex digits a hash prefix (unless a file of that name
-/// exists), `s3://bucket/key` an object, `NAME` or `NAME~N` a job's `--name` (unless a file of
+/// exists), `s3://bucket/key` an object, `ARCHIVE!/member` a member of an archive, `NAME` or `NAME~N` a job's `--name` (unless a file of
 /// that name exists), anything else a path.
 pub(crate) fn classify(what: &OsStr, cwd: &Path) -> Target {
     classify_in(None, what, cwd)
@@ -96,6 +96,12 @@ pub(crate) fn classify_in(store: Option<&Store>, what: &OsStr, cwd: &Path) -> Ta
     let path = absolute(cwd, Path::new(what));
     if path.exists() {
         return Target::Path(path);
+    }
+    // A member of a mounted archive, `ARCHIVE!/path/in/archive`: named in the record after the
+    // archive's canonical path.
+    if let Some((archive, member)) = roar_archive::split_member_path(&path) {
+        let archive = std::fs::canonicalize(&archive).unwrap_or(archive);
+        return Target::Path(roar_archive::member_path(&archive, &member));
     }
     let hexish = s.len() >= 4 && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_hexdigit());
     if hexish {

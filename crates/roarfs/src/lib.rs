@@ -3,11 +3,13 @@
 //! opened, written, renamed or deleted through it, with content hashes computed inline.
 //!
 //! - [`fs`]: the FUSE operations (a thin adapter), passthrough, inline hashing of writes.
+//! - [`archive`]: `roar mount ARCHIVE... DIR`, archives as a read-only tree of members.
 //! - [`inodes`]: the inode table (backing files by kernel file handle, stable inode numbers).
 //! - [`content`]: what is known of backing files' content, and hashing them.
 //! - [`jobs`]: which job an access belongs to, and each live job's files until it is recorded.
 //! - [`sys`]: the fd-relative syscalls, file handles, creating as the caller.
 
+pub mod archive;
 pub mod content;
 pub mod fs;
 pub mod inodes;
@@ -46,7 +48,7 @@ pub struct Mounted {
     session: Option<fuser::BackgroundSession>,
     jobs: Arc<Jobs>,
     path: PathBuf,
-    scheme: inodes::Scheme,
+    how: &'static str,
 }
 
 /// Mounts roarfs in place over `dir`, recording into the store at `db`; paths `ignore` matches
@@ -78,7 +80,7 @@ pub fn mount(
             source,
         }
     })?;
-    let scheme = fs.inodes().scheme();
+    let how = fs.inodes().scheme().name();
     let mut config = fuser::Config::default();
     config.mount_options = vec![
         fuser::MountOption::FSName("roarfs".into()),
@@ -98,14 +100,52 @@ pub fn mount(
         session: Some(session),
         jobs,
         path: dir.to_owned(),
-        scheme,
+        how,
+    })
+}
+
+/// Mounts the indexed archives read-only on `dir` as one tree (later archives win where paths
+/// collide), recording member reads into the store at `db`.
+pub fn mount_archives(
+    sources: Vec<roar_archive::read::Source>,
+    dir: &Path,
+    db: &Path,
+    ignore: Ignore,
+    machine: Option<roar_store::Runtime>,
+) -> Result<Mounted, MountError> {
+    let writer = roar_store::Writer::start(db)?;
+    let jobs = Arc::new(Jobs::new(writer, ignore).with_machine(machine));
+    jobs.watch_exits();
+    let fs = archive::ArchiveFs::new(sources, jobs.clone());
+    let mut config = fuser::Config::default();
+    config.mount_options = vec![
+        fuser::MountOption::FSName("roarfs".into()),
+        fuser::MountOption::Subtype("roarfs".into()),
+        fuser::MountOption::RO,
+        fuser::MountOption::DefaultPermissions,
+    ];
+    config.acl = fuser::SessionACL::All;
+    // Decoding a compressed member blocks its thread; keep others serving.
+    config.n_threads = Some(4);
+    let session = fuser::Session::new(fs, dir, &config)
+        .and_then(|s| s.spawn())
+        .map_err(|source| MountError::Mount {
+            path: dir.to_owned(),
+            source,
+        })?;
+    Ok(Mounted {
+        session: Some(session),
+        jobs,
+        path: dir.to_owned(),
+        how: "archive",
     })
 }
 
 impl Mounted {
-    /// How the daemon reaches backing files (file handles, or a descriptor per inode).
-    pub fn scheme(&self) -> inodes::Scheme {
-        self.scheme
+    /// How the daemon reaches what it serves: "file-handles" or "path-fds" for a directory,
+    /// "archive" for archives.
+    pub fn how(&self) -> &'static str {
+        self.how
     }
 
     /// Records the jobs whose root process has exited; call it every few hundred milliseconds.
@@ -174,22 +214,22 @@ pub const TICK: Duration = Duration::from_millis(200);
 /// daemon can return), records finished jobs every [`TICK`], and on a signal unmounts and records
 /// the rest. Signals are blocked in every thread and taken synchronously here, so no handler runs
 /// inside the filesystem's threads.
+///
+/// `mount` makes the mount ([`mount`] or [`mount_archives`]); `ready` gets [`Mounted::how`].
 pub fn serve(
     dir: &Path,
-    db: &Path,
-    ignore: Ignore,
-    machine: Option<roar_store::Runtime>,
-    ready: impl FnOnce(Result<inodes::Scheme, &MountError>),
+    mount: impl FnOnce() -> Result<Mounted, MountError>,
+    ready: impl FnOnce(Result<&'static str, &MountError>),
 ) -> Result<Vec<i64>, MountError> {
     let signals = sys::block_signals(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP]);
-    let mounted = match mount(dir, db, ignore, machine) {
+    let mounted = match mount() {
         Ok(m) => m,
         Err(e) => {
             ready(Err(&e));
             return Err(e);
         }
     };
-    ready(Ok(mounted.scheme()));
+    ready(Ok(mounted.how()));
     let mut recorded = Vec::new();
     loop {
         if let Some(sig) = sys::wait_signal(&signals, TICK) {

@@ -515,13 +515,16 @@ const CONFIRM_FIRST: u64 = 8 << 20;
 /// (inputs, rename destinations, outputs not hashed during the run) is hashed first, in parallel,
 /// and goes to the sink in one chunk.
 pub fn hash<'c>(
-    classified: Classified,
+    mut classified: Classified,
     opts: HashOptions,
     cache: &dyn Fn() -> Option<&'c Connection>,
     early: &Early,
     sink: &mut dyn FnMut(FileChunk),
 ) -> Hashed {
     let mut summary = Hashed::default();
+    // Members read through an archive mount: the mount knows what they are (and their hash).
+    let from_archives = archive_members(&mut classified.paths);
+    summary.inputs += from_archives.len();
     // Destinations of renames: their current content may pin an input's, so they are hashed with
     // the inputs.
     let moved_to: HashSet<&OsStr> = classified
@@ -580,7 +583,7 @@ pub fn hash<'c>(
         batch.results[*index.get(p.as_os_str())?].as_ref().ok()
     };
 
-    let mut files = Vec::new();
+    let mut files = from_archives;
     for ((path, st), later) in classified.paths.iter().zip(&later) {
         if *later {
             continue;
@@ -640,6 +643,39 @@ pub fn hash<'c>(
         });
     }
     summary
+}
+
+/// Takes out of `paths` the files only read under an archive mount (`roar mount ARCHIVE DIR`)
+/// that the mount says are members, and gives their records: each member as
+/// `ARCHIVE!/path/in/archive` with its hash, and each archive once, as the mount records them.
+fn archive_members(paths: &mut Vec<(PathBuf, PathState)>) -> Vec<FileRecord> {
+    let mounts = roar_archive::mounted::archive_mounts();
+    let mut records = Vec::new();
+    if mounts.is_empty() {
+        return records;
+    }
+    let hash = |b3: &[u8; 32], size: u64| ContentHash {
+        blake3: roar_store::hash::hex(b3),
+        sha256: None,
+        size,
+    };
+    let mut archives = HashSet::default();
+    paths.retain(|(path, st)| {
+        let only_read = path_use(st).records() == (true, None);
+        if !only_read || !mounts.iter().any(|m| path.starts_with(m)) {
+            return true;
+        }
+        let Some(r) = roar_archive::mounted::member_at(path) else {
+            return true;
+        };
+        records.push(file_record(Role::Input, r.path, st, Some(hash(&r.blake3, r.size))));
+        if archives.insert(r.archive.clone()) {
+            let h = hash(&r.archive_blake3, r.archive_size);
+            records.push(file_record(Role::Input, r.archive, st, Some(h)));
+        }
+        false
+    });
+    records
 }
 
 /// Whether the job wrote at `at` after the content of `origin` landed there.

@@ -1,0 +1,161 @@
+//! How a program outside the mount learns that a file it read is an archive member: every member
+//! of a `roar mount ARCHIVE DIR` answers the extended attribute [`XATTR`] with its identity
+//! (member path, member hash, archive, archive hash). `roar run`'s tracer asks it of the inputs it
+//! found under an archive mount, so a traced job records `ARCHIVE!/member` and the archive version,
+//! as the mount records for the jobs it attributes itself.
+
+use std::ffi::CString;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+
+/// The attribute name; its value is [`MemberRef::encode`]d.
+pub const XATTR: &str = "user.roar.member";
+
+/// A member as the mount knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberRef {
+    /// `ARCHIVE!/path/in/archive`.
+    pub path: PathBuf,
+    pub blake3: [u8; 32],
+    pub size: u64,
+    pub archive: PathBuf,
+    pub archive_blake3: [u8; 32],
+    pub archive_size: u64,
+}
+
+impl MemberRef {
+    /// Fields separated by NUL (which no path holds): path, hash, size, archive, hash, size.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::new();
+        for field in [
+            self.path.as_os_str().as_bytes(),
+            hex(&self.blake3).as_bytes(),
+            self.size.to_string().as_bytes(),
+            self.archive.as_os_str().as_bytes(),
+            hex(&self.archive_blake3).as_bytes(),
+            self.archive_size.to_string().as_bytes(),
+        ] {
+            v.extend_from_slice(field);
+            v.push(0);
+        }
+        v
+    }
+
+    pub fn decode(v: &[u8]) -> Option<MemberRef> {
+        let f: Vec<&[u8]> = v.strip_suffix(b"\0")?.split(|&b| b == 0).collect();
+        let [path, b3, size, archive, ab3, asize] = f.as_slice() else {
+            return None;
+        };
+        let num = |b: &[u8]| std::str::from_utf8(b).ok()?.parse::<u64>().ok();
+        Some(MemberRef {
+            path: PathBuf::from(std::ffi::OsString::from_vec(path.to_vec())),
+            blake3: unhex(b3)?,
+            size: num(size)?,
+            archive: PathBuf::from(std::ffi::OsString::from_vec(archive.to_vec())),
+            archive_blake3: unhex(ab3)?,
+            archive_size: num(asize)?,
+        })
+    }
+}
+
+pub fn hex(b: &[u8; 32]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &[u8]) -> Option<[u8; 32]> {
+    if s.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, pair) in s.chunks(2).enumerate() {
+        out[i] = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// The directories archives are mounted on: read-only roarfs mounts in this mount namespace.
+pub fn archive_mounts() -> Vec<PathBuf> {
+    let Ok(info) = std::fs::read("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for line in info.split(|&b| b == b'\n') {
+        let f: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+        let Some(sep) = f.iter().position(|x| *x == b"-") else {
+            continue;
+        };
+        let fuse = f.get(sep + 1).is_some_and(|t| t.starts_with(b"fuse"));
+        let roarfs = f.get(sep + 2) == Some(&&b"roarfs"[..]);
+        let ro = f
+            .get(5)
+            .is_some_and(|o| o.split(|&b| b == b',').any(|x| x == b"ro"));
+        if fuse && roarfs && ro {
+            if let Some(dir) = f.get(4) {
+                out.push(PathBuf::from(std::ffi::OsString::from_vec(unescape(dir))));
+            }
+        }
+    }
+    out
+}
+
+/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
+fn unescape(b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// What the mount says of the file at `path`, if it is an archive member.
+pub fn member_at(path: &Path) -> Option<MemberRef> {
+    let c = CString::new(path.as_os_str().as_bytes()).ok()?;
+    let name = CString::new(XATTR).ok()?;
+    let mut buf = vec![0u8; 4096 + path.as_os_str().len() * 2];
+    // SAFETY: NUL-terminated path and name; the buffer's length is what is passed.
+    let n = unsafe {
+        libc::getxattr(
+            c.as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n <= 0 {
+        return None;
+    }
+    buf.truncate(n as usize);
+    MemberRef::decode(&buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_member_reference_survives_encoding() {
+        let r = MemberRef {
+            path: PathBuf::from("/d/a b.tar!/x/\n1.jpg"),
+            blake3: [7; 32],
+            size: 12,
+            archive: PathBuf::from("/d/a b.tar"),
+            archive_blake3: [9; 32],
+            archive_size: 1 << 40,
+        };
+        assert_eq!(MemberRef::decode(&r.encode()), Some(r));
+        assert_eq!(MemberRef::decode(b"junk"), None);
+    }
+
+    #[test]
+    fn mountinfo_escapes_are_undone() {
+        assert_eq!(unescape(br"/a\040b\134c"), b"/a b\\c");
+    }
+}
