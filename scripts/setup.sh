@@ -7,7 +7,8 @@ need_apt=()
 # cmake builds aws-lc (TLS of the gateway's upstream client); acl (setfacl) is for the mount's ACL tests.
 # zsh, fish and groff check that `roar completions` parse and `roar man` renders (tests/tests/cli_habits.rs).
 # python3-venv: the environment tests build a real venv (tests/tests/environment.rs).
-for pkg in clang libelf-dev zlib1g-dev pkg-config make cmake b3sum strace hyperfine git gcc graphviz openssl acl zsh fish groff-base python3-venv; do
+# zstd (with pzstd), zip and unzip make and extract the archives of the archive-mount tests.
+for pkg in clang libelf-dev zlib1g-dev pkg-config make cmake b3sum strace hyperfine git gcc graphviz openssl acl zsh fish groff-base python3-venv zstd zip unzip; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -29,7 +29,11 @@ pub fn index_path(dir: &Path, archive: &Path) -> PathBuf {
 
 /// The index of `archive`: reused from `dir` if it is current, else built (calling
 /// `progress` with bytes read) and saved.
-pub fn open(archive: &Path, dir: &Path, progress: Progress) -> Result<(Index, Origin), ArchiveError> {
+pub fn open(
+    archive: &Path,
+    dir: &Path,
+    progress: Progress,
+) -> Result<(Index, Origin), ArchiveError> {
     let canonical = std::fs::canonicalize(archive).map_err(|source| ArchiveError::Io {
         path: archive.to_owned(),
         source,
@@ -187,7 +191,10 @@ fn save(at: &Path, index: &Index) -> rusqlite::Result<()> {
             let mut meta = tx.prepare("INSERT INTO meta (key, value) VALUES (?1, ?2)")?;
             let id = &index.identity;
             meta.execute(params!["version", VERSION])?;
-            meta.execute(params!["archive", index.archive.as_os_str().as_encoded_bytes()])?;
+            meta.execute(params![
+                "archive",
+                index.archive.as_os_str().as_encoded_bytes()
+            ])?;
             meta.execute(params!["format", index.format.name()])?;
             meta.execute(params!["blake3", &index.blake3[..]])?;
             meta.execute(params!["size", id.size as i64])?;
@@ -225,8 +232,8 @@ fn save(at: &Path, index: &Index) -> rusqlite::Result<()> {
                     m.link
                 ])?;
             }
-            let mut pts =
-                tx.prepare("INSERT INTO points (uoff, coff, bits, window) VALUES (?1, ?2, ?3, ?4)")?;
+            let mut pts = tx
+                .prepare("INSERT INTO points (uoff, coff, bits, window) VALUES (?1, ?2, ?3, ?4)")?;
             for p in &index.points {
                 pts.execute(params![p.uoff as i64, p.coff as i64, p.bits, p.window])?;
             }

@@ -30,7 +30,9 @@ pub enum ArchiveError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{path} is not an archive roar can mount ({why}); it mounts tar, tar.gz, tar.zst and zip")]
+    #[error(
+        "{path} is not an archive roar can mount ({why}); it mounts tar, tar.gz, tar.zst and zip"
+    )]
     Unsupported { path: PathBuf, why: String },
     #[error("{path} is damaged: {why}")]
     Corrupt { path: PathBuf, why: String },
@@ -87,22 +89,32 @@ impl Format {
         };
         if head.starts_with(&[0x1f, 0x8b]) {
             Ok(Format::TarGz)
-        } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) || starts_skippable(&head) {
+            // A skippable frame first: pzstd's frame table, the seekable format's.
             Ok(Format::TarZst)
         } else if head.starts_with(b"PK\x03\x04") || head.starts_with(b"PK\x05\x06") {
             Ok(Format::Zip)
         } else if head.len() == 512 && (&head[257..262] == b"ustar" || tar_checksum_ok(&head)) {
             Ok(Format::Tar)
         } else if head.starts_with(b"BZh") {
-            Err(unsupported("bzip2 is not supported: recompress with gzip or zstd"))
+            Err(unsupported(
+                "bzip2 is not supported: recompress with gzip or zstd",
+            ))
         } else if head.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0]) {
-            Err(unsupported("xz is not supported: recompress with gzip or zstd"))
+            Err(unsupported(
+                "xz is not supported: recompress with gzip or zstd",
+            ))
         } else if head.is_empty() {
             Err(unsupported("the file is empty"))
         } else {
             Err(unsupported("unknown format"))
         }
     }
+}
+
+/// A zstd skippable frame (magic 0x184D2A50 to 0x184D2A5F, little-endian).
+fn starts_skippable(h: &[u8]) -> bool {
+    h.len() >= 8 && h[1..4] == [0x2a, 0x4d, 0x18] && h[0] & 0xf0 == 0x50
 }
 
 /// A pre-POSIX (v7) tar header: its checksum field matches the sum of its bytes.
@@ -115,7 +127,13 @@ fn tar_checksum_ok(h: &[u8]) -> bool {
     let sum: u32 = h
         .iter()
         .enumerate()
-        .map(|(i, &b)| if (148..156).contains(&i) { 32 } else { u32::from(b) })
+        .map(|(i, &b)| {
+            if (148..156).contains(&i) {
+                32
+            } else {
+                u32::from(b)
+            }
+        })
         .sum();
     sum == want
 }
@@ -202,6 +220,29 @@ impl Index {
         member_path(&self.archive, &member.path)
     }
 
+    /// The most a read may have to decode before reaching its offset: the longest stretch of the
+    /// decompressed stream between two access points (0 for stored members).
+    pub fn longest_stretch(&self) -> u64 {
+        let Some(last) = self.points.last() else {
+            return 0;
+        };
+        let end = self
+            .members
+            .iter()
+            .map(|m| match m.data {
+                Data::Stream { offset } => offset + m.size,
+                _ => 0,
+            })
+            .max()
+            .unwrap_or(last.uoff);
+        self.points
+            .windows(2)
+            .map(|w| w[1].uoff - w[0].uoff)
+            .chain([end.saturating_sub(last.uoff)])
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The last access point at or before `uoff`.
     pub fn point_before(&self, uoff: u64) -> Option<&Point> {
         let i = self.points.partition_point(|p| p.uoff <= uoff);
@@ -263,7 +304,10 @@ mod tests {
         assert_eq!(normalize(b"/abs/x"), Some(b"abs/x".to_vec()));
         assert_eq!(normalize(b"a/../../etc/passwd"), None);
         assert_eq!(normalize(b"./"), None);
-        assert_eq!(normalize(b"we ird\n/na\xffme"), Some(b"we ird\n/na\xffme".to_vec()));
+        assert_eq!(
+            normalize(b"we ird\n/na\xffme"),
+            Some(b"we ird\n/na\xffme".to_vec())
+        );
     }
 
     #[test]

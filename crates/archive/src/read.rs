@@ -5,7 +5,7 @@
 
 use std::fs::File;
 use std::io::{self, Read};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::gz::{self, read_at_retry};
 use crate::{zst, Data, Format, Identity, Index, Member};
@@ -14,7 +14,14 @@ use crate::{zst, Data, Format, Identity, Index, Member};
 pub struct Source {
     pub index: Index,
     file: Arc<File>,
+    /// Decoders of the compressed stream left by readers that are done, each positioned where
+    /// its reader stopped: a member further on starts from there instead of from an access point
+    /// (reading members in archive order, as WebDataset loaders do, decodes the stream once).
+    parked: Mutex<Vec<Decoder>>,
 }
+
+/// Decoders kept for reuse (a zstd decoder holds its window: up to 8 MiB, more with --long).
+const PARKED: usize = 4;
 
 impl Source {
     /// Opens the archive the index describes; an error if it is no longer that file.
@@ -23,6 +30,7 @@ impl Source {
         let source = Source {
             index,
             file: Arc::new(file),
+            parked: Mutex::new(Vec::new()),
         };
         if source.changed() {
             return Err(io::Error::other(format!(
@@ -41,11 +49,45 @@ impl Source {
             .map_or(true, |m| Identity::of(&m) != self.index.identity)
     }
 
+    /// A reader of member `member`, starting from the best parked decoder if one is behind it.
     pub fn reader(&self, member: usize) -> MemberReader {
-        MemberReader {
-            member: self.index.members[member].clone(),
-            decoder: Decoder::None,
+        let member = self.index.members[member].clone();
+        let mut decoder = Decoder::None;
+        if let Data::Stream { offset } = member.data {
+            let mut parked = self.parked.lock().expect("parked decoders");
+            let best = (0..parked.len())
+                .filter(|&i| self.worth_reusing(&parked[i], offset))
+                .max_by_key(|&i| parked[i].offset());
+            if let Some(i) = best {
+                decoder = parked.swap_remove(i);
+            }
         }
+        MemberReader { member, decoder }
+    }
+
+    /// Takes back a reader that is done, keeping its decoder for a later member.
+    pub fn park(&self, reader: MemberReader) {
+        if !matches!(reader.decoder, Decoder::Inflate(_) | Decoder::Zstd(_))
+            || !matches!(reader.member.data, Data::Stream { .. })
+        {
+            return;
+        }
+        let mut parked = self.parked.lock().expect("parked decoders");
+        if parked.len() >= PARKED {
+            // The one furthest back is the least likely to be ahead of a later read.
+            if let Some(i) = (0..parked.len()).min_by_key(|&i| parked[i].offset()) {
+                parked.swap_remove(i);
+            }
+        }
+        parked.push(reader.decoder);
+    }
+
+    /// Whether decoding on from `decoder` to `target` costs less than from the access point
+    /// before `target`.
+    fn worth_reusing(&self, decoder: &Decoder, target: u64) -> bool {
+        let point = self.index.point_before(target).map_or(0, |p| p.uoff);
+        let at = decoder.offset();
+        at <= target && at >= point
     }
 }
 
@@ -55,14 +97,21 @@ enum Decoder {
     Zstd(zst::Cursor),
 }
 
+impl Decoder {
+    fn offset(&self) -> u64 {
+        match self {
+            Decoder::Inflate(c) => c.offset(),
+            Decoder::Zstd(c) => c.offset(),
+            Decoder::None => 0,
+        }
+    }
+}
+
 /// Reads one member; keeps its decoder positioned after the last read.
 pub struct MemberReader {
     member: Member,
     decoder: Decoder,
 }
-
-/// How far ahead a positioned decoder is kept rather than restarted from an access point.
-const SKIP_AHEAD: u64 = gz::SPAN;
 
 impl MemberReader {
     /// Fills `buf` from offset `off` of the member, short only at its end.
@@ -78,17 +127,16 @@ impl MemberReader {
             Data::Raw { offset } => read_at_retry(file, buf, offset + off),
             Data::Stream { offset } => {
                 let target = offset + off;
-                let at = match &self.decoder {
-                    Decoder::Inflate(c) => Some(c.offset()),
-                    Decoder::Zstd(c) => Some(c.offset()),
-                    Decoder::None => None,
-                };
-                if !at.is_some_and(|at| at <= target && target - at <= SKIP_AHEAD) {
+                let positioned = !matches!(self.decoder, Decoder::None)
+                    && src.worth_reusing(&self.decoder, target);
+                if !positioned {
                     let point = src.index.point_before(target).ok_or_else(|| {
                         io::Error::new(io::ErrorKind::InvalidData, "no access point in the index")
                     })?;
                     self.decoder = match src.index.format {
-                        Format::TarZst => Decoder::Zstd(zst::Cursor::at_point(file.clone(), point)?),
+                        Format::TarZst => {
+                            Decoder::Zstd(zst::Cursor::at_point(file.clone(), point)?)
+                        }
                         _ => Decoder::Inflate(gz::Cursor::at_point(file, point)?),
                     };
                 }

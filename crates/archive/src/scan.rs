@@ -47,7 +47,10 @@ pub fn scan(archive: &Path, progress: Progress) -> Result<Index, ArchiveError> {
             Ok(*h.finalize().as_bytes())
         });
         let listed = list(&file, format, progress);
-        (listed, whole.join().expect("the archive hash thread panicked"))
+        (
+            listed,
+            whole.join().expect("the archive hash thread panicked"),
+        )
     });
     let (members, points, skipped) = listed.map_err(corrupt)?;
     let blake3 = blake3.map_err(io)?;
@@ -138,7 +141,10 @@ fn list_tar(
         let raw = e.path_bytes().into_owned();
         let h = e.header();
         let et = h.entry_type();
-        if matches!(et, T::XGlobalHeader | T::XHeader | T::GNULongName | T::GNULongLink) {
+        if matches!(
+            et,
+            T::XGlobalHeader | T::XHeader | T::GNULongName | T::GNULongLink
+        ) {
             continue;
         }
         let Some(path) = normalize(&raw) else {
@@ -253,7 +259,10 @@ fn list_zip(file: &File, report: &dyn Fn()) -> io::Result<(Vec<Member>, Vec<(Vec
             Kind::File
         };
         let offset = f.data_start().ok_or_else(|| {
-            io::Error::new(io::ErrorKind::InvalidData, "a member without a local header")
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                "a member without a local header",
+            )
         })?;
         let data = match f.compression() {
             zip::CompressionMethod::Stored => Data::Raw { offset },
@@ -337,10 +346,7 @@ fn dos_time(t: zip::DateTime) -> i64 {
     let doy = (153 * mp + 2) / 5 + d - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146_097 + doe - 719_468;
-    days * 86_400
-        + i64::from(t.hour()) * 3600
-        + i64::from(t.minute()) * 60
-        + i64::from(t.second())
+    days * 86_400 + i64::from(t.hour()) * 3600 + i64::from(t.minute()) * 60 + i64::from(t.second())
 }
 
 /// A path listed twice keeps its last entry, as extracting the archive would leave it.

@@ -45,7 +45,9 @@ fn tree(root: &Path) -> BTreeMap<String, Vec<u8>> {
             _ => rng.below(300_000) as usize,
         };
         let content: Vec<u8> = if i == 6 {
-            (0..size).map(|k| b"0123456789,abc\n"[(k * 7 + k / 13) % 15]).collect()
+            (0..size)
+                .map(|k| b"0123456789,abc\n"[(k * 7 + k / 13) % 15])
+                .collect()
         } else {
             (0..size).map(|_| rng.next() as u8).collect()
         };
@@ -66,7 +68,11 @@ fn tree(root: &Path) -> BTreeMap<String, Vec<u8>> {
 
 fn run(cmd: &mut Command) {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Concatenates two independently compressed halves of `plain` (what pigz, bgzip and
@@ -79,14 +85,23 @@ fn two_parts(plain: &Path, out: &Path, tool: &str) {
         let p = out.with_extension(format!("part{k}"));
         std::fs::write(&p, part).unwrap();
         run(Command::new(tool).arg("-q").arg("-f").arg(&p));
-        let z = PathBuf::from(format!("{}.{}", p.display(), if tool == "gzip" { "gz" } else { "zst" }));
+        let z = PathBuf::from(format!(
+            "{}.{}",
+            p.display(),
+            if tool == "gzip" { "gz" } else { "zst" }
+        ));
         joined.extend(std::fs::read(&z).unwrap());
     }
     std::fs::write(out, joined).unwrap();
 }
 
 fn check(archive: &Path, format: Format, files: &BTreeMap<String, Vec<u8>>, seed: u64) {
-    assert_eq!(Format::detect(archive).unwrap(), format, "{}", archive.display());
+    assert_eq!(
+        Format::detect(archive).unwrap(),
+        format,
+        "{}",
+        archive.display()
+    );
     let index = scan::scan(archive, &|_| {}).unwrap();
     assert_eq!(index.format, format);
     assert_eq!(
@@ -126,7 +141,11 @@ fn check(archive: &Path, format: Format, files: &BTreeMap<String, Vec<u8>>, seed
             }
             back.extend_from_slice(&buf[..n]);
         }
-        assert!(back == *want, "{}: {name} read back differs", archive.display());
+        assert!(
+            back == *want,
+            "{}: {name} read back differs",
+            archive.display()
+        );
     }
     let names: Vec<&String> = got.keys().collect();
     for _ in 0..400 {
@@ -140,7 +159,11 @@ fn check(archive: &Path, format: Format, files: &BTreeMap<String, Vec<u8>>, seed
         let from = (off as usize).min(want.len());
         let to = (from + len).min(want.len());
         assert_eq!(n, to - from, "{name} at {off}+{len}");
-        assert!(buf[..n] == want[from..to], "{}: {name} at {off}+{len}", archive.display());
+        assert!(
+            buf[..n] == want[from..to],
+            "{}: {name} at {off}+{len}",
+            archive.display()
+        );
     }
 }
 
@@ -151,11 +174,21 @@ fn every_format_indexes_and_reads_back_every_member() {
     let files = tree(&src);
     let out = scratch.path();
     let tar = out.join("t.tar");
-    run(Command::new("tar").arg("-cf").arg(&tar).arg("-C").arg(&src).arg("."));
+    run(Command::new("tar")
+        .arg("-cf")
+        .arg(&tar)
+        .arg("-C")
+        .arg(&src)
+        .arg("."));
     check(&tar, Format::Tar, &files, 1);
 
     let tgz = out.join("t.tar.gz");
-    run(Command::new("tar").arg("-czf").arg(&tgz).arg("-C").arg(&src).arg("."));
+    run(Command::new("tar")
+        .arg("-czf")
+        .arg(&tgz)
+        .arg("-C")
+        .arg(&src)
+        .arg("."));
     check(&tgz, Format::TarGz, &files, 2);
     let index = scan::scan(&tgz, &|_| {}).unwrap();
     assert!(index.points.len() >= 10, "a point every 1 MiB of ~16 MiB");
@@ -165,7 +198,12 @@ fn every_format_indexes_and_reads_back_every_member() {
     check(&multi, Format::TarGz, &files, 3);
 
     let zst = out.join("t.tar.zst");
-    run(Command::new("zstd").arg("-q").arg("-f").arg(&tar).arg("-o").arg(&zst));
+    run(Command::new("zstd")
+        .arg("-q")
+        .arg("-f")
+        .arg(&tar)
+        .arg("-o")
+        .arg(&zst));
     check(&zst, Format::TarZst, &files, 4);
     let frames = out.join("frames.tar.zst");
     two_parts(&tar, &frames, "zstd");
@@ -173,10 +211,21 @@ fn every_format_indexes_and_reads_back_every_member() {
     assert_eq!(scan::scan(&frames, &|_| {}).unwrap().points.len(), 2);
 
     let zip = out.join("t.zip");
-    run(Command::new("zip").arg("-q").arg("-r").arg(&zip).arg(".").current_dir(&src));
+    run(Command::new("zip")
+        .arg("-q")
+        .arg("-r")
+        .arg(&zip)
+        .arg(".")
+        .current_dir(&src));
     check(&zip, Format::Zip, &files, 6);
     let stored = out.join("stored.zip");
-    run(Command::new("zip").arg("-q").arg("-0").arg("-r").arg(&stored).arg(".").current_dir(&src));
+    run(Command::new("zip")
+        .arg("-q")
+        .arg("-0")
+        .arg("-r")
+        .arg(&stored)
+        .arg(".")
+        .current_dir(&src));
     check(&stored, Format::Zip, &files, 7);
 }
 
@@ -189,10 +238,22 @@ fn links_duplicates_and_escaping_paths_in_tar() {
     std::fs::hard_link(src.join("d/orig"), src.join("hard")).unwrap();
     std::os::unix::fs::symlink("d/orig", src.join("soft")).unwrap();
     let tar = scratch.path().join("l.tar");
-    run(Command::new("tar").arg("-cf").arg(&tar).arg("-C").arg(&src).arg("d").arg("hard").arg("soft"));
+    run(Command::new("tar")
+        .arg("-cf")
+        .arg(&tar)
+        .arg("-C")
+        .arg(&src)
+        .arg("d")
+        .arg("hard")
+        .arg("soft"));
     // A second copy of d/orig appended: extraction leaves the later one.
     std::fs::write(src.join("d/orig"), b"replaced").unwrap();
-    run(Command::new("tar").arg("-rf").arg(&tar).arg("-C").arg(&src).arg("d/orig"));
+    run(Command::new("tar")
+        .arg("-rf")
+        .arg(&tar)
+        .arg("-C")
+        .arg(&src)
+        .arg("d/orig"));
     // A member whose name climbs out of the archive (`tar -P` keeps it as given).
     std::fs::write(scratch.path().join("evil"), b"x").unwrap();
     run(Command::new("tar")
@@ -206,11 +267,17 @@ fn links_duplicates_and_escaping_paths_in_tar() {
         .map(|m| (String::from_utf8(m.path.clone()).unwrap(), m))
         .collect();
     assert_eq!(by["d/orig"].blake3, *blake3::hash(b"replaced").as_bytes());
-    assert_eq!(by["hard"].blake3, *blake3::hash(b"original bytes").as_bytes());
+    assert_eq!(
+        by["hard"].blake3,
+        *blake3::hash(b"original bytes").as_bytes()
+    );
     assert_eq!(by["soft"].kind, Kind::Symlink);
     assert_eq!(by["soft"].link.as_deref(), Some(&b"d/orig"[..]));
     assert!(!by.keys().any(|k| k.contains("evil")));
-    assert!(index.skipped.iter().any(|(p, _)| String::from_utf8_lossy(p).contains("evil")));
+    assert!(index
+        .skipped
+        .iter()
+        .any(|(p, _)| String::from_utf8_lossy(p).contains("evil")));
 }
 
 #[test]
@@ -220,7 +287,12 @@ fn the_index_is_reused_until_the_archive_changes() {
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(src.join("f"), b"one").unwrap();
     let tar = scratch.path().join("c.tar");
-    run(Command::new("tar").arg("-cf").arg(&tar).arg("-C").arg(&src).arg("f"));
+    run(Command::new("tar")
+        .arg("-cf")
+        .arg(&tar)
+        .arg("-C")
+        .arg(&src)
+        .arg("f"));
     let dir = scratch.path().join("idx");
     let (first, o1) = cache::open(&tar, &dir, &|_| {}).unwrap();
     let (again, o2) = cache::open(&tar, &dir, &|_| {}).unwrap();
@@ -228,13 +300,25 @@ fn the_index_is_reused_until_the_archive_changes() {
     assert_eq!(first.members, again.members);
     assert_eq!(first.blake3, again.blake3);
     std::fs::write(src.join("f"), b"two!").unwrap();
-    run(Command::new("tar").arg("-cf").arg(&tar).arg("-C").arg(&src).arg("f"));
+    run(Command::new("tar")
+        .arg("-cf")
+        .arg(&tar)
+        .arg("-C")
+        .arg(&src)
+        .arg("f"));
     let (changed, o3) = cache::open(&tar, &dir, &|_| {}).unwrap();
     assert_eq!(o3, cache::Origin::Built);
     assert_eq!(changed.members[0].blake3, *blake3::hash(b"two!").as_bytes());
     // A damaged index file is rebuilt, not trusted.
-    std::fs::write(cache::index_path(&dir, &std::fs::canonicalize(&tar).unwrap()), b"junk").unwrap();
-    assert_eq!(cache::open(&tar, &dir, &|_| {}).unwrap().1, cache::Origin::Built);
+    std::fs::write(
+        cache::index_path(&dir, &std::fs::canonicalize(&tar).unwrap()),
+        b"junk",
+    )
+    .unwrap();
+    assert_eq!(
+        cache::open(&tar, &dir, &|_| {}).unwrap().1,
+        cache::Origin::Built
+    );
 }
 
 #[test]
@@ -249,7 +333,12 @@ fn what_is_not_an_archive_is_said_in_one_line() {
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(src.join("f"), vec![7u8; 1 << 20]).unwrap();
     let full = scratch.path().join("full.tar.gz");
-    run(Command::new("tar").arg("-czf").arg(&full).arg("-C").arg(&src).arg("f"));
+    run(Command::new("tar")
+        .arg("-czf")
+        .arg(&full)
+        .arg("-C")
+        .arg(&src)
+        .arg("f"));
     let bytes = std::fs::read(&full).unwrap();
     std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
     let e = scan::scan(&truncated, &|_| {}).unwrap_err().to_string();

@@ -257,7 +257,7 @@ fn warn_processes_inside(dir: &Path) {
 }
 
 /// Where archive indexes are kept: beside the store.
-fn index_dir(project: &Project) -> PathBuf {
+pub(crate) fn index_dir(project: &Project) -> PathBuf {
     project.dir().join("archives")
 }
 
@@ -295,9 +295,21 @@ fn index_archives(
                 if index.skipped.is_empty() {
                     String::new()
                 } else {
-                    format!("; {} entries not shown, see the mount log", index.skipped.len())
+                    format!(
+                        "; {} entries not shown, see the mount log",
+                        index.skipped.len()
+                    )
                 },
                 crate::fmt::duration_ns(started.elapsed().as_nanos() as i64)
+            );
+        }
+        // gzip gets an access point every MiB; zstd only has its frames.
+        let stretch = index.longest_stretch();
+        if stretch > 64 << 20 {
+            eprintln!(
+                "roar: note: {} has zstd frames of up to {} decompressed: a member read out of archive order decodes its frame from the start; `pzstd` makes archives with small frames",
+                index.archive.display(),
+                crate::fmt::size(stretch)
             );
         }
         indexes.push(index);

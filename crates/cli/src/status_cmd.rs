@@ -15,8 +15,13 @@ use crate::fmt::{self, bold, rel_exact};
 use crate::lineage_cmd::open;
 
 /// What is at each path now: the hash cache answers for a file whose identity did not move; only
-/// the others are read.
-fn look(store: &Store, paths: &[String]) -> HashMap<String, Now> {
+/// the others are read. An archive member (`ARCHIVE!/member`) is what the archive's index says
+/// (built again if the archive changed).
+fn look(project: &Project, store: &Store, paths: &[String]) -> HashMap<String, Now> {
+    let (members, paths): (Vec<&String>, Vec<&String>) = paths
+        .iter()
+        .partition(|p| roar_archive::split_member_path(Path::new(p)).is_some());
+    let mut now = look_members(project, &members);
     let bufs: Vec<PathBuf> = paths.iter().map(PathBuf::from).collect();
     let batch = hash_paths(
         &bufs,
@@ -25,25 +30,52 @@ fn look(store: &Store, paths: &[String]) -> HashMap<String, Now> {
         &|| Some(store.conn()),
         &|_| {},
     );
-    let now = paths
-        .iter()
-        .zip(batch.results)
-        .map(|(p, r)| {
-            let n = match r {
-                Ok(h) => Now::Content(h.hash.blake3),
-                Err(HashError::Io { source, .. })
-                    if source.kind() == std::io::ErrorKind::NotFound =>
-                {
-                    Now::Missing
-                }
-                // A directory now where a file was, or a file that was replaced by another kind.
-                Err(HashError::NotAFile { .. }) => Now::Missing,
-                Err(_) => Now::Unknown,
-            };
-            (p.clone(), n)
-        })
-        .collect();
+    now.extend(paths.iter().zip(batch.results).map(|(p, r)| {
+        let n = match r {
+            Ok(h) => Now::Content(h.hash.blake3),
+            Err(HashError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                Now::Missing
+            }
+            // A directory now where a file was, or a file that was replaced by another kind.
+            Err(HashError::NotAFile { .. }) => Now::Missing,
+            Err(_) => Now::Unknown,
+        };
+        ((*p).clone(), n)
+    }));
     crate::lineage_cmd::remember(store, batch.new_cache);
+    now
+}
+
+fn look_members(project: &Project, members: &[&String]) -> HashMap<String, Now> {
+    let mut by_archive: HashMap<PathBuf, Vec<(&String, Vec<u8>)>> = HashMap::new();
+    for p in members {
+        if let Some((archive, member)) = roar_archive::split_member_path(Path::new(p)) {
+            by_archive.entry(archive).or_default().push((p, member));
+        }
+    }
+    let mut now = HashMap::new();
+    for (archive, wanted) in by_archive {
+        let index =
+            roar_archive::cache::open(&archive, &crate::mount_cmd::index_dir(project), &|_| {});
+        let Ok((index, _)) = index else {
+            // Not an archive any more (or unreadable): nothing can be said of its members.
+            now.extend(wanted.into_iter().map(|(p, _)| (p.clone(), Now::Unknown)));
+            continue;
+        };
+        let hashes: HashMap<&[u8], &[u8; 32]> = index
+            .members
+            .iter()
+            .filter(|m| m.kind == roar_archive::Kind::File)
+            .map(|m| (m.path.as_slice(), &m.blake3))
+            .collect();
+        for (p, member) in wanted {
+            let n = match hashes.get(member.as_slice()) {
+                Some(h) => Now::Content(roar_store::hash::hex(*h)),
+                None => Now::Missing,
+            };
+            now.insert(p.clone(), n);
+        }
+    }
     now
 }
 
@@ -65,7 +97,7 @@ pub(crate) struct Report {
 pub(crate) fn report(project: &Project, store: &Store) -> anyhow::Result<Report> {
     let config = crate::config::Config::load(project)?;
     let plan = store.status_plan(&project.root)?;
-    let now = look(store, &plan.paths());
+    let now = look(project, store, &plan.paths());
     let report = plan.evaluate(&now);
 
     // Files in the tree that no job ever touched.

@@ -21,9 +21,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
 };
 use roar_archive::read::{MemberReader, Source};
 use roar_archive::{Kind, Member};
@@ -294,7 +294,10 @@ fn insert(nodes: &mut Vec<Node>, s: usize, m: usize, member: &Member) {
                     },
                     member: Some((s, m)),
                 },
-                _ => What::Member { source: s, member: m },
+                _ => What::Member {
+                    source: s,
+                    member: m,
+                },
             }
         };
         match existing {
@@ -306,7 +309,10 @@ fn insert(nodes: &mut Vec<Node>, s: usize, m: usize, member: &Member) {
                         member: (last && member.kind == Kind::Dir).then_some((s, m)),
                     }
                 } else {
-                    What::Member { source: s, member: m }
+                    What::Member {
+                        source: s,
+                        member: m,
+                    }
                 };
                 nodes.push(Node { parent: cur, what });
                 if let What::Dir { children, .. } = &mut nodes[cur as usize - 1].what {
@@ -396,7 +402,13 @@ impl Filesystem for ArchiveFs {
         _lock: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let Some(h) = self.handles.lock().expect("handles lock").get(&fh.0).cloned() else {
+        let Some(h) = self
+            .handles
+            .lock()
+            .expect("handles lock")
+            .get(&fh.0)
+            .cloned()
+        else {
             return reply.error(Errno::EBADF);
         };
         let mut h = h.lock().expect("handle lock");
@@ -405,10 +417,7 @@ impl Filesystem for ArchiveFs {
         match h.reader.read_at(source, offset, &mut buf) {
             Ok(n) => reply.data(&buf[..n]),
             Err(e) => {
-                tracing::error!(
-                    "roarfs: reading {}: {e}",
-                    source.index.archive.display()
-                );
+                tracing::error!("roarfs: reading {}: {e}", source.index.archive.display());
                 reply.error(Errno::EIO)
             }
         }
@@ -424,8 +433,13 @@ impl Filesystem for ArchiveFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.handles.lock().expect("handles lock").remove(&fh.0);
+        let handle = self.handles.lock().expect("handles lock").remove(&fh.0);
         reply.ok();
+        // A read still running on the handle holds it briefly; its decoder is parked after.
+        if let Some(h) = handle.and_then(|h| Arc::try_unwrap(h).ok()) {
+            let h = h.into_inner().expect("handle lock");
+            self.sources[h.source].park(h.reader);
+        }
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -461,7 +475,12 @@ impl Filesystem for ArchiveFs {
                 .map(|(name, &c)| (c, self.kind(c), name.as_slice())),
         );
         for (i, (child, kind, name)) in entries.enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(child), (i + 1) as u64, kind, OsStr::from_bytes(name)) {
+            if reply.add(
+                INodeNo(child),
+                (i + 1) as u64,
+                kind,
+                OsStr::from_bytes(name),
+            ) {
                 break;
             }
         }

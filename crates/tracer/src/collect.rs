@@ -668,7 +668,12 @@ fn archive_members(paths: &mut Vec<(PathBuf, PathState)>) -> Vec<FileRecord> {
         let Some(r) = roar_archive::mounted::member_at(path) else {
             return true;
         };
-        records.push(file_record(Role::Input, r.path, st, Some(hash(&r.blake3, r.size))));
+        records.push(file_record(
+            Role::Input,
+            r.path,
+            st,
+            Some(hash(&r.blake3, r.size)),
+        ));
         if archives.insert(r.archive.clone()) {
             let h = hash(&r.archive_blake3, r.archive_size);
             records.push(file_record(Role::Input, r.archive, st, Some(h)));

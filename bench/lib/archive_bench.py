@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""roar mount ARCHIVE against ratarmount and native files (bench/archive.sh drives it).
+
+usage: archive_bench.py W ROAR RATARMOUNT ROUNDS
+
+W holds a roar project `p/` with data.tar and data.tar.gz made from `p/src/` (and an extraction of
+it), and `members.txt` (the members to read, one per line). For each archive, interleaved in
+shuffled order each round, with the page cache dropped before every measurement:
+- first mount: the index built from nothing (roar's index deleted; ratarmount --recreate-index),
+  timed until the mount command returns (both return once the mount serves);
+- mount again: the index reused;
+- read: `md5sum` of the members (each run its own process group: one job of the mount), through
+  roar's mount, ratarmount's, and from the extracted files; the outputs must be identical.
+"""
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)
+
+
+def drop_caches():
+    subprocess.run(["sync"], check=True)
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def main():
+    w, roar, ratarmount, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    p = os.path.join(w, "p")
+    members = open(os.path.join(w, "members.txt")).read().split("\n")
+    members = [m for m in members if m]
+    results = {}
+
+    def umount(d):
+        subprocess.run(["fusermount", "-u", d], stderr=subprocess.DEVNULL)
+        subprocess.run(["umount", "-l", d], stderr=subprocess.DEVNULL)
+
+    for archive in ["data.tar", "data.tar.gz"]:
+        a = os.path.join(p, archive)
+        mr, mt = os.path.join(p, "m-roar"), os.path.join(w, "m-rat")
+        for d in (mr, mt):
+            os.makedirs(d, exist_ok=True)
+
+        def mount_roar(cold):
+            if cold:
+                shutil.rmtree(os.path.join(p, ".roar", "archives"), ignore_errors=True)
+            t = time.perf_counter()
+            sh([roar, "mount", a, mr], cwd=p)
+            return time.perf_counter() - t
+
+        def unmount_roar():
+            sh([roar, "unmount", mr], cwd=p)
+
+        def mount_rat(cold):
+            args = [ratarmount] + (["--recreate-index"] if cold else []) + [a, mt]
+            t = time.perf_counter()
+            sh(args, cwd=w)
+            return time.perf_counter() - t
+
+        def unmount_rat():
+            umount(mt)
+
+        times = {k: [] for k in ["first mount roar", "first mount ratarmount", "mount again roar", "mount again ratarmount"]}
+        for _ in range(rounds):
+            for cold in (True, False):
+                order = [("roar", mount_roar, unmount_roar), ("ratarmount", mount_rat, unmount_rat)]
+                random.shuffle(order)
+                for name, mount, unmount in order:
+                    drop_caches()
+                    times[f"{'first mount' if cold else 'mount again'} {name}"].append(mount(cold))
+                    unmount()
+
+        # Reads: both mounted (indexes warm), and the extracted tree.
+        mount_roar(False)
+        mount_rat(False)
+        dirs = {"roar": mr, "ratarmount": mt, "native": os.path.join(p, "src")}
+        outputs = {}
+        reads = {k: [] for k in dirs}
+        for _ in range(rounds):
+            order = list(dirs.items())
+            random.shuffle(order)
+            for name, d in order:
+                drop_caches()
+                t = time.perf_counter()
+                out = subprocess.run(["xargs", "-d", "\n", "md5sum"], input="\n".join(members).encode(),
+                                     cwd=d, check=True, capture_output=True, process_group=0)
+                reads[name].append(time.perf_counter() - t)
+                outputs.setdefault(name, out.stdout)
+        unmount_roar()
+        unmount_rat()
+        if len(set(outputs.values())) != 1:
+            sys.exit(f"{archive}: md5sum outputs differ between {list(outputs)}")
+        for k, ts in reads.items():
+            times[f"read {k}"] = ts
+        results[archive] = {k: {"median": statistics.median(v), "times": v} for k, v in times.items()}
+
+        r = results[archive]
+        med = lambda k: r[k]["median"]
+        print(f"== {archive} ({os.path.getsize(a) / 2**20:.0f} MiB, {len(members)} members read)")
+        for k in r:
+            print(f"  {k:26s} {med(k) * 1e3:9.1f} ms")
+        print(f"  first mount: roar / ratarmount {med('first mount roar') / med('first mount ratarmount'):.2f}x")
+        print(f"  mount again: roar / ratarmount {med('mount again roar') / med('mount again ratarmount'):.2f}x")
+        print(f"  read: roar / ratarmount {med('read roar') / med('read ratarmount'):.2f}x, "
+              f"roar / native {med('read roar') / med('read native'):.2f}x, "
+              f"ratarmount / native {med('read ratarmount') / med('read native'):.2f}x")
+    json.dump(results, open(os.path.join(w, "archive.json"), "w"))
+
+
+if __name__ == "__main__":
+    main()

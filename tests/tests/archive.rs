@@ -1,0 +1,592 @@
+//! `roar mount ARCHIVE... DIR` with real FUSE mounts of archives made by the real tools (tar,
+//! gzip, zstd, zip): every member's bytes through the mount equal extraction, every recorded
+//! member hash equals `b3sum` of the extracted file, jobs record exactly the members they read
+//! (through the mount's own attribution and under `roar run` with every backend), the index is
+//! reused across mounts and rebuilt when the archive changes, and `roar status` sees a changed
+//! member.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::mount::require_fuse;
+use common::{stderr, Project};
+
+/// A deterministic generator (xorshift).
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(out.status.success(), "{cmd:?}: {}", stderr(&out));
+}
+
+/// 10,000 files in nested directories, with hostile names, a symlink and a hard link.
+fn dataset(root: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut rng = Rng(0x5eed_1234_abcd_ef01);
+    let mut files = BTreeMap::new();
+    for i in 0..9_990 {
+        let size = match i % 10 {
+            0 => 0,
+            1..=7 => rng.below(4_000) as usize,
+            _ => rng.below(200_000) as usize,
+        };
+        let content: Vec<u8> = (0..size).map(|_| (rng.next() % 13) as u8 + b'a').collect();
+        files.insert(
+            format!("shard-{:02}/class-{}/{:05}.bin", i % 37, i % 5, i),
+            content,
+        );
+    }
+    let odd = [
+        "odd/with space.txt",
+        "odd/new\nline.txt",
+        "odd/ünïcødé-名前.txt",
+        "odd/-leading-dash",
+        "odd/percent%2Fand+plus",
+        "odd/back\\slash",
+        "odd/quote'\"s",
+        "odd/tab\there",
+        "odd/.hidden",
+        &format!("odd/{}", "long".repeat(40)),
+    ];
+    for (k, name) in odd.iter().enumerate() {
+        files.insert(name.to_string(), format!("odd file {k}\n").into_bytes());
+    }
+    for (name, content) in &files {
+        let p = root.join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+    }
+    std::os::unix::fs::symlink("../odd/with space.txt", root.join("shard-00/link")).unwrap();
+    // A hard link: tar stores it as a link to the first name, zip as a second copy.
+    std::fs::hard_link(root.join("odd/.hidden"), root.join("shard-01/hard")).unwrap();
+    files.insert("shard-01/hard".into(), files["odd/.hidden"].clone());
+    files
+}
+
+struct Archives {
+    p: Project,
+    src: PathBuf,
+    files: BTreeMap<String, Vec<u8>>,
+}
+
+impl Archives {
+    fn new() -> Archives {
+        let p = Project::new();
+        let src = std::fs::canonicalize(p.path()).unwrap().join("src");
+        let files = dataset(&src);
+        Archives { p, src, files }
+    }
+
+    fn root(&self) -> PathBuf {
+        std::fs::canonicalize(self.p.path()).unwrap()
+    }
+
+    /// Makes `name` with `tool`: tar, tar.gz, tar.zst or zip.
+    fn make(&self, name: &str) -> PathBuf {
+        let out = self.root().join(name);
+        let mut cmd = match name.rsplit_once('.').map(|(_, e)| e) {
+            Some("zip") => {
+                let mut c = Command::new("zip");
+                c.args(["-q", "-r", "--symlinks"]).arg(&out).arg(".");
+                c
+            }
+            Some("tar") => {
+                let mut c = Command::new("tar");
+                c.arg("-cf").arg(&out).arg(".");
+                c
+            }
+            Some("gz") => {
+                let mut c = Command::new("tar");
+                c.arg("-czf").arg(&out).arg(".");
+                c
+            }
+            // pzstd, as the note on a one-frame archive advises: frames of a few MiB.
+            Some("zst") => {
+                let mut c = Command::new("tar");
+                c.args(["-I", "pzstd -q -p 2"])
+                    .arg("-cf")
+                    .arg(&out)
+                    .arg(".");
+                c
+            }
+            _ => panic!("unknown archive kind {name}"),
+        };
+        run(cmd.current_dir(&self.src));
+        out
+    }
+
+    fn mount(&self, archives: &[&Path], dir: &str) -> std::process::Output {
+        let mut args: Vec<&std::ffi::OsStr> = vec!["mount".as_ref()];
+        args.extend(archives.iter().map(|a| a.as_os_str()));
+        args.push(dir.as_ref());
+        self.p.roar(args)
+    }
+
+    fn unmount(&self, dir: &str) {
+        let out = self.p.roar(["unmount", dir]);
+        assert!(out.status.success(), "unmount: {}", stderr(&out));
+    }
+
+    /// Runs `sh -c script` in the project as its own process group (a command line of an
+    /// interactive shell): one job of the mount.
+    fn sh(&self, script: &str) {
+        let st = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(self.p.path())
+            .process_group(0)
+            .status()
+            .unwrap();
+        assert!(st.success(), "{script}");
+    }
+
+    fn job_with_script(&self, script: &str) -> serde_json::Value {
+        let log: serde_json::Value =
+            serde_json::from_slice(&self.p.roar(["log", "--json", "-n", "0"]).stdout).unwrap();
+        let id = log
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| {
+                j["argv"]
+                    .as_array()
+                    .is_some_and(|a| a.last().and_then(|x| x.as_str()) == Some(script))
+            })
+            .unwrap_or_else(|| panic!("no job ran {script:?}: {log:#}"))["id"]
+            .as_i64()
+            .unwrap();
+        self.p.job_json(id)
+    }
+}
+
+/// The job's inputs: path -> blake3.
+fn inputs(job: &serde_json::Value) -> BTreeMap<String, String> {
+    job["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["role"] == "input")
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap().to_owned(),
+                f["hash"]["blake3"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// blake3 of every extracted file, by `b3sum` (one line per file: hash, two spaces, path; a
+/// name with a newline or backslash is escaped and the line starts with a backslash).
+fn b3sum_of_extraction(archive: &Path, scratch: &Path) -> BTreeMap<String, String> {
+    let x = scratch.join(format!(
+        "x-{}",
+        archive.file_name().unwrap().to_string_lossy()
+    ));
+    std::fs::create_dir_all(&x).unwrap();
+    if archive.extension().is_some_and(|e| e == "zip") {
+        // Python's zipfile keeps every name as stored (unzip rewrites control characters).
+        run(Command::new("python3")
+            .args(["-m", "zipfile", "-e"])
+            .arg(archive)
+            .arg(&x));
+    } else {
+        run(Command::new("tar")
+            .arg("-xf")
+            .arg(archive)
+            .arg("-C")
+            .arg(&x));
+    }
+    let mut names = Vec::new();
+    let mut stack = vec![x.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let t = e.file_type().unwrap();
+            if t.is_dir() {
+                stack.push(e.path());
+            } else if t.is_file() {
+                names.push(e.path());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    for chunk in names.chunks(500) {
+        let o = Command::new("b3sum").args(chunk).output().unwrap();
+        assert!(o.status.success(), "b3sum: {}", stderr(&o));
+        // b3sum escapes names with newlines or backslashes; hash them one by one instead.
+        for (line, path) in String::from_utf8_lossy(&o.stdout).lines().zip(chunk) {
+            let _ = line;
+            let single = Command::new("b3sum")
+                .arg("--no-names")
+                .arg(path)
+                .output()
+                .unwrap();
+            let hash = String::from_utf8_lossy(&single.stdout).trim().to_owned();
+            let rel = path
+                .strip_prefix(&x)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            out.insert(rel, hash);
+        }
+    }
+    out
+}
+
+#[test]
+fn every_member_through_the_mount_equals_extraction_in_every_format() {
+    if !require_fuse()
+        || !["tar", "pzstd", "zip", "python3", "b3sum"]
+            .iter()
+            .all(|t| common::require_tool(t))
+    {
+        return;
+    }
+    let a = Archives::new();
+    for name in ["data.tar", "data.tar.gz", "data.tar.zst", "data.zip"] {
+        let archive = a.make(name);
+        let dir = format!("mnt-{name}");
+        let out = a.mount(&[&archive], &dir);
+        assert!(out.status.success(), "mount {name}: {}", stderr(&out));
+        assert!(stderr(&out).contains("indexed"), "{}", stderr(&out));
+        let mnt = a.root().join(&dir);
+        // Members in archive order, as a streaming loader reads them (out of order, a compressed
+        // stream decodes from the access point before each member; the library's tests read at
+        // random offsets, and the next test reads random members).
+        let order: Vec<String> = roar_archive::scan::scan(&archive, &|_| {})
+            .unwrap()
+            .members
+            .iter()
+            .filter(|m| m.kind == roar_archive::Kind::File)
+            .map(|m| String::from_utf8(m.path.clone()).unwrap())
+            .collect();
+        assert_eq!(
+            order.iter().collect::<BTreeSet<_>>(),
+            a.files.keys().collect::<BTreeSet<_>>(),
+            "{name}: members"
+        );
+        // Bytes: every file read back through the mount (by this test's process).
+        for rel in &order {
+            let got =
+                std::fs::read(mnt.join(rel)).unwrap_or_else(|e| panic!("{name}: {rel:?}: {e}"));
+            assert!(
+                got == a.files[rel],
+                "{name}: {rel:?} differs from the file archived"
+            );
+        }
+        assert_eq!(
+            std::fs::read_link(mnt.join("shard-00/link")).unwrap(),
+            Path::new("../odd/with space.txt"),
+            "{name}: symlink"
+        );
+        let listed = walk(&mnt);
+        let want: BTreeSet<String> = a
+            .files
+            .keys()
+            .cloned()
+            .chain(["shard-00/link".to_owned()])
+            .collect();
+        assert_eq!(listed, want, "{name}: the tree listed through the mount");
+        // Hashes: one job reads every member; each recorded hash equals b3sum of extraction.
+        let list = a.root().join(format!("order-{name}"));
+        let mut nul = Vec::new();
+        for rel in &order {
+            nul.extend_from_slice(format!("{dir}/{rel}").as_bytes());
+            nul.push(0);
+        }
+        std::fs::write(&list, nul).unwrap();
+        let script = format!("xargs -0 cat < '{}' > /dev/null", list.display());
+        a.sh(&script);
+        a.unmount(&dir);
+        let job = a.job_with_script(&script);
+        let recorded = inputs(&job);
+        let b3 = b3sum_of_extraction(&archive, &a.root());
+        let prefix = format!("{}!/", archive.display());
+        let members: BTreeMap<String, String> = recorded
+            .iter()
+            .filter_map(|(p, h)| p.strip_prefix(&prefix).map(|m| (m.to_owned(), h.clone())))
+            .collect();
+        assert_eq!(
+            members.len(),
+            a.files.len(),
+            "{name}: every member read is recorded"
+        );
+        for (m, h) in &members {
+            assert_eq!(
+                Some(h),
+                b3.get(m),
+                "{name}: {m:?} hash vs b3sum of the extracted file"
+            );
+        }
+        // And the archive itself, the version the members came from.
+        let whole = blake3::hash(&std::fs::read(&archive).unwrap())
+            .to_hex()
+            .to_string();
+        assert_eq!(
+            recorded.get(&archive.display().to_string()),
+            Some(&whole),
+            "{name}"
+        );
+        assert_eq!(recorded.len(), a.files.len() + 1, "{name}: nothing else");
+    }
+}
+
+fn walk(root: &Path) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut stack = vec![root.to_owned()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            } else {
+                out.insert(
+                    e.path()
+                        .strip_prefix(root)
+                        .unwrap()
+                        .to_string_lossy()
+                        .into_owned(),
+                );
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn jobs_record_exactly_the_members_they_read_under_the_mount_and_every_backend() {
+    if !require_fuse() {
+        return;
+    }
+    let a = Archives::new();
+    let archive = a.make("shards.tar.gz");
+    let out = a.mount(&[&archive], "mnt");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let names: Vec<&String> = a.files.keys().filter(|k| k.starts_with("shard-")).collect();
+    let mut backends = vec!["mount", "preload", "ptrace"];
+    if common::ebpf_available() {
+        backends.push("ebpf");
+    }
+    let mut sample = String::new();
+    for (k, backend) in backends.iter().enumerate() {
+        let mut rng = Rng(77 + k as u64);
+        let mut picked = BTreeSet::new();
+        while picked.len() < 100 {
+            picked.insert(names[rng.below(names.len() as u64) as usize].clone());
+        }
+        let list: Vec<String> = picked.iter().map(|n| format!("'mnt/{n}'")).collect();
+        let script = format!("cat {} > model-{backend}.bin", list.join(" "));
+        sample = picked.first().unwrap().to_string();
+        let job = if *backend == "mount" {
+            a.sh(&script);
+            None
+        } else {
+            let out =
+                a.p.roar(["run", "--tracer", backend, "--", "sh", "-c", &script]);
+            assert!(out.status.success(), "{backend}: {}", stderr(&out));
+            Some(a.p.last_job())
+        };
+        let want: BTreeMap<String, String> = picked
+            .iter()
+            .map(|n| {
+                (
+                    format!("{}!/{n}", archive.display()),
+                    blake3::hash(&a.files[n]).to_hex().to_string(),
+                )
+            })
+            .chain([(
+                archive.display().to_string(),
+                blake3::hash(&std::fs::read(&archive).unwrap())
+                    .to_hex()
+                    .to_string(),
+            )])
+            .collect();
+        if let Some(job) = job {
+            assert_eq!(inputs(&job), want, "{backend}: the job's inputs");
+            // Lineage of what the job made goes through the members.
+            let out =
+                a.p.roar(["lineage", &format!("model-{backend}.bin"), "--json"]);
+            assert!(out.status.success(), "{}", stderr(&out));
+            let text = String::from_utf8_lossy(&out.stdout);
+            for m in picked.iter().take(5) {
+                assert!(
+                    text.contains(
+                        &serde_json::to_string(&format!("{}!/{m}", archive.display())).unwrap()
+                            [1..]
+                    ),
+                    "{backend}: lineage lacks {m}"
+                );
+            }
+        } else {
+            a.unmount("mnt");
+            let job = a.job_with_script(&script);
+            assert_eq!(inputs(&job), want, "mount: the job's inputs");
+            let out = a.mount(&[&archive], "mnt");
+            assert!(out.status.success(), "{}", stderr(&out));
+        }
+    }
+    // Which jobs read this sample: `roar show ARCHIVE!/member`, relative to the project too.
+    a.unmount("mnt");
+    let out = a.p.roar(["show", &format!("shards.tar.gz!/{sample}")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("input") && text.contains("model-"),
+        "the last job read it: {text}"
+    );
+}
+
+#[test]
+fn the_index_is_reused_across_mounts_and_rebuilt_when_the_archive_changes() {
+    if !require_fuse() {
+        return;
+    }
+    let a = Archives::new();
+    let archive = a.make("d.tar");
+    let first = a.mount(&[&archive], "mnt");
+    assert!(stderr(&first).contains("indexed"), "{}", stderr(&first));
+    // A traced job makes out.txt from one member.
+    let out = a.p.roar([
+        "run",
+        "--",
+        "sh",
+        "-c",
+        "cat 'mnt/odd/with space.txt' > out.txt",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    a.unmount("mnt");
+    let again = a.mount(&[&archive], "mnt");
+    assert!(again.status.success());
+    assert!(
+        !stderr(&again).contains("indexed"),
+        "reused: {}",
+        stderr(&again)
+    );
+    a.unmount("mnt");
+    // The archive changes: a member rewritten (appended later, as `tar -r` does) and a new one.
+    std::fs::write(a.src.join("odd/with space.txt"), b"changed\n").unwrap();
+    std::fs::write(a.src.join("added.txt"), b"new\n").unwrap();
+    run(Command::new("tar")
+        .arg("-rf")
+        .arg(&archive)
+        .arg("odd/with space.txt")
+        .arg("added.txt")
+        .current_dir(&a.src));
+    let third = a.mount(&[&archive], "mnt");
+    assert!(
+        stderr(&third).contains("indexed"),
+        "rebuilt: {}",
+        stderr(&third)
+    );
+    let mnt = a.root().join("mnt");
+    assert_eq!(
+        std::fs::read(mnt.join("odd/with space.txt")).unwrap(),
+        b"changed\n"
+    );
+    assert_eq!(std::fs::read(mnt.join("added.txt")).unwrap(), b"new\n");
+    a.unmount("mnt");
+    // What the job made from the old member is stale, by that member.
+    let status = String::from_utf8_lossy(&a.p.roar(["status"]).stdout).into_owned();
+    let stale = status.split("untracked").next().unwrap();
+    assert!(
+        stale.contains("stale")
+            && stale.contains("out.txt")
+            && stale.contains("d.tar!/odd/with space.txt modified"),
+        "{stale}"
+    );
+}
+
+#[test]
+fn several_archives_are_one_tree_and_the_last_one_wins() {
+    if !require_fuse() {
+        return;
+    }
+    let p = Project::new();
+    let root = std::fs::canonicalize(p.path()).unwrap();
+    for (name, files) in [
+        (
+            "one",
+            vec![("common.txt", "from one"), ("only1/a.txt", "a")],
+        ),
+        (
+            "two",
+            vec![("common.txt", "from two"), ("only2/b.txt", "b")],
+        ),
+    ] {
+        let d = root.join(name);
+        for (f, c) in files {
+            std::fs::create_dir_all(d.join(f).parent().unwrap()).unwrap();
+            std::fs::write(d.join(f), c).unwrap();
+        }
+        run(Command::new("tar")
+            .arg("-czf")
+            .arg(root.join(format!("{name}.tgz")))
+            .arg(".")
+            .current_dir(&d));
+    }
+    let out = p.roar(["mount", "one.tgz", "two.tgz", "u"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let u = root.join("u");
+    assert_eq!(
+        std::fs::read_to_string(u.join("common.txt")).unwrap(),
+        "from two"
+    );
+    assert_eq!(std::fs::read_to_string(u.join("only1/a.txt")).unwrap(), "a");
+    assert_eq!(std::fs::read_to_string(u.join("only2/b.txt")).unwrap(), "b");
+    // Read-only: nothing can be written, made or removed.
+    assert!(std::fs::write(u.join("new.txt"), b"x").is_err());
+    assert!(std::fs::remove_file(u.join("common.txt")).is_err());
+    let list: serde_json::Value =
+        serde_json::from_slice(&p.roar(["mount", "--list", "--json"]).stdout).unwrap();
+    assert_eq!(list[0]["archives"].as_array().unwrap().len(), 2);
+    let out = p.roar(["unmount", "u"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn bad_archives_and_mount_points_are_refused_in_one_line() {
+    if !require_fuse() {
+        return;
+    }
+    let p = Project::new();
+    p.write("notes.txt", b"not an archive\n");
+    p.write("full/x", b"x");
+    run(Command::new("tar")
+        .arg("-cf")
+        .arg(p.path().join("ok.tar"))
+        .arg("notes.txt")
+        .current_dir(p.path()));
+    for (args, says) in [
+        (
+            vec!["mount", "notes.txt", "m"],
+            "not an archive roar can mount",
+        ),
+        (vec!["mount", "missing.tar", "m"], "cannot read"),
+        (vec!["mount", "ok.tar", "full"], "not empty"),
+        (vec!["mount", "full", "m"], "is not a file"),
+    ] {
+        let out = p.roar(&args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let err = stderr(&out);
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "{args:?}: one line: {err}"
+        );
+    }
+}
