@@ -86,13 +86,15 @@ impl<R: Read> Scan<R> {
 
     fn remember(&mut self, out: &[u8]) {
         let tail = &out[out.len().saturating_sub(WINDOW)..];
-        for &b in tail {
-            if self.ring.len() < WINDOW {
-                self.ring.push(b);
-            } else {
-                self.ring[self.ring_at] = b;
-                self.ring_at = (self.ring_at + 1) % WINDOW;
-            }
+        // Fill the ring first, then overwrite its oldest bytes in at most two copies.
+        let fill = tail.len().min(WINDOW - self.ring.len());
+        self.ring.extend_from_slice(&tail[..fill]);
+        let mut rest = &tail[fill..];
+        while !rest.is_empty() {
+            let n = rest.len().min(WINDOW - self.ring_at);
+            self.ring[self.ring_at..self.ring_at + n].copy_from_slice(&rest[..n]);
+            self.ring_at = (self.ring_at + n) % WINDOW;
+            rest = &rest[n..];
         }
     }
 
@@ -117,13 +119,17 @@ impl<R: Read> Scan<R> {
         if self.input[self.in_pos] == 0x1f {
             return self.inf.reset(GZIP);
         }
-        let mut rest = self.input[self.in_pos..self.in_len].to_vec();
-        io::copy(&mut self.src.by_ref().take(u64::MAX), &mut rest)?;
-        if rest.iter().all(|&b| b == 0) {
+        // Anything else must be zeros to the end, checked as it streams by.
+        loop {
+            if self.input[self.in_pos..self.in_len].iter().any(|&b| b != 0) {
+                break;
+            }
             self.in_pos = self.in_len;
-            self.src_eof = true;
-            self.done = true;
-            return Ok(());
+            self.refill()?;
+            if self.src_eof {
+                self.done = true;
+                return Ok(());
+            }
         }
         Err(io::Error::new(
             io::ErrorKind::InvalidData,

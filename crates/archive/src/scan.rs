@@ -72,7 +72,9 @@ pub fn scan(archive: &Path, progress: Progress) -> Result<Index, ArchiveError> {
     })
 }
 
-type Listed = (Vec<Member>, Vec<gz::Point>, Vec<(Vec<u8>, String)>);
+/// Entries not shown, with why.
+type Skipped = Vec<(Vec<u8>, String)>;
+type Listed = (Vec<Member>, Vec<gz::Point>, Skipped);
 
 fn list(file: &File, format: Format, progress: Progress) -> io::Result<Listed> {
     let read = Arc::new(AtomicU64::new(0));
@@ -88,7 +90,8 @@ fn list(file: &File, format: Format, progress: Progress) -> io::Result<Listed> {
         }
         Format::TarGz => {
             let mut scan = gz::Scan::new(counted)?;
-            let (m, s) = list_tar(&mut scan, true, &report)?;
+            // Buffered: the tar reader asks for 512-byte headers, each a call into zlib otherwise.
+            let (m, s) = list_tar(BufReader::with_capacity(1 << 20, &mut scan), true, &report)?;
             // The rest of the stream (zero blocks after the end of the tar) holds no member,
             // but the scan checks it is well formed.
             io::copy(&mut scan, &mut io::sink())?;
@@ -96,7 +99,7 @@ fn list(file: &File, format: Format, progress: Progress) -> io::Result<Listed> {
         }
         Format::TarZst => {
             let mut scan = zst::Scan::new(Arc::new(file.try_clone()?), read.clone())?;
-            let (m, s) = list_tar(&mut scan, true, &report)?;
+            let (m, s) = list_tar(BufReader::with_capacity(1 << 20, &mut scan), true, &report)?;
             io::copy(&mut scan, &mut io::sink())?;
             Ok((m, scan.into_points(), s))
         }
@@ -130,7 +133,7 @@ fn list_tar(
     reader: impl Read,
     stream: bool,
     report: &dyn Fn(),
-) -> io::Result<(Vec<Member>, Vec<(Vec<u8>, String)>)> {
+) -> io::Result<(Vec<Member>, Skipped)> {
     use tar::EntryType as T;
     let mut ar = tar::Archive::new(reader);
     let mut members: Vec<Member> = Vec::new();
@@ -222,7 +225,7 @@ fn list_tar(
         }
         by_path.insert(m.path.clone(), members.len());
         members.push(m);
-        if members.len() % 256 == 0 {
+        if members.len().is_multiple_of(256) {
             report();
         }
     }
@@ -230,7 +233,7 @@ fn list_tar(
     Ok((members, skipped))
 }
 
-fn list_zip(file: &File, report: &dyn Fn()) -> io::Result<(Vec<Member>, Vec<(Vec<u8>, String)>)> {
+fn list_zip(file: &File, report: &dyn Fn()) -> io::Result<(Vec<Member>, Skipped)> {
     let zip_err = |e: zip::result::ZipError| match e {
         zip::result::ZipError::Io(e) => e,
         e => io::Error::new(io::ErrorKind::InvalidData, e.to_string()),
@@ -323,7 +326,7 @@ fn list_zip(file: &File, report: &dyn Fn()) -> io::Result<(Vec<Member>, Vec<(Vec
             ));
         }
         m.blake3 = hash;
-        if i % 256 == 0 {
+        if i.is_multiple_of(256) {
             report();
         }
     }
