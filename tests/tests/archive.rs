@@ -198,9 +198,10 @@ fn b3sum_of_extraction(archive: &Path, scratch: &Path) -> BTreeMap<String, Strin
     ));
     std::fs::create_dir_all(&x).unwrap();
     if archive.extension().is_some_and(|e| e == "zip") {
-        // Python's zipfile keeps every name as stored (unzip rewrites control characters).
+        // Python's zipfile keeps every name as stored (unzip rewrites control characters); Info-ZIP
+        // stores UTF-8 names without the UTF-8 flag, so say how they are encoded.
         run(Command::new("python3")
-            .args(["-m", "zipfile", "-e"])
+            .args(["-m", "zipfile", "--metadata-encoding", "utf-8", "-e"])
             .arg(archive)
             .arg(&x));
     } else {
@@ -227,15 +228,13 @@ fn b3sum_of_extraction(archive: &Path, scratch: &Path) -> BTreeMap<String, Strin
     for chunk in names.chunks(500) {
         let o = Command::new("b3sum").args(chunk).output().unwrap();
         assert!(o.status.success(), "b3sum: {}", stderr(&o));
-        // b3sum escapes names with newlines or backslashes; hash them one by one instead.
-        for (line, path) in String::from_utf8_lossy(&o.stdout).lines().zip(chunk) {
-            let _ = line;
-            let single = Command::new("b3sum")
-                .arg("--no-names")
-                .arg(path)
-                .output()
-                .unwrap();
-            let hash = String::from_utf8_lossy(&single.stdout).trim().to_owned();
+        // One line per file, in argument order; a name with a newline or backslash is escaped
+        // and its line starts with a backslash, before the hash.
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), chunk.len(), "b3sum: one line per file");
+        for (line, path) in lines.iter().zip(chunk) {
+            let hash = line.trim_start_matches('\\')[..64].to_owned();
             let rel = path
                 .strip_prefix(&x)
                 .unwrap()
