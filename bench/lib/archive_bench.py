@@ -43,7 +43,7 @@ def main():
         subprocess.run(["fusermount", "-u", d], stderr=subprocess.DEVNULL)
         subprocess.run(["umount", "-l", d], stderr=subprocess.DEVNULL)
 
-    for archive in ["data.tar", "data.tar.gz"]:
+    for archive in os.environ.get("ARCHIVES", "data.tar data.tar.gz").split():
         a = os.path.join(p, archive)
         mr, mt = os.path.join(p, "m-roar"), os.path.join(w, "m-rat")
         for d in (mr, mt):

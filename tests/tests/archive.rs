@@ -577,6 +577,7 @@ fn bad_archives_and_mount_points_are_refused_in_one_line() {
         (vec!["mount", "missing.tar", "m"], "cannot read"),
         (vec!["mount", "ok.tar", "full"], "not empty"),
         (vec!["mount", "full", "m"], "is not a file"),
+        (vec!["mount", "ok.tar"], "roar mount ARCHIVE DIR"),
     ] {
         let out = p.roar(&args);
         assert!(!out.status.success(), "{args:?} succeeded");

@@ -52,6 +52,13 @@ impl Source {
     /// A reader of member `member`, starting from the best parked decoder if one is behind it.
     pub fn reader(&self, member: usize) -> MemberReader {
         let member = self.index.members[member].clone();
+        // A stored member gets its own open of the archive (the same inode, through /proc): the
+        // kernel's readahead follows each reader's sequential reads instead of seeing every
+        // reader's offsets interleaved on one shared descriptor.
+        let own = match member.data {
+            Data::Raw { .. } => reopen(&self.file),
+            _ => None,
+        };
         let mut decoder = Decoder::None;
         if let Data::Stream { offset } = member.data {
             let mut parked = self.parked.lock().expect("parked decoders");
@@ -62,7 +69,11 @@ impl Source {
                 decoder = parked.swap_remove(i);
             }
         }
-        MemberReader { member, decoder }
+        MemberReader {
+            member,
+            decoder,
+            own,
+        }
     }
 
     /// Takes back a reader that is done, keeping its decoder for a later member.
@@ -111,6 +122,14 @@ impl Decoder {
 pub struct MemberReader {
     member: Member,
     decoder: Decoder,
+    /// The reader's own open of the archive, for stored members.
+    own: Option<File>,
+}
+
+/// A new open of the file behind `file` (not of whatever its path names now).
+fn reopen(file: &File) -> Option<File> {
+    use std::os::fd::AsRawFd;
+    File::open(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()
 }
 
 impl MemberReader {
@@ -124,7 +143,9 @@ impl MemberReader {
         let buf = &mut buf[..len];
         let file = &src.file;
         match m.data {
-            Data::Raw { offset } => read_at_retry(file, buf, offset + off),
+            Data::Raw { offset } => {
+                read_at_retry(self.own.as_ref().unwrap_or(file), buf, offset + off)
+            }
             Data::Stream { offset } => {
                 let target = offset + off;
                 let positioned = !matches!(self.decoder, Decoder::None)

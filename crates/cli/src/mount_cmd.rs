@@ -148,7 +148,16 @@ pub fn mount(args: MountArgs, json: bool) -> anyhow::Result<ExitCode> {
     }
     let meta =
         std::fs::metadata(&dir).with_context(|| format!("cannot mount on {}", dir.display()))?;
-    anyhow::ensure!(meta.is_dir(), "{} is not a directory", dir.display());
+    anyhow::ensure!(
+        meta.is_dir(),
+        "{} is not a directory{}",
+        dir.display(),
+        if archives.is_empty() && meta.is_file() {
+            "; to mount an archive, name the directory to mount it on: `roar mount ARCHIVE DIR`"
+        } else {
+            ""
+        }
+    );
     let dir = std::fs::canonicalize(&dir)?;
     anyhow::ensure!(
         !is_roarfs_mount(&dir),

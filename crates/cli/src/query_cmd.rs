@@ -75,8 +75,8 @@ pub(crate) enum Target {
 }
 
 /// `123` or `@123` is a job id, `b3:…` or 4+ hex digits a hash prefix (unless a file of that name
-/// exists), `s3://bucket/key` an object, `ARCHIVE!/member` a member of an archive, `NAME` or `NAME~N` a job's `--name` (unless a file of
-/// that name exists), anything else a path.
+/// exists), `s3://bucket/key` an object, `ARCHIVE!/member` a member of an archive, `NAME` or
+/// `NAME~N` a job's `--name` (unless a file of that name exists), anything else a path.
 pub(crate) fn classify(what: &OsStr, cwd: &Path) -> Target {
     classify_in(None, what, cwd)
 }
