@@ -11,7 +11,7 @@ use std::process::Command;
 
 use common::mount::{require_fuse, Mounted};
 use common::workloads::{sh, workloads};
-use common::{stderr, stdout, Project};
+use common::{stderr, stdout, Project, Rng};
 
 fn b3(path: &Path) -> String {
     blake3::hash(&std::fs::read(path).unwrap())
@@ -100,21 +100,6 @@ fn coverage_workloads_through_the_mount_match_roar_run() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-}
-
-/// A small deterministic generator, so a failing sequence can be replayed from its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 /// Applies one random operation under `root`; returns what happened, to compare.

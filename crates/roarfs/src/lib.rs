@@ -81,21 +81,7 @@ pub fn mount(
         }
     })?;
     let how = fs.inodes().scheme().name();
-    let mut config = fuser::Config::default();
-    config.mount_options = vec![
-        fuser::MountOption::FSName("roarfs".into()),
-        fuser::MountOption::Subtype("roarfs".into()),
-        fuser::MountOption::DefaultPermissions,
-    ];
-    config.acl = fuser::SessionACL::All;
-    // Hashing on open or release blocks one thread; keep others serving.
-    config.n_threads = Some(4);
-    let session = fuser::Session::new(fs, dir, &config)
-        .and_then(|s| s.spawn())
-        .map_err(|source| MountError::Mount {
-            path: dir.to_owned(),
-            source,
-        })?;
+    let session = spawn(fs, dir, false)?;
     Ok(Mounted {
         session: Some(session),
         jobs,
@@ -117,28 +103,41 @@ pub fn mount_archives(
     let jobs = Arc::new(Jobs::new(writer, ignore).with_machine(machine));
     jobs.watch_exits();
     let fs = archive::ArchiveFs::new(sources, jobs.clone());
-    let mut config = fuser::Config::default();
-    config.mount_options = vec![
-        fuser::MountOption::FSName("roarfs".into()),
-        fuser::MountOption::Subtype("roarfs".into()),
-        fuser::MountOption::RO,
-        fuser::MountOption::DefaultPermissions,
-    ];
-    config.acl = fuser::SessionACL::All;
-    // Decoding a compressed member blocks its thread; keep others serving.
-    config.n_threads = Some(4);
-    let session = fuser::Session::new(fs, dir, &config)
-        .and_then(|s| s.spawn())
-        .map_err(|source| MountError::Mount {
-            path: dir.to_owned(),
-            source,
-        })?;
+    let session = spawn(fs, dir, true)?;
     Ok(Mounted {
         session: Some(session),
         jobs,
         path: dir.to_owned(),
         how: "archive",
     })
+}
+
+/// Mounts `fs` on `dir` as roarfs (the name `roar mount` recognises its mounts by), open to
+/// every user with the kernel checking permissions, and serves it on its own threads.
+fn spawn<F: fuser::Filesystem + Send + Sync + 'static>(
+    fs: F,
+    dir: &Path,
+    read_only: bool,
+) -> Result<fuser::BackgroundSession, MountError> {
+    let mut config = fuser::Config::default();
+    config.mount_options = vec![
+        fuser::MountOption::FSName("roarfs".into()),
+        fuser::MountOption::Subtype("roarfs".into()),
+        fuser::MountOption::DefaultPermissions,
+    ];
+    if read_only {
+        config.mount_options.push(fuser::MountOption::RO);
+    }
+    config.acl = fuser::SessionACL::All;
+    // Hashing at open or release, or decoding a compressed member, blocks one thread; keep
+    // others serving.
+    config.n_threads = Some(4);
+    fuser::Session::new(fs, dir, &config)
+        .and_then(|s| s.spawn())
+        .map_err(|source| MountError::Mount {
+            path: dir.to_owned(),
+            source,
+        })
 }
 
 impl Mounted {

@@ -25,6 +25,24 @@ pub fn roar_bin() -> PathBuf {
     bin
 }
 
+/// A small deterministic generator (xorshift), so a failing sequence can be replayed from its
+/// seed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number in `0..n` (0 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
 pub struct Project {
     pub dir: tempfile::TempDir,
 }
