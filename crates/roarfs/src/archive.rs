@@ -110,13 +110,9 @@ impl ArchiveFs {
         }
     }
 
-    /// How many files, directories and symlinks the tree holds.
-    pub fn len(&self) -> usize {
+    /// How many files, directories and symlinks the tree holds, the root included.
+    pub fn entries(&self) -> usize {
         self.nodes.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.nodes.len() <= 1
     }
 
     fn node(&self, ino: INodeNo) -> Result<&Node, Errno> {

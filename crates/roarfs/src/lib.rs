@@ -102,7 +102,13 @@ pub fn mount_archives(
     let writer = roar_store::Writer::start(db)?;
     let jobs = Arc::new(Jobs::new(writer, ignore).with_machine(machine));
     jobs.watch_exits();
+    let archives = sources.len();
     let fs = archive::ArchiveFs::new(sources, jobs.clone());
+    tracing::info!(
+        "roarfs: {} entries from {archives} archive(s) on {}",
+        fs.entries(),
+        dir.display()
+    );
     let session = spawn(fs, dir, true)?;
     Ok(Mounted {
         session: Some(session),
