@@ -453,6 +453,25 @@ fn the_index_is_reused_across_mounts_and_rebuilt_when_the_archive_changes() {
         "cat 'mnt/odd/with space.txt' > out.txt",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
+    // A job reading the archive file itself and a member: the archive is one input, not two.
+    let script = "cat d.tar 'mnt/odd/with space.txt' > /dev/null";
+    let out = a.p.roar(["run", "--", "sh", "-c", script]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let job = a.p.last_job();
+    let paths: Vec<&str> = job["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["role"] == "input")
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths.len(), 2, "{paths:?}");
+    assert!(
+        paths
+            .iter()
+            .any(|p| p.ends_with("d.tar!/odd/with space.txt")),
+        "{paths:?}"
+    );
     a.unmount("mnt");
     let again = a.mount(&[&archive], "mnt");
     assert!(again.status.success());

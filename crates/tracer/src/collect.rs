@@ -680,6 +680,9 @@ fn archive_members(paths: &mut Vec<(PathBuf, PathState)>) -> Vec<FileRecord> {
         }
         false
     });
+    // A job that also opened the archive file itself has its own record of it.
+    let opened: HashSet<&Path> = paths.iter().map(|(p, _)| p.as_path()).collect();
+    records.retain(|r| !archives.contains(&r.path) || !opened.contains(r.path.as_path()));
     records
 }
 
