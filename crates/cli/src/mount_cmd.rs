@@ -348,7 +348,7 @@ fn foreground(
                 tracing::warn!(
                     "roarfs: {}: {} not shown: {why}",
                     index.archive.display(),
-                    String::from_utf8_lossy(path)
+                    roar_store::quote::shown(&String::from_utf8_lossy(path))
                 );
             }
             let archive = index.archive.clone();

@@ -326,7 +326,7 @@ fn insert(nodes: &mut Vec<Node>, s: usize, m: usize, member: &Member) {
                 if last && !dir_here && has_children {
                     tracing::warn!(
                         "roarfs: {} is a file in a later archive and a directory with entries in an earlier one; the directory is kept",
-                        String::from_utf8_lossy(&member.path)
+                        roar_store::quote::shown(&String::from_utf8_lossy(&member.path))
                     );
                     return;
                 }
