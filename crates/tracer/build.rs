@@ -12,6 +12,17 @@ fn main() {
         .clang_args(["-I", "src/bpf", "-O2", "-g", "-Wall"])
         .build_and_generate(out.join("roar.skel.rs"))
         .expect("compiling src/bpf/roar.bpf.c (needs clang; scripts/setup.sh installs it)");
+    // Names the resident helper's socket (src/ebpf/helper.rs): a roar built from other programs
+    // never talks to a helper running old ones.
+    let mut id: u64 = 0xcbf2_9ce4_8422_2325;
+    for f in [SRC, "src/bpf/roar.h", "src/ebpf/helper.rs", "src/ebpf/maps.rs"] {
+        for b in std::fs::read(f).expect("reading the eBPF sources") {
+            id = (id ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    println!("cargo:rustc-env=ROAR_BPF_ID={id:016x}");
     println!("cargo:rerun-if-changed={SRC}");
+    println!("cargo:rerun-if-changed=src/ebpf/helper.rs");
+    println!("cargo:rerun-if-changed=src/ebpf/maps.rs");
     println!("cargo:rerun-if-changed=src/bpf/roar.h");
 }

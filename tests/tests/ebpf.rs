@@ -1,10 +1,13 @@
 //! What only the eBPF backend has to prove: bursts are recorded whole or the job says it is not,
-//! paths relative to directory fds are resolved in-kernel, and concurrent runs never see each
-//! other's processes. (The coverage workloads run on eBPF in run.rs.)
+//! paths relative to directory fds are resolved in-kernel, concurrent runs never see each other's
+//! processes, and the resident helper that keeps the programs loaded leaks nothing from one run
+//! into the next, says when it dies, and goes away when idle. (The coverage workloads run on eBPF
+//! in run.rs.)
 
 mod common;
 
 use std::process::Stdio;
+use std::time::{Duration, Instant};
 
 use common::{ebpf_available, require_tool, stderr, Project};
 
@@ -232,4 +235,167 @@ fn concurrent_runs_record_only_their_own_processes() {
         assert!(p.files(&full, "input").is_empty(), "job {name}");
     }
     assert_eq!(jobs.as_array().unwrap().len(), 2);
+}
+
+/// Pids of running eBPF helpers serving rings of `ring_kb` KiB (each test that watches a helper
+/// uses a ring size of its own, so it has a helper of its own).
+fn helpers(ring_kb: u32) -> Vec<i32> {
+    let want = format!("ROAR_EBPF_RING_KB={ring_kb}");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            cmdline.split(|b| *b == 0).any(|a| a == b"__ebpf-helper")
+                && environ.split(|b| *b == 0).any(|v| v == want.as_bytes())
+        })
+        .collect()
+}
+
+fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < within, "{what}: not within {within:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn warm_runs_use_the_resident_helper_which_exits_when_idle() {
+    if !ebpf_available() {
+        return;
+    }
+    const RING: u32 = 512;
+    let p = Project::new();
+    p.write("in.txt", b"data\n");
+    let run = |out: &str| {
+        p.cmd(["run", "--tracer", "ebpf", "--", "sh", "-c", &format!("cat in.txt > {out}")])
+            .env("ROAR_EBPF_RING_KB", RING.to_string())
+            .env("ROAR_EBPF_IDLE_SECS", "2")
+            .env("ROAR_LOG", "roar_tracer=debug")
+            .output()
+            .unwrap()
+    };
+    let first = run("a.txt");
+    assert!(first.status.success(), "{}", stderr(&first));
+    assert!(stderr(&first).contains("resident helper"), "{}", stderr(&first));
+    assert_eq!(helpers(RING).len(), 1, "one helper serves the runs");
+    let second = run("b.txt");
+    assert!(second.status.success(), "{}", stderr(&second));
+    assert!(
+        !stderr(&second).contains("no eBPF helper"),
+        "the second run found the first one's helper: {}",
+        stderr(&second)
+    );
+    for (out, want) in [("a.txt", "a.txt"), ("b.txt", "b.txt")] {
+        let job = p.job_json(p.last_job()["id"].as_i64().unwrap() - i64::from(out == "a.txt"));
+        assert_eq!(p.files(&job, "output"), vec![want.to_owned()]);
+        assert!(p.files(&job, "input").contains(&"in.txt".to_owned()));
+        assert_eq!(job["incomplete"], false);
+    }
+    // Two seconds without a run (after the second the programs stay attached): it exits.
+    wait_until("the idle helper exits", Duration::from_secs(15), || {
+        helpers(RING).is_empty()
+    });
+}
+
+#[test]
+fn a_process_left_by_a_killed_run_never_reaches_the_next_run() {
+    if !ebpf_available() {
+        return;
+    }
+    const RING: u32 = 1024;
+    let p = Project::new();
+    // Run A's command writes left.txt a second after it starts; its roar is killed before that,
+    // so the write happens while run B (which gets A's freed slot) runs.
+    let mut a = p
+        .cmd([
+            "run", "--tracer", "ebpf", "--name", "a", "--", "sh", "-c",
+            "echo 1 > early.txt; sleep 1; echo 2 > left.txt; sleep 0.5",
+        ])
+        .env("ROAR_EBPF_RING_KB", RING.to_string())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("run A starts its command", Duration::from_secs(20), || {
+        p.path().join("early.txt").exists()
+    });
+    a.kill().unwrap();
+    a.wait().unwrap();
+    let b = p
+        .cmd([
+            "run", "--tracer", "ebpf", "--name", "b", "--", "sh", "-c",
+            "sleep 1.5; echo 3 > mine.txt",
+        ])
+        .env("ROAR_EBPF_RING_KB", RING.to_string())
+        .output()
+        .unwrap();
+    assert!(b.status.success(), "{}", stderr(&b));
+    assert!(p.path().join("left.txt").exists(), "A's orphan wrote during B");
+    let job = p.last_job();
+    assert_eq!(job["name"], "b");
+    assert_eq!(p.files(&job, "output"), vec!["mine.txt".to_owned()]);
+    assert_eq!(job["incomplete"], false, "{}", stderr(&b));
+}
+
+#[test]
+fn a_helper_that_dies_during_a_run_makes_the_job_incomplete() {
+    if !ebpf_available() {
+        return;
+    }
+    const RING: u32 = 256;
+    let p = Project::new();
+    let run = p
+        .cmd([
+            "run", "--tracer", "ebpf", "--", "sh", "-c",
+            "echo 1 > before.txt; sleep 1; echo 2 > after.txt",
+        ])
+        .env("ROAR_EBPF_RING_KB", RING.to_string())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the run starts its command", Duration::from_secs(20), || {
+        p.path().join("before.txt").exists()
+    });
+    let pids = helpers(RING);
+    assert_eq!(pids.len(), 1, "the run started a helper");
+    // SAFETY: kill with a pid we just found.
+    unsafe { libc::kill(pids[0], libc::SIGKILL) };
+    let out = run.wait_with_output().unwrap();
+    assert!(out.status.success(), "the command's status is its own");
+    assert!(p.path().join("after.txt").exists());
+    let job = p.last_job();
+    assert_eq!(job["incomplete"], true, "{}", stderr(&out));
+    assert!(stderr(&out).contains("eBPF helper exited"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_run_inside_another_roar_loads_the_programs_itself() {
+    if !ebpf_available() {
+        return;
+    }
+    const RING: u32 = 128;
+    let p = Project::new();
+    // A helper started here would be an orphan the outer run waits for (for its idle time).
+    let inner = format!(
+        "{} run --tracer ebpf -- sh -c 'echo x > inner.txt'",
+        common::roar_bin().display()
+    );
+    let started = Instant::now();
+    let out = p
+        .cmd(["run", "--tracer", "preload", "--", "sh", "-c", &inner])
+        .env("ROAR_EBPF_RING_KB", RING.to_string())
+        .env("ROAR_EBPF_IDLE_SECS", "60")
+        .env("ROAR_LOG", "roar_tracer=debug")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert!(
+        stderr(&out).contains("programs loaded by this run"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(helpers(RING).is_empty());
 }

@@ -243,6 +243,10 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // The resident eBPF helper a run starts (roar_tracer's ebpf/helper.rs): not a user command.
+    if std::env::args_os().nth(1).is_some_and(|a| a == roar_tracer::EBPF_HELPER_ARG) {
+        return ExitCode::from(roar_tracer::ebpf_helper_main() as u8);
+    }
     let mut command = Cli::command();
     // Finding the shim takes a few stats: only `roar --version` (clap's long version) pays them,
     // not the start of every `roar run`.

@@ -96,7 +96,7 @@ pub fn check(backend: Backend, preload_lib: Option<&Path>) -> Verdict {
     }
 }
 
-fn unavailable_reason(e: crate::TraceError) -> String {
+pub(crate) fn unavailable_reason(e: crate::TraceError) -> String {
     match e {
         crate::TraceError::Unavailable { reason, .. } => reason,
         other => other.to_string(),

@@ -73,6 +73,8 @@ impl Project {
         c.args(args)
             .current_dir(self.path())
             .env("NO_COLOR", "1")
+            // eBPF helpers started by the tests exit soon after the last one.
+            .env("ROAR_EBPF_IDLE_SECS", "10")
             .env_remove("ROAR_DIR");
         c
     }

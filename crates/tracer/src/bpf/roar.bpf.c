@@ -1,19 +1,26 @@
 // SPDX-License-Identifier: (Apache-2.0 OR GPL-2.0)
-/* roar's eBPF tracer: what the processes of one `roar run` do to files.
+/* roar's eBPF tracer: what the processes of each `roar run` do to files.
  *
  * Attached with BTF-typed raw tracepoints (`tp_btf`): the syscall entry/exit points and the
  * scheduler's fork/exec/exit. None of them needs tracefs, kprobes, fentry or LSM hooks.
  *
- * - `tracked` holds the tgids of the run. The command adds itself before it execs (ebpf.rs);
- *   fork adds children in-kernel, so no short-lived child is missed; the last thread's exit
- *   removes the process.
+ * The programs serve several runs at once (ebpf/helper.rs keeps them loaded between runs):
+ * - `runs` is a table of run slots; a slot holds the generation of the run that has it (0: free).
+ * - `tracked` maps a tgid to the run it belongs to, as (slot, generation). The command adds itself
+ *   before it execs (ebpf/mod.rs); fork adds children in-kernel, so no short-lived child is
+ *   missed; the last thread's exit removes the process. An entry whose generation is no longer
+ *   its slot's (its run ended or crashed, and the slot may serve another run now) is dead: it is
+ *   dropped when seen, and nothing it does reaches any run.
+ * - `rings` holds a ring buffer per slot, which the slot's successive runs reuse (putting a map
+ *   into a map-of-maps waits for an RCU grace period, ~10 ms): each record carries its run's
+ *   generation, and a run reads only its own.
  * - sys_enter keeps the arguments of a file syscall of a tracked process in `pending` (per
  *   thread); sys_exit drops it on failure, and on success sends one record with the paths read
  *   from the program's memory (just read by the kernel, so resident). A relative path is sent with
  *   its base directory (cwd or dirfd) walked up the dentry tree in-kernel. Reads and writes send
  *   nothing.
  * - A record that cannot be written (ring full) or state that cannot be kept (map full) counts in
- *   `lost`: userspace then marks the job incomplete instead of recording part of it.
+ *   the run's `lost`: userspace then marks the job incomplete instead of recording part of it.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -63,9 +70,21 @@ struct scratch {
 	char data[DATA_SIZE + PATH_CAP];
 };
 
+struct run_key {
+	__u32 slot;
+	__u32 gen;
+};
+
+struct run_state {
+	__u32 gen; /* of the run holding the slot; 0 when free */
+	__u32 reserved;
+	__u64 lost;
+};
+
 struct pending {
 	long nr;
 	__u64 a[5];
+	struct run_key run;
 };
 
 struct {
@@ -75,17 +94,33 @@ struct {
 	__type(value, struct scratch);
 } scratch SEC(".maps");
 
+/* Runs served at once; ebpf/helper.rs hands out the slots. */
+#define MAX_RUNS 64
+
 struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 8 << 20); /* userspace sizes it before load */
-} events SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_RUNS);
+	__type(key, __u32);
+	__type(value, struct run_state);
+} runs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, MAX_RUNS);
+	__type(key, __u32);
+	/* The template; userspace gives the real size before load. */
+	__array(values, struct {
+		__uint(type, BPF_MAP_TYPE_RINGBUF);
+		__uint(max_entries, 4096);
+	});
+} rings SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC); /* preallocating costs milliseconds per run */
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* preallocating costs milliseconds per load */
 	__uint(max_entries, 65536);
 	__type(key, __u32);
-	__type(value, __u32);
+	__type(value, struct run_key);
 } tracked SEC(".maps");
 
 struct {
@@ -96,9 +131,43 @@ struct {
 	__type(value, struct pending);
 } pending SEC(".maps");
 
-__u64 lost = 0;
 /* Set by userspace before load: wake the reader once this much is waiting (see emit). */
 const volatile __u64 wake_bytes = 1 << 20;
+
+/* The state of the live run `k` names, or 0 if that run is over (its slot is free or reused). */
+static __always_inline struct run_state *live(const struct run_key *k)
+{
+	__u32 slot = k->slot;
+	struct run_state *r = bpf_map_lookup_elem(&runs, &slot);
+
+	if (!r || r->gen != k->gen || k->gen == 0)
+		return 0;
+	return r;
+}
+
+/* The run `tgid` belongs to, copied into `k`; false for a process of no live run (a dead entry
+ * is removed on the way). */
+static __always_inline bool run_of(__u32 tgid, struct run_key *k)
+{
+	struct run_key *e = bpf_map_lookup_elem(&tracked, &tgid);
+
+	if (!e)
+		return false;
+	*k = *e;
+	if (!live(k)) {
+		bpf_map_delete_elem(&tracked, &tgid);
+		return false;
+	}
+	return true;
+}
+
+static __always_inline void count_lost(const struct run_key *k)
+{
+	struct run_state *r = live(k);
+
+	if (r)
+		__sync_fetch_and_add(&r->lost, 1);
+}
 
 static __always_inline bool traced_nr(long nr)
 {
@@ -147,18 +216,25 @@ static __always_inline struct scratch *begin(__u32 kind, __u32 pid)
 	return s;
 }
 
-static __always_inline void emit(struct scratch *s, __u32 off)
+static __always_inline void emit(struct scratch *s, __u32 off, const struct run_key *k)
 {
 	__u64 size = off;
+	__u32 slot = k->slot;
+	void *ring = bpf_map_lookup_elem(&rings, &slot);
 
+	if (!ring) {
+		count_lost(k);
+		return;
+	}
+	s->ev.run_gen = k->gen;
 	/* Clamped in asm: clang would otherwise pass the verifier an unclamped copy. */
 	asm volatile("if %0 <= %1 goto +1\n\t%0 = %1" : "+r"(size) : "i"(DATA_SIZE));
 	/* Waking the reader for every record would cost a context switch per file: it is woken once a
 	 * batch is waiting, and otherwise reads on its own timer and at the end of the run. */
-	__u64 flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wake_bytes ?
+	__u64 flags = bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA) >= wake_bytes ?
 			      BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
-	if (bpf_ringbuf_output(&events, s, sizeof(s->ev) + size, flags))
-		__sync_fetch_and_add(&lost, 1);
+	if (bpf_ringbuf_output(ring, s, sizeof(s->ev) + size, flags))
+		count_lost(k);
 }
 
 struct walk {
@@ -211,7 +287,7 @@ static long walk_step(__u64 i, void *ctx)
 
 /* Appends the directory `path` names as its components from the leaf up, each NUL-terminated,
  * crossing mount points up to the root of the mount tree. Returns the new offset. */
-static __always_inline __u32 put_dir(struct scratch *s, __u32 off, struct path *path)
+static __always_inline __u32 put_dir(struct scratch *s, __u32 off, const struct path *path)
 {
 	struct vfsmount *vfs = BPF_CORE_READ(path, mnt);
 	struct walk w = {
@@ -289,7 +365,7 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 	pid_tgid = bpf_get_current_pid_tgid();
 	tgid = pid_tgid >> 32;
 	tid = (__u32)pid_tgid;
-	if (!bpf_map_lookup_elem(&tracked, &tgid))
+	if (!run_of(tgid, &p.run))
 		return 0;
 	/* Direct (BTF) loads: no helper call per argument. */
 	p.nr = id;
@@ -302,12 +378,12 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 	if ((id == NR_open && (p.a[1] & O_DIRECTORY)) || (id == NR_openat && (p.a[2] & O_DIRECTORY)))
 		return 0;
 	if (bpf_map_update_elem(&pending, &tid, &p, BPF_ANY))
-		__sync_fetch_and_add(&lost, 1);
+		count_lost(&p.run);
 	return 0;
 }
 
 static __always_inline int on_open(struct scratch *s, struct task_struct *t, int dirfd,
-				   __u64 upath, int flags, long fd)
+				   __u64 upath, int flags, long fd, const struct run_key *k)
 {
 	struct file *f = fd_file(t, fd);
 	struct inode *ino;
@@ -329,7 +405,7 @@ static __always_inline int on_open(struct scratch *s, struct task_struct *t, int
 	s->ev.ctime_ns = BPF_CORE_READ(ino, i_ctime_sec) * 1000000000 +
 			 (BPF_CORE_READ(ino, i_ctime_nsec) & ~(1U << 31));
 	off = put_at(s, 0, t, dirfd, upath, 0);
-	emit(s, off);
+	emit(s, off, k);
 	return 0;
 }
 
@@ -351,7 +427,7 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 		return 0;
 	p = *pp;
 	bpf_map_delete_elem(&pending, &tid);
-	if (ret < 0)
+	if (ret < 0 || !live(&p.run))
 		return 0;
 	switch (p.nr) {
 	case NR_open:
@@ -388,16 +464,16 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	t = bpf_get_current_task_btf();
 	switch (p.nr) {
 	case NR_open:
-		return on_open(s, t, AT_FDCWD, p.a[0], p.a[1], ret);
+		return on_open(s, t, AT_FDCWD, p.a[0], p.a[1], ret, &p.run);
 	case NR_creat:
-		return on_open(s, t, AT_FDCWD, p.a[0], O_WRONLY | O_CREAT | O_TRUNC, ret);
+		return on_open(s, t, AT_FDCWD, p.a[0], O_WRONLY | O_CREAT | O_TRUNC, ret, &p.run);
 	case NR_openat:
-		return on_open(s, t, p.a[0], p.a[1], p.a[2], ret);
+		return on_open(s, t, p.a[0], p.a[1], p.a[2], ret, &p.run);
 	case NR_openat2: {
 		__u64 how_flags = 0;
 
 		bpf_probe_read_user(&how_flags, sizeof(how_flags), (const void *)p.a[2]);
-		return on_open(s, t, p.a[0], p.a[1], how_flags, ret);
+		return on_open(s, t, p.a[0], p.a[1], how_flags, ret, &p.run);
 	}
 	case NR_rename:
 	case NR_link:
@@ -439,7 +515,7 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	default:
 		return 0;
 	}
-	emit(s, off);
+	emit(s, off, &p.run);
 	return 0;
 }
 
@@ -448,20 +524,20 @@ int BPF_PROG(sched_fork, struct task_struct *parent, struct task_struct *child)
 {
 	__u32 ptgid = BPF_CORE_READ(parent, tgid);
 	__u32 ctgid = BPF_CORE_READ(child, tgid);
-	__u32 one = 1;
+	struct run_key k;
 	struct scratch *s;
 
-	if (ptgid == ctgid || !bpf_map_lookup_elem(&tracked, &ptgid))
+	if (ptgid == ctgid || !run_of(ptgid, &k))
 		return 0;
-	if (bpf_map_update_elem(&tracked, &ctgid, &one, BPF_ANY)) {
-		__sync_fetch_and_add(&lost, 1);
+	if (bpf_map_update_elem(&tracked, &ctgid, &k, BPF_ANY)) {
+		count_lost(&k);
 		return 0;
 	}
 	s = begin(ROAR_FORK, ctgid);
 	if (!s)
 		return 0;
 	s->ev.ppid = ptgid;
-	emit(s, 0);
+	emit(s, 0, &k);
 	return 0;
 }
 
@@ -472,10 +548,11 @@ int BPF_PROG(sched_exec, struct task_struct *p, pid_t old_pid, struct linux_binp
 	struct fs_struct *fs;
 	struct file *exe;
 	struct scratch *s;
+	struct run_key k;
 	__u64 start, end, n;
 	__u32 off, mark;
 
-	if (!bpf_map_lookup_elem(&tracked, &tgid))
+	if (!run_of(tgid, &k))
 		return 0;
 	s = begin(ROAR_EXEC, tgid);
 	if (!s)
@@ -498,7 +575,7 @@ int BPF_PROG(sched_exec, struct task_struct *p, pid_t old_pid, struct linux_binp
 		s->ev.len[2] = n;
 		off += n;
 	}
-	emit(s, off);
+	emit(s, off, &k);
 	return 0;
 }
 
@@ -507,9 +584,10 @@ int BPF_PROG(sched_exit, struct task_struct *p, bool group_dead)
 {
 	__u32 tgid = BPF_CORE_READ(p, tgid);
 	__u32 tid = BPF_CORE_READ(p, pid);
+	struct run_key k;
 	struct scratch *s;
 
-	if (!bpf_map_lookup_elem(&tracked, &tgid))
+	if (!run_of(tgid, &k))
 		return 0;
 	bpf_map_delete_elem(&pending, &tid);
 	if (!group_dead)
@@ -517,6 +595,6 @@ int BPF_PROG(sched_exit, struct task_struct *p, bool group_dead)
 	bpf_map_delete_elem(&tracked, &tgid);
 	s = begin(ROAR_EXIT, tgid);
 	if (s)
-		emit(s, 0);
+		emit(s, 0, &k);
 	return 0;
 }

@@ -36,7 +36,7 @@ struct roar_event {
 	__s64 mtime_ns;
 	__s64 ctime_ns;
 	__u32 flags;
-	__u32 reserved;
+	__u32 run_gen; /* the generation of the run it is for: a reused ring may hold older records */
 	__u32 len[4];
 };
 

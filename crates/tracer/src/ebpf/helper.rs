@@ -1,0 +1,439 @@
+//! The resident helper: keeps the eBPF programs loaded between runs, so a run does not pay the
+//! ~45 ms of loading and verifying them.
+//!
+//! The first `roar run --tracer ebpf` starts it (`roar __ebpf-helper`, detached: its own session,
+//! cwd `/`, no terminal, not a child of the run). It listens on an abstract unix socket named after
+//! the programs' build and the ring size, so a rebuilt roar never talks to an old helper. For each
+//! run that connects it hands out a free slot with a new generation, the slot's ring buffer and
+//! the maps' fds; the connection is the run's lease: when it closes (the run ended or died), the
+//! slot's generation is cleared, so any process the run left behind reaches no run. A slot's ring
+//! is made the first time the slot is used and kept: putting a ring into the programs' map waits
+//! for an RCU grace period (~10 ms); records carry their run's generation, so a run skips what an
+//! earlier run of its slot left unread. The programs are attached only while some run holds a slot
+//! and for a second after the last one (attaching takes ~0.6 ms): otherwise no syscall on the
+//! machine passes through them (attached, they add ~0.3 µs to every syscall of every process).
+//! The helper exits after `ROAR_EBPF_IDLE_SECS` (default 300) without a run. Only a peer with the helper's own uid is
+//! served, and a run only trusts a helper with its own uid.
+//!
+//! A run falls back to loading the programs itself when `ROAR_EBPF_HELPER=0`, when it runs inside
+//! another `roar` (that roar waits for every process its command leaves, and would wait for the
+//! helper), or when the helper cannot be reached or has no free slot.
+
+use std::io::{self, BufRead, BufReader, IoSlice, IoSliceMut, Write};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::socket::{self, sockopt, ControlMessage, ControlMessageOwned, MsgFlags};
+
+use libbpf_rs::{MapHandle, MapInfo, MapType};
+
+use super::maps::{put_ring, Maps, RunKey, MAX_RUNS};
+use super::{attach, load, new_ring, ring_kb, unavailable};
+use crate::check::unavailable_reason;
+use crate::TraceError;
+
+/// The hidden first argument that makes `roar` the helper (checked before any other parsing).
+pub const HELPER_ARG: &str = "__ebpf-helper";
+const HELPER_ENV: &str = "ROAR_EBPF_HELPER";
+const IDLE_ENV: &str = "ROAR_EBPF_IDLE_SECS";
+const IDLE_DEFAULT: u64 = 300;
+/// How long the programs stay attached after the last run: back-to-back runs (a pipeline of
+/// `roar run` steps) do not attach and detach each time.
+const LINGER: Duration = Duration::from_secs(1);
+/// How long a run waits for a helper to answer (loading the programs takes ~50 ms).
+const ANSWER_WITHIN: Duration = Duration::from_secs(10);
+const MAGIC: u32 = 0x5241_4f52; // "ROAR"
+const REFUSED: u32 = u32::MAX;
+
+/// A run's lease on the helper's programs.
+pub(super) struct Lease {
+    pub maps: Maps,
+    pub key: RunKey,
+    /// The ring at the run's slot.
+    pub ring: MapHandle,
+    /// Closed by the helper only if it dies: the run then lost events.
+    pub conn: UnixStream,
+}
+
+fn socket_name(ring_kb: u32) -> String {
+    format!(
+        "roar-ebpf-{}-{}-{ring_kb}k",
+        env!("CARGO_PKG_VERSION"),
+        env!("ROAR_BPF_ID")
+    )
+}
+
+fn address(ring_kb: u32) -> io::Result<SocketAddr> {
+    SocketAddr::from_abstract_name(socket_name(ring_kb).as_bytes())
+}
+
+fn peer_uid(s: &impl AsFd) -> io::Result<u32> {
+    Ok(socket::getsockopt(s, sockopt::PeerCredentials)?.uid())
+}
+
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
+/// A lease from the running helper, starting one if none runs. `Ok(None)`: load the programs in
+/// this process instead (the reason is in the debug log). An error is what loading here would
+/// also fail with (the helper could not load the programs).
+pub(super) fn lease(ring_kb: u32) -> Result<Option<Lease>, TraceError> {
+    if std::env::var_os(HELPER_ENV).is_some_and(|v| v == "0") {
+        return Ok(None);
+    }
+    let addr = address(ring_kb).map_err(|source| TraceError::Socket { source })?;
+    for attempt in 0..3 {
+        match UnixStream::connect_addr(&addr) {
+            Ok(conn) => match receive(conn, ring_kb) {
+                Ok(Some(lease)) => return Ok(Some(lease)),
+                Ok(None) => return Ok(None),
+                Err(e) => tracing::debug!("the eBPF helper did not answer: {e}"),
+            },
+            Err(e) if attempt == 0 => {
+                tracing::debug!("no eBPF helper ({e})");
+                if let Some(why) = inside_roar() {
+                    tracing::debug!("not starting the eBPF helper: {why}");
+                    return Ok(None);
+                }
+                start(ring_kb)?;
+            }
+            Err(e) => tracing::debug!("cannot reach the eBPF helper: {e}"),
+        }
+    }
+    Ok(None)
+}
+
+/// Reads the helper's answer: a grant with three map fds, or a refusal with its reason.
+fn receive(conn: UnixStream, ring_kb: u32) -> io::Result<Option<Lease>> {
+    if peer_uid(&conn)? != euid() {
+        tracing::debug!("the eBPF helper's socket belongs to another user: not used");
+        return Ok(None);
+    }
+    conn.set_read_timeout(Some(ANSWER_WITHIN))?;
+    let mut head = [0u8; 512];
+    let mut cmsg = nix::cmsg_space!([RawFd; 3]);
+    let mut iov = [IoSliceMut::new(&mut head)];
+    let msg = socket::recvmsg::<()>(
+        conn.as_raw_fd(),
+        &mut iov,
+        Some(&mut cmsg),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )?;
+    let mut fds = Vec::new();
+    for c in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(got) = c {
+            // SAFETY: the kernel just installed these fds for us; nothing else owns them.
+            fds.extend(got.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+        }
+    }
+    let n = msg.bytes;
+    let word = |i: usize| u32::from_le_bytes(head[i * 4..i * 4 + 4].try_into().expect("4 bytes"));
+    if n < 12 || word(0) != MAGIC {
+        return Err(io::Error::other("a malformed answer"));
+    }
+    if word(1) == REFUSED {
+        tracing::debug!(
+            "the eBPF helper has no slot for this run: {}",
+            String::from_utf8_lossy(&head[8..n])
+        );
+        return Ok(None);
+    }
+    let [tracked, runs, ring]: [OwnedFd; 3] = fds
+        .try_into()
+        .map_err(|_| io::Error::other("an answer without its three maps"))?;
+    // libbpf-rs reads a ring only through a map handle it opened, which takes the map's id.
+    let info = MapInfo::new(ring.as_fd()).map_err(io::Error::other)?;
+    if info.map_type() != MapType::RingBuf || info.info.max_entries != ring_kb * 1024 {
+        return Err(io::Error::other("the ring handed over is not this run's kind"));
+    }
+    let ring = MapHandle::from_map_id(info.info.id).map_err(io::Error::other)?;
+    conn.set_read_timeout(None)?;
+    Ok(Some(Lease {
+        maps: Maps { tracked, runs },
+        key: RunKey {
+            slot: word(1),
+            gen: word(2),
+        },
+        ring,
+        conn,
+    }))
+}
+
+/// Why this process should not start a helper: it runs inside another `roar`, which would wait
+/// for the helper as for any process its command leaves behind.
+fn inside_roar() -> Option<String> {
+    let me = std::fs::read_link("/proc/self/exe").ok()?;
+    // SAFETY: getppid has no preconditions.
+    let mut pid = unsafe { libc::getppid() };
+    for _ in 0..64 {
+        if pid <= 1 {
+            return None;
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let comm_end = stat.rfind(')')?;
+        let comm = &stat[stat.find('(')? + 1..comm_end];
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+        if comm == "roar" || exe.as_deref() == Some(me.as_path()) {
+            return Some(format!("process {pid} is a roar"));
+        }
+        pid = stat[comm_end + 2..].split(' ').nth(1)?.parse().ok()?;
+    }
+    None
+}
+
+/// Starts a helper and waits until it listens with the programs loaded (or says why it cannot).
+/// The helper is a grandchild: the middle process exits at once, so the helper is nobody's child
+/// that waits (this roar is not yet a subreaper).
+fn start(ring_kb: u32) -> Result<(), TraceError> {
+    let exe = std::env::current_exe().map_err(|source| TraceError::Socket { source })?;
+    let mut cmd = Command::new(exe);
+    cmd.arg0("roar-ebpf-helper")
+        .arg(HELPER_ARG)
+        .env(super::RING_ENV, ring_kb.to_string())
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    // SAFETY: fork, setsid and _exit are async-signal-safe; nothing else runs before exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            match libc::fork() {
+                -1 => return Err(io::Error::last_os_error()),
+                0 => {}
+                _ => libc::_exit(0),
+            }
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut middle = cmd.spawn().map_err(|source| TraceError::Socket { source })?;
+    let out = middle.stdout.take().expect("piped");
+    let _ = middle.wait();
+    let mut line = String::new();
+    let _ = BufReader::new(out).read_line(&mut line);
+    match line.trim_end() {
+        "ready" | "busy" => Ok(()),
+        said => match said.strip_prefix("error: ") {
+            Some(reason) => Err(unavailable(reason.to_owned())),
+            // It died without a word: this run loads the programs itself.
+            None => Ok(()),
+        },
+    }
+}
+
+/// A run holding a slot.
+struct Client {
+    conn: UnixStream,
+    slot: u32,
+}
+
+/// The helper's main: `roar __ebpf-helper`. Says `ready`, `busy` (another helper has the socket)
+/// or `error: REASON` on stdout, then serves until idle. Returns the exit code.
+pub fn serve() -> i32 {
+    let say = |what: &str| {
+        let mut out = io::stdout().lock();
+        let _ = writeln!(out, "{what}");
+        let _ = out.flush();
+    };
+    let ring_kb = match ring_kb() {
+        Ok(kb) => kb,
+        Err(e) => {
+            say(&format!("error: {}", unavailable_reason(e)));
+            return 1;
+        }
+    };
+    let idle = std::env::var(IDLE_ENV)
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .map_or(Duration::from_secs(IDLE_DEFAULT), Duration::from_secs);
+    let listener = match address(ring_kb).and_then(|a| UnixListener::bind_addr(&a)) {
+        Ok(l) => l,
+        Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+            say("busy");
+            return 0;
+        }
+        Err(e) => {
+            say(&format!("error: cannot listen for runs: {e}"));
+            return 1;
+        }
+    };
+    let mut obj = MaybeUninit::uninit();
+    let skel = match load(&mut obj, ring_kb) {
+        Ok(s) => s,
+        Err(e) => {
+            say(&format!("error: {}", unavailable_reason(e)));
+            return 1;
+        }
+    };
+    let maps = match super::maps_of(&skel) {
+        Ok(m) => m,
+        Err(e) => {
+            say(&format!("error: {e}"));
+            return 1;
+        }
+    };
+    let mut rings: Vec<Option<MapHandle>> = (0..MAX_RUNS).map(|_| None).collect();
+    // The first run's ring is made now: that run already waits for the load.
+    if let Err(e) = ring_for(&skel, &mut rings, 0, ring_kb) {
+        say(&format!("error: {e}"));
+        return 1;
+    }
+    say("ready");
+    // Nobody reads stdout any more; a write to it must not fail or block.
+    if let Ok(null) = std::fs::File::options().write(true).open("/dev/null") {
+        // SAFETY: dup2 onto our own stdout.
+        unsafe { libc::dup2(null.as_raw_fd(), 1) };
+    }
+    let _ = listener.set_nonblocking(true);
+    let mut gens = [0u32; MAX_RUNS as usize];
+    let mut clients: Vec<Client> = Vec::new();
+    // When the last run ended (or the helper started).
+    let mut idle_since = Instant::now();
+    // Attached while some run holds a slot, and for LINGER after the last one.
+    let mut links = Vec::new();
+    loop {
+        let mut fds: Vec<libc::pollfd> = std::iter::once(&listener as &dyn AsRawFd)
+            .chain(clients.iter().map(|c| &c.conn as &dyn AsRawFd))
+            .map(|s| libc::pollfd {
+                fd: s.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        let timeout = if !clients.is_empty() {
+            None
+        } else if !links.is_empty() {
+            Some(LINGER.saturating_sub(idle_since.elapsed()))
+        } else {
+            Some(idle.saturating_sub(idle_since.elapsed()))
+        };
+        let timeout_ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as i32);
+        // SAFETY: fds is a valid array of pollfds.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+        if n < 0 {
+            continue;
+        }
+        if n == 0 && clients.is_empty() {
+            if links.is_empty() {
+                return 0;
+            }
+            links.clear();
+            continue;
+        }
+        // A run's connection becomes readable only when it closes: its lease ends.
+        let mut i = 1;
+        clients.retain(|c| {
+            let ended = fds[i].revents != 0;
+            i += 1;
+            if ended {
+                maps.close_run(c.slot);
+            }
+            !ended
+        });
+        if fds[0].revents != 0 {
+            while let Ok((conn, _)) = listener.accept() {
+                if links.is_empty() {
+                    match attach(&skel) {
+                        Ok(l) => links = l,
+                        Err(e) => {
+                            refuse(&conn, &unavailable_reason(e));
+                            continue;
+                        }
+                    }
+                }
+                if let Some(c) = grant(conn, &skel, &maps, &mut rings, ring_kb, &mut gens, &clients) {
+                    clients.push(c);
+                }
+            }
+        }
+        if clients.is_empty() && n > 0 {
+            idle_since = Instant::now();
+        }
+    }
+}
+
+/// The ring at `slot`, made and put in place the first time.
+fn ring_for<'r>(
+    skel: &super::skel::RoarSkel<'_>,
+    rings: &'r mut [Option<MapHandle>],
+    slot: u32,
+    ring_kb: u32,
+) -> Result<&'r MapHandle, String> {
+    let entry = &mut rings[slot as usize];
+    if entry.is_none() {
+        let ring = new_ring(ring_kb).map_err(unavailable_reason)?;
+        put_ring(skel.maps.rings.as_fd().as_raw_fd(), slot, ring.as_fd().as_raw_fd())
+            .map_err(|e| format!("cannot put a ring buffer in place: {e}"))?;
+        *entry = Some(ring);
+    }
+    Ok(entry.as_ref().expect("just made"))
+}
+
+/// Hands `conn` a free slot with a new generation and the slot's ring, or refuses it.
+fn grant(
+    conn: UnixStream,
+    skel: &super::skel::RoarSkel<'_>,
+    maps: &Maps,
+    rings: &mut [Option<MapHandle>],
+    ring_kb: u32,
+    gens: &mut [u32; MAX_RUNS as usize],
+    clients: &[Client],
+) -> Option<Client> {
+    if peer_uid(&conn).ok() != Some(euid()) {
+        refuse(&conn, "only the helper's own user is served");
+        return None;
+    }
+    let Some(slot) = (0..MAX_RUNS).find(|s| clients.iter().all(|c| c.slot != *s)) else {
+        refuse(&conn, &format!("{MAX_RUNS} runs are already traced"));
+        return None;
+    };
+    let ring = match ring_for(skel, rings, slot, ring_kb) {
+        Ok(r) => r.as_fd().as_raw_fd(),
+        Err(why) => {
+            refuse(&conn, &why);
+            return None;
+        }
+    };
+    let gen = &mut gens[slot as usize];
+    *gen = gen.wrapping_add(1).max(1);
+    let key = RunKey { slot, gen: *gen };
+    if let Err(e) = maps.open_run(key) {
+        refuse(&conn, &format!("cannot open a run slot: {e}"));
+        return None;
+    }
+    let mut head = Vec::with_capacity(12);
+    for w in [MAGIC, slot, key.gen] {
+        head.extend_from_slice(&w.to_le_bytes());
+    }
+    let fds = [maps.tracked.as_raw_fd(), maps.runs.as_raw_fd(), ring];
+    let sent = socket::sendmsg::<()>(
+        conn.as_raw_fd(),
+        &[IoSlice::new(&head)],
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    );
+    match sent {
+        Ok(_) => Some(Client { conn, slot }),
+        Err(_) => {
+            maps.close_run(slot);
+            None
+        }
+    }
+}
+
+fn refuse(conn: &UnixStream, why: &str) {
+    let mut msg = Vec::new();
+    for w in [MAGIC, REFUSED] {
+        msg.extend_from_slice(&w.to_le_bytes());
+    }
+    msg.extend_from_slice(why.as_bytes());
+    let _ = socket::send(conn.as_raw_fd(), &msg, MsgFlags::MSG_NOSIGNAL);
+}
