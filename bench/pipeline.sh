@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end overhead on a realistic pipeline of about 30 s: a Python preprocessing step reading
 # 500 shards and writing features, then a training-like step that reads the features and writes
-# a checkpoint every few seconds. Run bare, under `roar run` (preload, ptrace), with the data
+# a checkpoint every few seconds. Run bare, under `roar run` (preload, ptrace, eBPF), with the data
 # directory under `roar mount` and no `roar run`, and under the Python peer `roar-cli`, all in the
 # same session; overhead in percent of bare.
 set -euo pipefail
@@ -84,11 +84,19 @@ git add -A && git commit -qm pipeline
 cp -r "$W" "$W-peer"
 rm -rf "$W-peer/.roar" && (cd "$W-peer" && "$PEER_VENV/bin/roar" init > /dev/null 2>&1 || true)
 
+# eBPF joins where it loads (its resident helper started by the warm-up run).
+EBPF=()
+if "$ROAR" tracer check ebpf > /dev/null; then
+    EBPF=("roar run (ebpf)=sh steps.sh '$ROAR run --tracer ebpf --'")
+else
+    echo "eBPF left out: $("$ROAR" tracer check ebpf)"
+fi
 python3 "$REPO/bench/lib/compare.py" pipeline.json "$RUNS" \
     "bare=sh steps.sh" \
     "bare2=sh steps.sh" \
     "roar run (preload)=sh steps.sh '$ROAR run --tracer preload --'" \
     "roar run (ptrace)=sh steps.sh '$ROAR run --tracer ptrace --'" \
+    "${EBPF[@]}" \
     "roar mount=sh mounted.sh" \
     "roar-cli (peer)=sh -c 'cd $W-peer && sh steps.sh \"$PEER_VENV/bin/roar run\"'"
 python3 - <<'PY'

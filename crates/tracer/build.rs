@@ -15,7 +15,12 @@ fn main() {
     // Names the resident helper's socket (src/ebpf/helper.rs): a roar built from other programs
     // never talks to a helper running old ones.
     let mut id: u64 = 0xcbf2_9ce4_8422_2325;
-    for f in [SRC, "src/bpf/roar.h", "src/ebpf/helper.rs", "src/ebpf/maps.rs"] {
+    for f in [
+        SRC,
+        "src/bpf/roar.h",
+        "src/ebpf/helper.rs",
+        "src/ebpf/maps.rs",
+    ] {
         for b in std::fs::read(f).expect("reading the eBPF sources") {
             id = (id ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
         }

@@ -270,16 +270,28 @@ fn warm_runs_use_the_resident_helper_which_exits_when_idle() {
     let p = Project::new();
     p.write("in.txt", b"data\n");
     let run = |out: &str| {
-        p.cmd(["run", "--tracer", "ebpf", "--", "sh", "-c", &format!("cat in.txt > {out}")])
-            .env("ROAR_EBPF_RING_KB", RING.to_string())
-            .env("ROAR_EBPF_IDLE_SECS", "2")
-            .env("ROAR_LOG", "roar_tracer=debug")
-            .output()
-            .unwrap()
+        p.cmd([
+            "run",
+            "--tracer",
+            "ebpf",
+            "--",
+            "sh",
+            "-c",
+            &format!("cat in.txt > {out}"),
+        ])
+        .env("ROAR_EBPF_RING_KB", RING.to_string())
+        .env("ROAR_EBPF_IDLE_SECS", "2")
+        .env("ROAR_LOG", "roar_tracer=debug")
+        .output()
+        .unwrap()
     };
     let first = run("a.txt");
     assert!(first.status.success(), "{}", stderr(&first));
-    assert!(stderr(&first).contains("resident helper"), "{}", stderr(&first));
+    assert!(
+        stderr(&first).contains("resident helper"),
+        "{}",
+        stderr(&first)
+    );
     assert_eq!(helpers(RING).len(), 1, "one helper serves the runs");
     let second = run("b.txt");
     assert!(second.status.success(), "{}", stderr(&second));
@@ -311,7 +323,14 @@ fn a_process_left_by_a_killed_run_never_reaches_the_next_run() {
     // so the write happens while run B (which gets A's freed slot) runs.
     let mut a = p
         .cmd([
-            "run", "--tracer", "ebpf", "--name", "a", "--", "sh", "-c",
+            "run",
+            "--tracer",
+            "ebpf",
+            "--name",
+            "a",
+            "--",
+            "sh",
+            "-c",
             "echo 1 > early.txt; sleep 1; echo 2 > left.txt; sleep 0.5",
         ])
         .env("ROAR_EBPF_RING_KB", RING.to_string())
@@ -325,14 +344,24 @@ fn a_process_left_by_a_killed_run_never_reaches_the_next_run() {
     a.wait().unwrap();
     let b = p
         .cmd([
-            "run", "--tracer", "ebpf", "--name", "b", "--", "sh", "-c",
+            "run",
+            "--tracer",
+            "ebpf",
+            "--name",
+            "b",
+            "--",
+            "sh",
+            "-c",
             "sleep 1.5; echo 3 > mine.txt",
         ])
         .env("ROAR_EBPF_RING_KB", RING.to_string())
         .output()
         .unwrap();
     assert!(b.status.success(), "{}", stderr(&b));
-    assert!(p.path().join("left.txt").exists(), "A's orphan wrote during B");
+    assert!(
+        p.path().join("left.txt").exists(),
+        "A's orphan wrote during B"
+    );
     let job = p.last_job();
     assert_eq!(job["name"], "b");
     assert_eq!(p.files(&job, "output"), vec!["mine.txt".to_owned()]);
@@ -348,16 +377,23 @@ fn a_helper_that_dies_during_a_run_makes_the_job_incomplete() {
     let p = Project::new();
     let run = p
         .cmd([
-            "run", "--tracer", "ebpf", "--", "sh", "-c",
+            "run",
+            "--tracer",
+            "ebpf",
+            "--",
+            "sh",
+            "-c",
             "echo 1 > before.txt; sleep 1; echo 2 > after.txt",
         ])
         .env("ROAR_EBPF_RING_KB", RING.to_string())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_until("the run starts its command", Duration::from_secs(20), || {
-        p.path().join("before.txt").exists()
-    });
+    wait_until(
+        "the run starts its command",
+        Duration::from_secs(20),
+        || p.path().join("before.txt").exists(),
+    );
     let pids = helpers(RING);
     assert_eq!(pids.len(), 1, "the run started a helper");
     // SAFETY: kill with a pid we just found.
@@ -367,7 +403,11 @@ fn a_helper_that_dies_during_a_run_makes_the_job_incomplete() {
     assert!(p.path().join("after.txt").exists());
     let job = p.last_job();
     assert_eq!(job["incomplete"], true, "{}", stderr(&out));
-    assert!(stderr(&out).contains("eBPF helper exited"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("eBPF helper exited"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]

@@ -244,7 +244,10 @@ enum Command {
 
 fn main() -> ExitCode {
     // The resident eBPF helper a run starts (roar_tracer's ebpf/helper.rs): not a user command.
-    if std::env::args_os().nth(1).is_some_and(|a| a == roar_tracer::EBPF_HELPER_ARG) {
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == roar_tracer::EBPF_HELPER_ARG)
+    {
         return ExitCode::from(roar_tracer::ebpf_helper_main() as u8);
     }
     let mut command = Cli::command();

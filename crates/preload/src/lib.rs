@@ -197,6 +197,9 @@ unsafe fn send(kind: Kind, arg: i64, fd: c_int, stat: WireStat, parts: [&[u8]; 4
             &[h.as_bytes(), a, b, c, d],
             &mut RingWait::new(&ring).f(),
         ) {
+            if ring.wake_needed(false) {
+                wake(&ring);
+            }
             return;
         }
     }
@@ -262,9 +265,24 @@ unsafe fn ring() -> Option<Ring> {
     unsafe { Ring::attach(base, RING_MAP_LEN.load(Ordering::Relaxed)) }
 }
 
-/// How a producer waits for space in a full ring: yield first, then short sleeps, and every
-/// second or so make sure roar is still there to drain it.
+/// Wakes roar's reader sleeping on the ring (roar_wire::ring says when).
+fn wake(ring: &Ring) {
+    // SAFETY: FUTEX_WAKE on a word of our shared mapping, which stays mapped.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            ring.wake_word(),
+            libc::FUTEX_WAKE,
+            1,
+            ptr::null::<libc::timespec>(),
+        );
+    }
+}
+
+/// How a producer waits for space in a full ring: wake roar's reader if it sleeps, yield first,
+/// then short sleeps, and every second or so make sure roar is still there to drain it.
 struct RingWait {
+    ring: Ring,
     owner: pid_t,
     waits: u32,
 }
@@ -272,6 +290,7 @@ struct RingWait {
 impl RingWait {
     fn new(ring: &Ring) -> RingWait {
         RingWait {
+            ring: *ring,
             owner: ring.owner_pid() as pid_t,
             waits: 0,
         }
@@ -279,6 +298,9 @@ impl RingWait {
 
     fn f(&mut self) -> impl FnMut() -> bool + '_ {
         move || {
+            if self.ring.wake_needed(true) {
+                wake(&self.ring);
+            }
             self.waits += 1;
             if self.waits < 64 {
                 // SAFETY: no preconditions.

@@ -8,17 +8,22 @@
 //! advances `tail`, which frees the space. A slot never wraps: a producer whose slot would cross the
 //! end of the area reserves the rest of the area as padding too.
 //!
+//! Waking the consumer: it does not poll. Between drains it sleeps on the futex word `wake` (in
+//! this shared mapping) for up to a timer's length, after setting `asleep`. A producer that leaves
+//! an eighth of the ring or more unread, or finds the ring full, and sees `asleep` set, clears it,
+//! bumps `wake` and makes one FUTEX_WAKE: one system call per batch, none while roar is awake.
+//!
 //! Slot word (the first 8 bytes of a slot): bits 0..32 the slot length including the word (a
 //! multiple of 8, so the low 3 bits carry the flags), bits 32..64 the producer's pid. Zero means
 //! "not reserved yet" — or, once the run is over, that the producer died between reserving and
 //! marking, which loses the rest of the ring (reported, never guessed at).
 
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 /// Environment variable telling the shim where the ring is: `<roar pid>/<fd>`; the shim opens
 /// `/proc/<roar pid>/fd/<fd>`, which works even after the program closed every inherited fd.
 pub const RING_ENV: &str = "ROAR_INTERNAL_RING";
-pub const MAGIC: u64 = u64::from_le_bytes(*b"roarrng1");
+pub const MAGIC: u64 = u64::from_le_bytes(*b"roarrng2");
 /// Bytes before the slot area.
 pub const HEADER_SIZE: usize = 4096;
 /// The smallest slot area: an Exec event carries up to 32 KiB of argv and must fit twice.
@@ -35,7 +40,11 @@ pub struct RingHeader {
     pub capacity: u64,
     /// The consumer: producers stop waiting for space once it is gone.
     pub owner_pid: i64,
-    _reserved: [u64; 5],
+    /// 1 while the consumer sleeps (or is about to) on `wake`.
+    asleep: AtomicU32,
+    /// The futex word the consumer sleeps on; bumped by whoever wakes it.
+    wake: AtomicU32,
+    _reserved: [u64; 4],
     /// Bytes reserved by producers since the start (never wraps in practice: 2^64).
     head: AtomicU64,
     _line2: [u64; 7],
@@ -188,6 +197,61 @@ impl Ring {
         true
     }
 
+    /// Bytes reserved and not yet released.
+    fn unread(&self) -> u64 {
+        let h = self.header();
+        h.head
+            .load(Ordering::SeqCst)
+            .saturating_sub(h.tail.load(Ordering::Acquire))
+    }
+
+    /// Producer, after a write (`full`: while waiting for space): whether the consumer must be
+    /// woken now. If so the caller makes one FUTEX_WAKE on [`Ring::wake_word`].
+    pub fn wake_needed(&self, full: bool) -> bool {
+        let h = self.header();
+        // Pairs with the consumer's store to `asleep` before it looks at the ring.
+        fence(Ordering::SeqCst);
+        if h.asleep.load(Ordering::Relaxed) == 0 || !(full || self.unread() >= self.capacity / 8) {
+            return false;
+        }
+        if h.asleep.swap(0, Ordering::AcqRel) == 0 {
+            return false; // another producer wakes it
+        }
+        h.wake.fetch_add(1, Ordering::Release);
+        true
+    }
+
+    /// The futex word: FUTEX_WAKE it after [`Ring::wake_needed`], FUTEX_WAIT on it after
+    /// [`Ring::sleep_begin`]. The mapping is shared between processes: not a private futex.
+    pub fn wake_word(&self) -> *const u32 {
+        self.header().wake.as_ptr()
+    }
+
+    /// Consumer: announces it is going to sleep. Returns the value to FUTEX_WAIT on, or None if
+    /// it should not sleep (an eighth of the ring is already unread). Call [`Ring::sleep_end`]
+    /// once awake.
+    pub fn sleep_begin(&self) -> Option<u32> {
+        let h = self.header();
+        let seen = h.wake.load(Ordering::Acquire);
+        h.asleep.store(1, Ordering::SeqCst);
+        if self.unread() >= self.capacity / 8 {
+            h.asleep.store(0, Ordering::Relaxed);
+            return None;
+        }
+        Some(seen)
+    }
+
+    pub fn sleep_end(&self) {
+        self.header().asleep.store(0, Ordering::Relaxed);
+    }
+
+    /// Anyone: wakes the consumer whether or not it sleeps (roar itself, once the run is over).
+    pub fn wake_always(&self) {
+        let h = self.header();
+        h.asleep.store(0, Ordering::Relaxed);
+        h.wake.fetch_add(1, Ordering::Release);
+    }
+
     /// Consumer: what is at the tail.
     pub fn next(&self) -> Next<'_> {
         let h = self.header();
@@ -304,6 +368,41 @@ mod tests {
         assert!(r.write(1, &[&big], &mut || false), "space is back");
         let huge = vec![0u8; MIN_CAPACITY as usize];
         assert!(!r.write(1, &[&huge], &mut || true));
+    }
+
+    #[test]
+    fn a_sleeping_consumer_is_woken_once_per_batch_and_an_awake_one_never() {
+        let mut buf = vec![0u64; (HEADER_SIZE + MIN_CAPACITY as usize) / 8];
+        let r = ring(&mut buf);
+        let event = vec![7u8; 1000];
+        let batch = MIN_CAPACITY as usize / 8 / 1008 + 1;
+        // Awake: no producer ever asks for a wake-up.
+        for _ in 0..batch {
+            assert!(r.write(1, &[&event], &mut || true));
+            assert!(!r.wake_needed(false));
+        }
+        assert_eq!(drain(&r).len(), batch);
+        let seen = r.sleep_begin().expect("an empty ring lets it sleep");
+        let mut wakes = 0;
+        for i in 0..2 * batch {
+            assert!(r.write(1, &[&event], &mut || true));
+            if r.wake_needed(false) {
+                wakes += 1;
+                assert!(
+                    i + 1 >= batch,
+                    "woken after {} events, before an eighth",
+                    i + 1
+                );
+            }
+        }
+        assert_eq!(wakes, 1, "one wake-up for the batch");
+        assert_ne!(unsafe { *r.wake_word() }, seen, "the futex word moved");
+        assert!(r.sleep_begin().is_none(), "an eighth unread: no sleeping");
+        r.sleep_end();
+        // A full ring wakes a sleeper whatever the threshold.
+        drain(&r);
+        assert!(r.sleep_begin().is_some());
+        assert!(r.wake_needed(true));
     }
 
     #[test]

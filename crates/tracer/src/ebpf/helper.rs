@@ -130,7 +130,10 @@ fn receive(conn: UnixStream, ring_kb: u32) -> io::Result<Option<Lease>> {
     for c in msg.cmsgs()? {
         if let ControlMessageOwned::ScmRights(got) = c {
             // SAFETY: the kernel just installed these fds for us; nothing else owns them.
-            fds.extend(got.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+            fds.extend(
+                got.into_iter()
+                    .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+            );
         }
     }
     let n = msg.bytes;
@@ -151,7 +154,9 @@ fn receive(conn: UnixStream, ring_kb: u32) -> io::Result<Option<Lease>> {
     // libbpf-rs reads a ring only through a map handle it opened, which takes the map's id.
     let info = MapInfo::new(ring.as_fd()).map_err(io::Error::other)?;
     if info.map_type() != MapType::RingBuf || info.info.max_entries != ring_kb * 1024 {
-        return Err(io::Error::other("the ring handed over is not this run's kind"));
+        return Err(io::Error::other(
+            "the ring handed over is not this run's kind",
+        ));
     }
     let ring = MapHandle::from_map_id(info.info.id).map_err(io::Error::other)?;
     conn.set_read_timeout(None)?;
@@ -213,7 +218,9 @@ fn start(ring_kb: u32) -> Result<(), TraceError> {
             Ok(())
         });
     }
-    let mut middle = cmd.spawn().map_err(|source| TraceError::Socket { source })?;
+    let mut middle = cmd
+        .spawn()
+        .map_err(|source| TraceError::Socket { source })?;
     let out = middle.stdout.take().expect("piped");
     let _ = middle.wait();
     let mut line = String::new();
@@ -348,7 +355,8 @@ pub fn serve() -> i32 {
                         }
                     }
                 }
-                if let Some(c) = grant(conn, &skel, &maps, &mut rings, ring_kb, &mut gens, &clients) {
+                if let Some(c) = grant(conn, &skel, &maps, &mut rings, ring_kb, &mut gens, &clients)
+                {
                     clients.push(c);
                 }
             }
@@ -369,8 +377,12 @@ fn ring_for<'r>(
     let entry = &mut rings[slot as usize];
     if entry.is_none() {
         let ring = new_ring(ring_kb).map_err(unavailable_reason)?;
-        put_ring(skel.maps.rings.as_fd().as_raw_fd(), slot, ring.as_fd().as_raw_fd())
-            .map_err(|e| format!("cannot put a ring buffer in place: {e}"))?;
+        put_ring(
+            skel.maps.rings.as_fd().as_raw_fd(),
+            slot,
+            ring.as_fd().as_raw_fd(),
+        )
+        .map_err(|e| format!("cannot put a ring buffer in place: {e}"))?;
         *entry = Some(ring);
     }
     Ok(entry.as_ref().expect("just made"))

@@ -198,7 +198,11 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
     tracing::debug!(
         "eBPF run ready in {:?} ({})",
         t_load.elapsed(),
-        if helper.is_some() { "resident helper" } else { "programs loaded by this run" }
+        if helper.is_some() {
+            "resident helper"
+        } else {
+            "programs loaded by this run"
+        }
     );
     let offset = clock_offset();
 
@@ -318,4 +322,3 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
         untraced: Vec::new(),
     })
 }
-
