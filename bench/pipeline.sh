@@ -3,7 +3,11 @@
 # 500 shards and writing features, then a training-like step that reads the features and writes
 # a checkpoint every few seconds. Run bare, under `roar run` (preload, ptrace, eBPF), with the data
 # directory under `roar mount` and no `roar run`, and under the Python peer `roar-cli`, all in the
-# same session; overhead in percent of bare.
+# same session; overhead in percent of bare, with the noise floor (bare against itself) and the
+# CPU each variant adds (the whole process tree: roar, the shim inside the job, the job). Then a
+# breakdown per backend from one more run each with ROAR_TIMING: roar's own CPU (all its threads)
+# against the CPU the job itself gained. ROAR_BEFORE=/path/to/roar adds an older roar's preload
+# row (its shim beside it) to the comparison.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$PWD"
@@ -91,20 +95,45 @@ if "$ROAR" tracer check ebpf > /dev/null; then
 else
     echo "eBPF left out: $("$ROAR" tracer check ebpf)"
 fi
-python3 "$REPO/bench/lib/compare.py" pipeline.json "$RUNS" \
+BEFORE=()
+if [ -n "${ROAR_BEFORE:-}" ]; then
+    BEFORE=("roar run (preload, before)=sh steps.sh '$ROAR_BEFORE run --tracer preload --'")
+fi
+python3 "$REPO/bench/lib/compare.py" pipeline.json "$RUNS" --cpu \
     "bare=sh steps.sh" \
     "bare2=sh steps.sh" \
     "roar run (preload)=sh steps.sh '$ROAR run --tracer preload --'" \
     "roar run (ptrace)=sh steps.sh '$ROAR run --tracer ptrace --'" \
     "${EBPF[@]}" \
+    "${BEFORE[@]}" \
     "roar mount=sh mounted.sh" \
     "roar-cli (peer)=sh -c 'cd $W-peer && sh steps.sh \"$PEER_VENV/bin/roar run\"'"
 python3 - <<'PY'
 import json
 r = json.load(open("pipeline.json"))
-b = r.pop("bare")["median"]
-print(f"\nbare {b:.1f} s; overhead in percent of bare (median of interleaved runs):")
+bare = r.pop("bare")
+b, bc = bare["median"], bare["cpu_median"]
+noise = 100 * abs(r["bare2"]["median"] - b) / b
+print(f"\nbare {b:.1f} s wall, {bc:.1f} s CPU; noise floor (bare2 against bare): {noise:.1f} %")
+print("overhead in percent of bare (medians of interleaved runs), and the CPU each adds:")
 for k, v in r.items():
-    print(f"  {k:22s} {100 * (v['median'] - b) / b:+6.1f} %")
+    print(f"  {k:28s} wall {100 * (v['median'] - b) / b:+6.1f} %   CPU {v['cpu_median'] - bc:+7.2f} s ({100 * (v['cpu_median'] - bc) / bc:+5.1f} %)")
+PY
+echo "== breakdown: one more run per backend with ROAR_TIMING=1 (both steps summed)"
+BACKENDS=(preload ptrace)
+[ ${#EBPF[@]} -gt 0 ] && BACKENDS+=(ebpf)
+for t in "${BACKENDS[@]}"; do
+    ROAR_TIMING=1 sh steps.sh "$ROAR run --tracer $t --" 2> "timing-$t.txt" > /dev/null
+done
+python3 - "${BACKENDS[@]}" <<'PY'
+import json, re, sys
+r = json.load(open("pipeline.json"))
+bare_cpu = r["bare"]["cpu_median"]
+for t in sys.argv[1:]:
+    text = open(f"timing-{t}.txt").read()
+    own = sum(float(x) for x in re.findall(r"roar's own CPU ([\d.]+) ms", text)) / 1e3
+    cmd = sum(float(x) for x in re.findall(r"\(command ([\d.]+) ms\)", text)) / 1e3
+    total = r[f"roar run ({t})"]["cpu_median"]
+    print(f"  {t:8s} roar's own threads {own:6.2f} s CPU; the job and its children {total - own - bare_cpu:+6.2f} s CPU against bare; steps' wall {cmd:.1f} s")
 PY
 "$ROAR" log -n 4
