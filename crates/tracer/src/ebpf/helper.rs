@@ -199,10 +199,16 @@ fn inside_roar() -> Option<String> {
 fn start(ring_kb: u32) -> Result<(), TraceError> {
     let exe = std::env::current_exe().map_err(|source| TraceError::Socket { source })?;
     let mut cmd = Command::new(exe);
+    // A long-lived process keeps nothing of this run's environment but its own settings.
     cmd.arg0("roar-ebpf-helper")
         .arg(HELPER_ARG)
+        .env_clear()
         .env(super::RING_ENV, ring_kb.to_string())
-        .current_dir("/")
+        .current_dir("/");
+    if let Some(idle) = std::env::var_os(IDLE_ENV) {
+        cmd.env(IDLE_ENV, idle);
+    }
+    cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
