@@ -246,7 +246,7 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         config
             .env
             .diff
-            .then(|| roar_env::git::DiffJob::start(r, g.commit.is_some()))
+            .then(|| roar_env::git::DiffJob::start(r, g.commit.as_deref()))
             .flatten()
     });
     let mut traced = roar_tracer::run(

@@ -18,8 +18,8 @@ pub const MAX_DIFF: usize = 64 << 20;
 #[derive(Debug, Clone)]
 pub struct Repo {
     pub root: PathBuf,
-    git_dir: PathBuf,
-    common: PathBuf,
+    pub(crate) git_dir: PathBuf,
+    pub(crate) common: PathBuf,
 }
 
 impl Repo {
@@ -190,13 +190,15 @@ pub enum Dirt {
 
 impl DiffJob {
     /// Starts `git diff HEAD --binary` in `repo` at idle CPU priority (it yields the CPU to the
-    /// command). Optional locks are off: the user's own git commands never wait on roar's.
+    /// command), unless the tree is known clean at `commit` without it (`crate::clean`). Optional
+    /// locks are off: the user's own git commands never wait on roar's.
     ///
     /// It starts only once the command has run for [`OVERLAP_AFTER`]: on two cores, git's own
     /// start (~2 ms of CPU in a small repository) beside a short command slowed the command more
     /// than running it afterwards; a longer command hides the whole diff.
-    pub fn start(repo: &Repo, has_commit: bool) -> Option<DiffJob> {
-        let root = repo.root.clone();
+    pub fn start(repo: &Repo, commit: Option<&str>) -> Option<DiffJob> {
+        let repo = repo.clone();
+        let commit = commit.map(str::to_owned);
         let pid = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(0));
         let p = pid.clone();
         let (go, wait) = std::sync::mpsc::channel::<()>();
@@ -204,7 +206,19 @@ impl DiffJob {
             .name("roar-git".into())
             .spawn(move || {
                 let _ = wait.recv_timeout(OVERLAP_AFTER);
-                diff(&root, has_commit, &p)
+                // A clean checkout unchanged since git last said so: no git (crate::clean).
+                if let Some(head) = &commit {
+                    if crate::clean::known(&repo, head) {
+                        return Some(Vec::new());
+                    }
+                }
+                let out = diff(&repo.root, commit.is_some(), &p);
+                if let (Some(head), Some(b)) = (&commit, &out) {
+                    if b.is_empty() {
+                        crate::clean::remember(&repo, head);
+                    }
+                }
+                out
             })
             .ok()?;
         Some(DiffJob { thread, pid, go })

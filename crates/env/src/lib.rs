@@ -10,6 +10,7 @@
 //! that loads nothing new costs a handful of indexed lookups.
 
 pub mod cache;
+pub mod clean;
 pub mod conda;
 pub mod dpkg;
 pub mod git;

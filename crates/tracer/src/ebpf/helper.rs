@@ -208,8 +208,7 @@ fn start(ring_kb: u32) -> Result<(), TraceError> {
     if let Some(idle) = std::env::var_os(IDLE_ENV) {
         cmd.env(IDLE_ENV, idle);
     }
-    cmd
-        .stdin(Stdio::null())
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
     // SAFETY: fork, setsid and _exit are async-signal-safe; nothing else runs before exec.
