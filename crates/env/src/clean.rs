@@ -64,9 +64,13 @@ pub fn remember(repo: &Repo, head: &str) {
 }
 
 fn remember_in(marks: &Path, repo: &Repo, head: &str) {
-    let Ok(meta) = std::fs::symlink_metadata(repo.git_dir.join("index")) else {
+    let index = repo.git_dir.join("index");
+    let Ok(meta) = std::fs::symlink_metadata(&index) else {
         return;
     };
+    if !small_index(&index) {
+        return; // never read: no mark
+    }
     let path = mark_path(marks, repo);
     let text = mark_text(head, &index_id(&meta));
     if std::fs::read_to_string(&path).is_ok_and(|t| t == text) {
@@ -99,6 +103,10 @@ fn known_in(marks: &Path, repo: &Repo, head: &str) -> bool {
     if mark != mark_text(head, &id) || sha256_repo(repo) {
         return false;
     }
+    // A big index is not read at all: its header says how many entries it has.
+    if !small_index(&index_path) {
+        return false;
+    }
     match std::fs::read(&index_path) {
         // The index must not have changed between the stat and the read.
         Ok(bytes) if bytes.len() as u64 == id.size => {
@@ -106,6 +114,15 @@ fn known_in(marks: &Path, repo: &Repo, head: &str) -> bool {
         }
         _ => false,
     }
+}
+
+/// Whether the index's header announces at most [`MAX_ENTRIES`] entries (12 bytes read).
+fn small_index(path: &Path) -> bool {
+    let mut head = [0u8; 12];
+    std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
+        .is_ok()
+        && be32(&head, 8).is_some_and(|n| n as usize <= MAX_ENTRIES)
 }
 
 fn sha256_repo(repo: &Repo) -> bool {
@@ -311,6 +328,21 @@ mod tests {
             !known_in(&marks, &repo, &head),
             "a staged file rewrote the index"
         );
+    }
+
+    #[test]
+    fn a_big_index_is_never_marked() {
+        let (t, repo, _) = repo();
+        let marks = t.path().join("marks");
+        for i in 0..=MAX_ENTRIES {
+            std::fs::write(repo.root.join(format!("f{i}")), "").unwrap();
+        }
+        git(&repo.root, &["add", "-A"]);
+        git(&repo.root, &["commit", "-qm", "many"]);
+        let head = git(&repo.root, &["rev-parse", "HEAD"]);
+        remember_in(&marks, &repo, &head);
+        assert!(!mark_path(&marks, &repo).exists());
+        assert!(!known_in(&marks, &repo, &head));
     }
 
     #[test]
