@@ -347,6 +347,9 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     match recorded {
         Ok(id) => {
             let incomplete = match (traced.lost, traced.malformed) {
+                _ if traced.cut_short.is_some() => {
+                    format!(", incomplete ({})", traced.cut_short.unwrap_or_default())
+                }
                 (0, 0) if !traced.untraced.is_empty() => {
                     ", incomplete (programs the tracer could not follow)".to_owned()
                 }

@@ -113,12 +113,15 @@ pub struct Traced {
     /// Programs the job exec'd that the backend could not follow (preload: statically linked or
     /// setuid), each with why: their files are missing from the record, so the job is incomplete.
     pub untraced: Vec<(PathBuf, &'static str)>,
+    /// Why the backend stopped seeing events before the command ended (the eBPF helper died),
+    /// if it did: the job is incomplete.
+    pub cut_short: Option<&'static str>,
 }
 
 impl Traced {
     /// Whether some of what the command did may be missing from `events`.
     pub fn incomplete(&self) -> bool {
-        self.malformed > 0 || self.lost > 0 || !self.untraced.is_empty()
+        self.malformed > 0 || self.lost > 0 || !self.untraced.is_empty() || self.cut_short.is_some()
     }
 }
 

@@ -545,6 +545,7 @@ pub fn run(
         lost: 0,
         forged: received.forged,
         untraced,
+        cut_short: None,
     })
 }
 

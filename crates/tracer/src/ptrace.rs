@@ -577,6 +577,7 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
         lost: 0,
         forged: 0,
         untraced: Vec::new(),
+        cut_short: None,
     })
 }
 

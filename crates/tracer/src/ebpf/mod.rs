@@ -3,8 +3,8 @@
 //! switch per file: records go to a ring buffer this process drains while the command runs.
 //!
 //! The programs stay loaded between runs in a resident helper ([`helper`]); a run leases a slot
-//! from it, creates its own ring buffer and puts it at that slot, so no run reads another's
-//! records. Without a helper (disabled, inside another roar, or unreachable) the run loads the
+//! from it and reads the slot's ring buffer, skipping records of the slot's earlier runs, so no
+//! run reads another's records. Without a helper (disabled, inside another roar, or unreachable) the run loads the
 //! programs itself and the kernel unloads them when it exits, even if it crashes. The command adds
 //! its own pid to the `tracked` map between fork and exec; from then on fork/exit keep the map
 //! in-kernel. Records that could not be written (ring buffer full) are counted, and a job with any
@@ -298,17 +298,10 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
         waiter.join().expect("the waiter thread does not panic")
     });
     let ended_ns = now_ns();
-    let t_end = Instant::now();
     drop(guard);
     drop(ring);
-    tracing::debug!("eBPF ring reader dropped in {:?}", t_end.elapsed());
-    let mut lost = maps.lost(key).unwrap_or(0) as usize;
+    let lost = maps.lost(key).unwrap_or(0) as usize;
     maps.close_run(key.slot);
-    if helper_died {
-        tracing::warn!("the eBPF helper exited while the command ran: its events after that are missing, the job is incomplete");
-        lost += 1;
-    }
-    tracing::debug!("eBPF run closed in {:?}", t_end.elapsed());
     let status: Status = status.map_err(|source| TraceError::Wait { source })?;
     Ok(Traced {
         events,
@@ -320,5 +313,7 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
         lost,
         forged: 0,
         untraced: Vec::new(),
+        cut_short: helper_died
+            .then_some("the eBPF helper exited while the command ran: later events are missing"),
     })
 }
