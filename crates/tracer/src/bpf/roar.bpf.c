@@ -108,7 +108,8 @@ struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
 	__uint(max_entries, MAX_RUNS);
 	__type(key, __u32);
-	/* The template; userspace gives the real size before load. */
+	/* The template: the kernel compares a ring put here by type, not size (the runs' rings are
+	 * ROAR_EBPF_RING_KB). */
 	__array(values, struct {
 		__uint(type, BPF_MAP_TYPE_RINGBUF);
 		__uint(max_entries, 4096);
@@ -587,10 +588,10 @@ int BPF_PROG(sched_exit, struct task_struct *p, bool group_dead)
 	struct run_key k;
 	struct scratch *s;
 
-	if (!run_of(tgid, &k))
-		return 0;
+	/* Whatever run the thread was in, even one already over: a syscall it died in must not
+	 * leave its arguments behind in the (bounded) map. */
 	bpf_map_delete_elem(&pending, &tid);
-	if (!group_dead)
+	if (!run_of(tgid, &k) || !group_dead)
 		return 0;
 	bpf_map_delete_elem(&tracked, &tgid);
 	s = begin(ROAR_EXIT, tgid);
