@@ -37,6 +37,13 @@ fn burst_project() -> Project {
     p
 }
 
+/// `roar run --tracer ebpf --name NAME -- sh -c SCRIPT` in `p`.
+fn ebpf_sh(p: &Project, name: &str, script: &str) -> std::process::Command {
+    p.cmd([
+        "run", "--tracer", "ebpf", "--name", name, "--", "sh", "-c", script,
+    ])
+}
+
 #[test]
 fn a_burst_of_100k_opens_is_recorded_whole_or_the_job_says_it_is_incomplete() {
     if !require_tool("python3") || !ebpf_available() {
@@ -182,33 +189,11 @@ fn concurrent_runs_record_only_their_own_processes() {
     let script = |name: &str| {
         format!("for i in 1 2 3 4 5 6 7 8 9 10; do echo $i >> {name}.txt; sleep 0.05; done")
     };
-    let a = p
-        .cmd([
-            "run",
-            "--tracer",
-            "ebpf",
-            "--name",
-            "a",
-            "--",
-            "sh",
-            "-c",
-            &script("a"),
-        ])
+    let a = ebpf_sh(&p, "a", &script("a"))
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let b = p
-        .cmd([
-            "run",
-            "--tracer",
-            "ebpf",
-            "--name",
-            "b",
-            "--",
-            "sh",
-            "-c",
-            &script("b"),
-        ])
+    let b = ebpf_sh(&p, "b", &script("b"))
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -270,20 +255,12 @@ fn warm_runs_use_the_resident_helper_which_exits_when_idle() {
     let p = Project::new();
     p.write("in.txt", b"data\n");
     let run = |out: &str| {
-        p.cmd([
-            "run",
-            "--tracer",
-            "ebpf",
-            "--",
-            "sh",
-            "-c",
-            &format!("cat in.txt > {out}"),
-        ])
-        .env("ROAR_EBPF_RING_KB", RING.to_string())
-        .env("ROAR_EBPF_IDLE_SECS", "2")
-        .env("ROAR_LOG", "roar_tracer=debug")
-        .output()
-        .unwrap()
+        ebpf_sh(&p, "run", &format!("cat in.txt > {out}"))
+            .env("ROAR_EBPF_RING_KB", RING.to_string())
+            .env("ROAR_EBPF_IDLE_SECS", "2")
+            .env("ROAR_LOG", "roar_tracer=debug")
+            .output()
+            .unwrap()
     };
     let first = run("a.txt");
     assert!(first.status.success(), "{}", stderr(&first));
@@ -321,39 +298,21 @@ fn a_process_left_by_a_killed_run_never_reaches_the_next_run() {
     let p = Project::new();
     // Run A's command writes left.txt a second after it starts; its roar is killed before that,
     // so the write happens while run B (which gets A's freed slot) runs.
-    let mut a = p
-        .cmd([
-            "run",
-            "--tracer",
-            "ebpf",
-            "--name",
-            "a",
-            "--",
-            "sh",
-            "-c",
-            "echo 1 > early.txt; sleep 1; echo 2 > left.txt; sleep 0.5",
-        ])
-        .env("ROAR_EBPF_RING_KB", RING.to_string())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut a = ebpf_sh(
+        &p,
+        "a",
+        "echo 1 > early.txt; sleep 1; echo 2 > left.txt; sleep 0.5",
+    )
+    .env("ROAR_EBPF_RING_KB", RING.to_string())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
     wait_until("run A starts its command", Duration::from_secs(20), || {
         p.path().join("early.txt").exists()
     });
     a.kill().unwrap();
     a.wait().unwrap();
-    let b = p
-        .cmd([
-            "run",
-            "--tracer",
-            "ebpf",
-            "--name",
-            "b",
-            "--",
-            "sh",
-            "-c",
-            "sleep 1.5; echo 3 > mine.txt",
-        ])
+    let b = ebpf_sh(&p, "b", "sleep 1.5; echo 3 > mine.txt")
         .env("ROAR_EBPF_RING_KB", RING.to_string())
         .output()
         .unwrap();
@@ -375,20 +334,15 @@ fn a_helper_that_dies_during_a_run_makes_the_job_incomplete() {
     }
     const RING: u32 = 256;
     let p = Project::new();
-    let run = p
-        .cmd([
-            "run",
-            "--tracer",
-            "ebpf",
-            "--",
-            "sh",
-            "-c",
-            "echo 1 > before.txt; sleep 1; echo 2 > after.txt",
-        ])
-        .env("ROAR_EBPF_RING_KB", RING.to_string())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let run = ebpf_sh(
+        &p,
+        "run",
+        "echo 1 > before.txt; sleep 1; echo 2 > after.txt",
+    )
+    .env("ROAR_EBPF_RING_KB", RING.to_string())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
     wait_until(
         "the run starts its command",
         Duration::from_secs(20),

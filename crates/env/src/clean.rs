@@ -275,6 +275,14 @@ mod tests {
         (t, repo, head)
     }
 
+    /// A repository as [`repo`] makes it, with a mark from git's verdict that it is clean.
+    fn marked() -> (tempfile::TempDir, Repo, String, PathBuf) {
+        let (t, repo, head) = repo();
+        let marks = t.path().join("marks");
+        remember_in(&marks, &repo, &head);
+        (t, repo, head, marks)
+    }
+
     #[test]
     fn a_clean_tree_is_known_only_after_git_said_so_and_until_anything_changes() {
         let (t, repo, head) = repo();
@@ -298,9 +306,7 @@ mod tests {
 
     #[test]
     fn deleted_files_mode_changes_and_a_rewritten_index_are_not_clean() {
-        let (t, repo, head) = repo();
-        let marks = t.path().join("marks");
-        remember_in(&marks, &repo, &head);
+        let (_t, repo, head, marks) = marked();
         let b = repo.root.join("src/b.py");
         let mut perm = std::fs::metadata(&b).unwrap().permissions();
         std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
@@ -310,18 +316,14 @@ mod tests {
             "an executable bit is a change"
         );
 
-        let (t, repo, head) = self::repo();
-        let marks = t.path().join("marks");
-        remember_in(&marks, &repo, &head);
+        let (_t, repo, head, marks) = marked();
         std::fs::remove_file(repo.root.join("link")).unwrap();
         assert!(
             !known_in(&marks, &repo, &head),
             "a deleted file is a change"
         );
 
-        let (t, repo, head) = self::repo();
-        let marks = t.path().join("marks");
-        remember_in(&marks, &repo, &head);
+        let (_t, repo, head, marks) = marked();
         std::fs::write(repo.root.join("new.txt"), "n").unwrap();
         git(&repo.root, &["add", "new.txt"]);
         assert!(
@@ -347,9 +349,7 @@ mod tests {
 
     #[test]
     fn untracked_files_do_not_matter_as_for_git_diff() {
-        let (t, repo, head) = repo();
-        let marks = t.path().join("marks");
-        remember_in(&marks, &repo, &head);
+        let (_t, repo, head, marks) = marked();
         std::fs::write(repo.root.join("untracked.txt"), "u").unwrap();
         assert!(known_in(&marks, &repo, &head));
     }
