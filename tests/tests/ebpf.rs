@@ -296,12 +296,12 @@ fn a_process_left_by_a_killed_run_never_reaches_the_next_run() {
     }
     const RING: u32 = 1024;
     let p = Project::new();
-    // Run A's command writes left.txt a second after it starts; its roar is killed before that,
-    // so the write happens while run B (which gets A's freed slot) runs.
+    // Run A's command outlives its roar (killed) and writes left.txt only once run B, which gets
+    // A's freed slot, has started; B ends only after that write. No timing: files hand over.
     let mut a = ebpf_sh(
         &p,
         "a",
-        "echo 1 > early.txt; sleep 1; echo 2 > left.txt; sleep 0.5",
+        "echo 1 > early.txt; i=0; while [ ! -e b-started ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; echo 2 > left.txt",
     )
     .env("ROAR_EBPF_RING_KB", RING.to_string())
     .stderr(Stdio::null())
@@ -312,10 +312,14 @@ fn a_process_left_by_a_killed_run_never_reaches_the_next_run() {
     });
     a.kill().unwrap();
     a.wait().unwrap();
-    let b = ebpf_sh(&p, "b", "sleep 1.5; echo 3 > mine.txt")
-        .env("ROAR_EBPF_RING_KB", RING.to_string())
-        .output()
-        .unwrap();
+    let b = ebpf_sh(
+        &p,
+        "b",
+        "echo > b-started; i=0; while [ ! -e left.txt ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; echo 3 > mine.txt",
+    )
+    .env("ROAR_EBPF_RING_KB", RING.to_string())
+    .output()
+    .unwrap();
     assert!(b.status.success(), "{}", stderr(&b));
     assert!(
         p.path().join("left.txt").exists(),
@@ -323,7 +327,11 @@ fn a_process_left_by_a_killed_run_never_reaches_the_next_run() {
     );
     let job = p.last_job();
     assert_eq!(job["name"], "b");
-    assert_eq!(p.files(&job, "output"), vec!["mine.txt".to_owned()]);
+    assert_eq!(
+        p.files(&job, "output"),
+        vec!["b-started".to_owned(), "mine.txt".to_owned()]
+    );
+    assert!(!p.files(&job, "input").contains(&"left.txt".to_owned()));
     assert_eq!(job["incomplete"], false, "{}", stderr(&b));
 }
 
@@ -334,10 +342,11 @@ fn a_helper_that_dies_during_a_run_makes_the_job_incomplete() {
     }
     const RING: u32 = 256;
     let p = Project::new();
+    // The command writes after.txt once the test says go, after the helper is gone.
     let run = ebpf_sh(
         &p,
         "run",
-        "echo 1 > before.txt; sleep 1; echo 2 > after.txt",
+        "echo 1 > before.txt; i=0; while [ ! -e go ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; echo 2 > after.txt",
     )
     .env("ROAR_EBPF_RING_KB", RING.to_string())
     .stderr(Stdio::piped())
@@ -352,13 +361,17 @@ fn a_helper_that_dies_during_a_run_makes_the_job_incomplete() {
     assert_eq!(pids.len(), 1, "the run started a helper");
     // SAFETY: kill with a pid we just found.
     unsafe { libc::kill(pids[0], libc::SIGKILL) };
+    wait_until("the helper is gone", Duration::from_secs(20), || {
+        helpers(RING).is_empty()
+    });
+    std::fs::write(p.path().join("go"), "").unwrap();
     let out = run.wait_with_output().unwrap();
     assert!(out.status.success(), "the command's status is its own");
     assert!(p.path().join("after.txt").exists());
     let job = p.last_job();
     assert_eq!(job["incomplete"], true, "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("eBPF helper exited"),
+        stderr(&out).contains("incomplete (the eBPF helper exited while the command ran"),
         "{}",
         stderr(&out)
     );

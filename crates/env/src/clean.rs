@@ -11,6 +11,7 @@
 //! than [`MAX_ENTRIES`] files) means "not known", and git is asked as before.
 
 use std::ffi::OsStr;
+use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -68,8 +69,8 @@ fn remember_in(marks: &Path, repo: &Repo, head: &str) {
     let Ok(meta) = std::fs::symlink_metadata(&index) else {
         return;
     };
-    if !small_index(&index) {
-        return; // never read: no mark
+    if read_small_index(&index, meta.size()).is_none() {
+        return; // never read by `known`: no mark
     }
     let path = mark_path(marks, repo);
     let text = mark_text(head, &index_id(&meta));
@@ -103,26 +104,22 @@ fn known_in(marks: &Path, repo: &Repo, head: &str) -> bool {
     if mark != mark_text(head, &id) || sha256_repo(repo) {
         return false;
     }
-    // A big index is not read at all: its header says how many entries it has.
-    if !small_index(&index_path) {
-        return false;
-    }
-    match std::fs::read(&index_path) {
-        // The index must not have changed between the stat and the read.
-        Ok(bytes) if bytes.len() as u64 == id.size => {
-            entries_match(&bytes, &repo.root, id.mtime_ns)
-        }
-        _ => false,
-    }
+    read_small_index(&index_path, id.size)
+        .is_some_and(|bytes| entries_match(&bytes, &repo.root, id.mtime_ns))
 }
 
-/// Whether the index's header announces at most [`MAX_ENTRIES`] entries (12 bytes read).
-fn small_index(path: &Path) -> bool {
-    let mut head = [0u8; 12];
-    std::fs::File::open(path)
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
-        .is_ok()
-        && be32(&head, 8).is_some_and(|n| n as usize <= MAX_ENTRIES)
+/// The index, read whole (one open) if its header announces at most [`MAX_ENTRIES`] entries and
+/// it is still `size` bytes long (it did not change since it was stat'ed): a big index costs
+/// its 12-byte header.
+fn read_small_index(path: &Path, size: u64) -> Option<Vec<u8>> {
+    let mut f = std::fs::File::open(path).ok()?;
+    let mut bytes = vec![0u8; 12];
+    f.read_exact(&mut bytes).ok()?;
+    if be32(&bytes, 8)? as usize > MAX_ENTRIES {
+        return None;
+    }
+    f.read_to_end(&mut bytes).ok()?;
+    (bytes.len() as u64 == size).then_some(bytes)
 }
 
 fn sha256_repo(repo: &Repo) -> bool {
