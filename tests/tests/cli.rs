@@ -152,6 +152,7 @@ fn record_pipeline(p: &Project) {
             started_ns: Some(start),
             ended_ns: None,
         }],
+        steps: Vec::new(),
         files,
         environment: None,
     };

@@ -19,6 +19,26 @@ pub struct Config {
     pub env: EnvConfig,
     /// What else is redacted from command lines and environments (the writer applies it).
     pub redact: roar_store::redact::RedactConfig,
+    /// Where a job is cut into steps.
+    pub steps: StepsConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StepsConfig {
+    /// Programs whose children begin steps (`name`, or `prefix*`); `[]`: every job is one step.
+    pub drivers: Vec<String>,
+}
+
+impl Default for StepsConfig {
+    fn default() -> Self {
+        StepsConfig {
+            drivers: roar_tracer::steps::DEFAULT_DRIVERS
+                .iter()
+                .map(|d| d.to_string())
+                .collect(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -69,6 +89,7 @@ impl Default for Config {
             s3: S3Config::default(),
             env: EnvConfig::default(),
             redact: Default::default(),
+            steps: StepsConfig::default(),
         }
     }
 }
@@ -127,6 +148,17 @@ impl Config {
             );
         }
         config.ignore = resolved;
+        if let Some(bad) = config
+            .steps
+            .drivers
+            .iter()
+            .find(|d| d.is_empty() || d.contains('/') || d.trim_end_matches('*').contains('*'))
+        {
+            anyhow::bail!(
+                "{}: steps driver {bad:?} is not a program name; use a name like \"make\" or a prefix like \"python*\"",
+                at("drivers")
+            );
+        }
         roar_store::redact::Policy::new(&config.redact)
             .map_err(|e| anyhow::anyhow!("{}: {e}", at("[redact]")))?;
         Ok(config)

@@ -394,6 +394,7 @@ fn session_job(project: &Project, access_key: &str, session: &Session) -> JobRec
         env: Default::default(),
         host: crate::run_cmd::hostname(),
         processes: Vec::new(),
+        steps: Vec::new(),
         files: roar_gateway::job_files(&session.accesses),
         environment: None,
     }

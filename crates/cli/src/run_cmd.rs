@@ -235,6 +235,7 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         env,
         host: hostname(),
         processes: Vec::new(),
+        steps: Vec::new(),
         files: Vec::new(),
         environment: None,
     };
@@ -288,6 +289,13 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     // From here on the command's status is final: a failure to record never changes it.
     let ignore = Ignore::new(&config.ignore);
     let mut classified = collect::classify(&traced.events, traced.ctime_floor_ns, &ignore);
+    job.steps = roar_tracer::steps::steps(
+        &traced.events,
+        &classified,
+        traced.ctime_floor_ns,
+        &ignore,
+        &roar_tracer::steps::Rule::new(config.steps.drivers.iter().map(String::as_str)),
+    );
     let t_classified = t0.elapsed();
     job.processes = std::mem::take(&mut classified.processes);
     crate::environment::capture(

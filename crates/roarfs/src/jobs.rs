@@ -623,6 +623,7 @@ impl Jobs {
                 started_ns: Some(job.started_ns),
                 ended_ns: None,
             }],
+            steps: Vec::new(),
             files: Vec::new(),
             environment: self.machine.clone().map(|rt| roar_store::Environment {
                 runtime: Some(rt),

@@ -27,6 +27,7 @@ fn job(argv: Vec<String>, env: BTreeMap<String, String>) -> JobRecord {
         env,
         host: None,
         processes: Vec::new(),
+        steps: Vec::new(),
         files: Vec::new(),
         environment: None,
     }

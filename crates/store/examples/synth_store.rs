@@ -109,6 +109,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             env: BTreeMap::new(),
             host: Some("bench".into()),
             processes: Vec::new(),
+            steps: Vec::new(),
             files,
             environment: None,
         })?;

@@ -171,6 +171,37 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (job_id, package_id)
     ) WITHOUT ROWID;
     "#,
+    // 9: steps inside a job (model::StepRecord). A step is named by its job and its number in
+    // the job (`seq`), so a job's global identity is enough to name its steps in a shared store.
+    // A step's file holds no content of its own: `content` says which of the job's records for
+    // the path (input: prior, output: final) has it.
+    r#"
+    CREATE TABLE steps (
+        id          INTEGER PRIMARY KEY,
+        job_id      INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+        seq         INTEGER NOT NULL,
+        parent_seq  INTEGER,
+        pid         INTEGER NOT NULL,
+        exe         BLOB,
+        argv        BLOB NOT NULL,
+        cwd         BLOB NOT NULL,
+        started_ns  INTEGER,
+        ended_ns    INTEGER,
+        UNIQUE (job_id, seq)
+    );
+    CREATE TABLE step_files (
+        step_id     INTEGER NOT NULL REFERENCES steps(id) ON DELETE CASCADE,
+        role        TEXT NOT NULL CHECK (role = 'input' OR role = 'output' OR role = 'temp'),
+        path        BLOB NOT NULL,
+        ops         TEXT NOT NULL,
+        from_seq    INTEGER,                 -- input: the step of the same job that wrote it
+        content     TEXT NOT NULL CHECK (content = 'prior' OR content = 'final' OR content = 'unknown'),
+        first_ns    INTEGER,
+        last_ns     INTEGER
+    );
+    CREATE INDEX step_files_step ON step_files(step_id);
+    CREATE INDEX step_files_path ON step_files(path, role);
+    "#,
 ];
 
 /// The schema version this build writes.

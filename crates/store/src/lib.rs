@@ -26,7 +26,8 @@ pub use error::{Result, StoreError};
 pub use lineage::{Dag, Edge, Lineage, Step, Version};
 pub use model::{
     argv_from_blob, argv_to_blob, now_ns, CacheEntry, ContentHash, FileRecord, FileStat, GitState,
-    JobRecord, Made, Ops, Outcome, PathUse, ProcessRecord, Role, S3Object,
+    JobRecord, Made, Ops, Outcome, PathUse, ProcessRecord, Role, S3Object, StepContent, StepFile,
+    StepRecord,
 };
 pub use project::{Project, CONFIG_NAME, DB_NAME, DEFAULT_CONFIG, DIR_NAME};
 pub use query::{ArtifactDetail, DbStats, FileRow, JobDetail, JobSummary, PathDetail, Store, Use};

@@ -219,6 +219,68 @@ pub struct ProcessRecord {
     pub ended_ns: Option<i64>,
 }
 
+/// One step of a job: a program a driver (a shell, make, xargs, Python...) of the job started, with
+/// the processes it forked, and what they did to files. Steps form a tree; the root is the job's
+/// own command.
+#[derive(Debug, Clone)]
+pub struct StepRecord {
+    /// 1 for the job's root step; steps are numbered in the order they started.
+    pub seq: u32,
+    pub parent: Option<u32>,
+    pub pid: i32,
+    /// The program the step's first process ran last (`sh -c 'sort a'` that exec'd sort: sort).
+    pub exe: Option<PathBuf>,
+    /// The command the step was started with (what `roar reproduce` re-runs).
+    pub argv: Vec<OsString>,
+    pub cwd: PathBuf,
+    pub started_ns: Option<i64>,
+    pub ended_ns: Option<i64>,
+    pub files: Vec<StepFile>,
+}
+
+/// Which of the job's recorded contents a step's file had, when it had one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepContent {
+    /// What was there before the job: the content of the job's input record for the path.
+    Prior,
+    /// What the job left there: the content of the job's output record for the path.
+    Final,
+    /// A state in between (written again later in the job, or removed): not hashed.
+    Unknown,
+}
+
+impl StepContent {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepContent::Prior => "prior",
+            StepContent::Final => "final",
+            StepContent::Unknown => "unknown",
+        }
+    }
+
+    pub fn parse(s: &str) -> StepContent {
+        match s {
+            "prior" => StepContent::Prior,
+            "final" => StepContent::Final,
+            _ => StepContent::Unknown,
+        }
+    }
+}
+
+/// One path a step used, classified by the job-level rules applied to the step's own accesses.
+#[derive(Debug, Clone)]
+pub struct StepFile {
+    pub path: PathBuf,
+    pub role: Role,
+    pub ops: Ops,
+    /// For an input: the step of the same job that last wrote the path before this step first
+    /// touched it (None: the content predates the job).
+    pub from_step: Option<u32>,
+    pub content: StepContent,
+    pub first_ns: Option<i64>,
+    pub last_ns: Option<i64>,
+}
+
 /// Everything recorded about one job, handed to the writer in one piece.
 #[derive(Debug, Clone)]
 pub struct JobRecord {
@@ -235,6 +297,8 @@ pub struct JobRecord {
     pub env: BTreeMap<String, String>,
     pub host: Option<String>,
     pub processes: Vec<ProcessRecord>,
+    /// The job's steps (SEMANTICS.md "Steps"), root first; empty when the job is one step.
+    pub steps: Vec<StepRecord>,
     pub files: Vec<FileRecord>,
     /// Packages, machine and the dirty tree's diff, when the producer captured them.
     pub environment: Option<crate::environment::Environment>,

@@ -54,6 +54,12 @@ names = []
 allow = []
 # Regular expressions; every match is redacted wherever it appears.
 patterns = []
+
+# Steps inside a job (`roar show JOB`): a program that a driver started begins a step of its own.
+# Uncomment to replace the built-in drivers (shells, make, ninja, xargs, env, nohup, time, timeout,
+# nice, python*...: docs/SEMANTICS.md "Steps"); `drivers = []` makes every job one step.
+# [steps]
+# drivers = ["bash", "sh", "make", "python*"]
 "#;
 
 #[derive(Debug, Clone)]

@@ -10,7 +10,7 @@ use rusqlite::{params, CachedStatement, Connection, OptionalExtension, Transacti
 
 use crate::db;
 use crate::error::{Result, StoreError};
-use crate::model::{argv_to_blob, CacheEntry, ContentHash, FileRecord, JobRecord};
+use crate::model::{argv_to_blob, CacheEntry, ContentHash, FileRecord, JobRecord, StepRecord};
 use crate::redact::Policy;
 
 /// Most messages one transaction takes before it commits and starts the next.
@@ -234,6 +234,7 @@ fn header(job: &JobRecord) -> JobRecord {
         outcome: crate::Outcome::Running,
         ended_ns: None,
         processes: Vec::new(),
+        steps: Vec::new(),
         files: Vec::new(),
         environment: None,
         ..job.clone()
@@ -540,6 +541,7 @@ fn insert_job(
         ])?;
     }
 
+    insert_steps(tx, job_id, &job.steps)?;
     insert_files(tx, job_id, &job.files)?;
     // The sender ends the job by hanging up.
     for chunk in more.into_iter().flatten() {
@@ -547,6 +549,47 @@ fn insert_job(
         insert_cache(tx, &chunk.cache)?;
     }
     Ok(job_id)
+}
+
+fn insert_steps(tx: &Transaction, job_id: i64, steps: &[StepRecord]) -> rusqlite::Result<()> {
+    if steps.is_empty() {
+        return Ok(());
+    }
+    let mut step_stmt = tx.prepare_cached(
+        "INSERT INTO steps (job_id, seq, parent_seq, pid, exe, argv, cwd, started_ns, ended_ns)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    )?;
+    let mut file_stmt = tx.prepare_cached(
+        "INSERT INTO step_files (step_id, role, path, ops, from_seq, content, first_ns, last_ns)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?;
+    for s in steps {
+        step_stmt.execute(params![
+            job_id,
+            s.seq,
+            s.parent,
+            s.pid,
+            s.exe.as_ref().map(|e| e.as_os_str().as_bytes()),
+            argv_to_blob(&s.argv),
+            s.cwd.as_os_str().as_bytes(),
+            s.started_ns,
+            s.ended_ns,
+        ])?;
+        let step_id = tx.last_insert_rowid();
+        for f in &s.files {
+            file_stmt.execute(params![
+                step_id,
+                f.role.as_str(),
+                f.path.as_os_str().as_bytes(),
+                f.ops.names().join(","),
+                f.from_step,
+                f.content.as_str(),
+                f.first_ns,
+                f.last_ns,
+            ])?;
+        }
+    }
+    Ok(())
 }
 
 fn insert_files(tx: &Transaction, job_id: i64, files: &[FileRecord]) -> rusqlite::Result<()> {

@@ -25,6 +25,7 @@ fn job(argv: &[&str], files: Vec<FileRecord>) -> JobRecord {
         env: Default::default(),
         host: None,
         processes: vec![],
+        steps: Vec::new(),
         files,
         environment: None,
     }

@@ -23,8 +23,8 @@ use crate::ignore::Ignore;
 /// Maps keyed by a path's bytes (`OsStr`: the events' paths are already normalised, and `Path`'s
 /// own hash and equality walk components), hashed with foldhash: both showed in profiles of jobs
 /// with many files.
-type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
-type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
+pub(crate) type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+pub(crate) type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
 #[derive(Debug, Clone, Default)]
 struct PathState {
@@ -181,6 +181,14 @@ impl Paths<'_> {
 }
 
 impl Classified {
+    /// Each tracked path with how the job used it, in first-seen order: the use, the operations,
+    /// and when it was first and last touched.
+    pub(crate) fn uses(&self) -> impl Iterator<Item = (&Path, PathUse, Ops, i64, i64)> {
+        self.paths
+            .iter()
+            .map(|(p, st)| (p.as_path(), path_use(st), st.ops, st.first_ns, st.last_ns))
+    }
+
     /// The paths whose prior content the job read: its inputs, before hashing.
     pub fn read_paths(&self) -> impl Iterator<Item = &Path> {
         self.paths
@@ -194,14 +202,27 @@ impl Classified {
 /// before the command started) decides whether a file the job opened existed before it: a ctime
 /// at or above it means the inode changed during the job.
 pub fn classify(events: &[Event], ctime_floor_ns: i64, ignore: &Ignore) -> Classified {
-    // Directories the job made or removed, by name: a rename of one moves what is below it.
-    let dirs: HashSet<&Path> = events
+    classify_part(events.iter(), &made_dirs(events), ctime_floor_ns, ignore)
+}
+
+/// Directories the job made or removed, by name: a rename of one moves what is below it.
+pub(crate) fn made_dirs(events: &[Event]) -> HashSet<&Path> {
+    events
         .iter()
         .filter_map(|e| match e {
             Event::Mkdir { path, .. } | Event::Rmdir { path, .. } => Some(path.as_path()),
             _ => None,
         })
-        .collect();
+        .collect()
+}
+
+/// [`classify`] of some of a job's events (one step's), with the directories the whole job made.
+pub(crate) fn classify_part<'e>(
+    events: impl Iterator<Item = &'e Event>,
+    dirs: &HashSet<&Path>,
+    ctime_floor_ns: i64,
+    ignore: &Ignore,
+) -> Classified {
     let mut paths = Paths {
         ignore,
         seen: HashMap::default(),
@@ -339,7 +360,7 @@ pub fn classify(events: &[Event], ctime_floor_ns: i64, ignore: &Ignore) -> Class
                 from, to, ts_ns, ..
             } => {
                 let is_rename = matches!(ev, Event::Rename { .. });
-                if is_rename && !paths.is_tracked(from) && paths.is_dir(from, to, &dirs) {
+                if is_rename && !paths.is_tracked(from) && paths.is_dir(from, to, dirs) {
                     // A directory moved: what the job did inside it now lives under the new name.
                     paths.move_children(from, to);
                     continue;
@@ -414,7 +435,7 @@ pub fn classify(events: &[Event], ctime_floor_ns: i64, ignore: &Ignore) -> Class
                 st.exists = false;
             }
             Event::Exchange { a, b, ts_ns, .. } => {
-                if paths.is_dir(a, b, &dirs) {
+                if paths.is_dir(a, b, dirs) {
                     // Two directories swapped: what the job did below each now lives below the
                     // other name (through a temporary name no path can have).
                     let swap = a.join("\0roar-exchange");

@@ -16,6 +16,7 @@ pub use roar_store::ignore;
 mod launch;
 mod preload;
 mod ptrace;
+pub mod steps;
 
 use std::ffi::OsString;
 use std::path::PathBuf;

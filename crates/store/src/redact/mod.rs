@@ -175,14 +175,17 @@ impl Policy {
         false
     }
 
-    /// Everything of a job that may hold a secret: its name, argv, every process's argv, its
-    /// environment, its git remote, and its dirty tree's diff (not kept when an added line holds
+    /// Everything of a job that may hold a secret: its name, argv, every process's and step's
+    /// argv, its environment, its git remote, and its dirty tree's diff (not kept when an added line holds
     /// a secret: a redacted patch would no longer apply). Paths are not: they name the files the
     /// lineage is about.
     pub fn job(&self, job: &mut JobRecord) -> usize {
         let mut changed = self.argv(&mut job.argv) + self.env(&mut job.env);
         for p in &mut job.processes {
             changed += self.argv(&mut p.argv);
+        }
+        for s in &mut job.steps {
+            changed += self.argv(&mut s.argv);
         }
         if let Some(new) = job.name.as_deref().and_then(|n| self.scrub(n)) {
             job.name = Some(new);
