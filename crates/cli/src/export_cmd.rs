@@ -1,9 +1,12 @@
 //! `roar export`: the recorded graph in the two standard lineage formats.
 //!
 //! - W3C PROV-JSON: one document; artifacts are entities named by content (`b3:<blake3>`), jobs
-//!   are activities, with `used`, `wasGeneratedBy` and `wasDerivedFrom` (every output of a job
-//!   derives from each of its inputs).
-//! - OpenLineage: newline-delimited run events, a START and a COMPLETE/FAIL per job, the form
+//!   (or each step of a job that has steps) are activities, with `used`, `wasGeneratedBy`,
+//!   `wasDerivedFrom` (every output of an activity derives from each of its inputs) and
+//!   `wasInformedBy` (an activity used what another generated).
+//! - OpenLineage: newline-delimited run events, a START and a COMPLETE/FAIL per job or step (a
+//!   step is a child run: its `parent` facet names its parent step's run, the root step's run
+//!   being the job's), the form
 //!   OpenLineage's file transport writes and its HTTP endpoint accepts one line at a time. Files
 //!   are datasets in namespace `file://HOST` named by absolute path, S3 objects in `s3://BUCKET`
 //!   named by key; the content hash is the standard `datasetVersion` facet.
@@ -57,6 +60,10 @@ pub fn export(what: Option<&OsStr>, format: Format) -> anyhow::Result<()> {
 
 /// What an export says of a job's environment besides its Step.
 struct JobEnv {
+    /// When the job started (a step's node carries the step's start).
+    started_ns: i64,
+    /// The job's OpenLineage job name (its steps' runs are children of its run).
+    name: String,
     params: Vec<roar_env::params::Param>,
     git: Option<roar_store::GitState>,
     env: roar_store::EnvironmentDetail,
@@ -72,6 +79,12 @@ fn environments(
         out.insert(
             s.job_id,
             JobEnv {
+                started_ns: job.summary.started_ns,
+                name: job
+                    .summary
+                    .name
+                    .clone()
+                    .unwrap_or_else(|| job_name(&job.summary.argv)),
                 params: roar_env::params::of_argv(&job.summary.argv),
                 git: job.summary.git,
                 env: job.environment,
@@ -79,6 +92,16 @@ fn environments(
         );
     }
     Ok(out)
+}
+
+/// A job's OpenLineage name from its argv: the command without its parameters (a job keeps its
+/// name when only its parameters change: they are a run facet).
+fn job_name(argv: &[String]) -> String {
+    let stable: Vec<std::ffi::OsString> = roar_env::params::stable_name(argv)
+        .into_iter()
+        .map(Into::into)
+        .collect();
+    shell_join(&stable)
 }
 
 /// A package as one string: `python:numpy==2.4.6`.
@@ -109,23 +132,42 @@ fn prov_json(project: &Project, steps: &[Step], envs: &BTreeMap<i64, JobEnv>) ->
     let mut used = Map::new();
     let mut generated = Map::new();
     let mut derived = Map::new();
-    // Content without a hash (unreadable, changed while read) is still an entity, per job and path.
-    let entity_id = |job: i64, e: &Edge| match &e.hash {
+    let mut informed = Map::new();
+    // Content without a hash (unreadable, changed while read, a step's intermediate state) is
+    // still an entity, per path and the job or step that made it (or read it, if none did).
+    let entity_id = |node: &str, e: &Edge| match &e.hash {
         Some(h) => format!("b3:{}", h.blake3),
         None => format!(
-            "roar:unhashed-{job}-{}",
+            "roar:unhashed-{node}-{}",
             blake3::hash(e.path.as_bytes()).to_hex()
         ),
     };
+    let activity_id = |job: i64, step: Option<u32>| match step {
+        Some(seq) => format!("roar:job-{job}-step-{seq}"),
+        None => format!("roar:job-{job}"),
+    };
     let mut locations: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for s in steps {
-        let act = format!("roar:job-{}", s.job_id);
+        let node = roar_store::node_name(s.job_id, s.step);
+        let act = activity_id(s.job_id, s.step);
         let mut a = Map::new();
         a.insert("prov:startTime".into(), json!(rfc3339(s.started_ns)));
         if let Some(end) = s.ended_ns {
             a.insert("prov:endTime".into(), json!(rfc3339(end)));
         }
-        a.insert("prov:type".into(), json!("roar:Job"));
+        match s.step {
+            Some(seq) => {
+                a.insert("prov:type".into(), json!("roar:Step"));
+                a.insert("roar:job".into(), json!(s.job_id));
+                a.insert("roar:step".into(), json!(seq));
+                if let Some(p) = s.parent_step {
+                    a.insert("roar:parentStep".into(), json!(activity_id(s.job_id, Some(p))));
+                }
+            }
+            None => {
+                a.insert("prov:type".into(), json!("roar:Job"));
+            }
+        }
         a.insert("prov:label".into(), json!(shell_join(&s.argv)));
         a.insert(
             "roar:argv".into(),
@@ -189,7 +231,11 @@ fn prov_json(project: &Project, steps: &[Step], envs: &BTreeMap<i64, JobEnv>) ->
         activity.insert(act.clone(), Value::Object(a));
 
         let mut edge_entities = |e: &Edge| {
-            let id = entity_id(s.job_id, e);
+            let maker = match e.producer {
+                Some(j) => roar_store::node_name(j, e.producer_step),
+                None => node.clone(),
+            };
+            let id = entity_id(&maker, e);
             let paths = locations.entry(id.clone()).or_default();
             if !paths.contains(&e.path) {
                 paths.push(e.path.clone());
@@ -212,25 +258,32 @@ fn prov_json(project: &Project, steps: &[Step], envs: &BTreeMap<i64, JobEnv>) ->
         let outputs: Vec<String> = s.outputs.iter().map(&mut edge_entities).collect();
         for (i, (id, e)) in inputs.iter().zip(&s.inputs).enumerate() {
             used.insert(
-                format!("roar:use-{}-{i}", s.job_id),
+                format!("roar:use-{node}-{i}"),
                 json!({"prov:activity": act, "prov:entity": id, "roar:path": e.path}),
             );
+            if let Some(j) = e.producer {
+                let by = activity_id(j, e.producer_step);
+                informed.insert(
+                    format!("roar:inf-{node}-{i}"),
+                    json!({"prov:informed": act, "prov:informant": by}),
+                );
+            }
         }
         for (o, (id, e)) in outputs.iter().zip(&s.outputs).enumerate() {
             let mut g = json!({"prov:activity": act, "prov:entity": id, "roar:path": e.path});
             if let Some(end) = s.ended_ns {
                 g["prov:time"] = json!(rfc3339(end));
             }
-            generated.insert(format!("roar:gen-{}-{o}", s.job_id), g);
+            generated.insert(format!("roar:gen-{node}-{o}"), g);
             for (i, input) in inputs.iter().enumerate() {
                 derived.insert(
-                    format!("roar:der-{}-{o}-{i}", s.job_id),
+                    format!("roar:der-{node}-{o}-{i}"),
                     json!({
                         "prov:generatedEntity": id,
                         "prov:usedEntity": input,
                         "prov:activity": act,
-                        "prov:generation": format!("roar:gen-{}-{o}", s.job_id),
-                        "prov:usage": format!("roar:use-{}-{i}", s.job_id),
+                        "prov:generation": format!("roar:gen-{node}-{o}"),
+                        "prov:usage": format!("roar:use-{node}-{i}"),
                     }),
                 );
             }
@@ -256,13 +309,19 @@ fn prov_json(project: &Project, steps: &[Step], envs: &BTreeMap<i64, JobEnv>) ->
         "used": used,
         "wasGeneratedBy": generated,
         "wasDerivedFrom": derived,
+        "wasInformedBy": informed,
     })
 }
 
-/// A version-8 UUID (RFC 9562, application-defined) from the project and job, so exporting the
-/// same job twice gives the same runId.
-fn run_id(project_tag: &str, step: &Step) -> String {
-    let h = blake3::hash(format!("{project_tag}/{}/{}", step.job_id, step.started_ns).as_bytes());
+/// A version-8 UUID (RFC 9562, application-defined) from the project, the job (and its start) and
+/// the step, so exporting the same job twice gives the same runIds. A job's root step is the job's
+/// own run.
+fn run_id(project_tag: &str, job: i64, job_started_ns: i64, step: Option<u32>) -> String {
+    let name = match step.filter(|&s| s != 1) {
+        Some(seq) => format!("{project_tag}/{job}/{job_started_ns}/{seq}"),
+        None => format!("{project_tag}/{job}/{job_started_ns}"),
+    };
+    let h = blake3::hash(name.as_bytes());
     let mut b: [u8; 16] = h.as_bytes()[..16].try_into().expect("16 bytes");
     b[6] = (b[6] & 0x0f) | 0x80;
     b[8] = (b[8] & 0x3f) | 0x80;
@@ -320,17 +379,13 @@ fn openlineage(project: &Project, steps: &[Step], envs: &BTreeMap<i64, JobEnv>) 
     let namespace = format!("roar://{}", project.root.display());
     let mut events = Vec::new();
     for s in steps {
-        let run_id = run_id(&tag, s);
         let e = envs.get(&s.job_id);
-        // A job keeps its name when only its parameters change: they are a run facet.
+        let job_started = e.map_or(s.started_ns, |e| e.started_ns);
+        let this_run = run_id(&tag, s.job_id, job_started, s.step);
         let argv: Vec<String> = s
             .argv
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
-            .collect();
-        let stable: Vec<std::ffi::OsString> = roar_env::params::stable_name(&argv)
-            .into_iter()
-            .map(Into::into)
             .collect();
         let mut job_facets = json!({
             "jobType": facet(
@@ -353,9 +408,14 @@ fn openlineage(project: &Project, steps: &[Step], envs: &BTreeMap<i64, JobEnv>) 
                 );
             }
         }
+        let name = match (&s.name, s.step) {
+            (Some(n), None | Some(1)) => n.clone(),
+            (Some(n), Some(_)) => format!("{n}/{}", job_name(&argv)),
+            (None, _) => job_name(&argv),
+        };
         let job = json!({
             "namespace": namespace,
-            "name": s.name.clone().unwrap_or_else(|| shell_join(&stable)),
+            "name": name,
             "facets": job_facets,
         });
         let mut roar = json!({
@@ -381,6 +441,21 @@ fn openlineage(project: &Project, steps: &[Step], envs: &BTreeMap<i64, JobEnv>) 
             "roar": facet("urn:roar:facet:JobRunFacet", roar),
         });
         let mut run_facets = run_facets;
+        if let (Some(seq), Some(e)) = (s.step.filter(|&q| q != 1), e) {
+            // A step is a child run of its job's run (the root step's); where it sits in the
+            // step tree is in the roar facet.
+            run_facets["parent"] = facet(
+                "https://openlineage.io/spec/facets/1-0-1/ParentRunFacet.json#/$defs/ParentRunFacet",
+                json!({
+                    "run": {"runId": run_id(&tag, s.job_id, job_started, None)},
+                    "job": {"namespace": namespace, "name": e.name},
+                }),
+            );
+            run_facets["roar"]["step"] = json!(seq);
+            if let Some(p) = s.parent_step {
+                run_facets["roar"]["parentStep"] = json!(p);
+            }
+        }
         if let Some(e) = e {
             if !e.params.is_empty() {
                 let params: Map<String, Value> = e
@@ -410,7 +485,7 @@ fn openlineage(project: &Project, steps: &[Step], envs: &BTreeMap<i64, JobEnv>) 
             "eventTime": rfc3339(s.started_ns),
             "producer": PRODUCER,
             "schemaURL": "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent",
-            "run": {"runId": run_id, "facets": run_facets},
+            "run": {"runId": this_run, "facets": run_facets},
             "job": job,
             "inputs": inputs,
             "outputs": [],
@@ -418,6 +493,9 @@ fn openlineage(project: &Project, steps: &[Step], envs: &BTreeMap<i64, JobEnv>) 
         let finished = match s.status.as_str() {
             "running" => continue,
             "exited" if s.exit_code == Some(0) => "COMPLETE",
+            // Only the job's (root step's) exit status is observed: a step inside a job that
+            // exited is taken to have completed.
+            "exited" if s.step.is_some_and(|q| q != 1) => "COMPLETE",
             // A job the mount saw end without an observable exit status.
             "ended" => "COMPLETE",
             _ => "FAIL",
@@ -427,7 +505,7 @@ fn openlineage(project: &Project, steps: &[Step], envs: &BTreeMap<i64, JobEnv>) 
             "eventTime": rfc3339(s.ended_ns.unwrap_or(s.started_ns)),
             "producer": PRODUCER,
             "schemaURL": "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent",
-            "run": {"runId": run_id, "facets": run_facets},
+            "run": {"runId": this_run, "facets": run_facets},
             "job": job,
             "inputs": inputs,
             "outputs": outputs,
@@ -465,12 +543,16 @@ mod tests {
             git_diff: None,
             host: None,
             backend: "preload".into(),
+            step: None,
+            parent_step: None,
             inputs: vec![],
             outputs: vec![],
         };
-        let id = run_id("abc", &step);
-        assert_eq!(id, run_id("abc", &step));
-        assert_ne!(id, run_id("abd", &step));
+        let id = run_id("abc", step.job_id, step.started_ns, None);
+        assert_eq!(id, run_id("abc", 7, 1, None));
+        assert_eq!(id, run_id("abc", 7, 1, Some(1)), "the root step is the job's run");
+        assert_ne!(id, run_id("abc", 7, 1, Some(2)));
+        assert_ne!(id, run_id("abd", 7, 1, None));
         let parts: Vec<&str> = id.split('-').collect();
         assert_eq!(
             parts.iter().map(|p| p.len()).collect::<Vec<_>>(),

@@ -68,17 +68,37 @@ enum Item<'a> {
     Dir {
         dir: &'a str,
         files: usize,
-        producer: Option<i64>,
+        producer: Option<Node>,
     },
 }
 
+/// A producer: a job, or one of its steps.
+type Node = (i64, Option<u32>);
+
+fn producer(e: &Edge) -> Option<Node> {
+    e.producer.map(|j| (j, e.producer_step))
+}
+
+/// `job 3`, or `job 3 step 2`.
+pub fn title(job: i64, step: Option<u32>) -> String {
+    match step {
+        Some(s) => format!("job {job} step {s}"),
+        None => format!("job {job}"),
+    }
+}
+
+/// The Graphviz name of a job or step box.
+fn box_key(job: i64, step: Option<u32>) -> String {
+    format!("j{}", roar_store::node_name(job, step))
+}
+
 fn items<'a>(edges: &'a [Edge], dirs: &HashSet<String>) -> Vec<Item<'a>> {
-    let mut groups: BTreeMap<(&str, Option<i64>), usize> = BTreeMap::new();
+    let mut groups: BTreeMap<(&str, Option<Node>), usize> = BTreeMap::new();
     let mut out = Vec::new();
     for e in edges {
         let d = parent(&e.path);
         if dirs.contains(d) {
-            *groups.entry((d, e.producer)).or_default() += 1;
+            *groups.entry((d, producer(e))).or_default() += 1;
         } else {
             out.push(Item::File(e));
         }
@@ -104,8 +124,10 @@ pub fn label(step: &Step) -> String {
     format!("{name}{}", shell_join(&step.argv))
 }
 
-fn from(producer: Option<i64>) -> String {
-    producer.map(|p| format!("  (job {p})")).unwrap_or_default()
+fn from(producer: Option<Node>) -> String {
+    producer
+        .map(|(j, s)| format!("  ({})", title(j, s)))
+        .unwrap_or_default()
 }
 
 fn print_item(out: &mut impl Write, arrow: &str, item: &Item, root: &Path) -> std::io::Result<()> {
@@ -141,7 +163,7 @@ pub fn print_edge(out: &mut impl Write, arrow: &str, e: &Edge, root: &Path) -> s
         out,
         "    {arrow} {hash}  {}{copy}{}",
         rel(&e.path, root),
-        from(e.producer)
+        from(producer(e))
     )
 }
 
@@ -179,7 +201,7 @@ pub fn print_steps(
 ) -> std::io::Result<()> {
     let dirs = collapsed(steps, expand);
     for s in steps {
-        writeln!(out, "{} {}", bold(&format!("job {}", s.job_id)), label(s))?;
+        writeln!(out, "{} {}", bold(&title(s.job_id, s.step)), label(s))?;
         print_list(out, "<-", &s.inputs, &dirs, SHOWN_INPUTS, "inputs", root)?;
         print_list(out, "->", &s.outputs, &dirs, SHOWN_OUTPUTS, "outputs", root)?;
     }
@@ -194,7 +216,8 @@ pub fn dot(steps: &[Step], expand: &Expand, root: &Path) -> String {
         "digraph roar {\n  rankdir=LR;\n  node [fontname=\"monospace\", fontsize=10];\n",
     );
     let mut declared = HashSet::new();
-    let mut node = |s: &mut String, item: &Item, producer: Option<i64>| -> String {
+    let mut node = |s: &mut String, item: &Item, producer: Option<Node>| -> String {
+        let at = producer.map_or("0".into(), |(j, st)| roar_store::node_name(j, st));
         let (key, label) = match item {
             Item::File(e) => {
                 let hash = e
@@ -203,12 +226,12 @@ pub fn dot(steps: &[Step], expand: &Expand, root: &Path) -> String {
                     .map(short_hash)
                     .unwrap_or_else(|| "?".into());
                 (
-                    format!("v{}@{}", esc(&e.path), producer.unwrap_or(0)),
+                    format!("v{}@{at}", esc(&e.path)),
                     format!("{}\\n{hash}", esc(&rel(&e.path, root))),
                 )
             }
             Item::Dir { dir, files, .. } => (
-                format!("d{}@{}", esc(dir), producer.unwrap_or(0)),
+                format!("d{}@{at}", esc(dir)),
                 format!("{}/\\n({files} files)", esc(&rel(dir, root))),
             ),
         };
@@ -218,32 +241,40 @@ pub fn dot(steps: &[Step], expand: &Expand, root: &Path) -> String {
         key
     };
     for st in steps {
+        let me = box_key(st.job_id, st.step);
         s += &format!(
-            "  \"j{}\" [shape=box, style=bold, label=\"job {}\\n{}\"];\n",
-            st.job_id,
-            st.job_id,
+            "  \"{me}\" [shape=box, style=bold, label=\"{}\\n{}\"];\n",
+            title(st.job_id, st.step),
             esc(&label(st))
         );
+        // A step inside its parent step.
+        if let (Some(_), Some(parent)) = (st.step, st.parent_step) {
+            s += &format!(
+                "  \"{}\" -> \"{me}\" [style=dotted, arrowhead=none];\n",
+                box_key(st.job_id, Some(parent))
+            );
+        }
         for item in items(&st.inputs, &dirs) {
             let producer = match &item {
-                Item::File(e) => e.producer,
+                Item::File(e) => producer(e),
                 Item::Dir { producer, .. } => *producer,
             };
             let n = node(&mut s, &item, producer);
-            s += &format!("  \"{n}\" -> \"j{}\";\n", st.job_id);
+            s += &format!("  \"{n}\" -> \"{me}\";\n");
             // The same bytes found at another location, where its producer wrote them.
-            if let (Item::File(e), Some(p)) = (&item, producer) {
+            if let (Item::File(e), Some((pj, ps))) = (&item, producer) {
                 if let Some(from) = &e.copy_of {
                     s += &format!(
-                        "  \"v{}@{p}\" -> \"{n}\" [style=dashed, label=\"copy\"];\n",
-                        esc(from)
+                        "  \"v{}@{}\" -> \"{n}\" [style=dashed, label=\"copy\"];\n",
+                        esc(from),
+                        roar_store::node_name(pj, ps)
                     );
                 }
             }
         }
         for item in items(&st.outputs, &dirs) {
-            let n = node(&mut s, &item, Some(st.job_id));
-            s += &format!("  \"j{}\" -> \"{n}\";\n", st.job_id);
+            let n = node(&mut s, &item, Some((st.job_id, st.step)));
+            s += &format!("  \"{me}\" -> \"{n}\";\n");
         }
     }
     s += "}\n";

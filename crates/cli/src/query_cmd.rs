@@ -261,6 +261,7 @@ fn print_job(job: &JobDetail, root: &Path) -> anyhow::Result<()> {
             )?;
         }
     }
+    print_steps(&mut out, &job.steps, root)?;
     if !job.processes.is_empty() {
         const SHOWN: usize = 20;
         writeln!(out, "{} ({})", bold("processes"), job.processes.len())?;
@@ -285,6 +286,55 @@ fn print_job(job: &JobDetail, root: &Path) -> anyhow::Result<()> {
                 p.pid,
                 roar_store::shell_join(&p.argv)
             )?;
+        }
+    }
+    Ok(())
+}
+
+/// The step tree, each step with its files: `in`/`out`/`tmp`, and where an input came from.
+fn print_steps(
+    out: &mut impl Write,
+    steps: &[roar_store::StepDetail],
+    root: &Path,
+) -> anyhow::Result<()> {
+    if steps.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "{} ({})", bold("steps"), steps.len())?;
+    let mut depth: std::collections::HashMap<u32, usize> = Default::default();
+    for st in steps {
+        let d = st.parent.and_then(|p| depth.get(&p)).map_or(0, |d| d + 1);
+        depth.insert(st.seq, d);
+        let indent = "  ".repeat(d);
+        let took = match (st.started_ns, st.ended_ns) {
+            (Some(a), Some(b)) => format!("  ({})", fmt::duration_ns(b - a)),
+            _ => String::new(),
+        };
+        writeln!(
+            out,
+            "  {:>3}  {indent}{}{took}",
+            st.seq,
+            roar_store::shell_join(&st.argv)
+        )?;
+        let hash = |h: &Option<roar_store::ContentHash>| {
+            h.as_ref()
+                .map(short_hash)
+                .unwrap_or_else(|| "-".repeat(fmt::SHORT_HASH))
+        };
+        for i in &st.inputs {
+            let from = i
+                .from_step
+                .map(|w| format!("  (from step {w})"))
+                .unwrap_or_default();
+            let (h, p) = (hash(&i.hash), rel(&i.path, root));
+            writeln!(out, "       {indent}in   {h}  {p}{from}")?;
+        }
+        for o in &st.outputs {
+            let (h, p) = (hash(&o.hash), rel(&o.path, root));
+            writeln!(out, "       {indent}out  {h}  {p}")?;
+        }
+        for t in &st.temps {
+            writeln!(out, "       {indent}tmp  {}", rel(t, root))?;
         }
     }
     Ok(())

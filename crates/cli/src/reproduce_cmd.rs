@@ -34,12 +34,53 @@ pub fn reproduce(what: &OsStr, run: bool, json: bool) -> anyhow::Result<ExitCode
         fmt::print_json(&lineage)?;
         return Ok(ExitCode::SUCCESS);
     }
+    let steps = runnable(&store, &lineage)?;
     if !run {
         let mut out = std::io::stdout().lock();
-        script(&mut out, what, &target.hash, &lineage, &project.root)?;
+        script(&mut out, what, &target.hash, &lineage, &steps, &project.root)?;
         return Ok(ExitCode::SUCCESS);
     }
-    run_steps(&project, &store, &target.hash, &lineage)
+    run_steps(&project, &store, &target.hash, &lineage, &steps)
+}
+
+/// The nodes of the lineage to re-run, in order: all of them, except a step whose ancestor step
+/// in the same job is re-run anyway (re-running a step re-runs every step under it).
+fn runnable<'a>(store: &Store, lineage: &'a Lineage) -> anyhow::Result<Vec<&'a Step>> {
+    let chosen: std::collections::HashSet<(i64, u32)> = lineage
+        .steps
+        .iter()
+        .filter_map(|s| Some((s.job_id, s.step?)))
+        .collect();
+    let mut parents: std::collections::HashMap<i64, std::collections::HashMap<u32, u32>> =
+        Default::default();
+    let mut out = Vec::new();
+    for s in &lineage.steps {
+        if let Some(seq) = s.step {
+            if !parents.contains_key(&s.job_id) {
+                let tree = store
+                    .steps(s.job_id)?
+                    .into_iter()
+                    .filter_map(|d| Some((d.seq, d.parent?)))
+                    .collect();
+                parents.insert(s.job_id, tree);
+            }
+            let tree = &parents[&s.job_id];
+            let mut up = tree.get(&seq);
+            let mut covered = false;
+            while let Some(&p) = up {
+                if chosen.contains(&(s.job_id, p)) {
+                    covered = true;
+                    break;
+                }
+                up = tree.get(&p);
+            }
+            if covered {
+                continue;
+            }
+        }
+        out.push(s);
+    }
+    Ok(out)
 }
 
 /// Checks the root inputs, re-runs every step under `roar run`, and verifies the result.
@@ -48,6 +89,7 @@ fn run_steps(
     store: &Store,
     target: &ContentHash,
     lineage: &roar_store::Lineage,
+    steps: &[&Step],
 ) -> anyhow::Result<ExitCode> {
     let sha256 = target.sha256.is_some();
     let roots: Vec<PathBuf> = lineage
@@ -90,7 +132,8 @@ fn run_steps(
         });
     let exe = std::env::current_exe()?;
     let mut slot = 0;
-    for s in &lineage.steps {
+    for s in steps {
+        let title = crate::graph::title(s.job_id, s.step);
         if let (Some(want), Some(have)) = (&s.git_commit, &head) {
             if want != have {
                 eprintln!(
@@ -116,11 +159,7 @@ fn run_steps(
             "job {} is an S3 client seen by `roar gateway`, not a command; re-create its objects and run `roar reproduce` on what it made",
             s.job_id
         );
-        eprintln!(
-            "roar: reproducing job {}: {}",
-            s.job_id,
-            shell_join(&s.argv)
-        );
+        eprintln!("roar: reproducing {title}: {}", shell_join(&s.argv));
         let argv = supplied(s, &mut slot)?;
         let status = std::process::Command::new(&exe)
             .arg("run")
@@ -129,11 +168,10 @@ fn run_steps(
             .args(&argv)
             .current_dir(&s.cwd)
             .status()
-            .with_context(|| format!("cannot start roar run for job {}", s.job_id))?;
+            .with_context(|| format!("cannot start roar run for {title}"))?;
         anyhow::ensure!(
             status.success(),
-            "job {} failed when re-run ({status}); stopping",
-            s.job_id
+            "{title} failed when re-run ({status}); stopping"
         );
     }
     // The target is the output of the last step that had this content.
@@ -254,6 +292,7 @@ fn script(
     what: &OsStr,
     target: &ContentHash,
     lineage: &Lineage,
+    steps: &[&Step],
     root: &Path,
 ) -> std::io::Result<()> {
     writeln!(out, "#!/bin/sh")?;
@@ -275,8 +314,7 @@ fn script(
             .unwrap_or("unknown content");
         writeln!(out, "#   {h}  {}", rel(&r.path, root))?;
     }
-    let secrets: usize = lineage
-        .steps
+    let secrets: usize = steps
         .iter()
         .flat_map(|s| &s.argv)
         .map(|a| pieces(a).len() - 1)
@@ -293,7 +331,7 @@ fn script(
     // applied for one step is taken back (`git apply -R`) before the tree moves on.
     let mut last_code: (Option<&str>, Option<(&str, i64)>) = (None, None);
     let mut slot = 0;
-    for s in &lineage.steps {
+    for s in steps {
         let patch = s.git_diff.as_deref().map(|d| (d, s.job_id));
         let code = (s.git_commit.as_deref(), patch);
         let same_patch = last_code.1.map(|p| p.0) == patch.map(|p| p.0);
@@ -346,7 +384,7 @@ fn script(
             b"roar run -- "
         })?;
         out.write_all(&script_argv(s, &mut slot))?;
-        writeln!(out, "  # job {}", s.job_id)?;
+        writeln!(out, "  # {}", crate::graph::title(s.job_id, s.step))?;
     }
     Ok(())
 }

@@ -296,6 +296,10 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         &ignore,
         &roar_tracer::steps::Rule::new(config.steps.drivers.iter().map(String::as_str)),
     );
+    if let Some(root) = job.steps.first_mut() {
+        // The root step is the job's command as the user gave it (a script, not its `#!` line).
+        root.argv = job.argv.clone();
+    }
     let t_classified = t0.elapsed();
     job.processes = std::mem::take(&mut classified.processes);
     crate::environment::capture(

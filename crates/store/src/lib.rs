@@ -18,12 +18,13 @@ mod query;
 pub mod quote;
 pub mod redact;
 mod status;
+mod steps;
 mod writer;
 
 pub use db::{open, SCHEMA_VERSION};
 pub use environment::{Environment, EnvironmentDetail, Gpu, Package, Runtime};
 pub use error::{Result, StoreError};
-pub use lineage::{Dag, Edge, Lineage, Step, Version};
+pub use lineage::{node_name, Dag, Edge, Lineage, Step, Version};
 pub use model::{
     argv_from_blob, argv_to_blob, now_ns, CacheEntry, ContentHash, FileRecord, FileStat, GitState,
     JobRecord, Made, Ops, Outcome, PathUse, ProcessRecord, Role, S3Object, StepContent, StepFile,
@@ -32,6 +33,7 @@ pub use model::{
 pub use project::{Project, CONFIG_NAME, DB_NAME, DEFAULT_CONFIG, DIR_NAME};
 pub use query::{ArtifactDetail, DbStats, FileRow, JobDetail, JobSummary, PathDetail, Store, Use};
 pub use quote::{shell_join, shell_quote, shown};
+pub use steps::{StepDetail, StepEdge};
 pub use status::{Cause, Change, Now, StaleJob, StatusPlan, StatusReport, Unfinished};
 pub use writer::{
     checkpoint, checkpoint_due, Begun, Checkpoints, FileChunk, JobStream, OpeningWriter, Writer,

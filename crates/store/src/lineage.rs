@@ -39,11 +39,23 @@ pub struct Step {
     pub host: Option<String>,
     /// How it was observed: preload, ptrace, mount, gateway.
     pub backend: String,
+    /// The step of the job this node is (SEMANTICS.md "Steps"): argv, cwd, times and files are
+    /// the step's. None: the whole job (a job of one step).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<u32>,
+    /// The step's parent step in the job's tree.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_step: Option<u32>,
     pub inputs: Vec<Edge>,
     pub outputs: Vec<Edge>,
 }
 
 impl Step {
+    /// The node's name: `3` for job 3, `3.2` for its step 2.
+    pub fn node(&self) -> String {
+        node_name(self.job_id, self.step)
+    }
+
     /// Whether the job read or wrote S3 objects (through the gateway).
     pub fn uses_s3(&self) -> bool {
         self.inputs
@@ -59,6 +71,9 @@ pub struct Edge {
     pub path: String,
     pub hash: Option<ContentHash>,
     pub producer: Option<i64>,
+    /// The step of the producer job that wrote it, when that job has steps.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub producer_step: Option<u32>,
     /// The same bytes at another location: for an input, where its producer wrote them (no job
     /// wrote this path); for an output, the input of the same job it is a copy of.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -83,11 +98,23 @@ pub struct Lineage {
     pub roots: Vec<Edge>,
 }
 
-/// The whole project's graph: every step, in the order they started.
+/// The whole project's graph: every job, or each step of a job that has steps, in the order the
+/// jobs started.
 #[derive(Debug, Clone, Serialize)]
 pub struct Dag {
     pub steps: Vec<Step>,
 }
+
+/// `3` for job 3, `3.2` for its step 2.
+pub fn node_name(job: i64, step: Option<u32>) -> String {
+    match step {
+        Some(s) => format!("{job}.{s}"),
+        None => job.to_string(),
+    }
+}
+
+/// A lineage node: a job, or one of its steps.
+type Node = (i64, Option<u32>);
 
 fn lossy(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -200,6 +227,34 @@ impl Store {
             .map(|(job, _)| job))
     }
 
+    /// The node that made `target`: its maker job, at the step of it that left the content.
+    fn maker_node(&self, target: &Version) -> rusqlite::Result<Option<Node>> {
+        let Some((job, at)) = self.maker(target)? else {
+            return Ok(None);
+        };
+        let step = match at.as_deref().or(target.path.as_deref()) {
+            Some(path) => self.step_that_made(job, path.as_bytes())?,
+            None => self.step_that_made_content(job, &target.hash.blake3)?,
+        };
+        Ok(Some((job, step)))
+    }
+
+    /// The step of job `job` whose final output has content `blake3`.
+    fn step_that_made_content(&self, job: i64, blake3: &str) -> rusqlite::Result<Option<u32>> {
+        let path: Option<Vec<u8>> = self
+            .conn
+            .prepare_cached(
+                "SELECT f.path FROM job_files f JOIN artifacts a ON a.id = f.artifact_id
+                 WHERE f.job_id = ?1 AND f.role = 'output' AND a.blake3 = ?2 LIMIT 1",
+            )?
+            .query_row(params![job, blake3], |r| r.get(0))
+            .optional()?;
+        match path {
+            Some(p) => self.step_that_made(job, &p),
+            None => Ok(None),
+        }
+    }
+
     fn artifact_id(&self, blake3: &str) -> rusqlite::Result<Option<i64>> {
         self.conn
             .prepare_cached("SELECT id FROM artifacts WHERE blake3 = ?1")?
@@ -227,9 +282,88 @@ impl Store {
         }
     }
 
-    /// One job with its non-temp files; `never_made` memoises content no job ever wrote.
-    fn step(&self, job_id: i64, never_made: &mut HashSet<i64>) -> rusqlite::Result<Step> {
-        let mut step = self
+    /// A lineage node: a whole job, or one of its steps.
+    fn node(&self, (job, seq): Node, never_made: &mut HashSet<i64>) -> rusqlite::Result<Step> {
+        match seq {
+            Some(seq) => self.step_node(job, seq, never_made),
+            None => self.step(job, never_made),
+        }
+    }
+
+    /// Step `seq` of job `job_id`: the job's attributes with the step's command, times and files.
+    /// An input another step of the job wrote comes from that step; one the job found comes
+    /// from whoever made it before the job, as for a whole job.
+    fn step_node(
+        &self,
+        job_id: i64,
+        seq: u32,
+        never_made: &mut HashSet<i64>,
+    ) -> rusqlite::Result<Step> {
+        let mut node = self.job_header(job_id)?;
+        let Some(detail) = self.step_detail(job_id, seq)? else {
+            return self.step(job_id, never_made);
+        };
+        node.step = Some(seq);
+        node.parent_step = detail.parent;
+        node.argv = detail.argv;
+        node.cwd = detail.cwd;
+        node.started_ns = detail.started_ns.unwrap_or(node.started_ns);
+        node.ended_ns = detail.ended_ns;
+        if seq != 1 {
+            // Only the root's exit status is observed.
+            node.exit_code = None;
+        }
+        for i in detail.inputs {
+            let mut edge = Edge {
+                path: i.path,
+                hash: i.hash,
+                producer: None,
+                producer_step: None,
+                copy_of: None,
+            };
+            if let Some(w) = i.from_step {
+                edge.producer = Some(job_id);
+                edge.producer_step = Some(w);
+            } else if let Some(artifact) = edge
+                .hash
+                .as_ref()
+                .map(|h| self.artifact_id(&h.blake3))
+                .transpose()?
+                .flatten()
+            {
+                let found = self.producer_of(
+                    edge.path.as_bytes(),
+                    artifact,
+                    job_id,
+                    node.started_ns,
+                    never_made,
+                )?;
+                if let Some((job, copy_of)) = found {
+                    let at = copy_of.as_deref().unwrap_or(&edge.path);
+                    edge.producer_step = self.step_that_made(job, at.as_bytes())?;
+                    edge.producer = Some(job);
+                    edge.copy_of = copy_of;
+                }
+            }
+            node.inputs.push(edge);
+        }
+        node.outputs = detail
+            .outputs
+            .into_iter()
+            .map(|o| Edge {
+                path: o.path,
+                hash: o.hash,
+                producer: None,
+                producer_step: None,
+                copy_of: None,
+            })
+            .collect();
+        Ok(node)
+    }
+
+    /// A job's row as a lineage node, without files.
+    fn job_header(&self, job_id: i64) -> rusqlite::Result<Step> {
+        self
             .conn
             .prepare_cached(
                 "SELECT name, argv, cwd, started_ns, ended_ns, status, exit_code, git_commit, git_dirty, host,
@@ -259,10 +393,17 @@ impl Store {
                     git_diff: r.get(12)?,
                     host: r.get(9)?,
                     backend: r.get(10)?,
+                    step: None,
+                    parent_step: None,
                     inputs: Vec::new(),
                     outputs: Vec::new(),
                 })
-            })?;
+            })
+    }
+
+    /// One job with its non-temp files; `never_made` memoises content no job ever wrote.
+    fn step(&self, job_id: i64, never_made: &mut HashSet<i64>) -> rusqlite::Result<Step> {
+        let mut step = self.job_header(job_id)?;
         let mut stmt = self.conn.prepare_cached(
             "SELECT f.role, f.path, f.artifact_id, a.blake3, a.sha256, a.size FROM job_files f
              LEFT JOIN artifacts a ON a.id = f.artifact_id
@@ -284,6 +425,7 @@ impl Store {
                 path: lossy(&path),
                 hash,
                 producer: None,
+                producer_step: None,
                 copy_of: None,
             };
             if role == "input" {
@@ -291,6 +433,8 @@ impl Store {
                     if let Some((job, copy_of)) =
                         self.producer_of(&path, artifact, job_id, step.started_ns, never_made)?
                     {
+                        let at = copy_of.as_ref().map_or(&path[..], |c| c.as_bytes());
+                        edge.producer_step = self.step_that_made(job, at)?;
                         edge.producer = Some(job);
                         edge.copy_of = copy_of;
                     }
@@ -324,22 +468,22 @@ impl Store {
     /// from.
     pub fn lineage(&self, target: &Version) -> Result<Lineage> {
         let walk = || -> rusqlite::Result<Lineage> {
-            let mut steps: BTreeMap<i64, Step> = BTreeMap::new();
+            let mut steps: BTreeMap<Node, Step> = BTreeMap::new();
             let mut roots: BTreeMap<(String, String), Edge> = BTreeMap::new();
-            let mut seen_jobs = HashSet::new();
+            let mut seen = HashSet::new();
             let mut never_made = HashSet::new();
             let mut queue = VecDeque::new();
-            if let Some((job, _)) = self.maker(target)? {
-                queue.push_back(job);
+            if let Some(node) = self.maker_node(target)? {
+                queue.push_back(node);
             }
-            while let Some(job) = queue.pop_front() {
-                if !seen_jobs.insert(job) {
+            while let Some(node) = queue.pop_front() {
+                if !seen.insert(node) {
                     continue;
                 }
-                let step = self.step(job, &mut never_made)?;
+                let step = self.node(node, &mut never_made)?;
                 for input in &step.inputs {
                     match input.producer {
-                        Some(p) => queue.push_back(p),
+                        Some(p) => queue.push_back((p, input.producer_step)),
                         None => {
                             let content = input.hash.as_ref().map(|h| h.blake3.clone());
                             roots
@@ -348,12 +492,12 @@ impl Store {
                         }
                     }
                 }
-                steps.insert(job, step);
+                steps.insert(node, step);
             }
             // In the order they ran (the mount records a job when it ends, so ids can be out
             // of order).
             let mut steps: Vec<Step> = steps.into_values().collect();
-            steps.sort_by_key(|s| (s.started_ns, s.job_id));
+            steps.sort_by_key(|s| (s.started_ns, s.job_id, s.step));
             Ok(Lineage {
                 target: target.hash.clone(),
                 path: target.path.clone(),
@@ -381,10 +525,16 @@ impl Store {
                 .query_map([], |r| r.get(0))?
                 .collect::<rusqlite::Result<_>>()?;
             let mut never_made = HashSet::new();
-            let steps = ids
-                .into_iter()
-                .map(|id| self.step(id, &mut never_made))
-                .collect::<rusqlite::Result<_>>()?;
+            let mut steps = Vec::with_capacity(ids.len());
+            for id in ids {
+                let seqs = self.step_seqs(id)?;
+                if seqs.is_empty() {
+                    steps.push(self.step(id, &mut never_made)?);
+                }
+                for seq in seqs {
+                    steps.push(self.step_node(id, seq, &mut never_made)?);
+                }
+            }
             Ok(Dag { steps })
         };
         walk().map_err(|e| self.err(e))

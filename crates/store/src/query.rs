@@ -54,6 +54,9 @@ pub struct JobDetail {
     pub env: BTreeMap<String, String>,
     pub processes: Vec<ProcessRecord>,
     pub files: Vec<FileRow>,
+    /// The job's steps, root first (SEMANTICS.md "Steps"); empty when the job is one step.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<crate::steps::StepDetail>,
     /// Packages used and the machine (schema 8 on; empty for jobs recorded before).
     pub environment: crate::environment::EnvironmentDetail,
 }
@@ -303,6 +306,7 @@ impl Store {
         };
         let processes = self.processes(id).map_err(|e| self.err(e))?;
         let files = self.files(id).map_err(|e| self.err(e))?;
+        let steps = self.steps(id)?;
         let environment = crate::environment::EnvironmentDetail {
             packages: crate::environment::packages_of(&self.conn, id).map_err(|e| self.err(e))?,
             runtime: crate::environment::runtime_of(&self.conn, id).map_err(|e| self.err(e))?,
@@ -313,6 +317,7 @@ impl Store {
             env: serde_json::from_str(&env).unwrap_or_default(),
             processes,
             files,
+            steps,
             environment,
         })
     }
