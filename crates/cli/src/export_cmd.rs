@@ -161,7 +161,10 @@ fn prov_json(project: &Project, steps: &[Step], envs: &BTreeMap<i64, JobEnv>) ->
                 a.insert("roar:job".into(), json!(s.job_id));
                 a.insert("roar:step".into(), json!(seq));
                 if let Some(p) = s.parent_step {
-                    a.insert("roar:parentStep".into(), json!(activity_id(s.job_id, Some(p))));
+                    a.insert(
+                        "roar:parentStep".into(),
+                        json!(activity_id(s.job_id, Some(p))),
+                    );
                 }
             }
             None => {
@@ -550,7 +553,11 @@ mod tests {
         };
         let id = run_id("abc", step.job_id, step.started_ns, None);
         assert_eq!(id, run_id("abc", 7, 1, None));
-        assert_eq!(id, run_id("abc", 7, 1, Some(1)), "the root step is the job's run");
+        assert_eq!(
+            id,
+            run_id("abc", 7, 1, Some(1)),
+            "the root step is the job's run"
+        );
         assert_ne!(id, run_id("abc", 7, 1, Some(2)));
         assert_ne!(id, run_id("abd", 7, 1, None));
         let parts: Vec<&str> = id.split('-').collect();

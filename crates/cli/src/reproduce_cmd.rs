@@ -37,7 +37,14 @@ pub fn reproduce(what: &OsStr, run: bool, json: bool) -> anyhow::Result<ExitCode
     let steps = runnable(&store, &lineage)?;
     if !run {
         let mut out = std::io::stdout().lock();
-        script(&mut out, what, &target.hash, &lineage, &steps, &project.root)?;
+        script(
+            &mut out,
+            what,
+            &target.hash,
+            &lineage,
+            &steps,
+            &project.root,
+        )?;
         return Ok(ExitCode::SUCCESS);
     }
     run_steps(&project, &store, &target.hash, &lineage, &steps)

@@ -13,7 +13,7 @@ mod followable;
 
 use core::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use core::ptr;
-use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicUsize, Ordering};
 
 use libc::{mode_t, off_t, pid_t, FILE};
 use roar_wire::ring::{Ring, RING_ENV};
@@ -31,6 +31,21 @@ const UNCONNECTED: c_int = -2;
 /// This process's pid, set by the constructor and in the child of a hooked fork (saves a syscall
 /// per event; a child made by a raw clone that never execs reports its parent's pid).
 static PID: AtomicI32 = AtomicI32::new(0);
+/// Set in the child of a hooked vfork, which shares this memory with its suspended parent and so
+/// cannot have its own [`PID`]; cleared when the parent resumes. While set, events ask the kernel
+/// for the pid: a shell opens the redirections of `sort a > b` in such a child, before it execs
+/// sort, and the step that owns b is found by that pid (SEMANTICS.md "Steps").
+static IN_VFORK: AtomicBool = AtomicBool::new(false);
+
+/// The pid events are reported under (see [`IN_VFORK`]).
+fn event_pid() -> i32 {
+    if IN_VFORK.load(Ordering::Relaxed) {
+        // SAFETY: no preconditions.
+        unsafe { libc::getpid() }
+    } else {
+        PID.load(Ordering::Relaxed)
+    }
+}
 
 /// Everything below is written once by the constructor, before any other thread exists.
 static mut SOCK_NAME: [u8; 108] = [0; 108];
@@ -176,9 +191,10 @@ unsafe fn connect_socket() -> c_int {
 /// Reports one event: into the ring if this process mapped it, else as a datagram. Waits while
 /// roar's ring or queue is full: events are never dropped by the shim while roar is alive.
 unsafe fn send(kind: Kind, arg: i64, fd: c_int, stat: WireStat, parts: [&[u8]; 4]) {
+    let pid = event_pid();
     let mut h = Header {
         kind: kind as u16,
-        pid: PID.load(Ordering::Relaxed),
+        pid,
         arg,
         fd,
         ts_ns: now_ns(),
@@ -190,7 +206,6 @@ unsafe fn send(kind: Kind, arg: i64, fd: c_int, stat: WireStat, parts: [&[u8]; 4
     }
     // SAFETY: the mapping is never unmapped while RING_MAP points at it.
     if let Some(ring) = unsafe { ring() } {
-        let pid = PID.load(Ordering::Relaxed);
         let [a, b, c, d] = parts;
         if ring.write(
             pid,
@@ -1262,6 +1277,43 @@ pub unsafe extern "C" fn fork() -> pid_t {
     pid
 }
 
+/// vfork, with the child marked ([`IN_VFORK`]). It cannot be a wrapper that calls the real one:
+/// the child returns through the caller's frame and then the parent returns through it again, so,
+/// like libc's own, it keeps the return address in a register across the system call.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn vfork() -> pid_t {
+    core::arch::naked_asm!(
+        "pop rdi",
+        "mov eax, {nr}",
+        "syscall",
+        "push rdi",
+        "test eax, eax",
+        "jz 2f",
+        // The parent, resumed once the child exec'd or exited.
+        "mov byte ptr [rip + {flag}], 0",
+        "cmp rax, -4095",
+        "jae 3f",
+        "ret",
+        "2:",
+        "mov byte ptr [rip + {flag}], 1",
+        "ret",
+        // Failed: errno, -1. One push keeps the stack 16-byte aligned for the call.
+        "3:",
+        "neg eax",
+        "push rax",
+        "call {errno}",
+        "pop rcx",
+        "mov dword ptr [rax], ecx",
+        "mov eax, -1",
+        "ret",
+        nr = const libc::SYS_vfork,
+        flag = sym IN_VFORK,
+        errno = sym libc::__errno_location,
+    )
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     if fd >= 0 && fd == SOCK.load(Ordering::Relaxed) {
@@ -1352,6 +1404,8 @@ unsafe fn copy_entry(dst: &mut [u8], name: &str, value: &[u8]) -> usize {
 }
 
 unsafe extern "C" fn init(argc: c_int, argv: *const *const c_char, _envp: *const *const c_char) {
+    // The program starts with errno as the loader left it, whatever the shim's calls below do.
+    let _errno = KeepErrno::new();
     // SAFETY: the constructor runs once, before main and before any thread of the program exists.
     unsafe {
         let sock_env = cstr(libc::getenv(c"ROAR_INTERNAL_SOCK".as_ptr()));
@@ -1404,12 +1458,21 @@ unsafe extern "C" fn init(argc: c_int, argv: *const *const c_char, _envp: *const
         let exe = if n > 0 { &exe[..n as usize] } else { &[][..] };
         let cwd = &(&*ptr::addr_of!(CWD))[..CWD_LEN.load(Ordering::Relaxed)];
         let ppid = libc::getppid();
+        let mut ids = [(0u64, 0u64); 3];
+        for (fd, id) in ids.iter_mut().enumerate() {
+            let mut st: libc::stat = core::mem::zeroed();
+            if libc::fstat(fd as c_int, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG
+            {
+                *id = (st.st_dev, st.st_ino);
+            }
+        }
+        let stdio = roar_wire::encode_stdio(&ids);
         send(
             Kind::Exec,
             ppid as i64,
             -1,
             WireStat::default(),
-            [cwd, exe, &args[..len], &[]],
+            [cwd, exe, &args[..len], &stdio],
         );
         loaded::report();
     }

@@ -33,8 +33,8 @@ pub use model::{
 pub use project::{Project, CONFIG_NAME, DB_NAME, DEFAULT_CONFIG, DIR_NAME};
 pub use query::{ArtifactDetail, DbStats, FileRow, JobDetail, JobSummary, PathDetail, Store, Use};
 pub use quote::{shell_join, shell_quote, shown};
-pub use steps::{StepDetail, StepEdge};
 pub use status::{Cause, Change, Now, StaleJob, StatusPlan, StatusReport, Unfinished};
+pub use steps::{StepDetail, StepEdge};
 pub use writer::{
     checkpoint, checkpoint_due, Begun, Checkpoints, FileChunk, JobStream, OpeningWriter, Writer,
     WAL_LIMIT,

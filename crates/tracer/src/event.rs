@@ -6,6 +6,9 @@ use std::path::{Component, Path, PathBuf};
 
 use roar_store::FileStat;
 
+/// A program's standard streams that are regular files, by (dev, ino).
+pub type Stdio = [Option<(u64, u64)>; 3];
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     /// A process started a new program image.
@@ -15,6 +18,8 @@ pub enum Event {
         exe: PathBuf,
         argv: Vec<OsString>,
         cwd: PathBuf,
+        /// The (dev, ino) of its stdin, stdout and stderr when they are regular files.
+        stdio: Stdio,
         ts_ns: i64,
     },
     /// A process was forked (and has not exec'd yet).

@@ -388,6 +388,7 @@ fn decode(h: &Header, p: [&[u8]; 4]) -> Option<Event> {
             cwd: PathBuf::from(OsString::from_vec(p[0].to_vec())),
             exe: PathBuf::from(OsString::from_vec(p[1].to_vec())),
             argv: roar_store::argv_from_blob(p[2]),
+            stdio: roar_wire::decode_stdio(p[3]),
             ts_ns,
         },
         Kind::Fork => Event::Fork {

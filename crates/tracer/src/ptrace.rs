@@ -374,6 +374,13 @@ fn exec_event(pid: i32) -> Event {
         exe: PathBuf::from(OsString::from_vec(proc_link(pid, "exe"))),
         argv: roar_store::argv_from_blob(cmdline),
         cwd: PathBuf::from(OsString::from_vec(proc_link(pid, "cwd"))),
+        stdio: [0, 1, 2].map(|fd| {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata(format!("/proc/{pid}/fd/{fd}"))
+                .ok()
+                .filter(|m| m.is_file())
+                .map(|m| (m.dev(), m.ino()))
+        }),
         ts_ns: now_ns(),
     }
 }

@@ -10,8 +10,11 @@
 //! `env X=1 python t.py` exec'ing python); whether its own children begin steps follows the
 //! program it runs now.
 //!
-//! What a forked child does before its exec belongs to the step the exec begins: a shell opens
-//! the redirection of `sort a > b` in the child that then execs sort, so b is sort's output.
+//! A command's redirections are its files: what a forked child does before its exec belongs to
+//! the step the exec begins (bash opens the redirection of `sort a > b` in the child that then
+//! execs sort), and a file the driver itself opened and handed over as one of the new program's
+//! standard streams moves to the new step ([`hand_over`]: dash opens it in the shell, then
+//! vforks; a Python driver passes `stdout=open(...)`).
 //!
 //! Each step's events are classified by the job's own rules ([`collect`]), so a step's inputs and
 //! outputs mean what a job's do. Intermediate files link steps directly, by the order of events:
@@ -32,12 +35,37 @@ use crate::ignore::Ignore;
 /// (`python*`: python3, python3.12).
 pub const DEFAULT_DRIVERS: &[&str] = &[
     // Shells.
-    "sh", "bash", "dash", "zsh", "ksh", "mksh", "fish", "busybox",
+    "sh",
+    "bash",
+    "dash",
+    "zsh",
+    "ksh",
+    "mksh",
+    "fish",
+    "busybox",
     // Build and pipeline runners.
-    "make", "gmake", "ninja", "snakemake", "dvc", "nextflow", "just",
+    "make",
+    "gmake",
+    "ninja",
+    "snakemake",
+    "dvc",
+    "nextflow",
+    "just",
     // Launchers that run a command they are given.
-    "env", "nohup", "time", "timeout", "nice", "ionice", "stdbuf", "taskset", "setsid", "chrt",
-    "xargs", "parallel", "flock", "strace",
+    "env",
+    "nohup",
+    "time",
+    "timeout",
+    "nice",
+    "ionice",
+    "stdbuf",
+    "taskset",
+    "setsid",
+    "chrt",
+    "xargs",
+    "parallel",
+    "flock",
+    "strace",
     // Python drivers (`subprocess.run` per stage).
     "python*",
 ];
@@ -136,10 +164,8 @@ pub fn steps(
         }
     }
     let links = Links::trace(events, &step_of);
-    let job_uses: HashMap<&OsStr, roar_store::PathUse> = job
-        .uses()
-        .map(|(p, u, ..)| (p.as_os_str(), u))
-        .collect();
+    let job_uses: HashMap<&OsStr, roar_store::PathUse> =
+        job.uses().map(|(p, u, ..)| (p.as_os_str(), u)).collect();
     let dirs = collect::made_dirs(events);
     let files: Vec<Vec<StepFile>> = building
         .iter()
@@ -157,6 +183,10 @@ pub fn steps(
     prune(building, files)
 }
 
+/// A process's last opens with nothing else of its own since, at most this many: the
+/// redirections a shell opens for the command it is about to start.
+const TAIL: usize = 8;
+
 /// One pass over the events: which step each belongs to.
 fn attribute(events: &[Event], rule: &Rule) -> Vec<Building> {
     let mut steps: Vec<Building> = Vec::new();
@@ -164,6 +194,8 @@ fn attribute(events: &[Event], rule: &Rule) -> Vec<Building> {
     // Events of processes not seen forked or exec'd yet (a vfork child, whose fork no backend
     // reports the same way), by pid.
     let mut unseen: HashMap<i32, Vec<usize>> = HashMap::default();
+    // Each process's opens since its last other event (see `hand_over`).
+    let mut tails: HashMap<i32, Vec<usize>> = HashMap::default();
     let new_step = |steps: &mut Vec<Building>, parent: Option<usize>, ev: &Event| -> usize {
         let Event::Exec {
             pid,
@@ -208,16 +240,20 @@ fn attribute(events: &[Event], rule: &Rule) -> Vec<Building> {
                 ppid,
                 exe,
                 argv,
+                stdio,
                 ..
             } => {
                 let driver_now = rule.is_driver(exe, argv);
+                let mut begun = None;
                 let step = match procs.get_mut(pid) {
                     Some(p) if !p.execd => {
                         // A forked child's first program: a step of its own if a driver made it.
                         let step = if steps.is_empty() {
                             new_step(&mut steps, None, ev)
                         } else if p.driver {
-                            new_step(&mut steps, Some(p.step), ev)
+                            let s = new_step(&mut steps, Some(p.step), ev);
+                            begun = Some(s);
+                            s
                         } else {
                             p.step
                         };
@@ -240,7 +276,9 @@ fn attribute(events: &[Event], rule: &Rule) -> Vec<Building> {
                             match procs.get(ppid) {
                                 Some(parent) if parent.driver => {
                                     let parent = parent.step;
-                                    new_step(&mut steps, Some(parent), ev)
+                                    let s = new_step(&mut steps, Some(parent), ev);
+                                    begun = Some(s);
+                                    s
                                 }
                                 Some(parent) => parent.step,
                                 None => 0,
@@ -261,12 +299,17 @@ fn attribute(events: &[Event], rule: &Rule) -> Vec<Building> {
                         step
                     }
                 };
+                if let (Some(new), Some(tail)) = (begun, tails.get_mut(ppid)) {
+                    hand_over(events, &mut steps, new, tail, stdio);
+                }
+                tails.remove(pid);
                 let p = procs.get_mut(pid).expect("inserted above");
                 p.execd = true;
                 p.driver = driver_now;
                 steps[step].events.push(i);
             }
             Event::Exit { pid, ts_ns } => {
+                tails.remove(pid);
                 if let Some(mut p) = procs.remove(pid).filter(|_| !steps.is_empty()) {
                     steps[p.step].events.append(&mut p.pending);
                     if steps[p.step].pid == *pid && p.execd {
@@ -276,6 +319,15 @@ fn attribute(events: &[Event], rule: &Rule) -> Vec<Building> {
             }
             other => {
                 let pid = event_pid(other);
+                if matches!(other, Event::Open { .. }) {
+                    let tail = tails.entry(pid).or_default();
+                    if tail.len() == TAIL {
+                        tail.remove(0);
+                    }
+                    tail.push(i);
+                } else {
+                    tails.remove(&pid);
+                }
                 match procs.get_mut(&pid) {
                     Some(p) if !p.execd => p.pending.push(i),
                     Some(p) if !steps.is_empty() => steps[p.step].events.push(i),
@@ -296,6 +348,53 @@ fn attribute(events: &[Event], rule: &Rule) -> Vec<Building> {
         steps[0].events.extend(evs);
     }
     steps
+}
+
+/// A file handed to a new step as a standard stream by the process that started it is the new
+/// step's, whoever opened it: dash opens the redirections of `sort a > b` itself and then vforks
+/// sort, Python opens `stdout=open("b", "w")` for `subprocess.run`. The parent's open is moved
+/// to the new step when it is among the parent's last opens with nothing else of its own since
+/// (`tail`), has the identity of one of the new program's streams, and the new step did not open
+/// that file itself before its exec (bash opens redirections in the child: nothing to move). One
+/// open per stream, the latest: an earlier one of the same file was the parent's own.
+fn hand_over(
+    events: &[Event],
+    steps: &mut [Building],
+    new: usize,
+    tail: &mut Vec<usize>,
+    stdio: &crate::event::Stdio,
+) {
+    let identity = |i: usize| match &events[i] {
+        Event::Open { stat: Some(st), .. } => Some((st.dev, st.ino)),
+        _ => None,
+    };
+    let own: Vec<(u64, u64)> = steps[new]
+        .events
+        .iter()
+        .filter_map(|&i| identity(i))
+        .collect();
+    let parent = steps[new].parent.expect("a new step has a parent");
+    let mut wanted: Vec<(u64, u64)> = stdio
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|id| !own.contains(id))
+        .collect();
+    wanted.dedup();
+    for k in (0..tail.len()).rev() {
+        let Some(id) = identity(tail[k]) else {
+            continue;
+        };
+        let Some(w) = wanted.iter().position(|x| *x == id) else {
+            continue;
+        };
+        wanted.swap_remove(w);
+        let i = tail.remove(k);
+        if let Some(at) = steps[parent].events.iter().rposition(|&e| e == i) {
+            steps[parent].events.remove(at);
+            steps[new].events.push(i);
+        }
+    }
 }
 
 fn event_pid(ev: &Event) -> i32 {
@@ -405,7 +504,11 @@ fn step_files(
                 Some(_) if unchanged_since && job_output => StepContent::Final,
                 _ => StepContent::Unknown,
             };
-            files.push(file(roar_store::Role::Input, writer.map(|w| w as u32), content));
+            files.push(file(
+                roar_store::Role::Input,
+                writer.map(|w| w as u32),
+                content,
+            ));
         }
         let last_by_me = links.last_change.get(key).is_some_and(|&(w, _)| w == s);
         match made {
@@ -420,7 +523,9 @@ fn step_files(
             Some(Made::Deleted) => {
                 files.push(file(roar_store::Role::Output, None, StepContent::Unknown))
             }
-            Some(Made::Temp) => files.push(file(roar_store::Role::Temp, None, StepContent::Unknown)),
+            Some(Made::Temp) => {
+                files.push(file(roar_store::Role::Temp, None, StepContent::Unknown))
+            }
             None => {}
         }
     }
@@ -428,9 +533,13 @@ fn step_files(
 }
 
 /// Drops steps that touched no tracked file and have no step below them (a `uname` a Python
-/// program ran, an `echo` of a script): their processes stay in the job's process list. Numbers
-/// the rest in order, 1 for the root. None are left when the job is its one step.
-fn prune(building: Vec<Building>, mut files: Vec<Vec<StepFile>>) -> Vec<StepRecord> {
+/// program ran, an `echo` of a script): their processes stay in the job's process list. Then
+/// folds a step that touched nothing itself and has one step below it into that step (`sh -c
+/// 'sort a > b'` whose shell forked sort rather than exec'ing it, `time cmd`, `timeout 9 cmd`):
+/// the step keeps the outer command (what its driver ran, so what a re-run runs) and takes the
+/// inner program and its files. Numbers the rest in order, 1 for the root. None are left when
+/// the job is its one step.
+fn prune(mut building: Vec<Building>, mut files: Vec<Vec<StepFile>>) -> Vec<StepRecord> {
     let n = building.len();
     let mut keep = vec![false; n];
     keep[0] = true;
@@ -441,6 +550,30 @@ fn prune(building: Vec<Building>, mut files: Vec<Vec<StepFile>>) -> Vec<StepReco
             if let Some(p) = building[s].parent {
                 keep[p] = true;
             }
+        }
+    }
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for s in 1..n {
+        if keep[s] {
+            children[building[s].parent.expect("only the root has none")].push(s);
+        }
+    }
+    // Where each step's files went (itself, or the step it was folded into).
+    let mut into: Vec<usize> = (0..n).collect();
+    for s in 0..n {
+        while keep[s] && files[s].is_empty() && children[s].len() == 1 {
+            let c = children[s].pop().expect("one child");
+            keep[c] = false;
+            into[c] = s;
+            files[s] = std::mem::take(&mut files[c]);
+            let grandchildren = std::mem::take(&mut children[c]);
+            for &g in &grandchildren {
+                building[g].parent = Some(s);
+            }
+            children[s] = grandchildren;
+            let inner = std::mem::replace(&mut building[c].exe, None);
+            building[s].exe = inner.or(building[s].exe.take());
+            building[s].ended_ns = building[s].ended_ns.max(building[c].ended_ns);
         }
     }
     let mut seq = vec![0u32; n];
@@ -454,6 +587,14 @@ fn prune(building: Vec<Building>, mut files: Vec<Vec<StepFile>>) -> Vec<StepReco
     if next < 2 {
         return Vec::new();
     }
+    // A folded step's number is the step it was folded into (folds only go up the tree).
+    let number = |mut s: usize| {
+        while into[s] != s {
+            s = into[s];
+        }
+        seq[s]
+    };
+    let numbers: Vec<u32> = (0..n).map(number).collect();
     building
         .into_iter()
         .enumerate()
@@ -461,12 +602,12 @@ fn prune(building: Vec<Building>, mut files: Vec<Vec<StepFile>>) -> Vec<StepReco
         .map(|(s, b)| {
             let mut files = std::mem::take(&mut files[s]);
             for f in &mut files {
-                // A writer is never pruned: it has the file.
-                f.from_step = f.from_step.map(|w| seq[w as usize]);
+                // A writer is never dropped: it has the file (at most, it was folded).
+                f.from_step = f.from_step.map(|w| numbers[w as usize]);
             }
             StepRecord {
                 seq: seq[s],
-                parent: b.parent.map(|p| seq[p]),
+                parent: b.parent.map(|p| numbers[p]),
                 pid: b.pid,
                 exe: b.exe,
                 argv: b.argv,
@@ -497,6 +638,7 @@ mod tests {
             exe: PathBuf::from(format!("/usr/bin/{}", argv[0])),
             argv: argv.iter().map(OsString::from).collect(),
             cwd: PathBuf::from(D),
+            stdio: [None; 3],
             ts_ns,
         }
     }
@@ -626,10 +768,7 @@ mod tests {
             write(4, "x.o", 12),
         ];
         let (tree, files) = shape(&steps_of(&events, &Rule::default()));
-        assert_eq!(
-            tree,
-            [(1, None, "make".into()), (2, Some(1), "gcc".into())]
-        );
+        assert_eq!(tree, [(1, None, "make".into()), (2, Some(1), "gcc".into())]);
         let names: Vec<(u32, Role, &str)> = files
             .iter()
             .map(|(s, r, n, ..)| (*s, *r, n.as_str()))
@@ -645,6 +784,51 @@ mod tests {
         );
         // No drivers: every job is one step.
         assert!(steps_of(&events, &Rule::new([])).is_empty());
+    }
+
+    #[test]
+    fn a_step_with_one_step_below_and_no_files_of_its_own_is_folded_into_it() {
+        // make runs `sh -c 'sort a > b'` and `time sh -c 'cat b > c'`; each shell forks its
+        // command rather than exec'ing it.
+        let events = [
+            exec(1, 0, &["make"], 1),
+            read(1, "Makefile", 2),
+            exec(2, 1, &["sh", "-c", "sort a > b"], 3),
+            fork(3, 2, 4),
+            write(3, "b", 5),
+            exec(3, 2, &["sort", "a"], 6),
+            read(3, "a", 7),
+            Event::Exit { pid: 3, ts_ns: 8 },
+            Event::Exit { pid: 2, ts_ns: 9 },
+            exec(4, 1, &["time", "sh", "-c", "cat b > c"], 10),
+            fork(5, 4, 11),
+            exec(5, 4, &["sh", "-c", "cat b > c"], 12),
+            fork(6, 5, 13),
+            write(6, "c", 14),
+            exec(6, 5, &["cat", "b"], 15),
+            read(6, "b", 16),
+        ];
+        let steps = steps_of(&events, &Rule::default());
+        let (tree, files) = shape(&steps);
+        assert_eq!(
+            tree,
+            [
+                (1, None, "make".into()),
+                (2, Some(1), "sh".into()),
+                (3, Some(1), "time".into()),
+            ]
+        );
+        assert_eq!(steps[1].exe, Some(PathBuf::from("/usr/bin/sort")));
+        assert_eq!(steps[2].exe, Some(PathBuf::from("/usr/bin/cat")));
+        assert!(files.contains(&(3, Role::Input, "b".into(), Some(2), StepContent::Final)));
+        // A job whose command only wraps one other (`time python t.py`) is one step.
+        let events = [
+            exec(1, 0, &["time", "python", "t.py"], 1),
+            fork(2, 1, 2),
+            exec(2, 1, &["python", "t.py"], 3),
+            write(2, "m", 4),
+        ];
+        assert!(steps_of(&events, &Rule::default()).is_empty());
     }
 
     #[test]
@@ -679,6 +863,7 @@ mod tests {
         // subprocess begins a step of its own.
         let events = [
             exec(1, 0, &["make"], 1),
+            read(1, "Makefile", 1),
             exec(2, 1, &["sh", "-c", "env X=1 python t.py"], 2),
             exec(2, 1, &["env", "X=1", "python", "t.py"], 3),
             exec(2, 1, &["python", "t.py"], 4),

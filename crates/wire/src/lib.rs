@@ -101,6 +101,39 @@ impl Kind {
     }
 }
 
+/// The identities (dev, ino) of a new program's standard streams that are regular files, zero for
+/// the others: the fourth part of an Exec event, [`STDIO_LEN`] bytes, little-endian
+/// `dev0 ino0 dev1 ino1 dev2 ino2`. A file its parent opened and handed over as stdin or stdout
+/// (a redirection) is the program's, whoever opened it.
+pub const STDIO_LEN: usize = 48;
+
+/// Encodes standard-stream identities for an Exec event (see [`STDIO_LEN`]).
+pub fn encode_stdio(ids: &[(u64, u64); 3]) -> [u8; STDIO_LEN] {
+    let mut out = [0u8; STDIO_LEN];
+    for (i, (dev, ino)) in ids.iter().enumerate() {
+        out[i * 16..i * 16 + 8].copy_from_slice(&dev.to_le_bytes());
+        out[i * 16 + 8..i * 16 + 16].copy_from_slice(&ino.to_le_bytes());
+    }
+    out
+}
+
+/// Decodes [`encode_stdio`]'s bytes; `None` for a stream that is not a regular file, and for all
+/// three when `bytes` is not such a block.
+pub fn decode_stdio(bytes: &[u8]) -> [Option<(u64, u64)>; 3] {
+    let mut out = [None; 3];
+    if bytes.len() != STDIO_LEN {
+        return out;
+    }
+    for (i, id) in out.iter_mut().enumerate() {
+        let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+        let (dev, ino) = (word(i * 16), word(i * 16 + 8));
+        if ino != 0 {
+            *id = Some((dev, ino));
+        }
+    }
+    out
+}
+
 /// Identity of an opened file, as `fstat` saw it right after the open.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -576,6 +576,28 @@ int BPF_PROG(sched_exec, struct task_struct *p, pid_t old_pid, struct linux_binp
 		s->ev.len[2] = n;
 		off += n;
 	}
+	/* Its standard streams that are regular files, as (dev, ino) x 3 (zero for the others):
+	 * a redirection its parent opened for it is its file (SEMANTICS.md "Steps"). */
+	if (off < DATA_SIZE) {
+		__u64 ids[6] = {};
+		int i;
+
+		for (i = 0; i < 3; i++) {
+			struct file *f = fd_file(p, i);
+			struct inode *ino;
+
+			if (!f)
+				continue;
+			ino = BPF_CORE_READ(f, f_inode);
+			if ((BPF_CORE_READ(ino, i_mode) & S_IFMT) != S_IFREG)
+				continue;
+			ids[2 * i] = BPF_CORE_READ(ino, i_sb, s_dev);
+			ids[2 * i + 1] = BPF_CORE_READ(ino, i_ino);
+		}
+		__builtin_memcpy(&s->data[slot(off)], ids, sizeof(ids));
+		s->ev.len[3] = sizeof(ids);
+		off += sizeof(ids);
+	}
 	emit(s, off, &k);
 	return 0;
 }

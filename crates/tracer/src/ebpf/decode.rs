@@ -101,6 +101,8 @@ pub(super) fn decode(rec: &[u8], offset: i64, gen: u32) -> Result<Option<Event>,
                 cwd: PathBuf::from(OsString::from_vec(dir_path(strs[0]))),
                 exe: PathBuf::from(OsString::from_vec(dir_path(strs[1]))),
                 argv: roar_store::argv_from_blob(argv),
+                stdio: roar_wire::decode_stdio(strs[3])
+                    .map(|id| id.map(|(dev, ino)| (user_dev(dev), ino))),
                 ts_ns,
             }
         }

@@ -1,0 +1,394 @@
+//! Steps inside one run (SEMANTICS.md "Steps"): a pipeline script, a Makefile under `make -j2`
+//! and a Python driver are each one job whose steps are the commands they ran, with the files
+//! between them linked step to step; the same steps and edges on every backend; lineage and
+//! `roar reproduce` at step level.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use common::{stderr, stdout, Project};
+use serde_json::Value;
+
+/// Every backend that can run here: eBPF only where it loads (always under CI=true).
+fn backends() -> Vec<&'static str> {
+    let mut b = vec!["preload", "ptrace"];
+    if common::ebpf_available() {
+        b.push("ebpf");
+    }
+    b
+}
+
+fn run(p: &Project, backend: &str, argv: &[&str]) -> Value {
+    let o = p
+        .cmd(["run", "--tracer", backend, "--"])
+        .args(argv)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{backend} {argv:?}: {}", stderr(&o));
+    p.last_job()
+}
+
+fn name(path: &str) -> String {
+    Path::new(path)
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The program a step ran: the last word of its exe, or of its argv[0].
+fn program(step: &Value) -> String {
+    step["exe"]
+        .as_str()
+        .or_else(|| step["argv"][0].as_str())
+        .map(name)
+        .unwrap_or_default()
+}
+
+/// A step's files as `in NAME <- PROGRAM`, `in NAME` (from before the job) and `out NAME`.
+fn edges(job: &Value) -> BTreeSet<String> {
+    let steps = job["steps"].as_array().expect("the job has steps");
+    let by_seq = |seq: u64| {
+        steps
+            .iter()
+            .find(|s| s["seq"] == seq)
+            .map(program)
+            .unwrap_or_else(|| format!("step {seq}?"))
+    };
+    let mut out = BTreeSet::new();
+    for s in steps {
+        let me = program(s);
+        for i in s["inputs"].as_array().unwrap() {
+            let from = match i["from_step"].as_u64() {
+                Some(w) => format!(" <- {}", by_seq(w)),
+                None => String::new(),
+            };
+            out.insert(format!(
+                "{me}: in {}{from}",
+                name(i["path"].as_str().unwrap())
+            ));
+        }
+        for o in s["outputs"].as_array().unwrap() {
+            out.insert(format!("{me}: out {}", name(o["path"].as_str().unwrap())));
+        }
+    }
+    out
+}
+
+fn set(items: &[&str]) -> BTreeSet<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+const PIPELINE: &str = "#!/bin/sh
+set -e
+tr a-z A-Z < raw.txt > clean.txt
+sort clean.txt > model.txt
+wc -l model.txt > metrics.txt
+";
+
+#[test]
+fn a_pipeline_script_is_three_steps_with_the_same_edges_on_every_backend() {
+    let expected = set(&[
+        "tr: in raw.txt",
+        "tr: out clean.txt",
+        "sort: in clean.txt <- tr",
+        "sort: out model.txt",
+        "wc: in model.txt <- sort",
+        "wc: out metrics.txt",
+    ]);
+    // dash opens a command's redirections itself and vforks it; bash opens them in the child.
+    let shells: Vec<&str> = ["sh", "bash"]
+        .into_iter()
+        .filter(|s| common::require_tool(s))
+        .collect();
+    for (backend, shell) in backends()
+        .into_iter()
+        .flat_map(|b| shells.iter().map(move |s| (b, *s)))
+    {
+        let backend = format!("{backend} ({shell})");
+        let p = Project::new();
+        p.write("raw.txt", b"b\na\nc\n");
+        p.write("pipeline.sh", PIPELINE.as_bytes());
+        let tracer = backend.split(' ').next().unwrap();
+        let job = run(&p, tracer, &[shell, "pipeline.sh"]);
+        let steps = job["steps"].as_array().expect("steps");
+        let tree: Vec<(u64, Option<u64>)> = steps
+            .iter()
+            .map(|s| (s["seq"].as_u64().unwrap(), s["parent"].as_u64()))
+            .collect();
+        assert_eq!(
+            tree,
+            [(1, None), (2, Some(1)), (3, Some(1)), (4, Some(1))],
+            "{backend}: the script and its three commands"
+        );
+        let mut want = expected.clone();
+        // `sh` is whichever shell the system has (dash here, bash elsewhere).
+        want.insert(format!("{}: in pipeline.sh", program(&steps[0])));
+        assert_eq!(edges(&job), want, "{backend}");
+        // The job-level record is unchanged: the intermediates are the job's outputs.
+        assert_eq!(
+            p.files(&job, "output"),
+            ["clean.txt", "metrics.txt", "model.txt"],
+            "{backend}"
+        );
+        // The file between two steps has the content the job left there.
+        let sort = &steps[2];
+        let clean_in = &sort["inputs"][0];
+        assert_eq!(
+            clean_in["hash"]["blake3"],
+            blake3::hash(b"B\nA\nC\n").to_hex().as_str(),
+            "{backend}"
+        );
+
+        // Lineage goes step to step: wc <- sort <- tr, not the script.
+        let o = p.roar(["lineage", "metrics.txt", "--json"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let l: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let nodes: Vec<(u64, String)> = l["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| (s["step"].as_u64().unwrap(), program_of_argv(s)))
+            .collect();
+        assert_eq!(
+            nodes,
+            [(2, "tr".into()), (3, "sort".into()), (4, "wc".into())],
+            "{backend}"
+        );
+        let roots: Vec<String> = l["roots"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| name(r["path"].as_str().unwrap()))
+            .collect();
+        assert_eq!(roots, ["raw.txt"], "{backend}");
+    }
+}
+
+fn program_of_argv(step: &Value) -> String {
+    name(step["argv"][0].as_str().unwrap())
+}
+
+const MAKEFILE: &str = "all: final.txt
+a.txt: src1.txt
+\ttr a-z A-Z < src1.txt > a.txt
+b.txt: src2.txt
+\tsort src2.txt > b.txt
+joined.txt: a.txt b.txt
+\tcat a.txt b.txt > joined.txt
+summary.txt: joined.txt
+\twc -l joined.txt > summary.txt
+final.txt: summary.txt
+\ttr 0-9 a-j < summary.txt > final.txt
+";
+
+#[test]
+fn a_makefile_under_make_j2_is_a_step_per_recipe_and_reproduce_reruns_one() {
+    if !common::require_tool("make") {
+        return;
+    }
+    for backend in backends() {
+        let p = Project::new();
+        p.write("Makefile", MAKEFILE.as_bytes());
+        p.write("src1.txt", b"one\n");
+        p.write("src2.txt", b"zwei\ndrei\n");
+        let job = run(&p, backend, &["make", "-j2"]);
+        make_steps_are_the_recipes(&job, backend);
+        if backend == "preload" {
+            lineage_and_reproduce_of_the_makefile(&p, &job);
+        }
+    }
+}
+
+fn make_steps_are_the_recipes(job: &Value, backend: &str) {
+    let steps = job["steps"].as_array().expect("steps");
+    // make, and one step per recipe under it.
+    assert_eq!(program(&steps[0]), "make", "{backend}");
+    assert_eq!(steps.len(), 6, "{backend}: {:#}", job["steps"]);
+    assert!(steps[1..].iter().all(|s| s["parent"] == 1), "{backend}");
+    let e = edges(job);
+    for want in [
+        "make: in Makefile",
+        "tr: in src1.txt",
+        "tr: out a.txt",
+        "sort: in src2.txt",
+        "sort: out b.txt",
+        "cat: in a.txt <- tr",
+        "cat: in b.txt <- sort",
+        "cat: out joined.txt",
+        "wc: in joined.txt <- cat",
+        "wc: out summary.txt",
+        "tr: in summary.txt <- wc",
+        "tr: out final.txt",
+    ] {
+        assert!(e.contains(want), "{backend}: {want} missing from {e:#?}");
+    }
+}
+
+fn lineage_and_reproduce_of_the_makefile(p: &Project, job: &Value) {
+    // The final target's lineage is the five recipes, not make.
+    let o = p.roar(["lineage", "final.txt", "--json"]);
+    let l: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let nodes = l["steps"].as_array().unwrap();
+    assert_eq!(nodes.len(), 5, "{l:#}");
+    assert!(nodes.iter().all(|s| s["job_id"] == job["id"]));
+    let mut roots: Vec<String> = l["roots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| name(r["path"].as_str().unwrap()))
+        .collect();
+    roots.sort();
+    assert_eq!(roots, ["src1.txt", "src2.txt"]);
+
+    // Reproducing one intermediate re-runs only its recipe.
+    let o = p.roar(["reproduce", "a.txt"]);
+    let script = stdout(&o);
+    let runs: Vec<&str> = script
+        .lines()
+        .filter(|l| l.starts_with("roar run"))
+        .collect();
+    assert_eq!(runs.len(), 1, "{script}");
+    assert!(
+        runs[0].contains("src1.txt") && !runs[0].contains("make"),
+        "{script}"
+    );
+    let b_before = std::fs::metadata(p.path().join("b.txt"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    std::fs::remove_file(p.path().join("a.txt")).unwrap();
+    let o = p.roar(["reproduce", "--run", "a.txt"]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("matches"), "{}", stdout(&o));
+    assert_eq!(std::fs::read(p.path().join("a.txt")).unwrap(), b"ONE\n");
+    let b_after = std::fs::metadata(p.path().join("b.txt"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    assert_eq!(b_before, b_after, "only a.txt's recipe ran");
+}
+
+const DRIVER: &str = r#"
+import subprocess, sys
+for stage in (["prep", "raw.txt", "clean.txt"], ["train", "clean.txt", "model.txt"],
+              ["eval", "model.txt", "metrics.txt"]):
+    subprocess.run([sys.executable, "stage.py", *stage], check=True)
+"#;
+
+const STAGE: &str = r#"
+import multiprocessing, sys
+
+def part(i):
+    with open(f"part{i}.txt", "w") as f:
+        f.write(open(sys.argv[2]).read()[i::2])
+
+if __name__ == "__main__":
+    what, src, dst = sys.argv[1:]
+    if what == "train":
+        # A pool of forked workers: the train step's, not steps of their own.
+        with multiprocessing.get_context("fork").Pool(2) as pool:
+            pool.map(part, [0, 1])
+        data = open("part0.txt").read() + open("part1.txt").read()
+    else:
+        data = open(src).read().upper()
+    open(dst, "w").write(data)
+"#;
+
+#[test]
+fn a_python_driver_is_a_step_per_subprocess_and_a_pool_stays_in_its_step() {
+    let p = Project::new();
+    p.write("raw.txt", b"abcdef\n");
+    p.write("driver.py", DRIVER.as_bytes());
+    p.write("stage.py", STAGE.as_bytes());
+    for backend in backends() {
+        let job = run(&p, backend, &["python3", "driver.py"]);
+        let steps = job["steps"].as_array().expect("steps");
+        let stages: Vec<String> = steps[1..]
+            .iter()
+            .map(|s| {
+                s["argv"].as_array().unwrap()[2]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+        assert_eq!(
+            stages,
+            ["prep", "train", "eval"],
+            "{backend}: {:#}",
+            job["steps"]
+        );
+        assert!(steps[1..].iter().all(|s| s["parent"] == 1), "{backend}");
+        let train = &steps[2];
+        let outs: BTreeSet<String> = train["outputs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| name(o["path"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            outs,
+            set(&["model.txt", "part0.txt", "part1.txt"]),
+            "{backend}: the workers' files are the train step's"
+        );
+        let from: Vec<(String, Option<u64>)> = steps[3]["inputs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| (name(i["path"].as_str().unwrap()), i["from_step"].as_u64()))
+            .collect();
+        assert!(
+            from.contains(&("model.txt".into(), Some(3))),
+            "{backend}: eval read train's model: {from:?}"
+        );
+    }
+}
+
+#[test]
+fn a_file_a_driver_opens_and_hands_over_as_stdout_is_the_commands_output() {
+    let p = Project::new();
+    p.write("raw.txt", b"b\na\n");
+    p.write(
+        "drive.py",
+        b"import subprocess\nsubprocess.run(['sort', 'raw.txt'], stdout=open('sorted.txt', 'w'), check=True)\nopen('log.txt', 'w').write('done')\n",
+    );
+    for backend in backends() {
+        let job = run(&p, backend, &["python3", "drive.py"]);
+        let mut want = set(&["sort: in raw.txt", "sort: out sorted.txt"]);
+        let root = program(&job["steps"][0]);
+        want.insert(format!("{root}: in drive.py"));
+        want.insert(format!("{root}: out log.txt"));
+        let got: BTreeSet<String> = edges(&job)
+            .into_iter()
+            .filter(|e| e.contains(".txt") || e.contains(".py"))
+            .collect();
+        assert_eq!(got, want, "{backend}");
+    }
+}
+
+#[test]
+fn steps_follow_the_configured_drivers_and_none_makes_every_job_one_step() {
+    let p = Project::new();
+    p.write("raw.txt", b"b\na\n");
+    p.write("pipeline.sh", PIPELINE.as_bytes());
+    let config = p.path().join(".roar/config.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("\n[steps]\ndrivers = []\n");
+    std::fs::write(&config, &text).unwrap();
+    let job = run(&p, "preload", &["sh", "pipeline.sh"]);
+    assert!(job.get("steps").is_none(), "{job:#}");
+    // A bad driver name is one clear line, before anything runs.
+    std::fs::write(
+        &config,
+        text.replace("drivers = []", "drivers = [\"/bin/sh\"]"),
+    )
+    .unwrap();
+    let o = p.roar(["run", "--", "true"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("not a program name"), "{err}");
+}
