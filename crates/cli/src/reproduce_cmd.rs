@@ -63,15 +63,16 @@ fn runnable<'a>(store: &Store, lineage: &'a Lineage) -> anyhow::Result<Vec<&'a S
     let mut out = Vec::new();
     for s in &lineage.steps {
         if let Some(seq) = s.step {
-            if !parents.contains_key(&s.job_id) {
-                let tree = store
-                    .steps(s.job_id)?
-                    .into_iter()
-                    .filter_map(|d| Some((d.seq, d.parent?)))
-                    .collect();
-                parents.insert(s.job_id, tree);
-            }
-            let tree = &parents[&s.job_id];
+            let tree = match parents.entry(s.job_id) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => e.insert(
+                    store
+                        .steps(s.job_id)?
+                        .into_iter()
+                        .filter_map(|d| Some((d.seq, d.parent?)))
+                        .collect(),
+                ),
+            };
             let mut up = tree.get(&seq);
             let mut covered = false;
             while let Some(&p) = up {

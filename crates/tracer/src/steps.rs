@@ -571,7 +571,7 @@ fn prune(mut building: Vec<Building>, mut files: Vec<Vec<StepFile>>) -> Vec<Step
                 building[g].parent = Some(s);
             }
             children[s] = grandchildren;
-            let inner = std::mem::replace(&mut building[c].exe, None);
+            let inner = building[c].exe.take();
             building[s].exe = inner.or(building[s].exe.take());
             building[s].ended_ns = building[s].ended_ns.max(building[c].ended_ns);
         }
