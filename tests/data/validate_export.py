@@ -39,6 +39,7 @@ def check_prov(text):
         "Usage": len(doc.get("used", {})),
         "Generation": len(doc.get("wasGeneratedBy", {})),
         "Derivation": len(doc.get("wasDerivedFrom", {})),
+        "Communication": len(doc.get("wasInformedBy", {})),
     }
     for kind, n in expected.items():
         if kinds.get(kind, 0) != n:
@@ -69,6 +70,7 @@ def check_openlineage(text):
     from openlineage.client.generated.base import DatasetFacet, RunFacet
     from openlineage.client.generated.dataset_version_dataset import DatasetVersionDatasetFacet
     from openlineage.client.generated.job_type_job import JobTypeJobFacet
+    from openlineage.client.generated import parent_run
     from openlineage.client.generated.processing_engine_run import ProcessingEngineRunFacet
     from openlineage.client.generated.source_code_location_job import SourceCodeLocationJobFacet
     from openlineage.client.serde import Serde
@@ -94,6 +96,8 @@ def check_openlineage(text):
         gitCommit: str | None = attr.field(default=None)
         gitDirty: bool | None = attr.field(default=None)
         gitDiff: str | None = attr.field(default=None)
+        step: int | None = attr.field(default=None)
+        parentStep: int | None = attr.field(default=None)
 
         @staticmethod
         def _get_schema():
@@ -142,6 +146,14 @@ def check_openlineage(text):
             for name, cls in optional.items():
                 if name in ev["run"]["facets"]:
                     run_facets[name] = cls(**plain(ev["run"]["facets"][name]), producer=ev["producer"])
+            if "parent" in ev["run"]["facets"]:
+                # A step's run is a child of its job's run: the standard facet.
+                parent = ev["run"]["facets"]["parent"]
+                run_facets["parent"] = parent_run.ParentRunFacet(
+                    run=parent_run.Run(runId=parent["run"]["runId"]),
+                    job=parent_run.Job(**parent["job"]),
+                    producer=ev["producer"],
+                )
             job_facets = {
                 "jobType": JobTypeJobFacet(
                     **plain(ev["job"]["facets"]["jobType"]), producer=ev["producer"]

@@ -32,7 +32,9 @@ fn dag_text_golden() {
     snapshot("dag.txt", &stdout(&out));
     let dot = stdout(&p.roar(["dag", "--dot"]));
     assert!(dot.starts_with("digraph roar {"));
-    assert_eq!(dot.matches("shape=box").count(), 3, "{dot}");
+    // Jobs 1 and 2 are one step each; job 3 (`wc ... > report.txt && cat ... >> report.txt`) is
+    // its shell and two steps.
+    assert_eq!(dot.matches("shape=box").count(), 5, "{dot}");
 }
 
 #[test]
@@ -48,8 +50,8 @@ fn dag_svg_renders_with_graphviz() {
     assert!(text.contains("<svg"), "{text}");
     assert_eq!(
         text.matches("class=\"node\"").count(),
-        3 + 5,
-        "3 jobs, 5 contents: {text}"
+        5 + 6,
+        "2 jobs and 3 steps; 6 file versions (report.txt twice: wc's, then with cat's append): {text}"
     );
 }
 
@@ -65,13 +67,14 @@ fn lineage_and_inputs_walk_to_the_root_inputs() {
     assert_eq!(roots, ["conf.txt", "raw.txt"]);
     let json: serde_json::Value =
         serde_json::from_slice(&p.roar(["lineage", "report.txt", "--json"]).stdout).unwrap();
-    let jobs: Vec<i64> = json["steps"]
+    let nodes: Vec<(i64, Option<i64>)> = json["steps"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|s| s["job_id"].as_i64().unwrap())
+        .map(|s| (s["job_id"].as_i64().unwrap(), s["step"].as_i64()))
         .collect();
-    assert_eq!(jobs, [1, 2, 3]);
+    // Job 3's report.txt is cat's append to what wc wrote: both steps.
+    assert_eq!(nodes, [(1, None), (2, None), (3, Some(2)), (3, Some(3))]);
     // sorted.txt needs only the first job.
     let json: serde_json::Value =
         serde_json::from_slice(&p.roar(["lineage", "sorted.txt", "--json"]).stdout).unwrap();
@@ -267,8 +270,10 @@ fn export_prov_json_is_valid_and_complete() {
     let out = p.roar(["export", "--all", "--format", "prov-json"]);
     let doc = json(&out);
     common::validate_export("prov-json", &out.stdout);
-    assert_eq!(doc["activity"].as_object().unwrap().len(), 3);
-    // report.txt derives from tagged.txt and sorted.txt; its entity is named by its hash.
+    // Jobs 1 and 2, and job 3's shell and its two steps.
+    assert_eq!(doc["activity"].as_object().unwrap().len(), 5);
+    // report.txt (cat's append) derives from wc's report.txt and sorted.txt; its entity is named
+    // by its hash.
     let report = json(&p.roar(["show", "report.txt", "--json"]))["history"][0]["hash"]["blake3"]
         .as_str()
         .unwrap()
@@ -308,10 +313,20 @@ fn export_openlineage_events_are_accepted_by_the_openlineage_client() {
         .iter()
         .map(|e| e["eventType"].as_str().unwrap())
         .collect();
+    // Jobs 1 and 2; job 3's shell and its two steps, each a run; the failing job (its shell only
+    // wraps cat: one step).
     assert_eq!(
         types,
-        ["START", "COMPLETE", "START", "COMPLETE", "START", "COMPLETE", "START", "FAIL"]
+        [
+            "START", "COMPLETE", "START", "COMPLETE", "START", "COMPLETE", "START", "COMPLETE",
+            "START", "COMPLETE", "START", "FAIL"
+        ]
     );
+    // Job 3's steps are child runs of job 3's run, which is its root step's.
+    let job3 = events[5]["run"]["runId"].clone();
+    for e in &events[6..10] {
+        assert_eq!(e["run"]["facets"]["parent"]["run"]["runId"], job3);
+    }
     // The sort step's output is the tag step's input, as the same dataset and version.
     let out_ds = &events[1]["outputs"][0];
     let in_ds = events[3]["inputs"]

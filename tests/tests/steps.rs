@@ -243,6 +243,45 @@ fn lineage_and_reproduce_of_the_makefile(p: &Project, job: &Value) {
     roots.sort();
     assert_eq!(roots, ["src1.txt", "src2.txt"]);
 
+    // Both exports carry the steps, and the standards' own implementations accept them.
+    let o = p.roar(["export", "--format", "prov-json", "final.txt"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    common::validate_export("prov-json", &o.stdout);
+    let prov: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let job_id = job["id"].as_i64().unwrap();
+    let steps_of_job = prov["activity"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .filter(|k| k.starts_with(&format!("roar:job-{job_id}-step-")))
+        .count();
+    assert_eq!(steps_of_job, 5, "{prov:#}");
+    // joined.txt's recipe was informed by both independent recipes.
+    let informed = prov["wasInformedBy"].as_object().unwrap();
+    assert!(informed.len() >= 4, "{prov:#}");
+    let o = p.roar(["export", "--format", "openlineage", "final.txt"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    common::validate_export("openlineage", &o.stdout);
+    let events: Vec<Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events.len(), 10, "a START and a COMPLETE per recipe");
+    let parents: BTreeSet<String> = events
+        .iter()
+        .map(|e| {
+            e["run"]["facets"]["parent"]["run"]["runId"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(
+        parents.len(),
+        1,
+        "every recipe is a child run of the make job's run"
+    );
+
     // Reproducing one intermediate re-runs only its recipe.
     let o = p.roar(["reproduce", "a.txt"]);
     let script = stdout(&o);
@@ -366,6 +405,65 @@ fn a_file_a_driver_opens_and_hands_over_as_stdout_is_the_commands_output() {
             .filter(|e| e.contains(".txt") || e.contains(".py"))
             .collect();
         assert_eq!(got, want, "{backend}");
+    }
+}
+
+const VFORKER: &str = r#"
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+int main(void) {
+    pid_t pid = vfork();
+    if (pid == 0) {
+        /* Before its exec, the child writes a file that is none of its streams. */
+        int fd = open("side.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0 || write(fd, "c", 1) != 1)
+            _exit(1);
+        close(fd);
+        execlp("cat", "cat", "in.txt", (char *)0);
+        _exit(127);
+    }
+    int status;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || status != 0)
+        return 1;
+    int fd = open("parent.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    return fd < 0 || write(fd, "p", 1) != 1;
+}
+"#;
+
+#[test]
+fn what_a_vfork_child_does_before_its_exec_is_the_new_steps_on_every_backend() {
+    if !common::require_tool("cc") {
+        return;
+    }
+    let p = Project::new();
+    p.write("vforker.c", VFORKER.as_bytes());
+    p.write("in.txt", b"x");
+    let o = std::process::Command::new("cc")
+        .args(["-O1", "-o", "vforker", "vforker.c"])
+        .current_dir(p.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let config = p.path().join(".roar/config.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("\n[steps]\ndrivers = [\"vforker\"]\n");
+    std::fs::write(&config, text).unwrap();
+    for backend in backends() {
+        let job = run(&p, backend, &["./vforker"]);
+        let got: BTreeSet<String> = edges(&job)
+            .into_iter()
+            .filter(|e| e.contains(".txt"))
+            .collect();
+        assert_eq!(
+            got,
+            set(&[
+                "cat: in in.txt",
+                "cat: out side.txt",
+                "vforker: out parent.txt"
+            ]),
+            "{backend}"
+        );
     }
 }
 

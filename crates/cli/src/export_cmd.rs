@@ -448,10 +448,10 @@ fn openlineage(project: &Project, steps: &[Step], envs: &BTreeMap<i64, JobEnv>) 
             // A step is a child run of its job's run (the root step's); where it sits in the
             // step tree is in the roar facet.
             run_facets["parent"] = facet(
-                "https://openlineage.io/spec/facets/1-0-1/ParentRunFacet.json#/$defs/ParentRunFacet",
+                "https://openlineage.io/spec/facets/1-2-0/ParentRunFacet.json#/$defs/ParentRunFacet",
                 json!({
-                    "run": {"runId": run_id(&tag, s.job_id, job_started, None)},
-                    "job": {"namespace": namespace, "name": e.name},
+                    "run": {"runId": run_id(&tag, s.job_id, job_started, None), "facets": {}},
+                    "job": {"namespace": namespace, "name": e.name, "facets": {}},
                 }),
             );
             run_facets["roar"]["step"] = json!(seq);

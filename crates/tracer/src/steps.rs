@@ -177,7 +177,7 @@ pub fn steps(
                 ctime_floor_ns,
                 ignore,
             );
-            step_files(s, &part, &links, &job_uses)
+            step_files(s, events, &part, &links, &job_uses)
         })
         .collect();
     prune(building, files)
@@ -417,10 +417,11 @@ fn event_pid(ev: &Event) -> i32 {
 
 /// Who wrote what when, across the job's steps.
 struct Links<'e> {
-    /// The last change to each path: the step that made it and the event's index.
-    last_change: HashMap<&'e OsStr, (usize, usize)>,
+    /// The last change to each path: the step that made it, the event's index, and whether the
+    /// path existed after it (not after an unlink or a rename away).
+    last_change: HashMap<&'e OsStr, (usize, usize, bool)>,
     /// For each (step, path), the step's first touch: the event's index, and the step that had
-    /// last changed the path by then.
+    /// last changed the path by then, if that change left content there.
     first_touch: HashMap<(usize, &'e OsStr), (usize, Option<usize>)>,
 }
 
@@ -432,34 +433,43 @@ impl<'e> Links<'e> {
         };
         for (i, ev) in events.iter().enumerate() {
             let s = step_of[i];
-            let (touched, changed): (Vec<&Path>, Vec<&Path>) = match ev {
+            // (path, what a change left there: Some(exists), None for a mere touch)
+            let paths: Vec<(&Path, Option<bool>)> = match ev {
                 Event::Open { path, flags, .. } => {
                     let acc = flags & libc::O_ACCMODE;
                     let writes = acc == libc::O_WRONLY || acc == libc::O_RDWR;
-                    let p = vec![path.as_path()];
-                    (p.clone(), if writes { p } else { Vec::new() })
+                    vec![(path.as_path(), writes.then_some(true))]
                 }
-                Event::Rename { from, to, .. } | Event::Exchange { a: from, b: to, .. } => {
-                    let p = vec![from.as_path(), to.as_path()];
-                    (p.clone(), p)
+                Event::Rename { from, to, .. } => {
+                    vec![(from.as_path(), Some(false)), (to.as_path(), Some(true))]
+                }
+                Event::Exchange { a, b, .. } => {
+                    vec![(a.as_path(), Some(true)), (b.as_path(), Some(true))]
                 }
                 Event::Link { from, to, .. } => {
-                    (vec![from.as_path(), to.as_path()], vec![to.as_path()])
+                    vec![(from.as_path(), None), (to.as_path(), Some(true))]
                 }
-                Event::Unlink { path, .. }
-                | Event::Truncate { path, .. }
-                | Event::Symlink { path, .. } => (vec![path.as_path()], vec![path.as_path()]),
+                Event::Unlink { path, .. } => vec![(path.as_path(), Some(false))],
+                Event::Truncate { path, .. } | Event::Symlink { path, .. } => {
+                    vec![(path.as_path(), Some(true))]
+                }
                 _ => continue,
             };
-            for p in touched {
-                let writer = links.last_change.get(p.as_os_str()).map(|w| w.0);
+            for &(p, _) in &paths {
+                let writer = links
+                    .last_change
+                    .get(p.as_os_str())
+                    .filter(|w| w.2)
+                    .map(|w| w.0);
                 links
                     .first_touch
                     .entry((s, p.as_os_str()))
                     .or_insert((i, writer));
             }
-            for p in changed {
-                links.last_change.insert(p.as_os_str(), (s, i));
+            for (p, change) in paths {
+                if let Some(exists) = change {
+                    links.last_change.insert(p.as_os_str(), (s, i, exists));
+                }
             }
         }
         links
@@ -467,8 +477,15 @@ impl<'e> Links<'e> {
 }
 
 /// The files of step `s`, from the classification of its own events.
+///
+/// One fact the classification of a step's events alone cannot know: that a file it first
+/// touched by writing without truncating (`>>`, an in-place update) held another step's content.
+/// The job's rule judges such bytes by the file's ctime against the job's start, which says
+/// nothing between steps; here the order of events does: content another step left there is
+/// kept by the write, so it is an input from that step.
 fn step_files(
     s: usize,
+    events: &[Event],
     part: &Classified,
     links: &Links,
     job: &HashMap<&OsStr, roar_store::PathUse>,
@@ -478,7 +495,14 @@ fn step_files(
         let key = path.as_os_str();
         let job_use = job.get(key).copied().unwrap_or_default();
         let job_output = job_use.records().1 == Some(Made::Output);
-        let (input, made) = used.records();
+        let (mut input, made) = used.records();
+        if let Some(&(at, Some(_))) = links.first_touch.get(&(s, key)) {
+            if let Event::Open { flags, .. } = &events[at] {
+                let acc = flags & libc::O_ACCMODE;
+                input |=
+                    (acc == libc::O_WRONLY || acc == libc::O_RDWR) && flags & libc::O_TRUNC == 0;
+            }
+        }
         let file = |role, from_step, content| StepFile {
             path: path.to_owned(),
             role,
@@ -498,7 +522,7 @@ fn step_files(
             let unchanged_since = links
                 .last_change
                 .get(key)
-                .is_none_or(|&(_, at)| at < touched_at);
+                .is_none_or(|&(_, at, _)| at < touched_at);
             let content = match writer {
                 None if job_use.read_prior => StepContent::Prior,
                 Some(_) if unchanged_since && job_output => StepContent::Final,
@@ -510,7 +534,7 @@ fn step_files(
                 content,
             ));
         }
-        let last_by_me = links.last_change.get(key).is_some_and(|&(w, _)| w == s);
+        let last_by_me = links.last_change.get(key).is_some_and(|&(w, ..)| w == s);
         match made {
             Some(Made::Output) => {
                 let content = if last_by_me && job_output {
@@ -829,6 +853,43 @@ mod tests {
             write(2, "m", 4),
         ];
         assert!(steps_of(&events, &Rule::default()).is_empty());
+    }
+
+    #[test]
+    fn appending_to_another_steps_file_reads_it_but_not_after_it_was_removed() {
+        // sh -c 'wc -l t > r && cat s >> r; rm x; cat s >> x'
+        let append = |pid, name: &str, ts_ns| Event::Open {
+            pid,
+            path: p(name),
+            flags: libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND,
+            stat: None,
+            ts_ns,
+        };
+        let events = [
+            exec(1, 0, &["sh", "-c", "..."], 1),
+            read(1, "x", 2),
+            exec(2, 1, &["wc", "-l", "t"], 3),
+            write(2, "r", 4),
+            read(2, "t", 5),
+            exec(3, 1, &["cat", "s"], 6),
+            append(3, "r", 7),
+            read(3, "s", 8),
+            exec(4, 1, &["rm", "x"], 9),
+            Event::Unlink {
+                pid: 4,
+                path: p("x"),
+                ts_ns: 10,
+            },
+            exec(5, 1, &["cat", "s"], 11),
+            append(5, "x", 12),
+            read(5, "s", 13),
+        ];
+        let (_, files) = shape(&steps_of(&events, &Rule::default()));
+        assert!(files.contains(&(3, Role::Input, "r".into(), Some(2), StepContent::Unknown)));
+        assert!(files.contains(&(3, Role::Output, "r".into(), None, StepContent::Final)));
+        assert!(!files
+            .iter()
+            .any(|f| f.0 == 5 && f.1 == Role::Input && f.2 == "x"));
     }
 
     #[test]
