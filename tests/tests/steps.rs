@@ -468,6 +468,46 @@ fn what_a_vfork_child_does_before_its_exec_is_the_new_steps_on_every_backend() {
 }
 
 #[test]
+fn reproduce_reruns_steps_with_their_redirections_on_every_shell() {
+    for shell in ["sh", "bash"] {
+        if !common::require_tool(shell) {
+            continue;
+        }
+        let p = Project::new();
+        p.write("t.txt", b"a\nb\n");
+        p.write("s.txt", b"z\n");
+        let job = run(
+            &p,
+            "preload",
+            &[shell, "-c", "wc -l < t.txt > r.txt && cat s.txt >> r.txt"],
+        );
+        let streams: Vec<String> = job["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|s| s["streams"].as_array().cloned().unwrap_or_default())
+            .map(|r| format!("{} {}", r["fd"], name(r["path"].as_str().unwrap())))
+            .collect();
+        assert_eq!(
+            streams,
+            ["0 t.txt", "1 r.txt", "1 r.txt"],
+            "{shell}: {job:#}"
+        );
+        let want = std::fs::read(p.path().join("r.txt")).unwrap();
+        let script = stdout(&p.roar(["reproduce", "r.txt"]));
+        assert!(script.contains(">> "), "{shell}: {script}");
+        std::fs::remove_file(p.path().join("r.txt")).unwrap();
+        let o = p.roar(["reproduce", "--run", "r.txt"]);
+        assert!(o.status.success(), "{shell}: {}{}", stdout(&o), stderr(&o));
+        assert_eq!(
+            std::fs::read(p.path().join("r.txt")).unwrap(),
+            want,
+            "{shell}"
+        );
+    }
+}
+
+#[test]
 fn steps_follow_the_configured_drivers_and_none_makes_every_job_one_step() {
     let p = Project::new();
     p.write("raw.txt", b"b\na\n");

@@ -548,6 +548,7 @@ mod tests {
             backend: "preload".into(),
             step: None,
             parent_step: None,
+            streams: vec![],
             inputs: vec![],
             outputs: vec![],
         };

@@ -121,7 +121,12 @@ pub fn label(step: &Step) -> String {
         .as_deref()
         .map(|n| format!("[{}] ", fmt::shown(n)))
         .unwrap_or_default();
-    format!("{name}{}", shell_join(&step.argv))
+    let streams: String = step
+        .streams
+        .iter()
+        .map(|r| format!(" {} {}", r.operator(), fmt::shown(&r.path)))
+        .collect();
+    format!("{name}{}{streams}", shell_join(&step.argv))
 }
 
 fn from(producer: Option<Node>) -> String {

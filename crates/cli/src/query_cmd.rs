@@ -310,9 +310,14 @@ fn print_steps(
             (Some(a), Some(b)) => format!("  ({})", fmt::duration_ns(b - a)),
             _ => String::new(),
         };
+        let streams: String = st
+            .streams
+            .iter()
+            .map(|r| format!(" {} {}", r.operator(), rel(&r.path, root)))
+            .collect();
         writeln!(
             out,
-            "  {:>3}  {indent}{}{took}",
+            "  {:>3}  {indent}{}{streams}{took}",
             st.seq,
             roar_store::shell_join(&st.argv)
         )?;

@@ -173,6 +173,13 @@ fn run_steps(
             .arg("run")
             .args(s.uses_s3().then_some("--s3"))
             .arg("--")
+            .args(redirecting(&s.streams).into_iter().flat_map(|program| {
+                [
+                    OsString::from("sh"),
+                    "-c".into(),
+                    OsString::from_vec(program),
+                ]
+            }))
             .args(&argv)
             .current_dir(&s.cwd)
             .status()
@@ -212,6 +219,24 @@ fn run_steps(
         }
         None => anyhow::bail!("{} was not rebuilt", path.display()),
     }
+}
+
+/// For a step whose standard streams were files opened for it (`wc -l t > report.txt` in a
+/// script), the `sh -c` program that opens them again around its argv, which follows it as `$0`
+/// and `$@` (so the argv is passed word for word, secrets' slots included). The files are opened
+/// inside the re-run job, which records them like the original.
+fn redirecting(streams: &[roar_store::Stream]) -> Option<Vec<u8>> {
+    if streams.is_empty() {
+        return None;
+    }
+    let mut program = b"exec \"$0\" \"$@\"".to_vec();
+    for s in streams {
+        program.push(b' ');
+        program.extend_from_slice(s.operator().as_bytes());
+        program.push(b' ');
+        program.extend(script_word(s.path.as_bytes()));
+    }
+    Some(program)
 }
 
 /// The name of the `n`th secret slot (1-based in what users see).
@@ -391,6 +416,11 @@ fn script(
         } else {
             b"roar run -- "
         })?;
+        if let Some(program) = redirecting(&s.streams) {
+            out.write_all(b"sh -c ")?;
+            out.write_all(&script_word(&program))?;
+            out.write_all(b" ")?;
+        }
         out.write_all(&script_argv(s, &mut slot))?;
         writeln!(out, "  # {}", crate::graph::title(s.job_id, s.step))?;
     }

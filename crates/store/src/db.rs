@@ -187,6 +187,10 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         cwd         BLOB NOT NULL,
         started_ns  INTEGER,
         ended_ns    INTEGER,
+        stdin       BLOB,                    -- a redirection's path, for each standard stream
+        stdout      BLOB,
+        stderr      BLOB,
+        appends     INTEGER NOT NULL DEFAULT 0,  -- 1: stdout is `>>`; 2: stderr is
         UNIQUE (job_id, seq)
     );
     CREATE TABLE step_files (

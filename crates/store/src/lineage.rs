@@ -46,6 +46,9 @@ pub struct Step {
     /// The step's parent step in the job's tree.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parent_step: Option<u32>,
+    /// The step's standard streams that were files opened for it: a re-run redirects them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub streams: Vec<crate::steps::Stream>,
     pub inputs: Vec<Edge>,
     pub outputs: Vec<Edge>,
 }
@@ -305,6 +308,7 @@ impl Store {
         };
         node.step = Some(seq);
         node.parent_step = detail.parent;
+        node.streams = detail.streams;
         node.argv = detail.argv;
         node.cwd = detail.cwd;
         node.started_ns = detail.started_ns.unwrap_or(node.started_ns);
@@ -395,6 +399,7 @@ impl Store {
                     backend: r.get(10)?,
                     step: None,
                     parent_step: None,
+                    streams: Vec::new(),
                     inputs: Vec::new(),
                     outputs: Vec::new(),
                 })

@@ -235,7 +235,23 @@ pub struct StepRecord {
     pub cwd: PathBuf,
     pub started_ns: Option<i64>,
     pub ended_ns: Option<i64>,
+    /// Its stdin, stdout and stderr when they were files opened for it (redirections): a re-run
+    /// of the step needs them as much as its argv.
+    pub streams: [Option<Redirect>; 3],
     pub files: Vec<StepFile>,
+}
+
+/// A standard stream of a step that was a file: `< path`, `> path` or `>> path`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Redirect {
+    #[serde(serialize_with = "ser_pathbuf")]
+    pub path: PathBuf,
+    /// Opened to append (`>>`).
+    pub append: bool,
+}
+
+fn ser_pathbuf<S: serde::Serializer>(p: &std::path::Path, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&p.to_string_lossy())
 }
 
 /// Which of the job's recorded contents a step's file had, when it had one.

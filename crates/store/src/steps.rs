@@ -25,9 +25,35 @@ pub struct StepDetail {
     pub cwd: String,
     pub started_ns: Option<i64>,
     pub ended_ns: Option<i64>,
+    /// Its standard streams that were files opened for it (`< in`, `> out`, `2>> log`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub streams: Vec<Stream>,
     pub inputs: Vec<StepEdge>,
     pub outputs: Vec<StepEdge>,
     pub temps: Vec<String>,
+}
+
+/// A standard stream of a step that was a file.
+#[derive(Debug, Clone, Serialize)]
+pub struct Stream {
+    /// 0, 1 or 2.
+    pub fd: u8,
+    pub path: String,
+    /// `>>` rather than `>`.
+    pub append: bool,
+}
+
+impl Stream {
+    /// The shell's spelling without the path: `<`, `>`, `>>`, `2>`, `2>>`.
+    pub fn operator(&self) -> &'static str {
+        match (self.fd, self.append) {
+            (0, _) => "<",
+            (1, false) => ">",
+            (1, true) => ">>",
+            (_, false) => "2>",
+            (_, true) => "2>>",
+        }
+    }
 }
 
 /// A path a step read or wrote.
@@ -67,7 +93,8 @@ impl Store {
 
     fn steps_where(&self, job: i64, seq: Option<u32>) -> rusqlite::Result<Vec<StepDetail>> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT id, seq, parent_seq, pid, exe, argv, cwd, started_ns, ended_ns FROM steps
+            "SELECT id, seq, parent_seq, pid, exe, argv, cwd, started_ns, ended_ns,
+                    stdin, stdout, stderr, appends FROM steps
              WHERE job_id = ?1 AND (?2 IS NULL OR seq = ?2) ORDER BY seq",
         )?;
         let rows = stmt
@@ -83,6 +110,20 @@ impl Store {
                         cwd: lossy(r.get_ref(6)?.as_bytes()?),
                         started_ns: r.get(7)?,
                         ended_ns: r.get(8)?,
+                        streams: {
+                            let appends: i64 = r.get(12)?;
+                            let mut v = Vec::new();
+                            for fd in 0..3u8 {
+                                if let Some(p) = r.get::<_, Option<Vec<u8>>>(9 + fd as usize)? {
+                                    v.push(Stream {
+                                        fd,
+                                        path: lossy(&p),
+                                        append: fd > 0 && appends & (1 << (fd - 1)) != 0,
+                                    });
+                                }
+                            }
+                            v
+                        },
                         inputs: Vec::new(),
                         outputs: Vec::new(),
                         temps: Vec::new(),

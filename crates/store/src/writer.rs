@@ -556,14 +556,25 @@ fn insert_steps(tx: &Transaction, job_id: i64, steps: &[StepRecord]) -> rusqlite
         return Ok(());
     }
     let mut step_stmt = tx.prepare_cached(
-        "INSERT INTO steps (job_id, seq, parent_seq, pid, exe, argv, cwd, started_ns, ended_ns)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        "INSERT INTO steps (job_id, seq, parent_seq, pid, exe, argv, cwd, started_ns, ended_ns,
+                            stdin, stdout, stderr, appends)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
     )?;
     let mut file_stmt = tx.prepare_cached(
         "INSERT INTO step_files (step_id, role, path, ops, from_seq, content, first_ns, last_ns)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )?;
     for s in steps {
+        let stream = |fd: usize| {
+            s.streams[fd]
+                .as_ref()
+                .map(|r| r.path.as_os_str().as_bytes().to_vec())
+        };
+        // 1: stdout appends, 2: stderr appends.
+        let appends: i64 = (1..3)
+            .filter(|&fd| s.streams[fd].as_ref().is_some_and(|r| r.append))
+            .map(|fd| 1 << (fd - 1))
+            .sum();
         step_stmt.execute(params![
             job_id,
             s.seq,
@@ -574,6 +585,10 @@ fn insert_steps(tx: &Transaction, job_id: i64, steps: &[StepRecord]) -> rusqlite
             s.cwd.as_os_str().as_bytes(),
             s.started_ns,
             s.ended_ns,
+            stream(0),
+            stream(1),
+            stream(2),
+            appends,
         ])?;
         let step_id = tx.last_insert_rowid();
         for f in &s.files {

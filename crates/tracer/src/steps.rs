@@ -130,6 +130,7 @@ struct Building {
     cwd: PathBuf,
     started_ns: Option<i64>,
     ended_ns: Option<i64>,
+    streams: [Option<roar_store::Redirect>; 3],
     events: Vec<usize>,
 }
 
@@ -216,6 +217,7 @@ fn attribute(events: &[Event], rule: &Rule) -> Vec<Building> {
             cwd: cwd.clone(),
             started_ns: Some(*ts_ns),
             ended_ns: None,
+            streams: Default::default(),
             events: Vec::new(),
         });
         steps.len() - 1
@@ -299,8 +301,11 @@ fn attribute(events: &[Event], rule: &Rule) -> Vec<Building> {
                         step
                     }
                 };
-                if let (Some(new), Some(tail)) = (begun, tails.get_mut(ppid)) {
-                    hand_over(events, &mut steps, new, tail, stdio);
+                if let Some(new) = begun {
+                    if let Some(tail) = tails.get_mut(ppid) {
+                        hand_over(events, &mut steps, new, tail, stdio);
+                    }
+                    steps[new].streams = redirections(events, &steps[new].events, stdio);
                 }
                 tails.remove(pid);
                 let p = procs.get_mut(pid).expect("inserted above");
@@ -395,6 +400,31 @@ fn hand_over(
             steps[new].events.push(i);
         }
     }
+}
+
+/// The new step's standard streams that are files opened for it before its exec (`events`, its
+/// own and those handed over): what a re-run must redirect. A stream it inherited from further up
+/// (the job's own `> log`) is none of its redirections.
+fn redirections(
+    events: &[Event],
+    own: &[usize],
+    stdio: &crate::event::Stdio,
+) -> [Option<roar_store::Redirect>; 3] {
+    stdio.map(|id| {
+        let id = id?;
+        own.iter().rev().find_map(|&i| match &events[i] {
+            Event::Open {
+                path,
+                flags,
+                stat: Some(st),
+                ..
+            } if (st.dev, st.ino) == id => Some(roar_store::Redirect {
+                path: path.clone(),
+                append: flags & libc::O_APPEND != 0,
+            }),
+            _ => None,
+        })
+    })
 }
 
 fn event_pid(ev: &Event) -> i32 {
@@ -638,6 +668,7 @@ fn prune(mut building: Vec<Building>, mut files: Vec<Vec<StepFile>>) -> Vec<Step
                 cwd: b.cwd,
                 started_ns: b.started_ns,
                 ended_ns: b.ended_ns,
+                streams: b.streams,
                 files,
             }
         })
