@@ -9,25 +9,6 @@ use std::os::unix::process::CommandExt;
 
 use common::{stderr, Project};
 
-/// Every backend that can run here: eBPF only where it loads (always under CI=true).
-fn backends() -> Vec<&'static str> {
-    let mut b = vec!["preload", "ptrace"];
-    if common::ebpf_available() {
-        b.push("ebpf");
-    }
-    b
-}
-
-/// `roar run --tracer BACKEND -- ARGV` in the project; it must succeed.
-fn run_under(p: &Project, backend: &str, argv: &[&str]) {
-    let o = p
-        .cmd(["run", "--tracer", backend, "--"])
-        .args(argv)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{backend} {argv:?}: {}", stderr(&o));
-}
-
 /// The blake3 the last job recorded for the file ending in `name` in `role`.
 fn hash_in(p: &Project, name: &str, role: &str) -> Option<String> {
     roles_of(p, name)
@@ -60,11 +41,11 @@ fn roles_of(p: &Project, name: &str) -> Vec<(String, serde_json::Value)> {
 fn a_file_created_in_the_jobs_first_tick_is_an_output_never_an_input() {
     // `1<>` opens O_RDWR|O_CREAT without O_EXCL or O_TRUNC, as sqlite opens its journal, within
     // a millisecond of the job's start: inside the kernel's first timestamp tick.
-    for backend in backends() {
+    for backend in common::backends() {
         let p = Project::new();
         for round in 0..20 {
             let _ = std::fs::remove_file(p.path().join("early.db"));
-            run_under(&p, backend, &["sh", "-c", "echo x 1<>early.db"]);
+            p.run_under(backend, &["sh", "-c", "echo x 1<>early.db"]);
             let roles = roles_of(&p, "early.db");
             assert_eq!(
                 roles.iter().map(|(r, _)| r.as_str()).collect::<Vec<_>>(),
@@ -77,7 +58,7 @@ fn a_file_created_in_the_jobs_first_tick_is_an_output_never_an_input() {
 
 #[test]
 fn an_append_to_a_file_stated_just_before_keeps_its_input() {
-    for backend in backends() {
+    for backend in common::backends() {
         let p = Project::new();
         p.write("log.txt", b"first\n");
         // Hashed once it is out of the racy window, so the kept bytes' content is known from the
@@ -86,7 +67,7 @@ fn an_append_to_a_file_stated_just_before_keeps_its_input() {
         std::thread::sleep(RACY);
         assert!(p.roar(["hash", "log.txt"]).status.success());
         std::fs::metadata(p.path().join("log.txt")).unwrap();
-        run_under(&p, backend, &["sh", "-c", "echo second >> log.txt"]);
+        p.run_under(backend, &["sh", "-c", "echo second >> log.txt"]);
         assert_eq!(
             hash_in(&p, "log.txt", "input"),
             Some(b3(b"first\n")),
@@ -100,13 +81,13 @@ fn an_append_to_a_file_stated_just_before_keeps_its_input() {
 fn a_file_hashed_before_an_in_place_rewrite_has_known_input_content() {
     // `sed -i` replaces the file: its old content is known only from the hash cache, which
     // matches on (dev, inode, size, mtime, ctime) as the observer saw them at open.
-    for backend in backends() {
+    for backend in common::backends() {
         let p = Project::new();
         p.write("conf.txt", b"alpha\n");
         std::thread::sleep(RACY);
         let o = p.roar(["hash", "conf.txt"]);
         assert!(o.status.success(), "{}", stderr(&o));
-        run_under(&p, backend, &["sed", "-i", "s/alpha/beta/", "conf.txt"]);
+        p.run_under(backend, &["sed", "-i", "s/alpha/beta/", "conf.txt"]);
         assert_eq!(
             hash_in(&p, "conf.txt", "input"),
             Some(b3(b"alpha\n")),
@@ -193,7 +174,7 @@ fn the_command_gets_exactly_the_fds_roar_got() {
         v
     };
     let roar = common::roar_bin();
-    for backend in backends() {
+    for backend in common::backends() {
         // roar itself started with the fd closed, as the shell's `<&-` does for it.
         let closed = |redirect: &str, argv: &str| {
             Command::new("sh")
@@ -242,7 +223,7 @@ fn the_command_gets_exactly_the_fds_roar_got() {
 #[test]
 fn a_directory_renamed_then_deleted_leaves_temps_not_outputs() {
     // setuptools' `*.egg-info` -> `*.egg-info.__bkp__` -> removed, inside one job.
-    for backend in backends() {
+    for backend in common::backends() {
         let p = Project::new();
         run_under(
             &p,
@@ -265,7 +246,7 @@ fn a_directory_renamed_then_deleted_leaves_temps_not_outputs() {
 #[test]
 fn a_symlink_made_and_removed_in_the_job_is_a_temp_and_one_kept_is_an_output() {
     // configure makes and removes `conftest.sym` for every symlink check.
-    for backend in backends() {
+    for backend in common::backends() {
         let p = Project::new();
         p.write("target.txt", b"t\n");
         run_under(
@@ -311,7 +292,7 @@ fn a_static_program_below_the_top_command_is_followed_or_reported() {
         .output()
         .unwrap();
     assert!(cc.status.success(), "cc -static: {}", stderr(&cc));
-    for backend in backends() {
+    for backend in common::backends() {
         for argv in [&["sh", "-c", "./st"][..], &["./st"]] {
             let _ = std::fs::remove_file(p.path().join("static-out.txt"));
             let o = p
@@ -346,10 +327,10 @@ fn an_o_tmpfile_linked_into_place_is_the_output_and_its_directory_is_not() {
     // linkat(fd, "", ..., AT_EMPTY_PATH), as glibc and systemd name an O_TMPFILE (the /proc/self/fd
     // route with AT_SYMLINK_FOLLOW is refused in some containers).
     let script = "import ctypes, os\nfd = os.open('.', os.O_TMPFILE | os.O_WRONLY, 0o644)\nos.write(fd, b'anon')\nlibc = ctypes.CDLL(None, use_errno=True)\nif libc.linkat(fd, b'', -100, b'named.txt', 0x1000) != 0:\n    raise OSError(ctypes.get_errno(), 'linkat')\nos.close(fd)\n";
-    for backend in backends() {
+    for backend in common::backends() {
         let p = Project::new();
         p.write("tmpfile.py", script.as_bytes());
-        run_under(&p, backend, &["python3", "tmpfile.py"]);
+        p.run_under(backend, &["python3", "tmpfile.py"]);
         let job = p.last_job();
         let outputs = p.files(&job, "output");
         assert_eq!(outputs, ["named.txt"], "{backend}");
@@ -470,12 +451,12 @@ fn a_forked_worker_in_a_new_session_stays_in_its_jobs_record_through_the_mount()
 fn an_exchange_swaps_contents_the_old_ones_are_inputs_and_the_new_ones_outputs() {
     let swap = "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nif libc.renameat2(-100, b'a.txt', -100, b'b.txt', 2) != 0:\n    raise OSError(ctypes.get_errno(), 'renameat2')\n";
     let h = |b: &[u8]| blake3::hash(b).to_hex().to_string();
-    for backend in backends() {
+    for backend in common::backends() {
         let p = Project::new();
         p.write("a.txt", b"A");
         p.write("b.txt", b"B");
         p.write("swap.py", swap.as_bytes());
-        run_under(&p, backend, &["python3", "swap.py"]);
+        p.run_under(backend, &["python3", "swap.py"]);
         for (name, was, now) in [("a.txt", b"A", b"B"), ("b.txt", b"B", b"A")] {
             let roles = roles_of(&p, name);
             let hash_of = |role: &str| {
@@ -634,7 +615,7 @@ fn every_observer_records_the_same_files_for_the_same_workload() {
     };
     for script in DIFFERENTIAL {
         let mut records = Vec::new();
-        for backend in backends() {
+        for backend in common::backends() {
             let p = Project::new();
             let w = std::fs::canonicalize(p.path()).unwrap().join("w");
             std::fs::create_dir(&w).unwrap();
@@ -807,7 +788,7 @@ fn mount_jobs_get_ids_in_the_order_they_started() {
 #[test]
 fn a_nested_roar_run_is_recorded_by_both_runs() {
     let roar = common::roar_bin();
-    for outer in backends() {
+    for outer in common::backends() {
         let p = Project::new();
         let out = p
             .cmd(["run", "--tracer", outer, "--"])

@@ -10,15 +10,6 @@ use std::process::Command;
 use common::workloads::{sh, workloads, C_FOPEN};
 use common::{require_tool, stderr, Project};
 
-/// Every backend that can run here: eBPF only where it loads (always under CI=true).
-fn backends() -> Vec<&'static str> {
-    let mut b = vec!["preload", "ptrace"];
-    if common::ebpf_available() {
-        b.push("ebpf");
-    }
-    b
-}
-
 fn set(v: &[&str]) -> Vec<String> {
     let mut v: Vec<String> = v.iter().map(|s| s.to_string()).collect();
     v.sort();
@@ -116,7 +107,7 @@ fn coverage_workloads_match_expectations_and_strace_on_every_backend() {
     let mut failures = Vec::new();
     for w in workloads() {
         let mut strace_set = None;
-        for backend in backends() {
+        for backend in common::backends() {
             let p = Project::new();
             sh(p.path(), w.setup);
             let out = p.roar([&["run", "--tracer", backend, "--"][..], w.argv].concat());
@@ -211,7 +202,7 @@ fn paths_with_spaces_newlines_and_non_utf8_bytes_are_recorded_exactly() {
     if !require_tool("python3") {
         return;
     }
-    for backend in backends() {
+    for backend in common::backends() {
         let p = Project::new();
         let script = "import os\nfor n in [b'with space.txt', b'new\\nline.txt', b'caf\\xe9.txt']:\n    open(n, 'wb').write(n)\n";
         let out = p.roar(["run", "--tracer", backend, "--", "python3", "-c", script]);
@@ -258,7 +249,7 @@ fn assert_static_program_traced(p: &Project, prog: &str, input: &str, output: &s
     );
     assert_eq!(p.files(&job, "input"), vec![input]);
     assert_eq!(p.files(&job, "output"), vec![output]);
-    for backend in backends().into_iter().filter(|b| *b != "preload") {
+    for backend in common::backends().into_iter().filter(|b| *b != "preload") {
         let out = p.roar(["run", "--tracer", backend, "--", prog]);
         assert!(out.status.success(), "[{backend}] {}", stderr(&out));
         let job = p.last_job();
@@ -279,7 +270,7 @@ fn a_statically_linked_program_is_traced_by_ebpf_or_ptrace() {
 
 #[test]
 fn stdout_stderr_and_stdin_pass_through_untouched() {
-    for backend in backends() {
+    for backend in common::backends() {
         let p = Project::new();
         let mut child = p
             .cmd([
@@ -412,7 +403,7 @@ fn tracer_check_reports_every_backend() {
 
 #[test]
 fn sigterm_sent_to_roar_reaches_the_command_and_its_status_is_kept() {
-    for backend in backends() {
+    for backend in common::backends() {
         let p = Project::new();
         let mut child = p
             .cmd([
@@ -552,7 +543,7 @@ echo bbbb > rewritten
 touch -r stamp rewritten
 echo two >&3
 echo tail >&4";
-    for backend in backends() {
+    for backend in common::backends() {
         let p = Project::new();
         let out = p
             .cmd([
@@ -713,7 +704,7 @@ fn the_command_starts_with_the_signal_state_roar_was_started_with() {
         bare.arg("/proc/self/status");
         setup(&mut bare);
         let expected = signal_sets(&mut bare);
-        for backend in backends() {
+        for backend in common::backends() {
             let mut traced = p.cmd(["run", "--tracer", backend, "--", "cat", "/proc/self/status"]);
             setup(&mut traced);
             assert_eq!(
@@ -749,7 +740,7 @@ fn the_command_is_found_and_run_as_a_shell_would() {
         std::env::var("PATH").unwrap()
     );
     let found = p.path().join("found.txt");
-    for backend in backends() {
+    for backend in common::backends() {
         // Each backend's run must write it anew.
         let _ = std::fs::remove_file(&found);
         let out = p

@@ -11,22 +11,9 @@ use std::path::Path;
 use common::{stderr, stdout, Project};
 use serde_json::Value;
 
-/// Every backend that can run here: eBPF only where it loads (always under CI=true).
-fn backends() -> Vec<&'static str> {
-    let mut b = vec!["preload", "ptrace"];
-    if common::ebpf_available() {
-        b.push("ebpf");
-    }
-    b
-}
-
+/// `roar run --tracer BACKEND -- ARGV`, and the job it recorded.
 fn run(p: &Project, backend: &str, argv: &[&str]) -> Value {
-    let o = p
-        .cmd(["run", "--tracer", backend, "--"])
-        .args(argv)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{backend} {argv:?}: {}", stderr(&o));
+    p.run_under(backend, argv);
     p.last_job()
 }
 
@@ -103,7 +90,7 @@ fn a_pipeline_script_is_three_steps_with_the_same_edges_on_every_backend() {
         .into_iter()
         .filter(|s| common::require_tool(s))
         .collect();
-    for (backend, shell) in backends()
+    for (backend, shell) in common::backends()
         .into_iter()
         .flat_map(|b| shells.iter().map(move |s| (b, *s)))
     {
@@ -189,7 +176,7 @@ fn a_makefile_under_make_j2_is_a_step_per_recipe_and_reproduce_reruns_one() {
     if !common::require_tool("make") {
         return;
     }
-    for backend in backends() {
+    for backend in common::backends() {
         let p = Project::new();
         p.write("Makefile", MAKEFILE.as_bytes());
         p.write("src1.txt", b"one\n");
@@ -342,7 +329,7 @@ fn a_python_driver_is_a_step_per_subprocess_and_a_pool_stays_in_its_step() {
     p.write("raw.txt", b"abcdef\n");
     p.write("driver.py", DRIVER.as_bytes());
     p.write("stage.py", STAGE.as_bytes());
-    for backend in backends() {
+    for backend in common::backends() {
         let job = run(&p, backend, &["python3", "driver.py"]);
         let steps = job["steps"].as_array().expect("steps");
         let stages: Vec<String> = steps[1..]
@@ -394,7 +381,7 @@ fn a_file_a_driver_opens_and_hands_over_as_stdout_is_the_commands_output() {
         "drive.py",
         b"import subprocess\nsubprocess.run(['sort', 'raw.txt'], stdout=open('sorted.txt', 'w'), check=True)\nopen('log.txt', 'w').write('done')\n",
     );
-    for backend in backends() {
+    for backend in common::backends() {
         let job = run(&p, backend, &["python3", "drive.py"]);
         let mut want = set(&["sort: in raw.txt", "sort: out sorted.txt"]);
         let root = program(&job["steps"][0]);
@@ -449,7 +436,7 @@ fn what_a_vfork_child_does_before_its_exec_is_the_new_steps_on_every_backend() {
     let mut text = std::fs::read_to_string(&config).unwrap();
     text.push_str("\n[steps]\ndrivers = [\"vforker\"]\n");
     std::fs::write(&config, text).unwrap();
-    for backend in backends() {
+    for backend in common::backends() {
         let job = run(&p, backend, &["./vforker"]);
         let got: BTreeSet<String> = edges(&job)
             .into_iter()

@@ -96,6 +96,25 @@ pub enum Event {
 }
 
 impl Event {
+    /// The process the event is of (its thread group).
+    pub fn pid(&self) -> i32 {
+        match self {
+            Event::Exec { pid, .. }
+            | Event::Fork { pid, .. }
+            | Event::Exit { pid, .. }
+            | Event::Open { pid, .. }
+            | Event::Rename { pid, .. }
+            | Event::Link { pid, .. }
+            | Event::Unlink { pid, .. }
+            | Event::Truncate { pid, .. }
+            | Event::Mkdir { pid, .. }
+            | Event::Rmdir { pid, .. }
+            | Event::Symlink { pid, .. }
+            | Event::Exchange { pid, .. }
+            | Event::Untraced { pid, .. } => *pid,
+        }
+    }
+
     pub fn ts_ns(&self) -> i64 {
         match self {
             Event::Exec { ts_ns, .. }

@@ -102,6 +102,16 @@ impl Project {
         serde_json::from_slice(&out.stdout).unwrap()
     }
 
+    /// `roar run --tracer BACKEND -- ARGV` in the project; it must succeed.
+    pub fn run_under(&self, backend: &str, argv: &[&str]) {
+        let o = self
+            .cmd(["run", "--tracer", backend, "--"])
+            .args(argv)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{backend} {argv:?}: {}", stderr(&o));
+    }
+
     pub fn last_job(&self) -> serde_json::Value {
         let out = self.roar(["log", "--json", "-n", "1"]);
         let log: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -165,6 +175,15 @@ pub fn ebpf_available() -> bool {
     );
     eprintln!("SKIPPED the eBPF backend: {reason}");
     false
+}
+
+/// Every backend that can run here: eBPF only where it loads (always under CI=true).
+pub fn backends() -> Vec<&'static str> {
+    let mut b = vec!["preload", "ptrace"];
+    if ebpf_available() {
+        b.push("ebpf");
+    }
+    b
 }
 
 /// `roar run --tracer BACKEND -- touch made` with `var=value` set must fail with one line

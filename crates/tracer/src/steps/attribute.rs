@@ -1,0 +1,259 @@
+//! Which step each event belongs to (see the module above): drivers, exec in place, a forked
+//! child's pre-exec events, and streams handed over.
+
+use super::{Building, Rule};
+use crate::collect::HashMap;
+use crate::event::Event;
+
+/// A process as step attribution follows it.
+struct Proc {
+    step: usize,
+    /// It exec'd since it was forked (or was first seen at an exec).
+    execd: bool,
+    /// The program it runs is a driver (a forked child runs its parent's until it execs).
+    driver: bool,
+    /// Its events before its first exec, placed once the exec says where they belong.
+    pending: Vec<usize>,
+}
+/// A process's last opens with nothing else of its own since, at most this many: the
+/// redirections a shell opens for the command it is about to start.
+const TAIL: usize = 8;
+
+/// One pass over the events: which step each belongs to.
+pub(super) fn attribute(events: &[Event], rule: &Rule) -> Vec<Building> {
+    let mut steps: Vec<Building> = Vec::new();
+    let mut procs: HashMap<i32, Proc> = HashMap::default();
+    // Events of processes not seen forked or exec'd yet (a vfork child, whose fork no backend
+    // reports the same way), by pid.
+    let mut unseen: HashMap<i32, Vec<usize>> = HashMap::default();
+    // Each process's opens since its last other event (see `hand_over`).
+    let mut tails: HashMap<i32, Vec<usize>> = HashMap::default();
+    let new_step = |steps: &mut Vec<Building>, parent: Option<usize>, ev: &Event| -> usize {
+        let Event::Exec {
+            pid,
+            exe,
+            argv,
+            cwd,
+            ts_ns,
+            ..
+        } = ev
+        else {
+            unreachable!("steps begin at an exec")
+        };
+        steps.push(Building {
+            parent,
+            pid: *pid,
+            exe: Some(exe.clone()),
+            argv: argv.clone(),
+            cwd: cwd.clone(),
+            started_ns: Some(*ts_ns),
+            ended_ns: None,
+            streams: Default::default(),
+            events: Vec::new(),
+        });
+        steps.len() - 1
+    };
+    for (i, ev) in events.iter().enumerate() {
+        match ev {
+            Event::Fork { pid, ppid, .. } => {
+                let (step, driver) = procs.get(ppid).map_or((0, false), |p| (p.step, p.driver));
+                let pending = unseen.remove(pid).unwrap_or_default();
+                procs.insert(
+                    *pid,
+                    Proc {
+                        step,
+                        execd: false,
+                        driver,
+                        pending,
+                    },
+                );
+            }
+            Event::Exec {
+                pid,
+                ppid,
+                exe,
+                argv,
+                stdio,
+                ..
+            } => {
+                let driver_now = rule.is_driver(exe, argv);
+                let mut begun = None;
+                let step = match procs.get_mut(pid) {
+                    Some(p) if !p.execd => {
+                        // A forked child's first program: a step of its own if a driver made it.
+                        let step = if steps.is_empty() {
+                            new_step(&mut steps, None, ev)
+                        } else if p.driver {
+                            let s = new_step(&mut steps, Some(p.step), ev);
+                            begun = Some(s);
+                            s
+                        } else {
+                            p.step
+                        };
+                        p.step = step;
+                        steps[step].events.append(&mut p.pending);
+                        step
+                    }
+                    Some(p) => {
+                        if steps[p.step].pid == *pid {
+                            steps[p.step].exe = Some(exe.clone());
+                        }
+                        p.step
+                    }
+                    None => {
+                        // Exec'd with no fork seen: the job's command, or a child spawned with
+                        // vfork (posix_spawn), placed by its parent.
+                        let step = if steps.is_empty() {
+                            new_step(&mut steps, None, ev)
+                        } else {
+                            match procs.get(ppid) {
+                                Some(parent) if parent.driver => {
+                                    let parent = parent.step;
+                                    let s = new_step(&mut steps, Some(parent), ev);
+                                    begun = Some(s);
+                                    s
+                                }
+                                Some(parent) => parent.step,
+                                None => 0,
+                            }
+                        };
+                        steps[step]
+                            .events
+                            .extend(unseen.remove(pid).unwrap_or_default());
+                        procs.insert(
+                            *pid,
+                            Proc {
+                                step,
+                                execd: true,
+                                driver: driver_now,
+                                pending: Vec::new(),
+                            },
+                        );
+                        step
+                    }
+                };
+                if let Some(new) = begun {
+                    if let Some(tail) = tails.get_mut(ppid) {
+                        hand_over(events, &mut steps, new, tail, stdio);
+                    }
+                    steps[new].streams = redirections(events, &steps[new].events, stdio);
+                }
+                tails.remove(pid);
+                let p = procs.get_mut(pid).expect("inserted above");
+                p.execd = true;
+                p.driver = driver_now;
+                steps[step].events.push(i);
+            }
+            Event::Exit { pid, ts_ns } => {
+                tails.remove(pid);
+                if let Some(mut p) = procs.remove(pid).filter(|_| !steps.is_empty()) {
+                    steps[p.step].events.append(&mut p.pending);
+                    if steps[p.step].pid == *pid && p.execd {
+                        steps[p.step].ended_ns = Some(*ts_ns);
+                    }
+                }
+            }
+            other => {
+                let pid = other.pid();
+                if matches!(other, Event::Open { .. }) {
+                    let tail = tails.entry(pid).or_default();
+                    if tail.len() == TAIL {
+                        tail.remove(0);
+                    }
+                    tail.push(i);
+                } else {
+                    tails.remove(&pid);
+                }
+                match procs.get_mut(&pid) {
+                    Some(p) if !p.execd => p.pending.push(i),
+                    Some(p) if !steps.is_empty() => steps[p.step].events.push(i),
+                    Some(p) => p.pending.push(i),
+                    None => unseen.entry(pid).or_default().push(i),
+                }
+            }
+        }
+    }
+    if steps.is_empty() {
+        return steps;
+    }
+    // Still running at the end (orphans the tracer stopped following), or never placed.
+    for (_, mut p) in procs {
+        steps[p.step].events.append(&mut p.pending);
+    }
+    for (_, evs) in unseen {
+        steps[0].events.extend(evs);
+    }
+    steps
+}
+
+/// A file handed to a new step as a standard stream by the process that started it is the new
+/// step's, whoever opened it: dash opens the redirections of `sort a > b` itself and then vforks
+/// sort, Python opens `stdout=open("b", "w")` for `subprocess.run`. The parent's open is moved
+/// to the new step when it is among the parent's last opens with nothing else of its own since
+/// (`tail`), has the identity of one of the new program's streams, and the new step did not open
+/// that file itself before its exec (bash opens redirections in the child: nothing to move). One
+/// open per stream, the latest: an earlier one of the same file was the parent's own.
+fn hand_over(
+    events: &[Event],
+    steps: &mut [Building],
+    new: usize,
+    tail: &mut Vec<usize>,
+    stdio: &crate::event::Stdio,
+) {
+    let identity = |i: usize| match &events[i] {
+        Event::Open { stat: Some(st), .. } => Some((st.dev, st.ino)),
+        _ => None,
+    };
+    let own: Vec<(u64, u64)> = steps[new]
+        .events
+        .iter()
+        .filter_map(|&i| identity(i))
+        .collect();
+    let parent = steps[new].parent.expect("a new step has a parent");
+    let mut wanted: Vec<(u64, u64)> = stdio
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|id| !own.contains(id))
+        .collect();
+    wanted.dedup();
+    for k in (0..tail.len()).rev() {
+        let Some(id) = identity(tail[k]) else {
+            continue;
+        };
+        let Some(w) = wanted.iter().position(|x| *x == id) else {
+            continue;
+        };
+        wanted.swap_remove(w);
+        let i = tail.remove(k);
+        if let Some(at) = steps[parent].events.iter().rposition(|&e| e == i) {
+            steps[parent].events.remove(at);
+            steps[new].events.push(i);
+        }
+    }
+}
+
+/// The new step's standard streams that are files opened for it before its exec (`events`, its
+/// own and those handed over): what a re-run must redirect. A stream it inherited from further up
+/// (the job's own `> log`) is none of its redirections.
+fn redirections(
+    events: &[Event],
+    own: &[usize],
+    stdio: &crate::event::Stdio,
+) -> [Option<roar_store::Redirect>; 3] {
+    stdio.map(|id| {
+        let id = id?;
+        own.iter().rev().find_map(|&i| match &events[i] {
+            Event::Open {
+                path,
+                flags,
+                stat: Some(st),
+                ..
+            } if (st.dev, st.ino) == id => Some(roar_store::Redirect {
+                path: path.clone(),
+                append: flags & libc::O_APPEND != 0,
+            }),
+            _ => None,
+        })
+    })
+}
