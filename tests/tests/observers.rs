@@ -225,8 +225,7 @@ fn a_directory_renamed_then_deleted_leaves_temps_not_outputs() {
     // setuptools' `*.egg-info` -> `*.egg-info.__bkp__` -> removed, inside one job.
     for backend in common::backends() {
         let p = Project::new();
-        run_under(
-            &p,
+        p.run_under(
             backend,
             &[
                 "sh",
@@ -249,8 +248,7 @@ fn a_symlink_made_and_removed_in_the_job_is_a_temp_and_one_kept_is_an_output() {
     for backend in common::backends() {
         let p = Project::new();
         p.write("target.txt", b"t\n");
-        run_under(
-            &p,
+        p.run_under(
             backend,
             &[
                 "sh",
