@@ -115,7 +115,8 @@ fn items<'a>(edges: &'a [Edge], dirs: &HashSet<String>) -> Vec<Item<'a>> {
     out
 }
 
-pub fn label(step: &Step) -> String {
+/// A job's or step's command as listed, with a step's redirections (paths as `rel` shows them).
+pub fn label(step: &Step, root: &Path) -> String {
     let name = step
         .name
         .as_deref()
@@ -124,7 +125,7 @@ pub fn label(step: &Step) -> String {
     let streams: String = step
         .streams
         .iter()
-        .map(|r| format!(" {} {}", r.operator(), fmt::shown(&r.path)))
+        .map(|r| format!(" {} {}", r.operator(), rel(&r.path, root)))
         .collect();
     format!("{name}{}{streams}", shell_join(&step.argv))
 }
@@ -206,7 +207,7 @@ pub fn print_steps(
 ) -> std::io::Result<()> {
     let dirs = collapsed(steps, expand);
     for s in steps {
-        writeln!(out, "{} {}", bold(&title(s.job_id, s.step)), label(s))?;
+        writeln!(out, "{} {}", bold(&title(s.job_id, s.step)), label(s, root))?;
         print_list(out, "<-", &s.inputs, &dirs, SHOWN_INPUTS, "inputs", root)?;
         print_list(out, "->", &s.outputs, &dirs, SHOWN_OUTPUTS, "outputs", root)?;
     }
@@ -250,7 +251,7 @@ pub fn dot(steps: &[Step], expand: &Expand, root: &Path) -> String {
         s += &format!(
             "  \"{me}\" [shape=box, style=bold, label=\"{}\\n{}\"];\n",
             title(st.job_id, st.step),
-            esc(&label(st))
+            esc(&label(st, root))
         );
         // A step inside its parent step.
         if let (Some(_), Some(parent)) = (st.step, st.parent_step) {

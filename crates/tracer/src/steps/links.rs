@@ -26,29 +26,11 @@ impl<'e> Links<'e> {
         };
         for (i, ev) in events.iter().enumerate() {
             let s = step_of[i];
-            // (path, what a change left there: Some(exists), None for a mere touch)
-            let paths: Vec<(&Path, Option<bool>)> = match ev {
-                Event::Open { path, flags, .. } => {
-                    let acc = flags & libc::O_ACCMODE;
-                    let writes = acc == libc::O_WRONLY || acc == libc::O_RDWR;
-                    vec![(path.as_path(), writes.then_some(true))]
-                }
-                Event::Rename { from, to, .. } => {
-                    vec![(from.as_path(), Some(false)), (to.as_path(), Some(true))]
-                }
-                Event::Exchange { a, b, .. } => {
-                    vec![(a.as_path(), Some(true)), (b.as_path(), Some(true))]
-                }
-                Event::Link { from, to, .. } => {
-                    vec![(from.as_path(), None), (to.as_path(), Some(true))]
-                }
-                Event::Unlink { path, .. } => vec![(path.as_path(), Some(false))],
-                Event::Truncate { path, .. } | Event::Symlink { path, .. } => {
-                    vec![(path.as_path(), Some(true))]
-                }
-                _ => continue,
-            };
-            for &(p, _) in &paths {
+            let paths = touched(ev);
+            if paths[0].is_none() {
+                continue;
+            }
+            for &(p, _) in paths.iter().flatten() {
                 let writer = links
                     .last_change
                     .get(p.as_os_str())
@@ -59,13 +41,42 @@ impl<'e> Links<'e> {
                     .entry((s, p.as_os_str()))
                     .or_insert((i, writer));
             }
-            for (p, change) in paths {
+            for (p, change) in paths.into_iter().flatten() {
                 if let Some(exists) = change {
                     links.last_change.insert(p.as_os_str(), (s, i, exists));
                 }
             }
         }
         links
+    }
+}
+
+/// The paths an event touches, each with what it left there: `Some(exists)` for a change,
+/// `None` for a mere touch (a read, the source of a link).
+pub(super) fn touched(ev: &Event) -> [Option<(&Path, Option<bool>)>; 2] {
+    match ev {
+        Event::Open { path, flags, .. } => {
+            let acc = flags & libc::O_ACCMODE;
+            let writes = acc == libc::O_WRONLY || acc == libc::O_RDWR;
+            [Some((path.as_path(), writes.then_some(true))), None]
+        }
+        Event::Rename { from, to, .. } => [
+            Some((from.as_path(), Some(false))),
+            Some((to.as_path(), Some(true))),
+        ],
+        Event::Exchange { a, b, .. } => [
+            Some((a.as_path(), Some(true))),
+            Some((b.as_path(), Some(true))),
+        ],
+        Event::Link { from, to, .. } => [
+            Some((from.as_path(), None)),
+            Some((to.as_path(), Some(true))),
+        ],
+        Event::Unlink { path, .. } => [Some((path.as_path(), Some(false))), None],
+        Event::Truncate { path, .. } | Event::Symlink { path, .. } => {
+            [Some((path.as_path(), Some(true))), None]
+        }
+        _ => [None, None],
     }
 }
 

@@ -146,7 +146,28 @@ pub fn steps(
         return Vec::new();
     }
     let mut building = attribute::attribute(events, rule);
-    if building.len() < 2 {
+    // Most jobs with a second exec are still one step (a wrapper script around one program, a
+    // `uname` Python ran): known from which steps touched a tracked path, before any step's
+    // events are classified (which would be the job's classification a second time).
+    let tracked: Vec<bool> = building
+        .iter()
+        .map(|b| {
+            b.events.iter().any(|&i| {
+                links::touched(&events[i])
+                    .into_iter()
+                    .flatten()
+                    .any(|(p, _)| !ignore.is_ignored(p))
+            })
+        })
+        .collect();
+    let mut parents: Vec<Option<usize>> = building.iter().map(|b| b.parent).collect();
+    if shape(&mut parents, &tracked)
+        .keep
+        .iter()
+        .filter(|k| **k)
+        .count()
+        < 2
+    {
         return Vec::new();
     }
     let mut step_of = vec![0usize; events.len()];
@@ -184,40 +205,25 @@ pub fn steps(
 /// the job is its one step.
 fn prune(mut building: Vec<Building>, mut files: Vec<Vec<StepFile>>) -> Vec<StepRecord> {
     let n = building.len();
-    let mut keep = vec![false; n];
-    keep[0] = true;
-    // Children come after their parents: one pass from the end settles every subtree.
-    for s in (1..n).rev() {
-        if !files[s].is_empty() || keep[s] {
-            keep[s] = true;
-            if let Some(p) = building[s].parent {
-                keep[p] = true;
-            }
+    let has_files: Vec<bool> = files.iter().map(|f| !f.is_empty()).collect();
+    let mut parents: Vec<Option<usize>> = building.iter().map(|b| b.parent).collect();
+    let Shape { keep, into } = shape(&mut parents, &has_files);
+    // Folds go up the tree, outer before inner: the innermost program is the step's last.
+    for c in 0..n {
+        let t = resolve(&into, c);
+        if t == c {
+            continue;
         }
+        let moved = std::mem::take(&mut files[c]);
+        if !moved.is_empty() {
+            files[t] = moved;
+        }
+        let inner = building[c].exe.take();
+        building[t].exe = inner.or(building[t].exe.take());
+        building[t].ended_ns = building[t].ended_ns.max(building[c].ended_ns);
     }
-    let mut children: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for s in 1..n {
-        if keep[s] {
-            children[building[s].parent.expect("only the root has none")].push(s);
-        }
-    }
-    // Where each step's files went (itself, or the step it was folded into).
-    let mut into: Vec<usize> = (0..n).collect();
-    for s in 0..n {
-        while keep[s] && files[s].is_empty() && children[s].len() == 1 {
-            let c = children[s].pop().expect("one child");
-            keep[c] = false;
-            into[c] = s;
-            files[s] = std::mem::take(&mut files[c]);
-            let grandchildren = std::mem::take(&mut children[c]);
-            for &g in &grandchildren {
-                building[g].parent = Some(s);
-            }
-            children[s] = grandchildren;
-            let inner = building[c].exe.take();
-            building[s].exe = inner.or(building[s].exe.take());
-            building[s].ended_ns = building[s].ended_ns.max(building[c].ended_ns);
-        }
+    for (b, p) in building.iter_mut().zip(parents) {
+        b.parent = p;
     }
     let mut seq = vec![0u32; n];
     let mut next = 0;
@@ -230,14 +236,8 @@ fn prune(mut building: Vec<Building>, mut files: Vec<Vec<StepFile>>) -> Vec<Step
     if next < 2 {
         return Vec::new();
     }
-    // A folded step's number is the step it was folded into (folds only go up the tree).
-    let number = |mut s: usize| {
-        while into[s] != s {
-            s = into[s];
-        }
-        seq[s]
-    };
-    let numbers: Vec<u32> = (0..n).map(number).collect();
+    // A folded step's number is the step it was folded into.
+    let numbers: Vec<u32> = (0..n).map(|s| seq[resolve(&into, s)]).collect();
     building
         .into_iter()
         .enumerate()
@@ -262,4 +262,58 @@ fn prune(mut building: Vec<Building>, mut files: Vec<Vec<StepFile>>) -> Vec<Step
             }
         })
         .collect()
+}
+
+/// Which steps stay (see [`prune`]), and where each step's files go: itself, or the step it is
+/// folded into.
+struct Shape {
+    keep: Vec<bool>,
+    into: Vec<usize>,
+}
+
+/// [`prune`]'s decisions from which steps have files; `parents` is updated for the folds (a
+/// folded step's children become its parent's).
+fn shape(parents: &mut [Option<usize>], has_files: &[bool]) -> Shape {
+    let n = parents.len();
+    let mut keep = vec![false; n];
+    keep[0] = true;
+    // Children come after their parents: one pass from the end settles every subtree.
+    for s in (1..n).rev() {
+        if has_files[s] || keep[s] {
+            keep[s] = true;
+            if let Some(p) = parents[s] {
+                keep[p] = true;
+            }
+        }
+    }
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for s in 1..n {
+        if keep[s] {
+            children[parents[s].expect("only the root has none")].push(s);
+        }
+    }
+    let mut into: Vec<usize> = (0..n).collect();
+    let mut files = has_files.to_vec();
+    for s in 0..n {
+        while keep[s] && !files[s] && children[s].len() == 1 {
+            let c = children[s].pop().expect("one child");
+            keep[c] = false;
+            into[c] = s;
+            files[s] = files[c];
+            let grandchildren = std::mem::take(&mut children[c]);
+            for &g in &grandchildren {
+                parents[g] = Some(s);
+            }
+            children[s] = grandchildren;
+        }
+    }
+    Shape { keep, into }
+}
+
+/// The step `s`'s files went to, following folds.
+fn resolve(into: &[usize], mut s: usize) -> usize {
+    while into[s] != s {
+        s = into[s];
+    }
+    s
 }
