@@ -6,7 +6,8 @@
 #   ROAR_BEFORE (a roar built before steps existed, if given), and the Python peer roar-cli;
 # - the fixed cost (`roar run true`) and the per-file cost (a program writing then reading 1,000
 #   files) with steps on and off, which steps must leave unchanged (they only look at jobs that
-#   exec'd twice);
+#   exec'd twice), and the same program run by a shell script (`sh -c 'files 1000; true'`: two
+#   execs, one step, known before any classification);
 # - how many steps the make job recorded, and the recording time ROAR_TIMING reports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -100,12 +101,15 @@ $CMP "$W/p12.json" "$((RUNS * 3))" \
     "true, steps off=sh -c 'cd $W/off && exec $ROAR run -- true'" \
     "bare files=sh -c 'cd $W/on/f && exec $W/files 1000'" \
     "files, steps on=sh -c 'cd $W/on/f && exec $ROAR run -- $W/files 1000'" \
-    "files, steps off=sh -c 'cd $W/off/f && exec $ROAR run -- $W/files 1000'"
+    "files, steps off=sh -c 'cd $W/off/f && exec $ROAR run -- $W/files 1000'" \
+    "bare script=sh -c 'cd $W/on/f && exec sh -c \"$W/files 1000; true\"'" \
+    "script, steps on=sh -c 'cd $W/on/f && exec $ROAR run -- sh -c \"$W/files 1000; true\"'" \
+    "script, steps off=sh -c 'cd $W/off/f && exec $ROAR run -- sh -c \"$W/files 1000; true\"'"
 python3 - "$W/p12.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 m = {k: v["median"] * 1e3 for k, v in r.items()}
-for what in ("true", "files"):
+for what in ("true", "files", "script"):
     bare = m[f"bare {what}"]
     on, off = m[f"{what}, steps on"], m[f"{what}, steps off"]
     print(f"  {what:6s} bare {bare:7.2f} ms; steps on +{on - bare:6.2f} ms, steps off +{off - bare:6.2f} ms "
