@@ -293,7 +293,6 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         &traced.events,
         &classified,
         traced.ctime_floor_ns,
-        &ignore,
         &roar_tracer::steps::Rule::new(config.steps.drivers.iter().map(String::as_str)),
     );
     if let Some(root) = job.steps.first_mut() {

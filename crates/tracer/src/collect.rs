@@ -69,11 +69,28 @@ enum Seen {
     At(usize),
 }
 
+/// Which paths are not data: the ignore globs, or (classifying part of a job whose whole was
+/// classified already) the verdicts the job's classification reached, without matching again.
+pub(crate) enum Judge<'a> {
+    Globs(&'a Ignore),
+    /// The paths the job's classification found ignored ([`Classified::environment`]).
+    Known(&'a HashSet<&'a OsStr>),
+}
+
+impl Judge<'_> {
+    fn is_ignored(&self, path: &Path) -> bool {
+        match self {
+            Judge::Globs(ignore) => ignore.is_ignored(path),
+            Judge::Known(ignored) => ignored.contains(path.as_os_str()),
+        }
+    }
+}
+
 /// The job's tracked paths in first-seen order, and one lookup per event for a path's state or
 /// for its ignore verdict: events of a job with many files are mostly first and second sightings
 /// of one path each, so every extra map probe showed in profiles.
 struct Paths<'a> {
-    ignore: &'a Ignore,
+    ignore: &'a Judge<'a>,
     seen: HashMap<OsString, Seen>,
     /// `None` once a directory move re-keyed the path onto an earlier entry.
     list: Vec<(PathBuf, Option<PathState>)>,
@@ -202,7 +219,12 @@ impl Classified {
 /// before the command started) decides whether a file the job opened existed before it: a ctime
 /// at or above it means the inode changed during the job.
 pub fn classify(events: &[Event], ctime_floor_ns: i64, ignore: &Ignore) -> Classified {
-    classify_part(events.iter(), &made_dirs(events), ctime_floor_ns, ignore)
+    classify_part(
+        events.iter(),
+        &made_dirs(events),
+        ctime_floor_ns,
+        &Judge::Globs(ignore),
+    )
 }
 
 /// Directories the job made or removed, by name: a rename of one moves what is below it.
@@ -221,7 +243,7 @@ pub(crate) fn classify_part<'e>(
     events: impl Iterator<Item = &'e Event>,
     dirs: &HashSet<&Path>,
     ctime_floor_ns: i64,
-    ignore: &Ignore,
+    ignore: &Judge,
 ) -> Classified {
     let mut paths = Paths {
         ignore,

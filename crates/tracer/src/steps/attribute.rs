@@ -8,6 +8,8 @@ use crate::event::Event;
 /// A process as step attribution follows it.
 struct Proc {
     step: usize,
+    /// The process that made it (a pid seen again with another parent is a reused pid).
+    ppid: i32,
     /// It exec'd since it was forked (or was first seen at an exec).
     execd: bool,
     /// The program it runs is a driver (a forked child runs its parent's until it execs).
@@ -56,12 +58,18 @@ pub(super) fn attribute(events: &[Event], rule: &Rule) -> Vec<Building> {
     for (i, ev) in events.iter().enumerate() {
         match ev {
             Event::Fork { pid, ppid, .. } => {
+                if procs.get(pid).is_some_and(|p| p.ppid == *ppid) {
+                    // The fork of a process already seen: ptrace can see a vfork child's exec
+                    // before its parent's vfork stop says it was forked.
+                    continue;
+                }
                 let (step, driver) = procs.get(ppid).map_or((0, false), |p| (p.step, p.driver));
                 let pending = unseen.remove(pid).unwrap_or_default();
                 procs.insert(
                     *pid,
                     Proc {
                         step,
+                        ppid: *ppid,
                         execd: false,
                         driver,
                         pending,
@@ -124,6 +132,7 @@ pub(super) fn attribute(events: &[Event], rule: &Rule) -> Vec<Building> {
                             *pid,
                             Proc {
                                 step,
+                                ppid: *ppid,
                                 execd: true,
                                 driver: driver_now,
                                 pending: Vec::new(),

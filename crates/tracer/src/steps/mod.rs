@@ -34,7 +34,6 @@ use roar_store::{StepFile, StepRecord};
 
 use crate::collect::{self, Classified, HashMap};
 use crate::event::Event;
-use crate::ignore::Ignore;
 
 /// Programs whose children begin steps. A trailing `*` matches any rest of the name
 /// (`python*`: python3, python3.12).
@@ -128,12 +127,12 @@ struct Building {
 }
 /// The job's steps with their files, root first, when its command started more than one step
 /// that touched a tracked file (or left an empty child between two that did); otherwise none:
-/// the job is its one step. `job` is the classification of all of `events`.
+/// the job is its one step. `job` is the classification of all of `events` (its verdicts on
+/// which paths are ignored are reused).
 pub fn steps(
     events: &[Event],
     job: &Classified,
     ctime_floor_ns: i64,
-    ignore: &Ignore,
     rule: &Rule,
 ) -> Vec<StepRecord> {
     // A job with one exec cannot have two steps: no second pass over its events.
@@ -146,6 +145,8 @@ pub fn steps(
         return Vec::new();
     }
     let mut building = attribute::attribute(events, rule);
+    // Every path of the job's events was judged when the job was classified: ignored or not.
+    let ignored: collect::HashSet<&OsStr> = job.environment.iter().map(|p| p.as_os_str()).collect();
     // Most jobs with a second exec are still one step (a wrapper script around one program, a
     // `uname` Python ran): known from which steps touched a tracked path, before any step's
     // events are classified (which would be the job's classification a second time).
@@ -156,7 +157,7 @@ pub fn steps(
                 links::touched(&events[i])
                     .into_iter()
                     .flatten()
-                    .any(|(p, _)| !ignore.is_ignored(p))
+                    .any(|(p, _)| !ignored.contains(p.as_os_str()))
             })
         })
         .collect();
@@ -181,6 +182,7 @@ pub fn steps(
     let job_uses: HashMap<&OsStr, roar_store::PathUse> =
         job.uses().map(|(p, u, ..)| (p.as_os_str(), u)).collect();
     let dirs = collect::made_dirs(events);
+    let judge = collect::Judge::Known(&ignored);
     let files: Vec<Vec<StepFile>> = building
         .iter()
         .enumerate()
@@ -189,7 +191,7 @@ pub fn steps(
                 b.events.iter().map(|&i| &events[i]),
                 &dirs,
                 ctime_floor_ns,
-                ignore,
+                &judge,
             );
             links::step_files(s, events, &part, &links, &job_uses)
         })

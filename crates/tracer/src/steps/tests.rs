@@ -1,6 +1,7 @@
 //! Step attribution on synthetic event streams.
 
 use super::*;
+use crate::ignore::Ignore;
 use roar_store::{Role, StepContent};
 
 const D: &str = "/nonexistent-roar-steps";
@@ -48,7 +49,7 @@ fn write(pid: i32, name: &str, ts_ns: i64) -> Event {
 fn steps_of(events: &[Event], rule: &Rule) -> Vec<StepRecord> {
     let ignore = Ignore::new(&[]);
     let job = collect::classify(events, 0, &ignore);
-    steps(events, &job, 0, &ignore, rule)
+    steps(events, &job, 0, rule)
 }
 
 /// (seq, parent, argv[0]) of each step, and (seq, role, name, from_step, content) per file.
@@ -244,6 +245,23 @@ fn appending_to_another_steps_file_reads_it_but_not_after_it_was_removed() {
     assert!(!files
         .iter()
         .any(|f| f.0 == 5 && f.1 == Role::Input && f.2 == "x"));
+}
+
+#[test]
+fn a_fork_reported_after_the_childs_exec_changes_nothing() {
+    // ptrace: the vfork child's exec stop can be handled before its parent's vfork stop.
+    let events = [
+        exec(1, 0, &["sh", "-c", "wc -l t > r"], 1),
+        read(1, "x", 2),
+        exec(2, 1, &["wc", "-l", "t"], 3),
+        fork(2, 1, 4),
+        read(2, "t", 5),
+        write(2, "r", 6),
+        Event::Exit { pid: 2, ts_ns: 7 },
+    ];
+    let (tree, files) = shape(&steps_of(&events, &Rule::default()));
+    assert_eq!(tree, [(1, None, "sh".into()), (2, Some(1), "wc".into())]);
+    assert!(files.contains(&(2, Role::Input, "t".into(), None, StepContent::Prior)));
 }
 
 #[test]
