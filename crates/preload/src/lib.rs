@@ -1364,10 +1364,17 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     unsafe { real!(dup3: unsafe extern "C" fn(c_int, c_int, c_int) -> c_int)(old, new, flags) }
 }
 
-unsafe fn report_exit(status: c_int) {
+/// Set once this process reported its exit (a hooked `exit` runs the destructor after it).
+static EXITED: AtomicBool = AtomicBool::new(false);
+
+/// Reports the process's exit, once: from the `exit` family of hooks, or from the shim's
+/// destructor for a process that returns from `main` (libc's own call to `exit` passes no hook).
+pub(crate) unsafe fn report_exit(status: c_int) {
     if enabled() {
         unsafe { loaded::report() };
-        unsafe { send(Kind::Exit, status as i64, -1, WireStat::default(), [&[]; 4]) };
+        if !EXITED.swap(true, Ordering::Relaxed) {
+            unsafe { send(Kind::Exit, status as i64, -1, WireStat::default(), [&[]; 4]) };
+        }
     }
 }
 

@@ -98,10 +98,10 @@ pub(crate) unsafe fn report() {
 }
 
 /// The shim's destructor: a process that returns from `main` leaves through libc's own `exit`,
-/// which no hook sees; the loader runs this on the way out.
+/// which no hook sees; the loader runs this on the way out, and it reports the exit too.
 unsafe extern "C" fn fini() {
-    // SAFETY: report only reads the loader's list.
-    unsafe { report() };
+    // SAFETY: reports the loader's list and the exit (its status is not known here).
+    unsafe { crate::report_exit(0) };
 }
 
 #[used]
