@@ -54,11 +54,6 @@ pub struct Step {
 }
 
 impl Step {
-    /// The node's name: `3` for job 3, `3.2` for its step 2.
-    pub fn node(&self) -> String {
-        node_name(self.job_id, self.step)
-    }
-
     /// Whether the job read or wrote S3 objects (through the gateway).
     pub fn uses_s3(&self) -> bool {
         self.inputs

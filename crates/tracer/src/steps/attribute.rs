@@ -1,4 +1,4 @@
-//! Which step each event belongs to (see the module above): drivers, exec in place, a forked
+//! Which step each event belongs to (the rule is in the parent module's doc): drivers, exec in place, a forked
 //! child's pre-exec events, and streams handed over.
 
 use super::{Building, Rule};
@@ -17,6 +17,7 @@ struct Proc {
     /// Its events before its first exec, placed once the exec says where they belong.
     pending: Vec<usize>,
 }
+
 /// A process's last opens with nothing else of its own since, at most this many: the
 /// redirections a shell opens for the command it is about to start.
 const TAIL: usize = 8;

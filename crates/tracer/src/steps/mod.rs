@@ -114,6 +114,8 @@ impl Rule {
             })
     }
 }
+
+/// A step being put together: where it sits, its command, and the indices of its events.
 struct Building {
     parent: Option<usize>,
     pid: i32,
@@ -125,6 +127,7 @@ struct Building {
     streams: [Option<roar_store::Redirect>; 3],
     events: Vec<usize>,
 }
+
 /// The job's steps with their files, root first, when its command started more than one step
 /// that touched a tracked file (or left an empty child between two that did); otherwise none:
 /// the job is its one step. `job` is the classification of all of `events` (its verdicts on
@@ -198,6 +201,7 @@ pub fn steps(
         .collect();
     prune(building, files)
 }
+
 /// Drops steps that touched no tracked file and have no step below them (a `uname` a Python
 /// program ran, an `echo` of a script): their processes stay in the job's process list. Then
 /// folds a step that touched nothing itself and has one step below it into that step (`sh -c
@@ -247,8 +251,12 @@ fn prune(mut building: Vec<Building>, mut files: Vec<Vec<StepFile>>) -> Vec<Step
         .map(|(s, b)| {
             let mut files = std::mem::take(&mut files[s]);
             for f in &mut files {
-                // A writer is never dropped: it has the file (at most, it was folded).
-                f.from_step = f.from_step.map(|w| numbers[w as usize]);
+                // A writer has the file, so it is kept or folded; a change no step's files show
+                // (inside a directory moved as a whole) links nothing.
+                f.from_step = f
+                    .from_step
+                    .map(|w| numbers[w as usize])
+                    .filter(|&n| n != 0);
             }
             StepRecord {
                 seq: seq[s],
