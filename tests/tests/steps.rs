@@ -495,6 +495,45 @@ fn reproduce_reruns_steps_with_their_redirections_on_every_shell() {
 }
 
 #[test]
+fn programs_joined_by_a_pipe_stay_in_the_step_that_runs_them_on_every_backend() {
+    let p = Project::new();
+    p.write("a.txt", b"b\n");
+    p.write("b.txt", b"a\n");
+    p.write("raw.txt", b"x\n");
+    p.write(
+        "capture.py",
+        b"import subprocess\nout = subprocess.run(['cat', 'raw.txt'], capture_output=True, check=True).stdout\nopen('copy.txt', 'wb').write(out)\n",
+    );
+    for backend in common::backends() {
+        // The data goes from cat to sort through a pipe no file event shows: one step, the
+        // shell's, has a.txt and b.txt as inputs and s.txt as output.
+        let job = run(
+            &p,
+            backend,
+            &[
+                "sh",
+                "-c",
+                "cat a.txt b.txt | sort > s.txt; wc -l s.txt > n.txt",
+            ],
+        );
+        let root = program(&job["steps"][0]);
+        let want = set(&[
+            &format!("{root}: in a.txt"),
+            &format!("{root}: in b.txt"),
+            &format!("{root}: out s.txt"),
+            &format!("wc: in s.txt <- {root}"),
+            "wc: out n.txt",
+        ]);
+        assert_eq!(edges(&job), want, "{backend}");
+        // Output captured by the driver: cat is the driver's, and copy.txt comes from raw.txt.
+        let job = run(&p, backend, &["python3", "capture.py"]);
+        assert!(job.get("steps").is_none(), "{backend}: {:#}", job["steps"]);
+        let o = p.roar(["inputs", "copy.txt"]);
+        assert!(stdout(&o).contains("raw.txt"), "{backend}: {}", stdout(&o));
+    }
+}
+
+#[test]
 fn steps_follow_the_configured_drivers_and_none_makes_every_job_one_step() {
     let p = Project::new();
     p.write("raw.txt", b"b\na\n");

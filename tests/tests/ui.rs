@@ -29,6 +29,12 @@ fn run(p: &Project, script: &str, args: &[&str]) {
 /// model.txt (also from data/) -> job 4 report.txt and a file whose name is markup.
 fn pipeline() -> (Project, Value) {
     let p = Project::new();
+    // The page's checks below are written for four jobs of one step each (the loop of `head`s
+    // would be eight steps): steps on the page have their own test.
+    let config = p.path().join(".roar/config.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("\n[steps]\ndrivers = []\n");
+    std::fs::write(&config, text).unwrap();
     let mut raw = String::new();
     for i in (1..=100).rev() {
         raw += &format!("{i}\n");
@@ -149,6 +155,30 @@ fn served_page_in_a_real_browser() {
     let (p, expect) = pipeline();
     let (_server, url) = serve(&p);
     drive("served", &url, &p, &expect);
+}
+
+#[test]
+fn a_job_with_steps_is_drawn_step_by_step() {
+    if !browser_available() {
+        return;
+    }
+    let p = Project::new();
+    p.write("raw.txt", b"b\na\n");
+    p.write(
+        "pipeline.sh",
+        b"tr a-z A-Z < raw.txt > clean.txt\nsort clean.txt > model.txt\nwc -l model.txt > metrics.txt\n",
+    );
+    let out = p.roar(["run", "--", "sh", "pipeline.sh"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let html = p.path().join("steps.html");
+    let out = p.roar(["dag".as_ref(), "--html".as_ref(), html.as_os_str()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let expect = json!({
+        "step_nodes": ["job 1 step 1", "job 1 step 2", "job 1 step 3", "job 1 step 4"],
+        "target": "metrics.txt",
+        "upstream": ["job 1 step 2", "raw.txt", "job 1 step 3", "clean.txt", "job 1 step 4", "model.txt"],
+    });
+    drive("steps", html.to_str().unwrap(), &p, &expect);
 }
 
 #[test]

@@ -221,6 +221,29 @@ def from_disk(path, expect, shot):
         browser.close()
 
 
+def steps(path, expect, shot):
+    """A job with steps, from a written file: one node per step, and the lineage of the last
+    output goes step to step."""
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 850})
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto("file://" + path)
+        page.wait_for_selector("body[data-ready]")
+        jobs = nodes(page, "job")
+        check(sorted(jobs) == sorted(expect["step_nodes"]), f"job nodes {jobs}, expected {expect['step_nodes']}")
+        page.fill("#search", expect["target"])
+        page.wait_for_selector("#results li")
+        page.keyboard.press("Enter")
+        page.click("button[data-highlight=up]")
+        up = nodes(page, "up")
+        check(sorted(up) == sorted(expect["upstream"]), f"highlighted upstream {up}, expected {expect['upstream']}")
+        page.screenshot(path=shot)
+        check(not errors, f"page errors: {errors}")
+        browser.close()
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     target, project, roar = sys.argv[2], sys.argv[3], sys.argv[4]
@@ -229,6 +252,8 @@ if __name__ == "__main__":
     shot = sys.argv[6]
     if mode == "served":
         served(target, project, roar, expect, shot)
+    elif mode == "steps":
+        steps(target, expect, shot)
     else:
         from_disk(target, expect, shot)
     print("ok")

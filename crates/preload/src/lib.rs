@@ -1364,6 +1364,18 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     unsafe { real!(dup3: unsafe extern "C" fn(c_int, c_int, c_int) -> c_int)(old, new, flags) }
 }
 
+/// Whether the pipe at `fd` has no writer and nothing left to read: it can never carry data.
+fn dead_pipe(fd: c_int) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no wait.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n == 1 && p.revents & libc::POLLHUP != 0 && p.revents & libc::POLLIN == 0
+}
+
 /// Set once this process reported its exit (a hooked `exit` runs the destructor after it).
 static EXITED: AtomicBool = AtomicBool::new(false);
 
@@ -1465,12 +1477,19 @@ unsafe extern "C" fn init(argc: c_int, argv: *const *const c_char, _envp: *const
         let exe = if n > 0 { &exe[..n as usize] } else { &[][..] };
         let cwd = &(&*ptr::addr_of!(CWD))[..CWD_LEN.load(Ordering::Relaxed)];
         let ppid = libc::getppid();
-        let mut ids = [(0u64, 0u64); 3];
+        let mut ids = [(0u8, 0u64, 0u64); 3];
         for (fd, id) in ids.iter_mut().enumerate() {
             let mut st: libc::stat = core::mem::zeroed();
-            if libc::fstat(fd as c_int, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG
-            {
-                *id = (st.st_dev, st.st_ino);
+            if libc::fstat(fd as c_int, &mut st) == 0 {
+                let kind = match st.st_mode & libc::S_IFMT {
+                    libc::S_IFREG => roar_wire::STREAM_FILE,
+                    // A stdin pipe nobody can write to carries nothing (GNU make gives every
+                    // parallel recipe but one such a pipe): no data channel.
+                    libc::S_IFIFO if fd == 0 && dead_pipe(0) => 0,
+                    libc::S_IFIFO | libc::S_IFSOCK => roar_wire::STREAM_PIPE,
+                    _ => 0,
+                };
+                *id = (kind, st.st_dev, st.st_ino);
             }
         }
         let stdio = roar_wire::encode_stdio(&ids);

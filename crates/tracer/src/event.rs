@@ -6,8 +6,14 @@ use std::path::{Component, Path, PathBuf};
 
 use roar_store::FileStat;
 
-/// A program's standard streams that are regular files, by (dev, ino).
+/// A program's standard streams of one kind (regular files, or pipes), by (dev, ino).
 pub type Stdio = [Option<(u64, u64)>; 3];
+
+/// Splits decoded stream identities (see `roar_wire::STDIO_LEN`) into files and pipes.
+pub fn split_stdio(ids: [(u8, u64, u64); 3]) -> (Stdio, Stdio) {
+    let of = |want: u8| ids.map(|(kind, dev, ino)| (kind == want).then_some((dev, ino)));
+    (of(roar_wire::STREAM_FILE), of(roar_wire::STREAM_PIPE))
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
@@ -20,6 +26,8 @@ pub enum Event {
         cwd: PathBuf,
         /// The (dev, ino) of its stdin, stdout and stderr when they are regular files.
         stdio: Stdio,
+        /// The same for those that are pipes, FIFOs or sockets.
+        pipes: Stdio,
         ts_ns: i64,
     },
     /// A process was forked (and has not exec'd yet).

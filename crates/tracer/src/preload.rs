@@ -388,7 +388,8 @@ fn decode(h: &Header, p: [&[u8]; 4]) -> Option<Event> {
             cwd: PathBuf::from(OsString::from_vec(p[0].to_vec())),
             exe: PathBuf::from(OsString::from_vec(p[1].to_vec())),
             argv: roar_store::argv_from_blob(p[2]),
-            stdio: roar_wire::decode_stdio(p[3]),
+            stdio: crate::event::split_stdio(roar_wire::decode_stdio(p[3])).0,
+            pipes: crate::event::split_stdio(roar_wire::decode_stdio(p[3])).1,
             ts_ns,
         },
         Kind::Fork => Event::Fork {

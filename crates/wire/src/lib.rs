@@ -101,35 +101,38 @@ impl Kind {
     }
 }
 
-/// The identities (dev, ino) of a new program's standard streams that are regular files, zero for
-/// the others: the fourth part of an Exec event, [`STDIO_LEN`] bytes, little-endian
-/// `dev0 ino0 dev1 ino1 dev2 ino2`. A file its parent opened and handed over as stdin or stdout
-/// (a redirection) is the program's, whoever opened it.
-pub const STDIO_LEN: usize = 48;
+/// A new program's standard streams at its exec, the fourth part of an Exec event: for each of
+/// stdin, stdout and stderr, what it is ([`STREAM_FILE`], [`STREAM_PIPE`], else 0) and its (dev,
+/// ino); [`STDIO_LEN`] bytes, little-endian `dev0 ino0 dev1 ino1 dev2 ino2 kind0 kind1 kind2`. A
+/// file its parent opened and handed over as stdin or stdout (a redirection) is the program's,
+/// whoever opened it; a pipe between two programs of a job carries data no file event shows.
+pub const STDIO_LEN: usize = 51;
+/// A regular file.
+pub const STREAM_FILE: u8 = 1;
+/// A pipe, FIFO or socket.
+pub const STREAM_PIPE: u8 = 2;
 
-/// Encodes standard-stream identities for an Exec event (see [`STDIO_LEN`]).
-pub fn encode_stdio(ids: &[(u64, u64); 3]) -> [u8; STDIO_LEN] {
+/// Encodes standard-stream identities for an Exec event: (kind, dev, ino) per stream.
+pub fn encode_stdio(ids: &[(u8, u64, u64); 3]) -> [u8; STDIO_LEN] {
     let mut out = [0u8; STDIO_LEN];
-    for (i, (dev, ino)) in ids.iter().enumerate() {
+    for (i, (kind, dev, ino)) in ids.iter().enumerate() {
         out[i * 16..i * 16 + 8].copy_from_slice(&dev.to_le_bytes());
         out[i * 16 + 8..i * 16 + 16].copy_from_slice(&ino.to_le_bytes());
+        out[48 + i] = *kind;
     }
     out
 }
 
-/// Decodes [`encode_stdio`]'s bytes; `None` for a stream that is not a regular file, and for all
-/// three when `bytes` is not such a block.
-pub fn decode_stdio(bytes: &[u8]) -> [Option<(u64, u64)>; 3] {
-    let mut out = [None; 3];
+/// Decodes [`encode_stdio`]'s bytes: (kind, dev, ino) per stream, kind 0 for a stream that is
+/// neither a file nor a pipe, and for all three when `bytes` is not such a block.
+pub fn decode_stdio(bytes: &[u8]) -> [(u8, u64, u64); 3] {
+    let mut out = [(0, 0, 0); 3];
     if bytes.len() != STDIO_LEN {
         return out;
     }
     for (i, id) in out.iter_mut().enumerate() {
         let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
-        let (dev, ino) = (word(i * 16), word(i * 16 + 8));
-        if ino != 0 {
-            *id = Some((dev, ino));
-        }
+        *id = (bytes[48 + i], word(i * 16), word(i * 16 + 8));
     }
     out
 }

@@ -73,8 +73,11 @@
     return out;
   }
 
-  function fileKey(e, producer) {
-    return producer ? `v${e.path}@${producer}` : `v${e.path}#${e.hash ? e.hash.blake3 : "?"}`;
+  // A job, or one of its steps (a job that has steps is drawn as its steps: `3.2`).
+  const nodeOf = (job, step) => (step ? `${job}.${step}` : `${job}`);
+
+  function fileKey(e, at) {
+    return at ? `v${e.path}@${at}` : `v${e.path}#${e.hash ? e.hash.blake3 : "?"}`;
   }
 
   function buildModel(dag) {
@@ -85,32 +88,37 @@
       if (!seen.has(from + "\n" + to)) { seen.add(from + "\n" + to); edges.push({ from, to, kind }); }
     };
     const dirs = collapsedDirs(dag.steps);
-    const addFile = (e, producer) => {
+    // `producer`: the job that made the version; `at`: that job or its step (the node's key).
+    const addFile = (e, producer, at) => {
       const d = parentOf(e.path);
       if (dirs.has(d)) {
-        const key = `d${d}@${producer || 0}`;
+        const key = `d${d}@${at || 0}`;
         let n = nodes.get(key);
         if (!n) nodes.set(key, (n = { key, kind: "dir", dir: d, producer, files: new Map(), readers: new Set() }));
         n.files.set(e.path, e);
         return n;
       }
-      const key = fileKey(e, producer);
+      const key = fileKey(e, at);
       let n = nodes.get(key);
       if (!n) nodes.set(key, (n = { key, kind: "file", path: e.path, hash: e.hash, producer, copyOf: e.copy_of, readers: new Set() }));
       return n;
     };
-    for (const s of dag.steps) nodes.set("j" + s.job_id, { key: "j" + s.job_id, kind: "job", step: s });
     for (const s of dag.steps) {
-      const j = "j" + s.job_id;
+      const key = "j" + nodeOf(s.job_id, s.step);
+      nodes.set(key, { key, kind: "job", step: s });
+    }
+    for (const s of dag.steps) {
+      const j = "j" + nodeOf(s.job_id, s.step);
       for (const e of s.inputs) {
-        const n = addFile(e, e.producer);
+        const at = e.producer ? nodeOf(e.producer, e.producer_step) : null;
+        const n = addFile(e, e.producer, at);
         n.readers.add(s.job_id);
         link(n.key, j, "in");
         // The same bytes found at another location, where its producer wrote them.
-        if (n.kind === "file" && e.copy_of && e.producer && nodes.has(`v${e.copy_of}@${e.producer}`)) link(`v${e.copy_of}@${e.producer}`, n.key, "copy");
+        if (n.kind === "file" && e.copy_of && at && nodes.has(`v${e.copy_of}@${at}`)) link(`v${e.copy_of}@${at}`, n.key, "copy");
       }
       for (const e of s.outputs) {
-        link(j, addFile(e, s.job_id).key, "out");
+        link(j, addFile(e, s.job_id, nodeOf(s.job_id, s.step)).key, "out");
       }
     }
     // Versions of a location other than the last one recorded there are old.
@@ -263,7 +271,7 @@
   function label(n) {
     if (n.kind === "job") {
       const s = n.step;
-      const title = `job ${s.job_id}` + (s.name ? ` [${s.name}]` : "") + (s.status === "running" ? " (running)" : s.exit_code ? ` (exit ${s.exit_code})` : "");
+      const title = `job ${s.job_id}` + (s.step ? ` step ${s.step}` : "") + (s.name ? ` [${s.name}]` : "") + (s.status === "running" ? " (running)" : s.exit_code ? ` (exit ${s.exit_code})` : "");
       return [title, argvText(s.argv)];
     }
     if (n.kind === "dir") return [rel(n.dir) + "/", `${n.files.size} files` + (n.producer ? ` · job ${n.producer}` : "")];
@@ -297,7 +305,7 @@
     for (const n of model.nodes.values()) {
       const g = svg("g", { class: `node ${n.kind}`, transform: `translate(${n.x},${n.y})` });
       g.dataset.key = n.key;
-      g.dataset.label = n.kind === "job" ? `job ${n.step.job_id}` : n.kind === "dir" ? rel(n.dir) + "/" : rel(n.path);
+      g.dataset.label = n.kind === "job" ? `job ${n.step.job_id}` + (n.step.step ? ` step ${n.step.step}` : "") : n.kind === "dir" ? rel(n.dir) + "/" : rel(n.path);
       g.append(svg("rect", { width: n.w, height: n.h, rx: n.kind === "job" ? 5 : 2 }));
       const [l1, l2] = label(n);
       const t1 = svg("text", { x: 8, y: 15, class: "title" });

@@ -46,6 +46,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define O_DIRECTORY 0200000
 #define S_IFMT 0170000
 #define S_IFREG 0100000
+#define S_IFIFO 0010000
+#define S_IFSOCK 0140000
 
 /* x86_64 syscall numbers. */
 #define NR_open 2
@@ -576,27 +578,47 @@ int BPF_PROG(sched_exec, struct task_struct *p, pid_t old_pid, struct linux_binp
 		s->ev.len[2] = n;
 		off += n;
 	}
-	/* Its standard streams that are regular files, as (dev, ino) x 3 (zero for the others):
-	 * a redirection its parent opened for it is its file (SEMANTICS.md "Steps"). */
+	/* Its standard streams, as (dev, ino) x 3 then a kind byte each (1 regular file, 2 pipe,
+	 * FIFO or socket, 0 other: roar_wire::STDIO_LEN): a redirection its parent opened for it is
+	 * its file; a pipe between two programs carries data (SEMANTICS.md "Steps"). */
 	if (off < DATA_SIZE) {
-		__u64 ids[6] = {};
+		struct stdio_ids {
+			__u64 ids[6];
+			__u8 kinds[3];
+		} __attribute__((packed)) st = {};
 		int i;
 
 		for (i = 0; i < 3; i++) {
 			struct file *f = fd_file(p, i);
 			struct inode *ino;
+			__u32 mode;
 
 			if (!f)
 				continue;
 			ino = BPF_CORE_READ(f, f_inode);
-			if ((BPF_CORE_READ(ino, i_mode) & S_IFMT) != S_IFREG)
+			mode = BPF_CORE_READ(ino, i_mode) & S_IFMT;
+			if (mode == S_IFREG) {
+				st.kinds[i] = 1;
+			} else if (mode == S_IFIFO && i == 0) {
+				/* A stdin pipe nobody can write to carries nothing (GNU make gives every
+				 * parallel recipe but one such a pipe). */
+				struct pipe_inode_info *pipe = BPF_CORE_READ(ino, i_pipe);
+
+				if (!pipe || (BPF_CORE_READ(pipe, writers) == 0 &&
+					      BPF_CORE_READ(pipe, head) == BPF_CORE_READ(pipe, tail)))
+					continue;
+				st.kinds[i] = 2;
+			} else if (mode == S_IFIFO || mode == S_IFSOCK) {
+				st.kinds[i] = 2;
+			} else {
 				continue;
-			ids[2 * i] = BPF_CORE_READ(ino, i_sb, s_dev);
-			ids[2 * i + 1] = BPF_CORE_READ(ino, i_ino);
+			}
+			st.ids[2 * i] = BPF_CORE_READ(ino, i_sb, s_dev);
+			st.ids[2 * i + 1] = BPF_CORE_READ(ino, i_ino);
 		}
-		__builtin_memcpy(&s->data[slot(off)], ids, sizeof(ids));
-		s->ev.len[3] = sizeof(ids);
-		off += sizeof(ids);
+		__builtin_memcpy(&s->data[slot(off)], &st, sizeof(st));
+		s->ev.len[3] = sizeof(st);
+		off += sizeof(st);
 	}
 	emit(s, off, &k);
 	return 0;

@@ -31,6 +31,8 @@ pub(super) fn attribute(events: &[Event], rule: &Rule) -> Vec<Building> {
     let mut unseen: HashMap<i32, Vec<usize>> = HashMap::default();
     // Each process's opens since its last other event (see `hand_over`).
     let mut tails: HashMap<i32, Vec<usize>> = HashMap::default();
+    // The job's own pipes to the world (the root's stdin, stdout, stderr at its exec).
+    let mut outside: Vec<(u64, u64)> = Vec::new();
     let new_step = |steps: &mut Vec<Building>, parent: Option<usize>, ev: &Event| -> usize {
         let Event::Exec {
             pid,
@@ -83,16 +85,23 @@ pub(super) fn attribute(events: &[Event], rule: &Rule) -> Vec<Building> {
                 exe,
                 argv,
                 stdio,
+                pipes,
                 ..
             } => {
                 let driver_now = rule.is_driver(exe, argv);
+                if steps.is_empty() {
+                    outside = pipes.iter().flatten().copied().collect();
+                }
+                // A program whose data reaches another of the job's programs through a pipe is
+                // no step of its own (see `bound`).
+                let own_step = !bound(argv, pipes, &outside);
                 let mut begun = None;
                 let step = match procs.get_mut(pid) {
                     Some(p) if !p.execd => {
                         // A forked child's first program: a step of its own if a driver made it.
                         let step = if steps.is_empty() {
                             new_step(&mut steps, None, ev)
-                        } else if p.driver {
+                        } else if p.driver && own_step {
                             let s = new_step(&mut steps, Some(p.step), ev);
                             begun = Some(s);
                             s
@@ -116,7 +125,7 @@ pub(super) fn attribute(events: &[Event], rule: &Rule) -> Vec<Building> {
                             new_step(&mut steps, None, ev)
                         } else {
                             match procs.get(ppid) {
-                                Some(parent) if parent.driver => {
+                                Some(parent) if parent.driver && own_step => {
                                     let parent = parent.step;
                                     let s = new_step(&mut steps, Some(parent), ev);
                                     begun = Some(s);
@@ -194,6 +203,23 @@ pub(super) fn attribute(events: &[Event], rule: &Rule) -> Vec<Building> {
         steps[0].events.extend(evs);
     }
     steps
+}
+
+/// Whether a program that would begin a step must stay in its parent's: one connected to
+/// another of the job's programs by a pipe on its stdin, stdout or stderr (`cat a | wc -l > n`,
+/// `subprocess.run(..., capture_output=True)`: its data reaches the other end, which no file
+/// event shows), or one of Python multiprocessing's own processes (spawn and forkserver start
+/// methods exec a fresh interpreter that talks to its parent over a pipe). The job's own pipes to
+/// the world (`roar run -- make | tee log`) connect nothing inside it.
+fn bound(argv: &[std::ffi::OsString], pipes: &crate::event::Stdio, outside: &[(u64, u64)]) -> bool {
+    let internal = pipes.iter().flatten().any(|id| !outside.contains(id));
+    let multiprocessing = argv.iter().any(|a| {
+        let a = a.to_string_lossy();
+        a.contains("multiprocessing.spawn")
+            || a.contains("multiprocessing.forkserver")
+            || a.contains("multiprocessing.resource_tracker")
+    });
+    internal || multiprocessing
 }
 
 /// A file handed to a new step as a standard stream by the process that started it is the new

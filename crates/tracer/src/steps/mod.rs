@@ -253,10 +253,7 @@ fn prune(mut building: Vec<Building>, mut files: Vec<Vec<StepFile>>) -> Vec<Step
             for f in &mut files {
                 // A writer has the file, so it is kept or folded; a change no step's files show
                 // (inside a directory moved as a whole) links nothing.
-                f.from_step = f
-                    .from_step
-                    .map(|w| numbers[w as usize])
-                    .filter(|&n| n != 0);
+                f.from_step = f.from_step.map(|w| numbers[w as usize]).filter(|&n| n != 0);
             }
             StepRecord {
                 seq: seq[s],

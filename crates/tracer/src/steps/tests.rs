@@ -18,6 +18,7 @@ fn exec(pid: i32, ppid: i32, argv: &[&str], ts_ns: i64) -> Event {
         argv: argv.iter().map(OsString::from).collect(),
         cwd: PathBuf::from(D),
         stdio: [None; 3],
+        pipes: [None; 3],
         ts_ns,
     }
 }
@@ -245,6 +246,55 @@ fn appending_to_another_steps_file_reads_it_but_not_after_it_was_removed() {
     assert!(!files
         .iter()
         .any(|f| f.0 == 5 && f.1 == Role::Input && f.2 == "x"));
+}
+
+/// `exec` with standard streams that are pipes: (fd, pipe inode).
+fn exec_piped(pid: i32, ppid: i32, argv: &[&str], ts_ns: i64, piped: &[(usize, u64)]) -> Event {
+    let mut ev = exec(pid, ppid, argv, ts_ns);
+    if let Event::Exec { pipes, .. } = &mut ev {
+        for &(fd, ino) in piped {
+            pipes[fd] = Some((9, ino));
+        }
+    }
+    ev
+}
+
+#[test]
+fn programs_joined_by_a_pipe_stay_in_the_step_that_runs_them() {
+    // sh -c 'sort x > y; cat a | wc -l > n', its stdout a pipe to the world (inode 1).
+    let events = [
+        exec_piped(1, 0, &["sh", "-c", "..."], 1, &[(1, 1)]),
+        exec_piped(2, 1, &["sort", "x"], 2, &[(1, 1)]),
+        read(2, "x", 3),
+        write(2, "y", 4),
+        Event::Exit { pid: 2, ts_ns: 5 },
+        exec_piped(3, 1, &["cat", "a"], 6, &[(1, 7)]),
+        read(3, "a", 7),
+        exec_piped(4, 1, &["wc", "-l"], 8, &[(0, 7), (1, 1)]),
+        write(4, "n", 9),
+    ];
+    let (tree, files) = shape(&steps_of(&events, &Rule::default()));
+    // sort's own step; cat and wc share the shell's, so n is known to come from a.
+    assert_eq!(tree, [(1, None, "sh".into()), (2, Some(1), "sort".into())]);
+    assert!(files.contains(&(1, Role::Input, "a".into(), None, StepContent::Prior)));
+    assert!(files.contains(&(1, Role::Output, "n".into(), None, StepContent::Final)));
+    // Python's multiprocessing spawn workers are the parent's too.
+    let events = [
+        exec(1, 0, &["python3", "t.py"], 1),
+        read(1, "cfg", 2),
+        exec(
+            2,
+            1,
+            &[
+                "python3",
+                "-c",
+                "from multiprocessing.spawn import spawn_main; spawn_main()",
+            ],
+            3,
+        ),
+        read(2, "shard", 4),
+    ];
+    assert!(steps_of(&events, &Rule::default()).is_empty());
 }
 
 #[test]
