@@ -86,16 +86,18 @@ off = r["roar run (preload, steps off)"]
 on = r["roar run (preload)"]
 print(f"  steps on against steps off (preload): {100 * (on['median'] - off['median']) / off['median']:+.1f} % wall")
 PY
+echo "== recording time of one make job, ROAR_TIMING=1 (steps on, then off)"
+(cd "$W/on" && ROAR_TIMING=1 "$ROAR" run --tracer preload -- make -B -j2 -s 2>&1 >/dev/null | grep -i "roar:.*ms" | head -3)
+(cd "$W/off" && ROAR_TIMING=1 "$ROAR" run --tracer preload -- make -B -j2 -s 2>&1 >/dev/null | grep -i "roar:.*ms" | head -3)
+# The last job in $W/on is the preload one just timed (ptrace records a fork and an exec per
+# process, so its process count is twice preload's).
 (cd "$W/on" && "$ROAR" log --json -n 1 > "$W/last.json" &&
     "$ROAR" show "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[0]["id"])' "$W/last.json")" --json > "$W/job.json")
 python3 - "$W/job.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
-print(f"the make job: {len(j.get('steps', []))} steps, {len(j['processes'])} processes, {len(j['files'])} files")
+print(f"the make job (preload): {len(j.get('steps', []))} steps, {len(j['processes'])} processes, {len(j['files'])} files")
 PY
-echo "== recording time of one make job, ROAR_TIMING=1 (steps on, then off)"
-(cd "$W/on" && ROAR_TIMING=1 "$ROAR" run --tracer preload -- make -B -j2 -s 2>&1 >/dev/null | grep -i "roar:.*ms" | head -3)
-(cd "$W/off" && ROAR_TIMING=1 "$ROAR" run --tracer preload -- make -B -j2 -s 2>&1 >/dev/null | grep -i "roar:.*ms" | head -3)
 
 echo "== P1 and P2 with steps on and off: roar run true, and 1,000 files written then read"
 cp "$REPO/bench/lib/files.c" "$W/files.c" && cc -O2 -o "$W/files" "$W/files.c"
