@@ -49,13 +49,24 @@ fn inputs_of(p: &Project, dag: &Value, job: i64) -> Vec<(String, Option<i64>, Op
         .collect()
 }
 
+/// The jobs of a lineage in the order they ran (a job with steps is several nodes, one job).
 fn job_ids(lineage: &Value) -> Vec<i64> {
-    lineage["steps"]
+    let mut ids: Vec<i64> = lineage["steps"]
         .as_array()
         .unwrap()
         .iter()
         .map(|s| s["job_id"].as_i64().unwrap())
-        .collect()
+        .collect();
+    ids.dedup();
+    ids
+}
+
+/// A lineage node: a job, or one of its steps (`3.2`).
+fn node(job: &Value, step: &Value) -> String {
+    match step.as_u64() {
+        Some(s) => format!("{}.{s}", job.as_i64().unwrap()),
+        None => job.as_i64().unwrap().to_string(),
+    }
 }
 
 #[test]
@@ -104,6 +115,12 @@ fn a_copy_step_is_two_versions_and_never_its_own_producer() {
 #[test]
 fn an_output_with_the_bytes_of_a_checkpoint_keeps_its_own_node() {
     let p = Project::new();
+    // Collapsing a job's directory of checkpoints is what is checked here: the loop's `cat`s
+    // would each be a step with one checkpoint (tests/tests/steps.rs covers steps).
+    let config = p.path().join(".roar/config.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("\n[steps]\ndrivers = []\n");
+    std::fs::write(&config, text).unwrap();
     p.write("data.txt", b"d");
     std::fs::create_dir_all(p.path().join("ckpt")).unwrap();
     run(
@@ -242,16 +259,17 @@ fn random_pipelines_never_give_a_cycle() {
         }
         let dag = json(&p, &["dag", "--json"]);
         let steps = dag["steps"].as_array().unwrap();
-        let started: HashMap<i64, i64> = steps
+        // Nodes are jobs, or the steps of a job that has steps (`sort a > n; cat n > b`).
+        let started: HashMap<String, i64> = steps
             .iter()
             .map(|s| {
                 (
-                    s["job_id"].as_i64().unwrap(),
+                    node(&s["job_id"], &s["step"]),
                     s["started_ns"].as_i64().unwrap(),
                 )
             })
             .collect();
-        let wrote: HashSet<(i64, String, String)> = steps
+        let wrote: HashSet<(String, String, Option<String>)> = steps
             .iter()
             .flat_map(|s| {
                 s["outputs"]
@@ -260,57 +278,63 @@ fn random_pipelines_never_give_a_cycle() {
                     .iter()
                     .filter_map(move |o| {
                         Some((
-                            s["job_id"].as_i64().unwrap(),
+                            node(&s["job_id"], &s["step"]),
                             o["path"].as_str()?.to_owned(),
-                            o["hash"]["blake3"].as_str()?.to_owned(),
+                            o["hash"]["blake3"].as_str().map(str::to_owned),
                         ))
                     })
             })
             .collect();
-        let mut edges: HashMap<i64, Vec<i64>> = HashMap::new();
+        let mut edges: HashMap<String, Vec<String>> = HashMap::new();
         for s in steps {
-            let job = s["job_id"].as_i64().unwrap();
+            let me = node(&s["job_id"], &s["step"]);
             for i in s["inputs"].as_array().unwrap() {
-                let Some(up) = i["producer"].as_i64() else {
+                if i["producer"].is_null() {
                     continue;
-                };
+                }
+                let up = node(&i["producer"], &i["producer_step"]);
                 assert!(
-                    started[&up] < started[&job],
-                    "seed {seed}: job {up} -> {job}: {dag}"
+                    started[&up] < started[&me],
+                    "seed {seed}: {up} -> {me}: {dag}"
                 );
                 let at = i["copy_of"]
                     .as_str()
                     .or(i["path"].as_str())
                     .unwrap()
                     .to_owned();
-                let content = i["hash"]["blake3"].as_str().unwrap().to_owned();
+                // A step's intermediate file (written again later in its job) has no hash.
+                let content = i["hash"]["blake3"].as_str().map(str::to_owned);
                 assert!(
-                    wrote.contains(&(up, at.clone(), content)),
-                    "seed {seed}: job {up} never wrote {at} as job {job} read it: {dag}"
+                    wrote.contains(&(up.clone(), at.clone(), content)),
+                    "seed {seed}: {up} never wrote {at} as {me} read it: {dag}"
                 );
-                edges.entry(up).or_default().push(job);
+                edges.entry(up).or_default().push(me.clone());
             }
         }
         // Depth-first search for a back edge.
-        fn visit(n: i64, edges: &HashMap<i64, Vec<i64>>, state: &mut HashMap<i64, u8>) -> bool {
-            match state.get(&n) {
+        fn visit(
+            n: &str,
+            edges: &HashMap<String, Vec<String>>,
+            state: &mut HashMap<String, u8>,
+        ) -> bool {
+            match state.get(n) {
                 Some(1) => return false,
                 Some(2) => return true,
                 _ => {}
             }
-            state.insert(n, 1);
+            state.insert(n.to_owned(), 1);
             let ok = edges
-                .get(&n)
+                .get(n)
                 .into_iter()
                 .flatten()
-                .all(|m| visit(*m, edges, state));
-            state.insert(n, 2);
+                .all(|m| visit(m, edges, state));
+            state.insert(n.to_owned(), 2);
             ok
         }
         let mut state = HashMap::new();
         for n in started.keys() {
             assert!(
-                visit(*n, &edges, &mut state),
+                visit(n, &edges, &mut state),
                 "seed {seed}: a cycle in {dag}"
             );
         }
@@ -474,6 +498,8 @@ fn a_store_of_the_previous_schema_migrates_with_every_job() {
              ALTER TABLE jobs DROP COLUMN git_remote;
              ALTER TABLE jobs DROP COLUMN git_diff;
              ALTER TABLE jobs DROP COLUMN runtime_id;
+             DROP TABLE step_files;
+             DROP TABLE steps;
              PRAGMA user_version = 5;",
         )
         .unwrap();
