@@ -534,6 +534,40 @@ fn programs_joined_by_a_pipe_stay_in_the_step_that_runs_them_on_every_backend() 
 }
 
 #[test]
+fn a_secret_in_a_steps_command_never_reaches_the_store() {
+    let p = Project::new();
+    let secret = "hunter2-roar-step-secret";
+    let job = run(
+        &p,
+        "preload",
+        &[
+            "sh",
+            "-c",
+            &format!("/usr/bin/printf %s --password={secret} > a.txt; cat a.txt > b.txt"),
+        ],
+    );
+    let steps = job["steps"].as_array().expect("steps");
+    let printf = steps
+        .iter()
+        .find(|s| program(s) == "printf")
+        .expect("printf is a step");
+    assert!(
+        !printf["argv"].to_string().contains(secret),
+        "{:#}",
+        printf["argv"]
+    );
+    for file in ["roar.db", "roar.db-wal"] {
+        let bytes = std::fs::read(p.path().join(".roar").join(file)).unwrap_or_default();
+        assert!(
+            !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "{file} holds the secret"
+        );
+    }
+    let o = p.roar(["db", "--secrets-scan"]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+}
+
+#[test]
 fn steps_follow_the_configured_drivers_and_none_makes_every_job_one_step() {
     let p = Project::new();
     p.write("raw.txt", b"b\na\n");

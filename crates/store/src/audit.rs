@@ -18,7 +18,7 @@ use crate::Store;
 #[derive(Debug, Clone, Serialize)]
 pub struct Finding {
     pub job_id: i64,
-    /// `name`, `argv[3]`, `env.DB_URL`, or `process 1234 argv[1]`.
+    /// `name`, `argv[3]`, `env.DB_URL`, `process 1234 argv[1]` or `step 2 argv[1]`.
     pub field: String,
     pub redacted: String,
 }
@@ -62,12 +62,13 @@ pub fn scan(store: &Store, policy: &Policy) -> Result<Vec<Finding>> {
 type Updates = (
     Vec<(i64, Option<String>, Vec<u8>, String)>,
     Vec<(i64, Vec<u8>)>,
+    Vec<(i64, Vec<u8>)>,
 );
 
-/// The findings, and the updates that would remove them: (job rows, process rows).
+/// The findings, and the updates that would remove them: (job rows, process rows, step rows).
 fn plan(conn: &Connection, policy: &Policy) -> rusqlite::Result<(Vec<Finding>, Updates)> {
     let mut findings = Vec::new();
-    let (mut jobs, mut procs) = (Vec::new(), Vec::new());
+    let (mut jobs, mut procs, mut steps) = (Vec::new(), Vec::new(), Vec::new());
     let mut stmt = conn.prepare("SELECT id, name, argv, env FROM jobs ORDER BY id")?;
     let rows = stmt.query_map([], |r| {
         let env: String = r.get(3)?;
@@ -133,7 +134,29 @@ fn plan(conn: &Connection, policy: &Policy) -> rusqlite::Result<(Vec<Finding>, U
             procs.push((rowid, argv_to_blob(&new)));
         }
     }
-    Ok((findings, (jobs, procs)))
+    let mut stmt = conn.prepare("SELECT id, job_id, seq, argv FROM steps ORDER BY job_id, seq")?;
+    let rows = stmt.query_map([], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, i64>(1)?,
+            r.get::<_, i64>(2)?,
+            r.get::<_, Vec<u8>>(3)?,
+        ))
+    })?;
+    for row in rows {
+        let (rowid, job_id, seq, blob) = row?;
+        let argv = argv_from_blob(&blob);
+        if let Some(new) = argv_findings(
+            policy,
+            job_id,
+            &format!("step {seq} "),
+            &argv,
+            &mut findings,
+        ) {
+            steps.push((rowid, argv_to_blob(&new)));
+        }
+    }
+    Ok((findings, (jobs, procs, steps)))
 }
 
 /// Redacts the store at `path` in place by the current rules, then rewrites the file so no old
@@ -147,7 +170,7 @@ pub fn redact_store(path: &Path, policy: &Policy) -> Result<Vec<Finding>> {
     let tx = conn
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
         .map_err(classify)?;
-    let (findings, (jobs, procs)) = plan(&tx, policy).map_err(classify)?;
+    let (findings, (jobs, procs, steps)) = plan(&tx, policy).map_err(classify)?;
     for (id, name, argv, env) in &jobs {
         tx.execute(
             "UPDATE jobs SET name = ?2, argv = ?3, env = ?4 WHERE id = ?1",
@@ -158,6 +181,13 @@ pub fn redact_store(path: &Path, policy: &Policy) -> Result<Vec<Finding>> {
     for (rowid, argv) in &procs {
         tx.execute(
             "UPDATE processes SET argv = ?2 WHERE id = ?1",
+            params![rowid, argv],
+        )
+        .map_err(classify)?;
+    }
+    for (rowid, argv) in &steps {
+        tx.execute(
+            "UPDATE steps SET argv = ?2 WHERE id = ?1",
             params![rowid, argv],
         )
         .map_err(classify)?;
