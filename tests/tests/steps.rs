@@ -432,10 +432,7 @@ fn what_a_vfork_child_does_before_its_exec_is_the_new_steps_on_every_backend() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-    let config = p.path().join(".roar/config.toml");
-    let mut text = std::fs::read_to_string(&config).unwrap();
-    text.push_str("\n[steps]\ndrivers = [\"vforker\"]\n");
-    std::fs::write(&config, text).unwrap();
+    p.append_config("\n[steps]\ndrivers = [\"vforker\"]\n");
     for backend in common::backends() {
         let job = run(&p, backend, &["./vforker"]);
         let got: BTreeSet<String> = edges(&job)

@@ -31,10 +31,7 @@ fn pipeline() -> (Project, Value) {
     let p = Project::new();
     // The page's checks below are written for four jobs of one step each (the loop of `head`s
     // would be eight steps): steps on the page have their own test.
-    let config = p.path().join(".roar/config.toml");
-    let mut text = std::fs::read_to_string(&config).unwrap();
-    text.push_str("\n[steps]\ndrivers = []\n");
-    std::fs::write(&config, text).unwrap();
+    p.append_config("\n[steps]\ndrivers = []\n");
     let mut raw = String::new();
     for i in (1..=100).rev() {
         raw += &format!("{i}\n");

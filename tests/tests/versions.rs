@@ -117,10 +117,7 @@ fn an_output_with_the_bytes_of_a_checkpoint_keeps_its_own_node() {
     let p = Project::new();
     // Collapsing a job's directory of checkpoints is what is checked here: the loop's `cat`s
     // would each be a step with one checkpoint (tests/tests/steps.rs covers steps).
-    let config = p.path().join(".roar/config.toml");
-    let mut text = std::fs::read_to_string(&config).unwrap();
-    text.push_str("\n[steps]\ndrivers = []\n");
-    std::fs::write(&config, text).unwrap();
+    p.append_config("\n[steps]\ndrivers = []\n");
     p.write("data.txt", b"d");
     std::fs::create_dir_all(p.path().join("ckpt")).unwrap();
     run(

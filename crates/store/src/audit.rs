@@ -68,7 +68,7 @@ type Updates = (
 /// The findings, and the updates that would remove them: (job rows, process rows, step rows).
 fn plan(conn: &Connection, policy: &Policy) -> rusqlite::Result<(Vec<Finding>, Updates)> {
     let mut findings = Vec::new();
-    let (mut jobs, mut procs, mut steps) = (Vec::new(), Vec::new(), Vec::new());
+    let mut jobs = Vec::new();
     let mut stmt = conn.prepare("SELECT id, name, argv, env FROM jobs ORDER BY id")?;
     let rows = stmt.query_map([], |r| {
         let env: String = r.get(3)?;
@@ -111,52 +111,50 @@ fn plan(conn: &Connection, policy: &Policy) -> rusqlite::Result<(Vec<Finding>, U
             ));
         }
     }
-    let mut stmt =
-        conn.prepare("SELECT id, job_id, pid, argv FROM processes ORDER BY job_id, id")?;
-    let rows = stmt.query_map([], |r| {
-        Ok((
-            r.get::<_, i64>(0)?,
-            r.get::<_, i64>(1)?,
-            r.get::<_, i64>(2)?,
-            r.get::<_, Vec<u8>>(3)?,
-        ))
-    })?;
-    for row in rows {
-        let (rowid, job_id, pid, blob) = row?;
-        let argv = argv_from_blob(&blob);
-        if let Some(new) = argv_findings(
-            policy,
-            job_id,
-            &format!("process {pid} "),
-            &argv,
-            &mut findings,
-        ) {
-            procs.push((rowid, argv_to_blob(&new)));
-        }
-    }
-    let mut stmt = conn.prepare("SELECT id, job_id, seq, argv FROM steps ORDER BY job_id, seq")?;
-    let rows = stmt.query_map([], |r| {
-        Ok((
-            r.get::<_, i64>(0)?,
-            r.get::<_, i64>(1)?,
-            r.get::<_, i64>(2)?,
-            r.get::<_, Vec<u8>>(3)?,
-        ))
-    })?;
-    for row in rows {
-        let (rowid, job_id, seq, blob) = row?;
-        let argv = argv_from_blob(&blob);
-        if let Some(new) = argv_findings(
-            policy,
-            job_id,
-            &format!("step {seq} "),
-            &argv,
-            &mut findings,
-        ) {
-            steps.push((rowid, argv_to_blob(&new)));
-        }
-    }
+    let procs = argv_rows(
+        conn,
+        policy,
+        "SELECT id, job_id, pid, argv FROM processes ORDER BY job_id, id",
+        "process",
+        &mut findings,
+    )?;
+    let steps = argv_rows(
+        conn,
+        policy,
+        "SELECT id, job_id, seq, argv FROM steps ORDER BY job_id, seq",
+        "step",
+        &mut findings,
+    )?;
     Ok((findings, (jobs, procs, steps)))
+}
+
+/// The argv rows `sql` selects (row id, job id, a number naming the row — a pid, a step — and
+/// the argv) that the rules would redact now, as updates; each finding is named `WHAT N argv[i]`.
+fn argv_rows(
+    conn: &Connection,
+    policy: &Policy,
+    sql: &str,
+    what: &str,
+    findings: &mut Vec<Finding>,
+) -> rusqlite::Result<Vec<(i64, Vec<u8>)>> {
+    let mut updates = Vec::new();
+    let mut stmt = conn.prepare(sql)?;
+    let rows = stmt.query_map([], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, i64>(1)?,
+            r.get::<_, i64>(2)?,
+            r.get::<_, Vec<u8>>(3)?,
+        ))
+    })?;
+    for row in rows {
+        let (rowid, job_id, n, blob) = row?;
+        let argv = argv_from_blob(&blob);
+        if let Some(new) = argv_findings(policy, job_id, &format!("{what} {n} "), &argv, findings) {
+            updates.push((rowid, argv_to_blob(&new)));
+        }
+    }
+    Ok(updates)
 }
 
 /// Redacts the store at `path` in place by the current rules, then rewrites the file so no old

@@ -102,6 +102,14 @@ impl Project {
         serde_json::from_slice(&out.stdout).unwrap()
     }
 
+    /// Appends `text` to the project's `.roar/config.toml`.
+    pub fn append_config(&self, text: &str) {
+        let config = self.path().join(".roar/config.toml");
+        let mut all = std::fs::read_to_string(&config).unwrap();
+        all.push_str(text);
+        std::fs::write(&config, all).unwrap();
+    }
+
     /// `roar run --tracer BACKEND -- ARGV` in the project; it must succeed.
     pub fn run_under(&self, backend: &str, argv: &[&str]) {
         let o = self
