@@ -261,7 +261,7 @@ fn print_job(job: &JobDetail, root: &Path) -> anyhow::Result<()> {
             )?;
         }
     }
-    print_steps(&mut out, &job.steps, root)?;
+    print_steps(&mut out, s.id, &job.steps, root)?;
     if !job.processes.is_empty() {
         const SHOWN: usize = 20;
         writeln!(out, "{} ({})", bold("processes"), job.processes.len())?;
@@ -294,15 +294,25 @@ fn print_job(job: &JobDetail, root: &Path) -> anyhow::Result<()> {
 /// The step tree, each step with its files: `in`/`out`/`tmp`, and where an input came from.
 fn print_steps(
     out: &mut impl Write,
+    job: i64,
     steps: &[roar_store::StepDetail],
     root: &Path,
 ) -> anyhow::Result<()> {
     if steps.is_empty() {
         return Ok(());
     }
+    const SHOWN: usize = 40;
     writeln!(out, "{} ({})", bold("steps"), steps.len())?;
     let mut depth: std::collections::HashMap<u32, usize> = Default::default();
-    for st in steps {
+    for (n, st) in steps.iter().enumerate() {
+        if n == SHOWN {
+            writeln!(
+                out,
+                "  ... {} more; `roar show {job} --json` lists all",
+                steps.len() - SHOWN
+            )?;
+            break;
+        }
         let d = st.parent.and_then(|p| depth.get(&p)).map_or(0, |d| d + 1);
         depth.insert(st.seq, d);
         let indent = "  ".repeat(d);

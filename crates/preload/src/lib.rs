@@ -1384,7 +1384,8 @@ static EXITED: AtomicBool = AtomicBool::new(false);
 pub(crate) unsafe fn report_exit(status: c_int) {
     if enabled() {
         unsafe { loaded::report() };
-        if !EXITED.swap(true, Ordering::Relaxed) {
+        // A vfork child shares the flag with its parent: it reports without marking.
+        if IN_VFORK.load(Ordering::Relaxed) || !EXITED.swap(true, Ordering::Relaxed) {
             unsafe { send(Kind::Exit, status as i64, -1, WireStat::default(), [&[]; 4]) };
         }
     }
