@@ -297,6 +297,39 @@ fn lineage_and_reproduce_of_the_makefile(p: &Project, job: &Value) {
     assert_eq!(b_before, b_after, "only a.txt's recipe ran");
 }
 
+#[test]
+fn status_is_judged_step_by_step() {
+    if !common::require_tool("make") {
+        return;
+    }
+    let p = Project::new();
+    p.write("Makefile", MAKEFILE.as_bytes());
+    p.write("src1.txt", b"one\n");
+    p.write("src2.txt", b"zwei\ndrei\n");
+    run(&p, "preload", &["make", "-j2"]);
+    p.write("src1.txt", b"uno\n");
+    let o = p.roar(["status", "--json"]);
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let stale: BTreeSet<String> = report["stale"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["outputs"].as_array().unwrap().clone())
+        .map(|o| name(o.as_str().unwrap()))
+        .collect();
+    // b.txt comes from src2.txt alone: the job is stale, that recipe is not.
+    assert_eq!(
+        stale,
+        set(&["a.txt", "joined.txt", "summary.txt", "final.txt"]),
+        "{report:#}"
+    );
+    assert!(report["stale"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|s| s["step"].is_u64()));
+}
+
 const DRIVER: &str = r#"
 import subprocess, sys
 for stage in (["prep", "raw.txt", "clean.txt"], ["train", "clean.txt", "model.txt"],

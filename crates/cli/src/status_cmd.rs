@@ -160,9 +160,14 @@ pub fn status(exit_code: bool, json: bool) -> anyhow::Result<ExitCode> {
     }
     if !report.stale.is_empty() {
         let files: usize = report.stale.iter().map(|s| s.outputs.len()).sum();
+        let of = if report.stale.iter().any(|s| s.step.is_some()) {
+            "jobs and steps"
+        } else {
+            "jobs"
+        };
         writeln!(
             out,
-            "{} ({files} files of {} jobs)",
+            "{} ({files} files of {} {of})",
             bold("stale outputs"),
             report.stale.len()
         )?;
@@ -176,8 +181,8 @@ pub fn status(exit_code: bool, json: bool) -> anyhow::Result<ExitCode> {
                 .join(" → ");
             writeln!(
                 out,
-                "  job {}  {}  ({} file{}): {} {} ({chain})",
-                s.job,
+                "  {}  {}  ({} file{}): {} {} ({chain})",
+                crate::graph::title(s.job, s.step),
                 fmt::shown(&s.label),
                 s.outputs.len(),
                 if s.outputs.len() == 1 { "" } else { "s" },

@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
+use rusqlite::params;
 use serde::Serialize;
 
 use crate::error::Result;
@@ -35,22 +36,34 @@ struct Last {
     gone: bool,
 }
 
+/// A job, or one of its steps (SEMANTICS.md "Steps"): what status judges.
+type Node = (i64, Option<u32>);
+
 #[derive(Debug, Clone)]
 struct JobPlan {
     id: i64,
+    step: Option<u32>,
     started: i64,
     label: String,
-    inputs: Vec<(String, Option<String>)>,
-    /// Outputs this job is still the last record of.
+    /// Each input: its path, the content read (when known), and the step of the same job that
+    /// wrote it (a step's input made inside its job).
+    inputs: Vec<(String, Option<String>, Option<Node>)>,
+    /// Outputs this job (or step) is still the last record of.
     outputs: Vec<String>,
+}
+
+impl JobPlan {
+    fn node(&self) -> Node {
+        (self.id, self.step)
+    }
 }
 
 /// What `roar status` must look at, read from the store in one pass.
 #[derive(Debug)]
 pub struct StatusPlan {
     last: HashMap<String, Last>,
-    /// The last job that wrote each location, and the content it wrote.
-    made: HashMap<String, (i64, String)>,
+    /// The last writer of each location (the job, at the step that left it), and the content.
+    made: HashMap<String, (Node, String)>,
     jobs: Vec<JobPlan>,
     root: std::path::PathBuf,
 }
@@ -82,6 +95,9 @@ pub struct Cause {
 #[derive(Debug, Clone, Serialize)]
 pub struct StaleJob {
     pub job: i64,
+    /// The step of the job whose outputs these are, when the job has steps.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<u32>,
     pub label: String,
     pub outputs: Vec<String>,
     pub because: Cause,
@@ -172,9 +188,26 @@ impl Store {
                     },
                 );
             }
+            // For jobs with steps: the step that left each output's final content, and every step.
+            let mut final_step: HashMap<(i64, String), u32> = HashMap::new();
+            let mut stmt = self.conn.prepare(
+                "SELECT s.job_id, s.seq, f.path FROM step_files f JOIN steps s ON s.id = f.step_id
+                 WHERE f.role = 'output' AND f.content = 'final'",
+            )?;
+            let mut rows = stmt.query([])?;
+            while let Some(r) = rows.next()? {
+                let path = String::from_utf8_lossy(r.get_ref(2)?.as_bytes()?).into_owned();
+                final_step.insert((r.get(0)?, path), r.get(1)?);
+            }
+            let mut seqs: HashMap<i64, Vec<u32>> = HashMap::new();
+            let mut stmt = self.conn.prepare("SELECT job_id, seq FROM steps")?;
+            let mut rows = stmt.query([])?;
+            while let Some(r) = rows.next()? {
+                seqs.entry(r.get(0)?).or_default().push(r.get(1)?);
+            }
             // The last writer of each location that still holds what it wrote (as far as the
             // store knows: no later record shows other content there).
-            let mut outputs: BTreeMap<i64, Vec<String>> = BTreeMap::new();
+            let mut outputs: BTreeMap<Node, Vec<String>> = BTreeMap::new();
             let mut writers = self.conn.prepare(
                 "SELECT f.path, f.job_id, a.blake3 FROM job_files f JOIN artifacts a ON a.id = f.artifact_id
                  WHERE f.id IN (SELECT max(id) FROM job_files WHERE role = 'output' GROUP BY path)
@@ -189,15 +222,35 @@ impl Store {
                 let held = last.get(&path).is_some_and(|l| {
                     !l.gone && l.hash.as_ref().is_some_and(|h| h.blake3 == blake3)
                 });
+                let node = (job, final_step.get(&(job, path.clone())).copied());
                 if held {
-                    outputs.entry(job).or_default().push(path.clone());
+                    outputs.entry(node).or_default().push(path.clone());
                 }
-                made.insert(path, (job, blake3));
+                made.insert(path, (node, blake3));
             }
             // Every last writer takes part, even one whose outputs were all moved on: a change
-            // upstream of it goes through it to the jobs that read what it made.
-            for (job, _) in made.values() {
-                outputs.entry(*job).or_default();
+            // upstream of it goes through it to the jobs that read what it made; so does every
+            // step of such a job (a change goes from step to step inside it).
+            for (node, _) in made.values() {
+                outputs.entry(*node).or_default();
+            }
+            let jobs_with_steps: Vec<i64> = outputs
+                .keys()
+                .map(|(job, _)| *job)
+                .filter(|job| seqs.contains_key(job))
+                .collect();
+            for job in jobs_with_steps {
+                for &seq in &seqs[&job] {
+                    outputs.entry((job, Some(seq))).or_default();
+                }
+                // Outputs no step is known to have left stay with the step that is the job.
+                let whole = outputs.remove(&(job, None)).unwrap_or_default();
+                outputs.entry((job, Some(1))).or_default().extend(whole);
+            }
+            for (node, _) in made.values_mut() {
+                if node.1.is_none() && seqs.contains_key(&node.0) {
+                    node.1 = Some(1);
+                }
             }
             let mut jobs = Vec::with_capacity(outputs.len());
             let mut head = self
@@ -207,7 +260,41 @@ impl Store {
                 "SELECT f.path, a.blake3 FROM job_files f LEFT JOIN artifacts a ON a.id = f.artifact_id
                  WHERE f.job_id = ?1 AND f.role = 'input' AND NOT roar_noise(f.path)",
             )?;
-            for (id, mut outs) in outputs {
+            let mut step_head = self
+                .conn
+                .prepare("SELECT id, argv, started_ns FROM steps WHERE job_id = ?1 AND seq = ?2")?;
+            let mut step_ins = self.conn.prepare(
+                "SELECT f.path, a.blake3, f.from_seq FROM step_files f
+                 LEFT JOIN job_files j ON j.job_id = ?1 AND j.path = f.path
+                      AND j.role = CASE f.content WHEN 'prior' THEN 'input' WHEN 'final' THEN 'output' END
+                 LEFT JOIN artifacts a ON a.id = j.artifact_id
+                 WHERE f.step_id = ?2 AND f.role = 'input' AND NOT roar_noise(f.path)",
+            )?;
+            for ((id, step), mut outs) in outputs {
+                if let Some(seq) = step {
+                    let (step_id, argv, started): (i64, Vec<u8>, Option<i64>) = step_head
+                        .query_row(params![id, seq], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+                    let inputs = step_ins
+                        .query_map(params![id, step_id], |r| {
+                            Ok((
+                                String::from_utf8_lossy(r.get_ref(0)?.as_bytes()?).into_owned(),
+                                r.get(1)?,
+                                r.get::<_, Option<u32>>(2)?.map(|w| (id, Some(w))),
+                            ))
+                        })?
+                        .collect::<rusqlite::Result<Vec<_>>>()?;
+                    let job_started: i64 = head.query_row([id], |r| r.get(2))?;
+                    outs.sort();
+                    jobs.push(JobPlan {
+                        id,
+                        step,
+                        started: started.unwrap_or(job_started),
+                        label: shell_join(&argv_from_blob(&argv)),
+                        inputs,
+                        outputs: outs,
+                    });
+                    continue;
+                }
                 let (label, started): (String, i64) = head.query_row([id], |r| {
                     let name: Option<String> = r.get(0)?;
                     let argv = argv_from_blob(r.get_ref(1)?.as_bytes()?);
@@ -225,12 +312,14 @@ impl Store {
                         Ok((
                             String::from_utf8_lossy(r.get_ref(0)?.as_bytes()?).into_owned(),
                             r.get(1)?,
+                            None,
                         ))
                     })?
                     .collect::<rusqlite::Result<Vec<_>>>()?;
                 outs.sort();
                 jobs.push(JobPlan {
                     id,
+                    step: None,
                     started,
                     label,
                     inputs,
@@ -238,7 +327,7 @@ impl Store {
                 });
             }
             // Producers before the jobs that read them.
-            jobs.sort_by_key(|j| (j.started, j.id));
+            jobs.sort_by_key(|j| (j.started, j.id, j.step));
             Ok(StatusPlan {
                 last,
                 made,
@@ -266,7 +355,7 @@ impl StatusPlan {
             .map(String::as_str)
             .collect();
         for j in &self.jobs {
-            out.extend(j.inputs.iter().map(|(p, _)| p.as_str()));
+            out.extend(j.inputs.iter().map(|(p, ..)| p.as_str()));
         }
         let mut v: Vec<String> = out
             .into_iter()
@@ -300,7 +389,7 @@ impl StatusPlan {
                     .made
                     .get(path)
                     .filter(|(_, c)| Some(c.as_str()) == recorded)
-                    .map(|(j, _)| *j);
+                    .map(|((j, _), _)| *j);
                 changed.push(Change {
                     path: path.clone(),
                     state: st,
@@ -316,17 +405,17 @@ impl StatusPlan {
         }
         changed.sort_by(|a, b| a.path.cmp(&b.path));
 
-        let mut stale: HashMap<i64, Cause> = HashMap::new();
+        let mut stale: HashMap<Node, Cause> = HashMap::new();
         // Jobs are in start order, so a producer is usually judged before its readers; the loop
         // repeats until nothing new is found for the rare reader recorded out of order.
         loop {
             let mut found = false;
             for j in &self.jobs {
-                if stale.contains_key(&j.id) {
+                if stale.contains_key(&j.node()) {
                     continue;
                 }
                 if let Some(cause) = self.cause(j, now, &stale) {
-                    stale.insert(j.id, cause);
+                    stale.insert(j.node(), cause);
                     found = true;
                 }
             }
@@ -338,7 +427,7 @@ impl StatusPlan {
             .jobs
             .iter()
             .filter_map(|j| {
-                let because = stale.get(&j.id)?.clone();
+                let because = stale.get(&j.node())?.clone();
                 // An output changed by hand is reported as modified, not as stale.
                 let outputs: Vec<String> = j
                     .outputs
@@ -348,6 +437,7 @@ impl StatusPlan {
                     .collect();
                 (!outputs.is_empty()).then(|| StaleJob {
                     job: j.id,
+                    step: j.step,
                     label: j.label.clone(),
                     outputs,
                     because,
@@ -374,18 +464,31 @@ impl StatusPlan {
         &self,
         j: &JobPlan,
         now: &HashMap<String, Now>,
-        stale: &HashMap<i64, Cause>,
+        stale: &HashMap<Node, Cause>,
     ) -> Option<Cause> {
         let mut inherited = None;
-        for (path, read) in &j.inputs {
+        let through = |up: &Cause| {
+            let mut c = up.clone();
+            // The chain names jobs: a step after another of the same job adds nothing.
+            if c.chain.last() != Some(&j.id) {
+                c.chain.push(j.id);
+            }
+            c
+        };
+        for (path, read, within) in &j.inputs {
+            // Made by another step of the same job, itself stale.
+            if let Some(up) = within.and_then(|w| stale.get(&w)) {
+                inherited.get_or_insert_with(|| through(up));
+            }
             let Some(read) = read else { continue };
-            // Unchanged, but made by a job that is itself stale.
-            if inherited.is_none() {
-                let up = self.made.get(path).filter(|(w, c)| c == read && *w != j.id);
+            // Unchanged, but made by a job (or another job's step) that is itself stale.
+            if inherited.is_none() && within.is_none() {
+                let up = self
+                    .made
+                    .get(path)
+                    .filter(|(w, c)| c == read && w.0 != j.id);
                 if let Some(up) = up.and_then(|(w, _)| stale.get(w)) {
-                    let mut c = up.clone();
-                    c.chain.push(j.id);
-                    inherited = Some(c);
+                    inherited = Some(through(up));
                 }
             }
             let last = self.last.get(path);
