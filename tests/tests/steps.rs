@@ -564,6 +564,45 @@ fn programs_joined_by_a_pipe_stay_in_the_step_that_runs_them_on_every_backend() 
 }
 
 #[test]
+fn reproduce_quotes_hostile_names_in_redirections() {
+    let p = Project::new();
+    // A name a shell would expand, split or end a quote on.
+    let hostile = "o u'$(touch PWNED)\"`id`;\n.txt";
+    p.write("in.txt", b"b\na\n");
+    let script = "sort in.txt > \"$1\" && cat in.txt >> \"$1\"";
+    run(&p, "preload", &["bash", "-c", script, "bash", hostile]);
+    let want = std::fs::read(p.path().join(hostile)).unwrap();
+    // The script, before the re-run below records new jobs.
+    let text = stdout(&p.roar(["reproduce", hostile]));
+    std::fs::remove_file(p.path().join(hostile)).unwrap();
+    let o = p.roar(["reproduce", "--run", hostile]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    assert_eq!(std::fs::read(p.path().join(hostile)).unwrap(), want);
+    // The script form runs the same under sh.
+    std::fs::remove_file(p.path().join(hostile)).unwrap();
+    let o = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(&text)
+        .current_dir(p.path())
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                common::roar_bin().parent().unwrap().display(),
+                std::env::var("PATH").unwrap()
+            ),
+        )
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{text}\n{}", stderr(&o));
+    assert_eq!(std::fs::read(p.path().join(hostile)).unwrap(), want);
+    assert!(
+        !p.path().join("PWNED").exists(),
+        "a recorded name ran as a command"
+    );
+}
+
+#[test]
 fn a_secret_in_a_steps_command_never_reaches_the_store() {
     let p = Project::new();
     let secret = "hunter2-roar-step-secret";
