@@ -382,16 +382,19 @@ fn decode(h: &Header, p: [&[u8]; 4]) -> Option<Event> {
     let path = || join_normalize(p[0], p[1]);
     let path2 = || join_normalize(p[2], p[3]);
     Some(match Kind::from_u16(h.kind)? {
-        Kind::Exec => Event::Exec {
-            pid,
-            ppid: h.arg as i32,
-            cwd: PathBuf::from(OsString::from_vec(p[0].to_vec())),
-            exe: PathBuf::from(OsString::from_vec(p[1].to_vec())),
-            argv: roar_store::argv_from_blob(p[2]),
-            stdio: crate::event::split_stdio(roar_wire::decode_stdio(p[3])).0,
-            pipes: crate::event::split_stdio(roar_wire::decode_stdio(p[3])).1,
-            ts_ns,
-        },
+        Kind::Exec => {
+            let (stdio, pipes) = crate::event::split_stdio(roar_wire::decode_stdio(p[3]));
+            Event::Exec {
+                pid,
+                ppid: h.arg as i32,
+                cwd: PathBuf::from(OsString::from_vec(p[0].to_vec())),
+                exe: PathBuf::from(OsString::from_vec(p[1].to_vec())),
+                argv: roar_store::argv_from_blob(p[2]),
+                stdio,
+                pipes,
+                ts_ns,
+            }
+        }
         Kind::Fork => Event::Fork {
             pid,
             ppid: h.arg as i32,

@@ -176,9 +176,9 @@ impl Policy {
     }
 
     /// Everything of a job that may hold a secret: its name, argv, every process's and step's
-    /// argv, its environment, its git remote, and its dirty tree's diff (not kept when an added line holds
-    /// a secret: a redacted patch would no longer apply). Paths are not: they name the files the
-    /// lineage is about.
+    /// argv, its environment, its git remote, and its dirty tree's diff (not kept when an added
+    /// line holds a secret: a redacted patch would no longer apply). Paths are not: they name the
+    /// files the lineage is about.
     pub fn job(&self, job: &mut JobRecord) -> usize {
         let mut changed = self.argv(&mut job.argv) + self.env(&mut job.env);
         for p in &mut job.processes {

@@ -95,16 +95,17 @@ pub(super) fn decode(rec: &[u8], offset: i64, gen: u32) -> Result<Option<Event>,
     Ok(Some(match h.kind {
         KIND_EXEC => {
             let argv = strs[2].strip_suffix(b"\0").unwrap_or(strs[2]);
-            let stdio =
-                roar_wire::decode_stdio(strs[3]).map(|(k, dev, ino)| (k, user_dev(dev), ino));
+            let (stdio, pipes) = crate::event::split_stdio(
+                roar_wire::decode_stdio(strs[3]).map(|(k, dev, ino)| (k, user_dev(dev), ino)),
+            );
             Event::Exec {
                 pid,
                 ppid: h.ppid as i32,
                 cwd: PathBuf::from(OsString::from_vec(dir_path(strs[0]))),
                 exe: PathBuf::from(OsString::from_vec(dir_path(strs[1]))),
                 argv: roar_store::argv_from_blob(argv),
-                stdio: crate::event::split_stdio(stdio).0,
-                pipes: crate::event::split_stdio(stdio).1,
+                stdio,
+                pipes,
                 ts_ns,
             }
         }
