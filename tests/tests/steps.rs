@@ -189,15 +189,9 @@ fn a_makefile_under_make_j2_is_a_step_per_recipe_and_reproduce_reruns_one() {
     }
 }
 
-fn make_steps_are_the_recipes(job: &Value, backend: &str) {
-    let steps = job["steps"].as_array().expect("steps");
-    // make, and one step per recipe under it.
-    assert_eq!(program(&steps[0]), "make", "{backend}");
-    assert_eq!(steps.len(), 6, "{backend}: {:#}", job["steps"]);
-    assert!(steps[1..].iter().all(|s| s["parent"] == 1), "{backend}");
-    let e = edges(job);
-    for want in [
-        "make: in Makefile",
+/// What each recipe of [`MAKEFILE`] reads and writes, with the recipe each input came from.
+fn make_edges() -> BTreeSet<String> {
+    set(&[
         "tr: in src1.txt",
         "tr: out a.txt",
         "sort: in src2.txt",
@@ -209,8 +203,47 @@ fn make_steps_are_the_recipes(job: &Value, backend: &str) {
         "wc: out summary.txt",
         "tr: in summary.txt <- wc",
         "tr: out final.txt",
-    ] {
+    ])
+}
+
+fn make_steps_are_the_recipes(job: &Value, backend: &str) {
+    let steps = job["steps"].as_array().expect("steps");
+    // make, and one step per recipe under it.
+    assert_eq!(program(&steps[0]), "make", "{backend}");
+    assert_eq!(steps.len(), 6, "{backend}: {:#}", job["steps"]);
+    assert!(steps[1..].iter().all(|s| s["parent"] == 1), "{backend}");
+    let e = edges(job);
+    for want in make_edges()
+        .iter()
+        .chain([&"make: in Makefile".to_string()])
+    {
         assert!(e.contains(want), "{backend}: {want} missing from {e:#?}");
+    }
+}
+
+/// The mount's steps are `want`, or coarser where the mount could not see a stream handed
+/// over (SEMANTICS.md "Steps inside a job"): an input of a command may be its shell's (`shell`)
+/// instead, from the same step, and nothing else may differ.
+fn same_or_coarser(got: &BTreeSet<String>, want: &BTreeSet<String>, shell: &str, run: &str) {
+    for w in want {
+        if got.contains(w) {
+            continue;
+        }
+        let (_, rest) = w.split_once(": ").unwrap();
+        let as_shell = format!("{shell}: {rest}");
+        assert!(
+            rest.starts_with("in ") && got.contains(&as_shell),
+            "{run}: {w} missing (nor as {as_shell}) from {got:#?}"
+        );
+    }
+    for g in got {
+        let (_, rest) = g.split_once(": ").unwrap();
+        assert!(
+            want.contains(g)
+                || (g.starts_with(&format!("{shell}: in "))
+                    && want.iter().any(|w| w.ends_with(&format!(": {rest}")))),
+            "{run}: {g} is not one of {want:#?}"
+        );
     }
 }
 
@@ -658,4 +691,132 @@ fn steps_follow_the_configured_drivers_and_none_makes_every_job_one_step() {
     let err = stderr(&o);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("not a program name"), "{err}");
+}
+
+/// The mount cuts a job into steps by the same rule, from what it sees: each command of a
+/// script (sh and bash, each run a few times: the mount reads a program it is told exec'd
+/// while that program runs), each recipe of a Makefile under `make -j2`, each stage of a Python
+/// driver, with the same files and edges as every `roar run` backend.
+#[test]
+fn under_the_mount_scripts_makefiles_and_drivers_are_the_same_steps_needs_root() {
+    if !common::mount::require_fuse() {
+        return;
+    }
+    let mut m = common::mount::Mounted::new(|d| {
+        std::fs::write(d.join("raw.txt"), b"b\na\nc\n").unwrap();
+        std::fs::write(d.join("pipeline.sh"), PIPELINE).unwrap();
+        std::fs::write(d.join("src1.txt"), b"hello\n").unwrap();
+        std::fs::write(d.join("src2.txt"), b"b\na\n").unwrap();
+        std::fs::write(d.join("Makefile"), MAKEFILE).unwrap();
+        std::fs::write(d.join("driver.py"), DRIVER).unwrap();
+        std::fs::write(d.join("stage.py"), STAGE).unwrap();
+    });
+    let shells: Vec<&str> = ["sh", "bash"]
+        .into_iter()
+        .filter(|s| common::require_tool(s))
+        .collect();
+    let rounds = 4;
+    let mut runs = Vec::new();
+    for round in 0..rounds {
+        for shell in &shells {
+            assert!(m.run(&[shell, "pipeline.sh"]).success());
+            runs.push(format!("{shell} #{round}"));
+        }
+    }
+    let make = common::require_tool("make");
+    if make {
+        assert!(m.run(&["make", "-j2"]).success());
+    }
+    let python = common::require_tool("python3");
+    if python {
+        assert!(m.run(&["python3", "driver.py"]).success());
+    }
+    m.unmount();
+    let jobs = m.jobs();
+    let scripts: Vec<&Value> = jobs
+        .iter()
+        .filter(|j| j["argv"][1] == "pipeline.sh")
+        .collect();
+    assert_eq!(scripts.len(), runs.len(), "a job per script: {jobs:#?}");
+    let pipeline = set(&[
+        "tr: in raw.txt",
+        "tr: out clean.txt",
+        "sort: in clean.txt <- tr",
+        "sort: out model.txt",
+        "wc: in model.txt <- sort",
+        "wc: out metrics.txt",
+    ]);
+    for (job, run) in scripts.iter().zip(&runs) {
+        let steps = job["steps"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{run}: {job:#}"));
+        let tree: Vec<(u64, Option<u64>)> = steps
+            .iter()
+            .map(|s| (s["seq"].as_u64().unwrap(), s["parent"].as_u64()))
+            .collect();
+        assert_eq!(
+            tree,
+            [(1, None), (2, Some(1)), (3, Some(1)), (4, Some(1))],
+            "{run}: the script and its three commands: {:#}",
+            job["steps"]
+        );
+        let mut want = pipeline.clone();
+        let shell = program(&steps[0]);
+        want.insert(format!("{shell}: in pipeline.sh"));
+        if shell == "bash" {
+            // bash opens a redirection in the child: the command's own request.
+            assert_eq!(edges(job), want, "{run}");
+        } else {
+            same_or_coarser(&edges(job), &want, &shell, run);
+        }
+        let clean_in = &steps[2]["inputs"][0];
+        assert_eq!(
+            clean_in["hash"]["blake3"],
+            blake3::hash(b"B\nA\nC\n").to_hex().as_str(),
+            "{run}"
+        );
+    }
+    if make {
+        let job = jobs
+            .iter()
+            .find(|j| j["argv"][0] == "make")
+            .expect("make's job");
+        // Recipes with `<` run as `sh -c`: tr may show as a step under its shell's.
+        let mut want = make_edges();
+        want.insert("make: in Makefile".into());
+        let got: BTreeSet<String> = edges(job)
+            .into_iter()
+            .map(|e| e.replacen("dash: ", "sh: ", 1))
+            .collect();
+        same_or_coarser(&got, &want, "sh", "make -j2");
+    }
+    if python {
+        let job = jobs
+            .iter()
+            .find(|j| {
+                j["argv"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|a| a == "driver.py")
+            })
+            .expect("the driver's job");
+        let steps = job["steps"].as_array().expect("steps");
+        let stages: Vec<&str> = steps[1..]
+            .iter()
+            .map(|s| s["argv"][2].as_str().unwrap())
+            .collect();
+        assert_eq!(stages, ["prep", "train", "eval"], "{:#}", job["steps"]);
+        let outs: BTreeSet<String> = steps[2]["outputs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| name(o["path"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            outs,
+            set(&["model.txt", "part0.txt", "part1.txt"]),
+            "the pool's workers' files are the train step's"
+        );
+    }
 }

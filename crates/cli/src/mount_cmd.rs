@@ -340,7 +340,9 @@ fn foreground(
     let db = project.db_path();
     let mount = || {
         if archives.is_empty() {
-            return roar_roarfs::mount(dir, &db, ignore, machine);
+            let steps =
+                roar_tracer::steps::Rule::new(config.steps.drivers.iter().map(String::as_str));
+            return roar_roarfs::mount(dir, &db, ignore, machine, steps);
         }
         let mut sources = Vec::new();
         for index in archives {

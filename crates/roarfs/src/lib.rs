@@ -53,12 +53,13 @@ pub struct Mounted {
 
 /// Mounts roarfs in place over `dir`, recording into the store at `db`; paths `ignore` matches
 /// are never inputs or outputs (the rule `roar run` applies). `machine` is recorded with every
-/// job (the mount sees no packages: only its own files).
+/// job (the mount sees no packages: only its own files); `steps` cuts jobs into steps.
 pub fn mount(
     dir: &Path,
     db: &Path,
     ignore: Ignore,
     machine: Option<roar_store::Runtime>,
+    steps: roar_tracer::steps::Rule,
 ) -> Result<Mounted, MountError> {
     let root_fd: OwnedFd = std::fs::File::open(dir)
         .and_then(|f| sys::open_path(std::os::fd::AsFd::as_fd(&f), ".".as_ref()))
@@ -72,7 +73,11 @@ pub fn mount(
         tracing::warn!("roarfs: cannot raise the open-file limit: {e}");
     }
     let writer = roar_store::Writer::start(db)?;
-    let jobs = Arc::new(Jobs::new(writer, ignore).with_machine(machine));
+    let jobs = Arc::new(
+        Jobs::new(writer, ignore)
+            .with_machine(machine)
+            .with_steps(steps),
+    );
     jobs.watch_exits();
     let fs = RoarFs::new(root_fd, dir.to_owned(), jobs.clone(), Some(db)).map_err(|source| {
         MountError::Open {
@@ -82,6 +87,12 @@ pub fn mount(
     })?;
     let how = fs.inodes().scheme().name();
     let session = spawn(fs, dir, false)?;
+    match std::fs::metadata(dir) {
+        Ok(m) => jobs.set_mount(std::os::unix::fs::MetadataExt::dev(&m), dir.to_owned()),
+        Err(e) => tracing::warn!(
+            "roarfs: cannot stat the mount ({e}): a shell's redirections stay in its step"
+        ),
+    }
     Ok(Mounted {
         session: Some(session),
         jobs,

@@ -698,9 +698,9 @@ pub fn as_caller<T>(caller: Caller, f: impl FnOnce() -> io::Result<T>) -> io::Re
     r
 }
 
-/// The kernel's process events (the netlink proc connector), read for thread exits: what lets
-/// the mount keep a thread's job cached without re-reading /proc on every request. Needs
-/// CAP_NET_ADMIN.
+/// The kernel's process events (the netlink proc connector), read for thread exits (what lets
+/// the mount keep a thread's job cached without re-reading /proc on every request) and execs
+/// (what cuts a job into steps). Needs CAP_NET_ADMIN.
 pub struct ExitEvents {
     sock: OwnedFd,
 }
@@ -715,9 +715,10 @@ pub struct Exit {
 
 /// What [`ExitEvents::wait`] saw.
 pub enum Exits {
-    /// These threads exited. Reported late when the reader lags (a machine busy with other
-    /// processes): the id may already belong to a new thread, which started after `at_ns`.
-    Tids(Vec<Exit>),
+    /// These threads exited, and these processes (by pid) exec'd a new program. Reported late
+    /// when the reader lags (a machine busy with other processes): an exited thread's id may
+    /// already belong to a new thread, which started after `at_ns`.
+    Seen { exits: Vec<Exit>, execs: Vec<i32> },
     /// Events were lost (the socket's buffer overflowed): any cached thread may have exited.
     Lost,
 }
@@ -725,6 +726,7 @@ pub enum Exits {
 const CN_IDX_PROC: u32 = 1;
 const CN_VAL_PROC: u32 = 1;
 const PROC_CN_MCAST_LISTEN: u32 = 1;
+const PROC_EVENT_EXEC: u32 = 0x0000_0002;
 const PROC_EVENT_EXIT: u32 = 0x8000_0000;
 /// sizeof(struct nlmsghdr) and sizeof(struct cn_msg).
 const NLMSG_HDR: usize = 16;
@@ -766,7 +768,7 @@ impl ExitEvents {
         }
     }
 
-    /// Blocks until events arrive; returns the exits among them.
+    /// Blocks until events arrive; returns the exits and execs among them.
     pub fn wait(&self, buf: &mut [u8]) -> io::Result<Exits> {
         // SAFETY: sockaddr_nl is plain old data.
         let mut from: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
@@ -791,9 +793,13 @@ impl ExitEvents {
         }
         if from.nl_pid != 0 {
             // Only the kernel speaks for the proc connector; anything else is dropped unread.
-            return Ok(Exits::Tids(Vec::new()));
+            return Ok(Exits::Seen {
+                exits: Vec::new(),
+                execs: Vec::new(),
+            });
         }
         let mut exits = Vec::new();
+        let mut execs = Vec::new();
         let mut rest = &buf[..n as usize];
         // Netlink messages, each: nlmsghdr (len first), cn_msg, proc_event {what, cpu,
         // timestamp_ns (u64), then the event's own fields}.
@@ -810,16 +816,18 @@ impl ExitEvents {
             let at_ns = ev
                 .get(8..16)
                 .map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")));
-            // exit: {pid, tgid, ...}. Forks are not needed: a thread id is reused only after
-            // its exit, which the socket delivers first.
-            if let (Some(PROC_EVENT_EXIT), Some(tid), Some(at_ns)) = (word(0), word(16), at_ns) {
-                exits.push(Exit {
+            // exit: {pid, tgid, ...}; exec: {pid, tgid}. Forks are not needed: a thread id is
+            // reused only after its exit, which the socket delivers first.
+            match (word(0), word(16), word(20), at_ns) {
+                (Some(PROC_EVENT_EXIT), Some(tid), _, Some(at_ns)) => exits.push(Exit {
                     tid: tid as i32,
                     at_ns,
-                });
+                }),
+                (Some(PROC_EVENT_EXEC), _, Some(tgid), _) => execs.push(tgid as i32),
+                _ => {}
             }
             rest = &rest[((len + 3) & !3).min(rest.len())..];
         }
-        Ok(Exits::Tids(exits))
+        Ok(Exits::Seen { exits, execs })
     }
 }

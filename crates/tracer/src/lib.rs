@@ -13,6 +13,7 @@ mod ebpf;
 pub mod event;
 /// The ignore rule is the store's, shared with the mount.
 pub use roar_store::ignore;
+pub mod from_proc;
 mod launch;
 mod preload;
 mod ptrace;

@@ -358,62 +358,6 @@ fn on_exit(pid: i32, pending: Pending, result: i64) -> Option<Event> {
     })
 }
 
-fn exec_event(pid: i32) -> Event {
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    let cmdline = cmdline.strip_suffix(b"\0").unwrap_or(&cmdline);
-    let ppid = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("PPid:").and_then(|v| v.trim().parse().ok()))
-        })
-        .unwrap_or(0);
-    let streams = crate::event::split_stdio([0, 1, 2].map(|fd| {
-        use std::os::unix::fs::{FileTypeExt, MetadataExt};
-        match std::fs::metadata(format!("/proc/{pid}/fd/{fd}")) {
-            Ok(m) if m.is_file() => (roar_wire::STREAM_FILE, m.dev(), m.ino()),
-            // A stdin pipe nobody can write to carries nothing (GNU make's parallel recipes).
-            Ok(m) if fd == 0 && m.file_type().is_fifo() && dead_pipe(pid) => (0, 0, 0),
-            Ok(m) if m.file_type().is_fifo() || m.file_type().is_socket() => {
-                (roar_wire::STREAM_PIPE, m.dev(), m.ino())
-            }
-            _ => (0, 0, 0),
-        }
-    }));
-    Event::Exec {
-        pid,
-        ppid,
-        exe: PathBuf::from(OsString::from_vec(proc_link(pid, "exe"))),
-        argv: roar_store::argv_from_blob(cmdline),
-        cwd: PathBuf::from(OsString::from_vec(proc_link(pid, "cwd"))),
-        stdio: streams.0,
-        pipes: streams.1,
-        ts_ns: now_ns(),
-    }
-}
-
-/// Whether `pid`'s stdin is a pipe with no writer and nothing left to read (looked at through a
-/// reader of our own, opened by /proc; it takes nothing from the pipe).
-fn dead_pipe(pid: i32) -> bool {
-    use std::os::fd::AsRawFd;
-    use std::os::unix::fs::OpenOptionsExt;
-    let Ok(f) = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(format!("/proc/{pid}/fd/0"))
-    else {
-        return false;
-    };
-    let mut p = libc::pollfd {
-        fd: f.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, no wait.
-    let n = unsafe { libc::poll(&mut p, 1, 0) };
-    n == 1 && p.revents & libc::POLLHUP != 0 && p.revents & libc::POLLIN == 0
-}
-
 fn is_thread(tid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{tid}/status"))
         .ok()
@@ -471,7 +415,7 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
     guard.set_child(root);
     drop(child);
 
-    let first = exec_event(root);
+    let first = crate::from_proc::exec_event(root);
     tap(&first);
     let mut events = vec![first];
     let mut pending: HashMap<i32, Pending> = HashMap::new();
@@ -568,7 +512,7 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
             }
             (libc::SIGTRAP, libc::PTRACE_EVENT_EXEC) => {
                 known.insert(pid);
-                let ev = exec_event(pid);
+                let ev = crate::from_proc::exec_event(pid);
                 tap(&ev);
                 events.push(ev);
                 cont(libc::PTRACE_CONT, pid, 0);

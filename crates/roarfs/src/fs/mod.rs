@@ -36,7 +36,7 @@ use roar_store::Ops;
 
 use crate::content::Content;
 use crate::inodes::{Inodes, Opened};
-use crate::jobs::{JobKey, Jobs};
+use crate::jobs::{Access, JobKey, Jobs};
 use crate::sys;
 
 mod state;
@@ -54,6 +54,8 @@ struct Handle {
     /// blake3 of everything written so far, while the writes are sequential from offset 0.
     stream: Option<(blake3::Hasher, u64)>,
     wrote: bool,
+    /// The threads that wrote through it (a shell's `> out` is written by the command it ran).
+    writers: Vec<u32>,
     _backing: Option<Arc<BackingId>>,
 }
 
@@ -257,6 +259,7 @@ impl Filesystem for RoarFs {
             if let (Some(job), Some(_)) = (job, size) {
                 let path = self.inodes.path(ino.0);
                 let content = self.content.of_path_fd(fd, &path);
+                self.jobs.event(req.pid(), job, Access::Truncate(&path));
                 self.jobs.with_file(job, &path, |st| {
                     st.ops.insert(Ops::TRUNCATE);
                     st.job_made = true;
@@ -325,11 +328,12 @@ impl Filesystem for RoarFs {
         match result {
             Ok(recorded) => {
                 if let (true, Some(job)) = (recorded, job) {
-                    self.jobs
-                        .with_file(job, &self.child_path(parent.0, name), |st| {
-                            st.ops.insert(Ops::UNLINK);
-                            st.exists = false;
-                        });
+                    let path = self.child_path(parent.0, name);
+                    self.jobs.event(req.pid(), job, Access::Unlink(&path));
+                    self.jobs.with_file(job, &path, |st| {
+                        st.ops.insert(Ops::UNLINK);
+                        st.exists = false;
+                    });
                 }
                 reply.ok();
             }
@@ -365,12 +369,13 @@ impl Filesystem for RoarFs {
         // A name the job made, as under `roar run`: a temp if it removes it again (configure's
         // `conftest.sym`). Kept, it is recorded without content (docs/SEMANTICS.md).
         if let (true, Some(job)) = (made.get(), job) {
-            self.jobs
-                .with_file(job, &self.child_path(parent.0, link_name), |st| {
-                    st.ops.insert(Ops::CREATE);
-                    st.job_made = true;
-                    st.exists = true;
-                });
+            let path = self.child_path(parent.0, link_name);
+            self.jobs.event(req.pid(), job, Access::Symlink(&path));
+            self.jobs.with_file(job, &path, |st| {
+                st.ops.insert(Ops::CREATE);
+                st.job_made = true;
+                st.exists = true;
+            });
         }
     }
 
@@ -414,6 +419,12 @@ impl Filesystem for RoarFs {
             self.jobs.rename_dir(&from, &to);
         }
         if let (true, Some(job)) = (is_reg(&st), job) {
+            let access = Access::Rename {
+                from: &from,
+                to: &to,
+                exchange,
+            };
+            self.jobs.event(req.pid(), job, access);
             self.jobs
                 .rename(job, &from, &to, || self.content.of_path_fd(fd, &to));
             if exchange {
@@ -460,6 +471,11 @@ impl Filesystem for RoarFs {
                 // link the same way).
                 if let (Some(job), FileType::RegularFile) = (job, a.kind) {
                     let path = self.child_path(newparent.0, newname);
+                    let access = Access::Link {
+                        from: &source,
+                        to: &path,
+                    };
+                    self.jobs.event(req.pid(), job, access);
                     let content = self
                         .with_fd(ino.0, |f| Ok(self.content.of_path_fd(f, &path)))
                         .ok()
@@ -487,7 +503,7 @@ impl Filesystem for RoarFs {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
-        match self.open_node(job, ino.0, file, flags.0, false) {
+        match self.open_node(req.pid(), job, ino.0, file, flags.0, false) {
             Ok((fh, false)) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Ok((fh, true)) => match self.attach_backing(fh, ino.0, |f| reply.open_backing(f)) {
                 Ok(id) => reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id),
@@ -528,7 +544,7 @@ impl Filesystem for RoarFs {
                 return reply.error(e);
             }
         };
-        match self.open_node(job, a.ino.0, file, flags, true) {
+        match self.open_node(req.pid(), job, a.ino.0, file, flags, true) {
             Ok((fh, false)) => reply.created(&TTL, &a, g, FileHandle(fh), FopenFlags::empty()),
             Ok((fh, true)) => match self.attach_backing(fh, a.ino.0, |f| reply.open_backing(f)) {
                 Ok(id) => {
@@ -579,7 +595,7 @@ impl Filesystem for RoarFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -593,6 +609,10 @@ impl Filesystem for RoarFs {
             return reply.error(Errno::EBADF);
         };
         let mut h = h.lock().expect("handle lock");
+        if let Some(job) = h.job.filter(|_| !h.writers.contains(&req.pid())) {
+            h.writers.push(req.pid());
+            self.jobs.writing(req.pid(), job);
+        }
         // O_APPEND: the backing fd appends by itself; the kernel's offset is advisory then.
         let r = if flags.0 & libc::O_APPEND != 0 {
             use std::io::Write;

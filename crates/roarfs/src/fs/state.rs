@@ -21,7 +21,7 @@ use super::{
 };
 use crate::content::{file_stat, Content};
 use crate::inodes::{Inodes, ROOT};
-use crate::jobs::{JobKey, Jobs};
+use crate::jobs::{Access, JobKey, Jobs};
 use crate::sys;
 
 impl RoarFs {
@@ -143,6 +143,7 @@ impl RoarFs {
     /// userspace. Returns the new handle's number and whether it is served by passthrough.
     pub(super) fn open_node(
         &self,
+        tid: u32,
         job: Option<JobKey>,
         ino: u64,
         file: File,
@@ -155,6 +156,14 @@ impl RoarFs {
         let is_file = stat.as_ref().is_some_and(is_reg);
         if let (Some(job), Some(st)) = (job, stat.as_ref().filter(|_| is_file)) {
             let path = self.inodes.path(ino);
+            let access = Access::Open {
+                path: &path,
+                flags,
+                created,
+                ino,
+                stat: st,
+            };
+            self.jobs.event(tid, job, access);
             if writable {
                 // The content before the job touched it is an input when the write keeps it.
                 let keeps = !created && flags & libc::O_TRUNC == 0;
@@ -212,6 +221,7 @@ impl RoarFs {
             stream: (writable && truncated && !opened.passthrough)
                 .then(|| (blake3::Hasher::new(), 0)),
             wrote: truncated,
+            writers: Vec::new(),
             _backing: None,
         };
         self.handles

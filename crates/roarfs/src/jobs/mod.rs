@@ -8,6 +8,10 @@
 //! when the root exits. Processes under `roar run` are left to that run's tracer, which records
 //! them in its own job.
 
+mod steps;
+
+pub(crate) use steps::Access;
+
 use roar_store::ignore::Ignore;
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -168,6 +172,8 @@ struct LiveJob {
     /// The job's row, written (running) when it first touched a recorded path: ids follow the
     /// order jobs started, and `roar log` shows the job while it runs.
     begun: Option<roar_store::Begun>,
+    /// Its processes' programs and accesses, for cutting it into steps.
+    log: steps::Log,
 }
 
 /// The live jobs of one mount and the writer their records go to.
@@ -184,12 +190,29 @@ pub struct Jobs {
     host: Option<String>,
     /// The machine, recorded with every job.
     machine: Option<roar_store::Runtime>,
+    /// Which programs begin steps (`[steps] drivers`).
+    rule: roar_tracer::steps::Rule,
+    /// The mount's device and path, once mounted: with the mount's inode numbers, a file's
+    /// identity as its processes see it.
+    mount: std::sync::OnceLock<(u64, PathBuf)>,
+    /// Held while processes are read into a job's log (see `steps`).
+    placing: Mutex<()>,
+}
+
+/// What the mount knows of a thread that made a request.
+#[derive(Debug, Clone, Copy)]
+struct Cached {
+    /// When the thread started (a reused id is another thread).
+    start: u64,
+    /// Its job, or None when it is not recorded here.
+    job: Option<JobKey>,
+    /// Its process (thread group).
+    pid: i32,
 }
 
 #[derive(Default)]
 struct Inner {
-    /// tid -> (start time of that tid, its job or None when not recorded here).
-    by_tid: HashMap<i32, (u64, Option<JobKey>)>,
+    by_tid: HashMap<i32, Cached>,
     jobs: HashMap<JobKey, LiveJob>,
 }
 
@@ -217,6 +240,9 @@ impl Jobs {
                 .ok()
                 .map(|h| h.trim().to_owned()),
             machine: None,
+            rule: roar_tracer::steps::Rule::default(),
+            mount: std::sync::OnceLock::new(),
+            placing: Mutex::new(()),
         }
     }
 
@@ -232,19 +258,20 @@ impl Jobs {
             .exits_watched
             .load(std::sync::atomic::Ordering::Acquire)
         {
-            if let Some((_, job)) = self.inner.lock().expect("jobs lock").by_tid.get(&tid) {
-                return Ok(*job);
+            if let Some(c) = self.inner.lock().expect("jobs lock").by_tid.get(&tid) {
+                return Ok(c.job);
             }
         }
         let Some(me) = read_proc_stat(tid)? else {
             return Ok(None);
         };
-        if let Some((start, job)) = self.inner.lock().expect("jobs lock").by_tid.get(&tid) {
-            if *start == me.start {
-                return Ok(*job);
+        if let Some(c) = self.inner.lock().expect("jobs lock").by_tid.get(&tid) {
+            if c.start == me.start {
+                return Ok(c.job);
             }
         }
-        let job = self.attribute(tgid(tid)?)?;
+        let pid = tgid(tid)?;
+        let job = self.attribute(pid)?;
         let mut inner = self.inner.lock().expect("jobs lock");
         if let Some(key) = job {
             inner.jobs.entry(key).or_insert_with(|| LiveJob {
@@ -257,12 +284,20 @@ impl Jobs {
                 open_writers: 0,
                 root_gone: false,
                 begun: None,
+                log: steps::Log::new(key, self.mount()),
             });
         }
         if inner.by_tid.len() > 65_536 {
             inner.by_tid.clear();
         }
-        inner.by_tid.insert(tid, (me.start, job));
+        inner.by_tid.insert(
+            tid,
+            Cached {
+                start: me.start,
+                job,
+                pid,
+            },
+        );
         Ok(job)
     }
 
@@ -299,16 +334,24 @@ impl Jobs {
                     let suspended = crate::sys::boottime_minus_monotonic_ns();
                     let mut inner = jobs.inner.lock().expect("jobs lock");
                     match seen {
-                        Ok(crate::sys::Exits::Tids(exits)) => {
+                        Ok(crate::sys::Exits::Seen { exits, execs }) => {
                             for e in exits {
                                 let tick = (e.at_ns as i64 + suspended) / jobs.tick_ns;
-                                if inner
+                                let gone = inner
                                     .by_tid
                                     .get(&e.tid)
-                                    .is_some_and(|(start, _)| *start as i64 <= tick)
-                                {
+                                    .copied()
+                                    .filter(|c| c.start as i64 <= tick);
+                                if let Some(c) = gone {
                                     inner.by_tid.remove(&e.tid);
+                                    if let Some(job) = c.job.filter(|_| c.pid == e.tid) {
+                                        inner.exited(job, c.pid);
+                                    }
                                 }
+                            }
+                            drop(inner);
+                            for pid in execs {
+                                jobs.exec_seen(pid);
                             }
                         }
                         // Exit events were lost (the kernel reports every process of the
@@ -317,8 +360,8 @@ impl Jobs {
                         // alive with the same start time. Clearing the cache instead forgot a
                         // job's members, and a forked worker outliving its root then had its
                         // job recorded early and its later writes made a job of their own.
-                        Ok(crate::sys::Exits::Lost) => inner.by_tid.retain(|tid, (start, _)| {
-                            matches!(read_proc_stat(*tid), Ok(Some(p)) if p.start == *start)
+                        Ok(crate::sys::Exits::Lost) => inner.by_tid.retain(|tid, c| {
+                            matches!(read_proc_stat(*tid), Ok(Some(p)) if p.start == c.start)
                         }),
                         Err(e) => {
                             // Without events the cache cannot be trusted: back to /proc.
@@ -339,11 +382,11 @@ impl Jobs {
 
     /// Whether a thread of `key`'s job other than its root is still alive (a forked worker
     /// outliving the root keeps the job open, as `roar run` waits for every descendant).
-    fn members_alive(by_tid: &HashMap<i32, (u64, Option<JobKey>)>, key: &JobKey) -> bool {
-        by_tid.iter().any(|(tid, (start, job))| {
-            *job == Some(*key)
+    fn members_alive(by_tid: &HashMap<i32, Cached>, key: &JobKey) -> bool {
+        by_tid.iter().any(|(tid, c)| {
+            c.job == Some(*key)
                 && *tid != key.pid
-                && matches!(read_proc_stat(*tid), Ok(Some(p)) if p.start == *start)
+                && matches!(read_proc_stat(*tid), Ok(Some(p)) if p.start == c.start)
         })
     }
 
@@ -572,7 +615,7 @@ impl Jobs {
             if !keys.is_empty() {
                 inner
                     .by_tid
-                    .retain(|_, (_, j)| j.is_none_or(|j| !keys.contains(&j)));
+                    .retain(|_, c| c.job.is_none_or(|j| !keys.contains(&j)));
             }
             keys.into_iter()
                 .filter_map(|k| inner.jobs.remove(&k).map(|j| (k, j)))
@@ -599,6 +642,26 @@ impl Jobs {
     pub fn with_machine(mut self, machine: Option<roar_store::Runtime>) -> Jobs {
         self.machine = machine;
         self
+    }
+
+    /// Cuts jobs into steps by `rule`.
+    pub fn with_steps(mut self, rule: roar_tracer::steps::Rule) -> Jobs {
+        self.rule = rule;
+        self
+    }
+
+    /// The device the mount's files show and where it is, once it is mounted.
+    pub fn set_mount(&self, dev: u64, path: PathBuf) {
+        let _ = self.mount.set((dev, path));
+    }
+
+    fn mount(&self) -> &(u64, PathBuf) {
+        static NONE: (u64, PathBuf) = (0, PathBuf::new());
+        self.mount.get().unwrap_or(&NONE)
+    }
+
+    fn mount_dev(&self) -> u64 {
+        self.mount().0
     }
 
     /// What the job's row says while it runs (and, completed, once it has ended).
@@ -684,6 +747,7 @@ impl Jobs {
             outcome: Outcome::Ended,
             incomplete: !job.root_gone,
             files,
+            steps: job.log.steps(&self.ignore, job.started_ns, &self.rule),
             ..self.header(key, &job)
         }
     }
@@ -722,7 +786,7 @@ mod tests {
     }
 
     #[test]
-    fn the_kernel_reports_an_exited_thread_with_when_it_exited_needs_root() {
+    fn the_kernel_reports_a_process_exec_and_its_exit_with_when_it_exited_needs_root() {
         let events = match crate::sys::ExitEvents::open() {
             Ok(e) => e,
             Err(e) => {
@@ -736,8 +800,8 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut buf = vec![0u8; 64 * 1024];
-            while let Ok(crate::sys::Exits::Tids(t)) = events.wait(&mut buf) {
-                if tx.send(t).is_err() {
+            while let Ok(crate::sys::Exits::Seen { exits, execs }) = events.wait(&mut buf) {
+                if tx.send((exits, execs)).is_err() {
                     return;
                 }
             }
@@ -748,13 +812,17 @@ mod tests {
         child.wait().unwrap();
         let after = crate::sys::monotonic_ns();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        // Its exec comes first (the socket keeps the kernel's order), then its exit.
+        let mut execd = false;
         let exit = loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
-            let exits = rx.recv_timeout(left).expect("the child's exit");
+            let (exits, execs) = rx.recv_timeout(left).expect("the child's exit");
+            execd |= execs.contains(&pid);
             if let Some(e) = exits.into_iter().find(|e| e.tid == pid) {
                 break e;
             }
         };
+        assert!(execd, "the child's exec was reported before its exit");
         assert!(
             (before..=after).contains(&exit.at_ns),
             "exit stamped {} outside [{before}, {after}]",
