@@ -8,7 +8,10 @@
 #   files) with steps on and off, which steps must leave unchanged (they only look at jobs that
 #   exec'd twice), and the same program run by a shell script (`sh -c 'files 1000; true'`: two
 #   execs, one step, known before any classification);
-# - how many steps the make job recorded, and the recording time ROAR_TIMING reports.
+# - how many steps the make job recorded, and the recording time ROAR_TIMING reports;
+# - the same make in a directory under `roar mount` (run as its own process group, as a shell
+#   runs a command line), with steps on and off: what the mount's step log costs (a /proc read
+#   per process, an event per access, the rule run when the job ends).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$PWD"
@@ -121,4 +124,39 @@ for what in ("true", "files", "script"):
     on, off = m[f"{what}, steps on"], m[f"{what}, steps off"]
     print(f"  {what:6s} bare {bare:7.2f} ms; steps on +{on - bare:6.2f} ms, steps off +{off - bare:6.2f} ms "
           f"(on - off {on - off:+.2f} ms)")
+PY
+
+echo "== make -B -j2 on 200 targets under roar mount (steps on, then off; RUNS=$RUNS, interleaved)"
+if [ "$(id -u)" != 0 ] || [ ! -e /dev/fuse ]; then
+    echo "  skipped: roar mount needs root and /dev/fuse"
+    exit 0
+fi
+for c in mon moff; do
+    mkdir -p "$W/$c"
+    (cd "$W/$c" && "$ROAR" init > /dev/null 2>&1 || true)
+    make_project "$W/$c/data"
+    rm -rf "$W/$c/data/.roar"
+done
+printf '\n[steps]\ndrivers = []\n' >> "$W/moff/.roar/config.toml"
+(cd "$W/mon" && "$ROAR" mount data > /dev/null)
+(cd "$W/moff" && "$ROAR" mount data > /dev/null)
+trap '(cd "$W/mon" && "$ROAR" unmount data > /dev/null 2>&1); (cd "$W/moff" && "$ROAR" unmount data > /dev/null 2>&1)' EXIT
+$CMP "$W/mount.json" "$RUNS" --cpu \
+    "bare=sh -c 'cd $W/bare && exec make -B -j2 -s'" \
+    "mount, steps on=sh -c 'cd $W/mon/data && exec setsid -w make -B -j2 -s'" \
+    "mount, steps off=sh -c 'cd $W/moff/data && exec setsid -w make -B -j2 -s'"
+(cd "$W/mon" && "$ROAR" unmount data > /dev/null && "$ROAR" log --json -n 1 > "$W/mlast.json" &&
+    "$ROAR" show "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[0]["id"])' "$W/mlast.json")" --json > "$W/mjob.json")
+(cd "$W/moff" && "$ROAR" unmount data > /dev/null)
+trap - EXIT
+python3 - "$W/mount.json" "$W/mjob.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+b = r["bare"]["median"]
+for k, v in r.items():
+    print(f"  {k:20s} {v['median'] / b:5.2f}x bare  (+{(v['median'] - b) * 1e3:6.0f} ms wall)")
+on, off = r["mount, steps on"]["median"], r["mount, steps off"]["median"]
+print(f"  steps on against steps off (mount): {100 * (on - off) / off:+.1f} % wall")
+j = json.load(open(sys.argv[2]))
+print(f"the last make job under the mount: {len(j.get('steps', []))} steps, {len(j['files'])} files")
 PY
