@@ -820,3 +820,69 @@ fn under_the_mount_scripts_makefiles_and_drivers_are_the_same_steps_needs_root()
         );
     }
 }
+
+/// `roar diff` of two runs of a Makefile compares them step by step: after an edit of
+/// `src2.txt`, the recipes downstream of it differ (each with the file that changed) until one
+/// makes the same content again (`wc -l` counts as many lines), and the recipe that reads only
+/// `src1.txt` is identical, whatever order `make -j2` ran them in.
+#[test]
+fn diff_of_two_runs_names_the_steps_that_differ() {
+    let p = Project::new();
+    p.write("src1.txt", b"hello\n");
+    p.write("src2.txt", b"b\na\n");
+    p.write("Makefile", MAKEFILE.as_bytes());
+    let a = run(&p, "preload", &["make", "-s", "-j2"]);
+    p.write("src2.txt", b"d\nc\n");
+    let b = run(&p, "preload", &["make", "-B", "-s", "-j2"]);
+    let (ida, idb) = (a["id"].to_string(), b["id"].to_string());
+    let o = p.roar(["diff", &ida, &idb, "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let d: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let changed: BTreeSet<String> = d["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            assert_eq!(s["change"], "changed", "{s:#}");
+            s["command"].as_array().unwrap()[2]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(
+        changed,
+        set(&[
+            "sort src2.txt > b.txt",
+            "cat a.txt b.txt > joined.txt",
+            "wc -l joined.txt > summary.txt",
+        ]),
+        "{:#}",
+        d["steps"]
+    );
+    assert_eq!(d["same_steps"], 2, "the two tr recipes: {d:#}");
+    let sort = d["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["command"][2] == "sort src2.txt > b.txt")
+        .unwrap();
+    let ins: Vec<(String, &str)> = sort["inputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                name(f["path"].as_str().unwrap()),
+                f["change"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(ins, [("src2.txt".to_string(), "modified")]);
+    // The human form says the same in a section of its own.
+    let o = p.roar(["diff", &ida, &idb]);
+    let text = stdout(&o);
+    assert!(text.contains("steps"), "{text}");
+    assert!(text.contains("2 identical steps"), "{text}");
+    assert!(text.contains("sort src2.txt > b.txt"), "{text}");
+}

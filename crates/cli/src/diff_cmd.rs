@@ -4,7 +4,8 @@
 //! parameters in argv (`lr: 0.1 -> 0.01`), argv itself, working directory, code (git commit, dirty
 //! state and diff), package versions, the machine, environment variables, the direct inputs and
 //! outputs by path, and for artifacts also the root inputs of their whole lineage, where a changed
-//! dataset many steps up shows.
+//! dataset many steps up shows; when both jobs have steps, the steps that differ
+//! (`diff_steps.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
@@ -15,6 +16,7 @@ use roar_env::params::{self, ParamChange};
 use roar_store::{ContentHash, JobDetail, Role, Store, Version};
 use serde::Serialize;
 
+use crate::diff_steps::{compare_steps, StepChange};
 use crate::fmt::{self, bold, rel, short_hash};
 use crate::query_cmd::{classify_in, Target};
 
@@ -27,18 +29,18 @@ struct Side {
 }
 
 #[derive(Serialize)]
-struct Change<T> {
-    a: T,
-    b: T,
+pub(crate) struct Change<T> {
+    pub a: T,
+    pub b: T,
 }
 
 #[derive(Serialize)]
-struct FileChange {
-    path: String,
+pub(crate) struct FileChange {
+    pub path: String,
     /// modified | added (only in B) | removed (only in A)
-    change: &'static str,
-    a: Option<ContentHash>,
-    b: Option<ContentHash>,
+    pub change: &'static str,
+    pub a: Option<ContentHash>,
+    pub b: Option<ContentHash>,
 }
 
 #[derive(Serialize)]
@@ -74,6 +76,10 @@ pub(crate) struct Diff {
     root_inputs: Vec<FileChange>,
     /// Direct inputs with the same path and content on both sides.
     same_inputs: usize,
+    /// The steps that differ, when both jobs have steps (SEMANTICS.md "Steps inside a job").
+    steps: Vec<StepChange>,
+    /// Paired steps with the same command and contents.
+    same_steps: usize,
 }
 
 fn side(store: &Store, what: &OsStr) -> anyhow::Result<Side> {
@@ -121,7 +127,7 @@ fn files(job: &JobDetail, role: Role) -> BTreeMap<String, Option<ContentHash>> {
         .collect()
 }
 
-fn compare(
+pub(crate) fn compare(
     a: &BTreeMap<String, Option<ContentHash>>,
     b: &BTreeMap<String, Option<ContentHash>>,
 ) -> (Vec<FileChange>, usize) {
@@ -208,6 +214,7 @@ fn diff_jobs(ja: &JobDetail, ra: Option<&Roots>, jb: &JobDetail, rb: Option<&Roo
         &params::of_argv(&ja.summary.argv),
         &params::of_argv(&jb.summary.argv),
     );
+    let (steps, same_steps) = compare_steps(&ja.steps, &jb.steps);
     Diff {
         a_job: ja.summary.id,
         b_job: jb.summary.id,
@@ -222,6 +229,8 @@ fn diff_jobs(ja: &JobDetail, ra: Option<&Roots>, jb: &JobDetail, rb: Option<&Roo
         outputs,
         root_inputs,
         same_inputs,
+        steps,
+        same_steps,
     }
 }
 
@@ -298,6 +307,43 @@ fn print_files(
             "added" => writeln!(out, "{head:<12}+ {path}  {}  (only in B)", hash(&c.b))?,
             _ => writeln!(out, "{head:<12}- {path}  {}  (only in A)", hash(&c.a))?,
         }
+    }
+    Ok(())
+}
+
+/// The steps that differ, each with what differs in it, then how many are the same.
+fn print_steps(out: &mut impl Write, d: &Diff, root: &Path) -> std::io::Result<()> {
+    let seq = |s: Option<u32>| s.map_or("-".into(), |n| n.to_string());
+    for (i, s) in d.steps.iter().enumerate() {
+        let head = if i == 0 { "steps" } else { "" };
+        let command = fmt::argv(&s.command);
+        match s.change {
+            "added" => writeln!(out, "{head:<12}+ step {}  {command}  (only in B)", seq(s.b))?,
+            "removed" => writeln!(out, "{head:<12}- step {}  {command}  (only in A)", seq(s.a))?,
+            _ => {
+                writeln!(
+                    out,
+                    "{head:<12}~ step {} -> {}  {command}",
+                    seq(s.a),
+                    seq(s.b)
+                )?;
+                if let Some(c) = &s.argv {
+                    writeln!(out, "{:<14}argv {}", "", fmt::argv(&c.a))?;
+                    writeln!(out, "{:<14}  -> {}", "", fmt::argv(&c.b))?;
+                }
+                print_files(out, "    in", &s.inputs, root)?;
+                print_files(out, "    out", &s.outputs, root)?;
+            }
+        }
+    }
+    if d.same_steps > 0 {
+        writeln!(
+            out,
+            "{:<12}{} identical step{}",
+            "",
+            d.same_steps,
+            if d.same_steps == 1 { "" } else { "s" }
+        )?;
     }
     Ok(())
 }
@@ -409,6 +455,8 @@ pub fn diff(a: &OsStr, b: &OsStr, json: bool) -> anyhow::Result<()> {
             if d.same_inputs == 1 { "" } else { "s" }
         )?;
     }
+    print_steps(&mut out, &d, &project.root)?;
+    any |= !d.steps.is_empty();
     if !any {
         writeln!(
             out,

@@ -3,6 +3,7 @@
 mod config;
 mod config_cmd;
 mod diff_cmd;
+mod diff_steps;
 mod environment;
 mod export_cmd;
 mod fmt;

@@ -831,3 +831,42 @@ impl ExitEvents {
         Ok(Exits::Seen { exits, execs })
     }
 }
+
+/// Whether process `pid`'s stdin is a pipe nobody can write to that holds nothing (GNU make
+/// gives every parallel recipe but one such a pipe). Looked at through a duplicate of the
+/// process's descriptor (`pidfd_getfd`), never by opening `/proc/PID/fd/0`: between a readlink
+/// and an open, a shell can put a file on the mount there, and the daemon opening a file on its
+/// own mount waits for a request its busy threads may never serve. A duplicate that turns out
+/// not to be a pipe is closed on a thread of its own (closing a file on the mount is a request
+/// too).
+pub fn dead_stdin_pipe(pid: i32) -> bool {
+    // SAFETY: pidfd_open and pidfd_getfd return new descriptors we own or -1; poll gets one
+    // valid pollfd and no wait.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0);
+        if pidfd < 0 {
+            return false;
+        }
+        let pidfd = OwnedFd::from_raw_fd(pidfd as i32);
+        let fd = libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), 0, 0);
+        if fd < 0 {
+            return false;
+        }
+        let fd = OwnedFd::from_raw_fd(fd as i32);
+        let pipe = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+            .is_ok_and(|t| t.as_os_str().as_encoded_bytes().starts_with(b"pipe:"));
+        if !pipe {
+            let _ = std::thread::Builder::new()
+                .name("roarfs-close".into())
+                .spawn(move || drop(fd));
+            return false;
+        }
+        let mut p = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let n = libc::poll(&mut p, 1, 0);
+        n == 1 && p.revents & libc::POLLHUP != 0 && p.revents & libc::POLLIN == 0
+    }
+}

@@ -77,7 +77,7 @@ pub fn exec_with(pid: i32, stream: impl Fn(i32) -> Stream) -> Event {
 
 /// Whether `pid`'s stdin is a pipe with no writer and nothing left to read (looked at through a
 /// reader of our own, opened by /proc; it takes nothing from the pipe).
-pub fn dead_pipe(pid: i32) -> bool {
+fn dead_pipe(pid: i32) -> bool {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::OpenOptionsExt;
     let Ok(f) = std::fs::OpenOptions::new()

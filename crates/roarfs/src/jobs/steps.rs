@@ -88,8 +88,7 @@ fn read(pid: i32, mount: &(u64, PathBuf)) -> Option<Seen> {
                 .and_then(|n| std::str::from_utf8(n).ok()?.parse::<u64>().ok())
         };
         if let Some(n) = pipe(b"pipe:[").or_else(|| pipe(b"socket:[")) {
-            let dead =
-                fd == "0" && t.starts_with(b"pipe:") && roar_tracer::from_proc::dead_pipe(pid);
+            let dead = fd == "0" && t.starts_with(b"pipe:") && crate::sys::dead_stdin_pipe(pid);
             return Ok(if dead {
                 Stream::Other
             } else {
@@ -228,6 +227,14 @@ impl Log {
     }
 }
 
+/// How long a placement waits for another to finish (see [`Jobs::place`]).
+#[derive(Clone, Copy)]
+enum Wait {
+    Always,
+    /// About 50 ms.
+    Bounded,
+}
+
 /// An access as the rule's event, for [`Jobs::event`].
 pub(crate) enum Access<'a> {
     /// An open of a regular file; `created`: the mount made it for this open.
@@ -360,7 +367,7 @@ impl Jobs {
                 }
             }
         };
-        self.place(pid, job, true);
+        self.place(pid, job, true, Wait::Always);
     }
 
     /// The pid of thread `tid` of `job`, with its process (and any process between it and
@@ -372,7 +379,7 @@ impl Jobs {
             inner.jobs.get(&job)?;
             inner.by_tid.get(&tid).map_or(tid, |c| c.pid)
         };
-        self.place(pid, job, recheck);
+        self.place(pid, job, recheck, Wait::Bounded);
         Some(pid)
     }
 
@@ -382,8 +389,34 @@ impl Jobs {
     /// one thread cannot come before the program another thread read earlier). /proc is read
     /// outside the jobs lock: a process in the middle of an exec cannot be read until its exec
     /// is over, and requests must not wait for that.
-    fn place(&self, pid: i32, job: JobKey, recheck: bool) {
-        let _one = self.placing.lock().expect("placing lock");
+    ///
+    /// A request's thread waits for another placement only so long (`Wait::Bounded`): the
+    /// other may be reading a process whose exec waits for a request of its own (opening a
+    /// program on the mount), which needs a free request thread. Unplaced, its events still
+    /// go to the log and the rule places them by their pid, coarser at worst.
+    fn place(&self, pid: i32, job: JobKey, recheck: bool, wait: Wait) {
+        let _one = match wait {
+            Wait::Always => self.placing.lock().expect("placing lock"),
+            Wait::Bounded => {
+                let mut tries = 0;
+                loop {
+                    match self.placing.try_lock() {
+                        Ok(guard) => break guard,
+                        Err(std::sync::TryLockError::Poisoned(e)) => panic!("placing lock: {e}"),
+                        // A placement takes tens of microseconds: yield first, then sleep.
+                        Err(std::sync::TryLockError::WouldBlock) if tries < 100 => {
+                            tries += 1;
+                            std::thread::yield_now();
+                        }
+                        Err(std::sync::TryLockError::WouldBlock) if tries < 150 => {
+                            tries += 1;
+                            std::thread::sleep(std::time::Duration::from_millis(1));
+                        }
+                        Err(std::sync::TryLockError::WouldBlock) => return,
+                    }
+                }
+            }
+        };
         let knows =
             |p: i32, exact: bool| {
                 let inner = self.inner.lock().expect("jobs lock");
