@@ -14,6 +14,9 @@ use serde::Serialize;
 
 use crate::diff_cmd::{compare, Change, FileChange};
 
+/// Whether two steps are the same step of their jobs, by one pass's criterion.
+type Pairing = dyn Fn(&StepDetail, &StepDetail) -> bool;
+
 #[derive(Serialize)]
 pub(crate) struct StepChange {
     /// changed | added (only in B) | removed (only in A)
@@ -61,10 +64,10 @@ pub(crate) fn compare_steps(a: &[StepDetail], b: &[StepDetail]) -> (Vec<StepChan
     let (a, b) = (&a[1..], &b[1..]);
     let mut pair_of_b: Vec<Option<usize>> = vec![None; b.len()];
     let mut paired_a = vec![false; a.len()];
-    let passes: [&dyn Fn(&StepDetail, &StepDetail) -> bool; 2] =
-        [&|x, y| x.argv == y.argv && x.cwd == y.cwd, &|x, y| {
-            program(x).is_some() && program(x) == program(y)
-        }];
+    let same_command = |x: &StepDetail, y: &StepDetail| x.argv == y.argv && x.cwd == y.cwd;
+    let same_program =
+        |x: &StepDetail, y: &StepDetail| program(x).is_some() && program(x) == program(y);
+    let passes: [&Pairing; 2] = [&same_command, &same_program];
     for same in passes {
         for (i, sa) in a.iter().enumerate() {
             if paired_a[i] {
