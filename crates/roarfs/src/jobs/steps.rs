@@ -11,9 +11,9 @@
 //! step; a stream it closed before it was read (coreutils close stdin before writing their
 //! output at exit) is not among its streams, so a file a shell opened as its stdin (dash's
 //! `tr < a > b`) stays the shell's input. bash opens redirections in the child, whose own
-//! request places them. Without process events (no CAP_NET_ADMIN) a process that execs after
-//! its first request keeps the program it had then, except where it writes: its first write
-//! through a handle reads its program again.
+//! request places them. An exec whose event came too late or not at all (no CAP_NET_ADMIN) is
+//! caught where the process writes: its first write through a handle reads its program again
+//! when its exe changed.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -333,10 +333,28 @@ impl Jobs {
         }
     }
 
-    /// A process's first write through a handle: its program is read again (it may have
-    /// exec'd since the log saw it, with no process events to say so).
+    /// A process's first write through a handle: its program is read again when its exe is
+    /// not the one the log knows. It may have exec'd since the log saw it with nothing to say
+    /// so: no process events, or its exec was over before the event was read (`tr` writing the
+    /// `> out` its shell opened, at exit).
     pub(crate) fn writing(&self, tid: u32, job: JobKey) {
-        self.member(tid as i32, job, true);
+        let (pid, exe) = {
+            let inner = self.inner.lock().expect("jobs lock");
+            let pid = inner
+                .by_tid
+                .get(&(tid as i32))
+                .map_or(tid as i32, |c| c.pid);
+            let exe = inner
+                .jobs
+                .get(&job)
+                .and_then(|j| j.log.procs.get(&pid))
+                .map(|k| k.program.exe.clone());
+            (pid, exe)
+        };
+        let now = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+        if exe.is_none() || exe != now {
+            self.member(tid as i32, job, true);
+        }
     }
 
     /// The kernel says `pid` exec'd: if it or its parent is a process of a live job, the
@@ -355,12 +373,22 @@ impl Jobs {
                 let Some(stat) = read_proc_stat(pid).ok().flatten() else {
                     return;
                 };
+                // Its parent made a request, or is in a job's log (a `sh -c` between make and
+                // the recipe's program that never touched the mount).
                 let inner = self.inner.lock().expect("jobs lock");
                 let parent = inner
                     .by_tid
                     .get(&stat.ppid)
                     .and_then(|c| c.job)
-                    .or_else(|| inner.jobs.keys().find(|k| k.pid == stat.ppid).copied());
+                    .or_else(|| {
+                        inner
+                            .jobs
+                            .iter()
+                            .find(|(k, j)| {
+                                k.pid == stat.ppid || j.log.procs.contains_key(&stat.ppid)
+                            })
+                            .map(|(k, _)| *k)
+                    });
                 match parent {
                     Some(job) => job,
                     None => return,
