@@ -397,46 +397,46 @@ fn a_python_driver_is_a_step_per_subprocess_and_a_pool_stays_in_its_step() {
     p.write("stage.py", STAGE.as_bytes());
     for backend in common::backends() {
         let job = run(&p, backend, &["python3", "driver.py"]);
-        let steps = job["steps"].as_array().expect("steps");
-        let stages: Vec<String> = steps[1..]
-            .iter()
-            .map(|s| {
-                s["argv"].as_array().unwrap()[2]
-                    .as_str()
-                    .unwrap()
-                    .to_owned()
-            })
-            .collect();
-        assert_eq!(
-            stages,
-            ["prep", "train", "eval"],
-            "{backend}: {:#}",
-            job["steps"]
-        );
-        assert!(steps[1..].iter().all(|s| s["parent"] == 1), "{backend}");
-        let train = &steps[2];
-        let outs: BTreeSet<String> = train["outputs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|o| name(o["path"].as_str().unwrap()))
-            .collect();
-        assert_eq!(
-            outs,
-            set(&["model.txt", "part0.txt", "part1.txt"]),
-            "{backend}: the workers' files are the train step's"
-        );
-        let from: Vec<(String, Option<u64>)> = steps[3]["inputs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|i| (name(i["path"].as_str().unwrap()), i["from_step"].as_u64()))
-            .collect();
-        assert!(
-            from.contains(&("model.txt".into(), Some(3))),
-            "{backend}: eval read train's model: {from:?}"
-        );
+        driver_stages_are_steps(&job, backend);
     }
+}
+
+/// The [`DRIVER`] job's steps: its three stages under it, the pool's files in the train step,
+/// and eval's input from train.
+fn driver_stages_are_steps(job: &Value, observer: &str) {
+    let steps = job["steps"].as_array().expect("steps");
+    let stages: Vec<&str> = steps[1..]
+        .iter()
+        .map(|s| s["argv"][2].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        stages,
+        ["prep", "train", "eval"],
+        "{observer}: {:#}",
+        job["steps"]
+    );
+    assert!(steps[1..].iter().all(|s| s["parent"] == 1), "{observer}");
+    let outs: BTreeSet<String> = steps[2]["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| name(o["path"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        outs,
+        set(&["model.txt", "part0.txt", "part1.txt"]),
+        "{observer}: the workers' files are the train step's"
+    );
+    let from: Vec<(String, Option<u64>)> = steps[3]["inputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (name(i["path"].as_str().unwrap()), i["from_step"].as_u64()))
+        .collect();
+    assert!(
+        from.contains(&("model.txt".into(), Some(3))),
+        "{observer}: eval read train's model: {from:?}"
+    );
 }
 
 #[test]
@@ -801,23 +801,7 @@ fn under_the_mount_scripts_makefiles_and_drivers_are_the_same_steps_needs_root()
                     .any(|a| a == "driver.py")
             })
             .expect("the driver's job");
-        let steps = job["steps"].as_array().expect("steps");
-        let stages: Vec<&str> = steps[1..]
-            .iter()
-            .map(|s| s["argv"][2].as_str().unwrap())
-            .collect();
-        assert_eq!(stages, ["prep", "train", "eval"], "{:#}", job["steps"]);
-        let outs: BTreeSet<String> = steps[2]["outputs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|o| name(o["path"].as_str().unwrap()))
-            .collect();
-        assert_eq!(
-            outs,
-            set(&["model.txt", "part0.txt", "part1.txt"]),
-            "the pool's workers' files are the train step's"
-        );
+        driver_stages_are_steps(job, "mount");
     }
 }
 
