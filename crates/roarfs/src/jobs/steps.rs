@@ -288,9 +288,7 @@ impl Jobs {
                 stat: Some(FileStat {
                     dev: self.mount_dev(),
                     ino,
-                    size: stat.st_size as u64,
-                    mtime_ns: stat.st_mtime * 1_000_000_000 + stat.st_mtime_nsec,
-                    ctime_ns: stat.st_ctime * 1_000_000_000 + stat.st_ctime_nsec,
+                    ..crate::content::file_stat(stat)
                 }),
                 ts_ns,
             },
@@ -402,12 +400,15 @@ impl Jobs {
     /// the job's root) written to the job's log: read from /proc when the log does not know it,
     /// or when `recheck`.
     fn member(&self, tid: i32, job: JobKey, recheck: bool) -> Option<i32> {
-        let pid = {
+        let (pid, known) = {
             let inner = self.inner.lock().expect("jobs lock");
-            inner.jobs.get(&job)?;
-            inner.by_tid.get(&tid).map_or(tid, |c| c.pid)
+            let pid = inner.by_tid.get(&tid).map_or(tid, |c| c.pid);
+            (pid, knows(&inner, job, pid, true)?)
         };
-        self.place(pid, job, recheck, Wait::Bounded);
+        // The usual request: a process the log knows, and no placement to wait for.
+        if !known || recheck {
+            self.place(pid, job, recheck, Wait::Bounded);
+        }
         Some(pid)
     }
 
@@ -446,15 +447,7 @@ impl Jobs {
             }
         };
         let knows =
-            |p: i32, exact: bool| {
-                let inner = self.inner.lock().expect("jobs lock");
-                let j = inner.jobs.get(&job)?;
-                // A pid the log knows is that process while its main thread's cached start
-                // agrees (an exit removes it from the log when process events are followed).
-                Some(j.log.procs.get(&p).is_some_and(|k| {
-                    !exact || inner.by_tid.get(&p).is_none_or(|c| c.start == k.start)
-                }))
-            };
+            |p: i32, exact: bool| knows(&self.inner.lock().expect("jobs lock"), job, p, exact);
         match knows(pid, true) {
             None => return,
             Some(true) if !recheck => return,
@@ -476,6 +469,19 @@ impl Jobs {
             j.log.add(chain);
         }
     }
+}
+
+/// Whether `job`'s log knows process `pid` (None: no such live job). `exact`: and it is still
+/// that process, while its main thread's cached start agrees (an exit removes it from the log
+/// when process events are followed).
+fn knows(inner: &super::Inner, job: JobKey, pid: i32, exact: bool) -> Option<bool> {
+    let j = inner.jobs.get(&job)?;
+    Some(
+        j.log
+            .procs
+            .get(&pid)
+            .is_some_and(|k| !exact || inner.by_tid.get(&pid).is_none_or(|c| c.start == k.start)),
+    )
 }
 
 impl super::Inner {
