@@ -73,12 +73,55 @@ fn read_state(path: &Path) -> Option<State> {
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }
 
-/// Running (a zombie counts as gone: where no init reaps orphans, the daemon stays one).
+/// Running and not on its way out. A zombie counts as gone (where no init reaps orphans, the
+/// daemon stays one), and so does a process that has been sent SIGKILL or is exiting: right
+/// after `kill -9` the daemon can still look alive for a while, its mount still answering from
+/// the kernel's caches, and a `roar mount` at that moment must see a dead mount.
 fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
-        .unwrap_or(false)
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    let mut any = false;
+    for task in tasks.flatten() {
+        let dir = task.path();
+        let Ok(stat) = std::fs::read_to_string(dir.join("stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split(' ').collect();
+        // Fields from the state on: state, ppid, pgrp, session, tty, tpgid, flags.
+        let flags: u64 = fields.get(6).and_then(|f| f.parse().ok()).unwrap_or(0);
+        if matches!(fields.first(), Some(&("Z" | "X" | "x"))) {
+            if task.file_name().to_str() == Some(&pid.to_string()) {
+                return false;
+            }
+            continue;
+        }
+        if flags & PF_EXITING != 0 || sigkill_pending(&dir) {
+            return false;
+        }
+        any = true;
+    }
+    any
+}
+
+/// The kernel's "this task is exiting" flag (include/linux/sched.h).
+const PF_EXITING: u64 = 0x4;
+
+/// Whether SIGKILL waits for the task (its own pending set or its process's).
+fn sigkill_pending(task: &Path) -> bool {
+    let Ok(status) = std::fs::read_to_string(task.join("status")) else {
+        return false;
+    };
+    status.lines().any(|l| {
+        let mask = l
+            .strip_prefix("SigPnd:")
+            .or_else(|| l.strip_prefix("ShdPnd:"));
+        mask.and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+            .is_some_and(|m| m & (1 << (libc::SIGKILL - 1)) != 0)
+    })
 }
 
 /// Whether `dir` is a mount point of a roarfs filesystem (from /proc/self/mountinfo).
