@@ -1,7 +1,7 @@
 //! What only the preload backend's event transport has to prove: a ring far smaller than a burst
 //! makes producers wait instead of dropping events, concurrent processes share it without losing
-//! any, a process that cannot map the ring still reports over the socket, and a bad ring size is
-//! refused before anything runs. (The coverage workloads run on preload in run.rs.)
+//! any, a process killed while reporting costs its own event only, a process that cannot map the
+//! ring still reports over the socket, and a bad ring size is refused before anything runs. (The coverage workloads run on preload in run.rs.)
 
 mod common;
 
@@ -52,6 +52,74 @@ fn a_tiny_ring_shared_by_concurrent_processes_loses_nothing() {
     // Every process the pool started is in the tree.
     let procs = job["processes"].as_array().unwrap().len();
     assert!(procs > PROCS, "{procs} processes recorded");
+}
+
+/// Processes killed at random moments while they flood the ring (SIGKILL and SIGTERM, so some
+/// die in the middle of writing an event), on a ring small enough that everything after them
+/// goes round it many times: every file written after each kill is recorded, the run ends, and
+/// an event cut off by a kill makes the job incomplete with that reason, never undecodable.
+#[test]
+fn processes_killed_while_reporting_lose_only_their_own_event() {
+    if !require_tool("python3") {
+        return;
+    }
+    const ROUNDS: usize = 60;
+    let p = Project::new();
+    p.write(
+        "kill.py",
+        format!(
+            "import os, random, signal, sys, time\n\
+             os.mkdir('after')\n\
+             open('spin', 'w').close()\n\
+             for r in range({ROUNDS}):\n\
+             \x20   pid = os.fork()\n\
+             \x20   if pid == 0:\n\
+             \x20       while True:\n\
+             \x20           os.close(os.open('spin', os.O_RDONLY))\n\
+             \x20   time.sleep(random.random() * 0.004)\n\
+             \x20   os.kill(pid, signal.SIGKILL if r % 2 else signal.SIGTERM)\n\
+             \x20   os.waitpid(pid, 0)\n\
+             \x20   open(f'after/{{r}}', 'w').close()\n\
+             for i in range(3000):\n\
+             \x20   open(f'after/{{i % {ROUNDS}}}').close()\n\
+             sys.exit(4)\n"
+        )
+        .as_bytes(),
+    );
+    for attempt in 0..3 {
+        let mut child = p
+            .cmd(["run", "--tracer", "preload", "--", "python3", "kill.py"])
+            .env("ROAR_PRELOAD_RING_KB", "128")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                child.kill().unwrap();
+                panic!("attempt {attempt}: the run did not end within 120 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+        let job = p.last_job();
+        let made = p
+            .files(&job, "output")
+            .iter()
+            .filter(|f| f.starts_with("after/"))
+            .count();
+        assert_eq!(made, ROUNDS, "attempt {attempt}: {}", stderr(&out));
+        if job["incomplete"] == true {
+            assert!(
+                stderr(&out).contains("cut off: a process was killed while reporting"),
+                "{}",
+                stderr(&out)
+            );
+        }
+        std::fs::remove_dir_all(p.path().join("after")).unwrap();
+    }
 }
 
 #[test]

@@ -381,9 +381,9 @@ if __name__ == "__main__":
     what, src, dst = sys.argv[1:]
     if what == "train":
         # A pool of forked workers: the train step's, not steps of their own. Closed and
-        # joined: leaving a `with` block terminates the workers with SIGTERM, which under
-        # preload can kill one in the middle of writing an event (SEMANTICS.md, the capture
-        # table): a defect of its own, not what this test is about.
+        # joined: leaving a `with` block terminates the workers with SIGTERM, which can kill
+        # one in the middle of reporting an event and so mark the job incomplete (rightly;
+        # preload.rs tests that), which is not what this test is about.
         pool = multiprocessing.get_context("fork").Pool(2)
         pool.map(part, [0, 1])
         pool.close()

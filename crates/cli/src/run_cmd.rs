@@ -361,6 +361,10 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
                 _ if traced.cut_short.is_some() => {
                     format!(", incomplete ({})", traced.cut_short.unwrap_or_default())
                 }
+                (0, 0) if traced.cut_off > 0 => format!(
+                    ", incomplete ({} event(s) cut off: a process was killed while reporting them)",
+                    traced.cut_off
+                ),
                 (0, 0) if !traced.untraced.is_empty() => {
                     ", incomplete (programs the tracer could not follow)".to_owned()
                 }

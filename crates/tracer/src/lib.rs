@@ -106,6 +106,9 @@ pub struct Traced {
     pub ended_ns: i64,
     /// Datagrams, stops or records that could not be decoded: the job is incomplete if non-zero.
     pub malformed: usize,
+    /// Events whose process was killed in the middle of reporting them (preload's ring): that
+    /// process's last access may be missing, so the job is incomplete if non-zero.
+    pub cut_off: usize,
     /// Events the kernel could not hand over (eBPF ring buffer full): the job is incomplete if
     /// non-zero.
     pub lost: usize,
@@ -123,7 +126,11 @@ pub struct Traced {
 impl Traced {
     /// Whether some of what the command did may be missing from `events`.
     pub fn incomplete(&self) -> bool {
-        self.malformed > 0 || self.lost > 0 || !self.untraced.is_empty() || self.cut_short.is_some()
+        self.malformed > 0
+            || self.cut_off > 0
+            || self.lost > 0
+            || !self.untraced.is_empty()
+            || self.cut_short.is_some()
     }
 }
 

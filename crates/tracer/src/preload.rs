@@ -131,8 +131,11 @@ const RING_TIMER: Duration = Duration::from_millis(20);
 /// While datagrams flow (processes without the ring, events too big for it) the socket is watched
 /// instead, at this interval for the ring: each datagram wakes the receiver at once.
 const SOCKET_POLL: Duration = Duration::from_millis(1);
-/// How long a reserved slot may stay uncommitted before roar checks whether its producer died.
+/// How long a marked slot may stay uncommitted before roar checks whether its producer died.
 const STUCK: Duration = Duration::from_millis(100);
+/// How long a reserved slot may stay unmarked before roar takes it back (see `drain_ring`): a
+/// producer takes a few instructions between reserving and marking.
+const STUCK_UNMARKED: Duration = Duration::from_secs(2);
 
 /// The run's ring: a memfd roar maps and every shim maps again through /proc/<roar>/fd/<fd>.
 struct RingMap {
@@ -213,9 +216,13 @@ fn map_ring(capacity: u64) -> std::io::Result<RingMap> {
     }
 }
 
-/// Reads the ring until it is empty. A slot whose producer is still writing it ends the pass;
-/// one reserved by a producer that died before committing it is skipped (counted as undecodable)
-/// once its pid is gone, or at the `last` pass, when every traced process is gone.
+/// Reads the ring until it is empty. A slot whose producer is still writing it ends the pass. A
+/// producer killed while writing (see `roar_wire::ring`) costs its own event only, counted as cut
+/// off: a slot it marked is freed once its pid is gone; one it reserved and never marked is taken
+/// back at the `last` pass (every traced process is gone), or once the tail has been stuck on it
+/// for `STUCK_UNMARKED` — long enough that its producer must be dead, soon enough that the others
+/// do not wait long on a full ring; a producer that was only stopped then sends its event as a
+/// datagram.
 fn drain_ring(
     ring: &Ring,
     out: &mut Received,
@@ -238,22 +245,37 @@ fn drain_ring(
             }
             Next::Pad { len } => ring.release(len),
             Next::Empty => return,
+            Next::Pending { pid: 0 } => {
+                let since = *stuck_since.get_or_insert_with(Instant::now);
+                if !(last || since.elapsed() > STUCK_UNMARKED) {
+                    return;
+                }
+                if ring.skip_unmarked() > 0 {
+                    out.cut_off += 1;
+                    *stuck_since = None;
+                }
+            }
             Next::Pending { pid } => {
                 let since = *stuck_since.get_or_insert_with(Instant::now);
                 // SAFETY: a signal-0 probe.
-                let dead = pid > 0
-                    && since.elapsed() > STUCK
+                let dead = since.elapsed() > STUCK
                     && unsafe { libc::kill(pid, 0) } != 0
                     && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
                 if !(last || dead) {
                     return;
                 }
-                out.malformed += 1;
                 *stuck_since = None;
                 match ring.pending_len() {
-                    Some(len) => ring.release(len),
-                    // Killed before it could even mark its slot: nothing after it can be found.
-                    None => return,
+                    Some(len) => {
+                        out.cut_off += 1;
+                        ring.release(len);
+                    }
+                    // A slot word no producer writes (a program scribbled on the ring): nothing
+                    // after it can be found.
+                    None => {
+                        out.malformed += 1;
+                        return;
+                    }
                 }
             }
         }
@@ -281,6 +303,8 @@ fn futex_wake(word: *const u32) {
 struct Received {
     events: Vec<Event>,
     malformed: usize,
+    /// Events whose process was killed while writing them into the ring.
+    cut_off: usize,
     /// Datagrams without the run's key.
     forged: usize,
 }
@@ -363,6 +387,7 @@ fn receive(fd: libc::c_int, key: &[u8; KEY_LEN], map: &RingMap, tap: &Tap) -> Re
     Received {
         events,
         malformed: from_ring.malformed + from_sock.malformed,
+        cut_off: from_ring.cut_off,
         forged: from_sock.forged,
     }
 }
@@ -547,6 +572,7 @@ pub fn run(
         ctime_floor_ns,
         ended_ns,
         malformed: received.malformed,
+        cut_off: received.cut_off,
         lost: 0,
         forged: received.forged,
         untraced,

@@ -554,6 +554,7 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
         ctime_floor_ns,
         ended_ns,
         malformed,
+        cut_off: 0,
         lost: 0,
         forged: 0,
         untraced: Vec::new(),

@@ -2,11 +2,29 @@
 //! `roar run` that reads them (the one consumer).
 //!
 //! roar maps a memfd: a [`RingHeader`] page, then `capacity` bytes of slots. A producer reserves a
-//! slot by advancing `head` with a compare-and-swap, marks it reserved (its length and pid), copies
-//! the event in and sets the committed bit; no system call unless the ring is full. The consumer
-//! reads committed slots in reservation order (one total order across processes), zeroes them and
-//! advances `tail`, which frees the space. A slot never wraps: a producer whose slot would cross the
-//! end of the area reserves the rest of the area as padding too.
+//! slot by advancing `head` with a compare-and-swap, marks it (its length and pid) with a second
+//! compare-and-swap on the slot's first word, copies the event in and sets the committed bit; no
+//! system call unless the ring is full. The consumer reads committed slots in reservation order
+//! (one total order across processes), frees them and advances `tail`. A slot never wraps: a
+//! producer whose slot would cross the end of the area reserves the rest of the area as padding too.
+//!
+//! A producer can be killed anywhere in that sequence (`kill -9`, a pool's SIGTERM, the OOM
+//! killer), and nothing after its slot may be lost for it:
+//! - killed after marking: the slot says who and how long; once that pid is gone (or the run is
+//!   over) the consumer frees it and reads on.
+//! - killed between reserving and marking: the slot's words are still *free words* (below). Once
+//!   the run is over, or the tail has been stuck on them for long, the consumer takes the free
+//!   words at the tail back, one compare-and-swap each, up to the next marked word: that is the
+//!   dead slot (and any other slot not marked yet). A producer that was only slow, not dead, then
+//!   fails to mark its slot and sends the event another way (the shim's datagram), so a wrong
+//!   guess loses nothing. Producers touch the pages of a slot before reserving it, so the fault in
+//!   which a signal is usually delivered comes before the reservation, not after it.
+//!
+//! Free words: every 8-byte word of unused slot space holds the lap (`position / capacity`) in
+//! which it will next be used, in its high half, and zero in its low half; a marked slot word
+//! always has a non-zero length there. Freed space is rewritten with the next lap, so a stale
+//! producer's compare-and-swap can never succeed on a word from another lap. A fresh (zeroed)
+//! mapping is lap 0 throughout.
 //!
 //! Waking the consumer: it does not poll. Between drains it sleeps on the futex word `wake` (in
 //! this shared mapping) for up to a timer's length, after setting `asleep`. A producer that leaves
@@ -23,7 +41,7 @@ use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 /// Environment variable telling the shim where the ring is: `<roar pid>/<fd>`; the shim opens
 /// `/proc/<roar pid>/fd/<fd>`, which works even after the program closed every inherited fd.
 pub const RING_ENV: &str = "ROAR_INTERNAL_RING";
-pub const MAGIC: u64 = u64::from_le_bytes(*b"roarrng2");
+pub const MAGIC: u64 = u64::from_le_bytes(*b"roarrng3");
 /// Bytes before the slot area.
 pub const HEADER_SIZE: usize = 4096;
 /// The smallest slot area: an Exec event carries up to 32 KiB of argv and must fit twice.
@@ -32,6 +50,8 @@ pub const MIN_CAPACITY: u64 = 128 * 1024;
 const COMMITTED: u64 = 1;
 const PAD: u64 = 2;
 const LEN_MASK: u64 = 0xffff_fff8;
+/// Producers fault in a slot's pages in steps of this (the smallest page size).
+const PAGE: u64 = 4096;
 
 #[repr(C)]
 pub struct RingHeader {
@@ -73,12 +93,21 @@ unsafe impl Sync for Ring {}
 pub enum Next<'a> {
     /// Nothing reserved past the tail.
     Empty,
-    /// A producer reserved the next slot and has not committed it yet (`pid` 0: not even marked).
+    /// A producer reserved the next slot and has not committed it yet (`pid` 0: not even marked;
+    /// see [`Ring::skip_unmarked`]).
     Pending { pid: i32 },
     /// A committed event; pass `len` to [`Ring::release`] once done with `bytes`.
     Event { bytes: &'a [u8], len: u64 },
     /// Padding up to the end of the area; release it.
     Pad { len: u64 },
+}
+
+/// A slot a producer has reserved: `pad` bytes of padding at `pos`, then `need` bytes.
+#[derive(Clone, Copy)]
+struct Reserved {
+    pos: u64,
+    pad: u64,
+    need: u64,
 }
 
 fn align8(n: u64) -> u64 {
@@ -153,8 +182,16 @@ impl Ring {
         if need > self.capacity / 2 || need > LEN_MASK {
             return false;
         }
+        match self.reserve(need, wait) {
+            Some(slot) => self.fill(slot, pid, parts),
+            None => false,
+        }
+    }
+
+    /// Reserves `need` bytes (and the padding before them, if they would cross the end).
+    fn reserve(&self, need: u64, wait: &mut dyn FnMut() -> bool) -> Option<Reserved> {
         let h = self.header();
-        let (pos, pad) = loop {
+        loop {
             let pos = h.head.load(Ordering::Relaxed);
             let off = pos & (self.capacity - 1);
             let to_end = self.capacity - off;
@@ -167,34 +204,78 @@ impl Ring {
             }
             if pos + total - tail > self.capacity {
                 if !wait() {
-                    return false;
+                    return None;
                 }
                 continue;
             }
+            self.touch(off, total);
             if h.head
                 .compare_exchange_weak(pos, pos + total, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
             {
-                break (pos, pad);
+                return Some(Reserved { pos, pad, need });
             }
-        };
+        }
+    }
+
+    /// Marks a reserved slot, copies the event in and commits it. False if the consumer took
+    /// the slot back first (we were stopped for long between reserving and marking): the caller
+    /// sends the event another way.
+    fn fill(&self, slot: Reserved, pid: i32, parts: &[&[u8]]) -> bool {
+        let Reserved { pos, pad, need } = slot;
         let pid_bits = (pid as u32 as u64) << 32;
-        if pad > 0 {
-            let off = pos & (self.capacity - 1);
-            self.word(off)
-                .store(pad | PAD | COMMITTED | pid_bits, Ordering::Release);
+        if pad > 0 && !self.mark(pos, pad | PAD | COMMITTED | pid_bits) {
+            return false;
+        }
+        if !self.mark(pos + pad, need | pid_bits) {
+            return false;
         }
         let off = (pos + pad) & (self.capacity - 1);
-        let word = self.word(off);
-        word.store(need | pid_bits, Ordering::Relaxed);
         let mut at = off as usize + 8;
         for p in parts {
             // SAFETY: the reserved slot [off, off + need) lies inside the area and is ours.
             unsafe { core::ptr::copy_nonoverlapping(p.as_ptr(), self.data.add(at), p.len()) };
             at += p.len();
         }
-        word.store(need | pid_bits | COMMITTED, Ordering::Release);
+        self.word(off)
+            .store(need | pid_bits | COMMITTED, Ordering::Release);
         true
+    }
+
+    /// The free word for position `pos` (see the module doc).
+    fn free_word(&self, pos: u64) -> u64 {
+        ((pos >> self.capacity.trailing_zeros()) as u32 as u64) << 32
+    }
+
+    /// Marks the slot at `pos` as ours: its word goes from free to `value`.
+    fn mark(&self, pos: u64, value: u64) -> bool {
+        self.word(pos & (self.capacity - 1))
+            .compare_exchange(
+                self.free_word(pos),
+                value,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    }
+
+    /// Faults in the pages of `len` bytes from `off` (wrapping at the end of the area).
+    fn touch(&self, off: u64, len: u64) {
+        let mut at = off & !(PAGE - 1);
+        while at < off + len {
+            // SAFETY: a read of a byte inside the area (`at` is taken modulo its size).
+            unsafe { core::ptr::read_volatile(self.data.add((at & (self.capacity - 1)) as usize)) };
+            at += PAGE;
+        }
+    }
+
+    /// Writes the free words of the lap after `pos`'s over `len` bytes from `pos` (one lap).
+    fn free(&self, pos: u64, len: u64) {
+        let next = self.free_word(pos + self.capacity);
+        let off = pos & (self.capacity - 1);
+        for i in (0..len).step_by(8) {
+            self.word(off + i).store(next, Ordering::Relaxed);
+        }
     }
 
     /// Bytes reserved and not yet released.
@@ -261,9 +342,12 @@ impl Ring {
         }
         let off = tail & (self.capacity - 1);
         let w = self.word(off).load(Ordering::Acquire);
-        let pid = (w >> 32) as i32;
         let len = w & LEN_MASK;
-        if w & COMMITTED == 0 || len < 8 || off + len > self.capacity {
+        if len == 0 {
+            return Next::Pending { pid: 0 };
+        }
+        let pid = (w >> 32) as i32;
+        if w & COMMITTED == 0 || off + len > self.capacity {
             return Next::Pending { pid };
         }
         if w & PAD != 0 {
@@ -283,15 +367,38 @@ impl Ring {
         (len >= 8 && off + len <= self.capacity).then_some(len)
     }
 
-    /// Consumer: zeroes the `len` bytes at the tail (so a later, differently aligned slot never
-    /// reads stale bytes as its word) and frees them.
+    /// Consumer: frees the `len` bytes of the slot at the tail (rewritten as free words, so a
+    /// later, differently aligned slot never reads stale bytes as its word).
     pub fn release(&self, len: u64) {
         let h = self.header();
         let tail = h.tail.load(Ordering::Relaxed);
-        let off = tail & (self.capacity - 1);
-        // SAFETY: the slot lies inside the area and nobody writes it until tail moves past it.
-        unsafe { core::ptr::write_bytes(self.data.add(off as usize), 0, len as usize) };
+        self.free(tail, len);
         h.tail.store(tail + len, Ordering::Release);
+    }
+
+    /// Consumer: takes back the unmarked words at the tail, up to the next marked word or the
+    /// head: slots reserved by producers that never marked them (see the module doc). Call it
+    /// only once such a producer must be dead. Returns the bytes freed (0 if the slot at the tail
+    /// was marked meanwhile).
+    pub fn skip_unmarked(&self) -> u64 {
+        let h = self.header();
+        let tail = h.tail.load(Ordering::Relaxed);
+        let head = h.head.load(Ordering::Acquire);
+        let mut pos = tail;
+        while pos < head {
+            let taken = self.word(pos & (self.capacity - 1)).compare_exchange(
+                self.free_word(pos),
+                self.free_word(pos + self.capacity),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            );
+            if taken.is_err() {
+                break;
+            }
+            pos += 8;
+        }
+        h.tail.store(pos, Ordering::Release);
+        pos - tail
     }
 }
 
@@ -418,6 +525,201 @@ mod tests {
         assert_eq!(r.pending_len(), Some(16));
         r.release(16);
         assert_eq!(r.next(), Next::Empty);
+    }
+
+    #[test]
+    fn a_producer_killed_before_marking_loses_its_own_slot_only() {
+        let mut buf = vec![0u64; (HEADER_SIZE + MIN_CAPACITY as usize) / 8];
+        let r = ring(&mut buf);
+        // Go round the ring a few times first, so the free words are not all of lap 0.
+        for round in 0..3u8 {
+            let body = vec![round; MIN_CAPACITY as usize / 3];
+            assert!(r.write(1, &[&body], &mut || false));
+            drain(&r);
+        }
+        // Reserved, then killed: nothing in the slot says so.
+        let dead = r.reserve(48, &mut || false).unwrap();
+        for i in 0..5u8 {
+            assert!(r.write(2, &[&[i; 20]], &mut || false));
+        }
+        // A slot reserved after the dead one and not marked yet is taken back with it.
+        let slow = r.reserve(24, &mut || false).unwrap();
+        assert!(r.write(3, &[&[9; 8]], &mut || false));
+        assert_eq!(r.next(), Next::Pending { pid: 0 });
+        assert_eq!(r.skip_unmarked(), dead.need + dead.pad);
+        let got = drain_skipping(&r);
+        assert_eq!(got.len(), 6, "every event after the dead slot");
+        assert!(got[..5]
+            .iter()
+            .enumerate()
+            .all(|(i, e)| e[..20] == [i as u8; 20]));
+        assert_eq!(got[5][..8], [9; 8]);
+        // The slow producer comes back: its slot is gone, it says so and writes nothing.
+        assert!(!r.fill(slow, 4, &[&[7; 8]]));
+        assert_eq!(r.next(), Next::Empty);
+        assert!(r.write(5, &[&[5; 8]], &mut || false), "the ring goes on");
+        assert_eq!(drain(&r).len(), 1);
+    }
+
+    /// Like `drain`, taking back unmarked slots as a consumer does at the end of a run.
+    fn drain_skipping(r: &Ring) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        loop {
+            match r.next() {
+                Next::Empty => return out,
+                Next::Event { bytes, len } => {
+                    out.push(bytes.to_vec());
+                    r.release(len);
+                }
+                Next::Pad { len } => r.release(len),
+                Next::Pending { pid: 0 } => assert!(r.skip_unmarked() > 0),
+                Next::Pending { .. } => r.release(r.pending_len().unwrap()),
+            }
+        }
+    }
+
+    /// A real process writing events as fast as it can, killed at random points (so in the middle
+    /// of every step of a write, over the rounds), then the consumer's end-of-run pass: the
+    /// killed process's events come back in order up to the one it was killed in, and every
+    /// event written after it by another process comes back whole.
+    #[test]
+    fn producers_killed_at_random_points_lose_nothing_after_their_own_last_event() {
+        let len = HEADER_SIZE + MIN_CAPACITY as usize;
+        // SAFETY: a fresh shared anonymous mapping (zeroed), unmapped at the end.
+        let base = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        // SAFETY: as above.
+        let r = unsafe { Ring::create(base.cast(), MIN_CAPACITY, 1) };
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ std::process::id() as u64;
+        let mut rand = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let (mut unmarked, mut uncommitted) = (0, 0);
+        for round in 0..300u32 {
+            // SAFETY: the child only writes to the shared ring and spins; it never returns.
+            let child = unsafe { libc::fork() };
+            if child == 0 {
+                let mut i = 0u32;
+                loop {
+                    let body = [round.to_le_bytes(), i.to_le_bytes()];
+                    let filler = [0xabu8; 200];
+                    let n = (i % 200) as usize;
+                    r.write(7, &[&body[0], &body[1], &filler[..n]], &mut || {
+                        // SAFETY: no preconditions.
+                        unsafe { libc::sched_yield() };
+                        true
+                    });
+                    i = i.wrapping_add(1);
+                }
+            }
+            let mut seen = Seen {
+                round,
+                next_i: 0,
+                after: Vec::new(),
+                unmarked: 0,
+                uncommitted: 0,
+            };
+            // Read while the child writes, then kill it at a random moment.
+            let spins = rand() % 20_000;
+            for _ in 0..spins {
+                if let Next::Event { bytes, len } = r.next() {
+                    seen.event(bytes);
+                    r.release(len);
+                }
+            }
+            // SAFETY: our own child.
+            unsafe {
+                libc::kill(child, libc::SIGKILL);
+                libc::waitpid(child, core::ptr::null_mut(), 0);
+            }
+            let after: Vec<u32> = (0..(rand() % 40) as u32).collect();
+            for a in &after {
+                // A full ring is read as by a consumer that knows the killed process is gone.
+                let body = [u32::MAX.to_le_bytes(), a.to_le_bytes()];
+                assert!(r.write(8, &[&body[0], &body[1]], &mut || {
+                    seen.drain(&r);
+                    true
+                }));
+            }
+            seen.drain(&r);
+            assert_eq!(
+                seen.after, after,
+                "round {round}: every event after the kill"
+            );
+            unmarked += seen.unmarked;
+            uncommitted += seen.uncommitted;
+        }
+        std::eprintln!("killed before marking {unmarked} times, before committing {uncommitted}");
+        // SAFETY: our mapping, no longer used.
+        unsafe { libc::munmap(base, len) };
+    }
+
+    /// What the consumer of the kill loop has read in one round.
+    struct Seen {
+        round: u32,
+        /// The killed process's next event number.
+        next_i: u32,
+        /// The survivor's events (written after the kill).
+        after: Vec<u32>,
+        unmarked: u32,
+        uncommitted: u32,
+    }
+
+    impl Seen {
+        fn event(&mut self, bytes: &[u8]) {
+            let rd = u32::from_le_bytes(bytes[..4].try_into().unwrap());
+            let i = u32::from_le_bytes(bytes[4..8].try_into().unwrap());
+            if rd == u32::MAX {
+                self.after.push(i);
+                return;
+            }
+            assert!(
+                self.after.is_empty(),
+                "the killed process wrote after its death"
+            );
+            assert_eq!(
+                (rd, i),
+                (self.round, self.next_i),
+                "the killed process's events in order"
+            );
+            assert!(bytes[8..8 + (i % 200) as usize].iter().all(|b| *b == 0xab));
+            self.next_i += 1;
+        }
+
+        /// Reads everything there is, every producer but the survivor being gone.
+        fn drain(&mut self, r: &Ring) {
+            loop {
+                match r.next() {
+                    Next::Empty => return,
+                    Next::Event { bytes, len } => {
+                        self.event(bytes);
+                        r.release(len);
+                    }
+                    Next::Pad { len } => r.release(len),
+                    Next::Pending { pid: 0 } => {
+                        self.unmarked += 1;
+                        assert!(r.skip_unmarked() > 0);
+                    }
+                    Next::Pending { pid } => {
+                        assert_eq!(pid, 7);
+                        self.uncommitted += 1;
+                        r.release(r.pending_len().unwrap());
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -310,6 +310,7 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
         ctime_floor_ns,
         ended_ns,
         malformed,
+        cut_off: 0,
         lost,
         forged: 0,
         untraced: Vec::new(),
