@@ -155,6 +155,8 @@ fn record_pipeline(p: &Project) {
         steps: Vec::new(),
         files,
         environment: None,
+        uid: None,
+        dist: None,
     };
     writer
         .record_job(job(

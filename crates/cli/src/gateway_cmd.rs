@@ -397,6 +397,8 @@ fn session_job(project: &Project, access_key: &str, session: &Session) -> JobRec
         steps: Vec::new(),
         files: roar_gateway::job_files(&session.accesses),
         environment: None,
+        uid: None,
+        dist: None,
     }
 }
 

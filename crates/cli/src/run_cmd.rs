@@ -238,6 +238,8 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         steps: Vec::new(),
         files: Vec::new(),
         environment: None,
+        uid: None,
+        dist: None,
     };
     // The job's row is written (running) while the command runs: a roar killed before the end
     // leaves a job that says so. The record fills that row in.

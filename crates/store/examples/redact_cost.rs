@@ -30,6 +30,8 @@ fn job(argv: Vec<String>, env: BTreeMap<String, String>) -> JobRecord {
         steps: Vec::new(),
         files: Vec::new(),
         environment: None,
+        uid: None,
+        dist: None,
     }
 }
 

@@ -112,6 +112,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             steps: Vec::new(),
             files,
             environment: None,
+            uid: None,
+            dist: None,
         })?;
     }
     writer.flush()?;

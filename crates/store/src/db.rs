@@ -206,6 +206,31 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     CREATE INDEX step_files_step ON step_files(step_id);
     CREATE INDEX step_files_path ON step_files(path, role);
     "#,
+    // 10: the team store (crate::team). Every job gets a global identity, `uid`, made here for
+    // the jobs recorded so far; a job copied from the team store keeps its own. A distributed
+    // run's jobs name their group and rank (model::Distributed). `pushed` lists the jobs each
+    // remote (by its URL without credentials) already holds; `fetched` is how far a remote's
+    // mirror has read the team store's jobs.
+    r#"
+    ALTER TABLE jobs ADD COLUMN uid TEXT;
+    UPDATE jobs SET uid = lower(hex(randomblob(16)));
+    CREATE UNIQUE INDEX jobs_uid ON jobs(uid);
+    ALTER TABLE jobs ADD COLUMN run_group TEXT;
+    ALTER TABLE jobs ADD COLUMN rank INTEGER;
+    ALTER TABLE jobs ADD COLUMN world_size INTEGER;
+    ALTER TABLE jobs ADD COLUMN local_rank INTEGER;
+    ALTER TABLE jobs ADD COLUMN node_rank INTEGER;
+    CREATE INDEX jobs_group ON jobs(run_group) WHERE run_group IS NOT NULL;
+    CREATE TABLE pushed (
+        remote   TEXT NOT NULL,
+        job_uid  TEXT NOT NULL,
+        PRIMARY KEY (remote, job_uid)
+    ) WITHOUT ROWID;
+    CREATE TABLE fetched (
+        remote    TEXT PRIMARY KEY,
+        last_seq  INTEGER NOT NULL
+    );
+    "#,
 ];
 
 /// The schema version this build writes.

@@ -26,6 +26,7 @@ pub use environment::{Environment, EnvironmentDetail, Gpu, Package, Runtime};
 pub use error::{Result, StoreError};
 pub use lineage::{node_name, Dag, Edge, Lineage, Step, Version};
 pub use model::{
+    Distributed,
     argv_from_blob, argv_to_blob, now_ns, CacheEntry, ContentHash, FileRecord, FileStat, GitState,
     JobRecord, Made, Ops, Outcome, PathUse, ProcessRecord, Redirect, Role, S3Object, StepContent,
     StepFile, StepRecord,

@@ -318,6 +318,31 @@ pub struct JobRecord {
     pub files: Vec<FileRecord>,
     /// Packages, machine and the dirty tree's diff, when the producer captured them.
     pub environment: Option<crate::environment::Environment>,
+    /// The job's global identity (32 hex digits): None for a new job (the store makes one), the
+    /// original's for a job copied from another store (the team store), so a job is the same
+    /// record everywhere.
+    pub uid: Option<String>,
+    /// The distributed run this job is one rank (or one node) of.
+    pub dist: Option<Distributed>,
+}
+
+/// Where a job stands in a distributed run (torchrun, Slurm, MPI, or `roar run --group`): jobs
+/// with the same `group` are one run, whatever machine recorded them (docs/SEMANTICS.md
+/// "Distributed runs").
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Distributed {
+    /// `torchelastic:RUN_ID`, `slurm:JOB_ID[.STEP]`, `mpi:JOB`, or `group:NAME`.
+    pub group: String,
+    /// Global rank; None for a job that runs a whole node's ranks (`roar run -- torchrun`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub world_size: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_rank: Option<u32>,
+    /// The node's rank (torchrun's GROUP_RANK, Slurm's SLURM_NODEID).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_rank: Option<u32>,
 }
 
 /// A file's identity as the hash cache sees it.

@@ -470,16 +470,18 @@ fn insert_job(
         "UPDATE jobs SET name = ?1, argv = ?2, cwd = ?3, started_ns = ?4, ended_ns = ?5,
                 status = ?6, exit_code = ?7, signal = ?8, incomplete = ?9, backend = ?10,
                 git_commit = ?11, git_branch = ?12, git_dirty = ?13, env = ?14, host = ?15,
-                recorder = ?16
-         WHERE id = ?17"
+                recorder = ?16, uid = coalesce(?17, uid), run_group = ?18, rank = ?19,
+                world_size = ?20, local_rank = ?21, node_rank = ?22
+         WHERE id = ?23"
     } else {
         "INSERT INTO jobs (name, argv, cwd, started_ns, ended_ns, status, exit_code, signal,
                            incomplete, backend, git_commit, git_branch, git_dirty, env, host,
-                           recorder)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+                           recorder, uid, run_group, rank, world_size, local_rank, node_rank)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+                 coalesce(?17, lower(hex(randomblob(16)))), ?18, ?19, ?20, ?21, ?22)"
     };
     let mut stmt = tx.prepare_cached(sql)?;
-    let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(17);
+    let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(23);
     let argv = argv_to_blob(&job.argv);
     let cwd = job.cwd.as_os_str().as_bytes();
     let status = job.outcome.status();
@@ -503,6 +505,22 @@ fn insert_job(
         &env,
         &job.host,
         &recorder,
+        &job.uid,
+    ]);
+    let dist = job.dist.as_ref();
+    let group = dist.map(|d| d.group.as_str());
+    let (rank, world_size, local_rank, node_rank) = (
+        dist.and_then(|d| d.rank),
+        dist.and_then(|d| d.world_size),
+        dist.and_then(|d| d.local_rank),
+        dist.and_then(|d| d.node_rank),
+    );
+    values.extend([
+        &group as &dyn rusqlite::ToSql,
+        &rank,
+        &world_size,
+        &local_rank,
+        &node_rank,
     ]);
     if let Some(id) = &begun {
         values.push(id);

@@ -28,6 +28,8 @@ fn job(argv: &[&str], files: Vec<FileRecord>) -> JobRecord {
         steps: Vec::new(),
         files,
         environment: None,
+        uid: None,
+        dist: None,
     }
 }
 

@@ -692,6 +692,8 @@ impl Jobs {
                 runtime: Some(rt),
                 ..Default::default()
             }),
+            uid: None,
+            dist: None,
         }
     }
 
