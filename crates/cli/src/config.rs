@@ -21,6 +21,22 @@ pub struct Config {
     pub redact: roar_store::redact::RedactConfig,
     /// Where a job is cut into steps.
     pub steps: StepsConfig,
+    /// Team stores (`roar remote add`), by name.
+    pub remotes: std::collections::BTreeMap<String, RemoteConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteConfig {
+    /// `postgres://USER@HOST:PORT/DATABASE`, never with a password.
+    pub url: String,
+    /// Push in the background after every `roar run` (default true).
+    #[serde(default = "yes")]
+    pub auto_push: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -90,6 +106,7 @@ impl Default for Config {
             env: EnvConfig::default(),
             redact: Default::default(),
             steps: StepsConfig::default(),
+            remotes: Default::default(),
         }
     }
 }
@@ -159,6 +176,11 @@ impl Config {
                 at("drivers")
             );
         }
+        for (name, remote) in &config.remotes {
+            roar_store::team::Remote::check_url(&remote.url).map_err(|why| {
+                anyhow::anyhow!("{}: remote {name:?}: {why}", at(&format!("[remotes.{name}]")))
+            })?;
+        }
         roar_store::redact::Policy::new(&config.redact)
             .map_err(|e| anyhow::anyhow!("{}: {e}", at("[redact]")))?;
         Ok(config)
@@ -166,6 +188,14 @@ impl Config {
 
     pub fn sha256(&self) -> bool {
         self.hash == "sha256"
+    }
+
+    /// The configured remote called `name`.
+    pub fn remote(&self, name: &str) -> Option<roar_store::team::Remote> {
+        self.remotes.get(name).map(|r| roar_store::team::Remote {
+            name: name.to_owned(),
+            url: r.url.clone(),
+        })
     }
 }
 

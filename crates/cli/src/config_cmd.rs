@@ -137,7 +137,7 @@ fn written_ignore(project: &Project) -> anyhow::Result<Vec<String>> {
         .unwrap_or_default())
 }
 
-fn document(project: &Project) -> anyhow::Result<toml_edit::DocumentMut> {
+pub(crate) fn document(project: &Project) -> anyhow::Result<toml_edit::DocumentMut> {
     let path = project.config_path();
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
@@ -169,9 +169,16 @@ fn set(project: &Project, key: &str, value: &str) -> anyhow::Result<()> {
         }
         None => doc[key] = item,
     }
+    write_document(project, &doc).map_err(|e| anyhow::anyhow!("{key} = {value}: {e}"))
+}
+
+/// Replaces the config file with `doc`, if it loads exactly as `roar run` would load it.
+pub(crate) fn write_document(
+    project: &Project,
+    doc: &toml_edit::DocumentMut,
+) -> anyhow::Result<()> {
     let text = doc.to_string();
-    // The new file must load exactly as `roar run` would load it, or nothing is written.
-    Config::parse(&text, project).map_err(|e| anyhow::anyhow!("{key} = {value}: line {e}"))?;
+    Config::parse(&text, project).map_err(|e| anyhow::anyhow!("line {e}"))?;
     let path = project.config_path();
     let tmp = path.with_extension("toml.tmp");
     std::fs::write(&tmp, &text).with_context(|| format!("cannot write {}", tmp.display()))?;

@@ -14,6 +14,7 @@ mod lineage_cmd;
 mod live;
 mod mount_cmd;
 mod query_cmd;
+mod remote_cmd;
 mod reproduce_cmd;
 mod run_cmd;
 mod shim;
@@ -57,6 +58,10 @@ struct Cli {
     /// Print machine-readable JSON instead of text (query commands).
     #[arg(long, global = true)]
     json: bool,
+    /// Query the team store NAME (`roar remote add`) instead of the local store: log, show,
+    /// lineage, dag, diff, export, status. With `roar push`: push to NAME only.
+    #[arg(long, global = true, value_name = "NAME")]
+    remote: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -205,6 +210,19 @@ enum Command {
         #[arg(long, default_value_t = 3600)]
         grace: u64,
     },
+    /// Team stores (PostgreSQL) this project pushes its jobs to and can query (`--remote`).
+    Remote {
+        #[command(subcommand)]
+        command: remote_cmd::RemoteCommand,
+    },
+    /// Send every finished job the team stores do not hold yet (`--remote NAME`: that one only).
+    /// Idempotent: a job is stored once however often, and from wherever, it is pushed.
+    Push {
+        /// The push `roar run` starts after each job: waits for the push before it, and leaves
+        /// a failure for `roar remote list` instead of printing it.
+        #[arg(long, hide = true)]
+        background: bool,
+    },
     /// Read or change the project's settings (.roar/config.toml).
     Config {
         #[command(subcommand)]
@@ -321,7 +339,29 @@ fn main() -> ExitCode {
 
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let json = cli.json;
+    if let Some(name) = &cli.remote {
+        match cli.command {
+            Command::Push { background } => {
+                return remote_cmd::push(Some(name), background, json)
+            }
+            Command::Log { .. }
+            | Command::Show { .. }
+            | Command::Lineage { .. }
+            | Command::Dag { .. }
+            | Command::Diff { .. }
+            | Command::Export { .. }
+            | Command::Status { .. } => {
+                let local = project()?;
+                let _ = READING.set(remote_cmd::reading_remote(local, name)?);
+            }
+            _ => anyhow::bail!(
+                "--remote is for the query commands (log, show, lineage, dag, diff, export, status) and push"
+            ),
+        }
+    }
     match cli.command {
+        Command::Remote { command } => return remote_cmd::remote(command, json),
+        Command::Push { background } => return remote_cmd::push(None, background, json),
         Command::Init { dir } => query_cmd::init(dir, json)?,
         Command::Hash { paths, sha256 } => hash_cmd::hash(&paths, sha256, json)?,
         Command::Log { limit } => query_cmd::log(limit, json)?,
@@ -448,7 +488,13 @@ fn expand_dirs(arg: Option<Vec<PathBuf>>) -> graph::Expand {
 }
 
 /// The project around the current directory.
+/// The project a query reads when `--remote` chose a team store's mirror.
+static READING: std::sync::OnceLock<Project> = std::sync::OnceLock::new();
+
 pub fn project() -> anyhow::Result<Project> {
+    if let Some(p) = READING.get() {
+        return Ok(p.clone());
+    }
     let cwd = std::env::current_dir()?;
     Ok(Project::find(&cwd)?)
 }

@@ -50,6 +50,9 @@ pub enum StoreError {
     UnknownPath { path: PathBuf },
     #[error("the store's writer thread has stopped")]
     WriterGone,
+    /// Reaching, reading or writing the team store (PostgreSQL): the text says which and why.
+    #[error("{0}")]
+    Team(String),
 }
 
 impl StoreError {

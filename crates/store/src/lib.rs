@@ -19,6 +19,7 @@ pub mod quote;
 pub mod redact;
 mod status;
 mod steps;
+pub mod team;
 mod writer;
 
 pub use db::{open, SCHEMA_VERSION};

@@ -66,6 +66,8 @@ patterns = []
 pub struct Project {
     /// The directory that contains `.roar/`.
     pub root: PathBuf,
+    /// The store queries read instead of `.roar/roar.db` (a team store's mirror, `--remote`).
+    db: Option<PathBuf>,
 }
 
 impl Project {
@@ -74,7 +76,17 @@ impl Project {
     }
 
     pub fn db_path(&self) -> PathBuf {
-        self.dir().join(DB_NAME)
+        self.db
+            .clone()
+            .unwrap_or_else(|| self.dir().join(DB_NAME))
+    }
+
+    /// The same project, its queries reading the store at `db` (a team store's mirror).
+    pub fn reading(self, db: PathBuf) -> Project {
+        Project {
+            db: Some(db),
+            ..self
+        }
     }
 
     pub fn config_path(&self) -> PathBuf {
@@ -88,7 +100,7 @@ impl Project {
             let dir = PathBuf::from(dir);
             if dir.join(DB_NAME).is_file() {
                 let root = dir.parent().unwrap_or(Path::new("/")).to_owned();
-                return Ok(Project { root });
+                return Ok(Project { root, db: None });
             }
             return Err(StoreError::NoProject { start: dir });
         }
@@ -97,6 +109,7 @@ impl Project {
             if dir.join(DIR_NAME).join(DB_NAME).is_file() {
                 return Ok(Project {
                     root: dir.to_owned(),
+                    db: None,
                 });
             }
             cur = dir.parent();
@@ -111,6 +124,7 @@ impl Project {
     pub fn init(root: &Path) -> Result<(Project, bool)> {
         let project = Project {
             root: root.to_owned(),
+            db: None,
         };
         let dir = project.dir();
         let fresh = !project.db_path().exists();

@@ -569,6 +569,28 @@ fn insert_job(
     Ok(job_id)
 }
 
+/// Adds jobs copied from another store (the team store's mirror, crate::team) in one
+/// transaction: each keeps its uid, and one the store already has is skipped. Returns how many
+/// were added. Not redacted again: they were redacted on their way into the store they came from.
+pub(crate) fn import(conn: &mut Connection, jobs: Vec<JobRecord>) -> rusqlite::Result<usize> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let mut added = 0;
+    for job in &jobs {
+        let known = match &job.uid {
+            Some(uid) => tx
+                .prepare_cached("SELECT 1 FROM jobs WHERE uid = ?1")?
+                .exists([uid])?,
+            None => false,
+        };
+        if !known {
+            insert_job(&tx, job, None, None)?;
+            added += 1;
+        }
+    }
+    tx.commit()?;
+    Ok(added)
+}
+
 fn insert_steps(tx: &Transaction, job_id: i64, steps: &[StepRecord]) -> rusqlite::Result<()> {
     if steps.is_empty() {
         return Ok(());

@@ -1,0 +1,256 @@
+//! `roar remote` (the team stores a project pushes to), `roar push`, the push in the background
+//! after each `roar run`, and `--remote` on query commands (which read a mirror of the team
+//! store brought up to date first). The team store itself: roar_store::team.
+
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode, Stdio};
+
+use anyhow::Context;
+use clap::Subcommand;
+use roar_store::team::{self, Remote};
+use roar_store::Project;
+
+use crate::config::Config;
+
+#[derive(Subcommand)]
+pub enum RemoteCommand {
+    /// Add a team store: `roar remote add origin postgres://USER@HOST:PORT/DATABASE`. The
+    /// password comes from PGPASSWORD or ~/.pgpass, never from the URL. Every `roar run` then
+    /// pushes its job in the background (`--no-auto-push` to push only with `roar push`).
+    Add {
+        name: String,
+        url: String,
+        #[arg(long)]
+        no_auto_push: bool,
+    },
+    /// The team stores, with how many local jobs each does not hold yet.
+    List,
+    /// Forget a team store and its local mirror; the team store itself is not touched.
+    Remove { name: String },
+}
+
+pub fn remote(command: RemoteCommand, json: bool) -> anyhow::Result<ExitCode> {
+    let project = crate::project()?;
+    match command {
+        RemoteCommand::Add {
+            name,
+            url,
+            no_auto_push,
+        } => {
+            anyhow::ensure!(
+                !name.is_empty()
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'),
+                "{name:?} is not a remote name; use letters, digits, - and _"
+            );
+            Remote::check_url(&url).map_err(|why| anyhow::anyhow!(why))?;
+            let mut doc = crate::config_cmd::document(&project)?;
+            if !doc.contains_table("remotes") {
+                let mut table = toml_edit::Table::new();
+                table.set_implicit(true);
+                doc.insert("remotes", toml_edit::Item::Table(table));
+            }
+            anyhow::ensure!(
+                doc["remotes"].get(&name).is_none(),
+                "a remote {name:?} exists already; `roar remote remove {name}` first"
+            );
+            let mut table = toml_edit::Table::new();
+            table["url"] = toml_edit::value(url.as_str());
+            if no_auto_push {
+                table["auto_push"] = toml_edit::value(false);
+            }
+            doc["remotes"][&name] = toml_edit::Item::Table(table);
+            crate::config_cmd::write_document(&project, &doc)?;
+            if json {
+                crate::fmt::print_json(&serde_json::json!({"name": name, "url": url}))?;
+            } else {
+                eprintln!(
+                    "roar: added remote {name} ({url}); `roar push` sends the jobs recorded so far{}",
+                    if no_auto_push {
+                        ""
+                    } else {
+                        ", and every `roar run` pushes its job in the background"
+                    }
+                );
+            }
+        }
+        RemoteCommand::List => {
+            let config = Config::load(&project)?;
+            let conn = roar_store::open(&project.db_path(), false)?;
+            let mut rows = Vec::new();
+            for name in config.remotes.keys() {
+                let r = config.remote(name).expect("listed");
+                let waiting = team::unpushed_count(&conn, &r).unwrap_or(0);
+                rows.push(serde_json::json!({
+                    "name": name, "url": r.url, "unpushed": waiting,
+                    "auto_push": config.remotes[name].auto_push,
+                    "last_error": last_error(&project, &r),
+                }));
+            }
+            if json {
+                crate::fmt::print_json(&rows)?;
+            } else if rows.is_empty() {
+                println!("no remotes; `roar remote add origin postgres://USER@HOST:PORT/DATABASE` adds a team store");
+            } else {
+                for r in &rows {
+                    print!(
+                        "{}  {}  {} job(s) not pushed yet",
+                        r["name"].as_str().unwrap_or_default(),
+                        r["url"].as_str().unwrap_or_default(),
+                        r["unpushed"]
+                    );
+                    match r["last_error"].as_str() {
+                        Some(e) => println!("  (last background push failed: {e})"),
+                        None => println!(),
+                    }
+                }
+            }
+        }
+        RemoteCommand::Remove { name } => {
+            let config = Config::load(&project)?;
+            let Some(r) = config.remote(&name) else {
+                anyhow::bail!("no remote {name:?}; `roar remote list` shows them");
+            };
+            let mut doc = crate::config_cmd::document(&project)?;
+            if let Some(t) = doc.get_mut("remotes").and_then(|t| t.as_table_mut()) {
+                t.remove(&name);
+            }
+            crate::config_cmd::write_document(&project, &doc)?;
+            let mirror = team::mirror_path(&project.dir(), &r);
+            for suffix in ["", "-wal", "-shm"] {
+                let mut p = mirror.clone().into_os_string();
+                p.push(suffix);
+                let _ = std::fs::remove_file(p);
+            }
+            if !json {
+                eprintln!("roar: removed remote {name}; the team store itself is untouched");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The remotes a command names: `--remote NAME`, or every configured one.
+fn chosen(config: &Config, name: Option<&str>) -> anyhow::Result<Vec<Remote>> {
+    match name {
+        Some(n) => Ok(vec![config.remote(n).ok_or_else(|| {
+            anyhow::anyhow!("no remote {n:?}; `roar remote add {n} postgres://USER@HOST:PORT/DATABASE` adds it")
+        })?]),
+        None if config.remotes.is_empty() => anyhow::bail!(
+            "no remotes; `roar remote add origin postgres://USER@HOST:PORT/DATABASE` adds a team store"
+        ),
+        None => Ok(config
+            .remotes
+            .keys()
+            .filter_map(|n| config.remote(n))
+            .collect()),
+    }
+}
+
+fn error_file(project: &Project, r: &Remote) -> PathBuf {
+    project
+        .dir()
+        .join("remotes")
+        .join(format!("{}.push-error", r.name))
+}
+
+fn last_error(project: &Project, r: &Remote) -> Option<String> {
+    std::fs::read_to_string(error_file(project, r))
+        .ok()
+        .map(|s| s.trim().to_owned())
+}
+
+/// `roar push`: sends every finished local job each chosen remote does not hold yet.
+/// `background`: the push `roar run` starts; waits its turn behind another push, and leaves its
+/// failure in `.roar/remotes/NAME.push-error` (shown by `roar remote list`) instead of printing.
+pub fn push(name: Option<&str>, background: bool, json: bool) -> anyhow::Result<ExitCode> {
+    let project = crate::project()?;
+    let config = Config::load(&project)?;
+    let remotes = chosen(&config, name)?;
+    let dir = project.dir().join("remotes");
+    roar_store::private::create_dir(&dir)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    // One push at a time per project: a background push waits for the one before it, which
+    // may have looked for unpushed jobs just before this one's job was recorded.
+    let lock = std::fs::File::create(dir.join("push.lock"))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) } != 0 {
+        anyhow::bail!("cannot lock {}", dir.join("push.lock").display());
+    }
+    let host = crate::run_cmd::hostname();
+    let mut failed = None;
+    let mut out = Vec::new();
+    for r in &remotes {
+        if background && !config.remotes[&r.name].auto_push {
+            continue;
+        }
+        let started = std::time::Instant::now();
+        match team::push(&project.db_path(), r, host.as_deref()) {
+            Ok(p) => {
+                let _ = std::fs::remove_file(error_file(&project, r));
+                out.push(serde_json::json!({
+                    "remote": r.name, "new": p.new, "already_there": p.known, "files": p.files,
+                    "seconds": started.elapsed().as_secs_f64(),
+                }));
+                if !json && !background {
+                    eprintln!(
+                        "roar: pushed {} job(s) ({} file records) to {}{}",
+                        p.new,
+                        p.files,
+                        r.name,
+                        if p.known > 0 {
+                            format!("; {} were there already", p.known)
+                        } else {
+                            String::new()
+                        }
+                    );
+                }
+            }
+            Err(e) => {
+                if background {
+                    let _ = std::fs::write(error_file(&project, r), format!("{e}\n"));
+                }
+                failed.get_or_insert(e);
+            }
+        }
+    }
+    if json && !background {
+        crate::fmt::print_json(&out)?;
+    }
+    match failed {
+        Some(e) => Err(e.into()),
+        None => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// After `roar run` recorded a job: starts `roar push --background` for the remotes that push
+/// automatically, detached (its own session, no terminal, output discarded), and does not wait.
+/// A failure to start it changes nothing: the job is pushed by the next push.
+pub fn push_in_background(project: &Project, config: &Config) {
+    if !config.remotes.values().any(|r| r.auto_push) {
+        return;
+    }
+    let Ok(exe) = std::env::current_exe() else {
+        return;
+    };
+    let mut cmd = Command::new(exe);
+    cmd.args(["push", "--background"])
+        .current_dir(&project.root)
+        .env("ROAR_DIR", project.dir())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0);
+    let _ = cmd.spawn();
+}
+
+/// `--remote NAME` on a query command: the mirror of that team store, brought up to date.
+pub fn reading_remote(project: Project, name: &str) -> anyhow::Result<Project> {
+    let config = Config::load(&project)?;
+    let r = chosen(&config, Some(name))?.remove(0);
+    let mirror = team::mirror_path(&project.dir(), &r);
+    team::fetch(&mirror, &r)?;
+    Ok(project.reading(mirror))
+}

@@ -1,0 +1,250 @@
+//! A job of a local (SQLite) store as one [`JobRecord`], and back: what a push reads and what a
+//! mirror of the team store writes. Every table a job owns is read; ids stay local, the job's
+//! `uid` and its files' content hashes are what identify it anywhere.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use crate::environment::{packages_of, runtime_of, Environment};
+use crate::model::{
+    argv_from_blob, ContentHash, Distributed, FileRecord, GitState, JobRecord, Ops, Outcome,
+    ProcessRecord, Redirect, Role, S3Object, StepContent, StepFile, StepRecord,
+};
+
+fn path(bytes: Vec<u8>) -> PathBuf {
+    PathBuf::from(OsStr::from_bytes(&bytes))
+}
+
+fn role(s: &str) -> Role {
+    match s {
+        "input" => Role::Input,
+        "output" => Role::Output,
+        _ => Role::Temp,
+    }
+}
+
+/// Finished jobs (not running, and with a uid) `remote` does not hold yet, oldest first.
+pub(crate) fn unpushed(conn: &Connection, remote: &str, limit: usize) -> rusqlite::Result<Vec<i64>> {
+    conn.prepare_cached(
+        "SELECT j.id FROM jobs j
+         WHERE j.status != 'running' AND j.uid IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM pushed p WHERE p.remote = ?1 AND p.job_uid = j.uid)
+         ORDER BY j.id LIMIT ?2",
+    )?
+    .query_map(params![remote, limit as i64], |r| r.get(0))?
+    .collect()
+}
+
+pub(crate) fn mark_pushed(conn: &Connection, remote: &str, uids: &[String]) -> rusqlite::Result<()> {
+    let mut stmt = conn.prepare_cached("INSERT OR IGNORE INTO pushed (remote, job_uid) VALUES (?1, ?2)")?;
+    for uid in uids {
+        stmt.execute(params![remote, uid])?;
+    }
+    Ok(())
+}
+
+/// Job `id` as a record, or None if it is gone.
+pub(crate) fn read_job(conn: &Connection, id: i64) -> rusqlite::Result<Option<JobRecord>> {
+    let head = conn
+        .query_row(
+            "SELECT name, argv, cwd, started_ns, ended_ns, status, exit_code, signal, incomplete,
+                    backend, git_commit, git_branch, git_dirty, git_remote, git_diff, env, host,
+                    uid, run_group, rank, world_size, local_rank, node_rank
+             FROM jobs WHERE id = ?1",
+            [id],
+            |r| {
+                let status: String = r.get(5)?;
+                let outcome = match status.as_str() {
+                    "exited" => Outcome::Exited(r.get::<_, Option<i32>>(6)?.unwrap_or_default()),
+                    "signaled" => Outcome::Signaled(r.get::<_, Option<i32>>(7)?.unwrap_or_default()),
+                    "failed_to_start" => Outcome::FailedToStart(String::new()),
+                    "running" => Outcome::Running,
+                    _ => Outcome::Ended,
+                };
+                let dirty: Option<bool> = r.get(12)?;
+                let git = dirty.map(|dirty| -> rusqlite::Result<GitState> {
+                    Ok(GitState {
+                        commit: r.get(10)?,
+                        branch: r.get(11)?,
+                        dirty,
+                        remote: r.get(13)?,
+                        diff: r.get(14)?,
+                    })
+                });
+                let env: String = r.get(15)?;
+                let group: Option<String> = r.get(18)?;
+                let dist = group
+                    .map(|group| -> rusqlite::Result<Distributed> {
+                        Ok(Distributed {
+                            group,
+                            rank: r.get(19)?,
+                            world_size: r.get(20)?,
+                            local_rank: r.get(21)?,
+                            node_rank: r.get(22)?,
+                        })
+                    })
+                    .transpose()?;
+                Ok(JobRecord {
+                    name: r.get(0)?,
+                    argv: argv_from_blob(&r.get::<_, Vec<u8>>(1)?),
+                    cwd: path(r.get(2)?),
+                    started_ns: r.get(3)?,
+                    ended_ns: r.get(4)?,
+                    outcome,
+                    incomplete: r.get(8)?,
+                    backend: r.get(9)?,
+                    git: git.transpose()?,
+                    env: serde_json::from_str(&env).unwrap_or_default(),
+                    host: r.get(16)?,
+                    processes: Vec::new(),
+                    steps: Vec::new(),
+                    files: Vec::new(),
+                    environment: None,
+                    uid: r.get(17)?,
+                    dist,
+                })
+            },
+        )
+        .optional()?;
+    let Some(mut job) = head else {
+        return Ok(None);
+    };
+    job.processes = conn
+        .prepare_cached(
+            "SELECT pid, parent_pid, exe, argv, started_ns, ended_ns FROM processes
+             WHERE job_id = ?1 ORDER BY id",
+        )?
+        .query_map([id], |r| {
+            Ok(ProcessRecord {
+                pid: r.get(0)?,
+                parent_pid: r.get(1)?,
+                exe: r.get::<_, Option<Vec<u8>>>(2)?.map(path),
+                argv: argv_from_blob(&r.get::<_, Option<Vec<u8>>>(3)?.unwrap_or_default()),
+                started_ns: r.get(4)?,
+                ended_ns: r.get(5)?,
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    job.files = read_files(conn, id)?;
+    job.steps = read_steps(conn, id)?;
+    let diff = match job.git.as_ref().and_then(|g| g.diff.as_deref()) {
+        Some(hash) => crate::environment::blob(conn, hash)?,
+        None => None,
+    };
+    job.environment = Some(Environment {
+        packages: packages_of(conn, id)?,
+        runtime: runtime_of(conn, id)?,
+        diff,
+    });
+    Ok(Some(job))
+}
+
+fn read_files(conn: &Connection, id: i64) -> rusqlite::Result<Vec<FileRecord>> {
+    let hash = |r: &rusqlite::Row, at: usize| -> rusqlite::Result<Option<ContentHash>> {
+        let blake3: Option<String> = r.get(at)?;
+        blake3
+            .map(|blake3| {
+                Ok(ContentHash {
+                    blake3,
+                    sha256: r.get(at + 1)?,
+                    size: r.get::<_, i64>(at + 2)? as u64,
+                })
+            })
+            .transpose()
+    };
+    conn.prepare_cached(
+        "SELECT f.role, f.kind, f.path, f.ops, f.first_ns, f.last_ns,
+                a.blake3, a.sha256, a.size, b.blake3, b.sha256, b.size,
+                o.bucket, o.key, o.version_id, o.etag, o.size, o.range
+         FROM job_files f
+         LEFT JOIN artifacts a ON a.id = f.artifact_id
+         LEFT JOIN artifacts b ON b.id = f.before_artifact_id
+         LEFT JOIN s3_objects o ON o.id = f.s3_object_id
+         WHERE f.job_id = ?1 ORDER BY f.id",
+    )?
+    .query_map([id], |r| {
+        let s3 = match r.get::<_, Option<String>>(12)? {
+            Some(bucket) => Some(S3Object {
+                bucket,
+                key: r.get(13)?,
+                version_id: r.get(14)?,
+                etag: r.get(15)?,
+                size: r.get::<_, Option<i64>>(16)?.map(|s| s as u64),
+                range: r.get(17)?,
+            }),
+            None => None,
+        };
+        Ok(FileRecord {
+            role: role(&r.get::<_, String>(0)?),
+            path: path(r.get(2)?),
+            hash: hash(r, 6)?,
+            before: hash(r, 9)?,
+            ops: Ops::parse(&r.get::<_, String>(3)?),
+            first_ns: r.get(4)?,
+            last_ns: r.get(5)?,
+            s3,
+        })
+    })?
+    .collect()
+}
+
+fn read_steps(conn: &Connection, id: i64) -> rusqlite::Result<Vec<StepRecord>> {
+    let mut steps: Vec<(i64, StepRecord)> = conn
+        .prepare_cached(
+            "SELECT id, seq, parent_seq, pid, exe, argv, cwd, started_ns, ended_ns,
+                    stdin, stdout, stderr, appends
+             FROM steps WHERE job_id = ?1 ORDER BY seq",
+        )?
+        .query_map([id], |r| {
+            let appends: i64 = r.get(12)?;
+            let stream = |at: usize, append: bool| -> rusqlite::Result<Option<Redirect>> {
+                Ok(r.get::<_, Option<Vec<u8>>>(at)?.map(|p| Redirect {
+                    path: path(p),
+                    append,
+                }))
+            };
+            Ok((
+                r.get(0)?,
+                StepRecord {
+                    seq: r.get(1)?,
+                    parent: r.get(2)?,
+                    pid: r.get(3)?,
+                    exe: r.get::<_, Option<Vec<u8>>>(4)?.map(path),
+                    argv: argv_from_blob(&r.get::<_, Vec<u8>>(5)?),
+                    cwd: path(r.get(6)?),
+                    started_ns: r.get(7)?,
+                    ended_ns: r.get(8)?,
+                    streams: [
+                        stream(9, false)?,
+                        stream(10, appends & 1 != 0)?,
+                        stream(11, appends & 2 != 0)?,
+                    ],
+                    files: Vec::new(),
+                },
+            ))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut files = conn.prepare_cached(
+        "SELECT role, path, ops, from_seq, content, first_ns, last_ns FROM step_files
+         WHERE step_id = ?1 ORDER BY rowid",
+    )?;
+    for (step_id, step) in &mut steps {
+        step.files = files
+            .query_map([*step_id], |r| {
+                Ok(StepFile {
+                    role: role(&r.get::<_, String>(0)?),
+                    path: path(r.get(1)?),
+                    ops: Ops::parse(&r.get::<_, String>(2)?),
+                    from_step: r.get(3)?,
+                    content: StepContent::parse(&r.get::<_, String>(4)?),
+                    first_ns: r.get(5)?,
+                    last_ns: r.get(6)?,
+                })
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+    }
+    Ok(steps.into_iter().map(|(_, s)| s).collect())
+}
