@@ -178,7 +178,10 @@ impl Config {
         }
         for (name, remote) in &config.remotes {
             roar_store::team::Remote::check_url(&remote.url).map_err(|why| {
-                anyhow::anyhow!("{}: remote {name:?}: {why}", at(&format!("[remotes.{name}]")))
+                anyhow::anyhow!(
+                    "{}: remote {name:?}: {why}",
+                    at(&format!("[remotes.{name}]"))
+                )
             })?;
         }
         roar_store::redact::Policy::new(&config.redact)

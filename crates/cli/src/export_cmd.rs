@@ -546,6 +546,7 @@ mod tests {
             git_diff: None,
             host: None,
             backend: "preload".into(),
+            dist: None,
             step: None,
             parent_step: None,
             streams: vec![],

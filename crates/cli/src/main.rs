@@ -4,6 +4,7 @@ mod config;
 mod config_cmd;
 mod diff_cmd;
 mod diff_steps;
+mod distributed;
 mod environment;
 mod export_cmd;
 mod fmt;

@@ -49,9 +49,10 @@ pub fn log(limit: usize, json: bool) -> anyhow::Result<()> {
             .as_deref()
             .map(|n| format!("[{}] ", fmt::shown(n)))
             .unwrap_or_default();
+        let rank = j.dist.as_ref().map(rank_label).unwrap_or_default();
         writeln!(
             out,
-            "{:>5}  {}  {:<10} {:>3} in {:>3} out  {:<7} {label}{argv}{}",
+            "{:>5}  {}  {:<10} {:>3} in {:>3} out  {:<7} {label}{rank}{argv}{}",
             bold(&format!("#{}", j.id)),
             fmt::time_ns(j.started_ns),
             fmt::status(&j.status, j.exit_code, j.signal),
@@ -66,6 +67,19 @@ pub fn log(limit: usize, json: bool) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// `[rank 3/8 slurm:991] `, `[node 1 torchelastic:j7] ` or `[group:nightly] `.
+fn rank_label(d: &roar_store::Distributed) -> String {
+    let of = d.world_size.map(|w| format!("/{w}")).unwrap_or_default();
+    match (d.rank, d.node_rank) {
+        (Some(r), _) => format!("[rank {r}{of} {}] ", d.group),
+        (None, Some(n)) => format!("[node {n} {}] ", d.group),
+        (None, None) => format!("[{}] ", d.group),
+    }
+}
+
+/// The prefixes of distributed run names (roar's distributed.rs makes them).
+const RUN_PREFIXES: [&str; 4] = ["torchelastic:", "slurm:", "mpi:", "group:"];
 
 /// What `roar show` was asked about, decided from the argument's form.
 pub(crate) enum Target {
@@ -124,6 +138,14 @@ pub(crate) fn classify_in(store: Option<&Store>, what: &OsStr, cwd: &Path) -> Ta
 pub fn show(what: &OsStr, all: bool, env: bool, patch: bool, json: bool) -> anyhow::Result<()> {
     let (project, store) = crate::lineage_cmd::open_with(all)?;
     let cwd = std::env::current_dir()?;
+    let name = what.to_string_lossy();
+    if RUN_PREFIXES.iter().any(|p| name.starts_with(p)) && store.has_run(&name)? {
+        let run = store.run(&name)?;
+        if json {
+            return fmt::print_json(&run);
+        }
+        return print_run(&run, &project.root);
+    }
     let target = classify_in(Some(&store), what, &cwd);
     if (env || patch) && !matches!(target, Target::Job(_)) {
         anyhow::bail!(
@@ -175,6 +197,55 @@ pub fn show(what: &OsStr, all: bool, env: bool, patch: bool, json: bool) -> anyh
     }
 }
 
+/// `roar show RUN`: a distributed run's jobs (one line per rank), hosts and files.
+fn print_run(run: &roar_store::RunDetail, root: &Path) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "{} {} jobs on {} host(s): {}",
+        bold(&format!("run {}", run.group)),
+        run.jobs.len(),
+        run.hosts.len(),
+        run.hosts.join(", ")
+    )?;
+    for j in &run.jobs {
+        let s = &j.summary;
+        let who = s.dist.as_ref().map(rank_label).unwrap_or_default();
+        writeln!(
+            out,
+            "  {who}job {} on {}  {}  {} in {} out  {}",
+            s.id,
+            j.host.as_deref().unwrap_or("?"),
+            fmt::status(&s.status, s.exit_code, s.signal),
+            s.inputs,
+            s.outputs,
+            fmt::argv(&s.argv)
+        )?;
+    }
+    for (title, files) in [("inputs", &run.inputs), ("outputs", &run.outputs)] {
+        if files.is_empty() {
+            continue;
+        }
+        writeln!(out, "{} ({})", bold(title), files.len())?;
+        for f in files {
+            let hash = f
+                .hash
+                .as_ref()
+                .map(short_hash)
+                .unwrap_or_else(|| "-".repeat(fmt::SHORT_HASH));
+            let jobs: Vec<String> = f.jobs.iter().map(|j| j.to_string()).collect();
+            writeln!(
+                out,
+                "  {hash}  {}  (job{} {})",
+                rel(&f.path, root),
+                if jobs.len() == 1 { "" } else { "s" },
+                jobs.join(", ")
+            )?;
+        }
+    }
+    Ok(())
+}
+
 fn print_job(job: &JobDetail, root: &Path) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     let s = &job.summary;
@@ -205,6 +276,15 @@ fn print_job(job: &JobDetail, root: &Path) -> anyhow::Result<()> {
     writeln!(out, "  started  {}{took}", fmt::time_ns(s.started_ns))?;
     writeln!(out, "  cwd      {}", fmt::shown(&s.cwd))?;
     writeln!(out, "  backend  {}", s.backend)?;
+    if let Some(d) = &s.dist {
+        writeln!(
+            out,
+            "  run      {}; `roar show {}`",
+            rank_label(d).trim_end().trim_matches(['[', ']']),
+            d.group
+        )?;
+    }
+
     if let Some(g) = &s.git {
         let commit = g
             .commit

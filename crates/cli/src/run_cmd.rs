@@ -31,6 +31,10 @@ pub struct RunArgs {
     /// A name for the job, shown by `roar log`.
     #[arg(long)]
     name: Option<String>,
+    /// Make the job one rank of the distributed run NAME, with the other jobs of that name on
+    /// any machine (torchrun, Slurm and MPI ranks are grouped without it).
+    #[arg(long, value_name = "NAME")]
+    group: Option<String>,
     /// List the job's inputs and outputs after it finishes.
     #[arg(short, long)]
     verbose: bool,
@@ -239,7 +243,11 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         files: Vec::new(),
         environment: None,
         uid: None,
-        dist: None,
+        dist: crate::distributed::detect(
+            &|k| std::env::var(k).ok(),
+            &args.command,
+            args.group.as_deref(),
+        ),
     };
     // The job's row is written (running) while the command runs: a roar killed before the end
     // leaves a job that says so. The record fills that row in.

@@ -17,6 +17,7 @@ mod project;
 mod query;
 pub mod quote;
 pub mod redact;
+mod runs;
 mod status;
 mod steps;
 pub mod team;
@@ -27,14 +28,14 @@ pub use environment::{Environment, EnvironmentDetail, Gpu, Package, Runtime};
 pub use error::{Result, StoreError};
 pub use lineage::{node_name, Dag, Edge, Lineage, Step, Version};
 pub use model::{
-    Distributed,
-    argv_from_blob, argv_to_blob, now_ns, CacheEntry, ContentHash, FileRecord, FileStat, GitState,
-    JobRecord, Made, Ops, Outcome, PathUse, ProcessRecord, Redirect, Role, S3Object, StepContent,
-    StepFile, StepRecord,
+    argv_from_blob, argv_to_blob, now_ns, CacheEntry, ContentHash, Distributed, FileRecord,
+    FileStat, GitState, JobRecord, Made, Ops, Outcome, PathUse, ProcessRecord, Redirect, Role,
+    S3Object, StepContent, StepFile, StepRecord,
 };
 pub use project::{Project, CONFIG_NAME, DB_NAME, DEFAULT_CONFIG, DIR_NAME};
 pub use query::{ArtifactDetail, DbStats, FileRow, JobDetail, JobSummary, PathDetail, Store, Use};
 pub use quote::{shell_join, shell_quote, shown};
+pub use runs::{RunDetail, RunFile, RunJob};
 pub use status::{Cause, Change, Now, StaleJob, StatusPlan, StatusReport, Unfinished};
 pub use steps::{StepDetail, StepEdge, Stream};
 pub use writer::{

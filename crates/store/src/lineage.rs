@@ -6,6 +6,8 @@
 //! before the reader, that wrote *that location* with *that content*. Only when no job ever wrote
 //! the location does content find a producer elsewhere, and the edge says so (`copy_of`). Since a
 //! producer always started strictly before its reader, the graph has no cycles by construction.
+//! The ranks of a distributed run are one computation: a rank in a lineage brings every other
+//! rank of its run with it (their inputs are the run's inputs).
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::os::unix::ffi::OsStrExt;
@@ -39,6 +41,10 @@ pub struct Step {
     pub host: Option<String>,
     /// How it was observed: preload, ptrace, mount, gateway.
     pub backend: String,
+    /// The distributed run the job is one rank of: every rank of it is in the lineage of any
+    /// of its outputs (ranks exchange data in memory, which no file records).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dist: Option<crate::Distributed>,
     /// The step of the job this node is (SEMANTICS.md "Steps"): argv, cwd, times and files are
     /// the step's. None: the whole job (a job of one step).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -366,7 +372,8 @@ impl Store {
             .conn
             .prepare_cached(
                 "SELECT name, argv, cwd, started_ns, ended_ns, status, exit_code, git_commit, git_dirty, host,
-                        backend, recorder, git_diff
+                        backend, recorder, git_diff, run_group, rank, world_size, local_rank,
+                        node_rank
                  FROM jobs WHERE id = ?1",
             )?
             .query_row([job_id], |r| {
@@ -392,6 +399,18 @@ impl Store {
                     git_diff: r.get(12)?,
                     host: r.get(9)?,
                     backend: r.get(10)?,
+                    dist: r
+                        .get::<_, Option<String>>(13)?
+                        .map(|group| -> rusqlite::Result<crate::Distributed> {
+                            Ok(crate::Distributed {
+                                group,
+                                rank: r.get(14)?,
+                                world_size: r.get(15)?,
+                                local_rank: r.get(16)?,
+                                node_rank: r.get(17)?,
+                            })
+                        })
+                        .transpose()?,
                     step: None,
                     parent_step: None,
                     streams: Vec::new(),
@@ -481,6 +500,11 @@ impl Store {
                     continue;
                 }
                 let step = self.node(node, &mut never_made)?;
+                if step.dist.is_some() {
+                    for peer in self.run_peers(node.0)? {
+                        queue.push_back((peer, None));
+                    }
+                }
                 for input in &step.inputs {
                     match input.producer {
                         Some(p) => queue.push_back((p, input.producer_step)),

@@ -76,9 +76,7 @@ impl Project {
     }
 
     pub fn db_path(&self) -> PathBuf {
-        self.db
-            .clone()
-            .unwrap_or_else(|| self.dir().join(DB_NAME))
+        self.db.clone().unwrap_or_else(|| self.dir().join(DB_NAME))
     }
 
     /// The same project, its queries reading the store at `db` (a team store's mirror).

@@ -31,6 +31,11 @@ pub struct JobSummary {
     pub git: Option<GitState>,
     pub inputs: i64,
     pub outputs: i64,
+    /// The job's global identity, the same in every store that holds it (the team store).
+    pub uid: Option<String>,
+    /// The distributed run the job is a rank of.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dist: Option<crate::Distributed>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -106,7 +111,8 @@ const SUMMARY_COLS: &str =
       WHERE f.job_id = j.id AND f.role = 'input' AND NOT roar_noise(f.path)),
      (SELECT count(*) FROM job_files f
       WHERE f.job_id = j.id AND f.role = 'output' AND NOT roar_noise(f.path)),
-     j.recorder, j.host, j.git_remote, j.git_diff";
+     j.recorder, j.host, j.git_remote, j.git_diff,
+     j.uid, j.run_group, j.rank, j.world_size, j.local_rank, j.node_rank";
 
 fn lossy_argv(blob: &[u8]) -> Vec<String> {
     argv_from_blob(blob)
@@ -156,6 +162,16 @@ fn summary_from_row(r: &Row) -> rusqlite::Result<JobSummary> {
         }),
         inputs: r.get(14)?,
         outputs: r.get(15)?,
+        uid: r.get(20)?,
+        dist: r
+            .get::<_, Option<String>>(21)?
+            .map(|group| crate::Distributed {
+                group,
+                rank: r.get(22).ok().flatten(),
+                world_size: r.get(23).ok().flatten(),
+                local_rank: r.get(24).ok().flatten(),
+                node_rank: r.get(25).ok().flatten(),
+            }),
     })
 }
 
@@ -296,7 +312,7 @@ impl Store {
                 Ok((
                     summary_from_row(r)?,
                     r.get::<_, Option<String>>(17)?,
-                    r.get::<_, String>(20)?,
+                    r.get::<_, String>(26)?,
                 ))
             })
             .optional()

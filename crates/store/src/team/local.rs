@@ -27,7 +27,11 @@ fn role(s: &str) -> Role {
 }
 
 /// Finished jobs (not running, and with a uid) `remote` does not hold yet, oldest first.
-pub(crate) fn unpushed(conn: &Connection, remote: &str, limit: usize) -> rusqlite::Result<Vec<i64>> {
+pub(crate) fn unpushed(
+    conn: &Connection,
+    remote: &str,
+    limit: usize,
+) -> rusqlite::Result<Vec<i64>> {
     conn.prepare_cached(
         "SELECT j.id FROM jobs j
          WHERE j.status != 'running' AND j.uid IS NOT NULL
@@ -38,8 +42,13 @@ pub(crate) fn unpushed(conn: &Connection, remote: &str, limit: usize) -> rusqlit
     .collect()
 }
 
-pub(crate) fn mark_pushed(conn: &Connection, remote: &str, uids: &[String]) -> rusqlite::Result<()> {
-    let mut stmt = conn.prepare_cached("INSERT OR IGNORE INTO pushed (remote, job_uid) VALUES (?1, ?2)")?;
+pub(crate) fn mark_pushed(
+    conn: &Connection,
+    remote: &str,
+    uids: &[String],
+) -> rusqlite::Result<()> {
+    let mut stmt =
+        conn.prepare_cached("INSERT OR IGNORE INTO pushed (remote, job_uid) VALUES (?1, ?2)")?;
     for uid in uids {
         stmt.execute(params![remote, uid])?;
     }
@@ -59,7 +68,9 @@ pub(crate) fn read_job(conn: &Connection, id: i64) -> rusqlite::Result<Option<Jo
                 let status: String = r.get(5)?;
                 let outcome = match status.as_str() {
                     "exited" => Outcome::Exited(r.get::<_, Option<i32>>(6)?.unwrap_or_default()),
-                    "signaled" => Outcome::Signaled(r.get::<_, Option<i32>>(7)?.unwrap_or_default()),
+                    "signaled" => {
+                        Outcome::Signaled(r.get::<_, Option<i32>>(7)?.unwrap_or_default())
+                    }
                     "failed_to_start" => Outcome::FailedToStart(String::new()),
                     "running" => Outcome::Running,
                     _ => Outcome::Ended,

@@ -40,7 +40,11 @@ const PUSH_BATCH: usize = 64;
 const FETCH_PAGE: i64 = 500;
 
 fn team_err(remote: &Remote, what: &str, e: impl std::fmt::Display) -> StoreError {
-    StoreError::Team(format!("{what} the team store {} ({}): {e}", remote.name, remote.key()))
+    StoreError::Team(format!(
+        "{what} the team store {} ({}): {e}",
+        remote.name,
+        remote.key()
+    ))
 }
 
 impl Remote {
@@ -128,7 +132,12 @@ fn password_for(config: &postgres::Config) -> Option<String> {
         Some(postgres::config::Host::Tcp(h)) => h.clone(),
         _ => "localhost".into(),
     };
-    let port = config.get_ports().first().copied().unwrap_or(5432).to_string();
+    let port = config
+        .get_ports()
+        .first()
+        .copied()
+        .unwrap_or(5432)
+        .to_string();
     let want = [
         host.as_str(),
         port.as_str(),
@@ -306,7 +315,8 @@ pub fn fetch(mirror: &Path, remote: &Remote) -> Result<Fetched> {
             break;
         }
     }
-    tx.commit().map_err(|e| team_err(remote, "cannot read", e))?;
+    tx.commit()
+        .map_err(|e| team_err(remote, "cannot read", e))?;
     conn.execute(
         "INSERT INTO fetched (remote, last_seq) VALUES (?1, ?2)
          ON CONFLICT (remote) DO UPDATE SET last_seq = excluded.last_seq",
@@ -345,7 +355,10 @@ mod tests {
             pgpass_lookup(text, &["10.0.0.1", "5432", "db", "alice"]).as_deref(),
             Some("fallback")
         );
-        assert_eq!(pgpass_lookup(text, &["10.0.0.1", "5432", "db", "bob"]), None);
+        assert_eq!(
+            pgpass_lookup(text, &["10.0.0.1", "5432", "db", "bob"]),
+            None
+        );
     }
 
     #[test]

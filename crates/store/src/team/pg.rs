@@ -217,7 +217,9 @@ pub(crate) fn write_jobs(
         }
         if let Some(env) = &job.environment {
             packages.extend(env.packages.iter());
-            if let (Some(diff), Some(hash)) = (&env.diff, job.git.as_ref().and_then(|g| g.diff.clone())) {
+            if let (Some(diff), Some(hash)) =
+                (&env.diff, job.git.as_ref().and_then(|g| g.diff.clone()))
+            {
                 blobs.insert(hash, diff);
             }
         }
@@ -335,15 +337,24 @@ fn insert_children(tx: &mut Transaction, seq: i64, job: &JobRecord) -> Result<()
             &ords,
             &procs.iter().map(|p| p.pid).collect::<Vec<_>>(),
             &procs.iter().map(|p| p.parent_pid).collect::<Vec<_>>(),
-            &procs.iter().map(|p| p.exe.as_deref().map(bytes)).collect::<Vec<_>>(),
-            &procs.iter().map(|p| argv_to_blob(&p.argv)).collect::<Vec<_>>(),
+            &procs
+                .iter()
+                .map(|p| p.exe.as_deref().map(bytes))
+                .collect::<Vec<_>>(),
+            &procs
+                .iter()
+                .map(|p| argv_to_blob(&p.argv))
+                .collect::<Vec<_>>(),
             &procs.iter().map(|p| p.started_ns).collect::<Vec<_>>(),
             &procs.iter().map(|p| p.ended_ns).collect::<Vec<_>>(),
         ],
     )?;
     let files = &job.files;
     let s3 = |f: fn(&S3Object) -> Option<String>| {
-        files.iter().map(|r| r.s3.as_ref().and_then(f)).collect::<Vec<_>>()
+        files
+            .iter()
+            .map(|r| r.s3.as_ref().and_then(f))
+            .collect::<Vec<_>>()
     };
     tx.execute(
         "INSERT INTO job_files (job_seq, ord, role, path, blake3, before_blake3, ops, first_ns,
@@ -358,9 +369,18 @@ fn insert_children(tx: &mut Transaction, seq: i64, job: &JobRecord) -> Result<()
             &(0..files.len() as i32).collect::<Vec<_>>(),
             &files.iter().map(|f| f.role.as_str()).collect::<Vec<_>>(),
             &files.iter().map(|f| bytes(&f.path)).collect::<Vec<_>>(),
-            &files.iter().map(|f| f.hash.as_ref().map(|h| h.blake3.as_str())).collect::<Vec<_>>(),
-            &files.iter().map(|f| f.before.as_ref().map(|h| h.blake3.as_str())).collect::<Vec<_>>(),
-            &files.iter().map(|f| f.ops.names().join(",")).collect::<Vec<_>>(),
+            &files
+                .iter()
+                .map(|f| f.hash.as_ref().map(|h| h.blake3.as_str()))
+                .collect::<Vec<_>>(),
+            &files
+                .iter()
+                .map(|f| f.before.as_ref().map(|h| h.blake3.as_str()))
+                .collect::<Vec<_>>(),
+            &files
+                .iter()
+                .map(|f| f.ops.names().join(","))
+                .collect::<Vec<_>>(),
             &files.iter().map(|f| f.first_ns).collect::<Vec<_>>(),
             &files.iter().map(|f| f.last_ns).collect::<Vec<_>>(),
             &s3(|o| Some(o.bucket.clone())),
@@ -400,10 +420,19 @@ fn insert_children(tx: &mut Transaction, seq: i64, job: &JobRecord) -> Result<()
             &[
                 &seq,
                 &steps.iter().map(|s| s.seq as i32).collect::<Vec<_>>(),
-                &steps.iter().map(|s| s.parent.map(|p| p as i32)).collect::<Vec<_>>(),
+                &steps
+                    .iter()
+                    .map(|s| s.parent.map(|p| p as i32))
+                    .collect::<Vec<_>>(),
                 &steps.iter().map(|s| s.pid).collect::<Vec<_>>(),
-                &steps.iter().map(|s| s.exe.as_deref().map(bytes)).collect::<Vec<_>>(),
-                &steps.iter().map(|s| argv_to_blob(&s.argv)).collect::<Vec<_>>(),
+                &steps
+                    .iter()
+                    .map(|s| s.exe.as_deref().map(bytes))
+                    .collect::<Vec<_>>(),
+                &steps
+                    .iter()
+                    .map(|s| argv_to_blob(&s.argv))
+                    .collect::<Vec<_>>(),
                 &steps.iter().map(|s| bytes(&s.cwd)).collect::<Vec<_>>(),
                 &steps.iter().map(|s| s.started_ns).collect::<Vec<_>>(),
                 &steps.iter().map(|s| s.ended_ns).collect::<Vec<_>>(),
@@ -433,8 +462,12 @@ fn insert_children(tx: &mut Transaction, seq: i64, job: &JobRecord) -> Result<()
                 &all.iter().map(|a| a.1).collect::<Vec<_>>(),
                 &all.iter().map(|a| a.2.role.as_str()).collect::<Vec<_>>(),
                 &all.iter().map(|a| bytes(&a.2.path)).collect::<Vec<_>>(),
-                &all.iter().map(|a| a.2.ops.names().join(",")).collect::<Vec<_>>(),
-                &all.iter().map(|a| a.2.from_step.map(|s| s as i32)).collect::<Vec<_>>(),
+                &all.iter()
+                    .map(|a| a.2.ops.names().join(","))
+                    .collect::<Vec<_>>(),
+                &all.iter()
+                    .map(|a| a.2.from_step.map(|s| s as i32))
+                    .collect::<Vec<_>>(),
                 &all.iter().map(|a| a.2.content.as_str()).collect::<Vec<_>>(),
                 &all.iter().map(|a| a.2.first_ns).collect::<Vec<_>>(),
                 &all.iter().map(|a| a.2.last_ns).collect::<Vec<_>>(),
@@ -562,14 +595,16 @@ pub(crate) fn read_since(
          WHERE job_seq = ANY($1) ORDER BY job_seq, ord",
         &[&seqs],
     )? {
-        jobs[index[&r.get::<_, i64>(0)]].processes.push(ProcessRecord {
-            pid: r.get(1),
-            parent_pid: r.get(2),
-            exe: r.get::<_, Option<Vec<u8>>>(3).map(path),
-            argv: argv_from_blob(&r.get::<_, Vec<u8>>(4)),
-            started_ns: r.get(5),
-            ended_ns: r.get(6),
-        });
+        jobs[index[&r.get::<_, i64>(0)]]
+            .processes
+            .push(ProcessRecord {
+                pid: r.get(1),
+                parent_pid: r.get(2),
+                exe: r.get::<_, Option<Vec<u8>>>(3).map(path),
+                argv: argv_from_blob(&r.get::<_, Vec<u8>>(4)),
+                started_ns: r.get(5),
+                ended_ns: r.get(6),
+            });
     }
     for r in client.query(
         "SELECT f.job_seq, f.role, f.path, f.ops, f.first_ns, f.last_ns,
@@ -681,7 +716,10 @@ pub(crate) fn read_since(
         .collect();
     if !diffs.is_empty() {
         let found: BTreeMap<String, Vec<u8>> = client
-            .query("SELECT blake3, data FROM blobs WHERE blake3 = ANY($1)", &[&diffs])?
+            .query(
+                "SELECT blake3, data FROM blobs WHERE blake3 = ANY($1)",
+                &[&diffs],
+            )?
             .into_iter()
             .map(|r| (r.get(0), r.get(1)))
             .collect();
