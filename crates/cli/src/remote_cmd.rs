@@ -163,8 +163,14 @@ fn last_error(project: &Project, r: &Remote) -> Option<String> {
 }
 
 /// `roar push`: sends every finished local job each chosen remote does not hold yet.
-/// `background`: the push `roar run` starts; waits its turn behind another push, and leaves its
-/// failure in `.roar/remotes/NAME.push-error` (shown by `roar remote list`) instead of printing.
+/// `background`: the push `roar run` starts; it leaves its failure in
+/// `.roar/remotes/NAME.push-error` (shown by `roar remote list`) instead of printing it.
+///
+/// One push at a time per project (`push.lock`). A background push never queues behind another:
+/// it leaves a `push.again` mark and goes, and the push holding the lock goes round once more
+/// whenever it finds the mark, before and after letting go of the lock. So a run's job is pushed
+/// by its own push or by the one that was busy, and a team store that is down costs one waiting
+/// push, not one per run.
 pub fn push(name: Option<&str>, background: bool, json: bool) -> anyhow::Result<ExitCode> {
     let project = crate::project()?;
     let config = Config::load(&project)?;
@@ -172,24 +178,68 @@ pub fn push(name: Option<&str>, background: bool, json: bool) -> anyhow::Result<
     let dir = project.dir().join("remotes");
     roar_store::private::create_dir(&dir)
         .with_context(|| format!("cannot create {}", dir.display()))?;
-    // One push at a time per project: a background push waits for the one before it, which
-    // may have looked for unpushed jobs just before this one's job was recorded.
+    let again = dir.join("push.again");
     let lock = std::fs::File::create(dir.join("push.lock"))?;
-    // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) } != 0 {
-        anyhow::bail!("cannot lock {}", dir.join("push.lock").display());
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&lock);
+    if background {
+        std::fs::write(&again, b"")?;
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Ok(ExitCode::SUCCESS); // the push under way sees the mark
+        }
+    } else {
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(fd, libc::LOCK_EX) } != 0 {
+            anyhow::bail!("cannot lock {}", dir.join("push.lock").display());
+        }
     }
+    let mut out = Vec::new();
+    let failed = loop {
+        let _ = std::fs::remove_file(&again);
+        let failed = push_once(&project, &config, &remotes, background, json, &mut out);
+        if failed.is_some() || std::fs::metadata(&again).is_err() {
+            // SAFETY: our own lock, then a non-blocking try for it.
+            let retake = unsafe {
+                libc::flock(fd, libc::LOCK_UN);
+                // A mark left after the last look, while we still held the lock: go round,
+                // unless another push took the lock first (it sees the mark).
+                failed.is_none()
+                    && std::fs::metadata(&again).is_ok()
+                    && libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) == 0
+            };
+            if !retake {
+                break failed;
+            }
+        }
+    };
+    if json && !background {
+        crate::fmt::print_json(&out)?;
+    }
+    match failed {
+        Some(e) => Err(e.into()),
+        None => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// One pass over the remotes; the first failure, if any.
+fn push_once(
+    project: &Project,
+    config: &Config,
+    remotes: &[Remote],
+    background: bool,
+    json: bool,
+    out: &mut Vec<serde_json::Value>,
+) -> Option<roar_store::StoreError> {
     let host = crate::run_cmd::hostname();
     let mut failed = None;
-    let mut out = Vec::new();
-    for r in &remotes {
+    for r in remotes {
         if background && !config.remotes[&r.name].auto_push {
             continue;
         }
         let started = std::time::Instant::now();
         match team::push(&project.db_path(), r, host.as_deref()) {
             Ok(p) => {
-                let _ = std::fs::remove_file(error_file(&project, r));
+                let _ = std::fs::remove_file(error_file(project, r));
                 out.push(serde_json::json!({
                     "remote": r.name, "new": p.new, "already_there": p.known, "files": p.files,
                     "seconds": started.elapsed().as_secs_f64(),
@@ -210,19 +260,13 @@ pub fn push(name: Option<&str>, background: bool, json: bool) -> anyhow::Result<
             }
             Err(e) => {
                 if background {
-                    let _ = std::fs::write(error_file(&project, r), format!("{e}\n"));
+                    let _ = std::fs::write(error_file(project, r), format!("{e}\n"));
                 }
                 failed.get_or_insert(e);
             }
         }
     }
-    if json && !background {
-        crate::fmt::print_json(&out)?;
-    }
-    match failed {
-        Some(e) => Err(e.into()),
-        None => Ok(ExitCode::SUCCESS),
-    }
+    failed
 }
 
 /// After `roar run` recorded a job: starts `roar push --background` for the remotes that push

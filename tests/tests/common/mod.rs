@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod mount;
+pub mod postgres;
 pub mod server;
 pub mod workloads;
 

@@ -1,0 +1,457 @@
+//! The team store on a real PostgreSQL (started by the test on 127.0.0.1, its own data
+//! directory): every query over it answers as over the local store; nodes (projects with their
+//! own host names, in UTS namespaces) push a distributed run concurrently and its lineage
+//! crosses them; a push cut by a server stop loses and duplicates nothing.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::process::{Command, Output};
+
+use common::postgres::Postgres;
+use common::{require_tool, stderr, stdout, Project};
+use roar_store::{ContentHash, FileRecord, JobRecord, Ops, Outcome, Role, Writer};
+
+fn ok(o: &Output, what: &str) {
+    assert!(o.status.success(), "{what}: {}", stderr(o));
+}
+
+fn add_remote(p: &Project, pg: &Postgres, auto: bool) {
+    let mut args = vec!["remote".to_owned(), "add".into(), "origin".into(), pg.url()];
+    if !auto {
+        args.push("--no-auto-push".into());
+    }
+    ok(&p.roar(&args), "roar remote add");
+}
+
+fn local_count(p: &Project, sql: &str) -> i64 {
+    let conn = roar_store::open(&p.path().join(".roar/roar.db"), false).unwrap();
+    conn.query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+/// Every query command answers the same over the team store as over the local store it was
+/// pushed from (a store whose jobs were pushed in order: the mirror numbers them alike).
+#[test]
+fn every_query_over_the_team_store_answers_as_over_the_local_one() {
+    let Some(pg) = Postgres::start() else {
+        return;
+    };
+    if !require_tool("python3") || !require_tool("git") {
+        return;
+    }
+    let p = Project::new();
+    let git = |args: &[&str]| {
+        let o = Command::new("git")
+            .args(["-c", "user.email=t@t", "-c", "user.name=t"])
+            .args(args)
+            .current_dir(p.path())
+            .output()
+            .unwrap();
+        ok(&o, "git");
+    };
+    git(&["init", "-q"]);
+    p.write("in.txt", b"b\na\nc\n");
+    p.write(
+        "train.py",
+        b"import sys\nopen('model.bin','w').write(open('sorted.txt').read().upper())\n",
+    );
+    git(&["add", "in.txt", "train.py"]);
+    git(&["commit", "-qm", "x"]);
+    // A dirty tree: its diff goes to the team store too.
+    p.write(
+        "train.py",
+        b"import sys\nopen('model.bin','w').write(open('sorted.txt').read().upper()*2)\n",
+    );
+    p.run_under(
+        "preload",
+        &[
+            "sh",
+            "-c",
+            "sort in.txt > sorted.txt && wc -l sorted.txt > n.txt",
+        ],
+    );
+    p.run_under("ptrace", &["python3", "train.py"]);
+    p.run_under("preload", &["sh", "-c", "cat model.bin n.txt > report.txt"]);
+    p.write("in.txt", b"changed\n");
+    add_remote(&p, &pg, false);
+    ok(&p.roar(["push"]), "roar push");
+    let queries: &[&[&str]] = &[
+        &["log", "--json", "-n", "0"],
+        &["log"],
+        &["show", "1", "--json"],
+        &["show", "2", "--json"],
+        &["show", "2", "--env", "--json"],
+        &["show", "2", "--patch"],
+        &["show", "1"],
+        &["show", "report.txt", "--json"],
+        &["lineage", "report.txt", "--json"],
+        &["lineage", "report.txt"],
+        &["dag", "--json"],
+        &["diff", "1", "3", "--json"],
+        &["export", "--all"],
+        &["export", "--all", "--format", "openlineage"],
+        &["status", "--json"],
+    ];
+    for q in queries {
+        let local = p.roar(*q);
+        let mut remote_args = vec!["--remote", "origin"];
+        remote_args.extend_from_slice(q);
+        let remote = p.roar(&remote_args);
+        assert_eq!(
+            local.status.code(),
+            remote.status.code(),
+            "{q:?}: {}",
+            stderr(&remote)
+        );
+        assert!(!stdout(&local).is_empty(), "{q:?} printed nothing");
+        assert_eq!(
+            stdout(&local),
+            stdout(&remote),
+            "{q:?} differs over the team store"
+        );
+    }
+    // Nothing is pushed twice, and a query that finds nothing new costs no transfer.
+    ok(&p.roar(["push"]), "second push");
+    assert_eq!(pg.count("SELECT count(*) FROM jobs"), 3);
+    // A URL with a password is refused before anything is written.
+    let out = p.roar([
+        "remote",
+        "add",
+        "other",
+        "postgres://roar:hunter2pw@127.0.0.1:1/x",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("~/.pgpass"), "{}", stderr(&out));
+    let config = std::fs::read_to_string(p.path().join(".roar/config.toml")).unwrap();
+    assert!(!config.contains("hunter2pw"));
+    // --remote on a command that is not a query is one clear line.
+    let out = p.roar(["--remote", "origin", "run", "--", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("--remote is for the query commands"));
+}
+
+/// `roar run` under `unshare --uts` with the host name `host`.
+fn on_host(p: &Project, host: &str, env: &[(&str, String)], argv: &[&str]) -> Command {
+    let mut c = Command::new("unshare");
+    c.args(["--uts", "sh", "-c", "hostname \"$0\" && exec \"$@\"", host])
+        .arg(common::roar_bin())
+        .args(["run", "--tracer", "preload", "--"])
+        .args(argv)
+        .current_dir(p.path())
+        .env("NO_COLOR", "1")
+        .env_remove("ROAR_DIR");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c
+}
+
+/// Two nodes run a distributed run of 8 ranks (4 each, torchrun's variables) on shards a
+/// preprocessing job wrote on a third machine; all of them push at once with 16 pushers while
+/// their background pushes run: the team store holds every job once, and the lineage of the
+/// checkpoint rank 0 wrote, asked from a fourth project, crosses all three machines.
+#[test]
+fn nodes_push_a_distributed_run_concurrently_and_its_lineage_crosses_them() {
+    if !common::can_switch_user("needs root for UTS namespaces (distinct host names)") {
+        return;
+    }
+    let Some(pg) = Postgres::start() else {
+        return;
+    };
+    if !require_tool("python3") || !require_tool("unshare") {
+        return;
+    }
+    let shared = tempfile::tempdir().unwrap();
+    let s = std::fs::canonicalize(shared.path()).unwrap();
+    let (a, b, c) = (Project::new(), Project::new(), Project::new());
+    for p in [&a, &b, &c] {
+        add_remote(p, &pg, true);
+    }
+    let prep = format!(
+        "import os\nfor r in range(8): open(os.path.join({s:?}, f'shard{{r}}.bin'), 'wb').write(bytes([r]) * 4096)\n",
+        s = s.display().to_string()
+    );
+    c.write("prep.py", prep.as_bytes());
+    ok(
+        &on_host(&c, "nodeC", &[], &["python3", "prep.py"])
+            .output()
+            .unwrap(),
+        "prep",
+    );
+    let rank_py = format!(
+        "import os\nr = int(os.environ['RANK'])\nd = open(os.path.join({s:?}, f'shard{{r}}.bin'), 'rb').read()\n\
+         open(os.path.join({s:?}, f'rank{{r}}.log'), 'w').write(str(len(d)))\n\
+         if r == 0:\n    open(os.path.join({s:?}, 'ckpt.pt'), 'wb').write(b'weights')\n",
+        s = s.display().to_string()
+    );
+    let mut ranks = Vec::new();
+    for (node, p) in [(0u32, &a), (1, &b)] {
+        p.write("rank.py", rank_py.as_bytes());
+        for local in 0..4u32 {
+            let rank = node * 4 + local;
+            let env = [
+                ("TORCHELASTIC_RUN_ID", "run42".to_owned()),
+                ("WORLD_SIZE", "8".to_owned()),
+                ("RANK", rank.to_string()),
+                ("LOCAL_RANK", local.to_string()),
+                ("GROUP_RANK", node.to_string()),
+            ];
+            let host = if node == 0 { "nodeA" } else { "nodeB" };
+            ranks.push(
+                on_host(p, host, &env, &["python3", "rank.py"])
+                    .spawn()
+                    .unwrap(),
+            );
+        }
+    }
+    for mut r in ranks {
+        assert!(r.wait().unwrap().success());
+    }
+    // Some more ordinary jobs on every node.
+    for (p, host) in [(&a, "nodeA"), (&b, "nodeB"), (&c, "nodeC")] {
+        for i in 0..5 {
+            let cmd = format!("echo {i} > note{i}.txt");
+            ok(
+                &on_host(p, host, &[], &["sh", "-c", &cmd]).output().unwrap(),
+                "note",
+            );
+        }
+    }
+    // 16 pushers at once across the three projects, racing the background pushes.
+    let pushers: Vec<_> = (0..16)
+        .map(|i| [&a, &b, &c][i % 3].cmd(["push"]).spawn().unwrap())
+        .collect();
+    for mut child in pushers {
+        assert!(child.wait().unwrap().success());
+    }
+    for p in [&a, &b, &c] {
+        ok(&p.roar(["push"]), "final push");
+    }
+    let local_jobs: i64 = [&a, &b, &c]
+        .iter()
+        .map(|p| local_count(p, "SELECT count(*) FROM jobs"))
+        .sum();
+    let local_files: i64 = [&a, &b, &c]
+        .iter()
+        .map(|p| local_count(p, "SELECT count(*) FROM job_files"))
+        .sum();
+    assert_eq!(local_jobs, 1 + 8 + 15);
+    assert_eq!(pg.count("SELECT count(*) FROM jobs"), local_jobs);
+    assert_eq!(pg.count("SELECT count(DISTINCT uid) FROM jobs"), local_jobs);
+    assert_eq!(pg.count("SELECT count(*) FROM job_files"), local_files);
+    let hosts: BTreeSet<String> = pg
+        .query("SELECT DISTINCT host FROM jobs")
+        .into_iter()
+        .collect();
+    assert_eq!(hosts, ["nodeA", "nodeB", "nodeC"].map(String::from).into());
+    // An analyst's project that ran nothing asks where the checkpoint came from.
+    let d = Project::new();
+    add_remote(&d, &pg, false);
+    let ckpt = s.join("ckpt.pt");
+    let out = d.roar([
+        "--remote",
+        "origin",
+        "lineage",
+        ckpt.to_str().unwrap(),
+        "--json",
+    ]);
+    ok(&out, "lineage --remote");
+    let lineage: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let steps = lineage["steps"].as_array().unwrap();
+    let seen_hosts: BTreeSet<&str> = steps.iter().filter_map(|s| s["host"].as_str()).collect();
+    assert_eq!(
+        seen_hosts,
+        ["nodeA", "nodeB", "nodeC"].into(),
+        "{lineage:#}"
+    );
+    let ranks: BTreeSet<u64> = steps
+        .iter()
+        .filter_map(|s| s["dist"]["rank"].as_u64())
+        .collect();
+    assert_eq!(
+        ranks,
+        (0..8).collect(),
+        "every rank is in the checkpoint's lineage"
+    );
+    let shards_read: BTreeSet<String> = steps
+        .iter()
+        .flat_map(|s| s["inputs"].as_array().unwrap().iter())
+        .filter(|i| i["producer"].is_number())
+        .map(|i| i["path"].as_str().unwrap().to_owned())
+        .collect();
+    let expect: BTreeSet<String> = (0..8)
+        .map(|r| s.join(format!("shard{r}.bin")).display().to_string())
+        .collect();
+    assert_eq!(
+        shards_read, expect,
+        "each shard comes from the preprocessing job"
+    );
+    // The run as one record.
+    let out = d.roar(["--remote", "origin", "show", "torchelastic:run42", "--json"]);
+    ok(&out, "show RUN");
+    let run: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(run["jobs"].as_array().unwrap().len(), 8);
+    assert_eq!(run["hosts"], serde_json::json!(["nodeA", "nodeB"]));
+    assert_eq!(
+        run["inputs"].as_array().unwrap().len(),
+        8 + 2,
+        "8 shards and each node's rank.py"
+    );
+}
+
+/// Seeds `n` jobs of `files` files each straight through the store's writer.
+fn seed(p: &Project, n: usize, files: usize) {
+    let root = std::fs::canonicalize(p.path()).unwrap();
+    let writer = Writer::start(&root.join(".roar/roar.db")).unwrap();
+    for j in 0..n {
+        let file = |i: usize| FileRecord {
+            role: if i == 0 { Role::Input } else { Role::Output },
+            path: root.join(format!("d{j}/f{i}")),
+            hash: Some(ContentHash {
+                blake3: format!("{:064x}", (j * 1000 + i) as u128 + 1),
+                sha256: None,
+                size: 10,
+            }),
+            before: None,
+            ops: Ops::WRITE,
+            first_ns: None,
+            last_ns: None,
+            s3: None,
+        };
+        writer
+            .record_job(JobRecord {
+                name: None,
+                argv: vec![OsString::from("gen"), OsString::from(j.to_string())],
+                cwd: root.clone(),
+                started_ns: 1_800_000_000_000_000_000 + j as i64,
+                ended_ns: Some(1_800_000_000_000_000_000 + j as i64 + 1),
+                outcome: Outcome::Exited(0),
+                incomplete: false,
+                backend: "preload".into(),
+                git: None,
+                env: Default::default(),
+                host: Some("seed".into()),
+                processes: Vec::new(),
+                steps: Vec::new(),
+                files: (0..files).map(file).collect(),
+                environment: None,
+                uid: None,
+                dist: None,
+            })
+            .unwrap();
+    }
+    writer.flush().unwrap();
+}
+
+/// The server is stopped (as by a crash) while a push is under way: the push fails with one line
+/// naming the team store; once it is back, the next push completes, and the team store holds
+/// every job and file record exactly once.
+#[test]
+fn a_push_cut_by_a_server_stop_loses_and_duplicates_nothing() {
+    let Some(mut pg) = Postgres::start() else {
+        return;
+    };
+    let p = Project::new();
+    const JOBS: usize = 3000;
+    const FILES: usize = 20;
+    seed(&p, JOBS, FILES);
+    add_remote(&p, &pg, false);
+    let mut push = p
+        .cmd(["push"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let at_stop = loop {
+        // Before the push made the schema, there is no table to count.
+        let n = pg.try_count("SELECT count(*) FROM jobs").unwrap_or(0);
+        if n > 0 || std::time::Instant::now() > deadline {
+            break n;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    pg.stop_now();
+    let out = push.wait_with_output().unwrap();
+    assert!(
+        (1..JOBS as i64).contains(&at_stop),
+        "the stop came mid-push ({at_stop} of {JOBS} jobs there)"
+    );
+    assert!(!out.status.success(), "a push cut short says so");
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("team store origin"), "{err}");
+    pg.start_again();
+    ok(&p.roar(["push"]), "push after the restart");
+    assert_eq!(pg.count("SELECT count(*) FROM jobs"), JOBS as i64);
+    assert_eq!(
+        pg.count("SELECT count(*) FROM job_files"),
+        (JOBS * FILES) as i64
+    );
+    assert_eq!(
+        pg.count("SELECT count(*) FROM (SELECT job_seq, path FROM job_files GROUP BY 1, 2 HAVING count(*) > 1) d"),
+        0
+    );
+    let local_uids: BTreeSet<String> = {
+        let conn = roar_store::open(&p.path().join(".roar/roar.db"), false).unwrap();
+        let mut stmt = conn.prepare("SELECT uid FROM jobs").unwrap();
+        stmt.query_map([], |r| r.get::<_, String>(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    let team_uids: BTreeSet<String> = pg.query("SELECT uid FROM jobs").into_iter().collect();
+    assert_eq!(local_uids, team_uids);
+    // The mirror reads it all, once.
+    let out = p.roar(["--remote", "origin", "log", "--json", "-n", "0"]);
+    ok(&out, "log --remote");
+    let log: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(log.as_array().unwrap().len(), JOBS);
+}
+
+/// With the team store down, `roar run` keeps the command's exit status and output, records the
+/// job, and its background push leaves the failure for `roar remote list`; once the server is
+/// back, the next run's background push sends both jobs.
+#[test]
+fn an_unreachable_team_store_never_changes_a_run_and_loses_no_job() {
+    let Some(mut pg) = Postgres::start() else {
+        return;
+    };
+    let p = Project::new();
+    add_remote(&p, &pg, true);
+    pg.stop_now();
+    let out = p.roar(["run", "--", "sh", "-c", "echo out; exit 3"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "out\n");
+    // The background push fails and leaves its reason for `roar remote list`.
+    let list = || -> serde_json::Value {
+        serde_json::from_slice(&p.roar(["remote", "list", "--json"]).stdout).unwrap()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while list()[0]["last_error"].is_null() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let l = list();
+    assert_eq!(l[0]["unpushed"], 1);
+    assert!(
+        l[0]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("cannot reach")),
+        "{l:#}"
+    );
+    let push = p.roar(["push"]);
+    assert_eq!(push.status.code(), Some(1));
+    assert!(
+        stderr(&push).contains("cannot reach the team store origin"),
+        "{}",
+        stderr(&push)
+    );
+    pg.start_again();
+    ok(&p.roar(["run", "--", "true"]), "run");
+    // Whichever push comes first (that run's, in the background, or this one) sends both.
+    ok(&p.roar(["push"]), "push");
+    assert_eq!(pg.count("SELECT count(*) FROM jobs"), 2);
+    let l = list();
+    assert_eq!(l[0]["unpushed"], 0);
+    assert!(l[0]["last_error"].is_null(), "{l:#}");
+}
