@@ -357,7 +357,7 @@ fn a_push_cut_by_a_server_stop_loses_and_duplicates_nothing() {
     const FILES: usize = 20;
     seed(&p, JOBS, FILES);
     add_remote(&p, &pg, false);
-    let mut push = p
+    let push = p
         .cmd(["push"])
         .stderr(std::process::Stdio::piped())
         .spawn()
