@@ -31,6 +31,26 @@ if [ ${#need_browser[@]} -gt 0 ]; then
     apt-get install -y -qq "${need_browser[@]}" >/dev/null
 fi
 
+# PostgreSQL is the team store the tests start themselves on 127.0.0.1 with a data directory of
+# their own (tests/tests/team.rs, bench/team.sh), never as a system service: installed with
+# service starts refused and without the default cluster.
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+    echo "setup: installing postgresql (no service started, no cluster made)" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    mkdir -p /etc/postgresql-common
+    [ -f /etc/postgresql-common/createcluster.conf ] \
+        || echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.conf
+    made_policy=0
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+        chmod +x /usr/sbin/policy-rc.d
+        made_policy=1
+    fi
+    apt-get update -qq
+    apt-get install -y -qq -o Dpkg::Options::=--force-confold postgresql >/dev/null
+    [ "$made_policy" = 0 ] || rm -f /usr/sbin/policy-rc.d
+fi
+
 if ! command -v cargo >/dev/null 2>&1; then
     echo "setup: cargo is missing; install Rust 1.95 (rustup) first" >&2
     exit 1

@@ -497,6 +497,16 @@ fn a_store_of_the_previous_schema_migrates_with_every_job() {
              ALTER TABLE jobs DROP COLUMN runtime_id;
              DROP TABLE step_files;
              DROP TABLE steps;
+             DROP INDEX jobs_uid;
+             DROP INDEX jobs_group;
+             ALTER TABLE jobs DROP COLUMN uid;
+             ALTER TABLE jobs DROP COLUMN run_group;
+             ALTER TABLE jobs DROP COLUMN rank;
+             ALTER TABLE jobs DROP COLUMN world_size;
+             ALTER TABLE jobs DROP COLUMN local_rank;
+             ALTER TABLE jobs DROP COLUMN node_rank;
+             DROP TABLE pushed;
+             DROP TABLE fetched;
              PRAGMA user_version = 5;",
         )
         .unwrap();
@@ -510,6 +520,15 @@ fn a_store_of_the_previous_schema_migrates_with_every_job() {
         job_ids(&json(&p, &["lineage", "final.txt", "--json"])),
         [1, 2]
     );
+    // Every job recorded before the team store existed got a global identity of its own.
+    let uids: std::collections::BTreeSet<String> = json(&p, &["log", "--json"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["uid"].as_str().expect("a uid").to_owned())
+        .collect();
+    assert_eq!(uids.len(), 2);
+    assert!(uids.iter().all(|u| u.len() == 32));
 }
 
 #[test]

@@ -60,7 +60,7 @@ struct Cli {
     #[arg(long, global = true)]
     json: bool,
     /// Query the team store NAME (`roar remote add`) instead of the local store: log, show,
-    /// lineage, dag, diff, export, status. With `roar push`: push to NAME only.
+    /// lineage, inputs, dag, diff, export, reproduce, status. With `roar push`: push to NAME only.
     #[arg(long, global = true, value_name = "NAME")]
     remote: Option<String>,
     #[command(subcommand)]
@@ -351,12 +351,14 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             | Command::Dag { .. }
             | Command::Diff { .. }
             | Command::Export { .. }
+            | Command::Inputs { .. }
+            | Command::Reproduce { .. }
             | Command::Status { .. } => {
                 let local = project()?;
                 let _ = READING.set(remote_cmd::reading_remote(local, name)?);
             }
             _ => anyhow::bail!(
-                "--remote is for the query commands (log, show, lineage, dag, diff, export, status) and push"
+                "--remote is for the query commands (log, show, lineage, inputs, dag, diff, export, reproduce, status) and push"
             ),
         }
     }

@@ -571,7 +571,7 @@ fn insert_job(
 
 /// Adds jobs copied from another store (the team store's mirror, crate::team) in one
 /// transaction: each keeps its uid, and one the store already has is skipped. Returns how many
-/// were added. Not redacted again: they were redacted on their way into the store they came from.
+/// were added. The caller has redacted them (crate::team::fetch applies the project's policy).
 pub(crate) fn import(conn: &mut Connection, jobs: Vec<JobRecord>) -> rusqlite::Result<usize> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let mut added = 0;

@@ -303,13 +303,24 @@ pub fn fetch(mirror: &Path, remote: &Remote) -> Result<Fetched> {
         .start()
         .map_err(|e| team_err(remote, "cannot read", e))?;
     let horizon = pg::horizon(&mut tx).map_err(|e| team_err(remote, "cannot read", e))?;
+    // What others pushed passes this project's redaction too before it is stored here.
+    let policy = crate::redact::Policy::for_config(
+        &mirror
+            .parent()
+            .and_then(Path::parent)
+            .unwrap_or(Path::new("/"))
+            .join(crate::project::CONFIG_NAME),
+    );
     let mut report = Fetched::default();
     let mut after = 0;
     loop {
-        let page = pg::read_since(&mut tx, from, after, FETCH_PAGE)
+        let mut page = pg::read_since(&mut tx, from, after, FETCH_PAGE)
             .map_err(|e| team_err(remote, "cannot read", e))?;
         let n = page.jobs.len() as i64;
         after = page.last_seq;
+        for job in &mut page.jobs {
+            policy.job(job);
+        }
         report.new += crate::writer::import(&mut conn, page.jobs).map_err(sqlite)?;
         if n < FETCH_PAGE {
             break;
