@@ -454,4 +454,24 @@ fn an_unreachable_team_store_never_changes_a_run_and_loses_no_job() {
     let l = list();
     assert_eq!(l[0]["unpushed"], 0);
     assert!(l[0]["last_error"].is_null(), "{l:#}");
+    // Read once, the team store's copy answers while the server is down, and says so.
+    let fresh = p.roar(["--remote", "origin", "log", "--json"]);
+    ok(&fresh, "log --remote");
+    pg.stop_now();
+    let stale = p.roar(["--remote", "origin", "log", "--json"]);
+    ok(&stale, "log --remote, server down");
+    assert_eq!(stdout(&stale), stdout(&fresh));
+    let warning = stderr(&stale);
+    assert_eq!(warning.lines().count(), 1, "{warning}");
+    assert!(
+        warning.contains("cannot reach the team store origin")
+            && warning.contains("answering from the copy read"),
+        "{warning}"
+    );
+    // A project that never read it has nothing to answer from: one line, failure.
+    let q = Project::new();
+    add_remote(&q, &pg, false);
+    let out = q.roar(["--remote", "origin", "log"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
 }

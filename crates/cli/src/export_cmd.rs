@@ -62,6 +62,8 @@ pub fn export(what: Option<&OsStr>, format: Format) -> anyhow::Result<()> {
 struct JobEnv {
     /// When the job started (a step's node carries the step's start).
     started_ns: i64,
+    /// The job's global identity: its runs have the same ids wherever it is exported from.
+    uid: Option<String>,
     /// The job's OpenLineage job name (its steps' runs are children of its run).
     name: String,
     params: Vec<roar_env::params::Param>,
@@ -80,6 +82,7 @@ fn environments(
             s.job_id,
             JobEnv {
                 started_ns: job.summary.started_ns,
+                uid: job.summary.uid.clone(),
                 name: job
                     .summary
                     .name
@@ -316,13 +319,14 @@ fn prov_json(project: &Project, steps: &[Step], envs: &BTreeMap<i64, JobEnv>) ->
     })
 }
 
-/// A version-8 UUID (RFC 9562, application-defined) from the project, the job (and its start) and
-/// the step, so exporting the same job twice gives the same runIds. A job's root step is the job's
-/// own run.
-fn run_id(project_tag: &str, job: i64, job_started_ns: i64, step: Option<u32>) -> String {
+/// A version-8 UUID (RFC 9562, application-defined) from the job's identity and the step, so
+/// exporting the same job twice, or from another store that holds it (the team store), gives the
+/// same runIds. The identity is the job's global uid; a job without one (none since schema 10) is
+/// named by the project, its id and start. A job's root step is the job's own run.
+fn run_id(job: &str, step: Option<u32>) -> String {
     let name = match step.filter(|&s| s != 1) {
-        Some(seq) => format!("{project_tag}/{job}/{job_started_ns}/{seq}"),
-        None => format!("{project_tag}/{job}/{job_started_ns}"),
+        Some(seq) => format!("{job}/{seq}"),
+        None => job.to_owned(),
     };
     let h = blake3::hash(name.as_bytes());
     let mut b: [u8; 16] = h.as_bytes()[..16].try_into().expect("16 bytes");
@@ -337,6 +341,14 @@ fn run_id(project_tag: &str, job: i64, job_started_ns: i64, step: Option<u32>) -
         &x[16..20],
         &x[20..]
     )
+}
+
+/// What names job `job_id` in its run ids (see [`run_id`]).
+fn job_identity(tag: &str, job_id: i64, e: Option<&JobEnv>, started_ns: i64) -> String {
+    match e.and_then(|e| e.uid.as_deref()) {
+        Some(uid) => format!("uid:{uid}"),
+        None => format!("{tag}/{job_id}/{started_ns}"),
+    }
 }
 
 fn facet(schema: &str, fields: Value) -> Value {
@@ -384,7 +396,8 @@ fn openlineage(project: &Project, steps: &[Step], envs: &BTreeMap<i64, JobEnv>) 
     for s in steps {
         let e = envs.get(&s.job_id);
         let job_started = e.map_or(s.started_ns, |e| e.started_ns);
-        let this_run = run_id(&tag, s.job_id, job_started, s.step);
+        let identity = job_identity(&tag, s.job_id, e, job_started);
+        let this_run = run_id(&identity, s.step);
         let argv: Vec<String> = s
             .argv
             .iter()
@@ -450,7 +463,7 @@ fn openlineage(project: &Project, steps: &[Step], envs: &BTreeMap<i64, JobEnv>) 
             run_facets["parent"] = facet(
                 "https://openlineage.io/spec/facets/1-2-0/ParentRunFacet.json#/$defs/ParentRunFacet",
                 json!({
-                    "run": {"runId": run_id(&tag, s.job_id, job_started, None), "facets": {}},
+                    "run": {"runId": run_id(&identity, None), "facets": {}},
                     "job": {"namespace": namespace, "name": e.name, "facets": {}},
                 }),
             );
@@ -532,42 +545,19 @@ mod tests {
 
     #[test]
     fn run_ids_are_version_8_uuids_and_stable() {
-        let step = Step {
-            job_id: 7,
-            name: None,
-            argv: vec![],
-            cwd: "/".into(),
-            started_ns: 1,
-            ended_ns: None,
-            status: "exited".into(),
-            exit_code: Some(0),
-            git_commit: None,
-            git_dirty: None,
-            git_diff: None,
-            host: None,
-            backend: "preload".into(),
-            dist: None,
-            step: None,
-            parent_step: None,
-            streams: vec![],
-            inputs: vec![],
-            outputs: vec![],
-        };
-        let id = run_id("abc", step.job_id, step.started_ns, None);
-        assert_eq!(id, run_id("abc", 7, 1, None));
+        let id = run_id("uid:0123", None);
+        assert_eq!(id, run_id("uid:0123", None));
         assert_eq!(
             id,
-            run_id("abc", 7, 1, Some(1)),
+            run_id("uid:0123", Some(1)),
             "the root step is the job's run"
         );
-        assert_ne!(id, run_id("abc", 7, 1, Some(2)));
-        assert_ne!(id, run_id("abd", 7, 1, None));
-        let parts: Vec<&str> = id.split('-').collect();
-        assert_eq!(
-            parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
-            [8, 4, 4, 4, 12]
+        assert_ne!(id, run_id("uid:0123", Some(2)));
+        assert_ne!(id, run_id("uid:0124", None));
+        assert_eq!(&id[14..15], "8", "version 8");
+        assert!(
+            matches!(&id[19..20], "8" | "9" | "a" | "b"),
+            "RFC 9562 variant"
         );
-        assert!(parts[2].starts_with('8'));
-        assert!(matches!(&parts[3][..1], "8" | "9" | "a" | "b"));
     }
 }

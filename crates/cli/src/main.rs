@@ -219,8 +219,8 @@ enum Command {
     /// Send every finished job the team stores do not hold yet (`--remote NAME`: that one only).
     /// Idempotent: a job is stored once however often, and from wherever, it is pushed.
     Push {
-        /// The push `roar run` starts after each job: waits for the push before it, and leaves
-        /// a failure for `roar remote list` instead of printing it.
+        /// The push `roar run` starts after each job: leaves the work to a push already under
+        /// way, and a failure for `roar remote list` instead of printing it.
         #[arg(long, hide = true)]
         background: bool,
     },
@@ -490,10 +490,10 @@ fn expand_dirs(arg: Option<Vec<PathBuf>>) -> graph::Expand {
     }
 }
 
-/// The project around the current directory.
 /// The project a query reads when `--remote` chose a team store's mirror.
 static READING: std::sync::OnceLock<Project> = std::sync::OnceLock::new();
 
+/// The project around the current directory (reading the team store's mirror under `--remote`).
 pub fn project() -> anyhow::Result<Project> {
     if let Some(p) = READING.get() {
         return Ok(p.clone());

@@ -290,11 +290,34 @@ pub fn push_in_background(project: &Project, config: &Config) {
     let _ = cmd.spawn();
 }
 
-/// `--remote NAME` on a query command: the mirror of that team store, brought up to date.
+/// `--remote NAME` on a query command: the mirror of that team store, brought up to date. If
+/// the team store cannot be reached, a mirror read before answers, with a warning saying so.
 pub fn reading_remote(project: Project, name: &str) -> anyhow::Result<Project> {
     let config = Config::load(&project)?;
     let r = chosen(&config, Some(name))?.remove(0);
     let mirror = team::mirror_path(&project.dir(), &r);
-    team::fetch(&mirror, &r)?;
+    if let Err(e) = team::fetch(&mirror, &r) {
+        // Written at every read: the database, or its WAL until a checkpoint.
+        let synced = ["", "-wal"]
+            .iter()
+            .filter_map(|suffix| {
+                let mut p = mirror.clone().into_os_string();
+                p.push(suffix);
+                std::fs::metadata(p).and_then(|m| m.modified()).ok()
+            })
+            .max();
+        match synced {
+            Some(at) if matches!(e, roar_store::StoreError::Team(_)) => {
+                let ns = at
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as i64);
+                eprintln!(
+                    "roar: warning: {e}; answering from the copy read {}",
+                    crate::fmt::time_ns(ns)
+                );
+            }
+            _ => return Err(e.into()),
+        }
+    }
     Ok(project.reading(mirror))
 }

@@ -18,6 +18,7 @@
 
 mod local;
 mod pg;
+mod schema;
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -188,16 +189,16 @@ pub struct Pushed {
 }
 
 fn open_schema(remote: &Remote, client: &mut postgres::Client) -> Result<()> {
-    let version = pg::schema_version(client).map_err(|e| team_err(remote, "cannot read", e))?;
-    if version > pg::SCHEMA_VERSION {
+    let version = schema::schema_version(client).map_err(|e| team_err(remote, "cannot read", e))?;
+    if version > schema::SCHEMA_VERSION {
         return Err(StoreError::Team(format!(
             "the team store {} has schema version {version}, newer than this roar ({}); upgrade roar",
             remote.name,
-            pg::SCHEMA_VERSION
+            schema::SCHEMA_VERSION
         )));
     }
-    if version < pg::SCHEMA_VERSION {
-        pg::migrate(client).map_err(|e| team_err(remote, "cannot set up", e))?;
+    if version < schema::SCHEMA_VERSION {
+        schema::migrate(client).map_err(|e| team_err(remote, "cannot set up", e))?;
     }
     Ok(())
 }
@@ -276,12 +277,13 @@ pub fn mirror_path(roar_dir: &Path, remote: &Remote) -> PathBuf {
 /// Brings the mirror at `mirror` up to date with `remote`: reads the jobs the team store
 /// received since the last fetch (see [`pg::read_since`]) and adds those the mirror lacks.
 pub fn fetch(mirror: &Path, remote: &Remote) -> Result<Fetched> {
+    // Reached first: a mirror exists only once the team store has been read.
+    let mut client = remote.connect()?;
     if let Some(dir) = mirror.parent() {
         crate::private::create_dir(dir).map_err(|e| StoreError::io("create", dir, e))?;
     }
     let mut conn = crate::db::open(mirror, true)?;
-    let mut client = remote.connect()?;
-    if pg::schema_version(&mut client).map_err(|e| team_err(remote, "cannot read", e))? == 0 {
+    if schema::schema_version(&mut client).map_err(|e| team_err(remote, "cannot read", e))? == 0 {
         // Nothing was ever pushed there: an empty team store.
         return Ok(Fetched::default());
     }
