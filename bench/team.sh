@@ -3,8 +3,8 @@
 # directory, default settings, stopped at the end; never a system service):
 #  - push throughput: 16 projects of 640 jobs x 100 file edges (crates/store/examples/
 #    synth_store.rs) pushed by 16 concurrent `roar push`, then one more such project alone;
-#  - queries over the resulting team store of 10,240 jobs and 1,024,000 file edges: the first
-#    `--remote` query builds the local mirror; then `roar lineage --remote` (target <= 200 ms)
+#  - queries over the resulting team store of 10,880 jobs and 1,088,000 file edges (all 17
+#    projects): the first `--remote` query builds the local mirror; then `roar lineage --remote` (target <= 200 ms)
 #    and others against the same query on the project's own store and `roar --version`;
 #  - `roar run true` in a project with a remote that pushes after every job, against one
 #    without a remote and bare `true` (the push runs in the background: P1 unchanged).

@@ -37,99 +37,114 @@ pub fn remote(command: RemoteCommand, json: bool) -> anyhow::Result<ExitCode> {
             name,
             url,
             no_auto_push,
-        } => {
-            anyhow::ensure!(
-                !name.is_empty()
-                    && name
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'),
-                "{name:?} is not a remote name; use letters, digits, - and _"
-            );
-            Remote::check_url(&url).map_err(|why| anyhow::anyhow!(why))?;
-            let mut doc = crate::config_cmd::document(&project)?;
-            if !doc.contains_table("remotes") {
-                let mut table = toml_edit::Table::new();
-                table.set_implicit(true);
-                doc.insert("remotes", toml_edit::Item::Table(table));
-            }
-            anyhow::ensure!(
-                doc["remotes"].get(&name).is_none(),
-                "a remote {name:?} exists already; `roar remote remove {name}` first"
-            );
-            let mut table = toml_edit::Table::new();
-            table["url"] = toml_edit::value(url.as_str());
+        } => add(&project, &name, &url, no_auto_push, json)?,
+        RemoteCommand::List => list(&project, json)?,
+        RemoteCommand::Remove { name } => remove(&project, &name, json)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn add(
+    project: &Project,
+    name: &str,
+    url: &str,
+    no_auto_push: bool,
+    json: bool,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'),
+        "{name:?} is not a remote name; use letters, digits, - and _"
+    );
+    Remote::check_url(url).map_err(|why| anyhow::anyhow!(why))?;
+    let mut doc = crate::config_cmd::document(project)?;
+    if !doc.contains_table("remotes") {
+        let mut table = toml_edit::Table::new();
+        table.set_implicit(true);
+        doc.insert("remotes", toml_edit::Item::Table(table));
+    }
+    anyhow::ensure!(
+        doc["remotes"].get(name).is_none(),
+        "a remote {name:?} exists already; `roar remote remove {name}` first"
+    );
+    let mut table = toml_edit::Table::new();
+    table["url"] = toml_edit::value(url);
+    if no_auto_push {
+        table["auto_push"] = toml_edit::value(false);
+    }
+    doc["remotes"][name] = toml_edit::Item::Table(table);
+    crate::config_cmd::write_document(project, &doc)?;
+    if json {
+        crate::fmt::print_json(&serde_json::json!({"name": name, "url": url}))?;
+    } else {
+        eprintln!(
+            "roar: added remote {name} ({url}); `roar push` sends the jobs recorded so far{}",
             if no_auto_push {
-                table["auto_push"] = toml_edit::value(false);
-            }
-            doc["remotes"][&name] = toml_edit::Item::Table(table);
-            crate::config_cmd::write_document(&project, &doc)?;
-            if json {
-                crate::fmt::print_json(&serde_json::json!({"name": name, "url": url}))?;
+                ""
             } else {
-                eprintln!(
-                    "roar: added remote {name} ({url}); `roar push` sends the jobs recorded so far{}",
-                    if no_auto_push {
-                        ""
-                    } else {
-                        ", and every `roar run` pushes its job in the background"
-                    }
-                );
+                ", and every `roar run` pushes its job in the background"
             }
-        }
-        RemoteCommand::List => {
-            let config = Config::load(&project)?;
-            let conn = roar_store::open(&project.db_path(), false)?;
-            let mut rows = Vec::new();
-            for name in config.remotes.keys() {
-                let r = config.remote(name).expect("listed");
-                let waiting = team::unpushed_count(&conn, &r).unwrap_or(0);
-                rows.push(serde_json::json!({
-                    "name": name, "url": r.url, "unpushed": waiting,
-                    "auto_push": config.remotes[name].auto_push,
-                    "last_error": last_error(&project, &r),
-                }));
-            }
-            if json {
-                crate::fmt::print_json(&rows)?;
-            } else if rows.is_empty() {
-                println!("no remotes; `roar remote add origin postgres://USER@HOST:PORT/DATABASE` adds a team store");
-            } else {
-                for r in &rows {
-                    print!(
-                        "{}  {}  {} job(s) not pushed yet",
-                        r["name"].as_str().unwrap_or_default(),
-                        r["url"].as_str().unwrap_or_default(),
-                        r["unpushed"]
-                    );
-                    match r["last_error"].as_str() {
-                        Some(e) => println!("  (last background push failed: {e})"),
-                        None => println!(),
-                    }
-                }
-            }
-        }
-        RemoteCommand::Remove { name } => {
-            let config = Config::load(&project)?;
-            let Some(r) = config.remote(&name) else {
-                anyhow::bail!("no remote {name:?}; `roar remote list` shows them");
-            };
-            let mut doc = crate::config_cmd::document(&project)?;
-            if let Some(t) = doc.get_mut("remotes").and_then(|t| t.as_table_mut()) {
-                t.remove(&name);
-            }
-            crate::config_cmd::write_document(&project, &doc)?;
-            let mirror = team::mirror_path(&project.dir(), &r);
-            for suffix in ["", "-wal", "-shm"] {
-                let mut p = mirror.clone().into_os_string();
-                p.push(suffix);
-                let _ = std::fs::remove_file(p);
-            }
-            if !json {
-                eprintln!("roar: removed remote {name}; the team store itself is untouched");
+        );
+    }
+    Ok(())
+}
+
+fn list(project: &Project, json: bool) -> anyhow::Result<()> {
+    let config = Config::load(project)?;
+    let conn = roar_store::open(&project.db_path(), false)?;
+    let mut rows = Vec::new();
+    for name in config.remotes.keys() {
+        let r = config.remote(name).expect("listed");
+        let waiting = team::unpushed_count(&conn, &r).unwrap_or(0);
+        rows.push(serde_json::json!({
+            "name": name, "url": r.url, "unpushed": waiting,
+            "auto_push": config.remotes[name].auto_push,
+            "last_error": last_error(project, &r),
+        }));
+    }
+    if json {
+        crate::fmt::print_json(&rows)?;
+    } else if rows.is_empty() {
+        println!("no remotes; `roar remote add origin postgres://USER@HOST:PORT/DATABASE` adds a team store");
+    } else {
+        for r in &rows {
+            print!(
+                "{}  {}  {} job(s) not pushed yet",
+                r["name"].as_str().unwrap_or_default(),
+                r["url"].as_str().unwrap_or_default(),
+                r["unpushed"]
+            );
+            match r["last_error"].as_str() {
+                Some(e) => println!("  (last background push failed: {e})"),
+                None => println!(),
             }
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
+}
+
+fn remove(project: &Project, name: &str, json: bool) -> anyhow::Result<()> {
+    let config = Config::load(project)?;
+    let Some(r) = config.remote(name) else {
+        anyhow::bail!("no remote {name:?}; `roar remote list` shows them");
+    };
+    let mut doc = crate::config_cmd::document(project)?;
+    if let Some(t) = doc.get_mut("remotes").and_then(|t| t.as_table_mut()) {
+        t.remove(name);
+    }
+    crate::config_cmd::write_document(project, &doc)?;
+    let mirror = team::mirror_path(&project.dir(), &r);
+    for suffix in ["", "-wal", "-shm"] {
+        let mut p = mirror.clone().into_os_string();
+        p.push(suffix);
+        let _ = std::fs::remove_file(p);
+    }
+    if !json {
+        eprintln!("roar: removed remote {name}; the team store itself is untouched");
+    }
+    Ok(())
 }
 
 /// The remotes a command names: `--remote NAME`, or every configured one.
@@ -179,34 +194,31 @@ pub fn push(name: Option<&str>, background: bool, json: bool) -> anyhow::Result<
     roar_store::private::create_dir(&dir)
         .with_context(|| format!("cannot create {}", dir.display()))?;
     let again = dir.join("push.again");
-    let lock = std::fs::File::create(dir.join("push.lock"))?;
-    let fd = std::os::fd::AsRawFd::as_raw_fd(&lock);
+    let lock_path = dir.join("push.lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .with_context(|| format!("cannot open {}", lock_path.display()))?;
     if background {
         std::fs::write(&again, b"")?;
-        // SAFETY: flock on a descriptor we own.
-        if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        if lock.try_lock().is_err() {
             return Ok(ExitCode::SUCCESS); // the push under way sees the mark
         }
     } else {
-        // SAFETY: flock on a descriptor we own.
-        if unsafe { libc::flock(fd, libc::LOCK_EX) } != 0 {
-            anyhow::bail!("cannot lock {}", dir.join("push.lock").display());
-        }
+        lock.lock()
+            .with_context(|| format!("cannot lock {}", lock_path.display()))?;
     }
     let mut out = Vec::new();
     let failed = loop {
         let _ = std::fs::remove_file(&again);
         let failed = push_once(&project, &config, &remotes, background, json, &mut out);
-        if failed.is_some() || std::fs::metadata(&again).is_err() {
-            // SAFETY: our own lock, then a non-blocking try for it.
-            let retake = unsafe {
-                libc::flock(fd, libc::LOCK_UN);
-                // A mark left after the last look, while we still held the lock: go round,
-                // unless another push took the lock first (it sees the mark).
-                failed.is_none()
-                    && std::fs::metadata(&again).is_ok()
-                    && libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) == 0
-            };
+        if failed.is_some() || !again.exists() {
+            let _ = lock.unlock();
+            // A mark left after the last look, while we still held the lock: go round, unless
+            // another push took the lock first (it sees the mark).
+            let retake = failed.is_none() && again.exists() && lock.try_lock().is_ok();
             if !retake {
                 break failed;
             }
