@@ -475,3 +475,41 @@ fn an_unreachable_team_store_never_changes_a_run_and_loses_no_job() {
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
 }
+
+/// Jobs `roar mount` records while it runs are pushed as they end, without any `roar run`.
+#[test]
+fn jobs_the_mount_records_are_pushed_as_they_end_needs_root() {
+    if !common::mount::require_fuse() {
+        return;
+    }
+    let Some(pg) = Postgres::start() else {
+        return;
+    };
+    let url = pg.url();
+    let mut m = common::mount::Mounted::new(|data| {
+        let o = Command::new(common::roar_bin())
+            .args(["remote", "add", "origin", &url])
+            .current_dir(data.parent().unwrap())
+            .env_remove("ROAR_DIR")
+            .output()
+            .unwrap();
+        ok(&o, "remote add");
+        std::fs::write(data.join("in.txt"), b"x").unwrap();
+    });
+    assert!(m.run(&["sh", "-c", "cat in.txt > out.txt"]).success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while pg.try_count("SELECT count(*) FROM jobs") != Some(1) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the mount's job did not reach the team store while mounted"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(
+        pg.count(
+            "SELECT count(*) FROM jobs WHERE position('cat in.txt > out.txt'::bytea IN argv) > 0"
+        ),
+        1
+    );
+    m.unmount();
+}

@@ -528,10 +528,13 @@ pub fn serve(args: GatewayArgs, json: bool) -> anyhow::Result<ExitCode> {
     let record = |done: Vec<(String, Session)>| {
         for (key, session) in done {
             match writer.record_job(session_job(&project, &key, &session)) {
-                Ok(id) => eprintln!(
-                    "roar: job {id}: {} object accesses by {key}",
-                    session.accesses.len()
-                ),
+                Ok(id) => {
+                    eprintln!(
+                        "roar: job {id}: {} object accesses by {key}",
+                        session.accesses.len()
+                    );
+                    crate::remote_cmd::push_in_background(&project, &config);
+                }
                 Err(e) => eprintln!(
                     "roar: the accesses of {key} could not be recorded: {:#}",
                     anyhow::Error::from(e)

@@ -381,6 +381,7 @@ fn foreground(
     let machine = Some(roar_env::machine(&roar_env::Cache::open()));
     let archive_paths: Vec<PathBuf> = archives.iter().map(|i| i.archive.clone()).collect();
     let db = project.db_path();
+    crate::remote_cmd::push_as_jobs_end(project, &config);
     let mount = || {
         if archives.is_empty() {
             let steps =
@@ -444,6 +445,7 @@ fn foreground(
         let _ = std::fs::remove_file(&state);
     }
     let ids = result?;
+    crate::remote_cmd::push_in_background(project, &config);
     eprintln!(
         "roar: unmounted {}; {} job(s) recorded",
         dir.display(),

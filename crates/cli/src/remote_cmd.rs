@@ -302,6 +302,33 @@ pub fn push_in_background(project: &Project, config: &Config) {
     let _ = cmd.spawn();
 }
 
+/// For producers that record jobs as they end while they run (the mount daemon): starts a
+/// thread that looks at the store every two seconds and starts a background push whenever a job
+/// was added or ended since it last looked. Nothing when no remote pushes automatically.
+pub fn push_as_jobs_end(project: &Project, config: &Config) {
+    if !config.remotes.values().any(|r| r.auto_push) {
+        return;
+    }
+    let (project, config) = (project.clone(), config.clone());
+    let revision = move |p: &Project| {
+        roar_store::Store::open(&p.db_path())
+            .and_then(|s| s.revision())
+            .ok()
+    };
+    // Taken now, before the producer records anything.
+    let mut seen = revision(&project);
+    let _ = std::thread::Builder::new()
+        .name("roar-push-watch".into())
+        .spawn(move || loop {
+            std::thread::sleep(std::time::Duration::from_secs(2));
+            let now = revision(&project);
+            if now.is_some() && now != seen {
+                push_in_background(&project, &config);
+                seen = now;
+            }
+        });
+}
+
 /// `--remote NAME` on a query command: the mirror of that team store, brought up to date. If
 /// the team store cannot be reached, a mirror read before answers, with a warning saying so.
 pub fn reading_remote(project: Project, name: &str) -> anyhow::Result<Project> {
