@@ -9,14 +9,17 @@ use std::ffi::OsString;
 
 use roar_store::Distributed;
 
-/// The distributed run of a job started with `env` running `argv`; `group` is `--group`.
+/// The distributed run of a job started with `env` running `argv`; `group` is `--group`;
+/// `launcher_id` names the process that started roar (host, pid and start time), for a torchrun
+/// without a rendezvous id.
 pub fn detect(
     env: &dyn Fn(&str) -> Option<String>,
     argv: &[OsString],
     group: Option<&str>,
+    launcher_id: &dyn Fn() -> Option<String>,
 ) -> Option<Distributed> {
     let num = |k: &str| env(k).and_then(|v| v.trim().parse::<u32>().ok());
-    let from_env = launcher(env, &num);
+    let from_env = launcher(env, &num, launcher_id);
     if let Some(name) = group {
         let mut d = from_env.unwrap_or_default();
         d.group = format!("group:{name}");
@@ -28,11 +31,15 @@ pub fn detect(
 fn launcher(
     env: &dyn Fn(&str) -> Option<String>,
     num: &dyn Fn(&str) -> Option<u32>,
+    launcher_id: &dyn Fn() -> Option<String>,
 ) -> Option<Distributed> {
     let many = |world: Option<u32>| world.is_some_and(|w| w > 1);
-    // torchrun / torchelastic sets these in every worker it starts.
+    // torchrun / torchelastic sets these in every worker it starts. Without `--rdzv-id` (and
+    // without `--standalone`, which makes one up) the run id is `none` for every run: the ranks
+    // of one node are then told apart from other runs by the torchrun agent that started them.
     if let Some(run) = env("TORCHELASTIC_RUN_ID").filter(|r| !r.is_empty()) {
         if many(num("WORLD_SIZE")) {
+            let run = if run == "none" { launcher_id()? } else { run };
             return Some(Distributed {
                 group: format!("torchelastic:{run}"),
                 rank: num("RANK"),
@@ -89,6 +96,18 @@ fn launcher(
         }
     }
     None
+}
+
+/// `none@HOST:PID:START` for roar's parent process (the launcher that started this rank):
+/// unique among the runs of every machine (the start time, in clock ticks since boot, tells a
+/// reused pid apart).
+pub fn parent_id() -> Option<String> {
+    let ppid = std::os::unix::process::parent_id();
+    let stat = std::fs::read_to_string(format!("/proc/{ppid}/stat")).ok()?;
+    // Field 22 (starttime), counted after the command name's closing parenthesis.
+    let start = stat.rsplit_once(") ")?.1.split(' ').nth(19)?.to_owned();
+    let host = crate::run_cmd::hostname().unwrap_or_default();
+    Some(format!("none@{host}:{ppid}:{start}"))
 }
 
 /// `roar run -- torchrun --rdzv-id=ID --node-rank=N ...`: the job is node N of run ID, all of
@@ -166,6 +185,10 @@ mod tests {
         a.iter().map(OsString::from).collect()
     }
 
+    fn no_agent() -> Option<String> {
+        None
+    }
+
     #[test]
     fn launchers_name_the_run_and_the_rank() {
         let torch = env_of(&[
@@ -175,7 +198,7 @@ mod tests {
             ("LOCAL_RANK", "1"),
             ("GROUP_RANK", "1"),
         ]);
-        let d = detect(&torch, &argv(&["python", "train.py"]), None).unwrap();
+        let d = detect(&torch, &argv(&["python", "train.py"]), None, &no_agent).unwrap();
         assert_eq!(
             d,
             Distributed {
@@ -194,7 +217,7 @@ mod tests {
             ("SLURM_LOCALID", "1"),
             ("SLURM_NODEID", "1"),
         ]);
-        let d = detect(&slurm, &argv(&["python"]), None).unwrap();
+        let d = detect(&slurm, &argv(&["python"]), None, &no_agent).unwrap();
         assert_eq!(
             (d.group.as_str(), d.rank, d.node_rank),
             ("slurm:991.0", Some(3), Some(1))
@@ -204,7 +227,7 @@ mod tests {
             ("OMPI_COMM_WORLD_SIZE", "4"),
             ("PMIX_NAMESPACE", "prterun-x-1@1"),
         ]);
-        let d = detect(&ompi, &argv(&["a.out"]), None).unwrap();
+        let d = detect(&ompi, &argv(&["a.out"]), None, &no_agent).unwrap();
         assert_eq!((d.group.as_str(), d.rank), ("mpi:prterun-x-1@1", Some(2)));
     }
 
@@ -215,26 +238,46 @@ mod tests {
             ("SLURM_PROCID", "0"),
             ("SLURM_NTASKS", "1"),
         ]);
-        assert_eq!(detect(&sbatch, &argv(&["python", "prep.py"]), None), None);
+        assert_eq!(
+            detect(&sbatch, &argv(&["python", "prep.py"]), None, &no_agent),
+            None
+        );
         let torch1 = env_of(&[
             ("TORCHELASTIC_RUN_ID", "x"),
             ("RANK", "0"),
             ("WORLD_SIZE", "1"),
         ]);
-        assert_eq!(detect(&torch1, &argv(&["python"]), None), None);
+        assert_eq!(detect(&torch1, &argv(&["python"]), None, &no_agent), None);
         // MPI without a name space: nothing to join ranks of other nodes by.
         let bare = env_of(&[("PMI_RANK", "0"), ("PMI_SIZE", "2")]);
-        assert_eq!(detect(&bare, &argv(&["a.out"]), None), None);
-        let named = detect(&sbatch, &argv(&["python"]), Some("nightly")).unwrap();
+        assert_eq!(detect(&bare, &argv(&["a.out"]), None, &no_agent), None);
+        let named = detect(&sbatch, &argv(&["python"]), Some("nightly"), &no_agent).unwrap();
         assert_eq!(named.group, "group:nightly");
         assert_eq!(
             named.rank, None,
             "the launcher's single task has no rank to keep"
         );
-        let named_rank = detect(&torch1, &argv(&["python"]), Some("g")).unwrap();
+        let named_rank = detect(&torch1, &argv(&["python"]), Some("g"), &no_agent).unwrap();
         assert_eq!(
             (named_rank.group.as_str(), named_rank.rank),
             ("group:g", None)
+        );
+    }
+
+    #[test]
+    fn torchrun_without_a_rendezvous_id_is_one_run_per_agent() {
+        let default_id = env_of(&[
+            ("TORCHELASTIC_RUN_ID", "none"),
+            ("RANK", "1"),
+            ("WORLD_SIZE", "4"),
+        ]);
+        let agent = || Some("none@node1:4242:77".to_owned());
+        let d = detect(&default_id, &argv(&["python"]), None, &agent).unwrap();
+        assert_eq!(d.group, "torchelastic:none@node1:4242:77");
+        assert_eq!(d.rank, Some(1));
+        assert_eq!(
+            detect(&default_id, &argv(&["python"]), None, &no_agent),
+            None
         );
     }
 
@@ -256,6 +299,7 @@ mod tests {
                 "not-ours",
             ]),
             None,
+            &no_agent,
         )
         .unwrap();
         assert_eq!(d.group, "torchelastic:job7");
@@ -271,18 +315,24 @@ mod tests {
             "t.py",
         ]);
         assert_eq!(
-            detect(&none, &module, None).unwrap().group,
+            detect(&none, &module, None, &no_agent).unwrap().group,
             "torchelastic:r9"
         );
         assert_eq!(
-            detect(&none, &argv(&["torchrun", "--standalone", "t.py"]), None),
+            detect(
+                &none,
+                &argv(&["torchrun", "--standalone", "t.py"]),
+                None,
+                &no_agent
+            ),
             None
         );
         assert_eq!(
             detect(
                 &none,
                 &argv(&["torchrun", "--rdzv-id", "none", "t.py"]),
-                None
+                None,
+                &no_agent
             ),
             None
         );

@@ -247,6 +247,7 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
             &|k| std::env::var(k).ok(),
             &args.command,
             args.group.as_deref(),
+            &crate::distributed::parent_id,
         ),
     };
     // The job's row is written (running) while the command runs: a roar killed before the end
