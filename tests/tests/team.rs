@@ -513,3 +513,59 @@ fn jobs_the_mount_records_are_pushed_as_they_end_needs_root() {
     );
     m.unmount();
 }
+
+/// `roar ui --remote`: the page's data is the team store's, and a job another machine pushes
+/// while the page is open appears in it.
+#[test]
+fn the_page_over_the_team_store_shows_jobs_pushed_while_it_is_open() {
+    let Some(pg) = Postgres::start() else {
+        return;
+    };
+    if !require_tool("python3") {
+        return;
+    }
+    let (a, b) = (Project::new(), Project::new());
+    add_remote(&a, &pg, false);
+    add_remote(&b, &pg, false);
+    a.write("in.txt", b"x");
+    a.run_under("preload", &["sh", "-c", "cat in.txt > first.txt"]);
+    ok(&a.roar(["push"]), "push");
+    let mut ui = b
+        .cmd(["--remote", "origin", "ui", "--port", "0", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(ui.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let url = serde_json::from_str::<serde_json::Value>(&line).unwrap()["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let dag_url = url.replace("/?token=", "/api/dag?token=");
+    let dag = || -> String {
+        let o = Command::new("python3")
+            .args(["-c", "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())", &dag_url])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        stdout(&o)
+    };
+    assert!(dag().contains("first.txt"), "the team's job is on the page");
+    a.run_under("preload", &["sh", "-c", "cat first.txt > second.txt"]);
+    ok(&a.roar(["push"]), "push");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !dag().contains("second.txt") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a job pushed while the page is open never appeared"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let _ = ui.kill();
+    let _ = ui.wait();
+}

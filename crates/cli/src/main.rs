@@ -60,7 +60,8 @@ struct Cli {
     #[arg(long, global = true)]
     json: bool,
     /// Query the team store NAME (`roar remote add`) instead of the local store: log, show,
-    /// lineage, inputs, dag, diff, export, reproduce, status. With `roar push`: push to NAME only.
+    /// lineage, inputs, dag, diff, export, reproduce, status, ui. With `roar push`: push to NAME
+    /// only.
     #[arg(long, global = true, value_name = "NAME")]
     remote: Option<String>,
     #[command(subcommand)]
@@ -357,8 +358,14 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 let local = project()?;
                 let _ = READING.set(remote_cmd::reading_remote(local, name)?);
             }
+            Command::Ui { .. } => {
+                let local = project()?;
+                let _ = READING.set(remote_cmd::reading_remote(local.clone(), name)?);
+                // The page shows new jobs of the team as they arrive.
+                remote_cmd::keep_reading(&local, name)?;
+            }
             _ => anyhow::bail!(
-                "--remote is for the query commands (log, show, lineage, inputs, dag, diff, export, reproduce, status) and push"
+                "--remote is for the query commands (log, show, lineage, inputs, dag, diff, export, reproduce, status), ui and push"
             ),
         }
     }

@@ -329,6 +329,40 @@ pub fn push_as_jobs_end(project: &Project, config: &Config) {
         });
 }
 
+/// How often `roar ui --remote` reads what the team store received.
+const UI_FETCH: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// `roar ui --remote NAME`: a thread that brings the mirror up to date every few seconds for as
+/// long as the page is served (the page's own watch on the mirror then shows new jobs live). A
+/// failed read is tried again at the next tick.
+pub fn keep_reading(project: &Project, name: &str) -> anyhow::Result<()> {
+    let config = Config::load(project)?;
+    let r = chosen(&config, Some(name))?.remove(0);
+    let mirror = team::mirror_path(&project.dir(), &r);
+    std::thread::Builder::new()
+        .name("roar-remote-read".into())
+        .spawn(move || {
+            // Said once per outage, not at every tick.
+            let mut failing = false;
+            loop {
+                std::thread::sleep(UI_FETCH);
+                match team::fetch(&mirror, &r) {
+                    Ok(_) if failing => {
+                        failing = false;
+                        eprintln!("roar: the team store {} is back", r.name);
+                    }
+                    Ok(_) => {}
+                    Err(e) if !failing => {
+                        failing = true;
+                        eprintln!("roar: warning: {e}; the page shows what was read before");
+                    }
+                    Err(_) => {}
+                }
+            }
+        })?;
+    Ok(())
+}
+
 /// `--remote NAME` on a query command: the mirror of that team store, brought up to date. If
 /// the team store cannot be reached, a mirror read before answers, with a warning saying so.
 pub fn reading_remote(project: Project, name: &str) -> anyhow::Result<Project> {
