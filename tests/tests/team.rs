@@ -569,3 +569,62 @@ fn the_page_over_the_team_store_shows_jobs_pushed_while_it_is_open() {
     let _ = ui.kill();
     let _ = ui.wait();
 }
+
+/// `sslmode=require`: the team store is reached over TLS and verified against the CA named in
+/// PGSSLROOTCERT; without it, the unverified server gets nothing (one line saying why); a URL
+/// without `sslmode` is plain text, which this server refuses.
+#[test]
+fn sslmode_require_verifies_the_team_store() {
+    let Some(mut pg) = Postgres::start() else {
+        return;
+    };
+    if !require_tool("openssl") {
+        return;
+    }
+    let ca = pg.require_tls();
+    let p = Project::new();
+    let tls_url = format!("{}?sslmode=require", pg.url());
+    ok(
+        &p.roar(["remote", "add", "origin", &tls_url, "--no-auto-push"]),
+        "remote add",
+    );
+    ok(
+        &p.roar(["remote", "add", "plain", &pg.url(), "--no-auto-push"]),
+        "remote add",
+    );
+    p.run_under("preload", &["true"]);
+    // No CA for it: refused before any credential or record is sent.
+    let home = tempfile::tempdir().unwrap();
+    let out = p
+        .cmd(["push", "--remote", "origin"])
+        .env("HOME", home.path())
+        .env_remove("PGSSLROOTCERT")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("cannot reach the team store origin"), "{err}");
+    assert!(err.to_lowercase().contains("certificate"), "{err}");
+    // Plain text: the server refuses it.
+    let out = p.roar(["push", "--remote", "plain"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(
+        pg.count("SELECT count(*) FROM pg_tables WHERE tablename = 'jobs'"),
+        0
+    );
+    // Verified TLS: pushed.
+    let out = p
+        .cmd(["push", "--remote", "origin"])
+        .env("PGSSLROOTCERT", &ca)
+        .output()
+        .unwrap();
+    ok(&out, "push over TLS");
+    assert_eq!(pg.count("SELECT count(*) FROM jobs"), 1);
+    let out = p
+        .cmd(["--remote", "origin", "log", "--json"])
+        .env("PGSSLROOTCERT", &ca)
+        .output()
+        .unwrap();
+    ok(&out, "log over TLS");
+}

@@ -11,6 +11,8 @@ pub struct Postgres {
     pub port: u16,
     as_user: Option<String>,
     running: bool,
+    /// Plain TCP refused: psql goes through TLS too.
+    tls_only: bool,
 }
 
 /// The newest installed server's bin directory (`/usr/lib/postgresql/N/bin`).
@@ -72,6 +74,7 @@ impl Postgres {
             port: free_port(),
             as_user,
             running: false,
+            tls_only: false,
         };
         let data = pg.data();
         pg.run(
@@ -185,6 +188,76 @@ impl Postgres {
     /// The URL `roar remote add` takes (no password: trust on loopback).
     pub fn url(&self) -> String {
         format!("postgres://roar@127.0.0.1:{}/team", self.port)
+    }
+
+    fn psql(&self) -> Command {
+        let mut c = Command::new(self.bin.join("psql"));
+        c.args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &self.port.to_string(),
+            "-U",
+            "roar",
+            "-d",
+            "team",
+        ]);
+        if self.tls_only {
+            c.env("PGSSLMODE", "require");
+        }
+        c
+    }
+
+    /// Serves TLS with a certificate for 127.0.0.1 from a CA made here, and refuses plain TCP
+    /// from then on; returns the CA's certificate file.
+    pub fn require_tls(&mut self) -> PathBuf {
+        let d = self.dir.path().join("tls");
+        std::fs::create_dir_all(&d).unwrap();
+        let sh = |script: &str| {
+            let out = Command::new("sh")
+                .args(["-ec", script])
+                .current_dir(&d)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{script}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        sh(
+            "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 \
+              -subj /CN=roar-test-ca 2>/dev/null
+            openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr \
+              -subj /CN=127.0.0.1 2>/dev/null
+            printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' > ext.cnf
+            openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial \
+              -out server.crt -days 2 -extfile ext.cnf 2>/dev/null",
+        );
+        let data = self.data();
+        for f in ["server.crt", "server.key"] {
+            std::fs::copy(d.join(f), data.join(f)).unwrap();
+        }
+        let owner = self.as_user.clone().unwrap_or_else(|| "root".into());
+        sh(&format!(
+            "chown {owner} {data}/server.crt {data}/server.key && chmod 600 {data}/server.key",
+            data = data.display()
+        ));
+        let conf = data.join("postgresql.conf");
+        let mut text = std::fs::read_to_string(&conf).unwrap();
+        text.push_str("\nssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n");
+        std::fs::write(&conf, text).unwrap();
+        let hba = data.join("pg_hba.conf");
+        let text = std::fs::read_to_string(&hba).unwrap();
+        std::fs::write(
+            &hba,
+            format!("hostnossl all all 127.0.0.1/32 reject\n{text}"),
+        )
+        .unwrap();
+        self.stop_now();
+        self.start_again();
+        self.tls_only = true;
+        d.join("ca.crt")
     }
 
     /// One value per line of `sql`'s result, through psql.

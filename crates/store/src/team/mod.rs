@@ -14,11 +14,13 @@
 //!   of the graph.
 //!
 //! Credentials are never stored: a URL with a password is refused; the password comes from
-//! `PGPASSWORD` or the password file (`PGPASSFILE`, else `~/.pgpass`), as for psql.
+//! `PGPASSWORD` or the password file (`PGPASSFILE`, else `~/.pgpass`), as for psql. With
+//! `sslmode=require` the connection is TLS and the server verified ([`tls`]).
 
 mod local;
 mod pg;
 mod schema;
+mod tls;
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -46,6 +48,21 @@ fn team_err(remote: &Remote, what: &str, e: impl std::fmt::Display) -> StoreErro
         remote.name,
         remote.key()
     ))
+}
+
+/// An error with its causes, `a: b: c` (postgres errors keep the why in their sources: the
+/// certificate a TLS handshake refused, the refused connection).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let more = c.to_string();
+        if !s.contains(&more) {
+            s += &format!(": {more}");
+        }
+        cur = c.source();
+    }
+    s
 }
 
 impl Remote {
@@ -114,9 +131,15 @@ impl Remote {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(Duration::from_secs(10));
         }
-        config
-            .connect(postgres::NoTls)
-            .map_err(|e| team_err(self, "cannot reach", e))
+        let connected = match config.get_ssl_mode() {
+            postgres::config::SslMode::Require => {
+                let tls =
+                    tls::Rustls::new().map_err(|e| team_err(self, "cannot set up TLS for", e))?;
+                config.connect(tls)
+            }
+            _ => config.connect(postgres::NoTls),
+        };
+        connected.map_err(|e| team_err(self, "cannot reach", with_causes(&e)))
     }
 }
 
