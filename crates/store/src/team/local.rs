@@ -1,30 +1,16 @@
-//! A job of a local (SQLite) store as one [`JobRecord`], and back: what a push reads and what a
-//! mirror of the team store writes. Every table a job owns is read; ids stay local, the job's
+//! A job of a local (SQLite) store read whole as one [`JobRecord`] (what a push sends), and the
+//! marks of what each remote holds. Every table a job owns is read; ids stay local, the job's
 //! `uid` and its files' content hashes are what identify it anywhere.
-
-use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
 
 use rusqlite::{params, Connection, OptionalExtension};
 
+use super::codec::{outcome, path, role};
+
 use crate::environment::{packages_of, runtime_of, Environment};
 use crate::model::{
-    argv_from_blob, ContentHash, Distributed, FileRecord, GitState, JobRecord, Ops, Outcome,
-    ProcessRecord, Redirect, Role, S3Object, StepContent, StepFile, StepRecord,
+    argv_from_blob, ContentHash, Distributed, FileRecord, GitState, JobRecord, Ops, ProcessRecord,
+    Redirect, S3Object, StepContent, StepFile, StepRecord,
 };
-
-fn path(bytes: Vec<u8>) -> PathBuf {
-    PathBuf::from(OsStr::from_bytes(&bytes))
-}
-
-fn role(s: &str) -> Role {
-    match s {
-        "input" => Role::Input,
-        "output" => Role::Output,
-        _ => Role::Temp,
-    }
-}
 
 /// Finished jobs (not running, and with a uid) `remote` does not hold yet, oldest first.
 pub(crate) fn unpushed(
@@ -65,16 +51,7 @@ pub(crate) fn read_job(conn: &Connection, id: i64) -> rusqlite::Result<Option<Jo
              FROM jobs WHERE id = ?1",
             [id],
             |r| {
-                let status: String = r.get(5)?;
-                let outcome = match status.as_str() {
-                    "exited" => Outcome::Exited(r.get::<_, Option<i32>>(6)?.unwrap_or_default()),
-                    "signaled" => {
-                        Outcome::Signaled(r.get::<_, Option<i32>>(7)?.unwrap_or_default())
-                    }
-                    "failed_to_start" => Outcome::FailedToStart(String::new()),
-                    "running" => Outcome::Running,
-                    _ => Outcome::Ended,
-                };
+                let outcome = outcome(&r.get::<_, String>(5)?, r.get(6)?, r.get(7)?);
                 let dirty: Option<bool> = r.get(12)?;
                 let git = dirty.map(|dirty| -> rusqlite::Result<GitState> {
                     Ok(GitState {

@@ -2,7 +2,7 @@
 //! that every query command can read (`--remote`). docs/SEMANTICS.md "The team store".
 //!
 //! - **Push** ([`push`]): each finished local job the remote does not hold yet is read whole
-//!   ([`local::read_job`]) and written in the remote's tables ([`pg::write_jobs`]), a batch per
+//!   ([`local::read_job`]) and written in the remote's tables ([`write::write_jobs`]), a batch per
 //!   transaction, keyed by the job's global `uid`: pushing twice, from two machines or from many
 //!   pushers at once stores every job exactly once. What a remote holds is remembered locally
 //!   (`pushed`), after the remote committed: a push cut short (the server stopped) is simply
@@ -17,10 +17,12 @@
 //! `PGPASSWORD` or the password file (`PGPASSFILE`, else `~/.pgpass`), as for psql. With
 //! `sslmode=require` the connection is TLS and the server verified ([`tls`]).
 
+mod codec;
 mod local;
-mod pg;
+mod read;
 mod schema;
 mod tls;
+mod write;
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -266,7 +268,7 @@ fn write_with_retry(
     loop {
         let result = (|| {
             let mut tx = client.transaction()?;
-            let n = pg::write_jobs(&mut tx, jobs, host)?;
+            let n = write::write_jobs(&mut tx, jobs, host)?;
             tx.commit()?;
             Ok::<_, postgres::Error>(n)
         })();
@@ -298,7 +300,7 @@ pub fn mirror_path(roar_dir: &Path, remote: &Remote) -> PathBuf {
 }
 
 /// Brings the mirror at `mirror` up to date with `remote`: reads the jobs the team store
-/// received since the last fetch (see [`pg::read_since`]) and adds those the mirror lacks.
+/// received since the last fetch (see [`read::read_since`]) and adds those the mirror lacks.
 pub fn fetch(mirror: &Path, remote: &Remote) -> Result<Fetched> {
     // Reached first: a mirror exists only once the team store has been read.
     let mut client = remote.connect()?;
@@ -327,7 +329,7 @@ pub fn fetch(mirror: &Path, remote: &Remote) -> Result<Fetched> {
         .read_only(true)
         .start()
         .map_err(|e| team_err(remote, "cannot read", e))?;
-    let horizon = pg::horizon(&mut tx).map_err(|e| team_err(remote, "cannot read", e))?;
+    let horizon = read::horizon(&mut tx).map_err(|e| team_err(remote, "cannot read", e))?;
     // What others pushed passes this project's redaction too before it is stored here.
     let policy = crate::redact::Policy::for_config(
         &mirror
@@ -339,7 +341,7 @@ pub fn fetch(mirror: &Path, remote: &Remote) -> Result<Fetched> {
     let mut report = Fetched::default();
     let mut after = 0;
     loop {
-        let mut page = pg::read_since(&mut tx, from, after, FETCH_PAGE)
+        let mut page = read::read_since(&mut tx, from, after, FETCH_PAGE)
             .map_err(|e| team_err(remote, "cannot read", e))?;
         let n = page.jobs.len() as i64;
         after = page.last_seq;

@@ -1,0 +1,243 @@
+//! Jobs read from the team store: what committed since a reader last looked. `jobs.xid` (the
+//! inserting transaction) makes that exact although `seq` values commit out of order (see
+//! [`read_since`]).
+
+use std::collections::BTreeMap;
+
+use postgres::GenericClient;
+
+use super::codec::{outcome, path, role};
+use crate::environment::{Environment, Package, Runtime};
+use crate::model::{
+    argv_from_blob, ContentHash, Distributed, FileRecord, GitState, JobRecord, Ops, ProcessRecord,
+    Redirect, S3Object, StepContent, StepFile, StepRecord,
+};
+
+/// What [`read_since`] found: jobs in the order the team store received them, and where the
+/// next read starts.
+pub(crate) struct Page {
+    pub jobs: Vec<JobRecord>,
+    /// The last `seq` read (the next page of the same read starts after it).
+    pub last_seq: i64,
+}
+
+/// The horizon of a read: every transaction with an id below it has ended, so a job row with a
+/// lower `xid` that is not visible now never will be. Taken first, in the reading transaction.
+pub(crate) fn horizon(client: &mut impl GenericClient) -> Result<u64, postgres::Error> {
+    let text: String = client
+        .query_one("SELECT pg_snapshot_xmin(pg_current_snapshot())::text", &[])?
+        .get(0);
+    Ok(text.parse().unwrap_or(0))
+}
+
+/// Jobs whose inserting transaction is at or after `from_xid` (a previous read's horizon), with
+/// `seq` after `after`, at most `limit`. Rows of transactions that were still running at the
+/// previous read have an xid at or above its horizon, so nothing committed late is skipped; rows
+/// read twice are recognised by uid by the caller.
+pub(crate) fn read_since(
+    client: &mut impl GenericClient,
+    from_xid: u64,
+    after: i64,
+    limit: i64,
+) -> Result<Page, postgres::Error> {
+    let rows = client.query(
+        "SELECT seq, uid, name, argv, cwd, started_ns, ended_ns, status, exit_code, signal,
+                incomplete, backend, git_commit, git_branch, git_dirty, git_remote, git_diff, env,
+                host, runtime, run_group, rank, world_size, local_rank, node_rank
+         FROM jobs WHERE xid >= $1::text::xid8 AND seq > $2 ORDER BY seq LIMIT $3",
+        &[&from_xid.to_string(), &after, &limit],
+    )?;
+    let mut jobs = Vec::with_capacity(rows.len());
+    let mut seqs = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let outcome = outcome(&r.get::<_, String>(7), r.get(8), r.get(9));
+        let git = r.get::<_, Option<bool>>(14).map(|dirty| GitState {
+            commit: r.get(12),
+            branch: r.get(13),
+            dirty,
+            remote: r.get(15),
+            diff: r.get(16),
+        });
+        let uint = |at: usize| r.get::<_, Option<i32>>(at).map(|v| v as u32);
+        let dist = r.get::<_, Option<String>>(20).map(|group| Distributed {
+            group,
+            rank: uint(21),
+            world_size: uint(22),
+            local_rank: uint(23),
+            node_rank: uint(24),
+        });
+        let runtime: Option<Runtime> = r
+            .get::<_, Option<String>>(19)
+            .and_then(|s| serde_json::from_str(&s).ok());
+        seqs.push(r.get::<_, i64>(0));
+        jobs.push(JobRecord {
+            uid: Some(r.get(1)),
+            name: r.get(2),
+            argv: argv_from_blob(&r.get::<_, Vec<u8>>(3)),
+            cwd: path(r.get(4)),
+            started_ns: r.get(5),
+            ended_ns: r.get(6),
+            outcome,
+            incomplete: r.get(10),
+            backend: r.get(11),
+            git,
+            env: serde_json::from_str(&r.get::<_, String>(17)).unwrap_or_default(),
+            host: r.get(18),
+            processes: Vec::new(),
+            steps: Vec::new(),
+            files: Vec::new(),
+            environment: Some(Environment {
+                packages: Vec::new(),
+                runtime,
+                diff: None,
+            }),
+            dist,
+        });
+    }
+    let last_seq = seqs.last().copied().unwrap_or(after);
+    if jobs.is_empty() {
+        return Ok(Page { jobs, last_seq });
+    }
+    let index: BTreeMap<i64, usize> = seqs.iter().enumerate().map(|(i, s)| (*s, i)).collect();
+    for r in client.query(
+        "SELECT job_seq, pid, parent_pid, exe, argv, started_ns, ended_ns FROM processes
+         WHERE job_seq = ANY($1) ORDER BY job_seq, ord",
+        &[&seqs],
+    )? {
+        jobs[index[&r.get::<_, i64>(0)]]
+            .processes
+            .push(ProcessRecord {
+                pid: r.get(1),
+                parent_pid: r.get(2),
+                exe: r.get::<_, Option<Vec<u8>>>(3).map(path),
+                argv: argv_from_blob(&r.get::<_, Vec<u8>>(4)),
+                started_ns: r.get(5),
+                ended_ns: r.get(6),
+            });
+    }
+    for r in client.query(
+        "SELECT f.job_seq, f.role, f.path, f.ops, f.first_ns, f.last_ns,
+                a.blake3, a.sha256, a.size, b.blake3, b.sha256, b.size,
+                f.s3_bucket, f.s3_key, f.s3_version_id, f.s3_etag, f.s3_size, f.s3_range
+         FROM job_files f
+         LEFT JOIN artifacts a ON a.blake3 = f.blake3
+         LEFT JOIN artifacts b ON b.blake3 = f.before_blake3
+         WHERE f.job_seq = ANY($1) ORDER BY f.job_seq, f.ord",
+        &[&seqs],
+    )? {
+        let hash = |at: usize| {
+            r.get::<_, Option<String>>(at).map(|blake3| ContentHash {
+                blake3,
+                sha256: r.get(at + 1),
+                size: r.get::<_, i64>(at + 2) as u64,
+            })
+        };
+        let s3 = r.get::<_, Option<String>>(12).map(|bucket| S3Object {
+            bucket,
+            key: r.get::<_, Option<String>>(13).unwrap_or_default(),
+            version_id: r.get(14),
+            etag: r.get(15),
+            size: r.get::<_, Option<i64>>(16).map(|s| s as u64),
+            range: r.get(17),
+        });
+        jobs[index[&r.get::<_, i64>(0)]].files.push(FileRecord {
+            role: role(r.get(1)),
+            path: path(r.get(2)),
+            hash: hash(6),
+            before: hash(9),
+            ops: Ops::parse(r.get(3)),
+            first_ns: r.get(4),
+            last_ns: r.get(5),
+            s3,
+        });
+    }
+    for r in client.query(
+        "SELECT job_seq, seq, parent_seq, pid, exe, argv, cwd, started_ns, ended_ns, stdin,
+                stdout, stderr, appends
+         FROM steps WHERE job_seq = ANY($1) ORDER BY job_seq, seq",
+        &[&seqs],
+    )? {
+        let appends: i32 = r.get(12);
+        let stream = |at: usize, append: bool| {
+            r.get::<_, Option<Vec<u8>>>(at).map(|p| Redirect {
+                path: path(p),
+                append,
+            })
+        };
+        jobs[index[&r.get::<_, i64>(0)]].steps.push(StepRecord {
+            seq: r.get::<_, i32>(1) as u32,
+            parent: r.get::<_, Option<i32>>(2).map(|p| p as u32),
+            pid: r.get(3),
+            exe: r.get::<_, Option<Vec<u8>>>(4).map(path),
+            argv: argv_from_blob(&r.get::<_, Vec<u8>>(5)),
+            cwd: path(r.get(6)),
+            started_ns: r.get(7),
+            ended_ns: r.get(8),
+            streams: [
+                stream(9, false),
+                stream(10, appends & 1 != 0),
+                stream(11, appends & 2 != 0),
+            ],
+            files: Vec::new(),
+        });
+    }
+    for r in client.query(
+        "SELECT job_seq, step_seq, role, path, ops, from_seq, content, first_ns, last_ns
+         FROM step_files WHERE job_seq = ANY($1) ORDER BY job_seq, step_seq, ord",
+        &[&seqs],
+    )? {
+        let job = &mut jobs[index[&r.get::<_, i64>(0)]];
+        let step_seq = r.get::<_, i32>(1) as u32;
+        if let Some(step) = job.steps.iter_mut().find(|s| s.seq == step_seq) {
+            step.files.push(StepFile {
+                role: role(r.get(2)),
+                path: path(r.get(3)),
+                ops: Ops::parse(r.get(4)),
+                from_step: r.get::<_, Option<i32>>(5).map(|s| s as u32),
+                content: StepContent::parse(r.get(6)),
+                first_ns: r.get(7),
+                last_ns: r.get(8),
+            });
+        }
+    }
+    for r in client.query(
+        "SELECT jp.job_seq, p.kind, p.name, p.version, p.installer, p.location, p.commit_id
+         FROM job_packages jp JOIN packages p ON p.id = jp.package_id
+         WHERE jp.job_seq = ANY($1) ORDER BY jp.job_seq, p.kind, p.name, p.version",
+        &[&seqs],
+    )? {
+        let nonempty = |s: String| (!s.is_empty()).then_some(s);
+        let job = &mut jobs[index[&r.get::<_, i64>(0)]];
+        if let Some(env) = job.environment.as_mut() {
+            env.packages.push(Package {
+                kind: r.get(1),
+                name: r.get(2),
+                version: r.get(3),
+                installer: r.get(4),
+                location: nonempty(r.get(5)),
+                commit: nonempty(r.get(6)),
+            });
+        }
+    }
+    let diffs: Vec<String> = jobs
+        .iter()
+        .filter_map(|j| j.git.as_ref().and_then(|g| g.diff.clone()))
+        .collect();
+    if !diffs.is_empty() {
+        let found: BTreeMap<String, Vec<u8>> = client
+            .query(
+                "SELECT blake3, data FROM blobs WHERE blake3 = ANY($1)",
+                &[&diffs],
+            )?
+            .into_iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        for job in &mut jobs {
+            let hash = job.git.as_ref().and_then(|g| g.diff.clone());
+            if let (Some(hash), Some(env)) = (hash, job.environment.as_mut()) {
+                env.diff = found.get(&hash).cloned();
+            }
+        }
+    }
+    Ok(Page { jobs, last_seq })
+}

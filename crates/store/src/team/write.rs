@@ -1,0 +1,358 @@
+//! Jobs written into the team store's tables (schema.rs).
+//!
+//! A job is keyed by its `uid` (never by a local id); its rows hang off `jobs.seq`, the order in
+//! which the team store received jobs. Contents are keyed by blake3, packages by what they are.
+//! A batch is one `INSERT .. ON CONFLICT (uid) DO NOTHING` for its jobs, then one statement per
+//! table for the new jobs' rows: a job pushed twice, from two machines or by two pushers at once,
+//! is stored once. Shared rows (artifacts, blobs, packages) are inserted in sorted order before
+//! the jobs, so concurrent pushers never deadlock on them.
+
+use std::collections::BTreeMap;
+
+use postgres::Transaction;
+
+use super::codec::bytes;
+use crate::environment::Package;
+use crate::model::{
+    argv_to_blob, Distributed, FileRecord, GitState, JobRecord, Outcome, ProcessRecord, S3Object,
+    StepFile, StepRecord,
+};
+
+/// Writes `jobs` (each with its uid) in one transaction; returns how many were new. Shared rows
+/// go first, sorted, then each job and its own rows.
+pub(crate) fn write_jobs(
+    tx: &mut Transaction,
+    jobs: &[JobRecord],
+    pushed_from: Option<&str>,
+) -> Result<usize, postgres::Error> {
+    let mut artifacts = BTreeMap::new();
+    let mut packages = std::collections::BTreeSet::new();
+    let mut blobs = BTreeMap::new();
+    for job in jobs {
+        for f in &job.files {
+            for h in [&f.hash, &f.before].into_iter().flatten() {
+                artifacts.entry(h.blake3.clone()).or_insert(h);
+            }
+        }
+        if let Some(env) = &job.environment {
+            packages.extend(env.packages.iter());
+            if let (Some(diff), Some(hash)) =
+                (&env.diff, job.git.as_ref().and_then(|g| g.diff.clone()))
+            {
+                blobs.insert(hash, diff);
+            }
+        }
+    }
+    let (a_b3, a_sha, a_size): (Vec<&str>, Vec<Option<&str>>, Vec<i64>) = artifacts
+        .values()
+        .map(|h| (h.blake3.as_str(), h.sha256.as_deref(), h.size as i64))
+        .collect();
+    tx.execute(
+        "INSERT INTO artifacts (blake3, sha256, size)
+         SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) ORDER BY 1
+         ON CONFLICT (blake3) DO NOTHING",
+        &[&a_b3, &a_sha, &a_size],
+    )?;
+    for (hash, data) in &blobs {
+        tx.execute(
+            "INSERT INTO blobs (blake3, data) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+            &[hash, data],
+        )?;
+    }
+    let pkg = |f: fn(&Package) -> String| packages.iter().map(|p| f(p)).collect::<Vec<_>>();
+    let (kinds, names, versions, locations, commits) = (
+        pkg(|p| p.kind.clone()),
+        pkg(|p| p.name.clone()),
+        pkg(|p| p.version.clone()),
+        pkg(|p| p.location.clone().unwrap_or_default()),
+        pkg(|p| p.commit.clone().unwrap_or_default()),
+    );
+    let installers: Vec<Option<&str>> = packages.iter().map(|p| p.installer.as_deref()).collect();
+    tx.execute(
+        "INSERT INTO packages (kind, name, version, installer, location, commit_id)
+         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
+         ORDER BY 1, 2, 3, 5, 6
+         ON CONFLICT DO NOTHING",
+        &[&kinds, &names, &versions, &installers, &locations, &commits],
+    )?;
+    let seqs = insert_jobs(tx, jobs, pushed_from)?;
+    let new: Vec<(i64, &JobRecord)> = jobs
+        .iter()
+        .filter_map(|j| Some((*seqs.get(j.uid.as_deref()?)?, j)))
+        .collect();
+    if !new.is_empty() {
+        insert_children(tx, &new)?;
+    }
+    Ok(new.len())
+}
+
+/// The jobs' rows, in one statement; the `seq` of each job the team store did not have, by uid.
+fn insert_jobs(
+    tx: &mut Transaction,
+    jobs: &[JobRecord],
+    pushed_from: Option<&str>,
+) -> Result<BTreeMap<String, i64>, postgres::Error> {
+    let col = |f: &dyn Fn(&JobRecord) -> Option<String>| jobs.iter().map(f).collect::<Vec<_>>();
+    let int = |f: &dyn Fn(&Distributed) -> Option<u32>| {
+        jobs.iter()
+            .map(|j| j.dist.as_ref().and_then(f).map(|v| v as i32))
+            .collect::<Vec<_>>()
+    };
+    let git = |f: &dyn Fn(&GitState) -> Option<String>| col(&|j| j.git.as_ref().and_then(f));
+    let outcome = |j: &JobRecord| match &j.outcome {
+        Outcome::Exited(c) => (Some(*c), None),
+        Outcome::Signaled(s) => (None, Some(*s)),
+        _ => (None, None),
+    };
+    let rows = tx.query(
+        "INSERT INTO jobs (pushed_from, uid, name, argv, cwd, started_ns, ended_ns, status,
+                           exit_code, signal, incomplete, backend, git_commit, git_branch,
+                           git_dirty, git_remote, git_diff, env, host, runtime, run_group, rank,
+                           world_size, local_rank, node_rank)
+         SELECT $1::text, * FROM unnest($2::text[], $3::text[], $4::bytea[], $5::bytea[],
+                $6::bigint[], $7::bigint[], $8::text[], $9::int[], $10::int[], $11::bool[],
+                $12::text[], $13::text[], $14::text[], $15::bool[], $16::text[], $17::text[],
+                $18::text[], $19::text[], $20::text[], $21::text[], $22::int[], $23::int[],
+                $24::int[], $25::int[])
+         ON CONFLICT (uid) DO NOTHING RETURNING uid, seq",
+        &[
+            &pushed_from,
+            &col(&|j| j.uid.clone()),
+            &col(&|j| j.name.clone()),
+            &jobs
+                .iter()
+                .map(|j| argv_to_blob(&j.argv))
+                .collect::<Vec<_>>(),
+            &jobs.iter().map(|j| bytes(&j.cwd)).collect::<Vec<_>>(),
+            &jobs.iter().map(|j| j.started_ns).collect::<Vec<_>>(),
+            &jobs.iter().map(|j| j.ended_ns).collect::<Vec<_>>(),
+            &jobs.iter().map(|j| j.outcome.status()).collect::<Vec<_>>(),
+            &jobs.iter().map(|j| outcome(j).0).collect::<Vec<_>>(),
+            &jobs.iter().map(|j| outcome(j).1).collect::<Vec<_>>(),
+            &jobs.iter().map(|j| j.incomplete).collect::<Vec<_>>(),
+            &jobs.iter().map(|j| j.backend.as_str()).collect::<Vec<_>>(),
+            &git(&|g| g.commit.clone()),
+            &git(&|g| g.branch.clone()),
+            &jobs
+                .iter()
+                .map(|j| j.git.as_ref().map(|g| g.dirty))
+                .collect::<Vec<_>>(),
+            &git(&|g| g.remote.clone()),
+            &git(&|g| g.diff.clone()),
+            &jobs
+                .iter()
+                .map(|j| serde_json::to_string(&j.env).unwrap_or_else(|_| "{}".into()))
+                .collect::<Vec<_>>(),
+            &col(&|j| j.host.clone()),
+            &col(&|j| {
+                let rt = j.environment.as_ref()?.runtime.as_ref()?;
+                serde_json::to_string(rt).ok()
+            }),
+            &col(&|j| j.dist.as_ref().map(|d| d.group.clone())),
+            &int(&|d| d.rank),
+            &int(&|d| d.world_size),
+            &int(&|d| d.local_rank),
+            &int(&|d| d.node_rank),
+        ],
+    )?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// The rows of the new jobs' processes, files, steps, step files and packages: one statement
+/// per table for the whole batch.
+fn insert_children(tx: &mut Transaction, new: &[(i64, &JobRecord)]) -> Result<(), postgres::Error> {
+    let procs: Vec<(i64, i32, &ProcessRecord)> = new
+        .iter()
+        .flat_map(|(seq, j)| {
+            j.processes
+                .iter()
+                .enumerate()
+                .map(move |(i, p)| (*seq, i as i32, p))
+        })
+        .collect();
+    tx.execute(
+        "INSERT INTO processes (job_seq, ord, pid, parent_pid, exe, argv, started_ns, ended_ns)
+         SELECT * FROM unnest($1::bigint[], $2::int[], $3::int[], $4::int[], $5::bytea[],
+                              $6::bytea[], $7::bigint[], $8::bigint[])",
+        &[
+            &procs.iter().map(|p| p.0).collect::<Vec<_>>(),
+            &procs.iter().map(|p| p.1).collect::<Vec<_>>(),
+            &procs.iter().map(|p| p.2.pid).collect::<Vec<_>>(),
+            &procs.iter().map(|p| p.2.parent_pid).collect::<Vec<_>>(),
+            &procs
+                .iter()
+                .map(|p| p.2.exe.as_deref().map(bytes))
+                .collect::<Vec<_>>(),
+            &procs
+                .iter()
+                .map(|p| argv_to_blob(&p.2.argv))
+                .collect::<Vec<_>>(),
+            &procs.iter().map(|p| p.2.started_ns).collect::<Vec<_>>(),
+            &procs.iter().map(|p| p.2.ended_ns).collect::<Vec<_>>(),
+        ],
+    )?;
+    let files: Vec<(i64, i32, &FileRecord)> = new
+        .iter()
+        .flat_map(|(seq, j)| {
+            j.files
+                .iter()
+                .enumerate()
+                .map(move |(i, f)| (*seq, i as i32, f))
+        })
+        .collect();
+    let s3 = |f: fn(&S3Object) -> Option<String>| {
+        files
+            .iter()
+            .map(|r| r.2.s3.as_ref().and_then(f))
+            .collect::<Vec<_>>()
+    };
+    tx.execute(
+        "INSERT INTO job_files (job_seq, ord, role, path, blake3, before_blake3, ops, first_ns,
+                               last_ns, s3_bucket, s3_key, s3_version_id, s3_etag, s3_size,
+                               s3_range)
+         SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::bytea[], $5::text[],
+                              $6::text[], $7::text[], $8::bigint[], $9::bigint[], $10::text[],
+                              $11::text[], $12::text[], $13::text[], $14::bigint[], $15::text[])",
+        &[
+            &files.iter().map(|f| f.0).collect::<Vec<_>>(),
+            &files.iter().map(|f| f.1).collect::<Vec<_>>(),
+            &files.iter().map(|f| f.2.role.as_str()).collect::<Vec<_>>(),
+            &files.iter().map(|f| bytes(&f.2.path)).collect::<Vec<_>>(),
+            &files
+                .iter()
+                .map(|f| f.2.hash.as_ref().map(|h| h.blake3.as_str()))
+                .collect::<Vec<_>>(),
+            &files
+                .iter()
+                .map(|f| f.2.before.as_ref().map(|h| h.blake3.as_str()))
+                .collect::<Vec<_>>(),
+            &files
+                .iter()
+                .map(|f| f.2.ops.names().join(","))
+                .collect::<Vec<_>>(),
+            &files.iter().map(|f| f.2.first_ns).collect::<Vec<_>>(),
+            &files.iter().map(|f| f.2.last_ns).collect::<Vec<_>>(),
+            &s3(|o| Some(o.bucket.clone())),
+            &s3(|o| Some(o.key.clone())),
+            &s3(|o| o.version_id.clone()),
+            &s3(|o| o.etag.clone()),
+            &files
+                .iter()
+                .map(|f| f.2.s3.as_ref().and_then(|o| o.size).map(|s| s as i64))
+                .collect::<Vec<_>>(),
+            &s3(|o| o.range.clone()),
+        ],
+    )?;
+    let steps: Vec<(i64, &StepRecord)> = new
+        .iter()
+        .flat_map(|(seq, j)| j.steps.iter().map(move |s| (*seq, s)))
+        .collect();
+    if !steps.is_empty() {
+        let stream = |fd: usize| {
+            steps
+                .iter()
+                .map(|s| s.1.streams[fd].as_ref().map(|r| bytes(&r.path)))
+                .collect::<Vec<_>>()
+        };
+        let appends: Vec<i32> = steps
+            .iter()
+            .map(|s| {
+                (1..3)
+                    .filter(|&fd| s.1.streams[fd].as_ref().is_some_and(|r| r.append))
+                    .map(|fd| 1 << (fd - 1))
+                    .sum()
+            })
+            .collect();
+        tx.execute(
+            "INSERT INTO steps (job_seq, seq, parent_seq, pid, exe, argv, cwd, started_ns,
+                                ended_ns, stdin, stdout, stderr, appends)
+             SELECT * FROM unnest($1::bigint[], $2::int[], $3::int[], $4::int[], $5::bytea[],
+                                  $6::bytea[], $7::bytea[], $8::bigint[], $9::bigint[],
+                                  $10::bytea[], $11::bytea[], $12::bytea[], $13::int[])",
+            &[
+                &steps.iter().map(|s| s.0).collect::<Vec<_>>(),
+                &steps.iter().map(|s| s.1.seq as i32).collect::<Vec<_>>(),
+                &steps
+                    .iter()
+                    .map(|s| s.1.parent.map(|p| p as i32))
+                    .collect::<Vec<_>>(),
+                &steps.iter().map(|s| s.1.pid).collect::<Vec<_>>(),
+                &steps
+                    .iter()
+                    .map(|s| s.1.exe.as_deref().map(bytes))
+                    .collect::<Vec<_>>(),
+                &steps
+                    .iter()
+                    .map(|s| argv_to_blob(&s.1.argv))
+                    .collect::<Vec<_>>(),
+                &steps.iter().map(|s| bytes(&s.1.cwd)).collect::<Vec<_>>(),
+                &steps.iter().map(|s| s.1.started_ns).collect::<Vec<_>>(),
+                &steps.iter().map(|s| s.1.ended_ns).collect::<Vec<_>>(),
+                &stream(0),
+                &stream(1),
+                &stream(2),
+                &appends,
+            ],
+        )?;
+        let all: Vec<(i64, i32, i32, &StepFile)> = steps
+            .iter()
+            .flat_map(|(seq, s)| {
+                s.files
+                    .iter()
+                    .enumerate()
+                    .map(move |(i, f)| (*seq, s.seq as i32, i as i32, f))
+            })
+            .collect();
+        tx.execute(
+            "INSERT INTO step_files (job_seq, step_seq, ord, role, path, ops, from_seq, content,
+                                     first_ns, last_ns)
+             SELECT * FROM unnest($1::bigint[], $2::int[], $3::int[], $4::text[], $5::bytea[],
+                                  $6::text[], $7::int[], $8::text[], $9::bigint[], $10::bigint[])",
+            &[
+                &all.iter().map(|a| a.0).collect::<Vec<_>>(),
+                &all.iter().map(|a| a.1).collect::<Vec<_>>(),
+                &all.iter().map(|a| a.2).collect::<Vec<_>>(),
+                &all.iter().map(|a| a.3.role.as_str()).collect::<Vec<_>>(),
+                &all.iter().map(|a| bytes(&a.3.path)).collect::<Vec<_>>(),
+                &all.iter()
+                    .map(|a| a.3.ops.names().join(","))
+                    .collect::<Vec<_>>(),
+                &all.iter()
+                    .map(|a| a.3.from_step.map(|s| s as i32))
+                    .collect::<Vec<_>>(),
+                &all.iter().map(|a| a.3.content.as_str()).collect::<Vec<_>>(),
+                &all.iter().map(|a| a.3.first_ns).collect::<Vec<_>>(),
+                &all.iter().map(|a| a.3.last_ns).collect::<Vec<_>>(),
+            ],
+        )?;
+    }
+    let pkgs: Vec<(i64, &Package)> = new
+        .iter()
+        .flat_map(|(seq, j)| {
+            j.environment
+                .iter()
+                .flat_map(|e| e.packages.iter())
+                .map(move |p| (*seq, p))
+        })
+        .collect();
+    if !pkgs.is_empty() {
+        let col = |f: fn(&Package) -> String| pkgs.iter().map(|p| f(p.1)).collect::<Vec<_>>();
+        tx.execute(
+            "INSERT INTO job_packages (job_seq, package_id)
+             SELECT u.job_seq, p.id FROM packages p
+             JOIN unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
+                  AS u (job_seq, kind, name, version, location, commit_id)
+             USING (kind, name, version, location, commit_id)
+             ON CONFLICT DO NOTHING",
+            &[
+                &pkgs.iter().map(|p| p.0).collect::<Vec<_>>(),
+                &col(|p| p.kind.clone()),
+                &col(|p| p.name.clone()),
+                &col(|p| p.version.clone()),
+                &col(|p| p.location.clone().unwrap_or_default()),
+                &col(|p| p.commit.clone().unwrap_or_default()),
+            ],
+        )?;
+    }
+    Ok(())
+}
