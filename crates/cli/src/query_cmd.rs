@@ -197,6 +197,12 @@ pub fn show(what: &OsStr, all: bool, env: bool, patch: bool, json: bool) -> anyh
     }
 }
 
+/// A file's short hash, or dashes of the same width when its content is unknown.
+fn hash_cell(h: Option<&roar_store::ContentHash>) -> String {
+    h.map(short_hash)
+        .unwrap_or_else(|| "-".repeat(fmt::SHORT_HASH))
+}
+
 /// `roar show RUN`: a distributed run's jobs (one line per rank), hosts and files.
 fn print_run(run: &roar_store::RunDetail, root: &Path) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
@@ -228,11 +234,7 @@ fn print_run(run: &roar_store::RunDetail, root: &Path) -> anyhow::Result<()> {
         }
         writeln!(out, "{} ({})", bold(title), files.len())?;
         for f in files {
-            let hash = f
-                .hash
-                .as_ref()
-                .map(short_hash)
-                .unwrap_or_else(|| "-".repeat(fmt::SHORT_HASH));
+            let hash = hash_cell(f.hash.as_ref());
             let jobs: Vec<String> = f.jobs.iter().map(|j| j.to_string()).collect();
             writeln!(
                 out,
@@ -315,11 +317,7 @@ fn print_job(job: &JobDetail, root: &Path) -> anyhow::Result<()> {
         }
         writeln!(out, "{} ({})", bold(title), files.len())?;
         for f in files {
-            let hash = f
-                .hash
-                .as_ref()
-                .map(short_hash)
-                .unwrap_or_else(|| "-".repeat(fmt::SHORT_HASH));
+            let hash = hash_cell(f.hash.as_ref());
             let size = f
                 .hash
                 .as_ref()
@@ -411,11 +409,7 @@ fn print_steps(
             st.seq,
             roar_store::shell_join(&st.argv)
         )?;
-        let hash = |h: &Option<roar_store::ContentHash>| {
-            h.as_ref()
-                .map(short_hash)
-                .unwrap_or_else(|| "-".repeat(fmt::SHORT_HASH))
-        };
+        let hash = |h: &Option<roar_store::ContentHash>| hash_cell(h.as_ref());
         for i in &st.inputs {
             let from = i
                 .from_step
@@ -467,11 +461,7 @@ fn print_path(p: &PathDetail, root: &Path) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "{} {}", bold("path"), rel(&p.path, root))?;
     for u in &p.history {
-        let hash = u
-            .hash
-            .as_ref()
-            .map(short_hash)
-            .unwrap_or_else(|| "-".repeat(fmt::SHORT_HASH));
+        let hash = hash_cell(u.hash.as_ref());
         writeln!(
             out,
             "  {}  {:<6} job {:<5} {}",

@@ -415,6 +415,11 @@ mod tests {
     }
 
     fn drain(r: &Ring) -> Vec<Vec<u8>> {
+        drain_with(r, |_| panic!("nothing is in flight"))
+    }
+
+    /// Every event at the tail, `pending` called for a slot not committed.
+    fn drain_with(r: &Ring, pending: impl Fn(i32)) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
         loop {
             match r.next() {
@@ -424,7 +429,7 @@ mod tests {
                     r.release(len);
                 }
                 Next::Pad { len } => r.release(len),
-                Next::Pending { .. } => panic!("nothing is in flight"),
+                Next::Pending { pid } => pending(pid),
             }
         }
     }
@@ -563,19 +568,10 @@ mod tests {
 
     /// Like `drain`, taking back unmarked slots as a consumer does at the end of a run.
     fn drain_skipping(r: &Ring) -> Vec<Vec<u8>> {
-        let mut out = Vec::new();
-        loop {
-            match r.next() {
-                Next::Empty => return out,
-                Next::Event { bytes, len } => {
-                    out.push(bytes.to_vec());
-                    r.release(len);
-                }
-                Next::Pad { len } => r.release(len),
-                Next::Pending { pid: 0 } => assert!(r.skip_unmarked() > 0),
-                Next::Pending { .. } => r.release(r.pending_len().unwrap()),
-            }
-        }
+        drain_with(r, |pid| match pid {
+            0 => assert!(r.skip_unmarked() > 0),
+            _ => r.release(r.pending_len().unwrap()),
+        })
     }
 
     /// A real process writing events as fast as it can, killed at random points (so in the middle

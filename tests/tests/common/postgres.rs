@@ -262,17 +262,8 @@ impl Postgres {
 
     /// One value per line of `sql`'s result, through psql.
     pub fn query(&self, sql: &str) -> Vec<String> {
-        let out = Command::new(self.bin.join("psql"))
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &self.port.to_string(),
-                "-U",
-                "roar",
-                "-d",
-                "team",
-            ])
+        let out = self
+            .psql()
             .args(["-At", "-v", "ON_ERROR_STOP=1", "-c", sql])
             .output()
             .unwrap();
@@ -293,20 +284,7 @@ impl Postgres {
 
     /// [`Postgres::count`], or None if the query fails (a table not made yet).
     pub fn try_count(&self, sql: &str) -> Option<i64> {
-        let out = Command::new(self.bin.join("psql"))
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &self.port.to_string(),
-                "-U",
-                "roar",
-                "-d",
-                "team",
-            ])
-            .args(["-At", "-c", sql])
-            .output()
-            .ok()?;
+        let out = self.psql().args(["-At", "-c", sql]).output().ok()?;
         String::from_utf8_lossy(&out.stdout).trim().parse().ok()
     }
 
