@@ -89,4 +89,24 @@ fn each_launch_is_one_run_and_a_ranks_lineage_brings_its_run() {
             .collect();
         assert_eq!(roots.len(), 4, "every rank's shard: {roots:?}");
     }
+    // Reproducing it lists each rank for its launcher; run one after another they would hang.
+    let out = p.roar(["reproduce", "ckpt-a.pt"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let script = common::stdout(&out);
+    let ranks: Vec<&str> = script
+        .lines()
+        .filter(|l| l.starts_with("# job ") && l.contains("torchelastic:none@"))
+        .collect();
+    assert_eq!(ranks.len(), 4, "{script}");
+    assert!(
+        !script
+            .lines()
+            .any(|l| l.starts_with("roar run") && l.contains("rank.py")),
+        "no rank is run by the script: {script}"
+    );
+    let out = p.roar(["reproduce", "ckpt-a.pt", "--run"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("distributed run"), "{err}");
 }

@@ -628,3 +628,45 @@ fn sslmode_require_verifies_the_team_store() {
         .unwrap();
     ok(&out, "log over TLS");
 }
+
+/// Runs in a row wake one lingering background pusher instead of starting one each.
+#[test]
+fn runs_in_a_row_share_one_background_pusher() {
+    let Some(pg) = Postgres::start() else {
+        return;
+    };
+    let p = Project::new();
+    add_remote(&p, &pg, true);
+    for i in 0..6 {
+        ok(
+            &p.roar(["run", "--", "sh", "-c", &format!("echo {i} > f{i}")]),
+            "run",
+        );
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while pg.try_count("SELECT count(*) FROM jobs") != Some(6) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the runs' jobs were not pushed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let roar_dir = p.path().join(".roar");
+    let pushers: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            let want = format!("ROAR_DIR={}", roar_dir.display());
+            cmdline.windows(12).any(|w| w == b"--background")
+                && environ.split(|b| *b == 0).any(|v| v == want.as_bytes())
+        })
+        .collect();
+    assert_eq!(
+        pushers.len(),
+        1,
+        "one lingering pusher, not one per run: {pushers:?}"
+    );
+}

@@ -220,8 +220,8 @@ enum Command {
     /// Send every finished job the team stores do not hold yet (`--remote NAME`: that one only).
     /// Idempotent: a job is stored once however often, and from wherever, it is pushed.
     Push {
-        /// The push `roar run` starts after each job: leaves the work to a push already under
-        /// way, and a failure for `roar remote list` instead of printing it.
+        /// The pusher roar starts after recording a job: lingers for the next ones, and leaves
+        /// a failure for `roar remote list` instead of printing it.
         #[arg(long, hide = true)]
         background: bool,
     },

@@ -177,15 +177,10 @@ fn last_error(project: &Project, r: &Remote) -> Option<String> {
         .map(|s| s.trim().to_owned())
 }
 
-/// `roar push`: sends every finished local job each chosen remote does not hold yet.
-/// `background`: the push `roar run` starts; it leaves its failure in
-/// `.roar/remotes/NAME.push-error` (shown by `roar remote list`) instead of printing it.
-///
-/// One push at a time per project (`push.lock`). A background push never queues behind another:
-/// it leaves a `push.again` mark and goes, and the push holding the lock goes round once more
-/// whenever it finds the mark, before and after letting go of the lock. So a run's job is pushed
-/// by its own push or by the one that was busy, and a team store that is down costs one waiting
-/// push, not one per run.
+/// `roar push`: sends every finished local job each chosen remote does not hold yet. One push
+/// at a time per project (`push.lock`). `background`: the pusher roar starts after recording a
+/// job ([`push_in_background`]); it leaves its failure in `.roar/remotes/NAME.push-error` (shown
+/// by `roar remote list`) instead of printing it, and lingers ([`linger`]).
 pub fn push(name: Option<&str>, background: bool, json: bool) -> anyhow::Result<ExitCode> {
     let project = crate::project()?;
     let config = Config::load(&project)?;
@@ -193,7 +188,6 @@ pub fn push(name: Option<&str>, background: bool, json: bool) -> anyhow::Result<
     let dir = project.dir().join("remotes");
     roar_store::private::create_dir(&dir)
         .with_context(|| format!("cannot create {}", dir.display()))?;
-    let again = dir.join("push.again");
     let lock_path = dir.join("push.lock");
     let lock = std::fs::OpenOptions::new()
         .create(true)
@@ -201,36 +195,84 @@ pub fn push(name: Option<&str>, background: bool, json: bool) -> anyhow::Result<
         .write(true)
         .open(&lock_path)
         .with_context(|| format!("cannot open {}", lock_path.display()))?;
-    if background {
-        std::fs::write(&again, b"")?;
-        if lock.try_lock().is_err() {
-            return Ok(ExitCode::SUCCESS); // the push under way sees the mark
-        }
-    } else {
+    let mut out = Vec::new();
+    let mut pass = || -> anyhow::Result<Option<roar_store::StoreError>> {
         lock.lock()
             .with_context(|| format!("cannot lock {}", lock_path.display()))?;
-    }
-    let mut out = Vec::new();
-    let failed = loop {
-        let _ = std::fs::remove_file(&again);
         let failed = push_once(&project, &config, &remotes, background, json, &mut out);
-        if failed.is_some() || !again.exists() {
-            let _ = lock.unlock();
-            // A mark left after the last look, while we still held the lock: go round, unless
-            // another push took the lock first (it sees the mark).
-            let retake = failed.is_none() && again.exists() && lock.try_lock().is_ok();
-            if !retake {
-                break failed;
-            }
-        }
+        let _ = lock.unlock();
+        Ok(failed)
     };
-    if json && !background {
+    if background {
+        linger(&project, &mut pass)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let failed = pass()?;
+    if json {
         crate::fmt::print_json(&out)?;
     }
     match failed {
         Some(e) => Err(e.into()),
         None => Ok(ExitCode::SUCCESS),
     }
+}
+
+/// How long the background pusher waits for the next job before it exits.
+const LINGER: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The abstract socket the project's background pusher listens on while it lingers.
+fn push_socket(project: &Project) -> std::io::Result<std::os::unix::net::SocketAddr> {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::ffi::OsStrExt;
+    let tag = blake3::hash(project.dir().as_os_str().as_bytes()).to_hex();
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    std::os::unix::net::SocketAddr::from_abstract_name(format!("roar-push-{}-{uid}", &tag[..16]))
+}
+
+/// Tells a lingering background pusher that a job was recorded; false if none listens.
+fn notify(project: &Project) -> bool {
+    let Ok(addr) = push_socket(project) else {
+        return false;
+    };
+    std::os::unix::net::UnixDatagram::unbound()
+        .and_then(|s| s.send_to_addr(b"job", &addr))
+        .is_ok()
+}
+
+/// The background pusher: pushes, then waits for the next recorded job (a datagram on the
+/// project's push socket) and pushes again, until nothing came for [`LINGER`]. So a `roar run`
+/// only sends a datagram when a pusher lingers, and starts a process only when none does. On
+/// its way out it leaves the socket first and pushes once more: a job recorded before a run
+/// found the socket gone is pushed by this pass, one recorded after it by the pusher that run
+/// starts. A second pusher started meanwhile hands over to the first and exits.
+fn linger(
+    project: &Project,
+    pass: &mut dyn FnMut() -> anyhow::Result<Option<roar_store::StoreError>>,
+) -> anyhow::Result<()> {
+    let sock =
+        match push_socket(project).and_then(|a| std::os::unix::net::UnixDatagram::bind_addr(&a)) {
+            Ok(s) => s,
+            Err(_) => {
+                notify(project);
+                return Ok(());
+            }
+        };
+    sock.set_read_timeout(Some(LINGER))?;
+    let mut buf = [0u8; 16];
+    loop {
+        pass()?;
+        if sock.recv(&mut buf).is_err() {
+            break;
+        }
+        // Jobs recorded while this pass runs come as datagrams too: one pass serves them all.
+        sock.set_nonblocking(true)?;
+        while sock.recv(&mut buf).is_ok() {}
+        sock.set_nonblocking(false)?;
+    }
+    drop(sock);
+    pass()?;
+    Ok(())
 }
 
 /// One pass over the remotes; the first failure, if any.
@@ -281,11 +323,12 @@ fn push_once(
     failed
 }
 
-/// After `roar run` recorded a job: starts `roar push --background` for the remotes that push
-/// automatically, detached (its own session, no terminal, output discarded), and does not wait.
-/// A failure to start it changes nothing: the job is pushed by the next push.
+/// After a job was recorded (`roar run`, the gateway, the mount): wakes the project's lingering
+/// background pusher, or starts one (`roar push --background`: detached, its own process group,
+/// no terminal, output discarded) when none lingers. Never waits for the push. A failure to
+/// start it changes nothing: the job is pushed by the next push.
 pub fn push_in_background(project: &Project, config: &Config) {
-    if !config.remotes.values().any(|r| r.auto_push) {
+    if !config.remotes.values().any(|r| r.auto_push) || notify(project) {
         return;
     }
     let Ok(exe) = std::env::current_exe() else {

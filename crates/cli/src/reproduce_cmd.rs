@@ -34,6 +34,25 @@ pub fn reproduce(what: &OsStr, run: bool, json: bool) -> anyhow::Result<ExitCode
         fmt::print_json(&lineage)?;
         return Ok(ExitCode::SUCCESS);
     }
+    // The ranks of a distributed run wait for each other: run one after another they would
+    // hang. The script lists them; running them is the launcher's job.
+    if let Some(d) = lineage
+        .steps
+        .iter()
+        .find_map(|s| s.dist.as_ref())
+        .filter(|_| run)
+    {
+        let ranks = lineage
+            .steps
+            .iter()
+            .filter(|s| s.dist.as_ref().is_some_and(|x| x.group == d.group))
+            .count();
+        anyhow::bail!(
+            "{} comes from the distributed run {} ({ranks} jobs): its ranks must run together under their launcher (torchrun, srun, mpirun), which --run does not start; `roar reproduce` without --run prints each rank's command",
+            what.to_string_lossy(),
+            d.group
+        );
+    }
     let steps = runnable(&store, &lineage)?;
     if !run {
         let mut out = std::io::stdout().lock();
@@ -401,6 +420,23 @@ fn script(
             out.write_all(&script_word(s.cwd.as_bytes()))?;
             out.write_all(b"\n")?;
             last_cwd = s.cwd.clone();
+        }
+        if let Some(d) = &s.dist {
+            // Ranks wait for each other: one after another they would hang.
+            // One comment line: `shell_join` quotes a newline as `$'\n'`.
+            writeln!(
+                out,
+                "# job {}: {} on {}; its ranks run together under their launcher (torchrun, srun, mpirun): roar run -- {}",
+                s.job_id,
+                match (d.rank, d.world_size) {
+                    (Some(r), Some(w)) => format!("rank {r}/{w} of {}", d.group),
+                    (Some(r), None) => format!("rank {r} of {}", d.group),
+                    _ => format!("one node of {}", d.group),
+                },
+                fmt::shown(s.host.as_deref().unwrap_or("an unknown host")),
+                roar_store::shell_join(&s.argv)
+            )?;
+            continue;
         }
         if s.backend == "gateway" {
             writeln!(
