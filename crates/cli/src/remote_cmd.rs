@@ -220,44 +220,44 @@ pub fn push(name: Option<&str>, background: bool, json: bool) -> anyhow::Result<
 /// How long the background pusher waits for the next job before it exits.
 const LINGER: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// The abstract socket the project's background pusher listens on while it lingers.
-fn push_socket(project: &Project) -> std::io::Result<std::os::unix::net::SocketAddr> {
-    use std::os::linux::net::SocketAddrExt;
-    use std::os::unix::ffi::OsStrExt;
-    let tag = blake3::hash(project.dir().as_os_str().as_bytes()).to_hex();
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
-    std::os::unix::net::SocketAddr::from_abstract_name(format!("roar-push-{}-{uid}", &tag[..16]))
+/// The socket the project's background pusher listens on while it lingers: in `.roar/remotes/`,
+/// which only the project's owner can reach (0700).
+fn push_socket(project: &Project) -> PathBuf {
+    project.dir().join("remotes").join("push.sock")
 }
 
 /// Tells a lingering background pusher that a job was recorded; false if none listens.
 fn notify(project: &Project) -> bool {
-    let Ok(addr) = push_socket(project) else {
-        return false;
-    };
     std::os::unix::net::UnixDatagram::unbound()
-        .and_then(|s| s.send_to_addr(b"job", &addr))
+        .and_then(|s| s.send_to(b"job", push_socket(project)))
         .is_ok()
 }
 
 /// The background pusher: pushes, then waits for the next recorded job (a datagram on the
 /// project's push socket) and pushes again, until nothing came for [`LINGER`]. So a `roar run`
 /// only sends a datagram when a pusher lingers, and starts a process only when none does. On
-/// its way out it leaves the socket first and pushes once more: a job recorded before a run
+/// its way out it removes the socket first and pushes once more: a job recorded before a run
 /// found the socket gone is pushed by this pass, one recorded after it by the pusher that run
-/// starts. A second pusher started meanwhile hands over to the first and exits.
+/// starts. A second pusher started meanwhile hands over to the first and exits; where no socket
+/// can be made (a path too long for one), each pusher pushes once and exits.
 fn linger(
     project: &Project,
     pass: &mut dyn FnMut() -> anyhow::Result<Option<roar_store::StoreError>>,
 ) -> anyhow::Result<()> {
-    let sock =
-        match push_socket(project).and_then(|a| std::os::unix::net::UnixDatagram::bind_addr(&a)) {
-            Ok(s) => s,
-            Err(_) => {
-                notify(project);
-                return Ok(());
-            }
-        };
+    let path = push_socket(project);
+    let mut bound = std::os::unix::net::UnixDatagram::bind(&path);
+    if matches!(&bound, Err(e) if e.kind() == std::io::ErrorKind::AddrInUse) {
+        if notify(project) {
+            return Ok(()); // a pusher lingers: it has the job now
+        }
+        // Left by a pusher that was killed.
+        let _ = std::fs::remove_file(&path);
+        bound = std::os::unix::net::UnixDatagram::bind(&path);
+    }
+    let Ok(sock) = bound else {
+        pass()?;
+        return Ok(());
+    };
     sock.set_read_timeout(Some(LINGER))?;
     let mut buf = [0u8; 16];
     loop {
@@ -270,6 +270,7 @@ fn linger(
         while sock.recv(&mut buf).is_ok() {}
         sock.set_nonblocking(false)?;
     }
+    let _ = std::fs::remove_file(&path);
     drop(sock);
     pass()?;
     Ok(())
