@@ -210,7 +210,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     // the jobs recorded so far; a job copied from the team store keeps its own. A distributed
     // run's jobs name their group and rank (model::Distributed). `pushed` lists the jobs each
     // remote (by its URL without credentials) already holds; `fetched` is how far a remote's
-    // mirror has read the team store's jobs.
+    // mirror has read the team store's jobs (the transaction-id horizon of its last read).
     r#"
     ALTER TABLE jobs ADD COLUMN uid TEXT;
     UPDATE jobs SET uid = lower(hex(randomblob(16)));
@@ -227,8 +227,8 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (remote, job_uid)
     ) WITHOUT ROWID;
     CREATE TABLE fetched (
-        remote    TEXT PRIMARY KEY,
-        last_seq  INTEGER NOT NULL
+        remote       TEXT PRIMARY KEY,
+        xid_horizon  INTEGER NOT NULL   -- team::read::horizon at the last read
     );
     "#,
 ];

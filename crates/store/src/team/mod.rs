@@ -316,7 +316,7 @@ pub fn fetch(mirror: &Path, remote: &Remote) -> Result<Fetched> {
     let sqlite = |e: rusqlite::Error| crate::db::classify(mirror, e);
     let from: u64 = conn
         .query_row(
-            "SELECT last_seq FROM fetched WHERE remote = ?1",
+            "SELECT xid_horizon FROM fetched WHERE remote = ?1",
             [&key],
             |r| r.get::<_, i64>(0),
         )
@@ -356,8 +356,8 @@ pub fn fetch(mirror: &Path, remote: &Remote) -> Result<Fetched> {
     tx.commit()
         .map_err(|e| team_err(remote, "cannot read", e))?;
     conn.execute(
-        "INSERT INTO fetched (remote, last_seq) VALUES (?1, ?2)
-         ON CONFLICT (remote) DO UPDATE SET last_seq = excluded.last_seq",
+        "INSERT INTO fetched (remote, xid_horizon) VALUES (?1, ?2)
+         ON CONFLICT (remote) DO UPDATE SET xid_horizon = excluded.xid_horizon",
         params![key, horizon as i64],
     )
     .map_err(sqlite)?;
