@@ -74,9 +74,11 @@ fn read_state(path: &Path) -> Option<State> {
 }
 
 /// Running and not on its way out. A zombie counts as gone (where no init reaps orphans, the
-/// daemon stays one), and so does a process that has been sent SIGKILL or is exiting: right
-/// after `kill -9` the daemon can still look alive for a while, its mount still answering from
-/// the kernel's caches, and a `roar mount` at that moment must see a dead mount.
+/// daemon stays one), and so does a process that has been sent SIGKILL or whose main thread is
+/// exiting: right after `kill -9` the daemon can still look alive for a while, its mount still
+/// answering from the kernel's caches, and a `roar mount` at that moment must see a dead mount.
+/// A worker thread that ends on its own is not the process ending (the daemon's threads end
+/// before it records its last jobs).
 fn alive(pid: i32) -> bool {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return false;
@@ -91,18 +93,17 @@ fn alive(pid: i32) -> bool {
             continue;
         };
         let fields: Vec<&str> = rest.split(' ').collect();
+        let main = task.file_name().to_str() == Some(&pid.to_string());
         // Fields from the state on: state, ppid, pgrp, session, tty, tpgid, flags.
         let flags: u64 = fields.get(6).and_then(|f| f.parse().ok()).unwrap_or(0);
-        if matches!(fields.first(), Some(&("Z" | "X" | "x"))) {
-            if task.file_name().to_str() == Some(&pid.to_string()) {
-                return false;
-            }
-            continue;
-        }
-        if flags & PF_EXITING != 0 || sigkill_pending(&dir) {
+        let ended = matches!(fields.first(), Some(&("Z" | "X" | "x")));
+        if main && (ended || flags & PF_EXITING != 0) {
             return false;
         }
-        any = true;
+        if sigkill_pending(&dir) {
+            return false;
+        }
+        any |= !ended;
     }
     any
 }
