@@ -110,3 +110,31 @@ fn each_launch_is_one_run_and_a_ranks_lineage_brings_its_run() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("distributed run"), "{err}");
 }
+
+/// A run's name comes from the environment or `--group`: a hostile one (a newline, a command) is
+/// escaped on terminals and never ends the comment it sits in in a reproduce script.
+#[test]
+fn a_hostile_run_name_stays_inside_its_comment() {
+    let p = Project::new();
+    let name = "g\necho PWNED > pwned.txt\n\x1b[31m";
+    let o = p
+        .cmd(["run", "--group", name, "--", "sh", "-c", "echo x > out.txt"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let script = common::stdout(&p.roar(["reproduce", "out.txt"]));
+    assert!(
+        !script
+            .lines()
+            .any(|l| l.trim_start().starts_with("echo PWNED")),
+        "{script}"
+    );
+    let log = common::stdout(&p.roar(["log"]));
+    assert_eq!(log.lines().count(), 1, "{log}");
+    assert!(!log.contains('\x1b'), "{log:?}");
+    let show = common::stdout(&p.roar(["show", "1"]));
+    assert!(
+        !show.contains('\x1b') && !show.contains("\necho PWNED"),
+        "{show:?}"
+    );
+}

@@ -94,20 +94,12 @@ fn versitygw() -> Option<PathBuf> {
     None
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// versitygw's posix backend on `dir` with versioning; waits until it answers.
 fn start_versitygw(bin: &Path, dir: &Path) -> (Server, String) {
     let (root, versions) = (dir.join("root"), dir.join("versions"));
     std::fs::create_dir_all(&root).unwrap();
     std::fs::create_dir_all(&versions).unwrap();
-    let port = free_port();
+    let port = common::free_port();
     let child = Command::new(bin)
         .args(["--access", "VGWKEY00000000000001", "--secret", SECRET])
         .args([

@@ -101,10 +101,7 @@ fn a_pipeline_script_is_three_steps_with_the_same_edges_on_every_backend() {
         let tracer = backend.split(' ').next().unwrap();
         let job = run(&p, tracer, &[shell, "pipeline.sh"]);
         let steps = job["steps"].as_array().expect("steps");
-        let tree: Vec<(u64, Option<u64>)> = steps
-            .iter()
-            .map(|s| (s["seq"].as_u64().unwrap(), s["parent"].as_u64()))
-            .collect();
+        let tree = step_tree(steps);
         assert_eq!(
             tree,
             [(1, None), (2, Some(1)), (3, Some(1)), (4, Some(1))],
@@ -755,10 +752,7 @@ fn under_the_mount_scripts_makefiles_and_drivers_are_the_same_steps_needs_root()
         let steps = job["steps"]
             .as_array()
             .unwrap_or_else(|| panic!("{run}: {job:#}"));
-        let tree: Vec<(u64, Option<u64>)> = steps
-            .iter()
-            .map(|s| (s["seq"].as_u64().unwrap(), s["parent"].as_u64()))
-            .collect();
+        let tree = step_tree(steps);
         assert_eq!(
             tree,
             [(1, None), (2, Some(1)), (3, Some(1)), (4, Some(1))],
@@ -874,4 +868,12 @@ fn diff_of_two_runs_names_the_steps_that_differ() {
     assert!(text.contains("steps"), "{text}");
     assert!(text.contains("2 identical steps"), "{text}");
     assert!(text.contains("sort src2.txt > b.txt"), "{text}");
+}
+
+/// Each step's number and its parent's.
+fn step_tree(steps: &[serde_json::Value]) -> Vec<(u64, Option<u64>)> {
+    steps
+        .iter()
+        .map(|s| (s["seq"].as_u64().unwrap(), s["parent"].as_u64()))
+        .collect()
 }

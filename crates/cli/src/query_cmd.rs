@@ -71,10 +71,12 @@ pub fn log(limit: usize, json: bool) -> anyhow::Result<()> {
 /// `[rank 3/8 slurm:991] `, `[node 1 torchelastic:j7] ` or `[group:nightly] `.
 fn rank_label(d: &roar_store::Distributed) -> String {
     let of = d.world_size.map(|w| format!("/{w}")).unwrap_or_default();
+    // The group comes from the launcher's environment: escaped like every recorded string.
+    let group = fmt::shown(&d.group);
     match (d.rank, d.node_rank) {
-        (Some(r), _) => format!("[rank {r}{of} {}] ", d.group),
-        (None, Some(n)) => format!("[node {n} {}] ", d.group),
-        (None, None) => format!("[{}] ", d.group),
+        (Some(r), _) => format!("[rank {r}{of} {group}] "),
+        (None, Some(n)) => format!("[node {n} {group}] "),
+        (None, None) => format!("[{group}] "),
     }
 }
 
@@ -209,10 +211,14 @@ fn print_run(run: &roar_store::RunDetail, root: &Path) -> anyhow::Result<()> {
     writeln!(
         out,
         "{} {} jobs on {} host(s): {}",
-        bold(&format!("run {}", run.group)),
+        bold(&format!("run {}", fmt::shown(&run.group))),
         run.jobs.len(),
         run.hosts.len(),
-        run.hosts.join(", ")
+        run.hosts
+            .iter()
+            .map(|h| fmt::shown(h))
+            .collect::<Vec<_>>()
+            .join(", ")
     )?;
     for j in &run.jobs {
         let s = &j.summary;
@@ -221,7 +227,7 @@ fn print_run(run: &roar_store::RunDetail, root: &Path) -> anyhow::Result<()> {
             out,
             "  {who}job {} on {}  {}  {} in {} out  {}",
             s.id,
-            j.host.as_deref().unwrap_or("?"),
+            fmt::shown(j.host.as_deref().unwrap_or("?")),
             fmt::status(&s.status, s.exit_code, s.signal),
             s.inputs,
             s.outputs,
@@ -283,7 +289,7 @@ fn print_job(job: &JobDetail, root: &Path) -> anyhow::Result<()> {
             out,
             "  run      {}; `roar show {}`",
             rank_label(d).trim_end().trim_matches(['[', ']']),
-            d.group
+            fmt::shown(&d.group)
         )?;
     }
 

@@ -49,8 +49,8 @@ pub fn reproduce(what: &OsStr, run: bool, json: bool) -> anyhow::Result<ExitCode
             .count();
         anyhow::bail!(
             "{} comes from the distributed run {} ({ranks} jobs): its ranks must run together under their launcher (torchrun, srun, mpirun), which --run does not start; `roar reproduce` without --run prints each rank's command",
-            what.to_string_lossy(),
-            d.group
+            fmt::shown(&what.to_string_lossy()),
+            fmt::shown(&d.group)
         );
     }
     let steps = runnable(&store, &lineage)?;
@@ -429,9 +429,10 @@ fn script(
                 "# job {}: {} on {}; its ranks run together under their launcher (torchrun, srun, mpirun): roar run -- {}",
                 s.job_id,
                 match (d.rank, d.world_size) {
-                    (Some(r), Some(w)) => format!("rank {r}/{w} of {}", d.group),
-                    (Some(r), None) => format!("rank {r} of {}", d.group),
-                    _ => format!("one node of {}", d.group),
+                    // A comment line: the group (from the environment) must not end it.
+                    (Some(r), Some(w)) => format!("rank {r}/{w} of {}", fmt::shown(&d.group)),
+                    (Some(r), None) => format!("rank {r} of {}", fmt::shown(&d.group)),
+                    _ => format!("one node of {}", fmt::shown(&d.group)),
                 },
                 fmt::shown(s.host.as_deref().unwrap_or("an unknown host")),
                 roar_store::shell_join(&s.argv)

@@ -161,6 +161,15 @@ pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// A port nothing listens on at the moment (for a server a test starts on 127.0.0.1).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// True when a missing capability must fail the test (CI) instead of skipping it.
 pub fn strict() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")

@@ -30,14 +30,6 @@ fn server_bin() -> Option<PathBuf> {
     versions.pop().map(|(_, b)| b)
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 impl Postgres {
     /// A fresh server with an empty database `team` (user `roar`, trusted on loopback); None
     /// (skipped loudly) where PostgreSQL is not installed, a failure under CI=true.
@@ -71,7 +63,7 @@ impl Postgres {
         let mut pg = Postgres {
             dir,
             bin,
-            port: free_port(),
+            port: super::free_port(),
             as_user,
             running: false,
             tls_only: false,

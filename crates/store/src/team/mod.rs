@@ -70,12 +70,13 @@ fn with_causes(e: &dyn std::error::Error) -> String {
 impl Remote {
     /// Checks a URL given to `roar remote add`: a postgres URL, without a password.
     pub fn check_url(url: &str) -> std::result::Result<(), String> {
+        // The URL is never repeated in an error: it may hold the password being refused.
         if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-            return Err(format!(
-                "{url:?} is not a PostgreSQL URL; use postgres://USER@HOST:PORT/DATABASE"
-            ));
+            return Err("not a PostgreSQL URL; use postgres://USER@HOST:PORT/DATABASE".into());
         }
-        let config = postgres::Config::from_str(url).map_err(|e| format!("{url:?}: {e}"))?;
+        let config = postgres::Config::from_str(url).map_err(|e| {
+            format!("not a valid PostgreSQL URL ({e}); use postgres://USER@HOST:PORT/DATABASE")
+        })?;
         if config.get_password().is_some() {
             return Err(
                 "the URL carries a password, which roar never stores; remove it and put it in ~/.pgpass (HOST:PORT:DATABASE:USER:PASSWORD, mode 0600) or PGPASSWORD"
@@ -403,6 +404,9 @@ mod tests {
     fn urls_with_passwords_are_refused_and_keys_carry_none() {
         assert!(Remote::check_url("postgres://alice:pw@db:5432/team").is_err());
         assert!(Remote::check_url("mysql://db/team").is_err());
+        // A malformed URL with a password is refused without repeating it.
+        let bad = Remote::check_url("postgres://alice:hunter2@db:notaport/team").unwrap_err();
+        assert!(!bad.contains("hunter2"), "{bad}");
         assert!(Remote::check_url("postgres://alice@db:5433/team").is_ok());
         let r = Remote {
             name: "origin".into(),
