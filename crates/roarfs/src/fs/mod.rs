@@ -41,7 +41,18 @@ use crate::sys;
 
 mod state;
 
-const TTL: Duration = Duration::from_secs(1);
+/// How long the kernel keeps names (found and not found) and attributes without asking again.
+/// Nothing reaches the backing tree except through this mount (it is mounted in place, over
+/// the directory), and every change made through it the kernel applies to its caches itself:
+/// a create replaces a cached "no such file", a passthrough write drops the size and times it
+/// holds. So the cache is long, and a re-open of a known file costs one request (OPEN), not
+/// three (LOOKUP, GETATTR, OPEN). What a process that was already inside the directory before
+/// the mount changes behind it is seen within this time (docs/SEMANTICS.md, "roar mount").
+const TTL: Duration = Duration::from_secs(60);
+
+/// Open replies: no FLUSH request at each close (the daemon has nothing to do then; a writable
+/// handle's content is taken at RELEASE, which the kernel sends without making close wait).
+const OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_NOFLUSH;
 
 /// `__FMODE_EXEC`: set in the open flags FUSE receives when the kernel opens a file to exec it.
 const FMODE_EXEC: i32 = 0x20;
@@ -171,6 +182,14 @@ impl Filesystem for RoarFs {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         match self.lookup_child(parent.0, name) {
             Ok((a, g)) => reply.entry(&TTL, &a, g),
+            // Node id 0: "no such file", cached like a name that exists (programs probe for
+            // files that are not there: imports, configs, make's implicit rules).
+            Err(Errno::ENOENT) => {
+                // SAFETY: `stat` is plain data; all zeros is a valid value.
+                #[allow(unsafe_code)]
+                let none: libc::stat = unsafe { std::mem::zeroed() };
+                reply.entry(&TTL, &attr(0, &none), Generation(0))
+            }
             Err(e) => reply.error(e),
         }
     }
@@ -504,9 +523,9 @@ impl Filesystem for RoarFs {
             Err(e) => return reply.error(e),
         };
         match self.open_node(req.pid(), job, ino.0, file, flags.0, false) {
-            Ok((fh, false)) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Ok((fh, false)) => reply.opened(FileHandle(fh), OPEN_FLAGS),
             Ok((fh, true)) => match self.attach_backing(fh, ino.0, |f| reply.open_backing(f)) {
-                Ok(id) => reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id),
+                Ok(id) => reply.opened_passthrough(FileHandle(fh), OPEN_FLAGS, &id),
                 Err(e) => {
                     self.forget_handle(fh);
                     reply.error(errno(e));
@@ -545,10 +564,10 @@ impl Filesystem for RoarFs {
             }
         };
         match self.open_node(req.pid(), job, a.ino.0, file, flags, true) {
-            Ok((fh, false)) => reply.created(&TTL, &a, g, FileHandle(fh), FopenFlags::empty()),
+            Ok((fh, false)) => reply.created(&TTL, &a, g, FileHandle(fh), OPEN_FLAGS),
             Ok((fh, true)) => match self.attach_backing(fh, a.ino.0, |f| reply.open_backing(f)) {
                 Ok(id) => {
-                    reply.created_passthrough(&TTL, &a, g, FileHandle(fh), FopenFlags::empty(), &id)
+                    reply.created_passthrough(&TTL, &a, g, FileHandle(fh), OPEN_FLAGS, &id)
                 }
                 Err(e) => {
                     self.forget_handle(fh);
