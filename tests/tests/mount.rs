@@ -474,3 +474,57 @@ fn a_mount_job_records_the_machine_needs_root() {
     assert_eq!(env["runtime"]["kernel"], kernel.trim(), "{env}");
     assert_eq!(env["packages"], serde_json::json!([]), "{env}");
 }
+
+/// What one process sees right after another changed the file through the mount: the kernel
+/// keeps names, missing names and attributes for a minute (SEMANTICS, "Kernel caches"), so every
+/// change made through the mount must reach those caches at once.
+const CACHE_SCRIPT: &str = r#"
+import os, subprocess
+def sh(cmd): subprocess.run(["sh", "-c", cmd], check=True)
+def show(what):
+    try:
+        st = os.stat("f")
+        print(what, "size", st.st_size, "mode", oct(st.st_mode), "nlink", st.st_nlink, open("f").read())
+    except FileNotFoundError:
+        print(what, "missing")
+for round in range(3):
+    show("probe")
+    sh("echo one > f"); show("created")
+    before = os.stat("f")
+    sh("echo two >> f"); show("appended")
+    after = os.stat("f")
+    print("size and mtime moved", after.st_size > before.st_size, after.st_mtime_ns >= before.st_mtime_ns)
+    sh("cat f > /dev/null; chmod 600 f"); show("chmod")
+    sh("ln f g && echo three >> g"); show("written through a second name")
+    sh("truncate -s 2 g"); show("truncated through it")
+    sh("echo new > h && mv h f"); show("renamed over")
+    sh("rm g f"); show("removed")
+    print("listing", sorted(os.listdir(".")))
+"#;
+
+#[test]
+fn changes_through_the_mount_are_seen_at_once_despite_the_kernel_caches() {
+    if !require_fuse() || !common::require_tool("python3") {
+        return;
+    }
+    let m = Mounted::new(|_| {});
+    let plain = tempfile::tempdir().unwrap();
+    let run = |dir: &Path| {
+        let out = Command::new("python3")
+            .args(["-c", CACHE_SCRIPT])
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+    };
+    let (want, got) = (run(plain.path()), run(&m.data));
+    assert_eq!(
+        got, want,
+        "mount transcript differs from the plain directory's"
+    );
+    assert!(
+        want.contains("written through a second name size 14"),
+        "{want}"
+    );
+}

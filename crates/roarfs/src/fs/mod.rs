@@ -566,9 +566,7 @@ impl Filesystem for RoarFs {
         match self.open_node(req.pid(), job, a.ino.0, file, flags, true) {
             Ok((fh, false)) => reply.created(&TTL, &a, g, FileHandle(fh), OPEN_FLAGS),
             Ok((fh, true)) => match self.attach_backing(fh, a.ino.0, |f| reply.open_backing(f)) {
-                Ok(id) => {
-                    reply.created_passthrough(&TTL, &a, g, FileHandle(fh), OPEN_FLAGS, &id)
-                }
+                Ok(id) => reply.created_passthrough(&TTL, &a, g, FileHandle(fh), OPEN_FLAGS, &id),
                 Err(e) => {
                     self.forget_handle(fh);
                     self.inodes.forget(a.ino.0, 1);
