@@ -7,7 +7,7 @@
 # CPU each variant adds (the whole process tree: roar, the shim inside the job, the job). Then a
 # breakdown per backend from one more run each with ROAR_TIMING: roar's own CPU (all its threads)
 # against the CPU the job itself gained. ROAR_BEFORE=/path/to/roar adds an older roar's preload
-# row (its shim beside it) to the comparison.
+# row (its shim beside it) and its mount row to the comparison.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$PWD"
@@ -71,14 +71,15 @@ rm -rf data/features data/ckpt
 $1 python3 prep.py
 $1 python3 train.py
 SH
-cat > mounted.sh <<SH
+cat > mounted.sh <<'SH'
 #!/bin/sh
+# $1: the roar binary that mounts.
 set -e
 rm -rf data/features data/ckpt
-"$ROAR" mount data > /dev/null 2>&1
+"$1" mount data > /dev/null 2>&1
 setsid --wait python3 prep.py
 setsid --wait python3 train.py
-"$ROAR" unmount data > /dev/null 2>&1
+"$1" unmount data > /dev/null 2>&1
 SH
 chmod +x steps.sh mounted.sh
 # The peer refuses to run on a dirty tree: commit everything first.
@@ -97,7 +98,8 @@ else
 fi
 BEFORE=()
 if [ -n "${ROAR_BEFORE:-}" ]; then
-    BEFORE=("roar run (preload, before)=sh steps.sh '$ROAR_BEFORE run --tracer preload --'")
+    BEFORE=("roar run (preload, before)=sh steps.sh '$ROAR_BEFORE run --tracer preload --'"
+            "roar mount (before)=sh mounted.sh '$ROAR_BEFORE'")
 fi
 python3 "$REPO/bench/lib/compare.py" pipeline.json "$RUNS" --cpu \
     "bare=sh steps.sh" \
@@ -106,7 +108,7 @@ python3 "$REPO/bench/lib/compare.py" pipeline.json "$RUNS" --cpu \
     "roar run (ptrace)=sh steps.sh '$ROAR run --tracer ptrace --'" \
     "${EBPF[@]}" \
     "${BEFORE[@]}" \
-    "roar mount=sh mounted.sh" \
+    "roar mount=sh mounted.sh '$ROAR'" \
     "roar-cli (peer)=sh -c 'cd $W-peer && sh steps.sh \"$PEER_VENV/bin/roar run\"'"
 python3 - <<'PY'
 import json
