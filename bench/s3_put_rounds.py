@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""1 GiB single PUTs, interleaved rounds, against two endpoints (boto3, payload signed with its
-SHA-256 as in s3_bench.py); prints each endpoint's times, medians and the ratio B/A.
+"""1 GiB single PUTs, interleaved rounds, against two or more endpoints (boto3, payload signed
+with its SHA-256 as in s3_bench.py); prints each endpoint's times, medians and each one's ratio
+to the first.
 
-usage: s3_put_rounds.py ROUNDS FILE NAME=URL|ACCESS|SECRET NAME=URL|ACCESS|SECRET
+usage: s3_put_rounds.py ROUNDS FILE NAME=URL|ACCESS|SECRET NAME=URL|ACCESS|SECRET [NAME=...]
 FILE is read as the body (make it 1 GiB, on the disk or tmpfs you want measured); each object is
 deleted after its PUT so a tmpfs does not fill.
 """
@@ -17,7 +18,7 @@ from botocore.config import Config
 
 rounds, body_path = int(sys.argv[1]), sys.argv[2]
 eps = {}
-for arg in sys.argv[3:5]:
+for arg in sys.argv[3:]:
     name, spec = arg.split("=", 1)
     url, access, secret = spec.split("|")
     eps[name] = boto3.client(
@@ -43,5 +44,7 @@ for r in range(rounds):
         c.delete_object(Bucket="put-rounds", Key=f"big{r}")
 for name, ts in times.items():
     print(f"{name:<12} {' '.join(f'{t:.2f}' for t in ts)}  median {statistics.median(ts):.2f} s")
-a, b = (statistics.median(ts) for ts in times.values())
-print(f"ratio {list(times)[1]}/{list(times)[0]}: {b / a:.2f}x")
+names = list(times)
+first = statistics.median(times[names[0]])
+for name in names[1:]:
+    print(f"ratio {name}/{names[0]}: {statistics.median(times[name]) / first:.2f}x")
