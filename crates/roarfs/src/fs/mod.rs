@@ -45,9 +45,9 @@ mod state;
 /// Nothing reaches the backing tree except through this mount (it is mounted in place, over
 /// the directory), and every change made through it the kernel applies to its caches itself:
 /// a create replaces a cached "no such file", a passthrough write drops the size and times it
-/// holds. So the cache is long, and a re-open of a known file costs one request (OPEN), not
-/// three (LOOKUP, GETATTR, OPEN). What a process that was already inside the directory before
-/// the mount changes behind it is seen within this time (docs/SEMANTICS.md, "roar mount").
+/// holds. So the cache is long: a re-open of a known file asks no LOOKUP, and GETATTR only where
+/// the kernel dropped what it held (a read drops the atime). What reaches the backing files
+/// another way is seen within this time (docs/SEMANTICS.md, "Kernel caches").
 const TTL: Duration = Duration::from_secs(60);
 
 /// Open replies: no FLUSH request at each close (the daemon has nothing to do then; a writable
