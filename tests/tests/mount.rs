@@ -395,16 +395,13 @@ show("statvfs", lambda: os.statvfs(".").f_bsize > 0)
 show("listing", lambda: sorted(os.listdir(".")))
 "#;
 
-#[test]
-fn posix_behaviours_match_the_backing_directory() {
-    if !require_fuse() || !common::require_tool("python3") {
-        return;
-    }
-    let m = Mounted::new(|_| {});
+/// Runs the Python `script` in a fresh plain directory and in the mount; the two transcripts
+/// must be equal. Returns the plain directory's.
+fn same_transcript(m: &Mounted, script: &str) -> String {
     let plain = tempfile::tempdir().unwrap();
     let run = |dir: &Path| {
         let out = Command::new("python3")
-            .args(["-c", POSIX_SCRIPT])
+            .args(["-c", script])
             .current_dir(dir)
             .output()
             .unwrap();
@@ -416,6 +413,16 @@ fn posix_behaviours_match_the_backing_directory() {
         got, want,
         "mount transcript differs from the plain directory's"
     );
+    want
+}
+
+#[test]
+fn posix_behaviours_match_the_backing_directory() {
+    if !require_fuse() || !common::require_tool("python3") {
+        return;
+    }
+    let m = Mounted::new(|_| {});
+    let want = same_transcript(&m, POSIX_SCRIPT);
     assert!(want.contains("exchange (0, 'two', 'one')"), "{want}");
     // Permissions are the backing files' own: another user cannot write a 0640 root-owned file.
     if common::require_tool("setpriv") {
@@ -508,21 +515,7 @@ fn changes_through_the_mount_are_seen_at_once_despite_the_kernel_caches() {
         return;
     }
     let m = Mounted::new(|_| {});
-    let plain = tempfile::tempdir().unwrap();
-    let run = |dir: &Path| {
-        let out = Command::new("python3")
-            .args(["-c", CACHE_SCRIPT])
-            .current_dir(dir)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", stderr(&out));
-        stdout(&out)
-    };
-    let (want, got) = (run(plain.path()), run(&m.data));
-    assert_eq!(
-        got, want,
-        "mount transcript differs from the plain directory's"
-    );
+    let want = same_transcript(&m, CACHE_SCRIPT);
     assert!(
         want.contains("written through a second name size 14"),
         "{want}"
