@@ -158,18 +158,25 @@ fn insert_jobs(
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
+/// Every new job's `rows`, each with its job's seq and its position in the job.
+fn numbered<'a, T>(
+    new: &[(i64, &'a JobRecord)],
+    rows: fn(&'a JobRecord) -> &'a [T],
+) -> Vec<(i64, i32, &'a T)> {
+    new.iter()
+        .flat_map(|&(seq, j)| {
+            rows(j)
+                .iter()
+                .enumerate()
+                .map(move |(i, r)| (seq, i as i32, r))
+        })
+        .collect()
+}
+
 /// The rows of the new jobs' processes, files, steps, step files and packages: one statement
 /// per table for the whole batch.
 fn insert_children(tx: &mut Transaction, new: &[(i64, &JobRecord)]) -> Result<(), postgres::Error> {
-    let procs: Vec<(i64, i32, &ProcessRecord)> = new
-        .iter()
-        .flat_map(|(seq, j)| {
-            j.processes
-                .iter()
-                .enumerate()
-                .map(move |(i, p)| (*seq, i as i32, p))
-        })
-        .collect();
+    let procs: Vec<(i64, i32, &ProcessRecord)> = numbered(new, |j| &j.processes);
     tx.execute(
         "INSERT INTO processes (job_seq, ord, pid, parent_pid, exe, argv, started_ns, ended_ns)
          SELECT * FROM unnest($1::bigint[], $2::int[], $3::int[], $4::int[], $5::bytea[],
@@ -191,15 +198,7 @@ fn insert_children(tx: &mut Transaction, new: &[(i64, &JobRecord)]) -> Result<()
             &procs.iter().map(|p| p.2.ended_ns).collect::<Vec<_>>(),
         ],
     )?;
-    let files: Vec<(i64, i32, &FileRecord)> = new
-        .iter()
-        .flat_map(|(seq, j)| {
-            j.files
-                .iter()
-                .enumerate()
-                .map(move |(i, f)| (*seq, i as i32, f))
-        })
-        .collect();
+    let files: Vec<(i64, i32, &FileRecord)> = numbered(new, |j| &j.files);
     let s3 = |f: fn(&S3Object) -> Option<String>| {
         files
             .iter()
