@@ -144,6 +144,29 @@ fn log_once(flag: &AtomicBool, msg: impl FnOnce() -> String) {
 }
 
 impl Filesystem for RoarFs {
+    /// Runs once the session has ended and every request thread has returned. The kernel does
+    /// not wait for the release of a file closed just before an unmount, nor of the last file of
+    /// a detached mount: when the connection ends it drops them unsent. Their handles are still
+    /// here and are released now, the same way, so what their writers left is recorded.
+    fn destroy(&mut self) {
+        let left: Vec<_> = self
+            .handles
+            .write()
+            .expect("handles lock")
+            .drain()
+            .map(|(_, h)| h)
+            .collect();
+        if !left.is_empty() {
+            tracing::info!(
+                "roarfs: {} handle(s) without a release from the kernel released at the end",
+                left.len()
+            );
+        }
+        for handle in left {
+            self.released(&handle);
+        }
+    }
+
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         if config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok() {
             // Backing files live on the directory's own filesystem: one level of stacking.
@@ -680,29 +703,7 @@ impl Filesystem for RoarFs {
             return reply.ok();
         };
         reply.ok();
-        // A request still running on this handle holds it only briefly: wait for it.
-        let mut h = handle.lock().expect("handle lock");
-        let writers_left = self.inodes.close(h.opened);
-        let (true, Some(job)) = (h.writable, h.job) else {
-            return;
-        };
-        // Another writable handle on the same file can still change it (and may be changing
-        // it now): the content is taken when the last one is released.
-        // A file unlinked before this (asynchronous) release is gone: not an output (sqlite's
-        // journal, pwrite+close+unlink); its unlink already said so.
-        let linked = sys::stat_fd(h.file.as_fd()).map_or(true, |st| st.st_nlink > 0);
-        if (h.wrote || h.opened.passthrough) && writers_left == 0 && linked {
-            let path = self.inodes.path(h.opened.ino);
-            let hash = self.written_content(&mut h, &path);
-            // Content only: whether the path still exists is the opens', renames' and unlinks'
-            // to say (an unlink racing this release on another thread must win).
-            for name in self.jobs.linked_names(job, &path) {
-                self.jobs
-                    .with_file(job, &name, |st| st.output = hash.clone());
-            }
-            self.jobs.with_file(job, &path, |st| st.output = hash);
-        }
-        self.jobs.writer_released(job);
+        self.released(&handle);
     }
 
     fn fsync(

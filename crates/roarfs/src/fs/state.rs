@@ -259,6 +259,39 @@ impl RoarFs {
         }
     }
 
+    /// What a release does once the handle is out of the table: the inode's open count, and a
+    /// writer's content recorded when it was the file's last writer.
+    pub(super) fn released(&self, handle: &Mutex<Handle>) {
+        // A request still running on this handle holds it only briefly: wait for it.
+        let mut h = handle.lock().expect("handle lock");
+        // The name first: the close can drop the node (a FORGET of an unlinked file may come
+        // before its release), and with it the way to the path.
+        let path = (h.writable && h.job.is_some()).then(|| self.inodes.path(h.opened.ino));
+        let writers_left = self.inodes.close(h.opened);
+        let (Some(path), Some(job)) = (path, h.job) else {
+            return;
+        };
+        // Another writable handle on the same file can still change it (and may be changing
+        // it now): the content is taken when the last one is released.
+        // A file the job itself unlinked before this (asynchronous) release is not an output
+        // (sqlite's journal, pwrite+close+unlink): its unlink already said so, and it is not
+        // hashed. One another process removed after the job wrote it (the release can come
+        // after the writer exited) is hashed through this handle: its content is the job's.
+        let linked = sys::stat_fd(h.file.as_fd()).map_or(true, |st| st.st_nlink > 0);
+        let removed_by_job = !linked && self.jobs.removed(job, &path);
+        if (h.wrote || h.opened.passthrough) && writers_left == 0 && !removed_by_job {
+            let hash = self.written_content(&mut h, &path);
+            // Content only: whether the path still exists is the opens', renames' and unlinks'
+            // to say (an unlink racing this release on another thread must win).
+            for name in self.jobs.linked_names(job, &path) {
+                self.jobs
+                    .with_file(job, &name, |st| st.output = hash.clone());
+            }
+            self.jobs.with_file(job, &path, |st| st.output = hash);
+        }
+        self.jobs.writer_released(job);
+    }
+
     pub(super) fn handle(&self, fh: u64) -> Option<Arc<Mutex<Handle>>> {
         self.handles.read().expect("handles lock").get(&fh).cloned()
     }

@@ -449,6 +449,16 @@ impl Jobs {
         f(st);
     }
 
+    /// Whether the job's record says it unlinked the file at `path`.
+    pub fn removed(&self, job: JobKey, path: &Path) -> bool {
+        let inner = self.inner.lock().expect("jobs lock");
+        inner
+            .jobs
+            .get(&job)
+            .and_then(|j| j.files.get(path))
+            .is_some_and(|st| !st.exists)
+    }
+
     /// The other names the job knows for the file at `path` (hard links it made): writing through
     /// one changes them all.
     pub fn linked_names(&self, job: JobKey, path: &Path) -> Vec<PathBuf> {
