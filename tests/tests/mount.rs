@@ -210,10 +210,27 @@ fn snapshot(root: &Path) -> BTreeMap<String, String> {
 
 #[test]
 fn random_operations_behave_as_on_the_plain_directory() {
-    if !require_fuse() {
-        return;
+    if require_fuse() {
+        random_operations("1");
     }
-    let mut m = Mounted::new(|_| {});
+}
+
+#[test]
+fn random_operations_behave_as_on_the_plain_directory_without_passthrough() {
+    if require_fuse() {
+        random_operations("0");
+    }
+}
+
+/// 600 random operations on the mount (`ROAR_MOUNT_PASSTHROUGH` as given) and on a plain
+/// directory answer the same and leave the same tree.
+fn random_operations(passthrough: &str) {
+    let mut m = Mounted::with(
+        |_| {},
+        |c| {
+            c.env("ROAR_MOUNT_PASSTHROUGH", passthrough);
+        },
+    );
     let plain = tempfile::tempdir().unwrap();
     let names = ["a", "b", "c", "d/e", "d/f", "d", "g/h", "g"];
     let seed = 0x5eed_u64;

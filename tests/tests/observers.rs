@@ -638,12 +638,18 @@ fn every_observer_records_the_same_files_for_the_same_workload() {
         }
         // The one documented exception: FUSE has no O_TMPFILE (the kernel answers EOPNOTSUPP
         // for the mount, so the workload fails there before anything is recorded).
+        // Both data paths of the mount: kernel passthrough (the default: content hashed at the
+        // last writer's release) and every byte through the daemon (hashed as it streams).
         if mount && !script.contains("O_TMPFILE") {
-            let mut m = common::mount::Mounted::new(setup);
-            assert!(m.run(&["sh", "-c", script]).success(), "mount {script}");
-            m.unmount();
-            let job = m.job_with_argv(&["sh", "-c", script]);
-            records.push(("mount".to_owned(), record_of(&job, &m.data)));
+            for (name, passthrough) in [("mount", "1"), ("mount without passthrough", "0")] {
+                let mut m = common::mount::Mounted::with(setup, |c| {
+                    c.env("ROAR_MOUNT_PASSTHROUGH", passthrough);
+                });
+                assert!(m.run(&["sh", "-c", script]).success(), "{name} {script}");
+                m.unmount();
+                let job = m.job_with_argv(&["sh", "-c", script]);
+                records.push((name.to_owned(), record_of(&job, &m.data)));
+            }
         }
         let (first, rest) = records.split_first().unwrap();
         for (who, rec) in rest {
