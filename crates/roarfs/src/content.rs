@@ -48,7 +48,11 @@ impl Content {
         }
         drop(known);
         let guard = self.store.lock().expect("store lock");
-        roar_store::hash::cache_get(guard.as_ref()?, stat, HashOptions::default())
+        let hash = roar_store::hash::cache_get(guard.as_ref()?, stat, HashOptions::default())?;
+        drop(guard);
+        // Remembered: the next open of the same file asks no query of the store.
+        self.remember(*stat, &hash);
+        Some(hash)
     }
 
     /// Remembers the content of the file that has identity `stat`.
