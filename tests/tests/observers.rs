@@ -638,8 +638,8 @@ fn every_observer_records_the_same_files_for_the_same_workload() {
         }
         // The one documented exception: FUSE has no O_TMPFILE (the kernel answers EOPNOTSUPP
         // for the mount, so the workload fails there before anything is recorded).
-        // Both data paths of the mount: kernel passthrough (the default: content hashed at the
-        // last writer's release) and every byte through the daemon (hashed as it streams).
+        // Both data paths of the mount: reads through kernel passthrough (the default), and
+        // every read and write through the daemon (ROAR_MOUNT_PASSTHROUGH=0).
         if mount && !script.contains("O_TMPFILE") {
             for (name, passthrough) in [("mount", "1"), ("mount without passthrough", "0")] {
                 let mut m = common::mount::Mounted::with(setup, |c| {

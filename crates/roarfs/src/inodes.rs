@@ -359,14 +359,18 @@ impl Inodes {
         }
     }
 
-    /// Counts an open of `ino` and decides whether it uses kernel passthrough: every open that
-    /// may (`may_pass`: a regular file, a kernel that offers it) does, readers and writers
-    /// alike. An inode is never in both modes at once (the kernel refuses that): while it has
-    /// userspace opens (one that could not use passthrough), every open uses userspace.
+    /// Counts an open of `ino` and decides whether it uses kernel passthrough. An inode is
+    /// never in both modes at once (the kernel refuses that): while it has passthrough opens,
+    /// writers use passthrough too; while it has userspace opens, readers use userspace too.
     pub fn open(&self, ino: u64, writable: bool, may_pass: bool) -> io::Result<Opened> {
         let mut nodes = self.nodes.write().expect("nodes lock");
         let node = nodes.get_mut(&ino).ok_or_else(enoent)?;
-        let passthrough = may_pass && node.userspace_opens == 0;
+        let passthrough = may_pass
+            && if writable {
+                node.passthrough_opens > 0
+            } else {
+                node.userspace_opens == 0
+            };
         if passthrough {
             node.passthrough_opens += 1;
         } else {

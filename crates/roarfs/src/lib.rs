@@ -1,8 +1,8 @@
 //! roarfs: the filesystem behind `roar mount DIR`. Mounted in place over DIR, it serves DIR's
 //! own contents (reached through an fd opened before the mount) and records, per job, every file
-//! opened, written, renamed or deleted through it, with content hashes (at a read's open, at a writer's release).
+//! opened, written, renamed or deleted through it, with content hashes computed inline.
 //!
-//! - [`fs`]: the FUSE operations (a thin adapter), kernel passthrough for every open.
+//! - [`fs`]: the FUSE operations (a thin adapter), passthrough, inline hashing of writes.
 //! - [`archive`]: `roar mount ARCHIVE... DIR`, archives as a read-only tree of members.
 //! - [`inodes`]: the inode table (backing files by kernel file handle, stable inode numbers).
 //! - [`content`]: what is known of backing files' content, and hashing them.

@@ -3,12 +3,11 @@
 //! syscall through [`Inodes`] and replies; content hashing is [`Content`]'s; the state behind the
 //! requests (attribution, the open policy, handles, listings) is in `state.rs`.
 //!
-//! Data path: every open of a regular file is served by kernel FUSE passthrough, so reads and
-//! writes never enter this process. A read-only open pins the file's content first (hashed at
-//! open, or cached); a written file is hashed after its last writer releases it. Where the
-//! kernel offers no passthrough, opens go through userspace, and a file written sequentially
-//! from offset 0 is hashed from the write stream (see [`Inodes::open`] for how the two modes
-//! share an inode).
+//! Data path: a read-only open of a file whose content is known (hashed at open, or cached) is
+//! served by kernel FUSE passthrough, so reads never enter this process. A writable open goes
+//! through userspace: a file written sequentially from offset 0 is hashed from the write stream;
+//! any other write pattern is hashed from the file after the last writer releases it (see
+//! [`Inodes::open`] for how the two modes share an inode).
 //!
 //! Creation (create, mknod, mkdir, symlink) runs as the caller ([`sys::as_caller`]): the kernel
 //! sends the full mode and the caller's umask (FUSE_DONT_MASK), so umask, default ACLs, setgid
@@ -169,8 +168,8 @@ impl Filesystem for RoarFs {
     }
 
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        // ROAR_MOUNT_PASSTHROUGH=0 serves every read and write here instead (a kernel whose
-        // passthrough misbehaves; the tests of the userspace data path).
+        // ROAR_MOUNT_PASSTHROUGH=0 serves every read here too (a kernel whose passthrough
+        // misbehaves; the tests of the userspace data path).
         let wanted = std::env::var_os("ROAR_MOUNT_PASSTHROUGH").is_none_or(|v| v != "0");
         if wanted && config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok() {
             // Backing files live on the directory's own filesystem: one level of stacking.
