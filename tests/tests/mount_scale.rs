@@ -273,6 +273,49 @@ if os.fork() == 0:
 }
 
 #[test]
+fn a_late_release_of_a_file_the_job_unlinked_leaves_the_new_file_at_its_name_needs_root() {
+    if !require_fuse() || !common::require_tool("python3") {
+        return;
+    }
+    // sqlite's journal cycle, with the old journal's release forced to come last: a child holds
+    // the first file open until the job has unlinked it and written a new one at the same name.
+    const CYCLE: &str = r#"
+import os, time
+k = os.open("jr", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(k, b"old journal")
+pid = os.fork()
+if pid == 0:
+    while not os.path.exists("jr.done"):
+        time.sleep(0.01)
+    os.close(k)
+    os._exit(0)
+os.close(k)
+os.unlink("jr")
+with open("jr", "wb") as f:
+    f.write(b"new journal")
+open("jr.done", "w").close()
+os.waitpid(pid, 0)
+"#;
+    let mut m = Mounted::new(|_| {});
+    assert!(m.run(&["python3", "-c", CYCLE]).success());
+    m.unmount();
+    let job = m.job_with_argv(&["python3", "-c", CYCLE]);
+    let jr: Vec<&serde_json::Value> = job["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["path"].as_str().is_some_and(|p| p.ends_with("/jr")))
+        .collect();
+    assert_eq!(jr.len(), 1, "{job:#}");
+    assert_eq!(jr[0]["role"], "output", "{job:#}");
+    assert_eq!(
+        jr[0]["hash"]["blake3"],
+        b3(b"new journal").as_str(),
+        "{job:#}"
+    );
+}
+
+#[test]
 fn files_closed_just_before_the_unmount_are_recorded_with_what_their_writer_left_needs_root() {
     if !require_fuse() || !common::require_tool("python3") {
         return;

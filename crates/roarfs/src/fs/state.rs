@@ -273,12 +273,13 @@ impl RoarFs {
         };
         // Another writable handle on the same file can still change it (and may be changing
         // it now): the content is taken when the last one is released.
-        // A file the job itself unlinked before this (asynchronous) release is not an output
-        // (sqlite's journal, pwrite+close+unlink): its unlink already said so, and it is not
-        // hashed. One another process removed after the job wrote it (the release can come
-        // after the writer exited) is hashed through this handle: its content is the job's.
+        // A file unlinked before this (asynchronous) release by the job itself is not an
+        // output (sqlite's journal, pwrite+close+unlink): its unlink already said so, it is not
+        // hashed, and the name may already be a new file's (the next journal). One only another
+        // process removed (the release can come after the writer exited) is hashed through
+        // this handle: its content is the job's.
         let linked = sys::stat_fd(h.file.as_fd()).map_or(true, |st| st.st_nlink > 0);
-        let removed_by_job = !linked && self.jobs.removed(job, &path);
+        let removed_by_job = !linked && self.jobs.unlinked(job, &path);
         if (h.wrote || h.opened.passthrough) && writers_left == 0 && !removed_by_job {
             let hash = self.written_content(&mut h, &path);
             // Content only: whether the path still exists is the opens', renames' and unlinks'

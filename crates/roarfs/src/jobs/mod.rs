@@ -449,14 +449,15 @@ impl Jobs {
         f(st);
     }
 
-    /// Whether the job's record says it unlinked the file at `path`.
-    pub fn removed(&self, job: JobKey, path: &Path) -> bool {
+    /// Whether the job unlinked a file at `path` (at any time: sqlite deletes its journal and
+    /// makes a new one at the same name, each transaction).
+    pub fn unlinked(&self, job: JobKey, path: &Path) -> bool {
         let inner = self.inner.lock().expect("jobs lock");
         inner
             .jobs
             .get(&job)
             .and_then(|j| j.files.get(path))
-            .is_some_and(|st| !st.exists)
+            .is_some_and(|st| st.ops.contains(Ops::UNLINK))
     }
 
     /// The other names the job knows for the file at `path` (hard links it made): writing through
