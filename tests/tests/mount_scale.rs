@@ -258,18 +258,25 @@ if os.fork() == 0:
     }
     m.unmount();
     let job = m.job_with_argv(&["python3", "-c", HOLD, "held", done.to_str().unwrap()]);
-    let held: Vec<&serde_json::Value> = job["files"]
+    let held = record_of(&job, "held");
+    assert_eq!(held["role"], "output", "{job:#}");
+    assert_eq!(held["hash"]["blake3"], b3(b"end").as_str(), "{job:#}");
+    // The test's read of the file is recorded first (its job ends first), but it came after
+    // the write: the file had no content before this job.
+    assert!(held["before"].is_null(), "{job:#}");
+}
+
+/// The job's one record of the file `name` (in data/).
+fn record_of<'a>(job: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    let suffix = format!("/{name}");
+    let found: Vec<&serde_json::Value> = job["files"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|f| f["path"].as_str().is_some_and(|p| p.ends_with("/held")))
+        .filter(|f| f["path"].as_str().is_some_and(|p| p.ends_with(&suffix)))
         .collect();
-    assert_eq!(held.len(), 1, "{job:#}");
-    assert_eq!(held[0]["role"], "output", "{job:#}");
-    assert_eq!(held[0]["hash"]["blake3"], b3(b"end").as_str(), "{job:#}");
-    // The test's read of the file is recorded first (its job ends first), but it came after
-    // the write: the file had no content before this job.
-    assert!(held[0]["before"].is_null(), "{job:#}");
+    assert_eq!(found.len(), 1, "{name} in {job:#}");
+    found[0]
 }
 
 #[test]
@@ -300,19 +307,9 @@ os.waitpid(pid, 0)
     assert!(m.run(&["python3", "-c", CYCLE]).success());
     m.unmount();
     let job = m.job_with_argv(&["python3", "-c", CYCLE]);
-    let jr: Vec<&serde_json::Value> = job["files"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["path"].as_str().is_some_and(|p| p.ends_with("/jr")))
-        .collect();
-    assert_eq!(jr.len(), 1, "{job:#}");
-    assert_eq!(jr[0]["role"], "output", "{job:#}");
-    assert_eq!(
-        jr[0]["hash"]["blake3"],
-        b3(b"new journal").as_str(),
-        "{job:#}"
-    );
+    let jr = record_of(&job, "jr");
+    assert_eq!(jr["role"], "output", "{job:#}");
+    assert_eq!(jr["hash"]["blake3"], b3(b"new journal").as_str(), "{job:#}");
 }
 
 #[test]
