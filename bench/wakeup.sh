@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Where a traced or mounted open's time goes (issues 23 and 34): every ptrace stop and every FUSE
+# request is a round trip between two tasks, so its cost is the machine's wake-up latency, which
+# differs by an order of magnitude between machines and between one CPU and two.
+# - the round trip itself: two processes passing one byte back and forth over pipes, placed by
+#   the scheduler, both pinned to one CPU, and pinned to two CPUs;
+# - N open+close of one file: bare, under `roar run` with preload and ptrace, under strace (the
+#   ptrace peer, with its seccomp filter), through `roar mount` and through bindfs (the FUSE
+#   peer); ptrace, strace and the mount again with everything on one CPU (taskset -c 0; the
+#   mount's daemon started pinned too). roar never pins a traced program: one CPU shows the floor
+#   the round trips reach when no wake-up crosses CPUs.
+# Each added cost is also given in round trips of the first measurement.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO="$PWD"
+cargo build --release --locked -q -p roar-cli -p roar-preload
+ROAR="$PWD/target/release/roar"
+W="${BENCH_DIR:-/tmp/roar-bench-wakeup}"
+RUNS="${RUNS:-10}"
+N="${N:-20000}"
+command -v bindfs > /dev/null || { apt-get install -y -qq bindfs > /dev/null || { apt-get update -qq && apt-get install -y -qq bindfs > /dev/null; }; }
+command -v strace > /dev/null || apt-get install -y -qq strace > /dev/null
+if [ "$(nproc)" -lt 2 ]; then
+    echo "bench/wakeup.sh: needs two CPUs (this machine has $(nproc)): the point is one CPU against two" >&2
+    exit 1
+fi
+cleanup() {
+    cd /
+    for m in "$W/p/mnt" "$W/p/mnt1"; do mountpoint -q "$m" && { "$ROAR" unmount "$m" > /dev/null 2>&1 || umount -l "$m"; }; done
+    mountpoint -q "$W/bind" && umount "$W/bind"
+    return 0
+}
+cleanup
+trap cleanup EXIT
+rm -rf "$W" && mkdir -p "$W/p/mnt" "$W/p/mnt1" "$W/native" "$W/bind" && cd "$W"
+
+cat > pingpong.c <<'C'
+#define _GNU_SOURCE
+#include <sched.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+/* N round trips of one byte between a parent and its child over two pipes. With two more
+ * arguments the parent runs on CPU A and the child on CPU B. */
+static void pin(const char *cpu) {
+    cpu_set_t s;
+    CPU_ZERO(&s);
+    CPU_SET(atoi(cpu), &s);
+    if (sched_setaffinity(0, sizeof s, &s)) exit(2);
+}
+int main(int argc, char **argv) {
+    int n = atoi(argv[1]), ab[2], ba[2];
+    char c = 0;
+    if (pipe(ab) || pipe(ba)) return 1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (argc > 3) pin(argv[3]);
+        for (int i = 0; i < n; i++)
+            if (read(ab[0], &c, 1) != 1 || write(ba[1], &c, 1) != 1) return 1;
+        return 0;
+    }
+    if (argc > 3) pin(argv[2]);
+    for (int i = 0; i < n; i++)
+        if (write(ab[1], &c, 1) != 1 || read(ba[0], &c, 1) != 1) return 1;
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
+C
+cc -O2 -o pingpong pingpong.c
+cat > opens.c <<'C'
+#include <stdlib.h>
+#include <fcntl.h>
+#include <unistd.h>
+/* Opens and closes ./in N times. */
+int main(int argc, char **argv) {
+    int n = atoi(argv[1]);
+    for (int i = 0; i < n; i++) {
+        int fd = open("in", O_RDONLY);
+        if (fd < 0) return 1;
+        close(fd);
+    }
+    return 0;
+}
+C
+cc -O2 -o opens opens.c
+(cd p && git init -q . && git config user.email b@b && git config user.name b && "$ROAR" init > /dev/null)
+for d in p p/mnt p/mnt1 native; do echo input > "$d/in"; done
+(cd p && "$ROAR" mount mnt > /dev/null)
+(cd p && taskset -c 0 "$ROAR" mount mnt1 > /dev/null)
+bindfs "$W/native" "$W/bind"
+CMP="python3 $REPO/bench/lib/compare.py"
+O="$W/opens"
+
+echo "== one round trip between two processes (pipes, $N round trips a run; $RUNS rounds)"
+$CMP pingpong.json "$RUNS" \
+    "placed by the scheduler=$W/pingpong $N" \
+    "one CPU=taskset -c 0 $W/pingpong $N" \
+    "two CPUs=$W/pingpong $N 0 1"
+
+echo "== $N open+close of one file ($RUNS interleaved rounds)"
+in_dir() { printf '%s\n' "sh -c 'cd $1 && exec ${*:2}'"; }
+$CMP opens.json "$RUNS" \
+    "bare=$(in_dir "$W/p" "$O $N")" \
+    "bare, one CPU=taskset -c 0 $(in_dir "$W/p" "$O $N")" \
+    "roar run preload=$(in_dir "$W/p" "$ROAR run --tracer preload -- $O $N")" \
+    "roar run ptrace=$(in_dir "$W/p" "$ROAR run --tracer ptrace -- $O $N")" \
+    "roar run ptrace, one CPU=taskset -c 0 $(in_dir "$W/p" "$ROAR run --tracer ptrace -- $O $N")" \
+    "strace=$(in_dir "$W/p" "strace -f -qq --seccomp-bpf -e trace=open,openat -o /dev/null $O $N")" \
+    "strace, one CPU=taskset -c 0 $(in_dir "$W/p" "strace -f -qq --seccomp-bpf -e trace=open,openat -o /dev/null $O $N")" \
+    "roar mount=$(in_dir "$W/p/mnt" "$O $N")" \
+    "roar mount, one CPU=taskset -c 0 $(in_dir "$W/p/mnt1" "$O $N")" \
+    "bindfs=$(in_dir "$W/bind" "$O $N")"
+
+python3 - "$N" <<'PY'
+import json, sys
+n = int(sys.argv[1])
+pp = {k: v["median"] / n * 1e6 for k, v in json.load(open("pingpong.json")).items()}
+op = {k: v["median"] for k, v in json.load(open("opens.json")).items()}
+rtt = pp["two CPUs"]
+print("round trip (us):  " + ",  ".join(f"{k} {v:.1f}" for k, v in pp.items()))
+bare = op["bare"]
+print(f"{'open+close':28s} {'x bare':>8s} {'added us/open':>14s} {'in round trips across CPUs':>28s}")
+for k, t in op.items():
+    base = op["bare, one CPU"] if k.endswith("one CPU") else bare
+    added = (t - base) / n * 1e6
+    print(f"{k:28s} {t / bare:8.2f} {added:14.1f} {added / rtt:28.2f}")
+PY
