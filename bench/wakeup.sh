@@ -92,6 +92,10 @@ bindfs "$W/native" "$W/bind"
 CMP="python3 $REPO/bench/lib/compare.py"
 O="$W/opens"
 
+# How idle CPUs sleep decides what a wake-up costs: a vCPU that halts leaves the VM and must be
+# brought back; guest halt-polling (cpuidle-haltpoll's guest_halt_poll_ns) spins a while first.
+idle=/sys/devices/system/cpu/cpuidle
+echo "cpuidle: driver $(cat $idle/current_driver 2> /dev/null || echo none), governor $(cat $idle/current_governor_ro $idle/current_governor 2> /dev/null | head -1 || echo none), guest_halt_poll_ns $(cat /sys/module/haltpoll/parameters/guest_halt_poll_ns 2> /dev/null || echo -)"
 echo "== one round trip between two processes (pipes, $N round trips a run; $RUNS rounds)"
 $CMP pingpong.json "$RUNS" \
     "placed by the scheduler=$W/pingpong $N" \
