@@ -10,6 +10,9 @@
 #   mount's daemon started pinned too). roar never pins a traced program: one CPU shows the floor
 #   the round trips reach when no wake-up crosses CPUs.
 # Each added cost is also given in round trips of the first measurement.
+# HALT_POLL_NS=200000 runs it with guest halt-polling on (cpuidle-haltpoll's guest_halt_poll_ns,
+# a machine-wide setting put back when the benchmark ends): what the same code costs on a VM
+# whose idle vCPUs spin a while before halting.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$PWD"
@@ -24,7 +27,10 @@ if [ "$(nproc)" -lt 2 ]; then
     echo "bench/wakeup.sh: needs two CPUs (this machine has $(nproc)): the point is one CPU against two" >&2
     exit 1
 fi
+POLL=/sys/module/haltpoll/parameters/guest_halt_poll_ns
+POLL_BEFORE=$(cat "$POLL" 2> /dev/null || true)
 cleanup() {
+    [ -n "${HALT_POLL_NS:-}" ] && echo "$POLL_BEFORE" > "$POLL"
     cd /
     for m in "$W/p/mnt" "$W/p/mnt1"; do mountpoint -q "$m" && { "$ROAR" unmount "$m" > /dev/null 2>&1 || umount -l "$m"; }; done
     mountpoint -q "$W/bind" && umount "$W/bind"
@@ -32,6 +38,10 @@ cleanup() {
 }
 cleanup
 trap cleanup EXIT
+if [ -n "${HALT_POLL_NS:-}" ]; then
+    [ -w "$POLL" ] || { echo "bench/wakeup.sh: HALT_POLL_NS needs $POLL (cpuidle-haltpoll, root)" >&2; exit 1; }
+    echo "$HALT_POLL_NS" > "$POLL"
+fi
 rm -rf "$W" && mkdir -p "$W/p/mnt" "$W/p/mnt1" "$W/native" "$W/bind" && cd "$W"
 
 cat > pingpong.c <<'C'
@@ -95,7 +105,7 @@ O="$W/opens"
 # How idle CPUs sleep decides what a wake-up costs: a vCPU that halts leaves the VM and must be
 # brought back; guest halt-polling (cpuidle-haltpoll's guest_halt_poll_ns) spins a while first.
 idle=/sys/devices/system/cpu/cpuidle
-echo "cpuidle: driver $(cat $idle/current_driver 2> /dev/null || echo none), governor $(cat $idle/current_governor_ro $idle/current_governor 2> /dev/null | head -1 || echo none), guest_halt_poll_ns $(cat /sys/module/haltpoll/parameters/guest_halt_poll_ns 2> /dev/null || echo -)"
+echo "cpuidle: driver $(cat $idle/current_driver 2> /dev/null || echo none), governor $(cat $idle/current_governor_ro $idle/current_governor 2> /dev/null | head -1 || echo none), guest_halt_poll_ns $(cat "$POLL" 2> /dev/null || echo -)"
 echo "== one round trip between two processes (pipes, $N round trips a run; $RUNS rounds)"
 $CMP pingpong.json "$RUNS" \
     "placed by the scheduler=$W/pingpong $N" \
