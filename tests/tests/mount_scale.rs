@@ -517,3 +517,82 @@ fn the_mount_log_does_not_grow_per_request_needs_root() {
     assert!(log.lines().count() < 20, "{log}");
     assert!(!log.contains("ioctl"), "{log}");
 }
+
+/// Free bytes of the filesystem holding `dir`.
+fn free_bytes(dir: &Path) -> u64 {
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: statvfs fills the struct we own; the path is a valid C string.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+    st.f_bavail * st.f_frsize
+}
+
+/// Whether a tmpfs is mounted on `dir` in this mount namespace.
+fn tmpfs_on(dir: &Path) -> bool {
+    let want = format!(" {} ", dir.display());
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.contains(&want) && l.contains(" - tmpfs "))
+}
+
+/// A dataset directory on a filesystem of its own (a 64 MiB tmpfs here).
+/// - The daemon keeps the passthrough registration of recently read files between opens: a
+///   file read and then removed through the mount must still give its space back at once (the
+///   registration goes with the kernel's FORGET), or the next write finds the disk full. Each
+///   round writes 40 MiB, reads it twice, changes it, reads it again and removes it.
+/// - `roar unmount` removes roarfs only: the filesystem underneath stays mounted (fuser's own
+///   unmount by path used to run after roar's and took it away).
+#[test]
+fn a_directory_on_its_own_filesystem_gets_space_back_and_stays_mounted_needs_root() {
+    if !require_fuse() {
+        return;
+    }
+    let mut m = Mounted::new(|data| {
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64m", "roar-test"])
+            .arg(data)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "mount tmpfs: {}", stderr(&out));
+    });
+    let body = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let empty = free_bytes(&m.data);
+        for round in 0..4 {
+            let script = format!(
+                "dd if=/dev/zero of=big{round} bs=1M count=40 status=none && \
+                 cat big{round} > /dev/null && cat big{round} > /dev/null && \
+                 printf changed | dd of=big{round} conv=notrunc status=none && \
+                 head -c 7 big{round} && rm big{round}"
+            );
+            let out = sh_in(&m.data, &script);
+            assert!(out.status.success(), "round {round}: {}", stderr(&out));
+            assert_eq!(
+                stdout(&out),
+                "changed",
+                "round {round}: a read after the change"
+            );
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while free_bytes(&m.data) + (4 << 20) < empty {
+                assert!(
+                    Instant::now() < deadline,
+                    "round {round}: 40 MiB still held 10 s after the file was removed"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }));
+    m.unmount();
+    let kept = tmpfs_on(&m.data);
+    if kept {
+        let out = Command::new("umount").arg(&m.data).output().unwrap();
+        assert!(out.status.success(), "umount tmpfs: {}", stderr(&out));
+    }
+    if let Err(e) = body {
+        std::panic::resume_unwind(e);
+    }
+    assert!(
+        kept,
+        "roar unmount also unmounted the tmpfs under the mount"
+    );
+}

@@ -16,7 +16,7 @@
 //! Memory per known inode: the map entry, its name and a handle of 8-40 bytes; ~300 bytes in all,
 //! measured (bench/NOTES.md).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io;
@@ -33,6 +33,11 @@ pub const ROOT: u64 = 1;
 
 /// Node ids for files not named by their own inode number.
 const SYNTHETIC_BASE: u64 = 1 << 62;
+
+/// How many inodes keep their passthrough backing id registered between opens. Registering
+/// one and releasing it at the last close cost a re-opened file 14 µs of its ~45 (bench/NOTES.md,
+/// issue 23); each kept id holds the backing file open in the kernel, so they are bounded.
+const WARM_IDS: usize = 1024;
 
 /// How a node reaches its backing file.
 enum Backing {
@@ -60,6 +65,10 @@ struct Node {
     nlookup: u64,
     /// The passthrough backing id shared by this inode's passthrough opens.
     backing_id: Weak<BackingId>,
+    /// The same id, kept registered after the last of those opens closes, while the inode is
+    /// among the [`WARM_IDS`] most recently registered: a re-open then skips registering and
+    /// releasing it again.
+    kept: Option<Arc<BackingId>>,
     passthrough_opens: usize,
     userspace_opens: usize,
     /// Writable opens among them: the file's content is final once the last one is released.
@@ -97,6 +106,9 @@ pub struct Opened {
 pub struct Inodes {
     root: PathBuf,
     nodes: RwLock<HashMap<u64, Node>>,
+    /// The inodes whose ids are kept, oldest first (an inode may appear twice: the older entry
+    /// then only lets its id go a little early).
+    warm: Mutex<VecDeque<u64>>,
     /// (dev, ino) -> node id, for nodes with a synthetic id.
     synthetic: Mutex<HashMap<(u64, u64), u64>>,
     next_synthetic: AtomicU64,
@@ -136,6 +148,7 @@ impl Inodes {
                 name: OsString::new(),
                 nlookup: 1,
                 backing_id: Weak::new(),
+                kept: None,
                 passthrough_opens: 0,
                 userspace_opens: 0,
                 writers: 0,
@@ -144,6 +157,7 @@ impl Inodes {
         Ok(Inodes {
             root,
             nodes: RwLock::new(nodes),
+            warm: Mutex::new(VecDeque::new()),
             synthetic: Mutex::new(HashMap::new()),
             next_synthetic: AtomicU64::new(SYNTHETIC_BASE),
             next_generation: AtomicU64::new(1),
@@ -297,6 +311,7 @@ impl Inodes {
                     name: name.to_owned(),
                     nlookup: node.nlookup + 1,
                     backing_id: Weak::new(),
+                    kept: None,
                     passthrough_opens: 0,
                     userspace_opens: 0,
                     writers: 0,
@@ -313,6 +328,7 @@ impl Inodes {
                         name: name.to_owned(),
                         nlookup: 1,
                         backing_id: Weak::new(),
+                        kept: None,
                         passthrough_opens: 0,
                         userspace_opens: 0,
                         writers: 0,
@@ -333,8 +349,10 @@ impl Inodes {
         if let Some(node) = nodes.get_mut(&ino) {
             node.nlookup = node.nlookup.saturating_sub(n);
             if node.nlookup == 0 && node.passthrough_opens == 0 && node.userspace_opens == 0 {
-                nodes.remove(&ino);
+                // Dropped once the lock is released: its kept backing id is released by ioctl.
+                let gone = nodes.remove(&ino);
                 drop(nodes);
+                drop(gone);
                 self.drop_synthetic(ino);
             }
         }
@@ -407,8 +425,9 @@ impl Inodes {
         }
         let writers = node.writers;
         if node.nlookup == 0 && node.passthrough_opens == 0 && node.userspace_opens == 0 {
-            nodes.remove(&o.ino);
+            let gone = nodes.remove(&o.ino);
             drop(nodes);
+            drop(gone);
             self.drop_synthetic(o.ino);
         }
         writers
@@ -423,14 +442,27 @@ impl Inodes {
     ) -> io::Result<Arc<BackingId>> {
         let mut nodes = self.nodes.write().expect("nodes lock");
         let node = nodes.get_mut(&ino).ok_or_else(enoent)?;
-        match node.backing_id.upgrade() {
-            Some(id) => Ok(id),
-            None => {
-                let id = Arc::new(make()?);
-                node.backing_id = Arc::downgrade(&id);
-                Ok(id)
-            }
+        if let Some(id) = node.backing_id.upgrade() {
+            return Ok(id);
         }
+        let id = Arc::new(make()?);
+        node.backing_id = Arc::downgrade(&id);
+        node.kept = Some(id.clone());
+        let mut warm = self.warm.lock().expect("warm lock");
+        warm.push_back(ino);
+        let evicted = if warm.len() > WARM_IDS {
+            warm.pop_front()
+                .filter(|old| *old != ino)
+                .and_then(|old| nodes.get_mut(&old))
+                .and_then(|n| n.kept.take())
+        } else {
+            None
+        };
+        drop(warm);
+        drop(nodes);
+        // Releasing an id is an ioctl: not under the table's lock.
+        drop(evicted);
+        Ok(id)
     }
 }
 
