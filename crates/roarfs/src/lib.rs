@@ -157,20 +157,6 @@ fn spawn<F: fuser::Filesystem + Send + Sync + 'static>(
         })
 }
 
-/// Waits for the session's thread once this process has unmounted (or detached) the mount itself.
-/// The session is never dropped: fuser's drop unmounts its mount point again, by path, whenever
-/// its device does not look disconnected yet, and by then that path names whatever was mounted
-/// under roarfs (a dataset's own disk or tmpfs), which it would unmount. Leaked with it: the
-/// daemon's `/dev/fuse` descriptor, closed when the daemon exits right after recording.
-fn join_unmounted(session: fuser::BackgroundSession) -> std::io::Result<()> {
-    let session = std::mem::ManuallyDrop::new(session);
-    // SAFETY: the handle is moved out exactly once, and `session` is never used or dropped again.
-    let guard = unsafe { std::ptr::read(&session.guard) };
-    guard
-        .join()
-        .map_err(|_| std::io::Error::other("the filesystem thread panicked"))?
-}
-
 impl Mounted {
     /// How the daemon reaches what it serves: "file-handles" or "path-fds" for a directory,
     /// "archive" for archives.
@@ -214,7 +200,7 @@ impl Mounted {
                     return self.record_rest();
                 }
             }
-            if join_unmounted(session).is_err() {
+            if sys::join_unmounted(session).is_err() {
                 tracing::error!("roarfs: the filesystem thread panicked");
             }
         }
