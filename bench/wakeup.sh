@@ -32,7 +32,8 @@ POLL_BEFORE=$(cat "$POLL" 2> /dev/null || true)
 cleanup() {
     [ -n "${HALT_POLL_NS:-}" ] && echo "$POLL_BEFORE" > "$POLL"
     cd /
-    for m in "$W/p/mnt" "$W/p/mnt1"; do mountpoint -q "$m" && { "$ROAR" unmount "$m" > /dev/null 2>&1 || umount -l "$m"; }; done
+    # roar unmount runs in the project (it stops the daemon); umount -l alone would leave it running.
+    for m in "$W/p/mnt" "$W/p/mnt1"; do mountpoint -q "$m" && { (cd "$W/p" && "$ROAR" unmount "$m") > /dev/null 2>&1 || umount -l "$m"; }; done
     mountpoint -q "$W/bind" && umount "$W/bind"
     return 0
 }

@@ -596,3 +596,39 @@ fn a_directory_on_its_own_filesystem_gets_space_back_and_stays_mounted_needs_roo
         "roar unmount also unmounted the tmpfs under the mount"
     );
 }
+
+/// Someone unmounts roarfs with `umount` behind roar's back; `roar unmount` afterwards (it stops
+/// the daemon and records the jobs) must not unmount what is now on top at DIR: the directory's
+/// own filesystem.
+#[test]
+fn roar_unmount_after_someone_else_s_umount_leaves_the_filesystem_under_it_needs_root() {
+    if !require_fuse() {
+        return;
+    }
+    let mut m = Mounted::new(|data| {
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=16m", "roar-test"])
+            .arg(data)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "mount tmpfs: {}", stderr(&out));
+    });
+    let out = sh_in(&m.data, "echo kept > f && cat f");
+    assert_eq!(stdout(&out), "kept\n");
+    let out = Command::new("umount").arg(&m.data).output().unwrap();
+    assert!(out.status.success(), "umount roarfs: {}", stderr(&out));
+    assert!(tmpfs_on(&m.data), "the tmpfs is on top again");
+    let out = m.p.roar(["unmount", "data"]);
+    m.mounted = false;
+    let kept = tmpfs_on(&m.data);
+    if kept {
+        let left = std::fs::read_to_string(m.data.join("f")).unwrap_or_default();
+        let umount = Command::new("umount").arg(&m.data).output().unwrap();
+        assert!(umount.status.success(), "umount tmpfs: {}", stderr(&umount));
+        assert_eq!(
+            left, "kept\n",
+            "the file written through roarfs is on the tmpfs"
+        );
+    }
+    assert!(kept, "roar unmount unmounted the tmpfs: {}", stderr(&out));
+}

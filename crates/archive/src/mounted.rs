@@ -98,8 +98,8 @@ pub fn archive_mounts() -> Vec<PathBuf> {
     out
 }
 
-/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
-fn unescape(b: &[u8]) -> Vec<u8> {
+/// mountinfo escapes space, tab, newline and backslash as `\ooo`; this undoes it.
+pub fn unescape(b: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {

@@ -48,6 +48,8 @@ pub struct Mounted {
     session: Option<fuser::BackgroundSession>,
     jobs: Arc<Jobs>,
     path: PathBuf,
+    /// The mount's device, to unmount only while it is still the mount on top at `path`.
+    dev: Option<u64>,
     how: &'static str,
 }
 
@@ -87,16 +89,19 @@ pub fn mount(
     })?;
     let how = fs.inodes().scheme().name();
     let session = spawn(fs, dir, false)?;
-    match std::fs::metadata(dir) {
-        Ok(m) => jobs.set_mount(std::os::unix::fs::MetadataExt::dev(&m), dir.to_owned()),
-        Err(e) => tracing::warn!(
-            "roarfs: cannot stat the mount ({e}): a shell's redirections stay in its step"
+    let dev = sys::top_mount_dev(dir);
+    match dev {
+        Some(dev) => jobs.set_mount(dev, dir.to_owned()),
+        None => tracing::warn!(
+            "roarfs: {} is not in /proc/self/mountinfo: a shell's redirections stay in its step",
+            dir.display()
         ),
     }
     Ok(Mounted {
         session: Some(session),
         jobs,
         path: dir.to_owned(),
+        dev,
         how,
     })
 }
@@ -125,6 +130,7 @@ pub fn mount_archives(
         session: Some(session),
         jobs,
         path: dir.to_owned(),
+        dev: sys::top_mount_dev(dir),
         how: "archive",
     })
 }
@@ -179,6 +185,18 @@ impl Mounted {
 
     fn stop(&mut self) -> Vec<i64> {
         if let Some(session) = self.session.take() {
+            // Unmounting by path takes whatever is on top there: once this mount is gone
+            // (someone ran `umount`), that is the directory's own filesystem, left alone.
+            if self
+                .dev
+                .is_some_and(|dev| sys::top_mount_dev(&self.path) != Some(dev))
+            {
+                tracing::info!("roarfs: {} was unmounted already", self.path.display());
+                if sys::join_unmounted(session).is_err() {
+                    tracing::error!("roarfs: the filesystem thread panicked");
+                }
+                return self.record_rest();
+            }
             match sys::umount(&self.path) {
                 Ok(()) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {

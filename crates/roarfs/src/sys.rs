@@ -884,3 +884,19 @@ pub fn join_unmounted(session: fuser::BackgroundSession) -> std::io::Result<()> 
         .join()
         .map_err(|_| std::io::Error::other("the filesystem thread panicked"))?
 }
+
+/// The device (`st_dev`) of the mount on top at `dir` in this mount namespace, from
+/// /proc/self/mountinfo: of the entries for one mount point, the last is the one on top.
+pub fn top_mount_dev(dir: &std::path::Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let info = std::fs::read("/proc/self/mountinfo").ok()?;
+    let want = dir.as_os_str().as_bytes();
+    info.split(|b| *b == b'\n').rev().find_map(|line| {
+        let f: Vec<&[u8]> = line.split(|b| *b == b' ').collect();
+        if roar_archive::mounted::unescape(f.get(4)?) != want {
+            return None;
+        }
+        let (major, minor) = std::str::from_utf8(f.get(2)?).ok()?.split_once(':')?;
+        Some(libc::makedev(major.parse().ok()?, minor.parse().ok()?))
+    })
+}
