@@ -28,21 +28,7 @@ RUNS="${RUNS:-20}"
 cp "$REPO/bench/lib/files.c" files.c
 cc -O2 -o files files.c
 mkdir -p out
-cat > opens.c <<'C'
-#include <stdlib.h>
-#include <fcntl.h>
-#include <unistd.h>
-/* Opens and closes ./in N times: the tracer's cost per event, with nothing new to hash. */
-int main(int argc, char **argv) {
-    int n = atoi(argv[1]);
-    for (int i = 0; i < n; i++) {
-        int fd = open("in", O_RDONLY);
-        if (fd < 0) return 1;
-        close(fd);
-    }
-    return 0;
-}
-C
+cp "$REPO/bench/lib/opens.c" opens.c
 cc -O2 -o opens opens.c
 echo input > in
 cat > rw.c <<'C'

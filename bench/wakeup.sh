@@ -79,21 +79,7 @@ int main(int argc, char **argv) {
 }
 C
 cc -O2 -o pingpong pingpong.c
-cat > opens.c <<'C'
-#include <stdlib.h>
-#include <fcntl.h>
-#include <unistd.h>
-/* Opens and closes ./in N times. */
-int main(int argc, char **argv) {
-    int n = atoi(argv[1]);
-    for (int i = 0; i < n; i++) {
-        int fd = open("in", O_RDONLY);
-        if (fd < 0) return 1;
-        close(fd);
-    }
-    return 0;
-}
-C
+cp "$REPO/bench/lib/opens.c" opens.c
 cc -O2 -o opens opens.c
 (cd p && git init -q . && git config user.email b@b && git config user.name b && "$ROAR" init > /dev/null)
 for d in p p/mnt p/mnt1 native; do echo input > "$d/in"; done

@@ -527,6 +527,16 @@ fn free_bytes(dir: &Path) -> u64 {
     st.f_bavail * st.f_frsize
 }
 
+/// Mounts a tmpfs of `size` on `dir` (a dataset directory on a filesystem of its own).
+fn mount_tmpfs(dir: &Path, size: &str) {
+    let out = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "roar-test"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mount tmpfs: {}", stderr(&out));
+}
+
 /// Whether a tmpfs is mounted on `dir` in this mount namespace.
 fn tmpfs_on(dir: &Path) -> bool {
     let want = format!(" {} ", dir.display());
@@ -548,14 +558,7 @@ fn a_directory_on_its_own_filesystem_gets_space_back_and_stays_mounted_needs_roo
     if !require_fuse() {
         return;
     }
-    let mut m = Mounted::new(|data| {
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=64m", "roar-test"])
-            .arg(data)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "mount tmpfs: {}", stderr(&out));
-    });
+    let mut m = Mounted::new(|data| mount_tmpfs(data, "64m"));
     let body = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let empty = free_bytes(&m.data);
         for round in 0..4 {
@@ -605,14 +608,7 @@ fn roar_unmount_after_someone_else_s_umount_leaves_the_filesystem_under_it_needs
     if !require_fuse() {
         return;
     }
-    let mut m = Mounted::new(|data| {
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=16m", "roar-test"])
-            .arg(data)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "mount tmpfs: {}", stderr(&out));
-    });
+    let mut m = Mounted::new(|data| mount_tmpfs(data, "16m"));
     let out = sh_in(&m.data, "echo kept > f && cat f");
     assert_eq!(stdout(&out), "kept\n");
     let out = Command::new("umount").arg(&m.data).output().unwrap();
