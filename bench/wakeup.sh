@@ -28,9 +28,13 @@ if [ "$(nproc)" -lt 2 ]; then
     exit 1
 fi
 POLL=/sys/module/haltpoll/parameters/guest_halt_poll_ns
-POLL_BEFORE=$(cat "$POLL" 2> /dev/null || true)
+if [ -n "${HALT_POLL_NS:-}" ] && [ ! -w "$POLL" ]; then
+    echo "bench/wakeup.sh: HALT_POLL_NS needs $POLL (cpuidle-haltpoll, root)" >&2
+    exit 1
+fi
+POLL_BEFORE=""  # the setting to put back, once this script has changed it
 cleanup() {
-    [ -n "${HALT_POLL_NS:-}" ] && echo "$POLL_BEFORE" > "$POLL"
+    if [ -n "$POLL_BEFORE" ]; then echo "$POLL_BEFORE" > "$POLL"; fi
     cd /
     # roar unmount runs in the project (it stops the daemon); umount -l alone would leave it running.
     for m in "$W/p/mnt" "$W/p/mnt1"; do mountpoint -q "$m" && { (cd "$W/p" && "$ROAR" unmount "$m") > /dev/null 2>&1 || umount -l "$m"; }; done
@@ -40,7 +44,7 @@ cleanup() {
 cleanup
 trap cleanup EXIT
 if [ -n "${HALT_POLL_NS:-}" ]; then
-    [ -w "$POLL" ] || { echo "bench/wakeup.sh: HALT_POLL_NS needs $POLL (cpuidle-haltpoll, root)" >&2; exit 1; }
+    POLL_BEFORE=$(cat "$POLL")
     echo "$HALT_POLL_NS" > "$POLL"
 fi
 rm -rf "$W" && mkdir -p "$W/p/mnt" "$W/p/mnt1" "$W/native" "$W/bind" && cd "$W"
