@@ -10,6 +10,9 @@
 #   mount's daemon started pinned too). roar never pins a traced program: one CPU shows the floor
 #   the round trips reach when no wake-up crosses CPUs.
 # Each added cost is also given in round trips of the first measurement.
+# The mount runs twice: over FUSE's io_uring transport where the kernel offers it (URING=1 turns
+# /sys/module/fuse/parameters/enable_uring on for the run and puts it back) and over /dev/fuse
+# (ROAR_MOUNT_URING=0); the transport each mount got is printed.
 # HALT_POLL_NS=200000 runs it with guest halt-polling on (cpuidle-haltpoll's guest_halt_poll_ns,
 # a machine-wide setting put back when the benchmark ends): what the same code costs on a VM
 # whose idle vCPUs spin a while before halting.
@@ -33,11 +36,18 @@ if [ -n "${HALT_POLL_NS:-}" ] && [ ! -w "$POLL" ]; then
     exit 1
 fi
 POLL_BEFORE=""  # the setting to put back, once this script has changed it
+URING_PARAM=/sys/module/fuse/parameters/enable_uring
+if [ -n "${URING:-}" ] && [ ! -w "$URING_PARAM" ]; then
+    echo "bench/wakeup.sh: URING=1 needs $URING_PARAM (Linux 6.14+ with CONFIG_FUSE_IO_URING, root)" >&2
+    exit 1
+fi
+URING_BEFORE=""
 cleanup() {
     if [ -n "$POLL_BEFORE" ]; then echo "$POLL_BEFORE" > "$POLL"; fi
+    if [ -n "$URING_BEFORE" ]; then echo "$URING_BEFORE" > "$URING_PARAM"; fi
     cd /
     # roar unmount runs in the project (it stops the daemon); umount -l alone would leave it running.
-    for m in "$W/p/mnt" "$W/p/mnt1"; do mountpoint -q "$m" && { (cd "$W/p" && "$ROAR" unmount "$m") > /dev/null 2>&1 || umount -l "$m"; }; done
+    for m in "$W/p/mnt" "$W/p/mnt1" "$W/p/mnt2"; do mountpoint -q "$m" && { (cd "$W/p" && "$ROAR" unmount "$m") > /dev/null 2>&1 || umount -l "$m"; }; done
     mountpoint -q "$W/bind" && umount "$W/bind"
     return 0
 }
@@ -47,7 +57,11 @@ if [ -n "${HALT_POLL_NS:-}" ]; then
     POLL_BEFORE=$(cat "$POLL")
     echo "$HALT_POLL_NS" > "$POLL"
 fi
-rm -rf "$W" && mkdir -p "$W/p/mnt" "$W/p/mnt1" "$W/native" "$W/bind" && cd "$W"
+if [ -n "${URING:-}" ]; then
+    URING_BEFORE=$(cat "$URING_PARAM")
+    echo Y > "$URING_PARAM"
+fi
+rm -rf "$W" && mkdir -p "$W/p/mnt" "$W/p/mnt1" "$W/p/mnt2" "$W/native" "$W/bind" && cd "$W"
 
 cat > pingpong.c <<'C'
 #define _GNU_SOURCE
@@ -86,9 +100,11 @@ cc -O2 -o pingpong pingpong.c
 cp "$REPO/bench/lib/opens.c" opens.c
 cc -O2 -o opens opens.c
 (cd p && git init -q . && git config user.email b@b && git config user.name b && "$ROAR" init > /dev/null)
-for d in p p/mnt p/mnt1 native; do echo input > "$d/in"; done
-(cd p && "$ROAR" mount mnt > /dev/null)
+for d in p p/mnt p/mnt1 p/mnt2 native; do echo input > "$d/in"; done
+transport() { python3 -c 'import json, sys; print(json.load(sys.stdin)["transport"])'; }
+echo "roar mount: requests over $(cd p && "$ROAR" mount mnt --json | transport) (enable_uring $(cat "$URING_PARAM" 2> /dev/null || echo -))"
 (cd p && taskset -c 0 "$ROAR" mount mnt1 > /dev/null)
+(cd p && ROAR_MOUNT_URING=0 "$ROAR" mount mnt2 > /dev/null)
 bindfs "$W/native" "$W/bind"
 CMP="python3 $REPO/bench/lib/compare.py"
 O="$W/opens"
@@ -114,6 +130,7 @@ $CMP opens.json "$RUNS" \
     "strace=$(in_dir "$W/p" "strace -f -qq --seccomp-bpf -e trace=open,openat -o /dev/null $O $N")" \
     "strace, one CPU=taskset -c 0 $(in_dir "$W/p" "strace -f -qq --seccomp-bpf -e trace=open,openat -o /dev/null $O $N")" \
     "roar mount=$(in_dir "$W/p/mnt" "$O $N")" \
+    "roar mount over /dev/fuse=$(in_dir "$W/p/mnt2" "$O $N")" \
     "roar mount, one CPU=taskset -c 0 $(in_dir "$W/p/mnt1" "$O $N")" \
     "bindfs=$(in_dir "$W/bind" "$O $N")"
 

@@ -15,6 +15,15 @@ cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The integration tests drive the real `roar` binary and the preload shim: build them first.
 cargo build --workspace --locked
+# FUSE over io_uring (Linux 6.14+) is off until this module parameter turns it on: on for the
+# suite, so the mount tests run over it (and over /dev/fuse where a test asks for it), and put
+# back as it was afterwards.
+uring=/sys/module/fuse/parameters/enable_uring
+if [ -w "$uring" ]; then
+    uring_was=$(cat "$uring")
+    echo Y > "$uring"
+    trap 'echo "$uring_was" > "$uring"' EXIT
+fi
 log=$(mktemp)
 cargo test --workspace --locked 2>&1 | tee "$log"
 # One closing line for the whole suite (cargo's own last line is a doc-test binary's).

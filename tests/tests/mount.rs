@@ -211,24 +211,32 @@ fn snapshot(root: &Path) -> BTreeMap<String, String> {
 #[test]
 fn random_operations_behave_as_on_the_plain_directory() {
     if require_fuse() {
-        random_operations("1");
+        random_operations("1", "1");
     }
 }
 
 #[test]
 fn random_operations_behave_as_on_the_plain_directory_without_passthrough() {
     if require_fuse() {
-        random_operations("0");
+        random_operations("0", "1");
     }
 }
 
-/// 600 random operations on the mount (`ROAR_MOUNT_PASSTHROUGH` as given) and on a plain
-/// directory answer the same and leave the same tree.
-fn random_operations(passthrough: &str) {
+#[test]
+fn random_operations_behave_as_on_the_plain_directory_over_dev_fuse() {
+    if require_fuse() {
+        random_operations("1", "0");
+    }
+}
+
+/// 600 random operations on the mount (`ROAR_MOUNT_PASSTHROUGH` and `ROAR_MOUNT_URING` as
+/// given) and on a plain directory answer the same and leave the same tree.
+fn random_operations(passthrough: &str, uring: &str) {
     let mut m = Mounted::with(
         |_| {},
         |c| {
-            c.env("ROAR_MOUNT_PASSTHROUGH", passthrough);
+            c.env("ROAR_MOUNT_PASSTHROUGH", passthrough)
+                .env("ROAR_MOUNT_URING", uring);
         },
     );
     let plain = tempfile::tempdir().unwrap();
@@ -538,4 +546,98 @@ fn changes_through_the_mount_are_seen_at_once_despite_the_kernel_caches() {
         "{want}"
     );
     assert!(want.contains("size and mtime moved True True"), "{want}");
+}
+
+/// Whether the kernel offers FUSE over io_uring (`enable_uring`; scripts/test.sh turns it on for
+/// the suite). Under CI=true its absence is a failure, not a skip.
+fn require_uring() -> bool {
+    let on = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+        .is_ok_and(|v| v.trim() == "Y");
+    if !on {
+        assert!(
+            !common::strict(),
+            "FUSE over io_uring is required under CI=true: scripts/test.sh sets /sys/module/fuse/parameters/enable_uring (Linux 6.14+)"
+        );
+        eprintln!("SKIPPED: the kernel does not offer FUSE over io_uring (enable_uring is not Y)");
+    }
+    on
+}
+
+/// CPU time (utime + stime, in ticks) of the daemon's io_uring queue threads, and how many there
+/// are.
+fn ring_threads_cpu(pid: i32) -> (u64, usize) {
+    let mut ticks = 0;
+    let mut count = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let dir = task.unwrap().path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if !comm.starts_with("fuser-ring-") {
+            continue;
+        }
+        let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+        // Fields after the `(comm)`: state is the 3rd field, utime the 14th, stime the 15th.
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        let fields: Vec<&str> = rest.split(' ').collect();
+        ticks += fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        count += 1;
+    }
+    (ticks, count)
+}
+
+#[test]
+fn requests_go_through_io_uring_where_the_kernel_offers_it_and_through_dev_fuse_when_asked() {
+    if !require_fuse() || !require_uring() {
+        return;
+    }
+    // A thousand files written, read back and listed: enough requests that the threads serving
+    // them show CPU time.
+    let work =
+        "for i in $(seq 1000); do echo $i > f$i; cat f$i > /dev/null; done; ls -l > /dev/null";
+    for (uring, transport) in [("1", "io_uring"), ("0", "dev-fuse")] {
+        let p = Project::new();
+        let data = std::fs::canonicalize(p.path()).unwrap().join("data");
+        std::fs::create_dir(&data).unwrap();
+        let out = p
+            .cmd(["mount", "data", "--json"])
+            .env("ROAR_MOUNT_URING", uring)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "roar mount: {}", stderr(&out));
+        let said: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(said["transport"], transport, "{said}");
+        let pid = said["pid"].as_i64().unwrap() as i32;
+        let (before, _) = ring_threads_cpu(pid);
+        let ran = Command::new("sh")
+            .args(["-c", work])
+            .current_dir(&data)
+            .status()
+            .unwrap();
+        assert!(ran.success());
+        let (ticks, threads) = ring_threads_cpu(pid);
+        if uring == "1" {
+            assert!(threads > 0, "no io_uring queue threads in the daemon");
+            assert!(
+                ticks > before,
+                "the io_uring threads served nothing: {ticks} ticks"
+            );
+        } else {
+            assert_eq!(
+                (ticks, threads),
+                (0, 0),
+                "io_uring threads without io_uring"
+            );
+        }
+        let done = p.cmd(["unmount", "data"]).output().unwrap();
+        assert!(done.status.success(), "roar unmount: {}", stderr(&done));
+        // The same record either way: every file written is an output with its content.
+        let log: serde_json::Value =
+            serde_json::from_slice(&p.roar(["log", "-n", "0", "--json"]).stdout).unwrap();
+        let outputs: usize = log
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| j["outputs"].as_u64().unwrap_or(0) as usize)
+            .sum();
+        assert_eq!(outputs, 1000, "{transport}: {log}");
+    }
 }

@@ -641,9 +641,16 @@ fn every_observer_records_the_same_files_for_the_same_workload() {
         // Both data paths of the mount: reads through kernel passthrough (the default), and
         // every read and write through the daemon (ROAR_MOUNT_PASSTHROUGH=0).
         if mount && !script.contains("O_TMPFILE") {
-            for (name, passthrough) in [("mount", "1"), ("mount without passthrough", "0")] {
+            // And both ways requests reach the daemon: io_uring where the kernel offers it
+            // (scripts/test.sh turns it on), /dev/fuse otherwise (ROAR_MOUNT_URING=0).
+            for (name, passthrough, uring) in [
+                ("mount", "1", "1"),
+                ("mount without passthrough", "0", "1"),
+                ("mount over /dev/fuse", "1", "0"),
+            ] {
                 let mut m = common::mount::Mounted::with(setup, |c| {
-                    c.env("ROAR_MOUNT_PASSTHROUGH", passthrough);
+                    c.env("ROAR_MOUNT_PASSTHROUGH", passthrough)
+                        .env("ROAR_MOUNT_URING", uring);
                 });
                 assert!(m.run(&["sh", "-c", script]).success(), "{name} {script}");
                 m.unmount();

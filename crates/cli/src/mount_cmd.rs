@@ -250,10 +250,16 @@ pub fn mount(args: MountArgs, json: bool) -> anyhow::Result<ExitCode> {
     std::io::BufReader::new(reader).read_line(&mut line)?;
     match line.trim_end().strip_prefix("ready ") {
         Some(ready) => {
-            let (pid, scheme) = ready.split_once(' ').unwrap_or((ready, ""));
+            let mut words = ready.split(' ');
+            let (pid, scheme, transport) = (
+                words.next().unwrap_or(""),
+                words.next().unwrap_or(""),
+                words.next().unwrap_or(""),
+            );
             if json {
                 crate::fmt::print_json(&serde_json::json!({
-                    "dir": dir, "pid": pid.parse::<i64>().ok(), "inodes": scheme, "archives": archives
+                    "dir": dir, "pid": pid.parse::<i64>().ok(), "inodes": scheme,
+                    "transport": transport, "archives": archives
                 }))?;
             } else if !archives.is_empty() {
                 eprintln!(
@@ -263,12 +269,16 @@ pub fn mount(args: MountArgs, json: bool) -> anyhow::Result<ExitCode> {
                     dir.display()
                 );
             } else {
-                let how = match scheme {
+                let mut how = match scheme {
                     "path-fds" => {
                         ", one descriptor per known inode: this filesystem has no file handles"
                     }
                     _ => "",
-                };
+                }
+                .to_owned();
+                if transport == "io_uring" {
+                    how.push_str(", requests over io_uring");
+                }
                 eprintln!(
                     "roar: mounted {} (daemon pid {pid}{how}); every file opened through it is recorded; `roar unmount {}` to stop",
                     dir.display(),
@@ -411,7 +421,7 @@ fn foreground(
     let result = roar_roarfs::serve(dir, mount, |r| {
         let mut out = std::io::stdout();
         match r {
-            Ok(scheme) => {
+            Ok((scheme, transport)) => {
                 let s = State {
                     dir: dir.to_owned(),
                     pid: std::process::id() as i32,
@@ -421,7 +431,7 @@ fn foreground(
                 let _ = std::fs::create_dir_all(state_dir(project));
                 let _ = std::fs::write(&state, serde_json::to_vec(&s).unwrap_or_default());
                 if daemon {
-                    let _ = writeln!(out, "ready {} {}", std::process::id(), scheme);
+                    let _ = writeln!(out, "ready {} {scheme} {transport}", std::process::id());
                 } else {
                     eprintln!(
                         "roar: mounted {} in the foreground; Ctrl-C unmounts",

@@ -51,6 +51,7 @@ pub struct Mounted {
     /// The mount's device, to unmount only while it is still the mount on top at `path`.
     dev: Option<u64>,
     how: &'static str,
+    transport: &'static str,
 }
 
 /// Mounts roarfs in place over `dir`, recording into the store at `db`; paths `ignore` matches
@@ -88,7 +89,13 @@ pub fn mount(
         }
     })?;
     let how = fs.inodes().scheme().name();
+    let uring = fs.uring();
     let session = spawn(fs, dir, false)?;
+    let transport = if uring.load(std::sync::atomic::Ordering::Relaxed) {
+        "io_uring"
+    } else {
+        "dev-fuse"
+    };
     let dev = sys::top_mount_dev(dir);
     match dev {
         Some(dev) => jobs.set_mount(dev, dir.to_owned()),
@@ -103,6 +110,7 @@ pub fn mount(
         path: dir.to_owned(),
         dev,
         how,
+        transport,
     })
 }
 
@@ -132,6 +140,7 @@ pub fn mount_archives(
         path: dir.to_owned(),
         dev: sys::top_mount_dev(dir),
         how: "archive",
+        transport: "dev-fuse",
     })
 }
 
@@ -168,6 +177,11 @@ impl Mounted {
     /// "archive" for archives.
     pub fn how(&self) -> &'static str {
         self.how
+    }
+
+    /// How requests reach the daemon: "io_uring" (per-CPU queues) or "dev-fuse".
+    pub fn transport(&self) -> &'static str {
+        self.transport
     }
 
     /// Records the jobs whose root process has exited; call it every few hundred milliseconds.
@@ -249,11 +263,12 @@ pub const TICK: Duration = Duration::from_millis(200);
 /// the rest. Signals are blocked in every thread and taken synchronously here, so no handler runs
 /// inside the filesystem's threads.
 ///
-/// `mount` makes the mount ([`mount`] or [`mount_archives`]); `ready` gets [`Mounted::how`].
+/// `mount` makes the mount ([`mount`] or [`mount_archives`]); `ready` gets [`Mounted::how`] and
+/// [`Mounted::transport`].
 pub fn serve(
     dir: &Path,
     mount: impl FnOnce() -> Result<Mounted, MountError>,
-    ready: impl FnOnce(Result<&'static str, &MountError>),
+    ready: impl FnOnce(Result<(&'static str, &'static str), &MountError>),
 ) -> Result<Vec<i64>, MountError> {
     let signals = sys::block_signals(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP]);
     let mounted = match mount() {
@@ -263,7 +278,7 @@ pub fn serve(
             return Err(e);
         }
     };
-    ready(Ok(mounted.how()));
+    ready(Ok((mounted.how(), mounted.transport())));
     let mut recorded = Vec::new();
     loop {
         if let Some(sig) = sys::wait_signal(&signals, TICK) {

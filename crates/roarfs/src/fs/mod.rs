@@ -83,6 +83,8 @@ pub struct RoarFs {
     passthrough: AtomicBool,
     /// The kernel leaves the umask to us (FUSE_DONT_MASK granted).
     dont_mask: AtomicBool,
+    /// FUSE over io_uring negotiated: requests are served on their caller's CPU.
+    uring: Arc<AtomicBool>,
 }
 
 fn errno(e: io::Error) -> Errno {
@@ -201,6 +203,18 @@ impl Filesystem for RoarFs {
         }
         if config.add_capabilities(InitFlags::FUSE_DONT_MASK).is_ok() {
             self.dont_mask.store(true, Ordering::Relaxed);
+        }
+        // Requests through per-CPU io_uring queues where the kernel offers them (Linux 6.14+
+        // with `enable_uring` set): a request is served on the CPU of the process that made it,
+        // without the cross-CPU wake-ups `/dev/fuse` costs (bench/NOTES.md). ROAR_MOUNT_URING=0
+        // keeps `/dev/fuse` (the tests of both transports).
+        let uring = std::env::var_os("ROAR_MOUNT_URING").is_none_or(|v| v != "0");
+        if uring
+            && config
+                .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
+                .is_ok()
+        {
+            self.uring.store(true, Ordering::Relaxed);
         }
         Ok(())
     }

@@ -41,11 +41,17 @@ impl RoarFs {
             jobs,
             passthrough: AtomicBool::new(false),
             dont_mask: AtomicBool::new(false),
+            uring: Arc::new(AtomicBool::new(false)),
         })
     }
 
     pub fn inodes(&self) -> &Inodes {
         &self.inodes
+    }
+
+    /// Set once FUSE_INIT has negotiated FUSE over io_uring (during the mount).
+    pub fn uring(&self) -> Arc<AtomicBool> {
+        self.uring.clone()
     }
 
     pub(super) fn with_fd<T>(
