@@ -10,9 +10,9 @@
 #   mount's daemon started pinned too). roar never pins a traced program: one CPU shows the floor
 #   the round trips reach when no wake-up crosses CPUs.
 # Each added cost is also given in round trips of the first measurement.
-# The mount runs twice: over FUSE's io_uring transport where the kernel offers it (URING=1 turns
-# /sys/module/fuse/parameters/enable_uring on for the run and puts it back) and over /dev/fuse
-# (ROAR_MOUNT_URING=0); the transport each mount got is printed.
+# The mount runs twice: over FUSE's io_uring transport where the kernel offers it (bench/all.sh's
+# URING=1 turns /sys/module/fuse/parameters/enable_uring on for the run) and over /dev/fuse
+# (ROAR_MOUNT_URING=0); the transport the first mount got is printed.
 # HALT_POLL_NS=200000 runs it with guest halt-polling on (cpuidle-haltpoll's guest_halt_poll_ns,
 # a machine-wide setting put back when the benchmark ends): what the same code costs on a VM
 # whose idle vCPUs spin a while before halting.
@@ -37,14 +37,8 @@ if [ -n "${HALT_POLL_NS:-}" ] && [ ! -w "$POLL" ]; then
 fi
 POLL_BEFORE=""  # the setting to put back, once this script has changed it
 URING_PARAM=/sys/module/fuse/parameters/enable_uring
-if [ -n "${URING:-}" ] && [ ! -w "$URING_PARAM" ]; then
-    echo "bench/wakeup.sh: URING=1 needs $URING_PARAM (Linux 6.14+ with CONFIG_FUSE_IO_URING, root)" >&2
-    exit 1
-fi
-URING_BEFORE=""
 cleanup() {
     if [ -n "$POLL_BEFORE" ]; then echo "$POLL_BEFORE" > "$POLL"; fi
-    if [ -n "$URING_BEFORE" ]; then echo "$URING_BEFORE" > "$URING_PARAM"; fi
     cd /
     # roar unmount runs in the project (it stops the daemon); umount -l alone would leave it running.
     for m in "$W/p/mnt" "$W/p/mnt1" "$W/p/mnt2"; do mountpoint -q "$m" && { (cd "$W/p" && "$ROAR" unmount "$m") > /dev/null 2>&1 || umount -l "$m"; }; done
@@ -56,10 +50,6 @@ trap cleanup EXIT
 if [ -n "${HALT_POLL_NS:-}" ]; then
     POLL_BEFORE=$(cat "$POLL")
     echo "$HALT_POLL_NS" > "$POLL"
-fi
-if [ -n "${URING:-}" ]; then
-    URING_BEFORE=$(cat "$URING_PARAM")
-    echo Y > "$URING_PARAM"
 fi
 rm -rf "$W" && mkdir -p "$W/p/mnt" "$W/p/mnt1" "$W/p/mnt2" "$W/native" "$W/bind" && cd "$W"
 
