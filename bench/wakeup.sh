@@ -10,9 +10,8 @@
 #   mount's daemon started pinned too). roar never pins a traced program: one CPU shows the floor
 #   the round trips reach when no wake-up crosses CPUs.
 # Each added cost is also given in round trips of the first measurement.
-# The mount runs twice: over FUSE's io_uring transport where the kernel offers it (bench/all.sh's
-# URING=1 turns /sys/module/fuse/parameters/enable_uring on for the run) and over /dev/fuse
-# (ROAR_MOUNT_URING=0); the transport the first mount got is printed.
+# The mount runs twice: as configured (over FUSE's io_uring transport with bench/all.sh's URING=1)
+# and over /dev/fuse (ROAR_MOUNT_URING=0); the transport the first mount got is printed.
 # HALT_POLL_NS=200000 runs it with guest halt-polling on (cpuidle-haltpoll's guest_halt_poll_ns,
 # a machine-wide setting put back when the benchmark ends): what the same code costs on a VM
 # whose idle vCPUs spin a while before halting.

@@ -278,6 +278,8 @@ pub fn mount(args: MountArgs, json: bool) -> anyhow::Result<ExitCode> {
                 .to_owned();
                 if transport == "io_uring" {
                     how.push_str(", requests over io_uring");
+                } else if std::env::var_os("ROAR_MOUNT_URING").is_some_and(|v| v == "1") {
+                    eprintln!("roar: warning: ROAR_MOUNT_URING=1 but the kernel does not offer FUSE over io_uring (Linux 6.14+ with /sys/module/fuse/parameters/enable_uring set to Y): requests go through /dev/fuse");
                 }
                 eprintln!(
                     "roar: mounted {} (daemon pid {pid}{how}); every file opened through it is recorded; `roar unmount {}` to stop",

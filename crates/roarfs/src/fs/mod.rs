@@ -204,17 +204,17 @@ impl Filesystem for RoarFs {
         if config.add_capabilities(InitFlags::FUSE_DONT_MASK).is_ok() {
             self.dont_mask.store(true, Ordering::Relaxed);
         }
-        // Requests through per-CPU io_uring queues where the kernel offers them (Linux 6.14+
-        // with `enable_uring` set): a request is served on the CPU of the process that made it,
-        // without the cross-CPU wake-ups `/dev/fuse` costs (bench/NOTES.md). ROAR_MOUNT_URING=0
-        // keeps `/dev/fuse` (the tests of both transports).
-        let uring = std::env::var_os("ROAR_MOUNT_URING").is_none_or(|v| v != "0");
-        if uring
-            && config
-                .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
-                .is_ok()
-        {
-            self.uring.store(true, Ordering::Relaxed);
+        // ROAR_MOUNT_URING=1: requests through per-CPU io_uring queues where the kernel offers
+        // them (Linux 6.14+ with `enable_uring` set), served on the CPU of the process that made
+        // them. Faster for streams of requests (`ls -lR`, small files), but the scheduler then
+        // moves a job between CPUs at replies, which costs jobs that compute between opens more
+        // CPU (bench/NOTES.md): asked for, not the default.
+        let uring = std::env::var_os("ROAR_MOUNT_URING").is_some_and(|v| v == "1");
+        if uring {
+            match config.add_capabilities(InitFlags::FUSE_OVER_IO_URING) {
+                Ok(_) => self.uring.store(true, Ordering::Relaxed),
+                Err(_) => tracing::warn!("roarfs: ROAR_MOUNT_URING=1 but the kernel does not offer FUSE over io_uring (Linux 6.14+, /sys/module/fuse/parameters/enable_uring): serving /dev/fuse"),
+            }
         }
         Ok(())
     }
