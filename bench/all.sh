@@ -16,17 +16,6 @@ ALL=(hash.sh run.sh ebpf.sh query.sh mount.sh archive.sh s3.sh s3_put.sh securit
 if [ $# -gt 0 ]; then SELECTED=("$@"); else SELECTED=("${ALL[@]}"); fi
 # The knobs a benchmark reads, recorded with its command when they are set.
 KNOBS=(RUNS FIND_RUNS PEER_RUNS REPS EPOCHS TREE_FILES ROUNDS MEMBERS READ ROAR_BEFORE N HALT_POLL_NS URING)
-# URING=1: the mounts use FUSE over io_uring (ROAR_MOUNT_URING=1, with the kernel's enable_uring
-# turned on for the run and put back after); rows marked "over /dev/fuse" keep /dev/fuse, and
-# each benchmark prints the transport its mounts got.
-URING_PARAM=/sys/module/fuse/parameters/enable_uring
-if [ -n "${URING:-}" ]; then
-    [ -w "$URING_PARAM" ] || { echo "bench/all.sh: URING=1 needs $URING_PARAM (Linux 6.14+ with CONFIG_FUSE_IO_URING, root)" >&2; exit 2; }
-    uring_was=$(cat "$URING_PARAM")
-    echo Y > "$URING_PARAM"
-    trap 'echo "$uring_was" > "$URING_PARAM"' EXIT
-    export ROAR_MOUNT_URING=1
-fi
 failed=0
 for b in "${SELECTED[@]}"; do
     [ -f "bench/$b" ] || { echo "bench/all.sh: no benchmark bench/$b; choose from ${ALL[*]}" >&2; exit 2; }

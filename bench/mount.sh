@@ -13,6 +13,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$PWD"
+source "$REPO/bench/lib/uring.sh"
+trap uring_restore EXIT
 [ "$(id -u)" = 0 ] || { echo "bench/mount.sh needs root (FUSE mounts)" >&2; exit 1; }
 command -v bindfs >/dev/null || { apt-get install -y -qq bindfs >/dev/null || { apt-get update -qq && apt-get install -y -qq bindfs >/dev/null; }; }
 cargo build --release --locked -q -p roar-cli
@@ -79,7 +81,7 @@ for d in sys.argv[1:]:
 PY
 sync
 bindfs "$W/native" "$W/bind"
-trap 'cd /; umount -l "$W/bind" 2>/dev/null; "$ROAR" unmount "$W/proj/data" >/dev/null 2>&1 || true' EXIT
+trap 'cd /; umount -l "$W/bind" 2>/dev/null; "$ROAR" unmount "$W/proj/data" >/dev/null 2>&1; uring_restore' EXIT
 cd "$W/proj"
 "$ROAR" mount data
 # The first open through the mount hashes big.bin and remembers it; the timed reads then go

@@ -2,8 +2,8 @@
 # End-to-end overhead on a realistic pipeline of about 30 s: a Python preprocessing step reading
 # 500 shards and writing features, then a training-like step that reads the features and writes
 # a checkpoint every few seconds. Run bare, under `roar run` (preload, ptrace, eBPF), with the data
-# directory under `roar mount` and no `roar run` (as configured: over io_uring with bench/all.sh's
-# URING=1; and over /dev/fuse), and under the Python peer `roar-cli`, all in the
+# directory under `roar mount` and no `roar run` (as configured: over io_uring with URING=1;
+# and over /dev/fuse), and under the Python peer `roar-cli`, all in the
 # same session; overhead in percent of bare, with the noise floor (bare against itself) and the
 # CPU each variant adds (the whole process tree: roar, the shim inside the job, the job). Then a
 # breakdown per backend from one more run each with ROAR_TIMING: roar's own CPU (all its threads)
@@ -12,6 +12,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$PWD"
+source "$REPO/bench/lib/uring.sh"
+trap uring_restore EXIT
 cargo build --release --locked -q -p roar-cli -p roar-preload
 ROAR="$PWD/target/release/roar"
 W="${BENCH_DIR:-/tmp/roar-bench-pipeline}"
@@ -90,8 +92,8 @@ git add -A && git commit -qm pipeline
 cp -r "$W" "$W-peer"
 rm -rf "$W-peer/.roar" && (cd "$W-peer" && "$PEER_VENV/bin/roar" init > /dev/null 2>&1 || true)
 
-# The mount's transport: io_uring with bench/all.sh's URING=1, and the "over /dev/fuse" row either
-# way.
+# The mount's transport: io_uring with URING=1 (bench/lib/uring.sh), and the "over /dev/fuse" row
+# either way.
 echo "roar mount: requests over $("$ROAR" mount data --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["transport"])') (enable_uring $(cat /sys/module/fuse/parameters/enable_uring 2> /dev/null || echo -))"
 "$ROAR" unmount data > /dev/null 2>&1
 # eBPF joins where it loads (its resident helper started by the warm-up run).

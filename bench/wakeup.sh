@@ -10,8 +10,9 @@
 #   mount's daemon started pinned too). roar never pins a traced program: one CPU shows the floor
 #   the round trips reach when no wake-up crosses CPUs.
 # Each added cost is also given in round trips of the first measurement.
-# The mount runs twice: as configured (over FUSE's io_uring transport with bench/all.sh's URING=1)
-# and over /dev/fuse (ROAR_MOUNT_URING=0); the transport the first mount got is printed.
+# The mount runs twice: as configured (over FUSE's io_uring transport with URING=1,
+# bench/lib/uring.sh) and over /dev/fuse (ROAR_MOUNT_URING=0); the first mount's transport is
+# printed.
 # HALT_POLL_NS=200000 runs it with guest halt-polling on (cpuidle-haltpoll's guest_halt_poll_ns,
 # a machine-wide setting put back when the benchmark ends): what the same code costs on a VM
 # whose idle vCPUs spin a while before halting.
@@ -35,9 +36,9 @@ if [ -n "${HALT_POLL_NS:-}" ] && [ ! -w "$POLL" ]; then
     exit 1
 fi
 POLL_BEFORE=""  # the setting to put back, once this script has changed it
-URING_PARAM=/sys/module/fuse/parameters/enable_uring
 cleanup() {
     if [ -n "$POLL_BEFORE" ]; then echo "$POLL_BEFORE" > "$POLL"; fi
+    if declare -F uring_restore > /dev/null; then uring_restore; fi
     cd /
     # roar unmount runs in the project (it stops the daemon); umount -l alone would leave it running.
     for m in "$W/p/mnt" "$W/p/mnt1" "$W/p/mnt2"; do mountpoint -q "$m" && { (cd "$W/p" && "$ROAR" unmount "$m") > /dev/null 2>&1 || umount -l "$m"; }; done
@@ -46,6 +47,7 @@ cleanup() {
 }
 cleanup
 trap cleanup EXIT
+source "$REPO/bench/lib/uring.sh"
 if [ -n "${HALT_POLL_NS:-}" ]; then
     POLL_BEFORE=$(cat "$POLL")
     echo "$HALT_POLL_NS" > "$POLL"

@@ -16,8 +16,8 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # The integration tests drive the real `roar` binary and the preload shim: build them first.
 cargo build --workspace --locked
 # FUSE over io_uring (Linux 6.14+) is off until this module parameter turns it on: on for the
-# suite, so the mount tests run over it (and over /dev/fuse where a test asks for it), and put
-# back as it was afterwards.
+# suite, so the mount tests that ask for it (ROAR_MOUNT_URING=1) run over it, and put back as it
+# was afterwards.
 uring=/sys/module/fuse/parameters/enable_uring
 if [ -w "$uring" ]; then
     uring_was=$(cat "$uring")

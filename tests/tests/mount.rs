@@ -9,7 +9,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
 
-use common::mount::{require_fuse, Mounted};
+use common::mount::{require_fuse, require_uring, Mounted};
 use common::workloads::{sh, workloads};
 use common::{stderr, stdout, Project, Rng};
 
@@ -548,21 +548,6 @@ fn changes_through_the_mount_are_seen_at_once_despite_the_kernel_caches() {
     assert!(want.contains("size and mtime moved True True"), "{want}");
 }
 
-/// Whether the kernel offers FUSE over io_uring (`enable_uring`; scripts/test.sh turns it on for
-/// the suite). Under CI=true its absence is a failure, not a skip.
-fn require_uring() -> bool {
-    let on = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
-        .is_ok_and(|v| v.trim() == "Y");
-    if !on {
-        assert!(
-            !common::strict(),
-            "FUSE over io_uring is required under CI=true: scripts/test.sh sets /sys/module/fuse/parameters/enable_uring (Linux 6.14+)"
-        );
-        eprintln!("SKIPPED: the kernel does not offer FUSE over io_uring (enable_uring is not Y)");
-    }
-    on
-}
-
 /// CPU time (utime + stime, in ticks) of the daemon's io_uring queue threads, and how many there
 /// are.
 fn ring_threads_cpu(pid: i32) -> (u64, usize) {
@@ -630,7 +615,7 @@ fn requests_go_through_dev_fuse_by_default_and_through_io_uring_when_asked() {
         }
         let done = p.cmd(["unmount", "data"]).output().unwrap();
         assert!(done.status.success(), "roar unmount: {}", stderr(&done));
-        // The same record either way: every file written is an output with its content.
+        // The same record either way: every file written is an output.
         let log: serde_json::Value =
             serde_json::from_slice(&p.roar(["log", "-n", "0", "--json"]).stdout).unwrap();
         let outputs: usize = log

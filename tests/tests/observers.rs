@@ -643,14 +643,8 @@ fn every_observer_records_the_same_files_for_the_same_workload() {
         if mount && !script.contains("O_TMPFILE") {
             // And both ways requests reach the daemon: /dev/fuse, and io_uring where the kernel
             // offers it (ROAR_MOUNT_URING=1; scripts/test.sh turns the kernel's switch on).
-            let uring = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
-                .is_ok_and(|v| v.trim() == "Y");
-            assert!(
-                uring || !common::strict(),
-                "FUSE over io_uring is required under CI=true (scripts/test.sh turns it on)"
-            );
             let mut mounts = vec![("mount", "1", "0"), ("mount without passthrough", "0", "0")];
-            if uring {
+            if common::mount::require_uring() {
                 mounts.push(("mount over io_uring", "1", "1"));
             }
             for (name, passthrough, uring) in mounts {

@@ -24,6 +24,21 @@ pub fn require_fuse() -> bool {
     ok
 }
 
+/// Whether the kernel offers FUSE over io_uring (`enable_uring`; scripts/test.sh turns it on for
+/// the suite). Under CI=true its absence is a failure, not a skip.
+pub fn require_uring() -> bool {
+    let on = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+        .is_ok_and(|v| v.trim() == "Y");
+    if !on {
+        assert!(
+            !super::strict(),
+            "FUSE over io_uring is required under CI=true: scripts/test.sh sets /sys/module/fuse/parameters/enable_uring (Linux 6.14+)"
+        );
+        eprintln!("SKIPPED: the kernel does not offer FUSE over io_uring (enable_uring is not Y)");
+    }
+    on
+}
+
 /// A project with a `data/` directory, mounted; unmounted (and its jobs recorded) on drop.
 pub struct Mounted {
     pub p: Project,
