@@ -153,21 +153,34 @@ impl RingReply {
                 format!("a reply of {total} bytes does not fit a ring slot"),
             ));
         }
+        // The first 16 bytes (`fuse_out_header`) go to the header's `in_out`, the rest to the
+        // payload, whichever slices they come in.
         let mut at = 0usize;
         for part in data {
-            for (i, byte) in part.iter().enumerate() {
-                let pos = at + i;
-                // SAFETY: the slot is this reply's until committed; positions are bounded by
-                // the header's 128-byte `in_out` area and the payload's length checked above.
+            let mut src: &[u8] = part;
+            if at < OUT_HEADER_LEN {
+                let n = src.len().min(OUT_HEADER_LEN - at);
+                // SAFETY: the slot is this reply's until committed; `at + n` <= 16, inside the
+                // header's 128-byte `in_out` area.
                 unsafe {
-                    if pos < OUT_HEADER_LEN {
-                        *slot.header.ptr.add(pos) = *byte;
-                    } else {
-                        *slot.payload.ptr.add(pos - OUT_HEADER_LEN) = *byte;
-                    }
+                    std::ptr::copy_nonoverlapping(src.as_ptr(), slot.header.ptr.add(at), n);
                 }
+                at += n;
+                src = &src[n..];
             }
-            at += part.len();
+            if src.is_empty() {
+                continue;
+            }
+            // SAFETY: as above; here `at` >= 16, and the payload's bytes end at `total - 16`,
+            // checked against its length.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    src.as_ptr(),
+                    slot.payload.ptr.add(at - OUT_HEADER_LEN),
+                    src.len(),
+                );
+            }
+            at += src.len();
         }
         let payload_sz = (total - OUT_HEADER_LEN) as u32;
         // SAFETY: as above; `payload_sz` is at a fixed offset inside the 288-byte header.
@@ -234,9 +247,8 @@ impl Rings {
         payload: usize,
     ) -> io::Result<Rings> {
         let fuse_fd = se.ch.as_fd().as_raw_fd();
-        let stop = Arc::new(AtomicBool::new(false));
+        // Every buffer and descriptor first: a failure then leaves no thread behind.
         let mut queues = Vec::new();
-        let mut threads = Vec::new();
         for qid in 0..possible_cpus() {
             let mut slots = Vec::with_capacity(THREADS_PER_QUEUE);
             let mut wakes = Vec::with_capacity(THREADS_PER_QUEUE);
@@ -266,18 +278,26 @@ impl Rings {
                 // SAFETY: a descriptor just created and owned by nothing else.
                 wakes.push(unsafe { OwnedFd::from_raw_fd(fd) });
             }
-            let queue = Arc::new(Queue {
+            queues.push(Arc::new(Queue {
                 qid: qid as u16,
                 slots,
                 committed: Mutex::new(Vec::new()),
                 wake: wakes,
-            });
+            }));
+        }
+        let mut rings = Rings {
+            stop: Arc::new(AtomicBool::new(false)),
+            queues,
+            threads: Vec::new(),
+        };
+        for queue in rings.queues.clone() {
             for t in 0..THREADS_PER_QUEUE {
+                let qid = queue.qid;
                 let worker = Worker {
                     queue: queue.clone(),
                     slot: t,
                     fuse_fd,
-                    stop: stop.clone(),
+                    stop: rings.stop.clone(),
                     se: SessionEventLoop {
                         thread_name: format!("fuser-ring-{qid}-{t}"),
                         ch: se.ch.clone(),
@@ -286,19 +306,21 @@ impl Rings {
                         session_owner: se.session_owner,
                     },
                 };
-                threads.push(
-                    thread::Builder::new()
-                        .name(format!("fuser-ring-{qid}"))
-                        .spawn(move || worker.run())?,
-                );
+                let spawned = thread::Builder::new()
+                    .name(format!("fuser-ring-{qid}"))
+                    .spawn(move || worker.run());
+                match spawned {
+                    Ok(handle) => rings.threads.push(handle),
+                    Err(e) => {
+                        // The threads already running hold the filesystem: end them, so the
+                        // session can still call `destroy` at its end.
+                        rings.stop();
+                        return Err(e);
+                    }
+                }
             }
-            queues.push(queue);
         }
-        Ok(Rings {
-            stop,
-            queues,
-            threads,
-        })
+        Ok(rings)
     }
 
     /// Ends the ring threads once the session is over (the kernel no longer sends requests).
