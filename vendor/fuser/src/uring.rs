@@ -148,6 +148,20 @@ impl RingReply {
         let slot = &self.queue.slots[self.slot];
         let total: usize = data.iter().map(|d| d.len()).sum();
         if total < OUT_HEADER_LEN || total - OUT_HEADER_LEN > slot.payload.len {
+            // Still commit the slot (an EIO under the request's id): an uncommitted slot would
+            // leave its caller waiting and the slot out of use.
+            let head: Vec<u8> = data
+                .iter()
+                .flat_map(|d| d.iter().copied())
+                .take(16)
+                .collect();
+            if head.len() == OUT_HEADER_LEN {
+                let mut out = [0u8; OUT_HEADER_LEN];
+                out[0..4].copy_from_slice(&(OUT_HEADER_LEN as u32).to_ne_bytes());
+                out[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
+                out[8..16].copy_from_slice(&head[8..16]);
+                self.send(&[IoSlice::new(&out)])?;
+            }
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("a reply of {total} bytes does not fit a ring slot"),
@@ -401,14 +415,14 @@ impl<FS: Filesystem> Worker<FS> {
                     last = self.commit(commit_id);
                 }
             }
-            // Replies sent on this thread, and any sent from others since.
-            let committed: Vec<usize> = {
+            // The slot's reply, sent on this thread or (with a wake-up) from another one.
+            let replied = {
                 let mut list = self.queue.committed.lock().expect("ring commit list");
-                let mine = list.iter().any(|&s| s == self.slot);
+                let before = list.len();
                 list.retain(|&s| s != self.slot);
-                if mine { vec![self.slot] } else { Vec::new() }
+                list.len() != before
             };
-            if !committed.is_empty() {
+            if replied {
                 self.push(&mut ring, last.clone())?;
             }
         }
