@@ -68,7 +68,9 @@ const WAKE: u64 = u64::MAX;
 
 /// Anonymous memory the kernel copies requests into and replies out of. Pages are only touched
 /// as requests need them (a slot must be as large as the largest write, most requests use a few
-/// hundred bytes).
+/// hundred bytes). Never unmapped: a ring's registered commands are cancelled asynchronously
+/// after the ring is closed, and until then the kernel may still write a request at the slot's
+/// address, which must not be reused by another mapping. Slots are made once per session.
 #[derive(Debug)]
 struct Region {
     ptr: *mut u8,
@@ -95,13 +97,6 @@ impl Region {
             ptr: ptr.cast(),
             len,
         })
-    }
-}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`, unmapped once.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
     }
 }
 
