@@ -294,7 +294,7 @@ impl<FS: Filesystem> Session<FS> {
         }
         channels.push(ch);
 
-        // The ring threads share the first channel's descriptor (the connection's own).
+        // The ring threads use the session's own channel (the last one: the others are clones).
         #[cfg(target_os = "linux")]
         let rings = match uring_payload {
             Some(payload) => {
