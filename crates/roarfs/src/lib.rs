@@ -206,7 +206,7 @@ impl Mounted {
                 .is_some_and(|dev| sys::top_mount_dev(&self.path) != Some(dev))
             {
                 tracing::info!("roarfs: {} was unmounted already", self.path.display());
-                if sys::join_unmounted(session).is_err() {
+                if session.join_unmounted().is_err() {
                     tracing::error!("roarfs: the filesystem thread panicked");
                 }
                 return self.record_rest();
@@ -232,7 +232,7 @@ impl Mounted {
                     return self.record_rest();
                 }
             }
-            if sys::join_unmounted(session).is_err() {
+            if session.join_unmounted().is_err() {
                 tracing::error!("roarfs: the filesystem thread panicked");
             }
         }

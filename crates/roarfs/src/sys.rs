@@ -871,20 +871,6 @@ pub fn dead_stdin_pipe(pid: i32) -> bool {
     }
 }
 
-/// Waits for the session's thread once this process has unmounted (or detached) the mount itself.
-/// The session is never dropped: fuser's drop unmounts its mount point again, by path, whenever
-/// its device does not look disconnected yet, and by then that path names whatever was mounted
-/// under roarfs (a dataset's own disk or tmpfs), which it would unmount. Leaked with it: the
-/// daemon's `/dev/fuse` descriptor, closed when the daemon exits right after recording.
-pub fn join_unmounted(session: fuser::BackgroundSession) -> std::io::Result<()> {
-    let session = std::mem::ManuallyDrop::new(session);
-    // SAFETY: the handle is moved out exactly once, and `session` is never used or dropped again.
-    let guard = unsafe { std::ptr::read(&session.guard) };
-    guard
-        .join()
-        .map_err(|_| std::io::Error::other("the filesystem thread panicked"))?
-}
-
 /// The device (`st_dev`) of the mount on top at `dir` in this mount namespace, from
 /// /proc/self/mountinfo: of the entries for one mount point, the last is the one on top.
 pub fn top_mount_dev(dir: &std::path::Path) -> Option<u64> {

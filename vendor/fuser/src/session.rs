@@ -625,6 +625,17 @@ impl BackgroundSession {
         Notifier::new(self.sender.clone())
     }
 
+    /// Join the filesystem thread without unmounting: for a caller that unmounted (or detached)
+    /// the mount itself. Dropping the session would unmount its mount point again, by path,
+    /// whenever the device does not look disconnected yet, and by then that path may name the
+    /// filesystem that was mounted under this one.
+    pub fn join_unmounted(mut self) -> io::Result<()> {
+        if let Some(mount) = self.mount.take() {
+            mount.release();
+        }
+        self.join()
+    }
+
     /// Join the filesystem thread.
     pub fn join(self) -> io::Result<()> {
         self.guard

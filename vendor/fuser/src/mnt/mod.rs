@@ -154,6 +154,15 @@ impl Mount {
     }
 }
 
+impl Mount {
+    /// Lets go of the mount without unmounting it: for a caller that unmounted (or detached) it
+    /// already, where unmounting the mount point again by path would hit whatever is mounted
+    /// under it.
+    pub(crate) fn release(mut self) {
+        self.mount_impl.take();
+    }
+}
+
 impl Drop for Mount {
     fn drop(&mut self) {
         if let Some(mut mount) = self.mount_impl.take() {
