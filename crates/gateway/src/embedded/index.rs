@@ -244,12 +244,17 @@ pub(crate) fn random_id() -> String {
 
 impl Index {
     pub(crate) fn open(path: &Path) -> rusqlite::Result<Index> {
-        let db = Connection::open(path)?;
+        let mut db = Connection::open(path)?;
         db.busy_timeout(Duration::from_secs(60))?;
         db.pragma_update(None, "journal_mode", "WAL")?;
         db.pragma_update(None, "synchronous", "NORMAL")?;
         db.pragma_update(None, "foreign_keys", "ON")?;
-        db.execute_batch(SCHEMA)?;
+        // Under the write lock from the start: gateways opening one store at once (concurrent
+        // `roar run --s3`) would otherwise read the schema, then find it changed when they write
+        // and get SQLITE_BUSY at once (a read snapshot cannot wait for a lock).
+        let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.execute_batch(SCHEMA)?;
+        tx.commit()?;
         Ok(Index { db: Mutex::new(db) })
     }
 
