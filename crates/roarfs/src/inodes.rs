@@ -39,6 +39,32 @@ const SYNTHETIC_BASE: u64 = 1 << 62;
 /// issue 23); each kept id holds the backing file open in the kernel, so they are bounded.
 const WARM_IDS: usize = 1024;
 
+/// Read-only opens of files up to this size are served from the mount's own page cache, not by
+/// passthrough. A passthrough read makes the kernel drop the atime it holds, so the `fstat` most
+/// programs do after each open (Python's `open` does) costs a GETATTR round trip; a re-read from
+/// the mount's page cache asks nothing. The first read of a file comes through the daemon
+/// instead (a READ per up to 128 KiB), which passthrough avoids: above this size, passthrough.
+/// The cost is memory: a file read this way is cached twice, by the mount and by the backing
+/// filesystem (bench/NOTES.md, issue 23).
+pub const CACHED_MAX: i64 = 256 << 10;
+
+/// A backing file's size, mtime and ctime: the state its content was in when the kernel's page
+/// cache of the node last matched it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp([i64; 5]);
+
+impl Stamp {
+    pub fn of(st: &libc::stat) -> Stamp {
+        Stamp([
+            st.st_size,
+            st.st_mtime,
+            st.st_mtime_nsec,
+            st.st_ctime,
+            st.st_ctime_nsec,
+        ])
+    }
+}
+
 /// How a node reaches its backing file.
 enum Backing {
     Handle(sys::FileHandle),
@@ -73,6 +99,28 @@ struct Node {
     userspace_opens: usize,
     /// Writable opens among them: the file's content is final once the last one is released.
     writers: usize,
+    /// The backing file's state when the kernel's page cache of this node last held exactly its
+    /// content; `None` when that is not known (never read through the cache, or written by
+    /// passthrough, which bypasses it).
+    cached: Option<Stamp>,
+}
+
+impl Node {
+    fn new(backing: Backing, generation: u64, parent: u64, name: OsString, nlookup: u64) -> Node {
+        Node {
+            backing,
+            generation,
+            parent,
+            name,
+            nlookup,
+            backing_id: Weak::new(),
+            kept: None,
+            passthrough_opens: 0,
+            userspace_opens: 0,
+            writers: 0,
+            cached: None,
+        }
+    }
 }
 
 /// Which scheme keeps backing files reachable.
@@ -101,6 +149,9 @@ pub struct Opened {
     pub generation: u64,
     pub passthrough: bool,
     pub writable: bool,
+    /// Served by the daemon, and the kernel's page cache of the file still holds its content:
+    /// the open keeps that cache (`FOPEN_KEEP_CACHE`) instead of dropping it.
+    pub keep_cache: bool,
 }
 
 pub struct Inodes {
@@ -139,21 +190,8 @@ impl Inodes {
                 (Scheme::PathFds, -1)
             }
         };
-        let nodes = HashMap::from([(
-            ROOT,
-            Node {
-                backing: Backing::Fd(Arc::new(root_fd)),
-                generation: 0,
-                parent: ROOT,
-                name: OsString::new(),
-                nlookup: 1,
-                backing_id: Weak::new(),
-                kept: None,
-                passthrough_opens: 0,
-                userspace_opens: 0,
-                writers: 0,
-            },
-        )]);
+        let root_node = Node::new(Backing::Fd(Arc::new(root_fd)), 0, ROOT, OsString::new(), 1);
+        let nodes = HashMap::from([(ROOT, root_node)]);
         Ok(Inodes {
             root,
             nodes: RwLock::new(nodes),
@@ -304,36 +342,17 @@ impl Inodes {
             Some(node) => {
                 // The inode number was reused: the kernel's old inode is stale. Its FORGETs are
                 // still to come, so its count stays; the open counts belong to the old file.
-                *node = Node {
+                *node = Node::new(
                     backing,
-                    generation: self.next_generation.fetch_add(1, Ordering::Relaxed),
+                    self.next_generation.fetch_add(1, Ordering::Relaxed),
                     parent,
-                    name: name.to_owned(),
-                    nlookup: node.nlookup + 1,
-                    backing_id: Weak::new(),
-                    kept: None,
-                    passthrough_opens: 0,
-                    userspace_opens: 0,
-                    writers: 0,
-                };
+                    name.to_owned(),
+                    node.nlookup + 1,
+                );
                 node.generation
             }
             None => {
-                nodes.insert(
-                    id,
-                    Node {
-                        backing,
-                        generation: 0,
-                        parent,
-                        name: name.to_owned(),
-                        nlookup: 1,
-                        backing_id: Weak::new(),
-                        kept: None,
-                        passthrough_opens: 0,
-                        userspace_opens: 0,
-                        writers: 0,
-                    },
-                );
+                nodes.insert(id, Node::new(backing, 0, parent, name.to_owned(), 1));
                 0
             }
         };
@@ -377,22 +396,40 @@ impl Inodes {
         }
     }
 
-    /// Counts an open of `ino` and decides whether it uses kernel passthrough. An inode is
-    /// never in both modes at once (the kernel refuses that): while it has passthrough opens,
-    /// writers use passthrough too; while it has userspace opens, readers use userspace too.
-    pub fn open(&self, ino: u64, writable: bool, may_pass: bool) -> io::Result<Opened> {
+    /// Counts an open of `ino` and decides how it is served. An inode is never in passthrough
+    /// and userspace mode at once (the kernel refuses that): while it has passthrough opens,
+    /// every open uses passthrough; while it has userspace opens, every open is served here.
+    /// Otherwise a reader of a file larger than [`CACHED_MAX`] uses passthrough, and so does a
+    /// writer only when the inode is already in that mode. `st` is the backing file's state now
+    /// (regular files): whether a userspace reader may keep the kernel's page cache.
+    pub fn open(
+        &self,
+        ino: u64,
+        writable: bool,
+        may_pass: bool,
+        st: Option<&libc::stat>,
+    ) -> io::Result<Opened> {
         let mut nodes = self.nodes.write().expect("nodes lock");
         let node = nodes.get_mut(&ino).ok_or_else(enoent)?;
+        let large = st.is_some_and(|st| st.st_size > CACHED_MAX);
         let passthrough = may_pass
-            && if writable {
-                node.passthrough_opens > 0
-            } else {
-                node.userspace_opens == 0
-            };
+            && (node.passthrough_opens > 0 || !writable && large && node.userspace_opens == 0);
+        let mut keep_cache = false;
         if passthrough {
             node.passthrough_opens += 1;
+            if writable {
+                // The write reaches the backing file around the page cache.
+                node.cached = None;
+            }
         } else {
             node.userspace_opens += 1;
+            if let (false, Some(st)) = (writable, st) {
+                // What the cache holds is this content if every change since it was filled went
+                // through the cache; otherwise the kernel drops it as this open is answered.
+                let now = Stamp::of(st);
+                keep_cache = node.cached == Some(now);
+                node.cached = Some(now);
+            }
         }
         if writable {
             node.writers += 1;
@@ -402,12 +439,15 @@ impl Inodes {
             generation: node.generation,
             passthrough,
             writable,
+            keep_cache,
         })
     }
 
     /// One open fewer; drops the node once the kernel has forgotten it too. Returns how many
-    /// writable opens the inode still has.
-    pub fn close(&self, o: Opened) -> usize {
+    /// writable opens the inode still has. `st`, the backing file's state at the close of a
+    /// userspace writer: every write went through the kernel's page cache, so once the last
+    /// writer is gone the cache holds that content.
+    pub fn close(&self, o: Opened, st: Option<&libc::stat>) -> usize {
         let mut nodes = self.nodes.write().expect("nodes lock");
         let Some(node) = nodes.get_mut(&o.ino) else {
             return 0;
@@ -422,6 +462,9 @@ impl Inodes {
         }
         if o.writable {
             node.writers = node.writers.saturating_sub(1);
+            if !o.passthrough && node.writers == 0 {
+                node.cached = st.map(Stamp::of);
+            }
         }
         let writers = node.writers;
         if node.nlookup == 0 && node.passthrough_opens == 0 && node.userspace_opens == 0 {

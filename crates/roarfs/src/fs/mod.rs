@@ -3,8 +3,10 @@
 //! syscall through [`Inodes`] and replies; content hashing is [`Content`]'s; the state behind the
 //! requests (attribution, the open policy, handles, listings) is in `state.rs`.
 //!
-//! Data path: a read-only open of a file whose content is known (hashed at open, or cached) is
-//! served by kernel FUSE passthrough, so reads never enter this process. A writable open goes
+//! Data path: a read-only open of a file larger than
+//! [`CACHED_MAX`](crate::inodes::CACHED_MAX) is served by kernel FUSE passthrough, so reads never
+//! enter this process; a smaller file is read through the mount's own page cache, kept between
+//! opens while the backing file is unchanged. A writable open goes
 //! through userspace: a file written sequentially from offset 0 is hashed from the write stream;
 //! any other write pattern is hashed from the file after the last writer releases it (see
 //! [`Inodes::open`] for how the two modes share an inode).
@@ -53,6 +55,16 @@ const TTL: Duration = Duration::from_secs(60);
 /// Open replies: no FLUSH request at each close (the daemon has nothing to do then; a writable
 /// handle's content is taken at RELEASE, which the kernel sends without making close wait).
 const OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_NOFLUSH;
+
+/// The flags of an open served by the daemon: it keeps the kernel's page cache of the file when
+/// that cache still holds the file's content ([`Inodes::open`]).
+fn open_flags(o: &Opened) -> FopenFlags {
+    if o.keep_cache {
+        OPEN_FLAGS | FopenFlags::FOPEN_KEEP_CACHE
+    } else {
+        OPEN_FLAGS
+    }
+}
 
 /// `__FMODE_EXEC`: set in the open flags FUSE receives when the kernel opens a file to exec it.
 const FMODE_EXEC: i32 = 0x20;
@@ -563,8 +575,8 @@ impl Filesystem for RoarFs {
             Err(e) => return reply.error(e),
         };
         match self.open_node(req.pid(), job, ino.0, file, flags.0, false) {
-            Ok((fh, false)) => reply.opened(FileHandle(fh), OPEN_FLAGS),
-            Ok((fh, true)) => match self.attach_backing(fh, ino.0, |f| reply.open_backing(f)) {
+            Ok((fh, o)) if !o.passthrough => reply.opened(FileHandle(fh), open_flags(&o)),
+            Ok((fh, _)) => match self.attach_backing(fh, ino.0, |f| reply.open_backing(f)) {
                 Ok(id) => reply.opened_passthrough(FileHandle(fh), OPEN_FLAGS, &id),
                 Err(e) => {
                     self.forget_handle(fh);
@@ -604,8 +616,10 @@ impl Filesystem for RoarFs {
             }
         };
         match self.open_node(req.pid(), job, a.ino.0, file, flags, true) {
-            Ok((fh, false)) => reply.created(&TTL, &a, g, FileHandle(fh), OPEN_FLAGS),
-            Ok((fh, true)) => match self.attach_backing(fh, a.ino.0, |f| reply.open_backing(f)) {
+            Ok((fh, o)) if !o.passthrough => {
+                reply.created(&TTL, &a, g, FileHandle(fh), open_flags(&o))
+            }
+            Ok((fh, _)) => match self.attach_backing(fh, a.ino.0, |f| reply.open_backing(f)) {
                 Ok(id) => reply.created_passthrough(&TTL, &a, g, FileHandle(fh), OPEN_FLAGS, &id),
                 Err(e) => {
                     self.forget_handle(fh);

@@ -20,7 +20,7 @@ use super::{
     TTL,
 };
 use crate::content::{file_stat, Content};
-use crate::inodes::{Inodes, ROOT};
+use crate::inodes::{Inodes, Opened, ROOT};
 use crate::jobs::{Access, JobKey, Jobs};
 use crate::sys;
 
@@ -145,8 +145,8 @@ impl RoarFs {
         }
     }
 
-    /// Opens inode `ino` for a request: records the access and chooses passthrough or
-    /// userspace. Returns the new handle's number and whether it is served by passthrough.
+    /// Opens inode `ino` for a request: records the access and chooses how it is served
+    /// ([`Inodes::open`]). Returns the new handle's number and that choice.
     pub(super) fn open_node(
         &self,
         tid: u32,
@@ -155,7 +155,7 @@ impl RoarFs {
         file: File,
         flags: i32,
         created: bool,
-    ) -> Result<(u64, bool), Errno> {
+    ) -> Result<(u64, Opened), Errno> {
         let acc = flags & libc::O_ACCMODE;
         let writable = acc != libc::O_RDONLY;
         let stat = sys::stat_fd(file.as_fd()).ok();
@@ -216,7 +216,10 @@ impl RoarFs {
             }
         }
         let may_pass = is_file && self.passthrough.load(Ordering::Relaxed);
-        let opened = self.inodes.open(ino, writable, may_pass).map_err(errno)?;
+        let opened = self
+            .inodes
+            .open(ino, writable, may_pass, stat.as_ref().filter(|_| is_file))
+            .map_err(errno)?;
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         let truncated = created || flags & libc::O_TRUNC != 0;
         let handle = Handle {
@@ -234,7 +237,7 @@ impl RoarFs {
             .write()
             .expect("handles lock")
             .insert(fh, Arc::new(Mutex::new(handle)));
-        Ok((fh, opened.passthrough))
+        Ok((fh, opened))
     }
 
     /// Registers (or reuses) the passthrough backing id of `ino` for handle `fh`.
@@ -259,7 +262,7 @@ impl RoarFs {
             return;
         };
         let h = handle.lock().expect("handle lock");
-        self.inodes.close(h.opened);
+        self.inodes.close(h.opened, None);
         if let (true, Some(job)) = (h.writable, h.job) {
             self.jobs.writer_released(job);
         }
@@ -273,7 +276,10 @@ impl RoarFs {
         // The name first: the close can drop the node (a FORGET of an unlinked file may come
         // before its release), and with it the way to the path.
         let path = (h.writable && h.job.is_some()).then(|| self.inodes.path(h.opened.ino));
-        let writers_left = self.inodes.close(h.opened);
+        let now = (h.writable && !h.opened.passthrough)
+            .then(|| sys::stat_fd(h.file.as_fd()).ok())
+            .flatten();
+        let writers_left = self.inodes.close(h.opened, now.as_ref());
         let (Some(path), Some(job)) = (path, h.job) else {
             return;
         };
