@@ -81,7 +81,9 @@ for d in sys.argv[1:]:
 PY
 sync
 bindfs "$W/native" "$W/bind"
-trap 'cd /; umount -l "$W/bind" 2>/dev/null; "$ROAR" unmount "$W/proj/data" >/dev/null 2>&1; uring_restore' EXIT
+# Under set -e a failing command in the trap would end the script with its status: each step
+# may fail (the mounts are usually gone by then).
+trap 'umount -l "$W/bind" 2>/dev/null || true; (cd "$W/proj" && "$ROAR" unmount data >/dev/null 2>&1) || true; uring_restore' EXIT
 cd "$W/proj"
 "$ROAR" mount data
 # The first open through the mount hashes big.bin and remembers it; the timed reads then go

@@ -51,10 +51,10 @@ pub const CACHED_MAX: i64 = 256 << 10;
 /// A backing file's size, mtime and ctime: the state its content was in when the kernel's page
 /// cache of the node last matched it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stamp([i64; 5]);
+struct Stamp([i64; 5]);
 
 impl Stamp {
-    pub fn of(st: &libc::stat) -> Stamp {
+    fn of(st: &libc::stat) -> Stamp {
         Stamp([
             st.st_size,
             st.st_mtime,
