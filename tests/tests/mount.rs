@@ -685,6 +685,67 @@ fn a_file_changed_under_the_mount_is_read_afresh() {
     );
 }
 
+/// How many pages of `path` are in the page cache (`mincore` over a mapping of it).
+fn resident_pages(path: &Path) -> usize {
+    let f = std::fs::File::open(path).unwrap();
+    let len = f.metadata().unwrap().len() as usize;
+    let pages = len.div_ceil(4096);
+    let mut vec = vec![0u8; pages];
+    // SAFETY: a read-only shared mapping of a file we hold open, unmapped below; mincore writes
+    // one byte per page into `vec`, which has that many.
+    #[allow(unsafe_code)]
+    unsafe {
+        let addr = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            0,
+        );
+        assert_ne!(addr, libc::MAP_FAILED);
+        assert_eq!(libc::mincore(addr, len, vec.as_mut_ptr()), 0);
+        libc::munmap(addr, len);
+    }
+    vec.iter().filter(|b| *b & 1 == 1).count()
+}
+
+/// A small file read through the mount is in memory once: the mount's page cache keeps it
+/// between opens, and the daemon drops the backing filesystem's copy of what it served.
+#[test]
+fn a_small_file_read_through_the_mount_is_cached_once() {
+    if !require_fuse() {
+        return;
+    }
+    let content: Vec<u8> = (0..200u32 << 10).map(|i| (i % 251) as u8).collect();
+    let mut under = None;
+    let m = Mounted::new(|d| {
+        let mut f = std::fs::File::create(d.join("f")).unwrap();
+        std::io::Write::write_all(&mut f, &content).unwrap();
+        // Clean pages: the kernel drops those when asked (dirty ones only once written back).
+        f.sync_all().unwrap();
+        under = Some(std::fs::File::open(d).unwrap());
+    });
+    let under = under.unwrap();
+    let backing = Path::new("/proc/self/fd")
+        .join(std::os::fd::AsRawFd::as_raw_fd(&under).to_string())
+        .join("f");
+    assert!(resident_pages(&backing) > 0, "the file was just written");
+    for _ in 0..2 {
+        assert!(std::fs::read(m.data.join("f")).unwrap() == content);
+    }
+    // The daemon drops them after its reply.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while resident_pages(&backing) > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(
+        resident_pages(&backing),
+        0,
+        "the backing file's pages stayed cached beside the mount's"
+    );
+}
+
 /// CPU time (utime + stime, in ticks) of the daemon's io_uring queue threads, and how many there
 /// are.
 fn ring_threads_cpu(pid: i32) -> (u64, usize) {

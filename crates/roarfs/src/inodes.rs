@@ -44,8 +44,8 @@ const WARM_IDS: usize = 1024;
 /// programs do after each open (Python's `open` does) costs a GETATTR round trip; a re-read from
 /// the mount's page cache asks nothing. The first read of a file comes through the daemon
 /// instead (a READ per up to 128 KiB), which passthrough avoids: above this size, passthrough.
-/// The cost is memory: a file read this way is cached twice, by the mount and by the backing
-/// filesystem (bench/NOTES.md, issue 23).
+/// The daemon drops the backing filesystem's cache of what it served, so such a file is not in
+/// memory twice (bench/NOTES.md, issue 23).
 pub const CACHED_MAX: i64 = 256 << 10;
 
 /// A backing file's size, mtime and ctime: the state its content was in when the kernel's page

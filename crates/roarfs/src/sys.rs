@@ -76,6 +76,25 @@ pub fn stat_fd(fd: BorrowedFd<'_>) -> io::Result<libc::stat> {
     Ok(st)
 }
 
+/// Asks the kernel to drop the page cache of `len` bytes of `fd` at `offset` (clean pages;
+/// dirty ones are written back first, in the background).
+pub fn drop_cached(fd: BorrowedFd<'_>, offset: u64, len: usize) -> io::Result<()> {
+    // SAFETY: plain integer arguments on a descriptor we hold.
+    let r = unsafe {
+        libc::posix_fadvise(
+            fd.as_raw_fd(),
+            offset as libc::off_t,
+            len as libc::off_t,
+            libc::POSIX_FADV_DONTNEED,
+        )
+    };
+    // posix_fadvise returns the error number instead of setting errno.
+    match r {
+        0 => Ok(()),
+        e => Err(io::Error::from_raw_os_error(e)),
+    }
+}
+
 pub fn mkdir_at(dir: BorrowedFd<'_>, name: &OsStr, mode: u32) -> io::Result<()> {
     let name = cstr(name)?;
     // SAFETY: `name` is NUL-terminated.

@@ -662,6 +662,12 @@ impl Filesystem for RoarFs {
             }
         }
         reply.data(&buf[..n]);
+        if !h.writable {
+            // These bytes are in the mount's page cache now (the kernel keeps it between opens
+            // while the file is unchanged, `Inodes::open`): the backing filesystem's copy would
+            // hold the same file in memory a second time. Advice only: failing changes nothing.
+            let _ = sys::drop_cached(h.file.as_fd(), offset, n);
+        }
     }
 
     fn write(
