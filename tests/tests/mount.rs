@@ -625,6 +625,14 @@ fn reads_see_every_change_whichever_way_the_file_is_served() {
     }
 }
 
+/// `name` in the directory under the mount, reached through `dir`, a descriptor of that
+/// directory opened before the mount hid it (as a process already inside it would).
+fn behind(dir: &std::fs::File, name: &str) -> std::path::PathBuf {
+    Path::new("/proc/self/fd")
+        .join(std::os::fd::AsRawFd::as_raw_fd(dir).to_string())
+        .join(name)
+}
+
 /// The mount's page cache of a small file is kept between opens only while the backing file is
 /// as it was: a change that reaches the backing file some other way (a process that had the
 /// directory open before the mount), even one that keeps the size and puts the mtime back, is
@@ -640,10 +648,7 @@ fn a_file_changed_under_the_mount_is_read_afresh() {
         under = Some(std::fs::File::open(d).unwrap());
     });
     let under = under.unwrap();
-    // The directory under the mount, through the descriptor opened before it.
-    let backing = Path::new("/proc/self/fd")
-        .join(std::os::fd::AsRawFd::as_raw_fd(&under).to_string())
-        .join("f");
+    let backing = behind(&under, "f");
     let f = m.data.join("f");
     for _ in 0..3 {
         assert_eq!(std::fs::read(&f).unwrap(), vec![b'a'; 1000]);
@@ -727,9 +732,7 @@ fn a_small_file_read_through_the_mount_is_cached_once() {
         under = Some(std::fs::File::open(d).unwrap());
     });
     let under = under.unwrap();
-    let backing = Path::new("/proc/self/fd")
-        .join(std::os::fd::AsRawFd::as_raw_fd(&under).to_string())
-        .join("f");
+    let backing = behind(&under, "f");
     assert!(resident_pages(&backing) > 0, "the file was just written");
     for _ in 0..2 {
         assert!(std::fs::read(m.data.join("f")).unwrap() == content);
