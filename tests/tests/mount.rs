@@ -690,6 +690,117 @@ fn a_file_changed_under_the_mount_is_read_afresh() {
     );
 }
 
+/// The names in a directory, sorted.
+fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The kernel keeps a directory's listing between opens only while the directory is as it was:
+/// a change that reaches it behind the mount (entries added, removed, renamed; its mtime put
+/// back each time) is listed at the next open, as is a change through the mount, in a directory
+/// of a few entries and in one of many pages of them.
+#[test]
+fn a_directory_changed_under_the_mount_is_listed_afresh() {
+    if !require_fuse() {
+        return;
+    }
+    let mut under = None;
+    let m = Mounted::new(|d| {
+        for (dir, n) in [("few", 6), ("many", 3000)] {
+            std::fs::create_dir(d.join(dir)).unwrap();
+            for i in 0..n {
+                std::fs::write(d.join(dir).join(format!("file-{i:05}")), "x").unwrap();
+            }
+        }
+        under = Some(std::fs::File::open(d).unwrap());
+    });
+    let under = under.unwrap();
+    for dir in ["few", "many"] {
+        let (through, back) = (m.data.join(dir), behind(&under, dir));
+        for round in 0..6 {
+            for _ in 0..2 {
+                assert_eq!(
+                    listing(&through),
+                    listing(&back),
+                    "{dir}, round {round}: the mount lists what it listed before, not the directory"
+                );
+            }
+            let mtime = std::fs::metadata(&back).unwrap().modified().unwrap();
+            let (at, name) = if round % 2 == 0 {
+                (&back, "behind")
+            } else {
+                (&through, "through")
+            };
+            match round / 2 {
+                0 => std::fs::write(at.join(format!("new-{name}")), "n").unwrap(),
+                1 => std::fs::remove_file(at.join(format!("file-{round:05}"))).unwrap(),
+                _ => std::fs::rename(
+                    at.join(format!("file-{round:05}")),
+                    at.join(format!("renamed-{name}")),
+                )
+                .unwrap(),
+            }
+            if at == &back {
+                std::fs::File::open(&back)
+                    .unwrap()
+                    .set_modified(mtime)
+                    .unwrap();
+                assert_eq!(std::fs::metadata(&back).unwrap().modified().unwrap(), mtime);
+            }
+        }
+        assert_eq!(listing(&through), listing(&back));
+    }
+}
+
+/// Listings taken while another thread changes the directory, through the mount and behind
+/// it, in a loop: once the changes stop, the next listing is the directory's. (Each side changes
+/// names of its own: a name changed behind the mount is seen through it within the kernel's
+/// 60 s, a listing at its next open.)
+#[test]
+fn a_directory_listed_while_it_changes_is_listed_right_after() {
+    if !require_fuse() {
+        return;
+    }
+    let mut under = None;
+    let m = Mounted::new(|d| {
+        std::fs::create_dir(d.join("d")).unwrap();
+        under = Some(std::fs::File::open(d).unwrap());
+    });
+    let under = under.unwrap();
+    let (through, back) = (m.data.join("d"), behind(&under, "d"));
+    for round in 0..20 {
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    listing(&through);
+                }
+            });
+            let changed = (0..100).try_for_each(|i| {
+                let (at, side) = if (i + round) % 3 == 0 {
+                    (&back, "behind")
+                } else {
+                    (&through, "through")
+                };
+                let name = at.join(format!("{side}-{}", (i * 7 + round) % 20));
+                if name.exists() {
+                    std::fs::remove_file(&name)
+                } else {
+                    std::fs::write(&name, "x")
+                }
+            });
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            changed.unwrap();
+        });
+        assert_eq!(listing(&through), listing(&back), "round {round}");
+    }
+}
+
 /// How many pages of `path` are in the page cache (`mincore` over a mapping of it).
 fn resident_pages(path: &Path) -> usize {
     let f = std::fs::File::open(path).unwrap();

@@ -48,8 +48,8 @@ const WARM_IDS: usize = 1024;
 /// memory twice (bench/NOTES.md, issue 23).
 pub const CACHED_MAX: i64 = 256 << 10;
 
-/// A backing file's size, mtime and ctime: the state its content was in when the kernel's page
-/// cache of the node last matched it.
+/// A backing file's (or directory's) size, mtime and ctime: the state its content was in when
+/// the kernel's page cache of the node last matched it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Stamp([i64; 5]);
 
@@ -101,7 +101,8 @@ struct Node {
     writers: usize,
     /// The backing file's state when the kernel's page cache of this node last held exactly its
     /// content; `None` when that is not known (never read through the cache, or written by
-    /// passthrough, which bypasses it).
+    /// passthrough, which bypasses it). For a directory: its state at the last open, no later
+    /// than the listing the kernel caches ([`Inodes::open_dir`]).
     cached: Option<Stamp>,
 }
 
@@ -441,6 +442,21 @@ impl Inodes {
             writable,
             keep_cache,
         })
+    }
+
+    /// Whether an open of directory `ino` may keep the kernel's cached listing of it: `st`, the
+    /// directory now, is as it was at the previous open. The listing the kernel caches is read
+    /// after an open, so it is never older than the state remembered then; a change made behind
+    /// the mount moves the directory's mtime and ctime, and the kernel drops its listing when
+    /// the open is answered without `FOPEN_KEEP_CACHE`. Changes made through the mount the
+    /// kernel notices itself (it drops the listing when one of its entries changes).
+    pub fn open_dir(&self, ino: u64, st: &libc::stat) -> io::Result<bool> {
+        let mut nodes = self.nodes.write().expect("nodes lock");
+        let node = nodes.get_mut(&ino).ok_or_else(enoent)?;
+        let now = Stamp::of(st);
+        let keep = node.cached == Some(now);
+        node.cached = Some(now);
+        Ok(keep)
     }
 
     /// One open fewer; drops the node once the kernel has forgotten it too. Returns how many

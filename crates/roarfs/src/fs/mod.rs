@@ -766,13 +766,24 @@ impl Filesystem for RoarFs {
         }
     }
 
+    /// The kernel caches each directory's listing (`FOPEN_CACHE_DIR`), kept between opens
+    /// while the directory is unchanged ([`Inodes::open_dir`]): a re-listing asks no READDIR.
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.with_fd(ino.0, |fd| {
-            sys::reopen(fd, libc::O_RDONLY | libc::O_DIRECTORY)
-        }) {
-            Ok(_) => reply.opened(
+        let keep = self.with_fd(ino.0, |fd| {
+            let st = sys::stat_fd(fd)?;
+            if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+                return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
+            }
+            self.inodes.open_dir(ino.0, &st)
+        });
+        match keep {
+            Ok(keep) => reply.opened(
                 FileHandle(self.next_fh.fetch_add(1, Ordering::Relaxed)),
-                FopenFlags::empty(),
+                if keep {
+                    FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
+                } else {
+                    FopenFlags::FOPEN_CACHE_DIR
+                },
             ),
             Err(e) => reply.error(e),
         }
