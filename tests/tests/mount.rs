@@ -321,6 +321,37 @@ fn a_killed_daemon_is_detected_and_cleared_and_nothing_is_lost() {
     assert_eq!(std::fs::read(m.data.join("keep.txt")).unwrap(), b"precious");
 }
 
+/// `umount DIR` (not `roar unmount`) ends the session: the daemon records the mount's jobs
+/// and exits instead of waiting for a signal forever.
+#[test]
+fn a_mount_unmounted_from_outside_records_its_jobs_and_its_daemon_exits() {
+    if !require_fuse() {
+        return;
+    }
+    let mut m = Mounted::new(|_| {});
+    let pid = m.daemon_pid();
+    assert!(m.run(&["sh", "-c", "echo made > out.txt"]).success());
+    let out = Command::new("umount").arg(&m.data).output().unwrap();
+    assert!(out.status.success(), "umount: {}", stderr(&out));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    // The daemon is not this process's child: gone once its /proc entry is, or is a zombie.
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+    };
+    while alive() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "10 s after `umount`, the mount's daemon (pid {pid}) still runs"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    m.mounted = false;
+    let job = m.job_with_argv(&["sh", "-c", "echo made > out.txt"]);
+    assert_eq!(m.files(&job, "output"), ["out.txt"]);
+    assert_eq!(std::fs::read(m.data.join("out.txt")).unwrap(), b"made\n");
+}
+
 #[test]
 fn bad_mount_requests_get_one_clear_line() {
     if !require_fuse() {

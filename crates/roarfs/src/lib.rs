@@ -184,6 +184,12 @@ impl Mounted {
         self.transport
     }
 
+    /// Whether the session ended without [`Mounted::unmount`]: the mount was unmounted from
+    /// outside roar (`umount DIR`), or detached and its last open file closed.
+    pub fn ended(&self) -> bool {
+        self.session.as_ref().is_some_and(|s| s.guard.is_finished())
+    }
+
     /// Records the jobs whose root process has exited; call it every few hundred milliseconds.
     pub fn tick(&self) -> Vec<i64> {
         self.jobs.finish(false)
@@ -258,9 +264,9 @@ impl Drop for Mounted {
 /// How often a daemon records jobs whose root process has exited.
 pub const TICK: Duration = Duration::from_millis(200);
 
-/// Runs a mount until SIGTERM, SIGINT or SIGHUP: mounts, calls `ready` (so a parent waiting on a
-/// daemon can return), records finished jobs every [`TICK`], and on a signal unmounts and records
-/// the rest. Signals are blocked in every thread and taken synchronously here, so no handler runs
+/// Runs a mount until SIGTERM, SIGINT or SIGHUP, or until it is unmounted from outside roar:
+/// mounts, calls `ready` (so a parent waiting on a daemon can return), records finished jobs
+/// every [`TICK`], and at the end unmounts (if still mounted) and records the rest. Signals are blocked in every thread and taken synchronously here, so no handler runs
 /// inside the filesystem's threads.
 ///
 /// `mount` makes the mount ([`mount`] or [`mount_archives`]); `ready` gets [`Mounted::how`] and
@@ -283,6 +289,13 @@ pub fn serve(
     loop {
         if let Some(sig) = sys::wait_signal(&signals, TICK) {
             tracing::info!("roarfs: signal {sig}, unmounting {}", dir.display());
+            break;
+        }
+        if mounted.ended() {
+            tracing::info!(
+                "roarfs: {} was unmounted from outside roar; recording its jobs",
+                dir.display()
+            );
             break;
         }
         recorded.extend(mounted.tick());

@@ -66,6 +66,12 @@ fn open_flags(o: &Opened) -> FopenFlags {
     }
 }
 
+/// The preferred I/O size the mount reports (`st_blksize`, at least): programs size their
+/// buffers by it (Python's buffered files, glibc's stdio), and every write(2) to the mount is a
+/// round trip to the daemon, so a Python loop of small writes reaches it in 128 KiB pieces, not
+/// the backing filesystem's 4 KiB (as roarfs's archives and most network filesystems report).
+const BLKSIZE: u32 = 128 << 10;
+
 /// `__FMODE_EXEC`: set in the open flags FUSE receives when the kernel opens a file to exec it.
 const FMODE_EXEC: i32 = 0x20;
 
@@ -138,7 +144,7 @@ fn attr(ino: u64, st: &libc::stat) -> FileAttr {
         uid: st.st_uid,
         gid: st.st_gid,
         rdev: st.st_rdev as u32,
-        blksize: st.st_blksize as u32,
+        blksize: (st.st_blksize as u32).max(BLKSIZE),
         flags: 0,
     }
 }
