@@ -352,6 +352,21 @@ fn a_mount_unmounted_from_outside_records_its_jobs_and_its_daemon_exits() {
     assert_eq!(std::fs::read(m.data.join("out.txt")).unwrap(), b"made\n");
 }
 
+/// The mount's preferred I/O size is its own (each write is a round trip to the daemon), not
+/// the backing filesystem's 4 KiB: buffered writers (Python, stdio) size their buffers by it.
+#[test]
+fn the_mount_asks_for_writes_of_at_least_128_kib() {
+    if !require_fuse() {
+        return;
+    }
+    let m = Mounted::new(|d| std::fs::write(d.join("f"), "x").unwrap());
+    std::fs::create_dir(m.data.join("d")).unwrap();
+    for p in ["f", "d", "."] {
+        let blksize = std::fs::metadata(m.data.join(p)).unwrap().blksize();
+        assert!(blksize >= 128 << 10, "{p}: st_blksize {blksize}");
+    }
+}
+
 #[test]
 fn bad_mount_requests_get_one_clear_line() {
     if !require_fuse() {
