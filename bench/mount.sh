@@ -105,8 +105,10 @@ $CMP "$W/write.json" "$RUNS" \
     "native2=dd if=/dev/zero of=$W/native/out.bin bs=1M count=1024" \
     "roar mount=dd if=/dev/zero of=$W/proj/data/out.bin bs=1M count=1024" \
     "bindfs=dd if=/dev/zero of=$W/bind/out2.bin bs=1M count=1024"
-# The writes' 4 GiB of dirty pages would be written back during the rows below (slowing native
-# file creation 7x, which made the small-file ratio look better than it is): out of the way first.
+# The writes' 4 GiB of dirty pages would be written back during the rows below: out of the way
+# first. (The small-file row stays noisy for another reason: ext4 scans its recently deleted
+# inodes when allocating, so each run there pays for the 10,000 deletions of the run before it;
+# bench/NOTES.md, 2026-11-25 late evening.)
 rm -f "$W/native/out.bin" "$W/proj/data/out.bin" "$W/bind/out2.bin"
 sync
 echo "== 1,000 files md5summed in random order"
