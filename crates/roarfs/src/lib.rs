@@ -266,8 +266,9 @@ pub const TICK: Duration = Duration::from_millis(200);
 
 /// Runs a mount until SIGTERM, SIGINT or SIGHUP, or until it is unmounted from outside roar:
 /// mounts, calls `ready` (so a parent waiting on a daemon can return), records finished jobs
-/// every [`TICK`], and at the end unmounts (if still mounted) and records the rest. Signals are blocked in every thread and taken synchronously here, so no handler runs
-/// inside the filesystem's threads.
+/// every [`TICK`], and at the end unmounts (if still mounted) and records the rest. Signals are
+/// blocked in every thread and taken synchronously here, so no handler runs inside the
+/// filesystem's threads.
 ///
 /// `mount` makes the mount ([`mount`] or [`mount_archives`]); `ready` gets [`Mounted::how`] and
 /// [`Mounted::transport`].
