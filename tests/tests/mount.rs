@@ -336,8 +336,13 @@ fn a_mount_unmounted_from_outside_records_its_jobs_and_its_daemon_exits() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     // The daemon is not this process's child: gone once its /proc entry is, or is a zombie.
     let alive = || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .is_ok_and(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            !s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
     };
     while alive() {
         assert!(
