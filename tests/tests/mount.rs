@@ -684,6 +684,17 @@ fn behind(dir: &std::fs::File, name: &str) -> std::path::PathBuf {
         .join(name)
 }
 
+/// A mount of a data directory `setup` fills, and a descriptor of that directory opened before
+/// the mount hid it (to change it behind the mount, through [`behind`]).
+fn mounted_with_a_way_behind(setup: impl FnOnce(&Path)) -> (Mounted, std::fs::File) {
+    let mut under = None;
+    let m = Mounted::new(|d| {
+        setup(d);
+        under = Some(std::fs::File::open(d).unwrap());
+    });
+    (m, under.unwrap())
+}
+
 /// The mount's page cache of a small file is kept between opens only while the backing file is
 /// as it was: a change that reaches the backing file some other way (a process that had the
 /// directory open before the mount), even one that keeps the size and puts the mtime back, is
@@ -693,12 +704,8 @@ fn a_file_changed_under_the_mount_is_read_afresh() {
     if !require_fuse() {
         return;
     }
-    let mut under = None;
-    let mut m = Mounted::new(|d| {
-        std::fs::write(d.join("f"), vec![b'a'; 1000]).unwrap();
-        under = Some(std::fs::File::open(d).unwrap());
-    });
-    let under = under.unwrap();
+    let (mut m, under) =
+        mounted_with_a_way_behind(|d| std::fs::write(d.join("f"), vec![b'a'; 1000]).unwrap());
     let backing = behind(&under, "f");
     let f = m.data.join("f");
     for _ in 0..3 {
@@ -760,17 +767,14 @@ fn a_directory_changed_under_the_mount_is_listed_afresh() {
     if !require_fuse() {
         return;
     }
-    let mut under = None;
-    let m = Mounted::new(|d| {
+    let (m, under) = mounted_with_a_way_behind(|d| {
         for (dir, n) in [("few", 6), ("many", 3000)] {
             std::fs::create_dir(d.join(dir)).unwrap();
             for i in 0..n {
                 std::fs::write(d.join(dir).join(format!("file-{i:05}")), "x").unwrap();
             }
         }
-        under = Some(std::fs::File::open(d).unwrap());
     });
-    let under = under.unwrap();
     for dir in ["few", "many"] {
         let (through, back) = (m.data.join(dir), behind(&under, dir));
         for round in 0..6 {
@@ -817,12 +821,7 @@ fn a_directory_listed_while_it_changes_is_listed_right_after() {
     if !require_fuse() {
         return;
     }
-    let mut under = None;
-    let m = Mounted::new(|d| {
-        std::fs::create_dir(d.join("d")).unwrap();
-        under = Some(std::fs::File::open(d).unwrap());
-    });
-    let under = under.unwrap();
+    let (m, under) = mounted_with_a_way_behind(|d| std::fs::create_dir(d.join("d")).unwrap());
     let (through, back) = (m.data.join("d"), behind(&under, "d"));
     for round in 0..20 {
         let stop = std::sync::atomic::AtomicBool::new(false);
