@@ -62,6 +62,52 @@ elif phase == "ctime":
     time.sleep(0.02)
     os.chmod("c.txt", 0o644)
     show("chmod moves ctime", lambda: os.stat("c.txt").st_ctime_ns > before)
+elif phase in ("privs-setup", "privs"):
+    # What a write, a truncate and an O_TRUNC open leave of setuid/setgid bits: the kernel drops
+    # them for a writer without CAP_FSETID (setgid only with group execute, or for a writer
+    # outside the file's group), never for root. Files are root's and writable by all.
+    def once(f):
+        def run(p):
+            fd = os.open(p, os.O_WRONLY | f[0])
+            f[1](fd)
+            os.close(fd)
+        return run
+    ways = {
+        "write": once((0, lambda fd: os.write(fd, b"w"))),
+        "append": once((os.O_APPEND, lambda fd: os.write(fd, b"a"))),
+        "pwrite": once((0, lambda fd: os.pwrite(fd, b"p", 100))),
+        "ftruncate": once((0, lambda fd: os.ftruncate(fd, 2))),
+        "otrunc": once((os.O_TRUNC, lambda fd: None)),
+        "truncate": lambda p: os.truncate(p, 1),
+    }
+    kinds = [(0o4777, 0), (0o2777, 0), (0o6777, 4243), (0o2767, 0), (0o2767, 4243)]
+    for who in (["root", "user"] if phase == "privs-setup" else [sys.argv[2]]):
+        for way, f in ways.items():
+            for mode, gid in kinds:
+                p = f"privs-{who}-{way}-{oct(mode)}-{gid}"
+                if phase == "privs-setup":
+                    with open(p, "w") as fh:
+                        fh.write("content")
+                    os.chown(p, 0, gid)
+                    os.chmod(p, mode)
+                else:
+                    show(f"{who} {way} {oct(mode)} gid={gid}", lambda: (f(p), desc(p))[1])
+        # A file capability goes with any write, root's too.
+        p = f"privs-{who}-caps"
+        if phase == "privs-setup":
+            with open(p, "w") as fh:
+                fh.write("content")
+            os.chmod(p, 0o777)
+            import struct
+            os.setxattr(p, "security.capability", struct.pack("<5I", 0x02000001, 1 << 10, 0, 0, 0))
+        else:
+            def caps_left():
+                ways["write"](p)
+                try:
+                    return len(os.getxattr(p, "security.capability"))
+                except OSError as e:
+                    return errno.errorcode[e.errno]
+            show(f"{who} write caps", caps_left)
 elif phase == "tmpfile":
     def tmp():
         fd = os.open(".", os.O_TMPFILE | os.O_WRONLY, 0o600)
@@ -132,6 +178,9 @@ fn transcript(dir: &Path, acl_through: &Path) -> String {
     }
     t += &phase(dir, true, "022", &["access"]);
     t += &phase(dir, false, "022", &["ctime"]);
+    t += &phase(dir, false, "022", &["privs-setup"]);
+    t += &phase(dir, false, "022", &["privs", "root"]);
+    t += &phase(dir, true, "022", &["privs", "user"]);
     t
 }
 
@@ -180,6 +229,11 @@ fn creation_permissions_and_acls_match_the_backing_directory_under_every_umask()
         "read open o",
         "dacl user077 file -rw-rw-r-- 0o664",
         "chown -1 -1 moves ctime True",
+        "root write 0o4777 gid=0 -rwsrwxrwx",
+        "user write 0o4777 gid=0 -rwxrwxrwx",
+        "user truncate 0o6777 gid=4243 -rwxrwxrwx",
+        "user otrunc 0o2767 gid=4243 -rwxrwSrwx",
+        "user write caps ENODATA",
     ] {
         assert!(want.contains(needle), "{needle:?} not in\n{want}");
     }

@@ -13,8 +13,10 @@
 //!
 //! Creation (create, mknod, mkdir, symlink) runs as the caller ([`sys::as_caller`]): the kernel
 //! sends the full mode and the caller's umask (FUSE_DONT_MASK), so umask, default ACLs, setgid
-//! directories and setuid bits come out as on the backing filesystem. POSIX ACLs are enforced
-//! by the kernel (FUSE_POSIX_ACL), which reads them through getxattr.
+//! directories and setuid bits come out as on the backing filesystem; so do a write, truncate,
+//! chown or `O_TRUNC` open of a setuid/setgid file ([`has_sxid`]), which drop what the backing
+//! filesystem drops for the caller (FUSE_HANDLE_KILLPRIV_V2). POSIX ACLs are enforced by the
+//! kernel (FUSE_POSIX_ACL), which reads them through getxattr.
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
@@ -153,6 +155,14 @@ fn is_reg(st: &libc::stat) -> bool {
     st.st_mode & libc::S_IFMT == libc::S_IFREG
 }
 
+/// A regular file with a setuid or setgid bit: what a write, a truncate, a chown or an `O_TRUNC`
+/// open by an unprivileged caller may have to drop. The daemon runs those operations with the
+/// caller's ids ([`sys::as_caller`]), so the backing filesystem drops exactly what it would for
+/// the caller (the kernel leaves it to the daemon: `FUSE_HANDLE_KILLPRIV_V2`).
+fn has_sxid(st: &libc::stat) -> bool {
+    is_reg(st) && st.st_mode & (libc::S_ISUID | libc::S_ISGID) != 0
+}
+
 static ATTRIBUTION_FAILED: AtomicBool = AtomicBool::new(false);
 
 /// Logs `msg` the first time `flag` is raised only: a failure that repeats per request must not
@@ -218,6 +228,15 @@ impl Filesystem for RoarFs {
             .is_err()
         {
             tracing::warn!("roarfs: the kernel does not offer FUSE_ATOMIC_O_TRUNC: overwrites may be recorded as reads of the old content");
+        }
+        // The daemon drops setuid/setgid bits itself (`has_sxid`), so the kernel remembers per
+        // inode that a file has nothing to drop (SB_NOSEC) instead of asking GETXATTR
+        // security.capability before every write(2).
+        if config
+            .add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2)
+            .is_err()
+        {
+            tracing::info!("roarfs: the kernel does not offer FUSE_HANDLE_KILLPRIV_V2: every write asks for security.capability first");
         }
         if config.add_capabilities(InitFlags::FUSE_DONT_MASK).is_ok() {
             self.dont_mask.store(true, Ordering::Relaxed);
@@ -301,10 +320,22 @@ impl Filesystem for RoarFs {
             Ok(job) => job.flatten(),
             Err(e) => return reply.error(e),
         };
+        let caller = self.caller(req, 0);
         let result = self.with_fd(ino.0, |fd| {
             if let Some(mode) = mode {
                 sys::chmod_fd(fd, mode)?;
             }
+            // A chown or truncate of a setuid/setgid file runs as the caller: what it drops of
+            // those bits is what the backing filesystem drops for that caller.
+            let sxid = (uid.is_some() || gid.is_some() || size.is_some())
+                && sys::stat_fd(fd).is_ok_and(|st| has_sxid(&st));
+            let as_caller = |f: &mut dyn FnMut() -> io::Result<()>| {
+                if sxid {
+                    sys::as_caller(caller, f)
+                } else {
+                    f()
+                }
+            };
             // chown(f, -1, -1) arrives with nothing to set (or only ctime): it changes ctime,
             // which the same call on the backing file does.
             let only_ctime = mode.is_none()
@@ -313,19 +344,19 @@ impl Filesystem for RoarFs {
                 && mtime.is_none()
                 && (ctime.is_some() || fh.is_none());
             if uid.is_some() || gid.is_some() || only_ctime {
-                sys::chown_fd(fd, uid, gid)?;
+                as_caller(&mut || sys::chown_fd(fd, uid, gid))?;
             }
             if let Some(size) = size {
                 match fh.and_then(|fh| self.handle(fh.0)) {
                     Some(h) => {
                         let mut h = h.lock().expect("handle lock");
-                        h.file.set_len(size)?;
+                        as_caller(&mut || h.file.set_len(size))?;
                         h.wrote = true;
                         if h.stream.as_ref().is_some_and(|(_, n)| *n != size) {
                             h.stream = None;
                         }
                     }
-                    None => sys::truncate_fd(fd, size)?,
+                    None => as_caller(&mut || sys::truncate_fd(fd, size))?,
                 }
             }
             if atime.is_some() || mtime.is_some() {
@@ -576,7 +607,7 @@ impl Filesystem for RoarFs {
             Ok(job) => job,
             Err(e) => return reply.error(e),
         };
-        let file = match self.inodes.open_file(ino.0, flags.0).map_err(errno) {
+        let file = match self.open_existing(req, ino.0, flags.0) {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
@@ -683,7 +714,7 @@ impl Filesystem for RoarFs {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _wf: WriteFlags,
+        wf: WriteFlags,
         flags: OpenFlags,
         _lock: Option<LockOwner>,
         reply: ReplyWrite,
@@ -697,11 +728,21 @@ impl Filesystem for RoarFs {
             self.jobs.writing(req.pid(), job);
         }
         // O_APPEND: the backing fd appends by itself; the kernel's offset is advisory then.
-        let r = if flags.0 & libc::O_APPEND != 0 {
-            use std::io::Write;
-            (&h.file).write_all(data)
+        let write = || {
+            if flags.0 & libc::O_APPEND != 0 {
+                use std::io::Write;
+                (&h.file).write_all(data)
+            } else {
+                h.file.write_all_at(data, offset)
+            }
+        };
+        // A caller without CAP_FSETID writing to a setuid/setgid file: the bits it drops.
+        let r = if wf.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
+            && sys::stat_fd(h.file.as_fd()).is_ok_and(|st| has_sxid(&st))
+        {
+            sys::as_caller(self.caller(req, 0), write)
         } else {
-            h.file.write_all_at(data, offset)
+            write()
         };
         match r {
             Ok(()) => {

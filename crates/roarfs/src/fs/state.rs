@@ -16,8 +16,8 @@ use fuser::{BackingId, Errno, FileAttr, FileType, Generation, ReplyEntry, Reques
 use roar_store::{ContentHash, Ops};
 
 use super::{
-    attr, dtype, errno, is_reg, log_once, DirEntry, Handle, RoarFs, ATTRIBUTION_FAILED, FMODE_EXEC,
-    TTL,
+    attr, dtype, errno, has_sxid, is_reg, log_once, DirEntry, Handle, RoarFs, ATTRIBUTION_FAILED,
+    FMODE_EXEC, TTL,
 };
 use crate::content::{file_stat, Content};
 use crate::inodes::{Inodes, Opened, ROOT};
@@ -96,6 +96,31 @@ impl RoarFs {
         let _ = self.with_fd(parent, |dir| {
             sys::unlink_at(dir, name, 0).or_else(|_| sys::unlink_at(dir, name, libc::AT_REMOVEDIR))
         });
+    }
+
+    /// Opens existing node `ino` for an open request. An `O_TRUNC` open truncates after the
+    /// open, as the caller when the file is setuid/setgid ([`super::has_sxid`]): an unprivileged
+    /// caller's truncate drops those bits on the backing filesystem, root's keeps them.
+    pub(super) fn open_existing(&self, req: &Request, ino: u64, flags: i32) -> Result<File, Errno> {
+        let trunc = flags & libc::O_TRUNC != 0 && flags & libc::O_ACCMODE != libc::O_RDONLY;
+        if !trunc {
+            return self.inodes.open_file(ino, flags).map_err(errno);
+        }
+        let file = self
+            .inodes
+            .open_file(ino, flags & !libc::O_TRUNC)
+            .map_err(errno)?;
+        let st = sys::stat_fd(file.as_fd()).map_err(errno)?;
+        if is_reg(&st) {
+            let truncate = || file.set_len(0);
+            if has_sxid(&st) {
+                sys::as_caller(self.caller(req, 0), truncate)
+            } else {
+                truncate()
+            }
+            .map_err(errno)?;
+        }
+        Ok(file)
     }
 
     pub(super) fn caller(&self, req: &Request, umask: u32) -> sys::Caller {
