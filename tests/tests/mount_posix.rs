@@ -66,18 +66,18 @@ elif phase in ("privs-setup", "privs"):
     # What a write, a truncate and an O_TRUNC open leave of setuid/setgid bits: the kernel drops
     # them for a writer without CAP_FSETID (setgid only with group execute, or for a writer
     # outside the file's group), never for root. Files are root's and writable by all.
-    def once(f):
+    def opened(flags, act):
         def run(p):
-            fd = os.open(p, os.O_WRONLY | f[0])
-            f[1](fd)
+            fd = os.open(p, os.O_WRONLY | flags)
+            act(fd)
             os.close(fd)
         return run
     ways = {
-        "write": once((0, lambda fd: os.write(fd, b"w"))),
-        "append": once((os.O_APPEND, lambda fd: os.write(fd, b"a"))),
-        "pwrite": once((0, lambda fd: os.pwrite(fd, b"p", 100))),
-        "ftruncate": once((0, lambda fd: os.ftruncate(fd, 2))),
-        "otrunc": once((os.O_TRUNC, lambda fd: None)),
+        "write": opened(0, lambda fd: os.write(fd, b"w")),
+        "append": opened(os.O_APPEND, lambda fd: os.write(fd, b"a")),
+        "pwrite": opened(0, lambda fd: os.pwrite(fd, b"p", 100)),
+        "ftruncate": opened(0, lambda fd: os.ftruncate(fd, 2)),
+        "otrunc": opened(os.O_TRUNC, lambda fd: None),
         "truncate": lambda p: os.truncate(p, 1),
     }
     kinds = [(0o4777, 0), (0o2777, 0), (0o6777, 4243), (0o2767, 0), (0o2767, 4243)]
