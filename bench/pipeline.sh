@@ -8,7 +8,7 @@
 # CPU each variant adds (the whole process tree: roar, the shim inside the job, the job). Then a
 # breakdown per backend from one more run each with ROAR_TIMING: roar's own CPU (all its threads)
 # against the CPU the job itself gained. ROAR_BEFORE=/path/to/roar adds an older roar's preload
-# row (its shim beside it) and its mount row to the comparison.
+# row (its shim beside it), its ptrace row and its mount row to the comparison.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$PWD"
@@ -106,6 +106,7 @@ fi
 BEFORE=()
 if [ -n "${ROAR_BEFORE:-}" ]; then
     BEFORE=("roar run (preload, before)=sh steps.sh '$ROAR_BEFORE run --tracer preload --'"
+            "roar run (ptrace, before)=sh steps.sh '$ROAR_BEFORE run --tracer ptrace --'"
             "roar mount (before)=sh mounted.sh '$ROAR_BEFORE'")
 fi
 python3 "$REPO/bench/lib/compare.py" pipeline.json "$RUNS" --cpu \

@@ -526,6 +526,11 @@ const DIFFERENTIAL: &[&str] = &[
     "mkdir sub && cp pre.txt sub/x && mv sub/x sub/y",
     "echo x > pre.txt; rm pre.txt",
     "python3 -c \"import sqlite3; c = sqlite3.connect('w.db'); c.execute('pragma journal_mode=wal'); c.execute('create table t(x)'); c.commit(); c.close()\"",
+    // Re-reads by one process (ptrace records a repeat at its entry): around the job's own
+    // rewrite, and of a path whose directory moved away and came back with another file.
+    "cat pre.txt pre.txt > copy.txt && echo two > pre.txt && cat pre.txt pre.txt >> copy.txt",
+    "python3 -c \"import os; r = lambda p: open(p).read(); r('pre.txt'); r('pre.txt'); os.mkdir('d'); open('d/a', 'w').write('1'); r('d/a'); os.rename('d', 'e'); os.mkdir('d'); open('d/a', 'w').write('2'); r('d/a'); r('d/a'); r('e/a')\"",
+    "python3 -c \"import os\nr = lambda p: open(p).read()\nr('pre.txt')\nos.rename('pre.txt', 'p2.txt')\ntry: r('pre.txt')\nexcept OSError: pass\"",
 ];
 
 /// Where roar's record may differ from the strace oracle, and why: the one list.

@@ -4,6 +4,10 @@
 //!
 //! Each filtered syscall costs two stops: at entry (seccomp) its path arguments are read and
 //! resolved against the tracee's cwd or dirfd; at exit its result decides whether it is reported.
+//! A read-only open that repeats one the thread already made of the same file takes only the
+//! first ([`reopens`]).
+
+mod reopens;
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
@@ -17,6 +21,7 @@ use roar_store::{now_ns, FileStat};
 use crate::event::{join_normalize, Event};
 use crate::launch::{self, Status};
 use crate::{Tap, TraceError, Traced};
+use reopens::Reopens;
 
 // x86_64 syscall numbers of everything that names or changes a file.
 const SYS_OPEN: u64 = 2;
@@ -419,6 +424,7 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
     tap(&first);
     let mut events = vec![first];
     let mut pending: HashMap<i32, Pending> = HashMap::new();
+    let mut reopens = Reopens::default();
     // Processes (not threads) whose exit is reported, and every tid whose first stop was seen.
     let mut known: HashSet<i32> = HashSet::from([root]);
     let mut seen: HashSet<i32> = HashSet::from([root]);
@@ -442,6 +448,7 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
         }
         if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
             pending.remove(&pid);
+            reopens.forget_thread(pid);
             if known.remove(&pid) {
                 let ev = Event::Exit {
                     pid,
@@ -483,6 +490,27 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
         match (sig, event) {
             (libc::SIGTRAP, libc::PTRACE_EVENT_SECCOMP) => {
                 match regs(pid).ok().and_then(|r| on_entry(pid, &r)) {
+                    Some(Pending::Open { path, flags }) => {
+                        match reopens.repeat(pid, &path, flags) {
+                            Some(stat) => {
+                                // Recorded now: its result would add nothing (see reopens).
+                                let ev = Event::Open {
+                                    pid,
+                                    path,
+                                    flags,
+                                    stat: Some(stat),
+                                    ts_ns: now_ns(),
+                                };
+                                tap(&ev);
+                                events.push(ev);
+                                cont(libc::PTRACE_CONT, pid, 0);
+                            }
+                            None => {
+                                pending.insert(pid, Pending::Open { path, flags });
+                                cont(libc::PTRACE_SYSCALL, pid, 0);
+                            }
+                        }
+                    }
                     Some(p) => {
                         pending.insert(pid, p);
                         cont(libc::PTRACE_SYSCALL, pid, 0);
@@ -513,6 +541,7 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
             (libc::SIGTRAP, libc::PTRACE_EVENT_EXEC) => {
                 known.insert(pid);
                 let ev = crate::from_proc::exec_event(pid);
+                reopens.saw(&ev);
                 tap(&ev);
                 events.push(ev);
                 cont(libc::PTRACE_CONT, pid, 0);
@@ -521,6 +550,7 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
                 match (pending.remove(&pid), regs(pid)) {
                     (Some(p), Ok(r)) => {
                         if let Some(ev) = on_exit(pid, p, r.rax as i64) {
+                            reopens.saw(&ev);
                             tap(&ev);
                             events.push(ev);
                         }
