@@ -4,8 +4,8 @@
 //!
 //! Each filtered syscall costs two stops: at entry (seccomp) its path arguments are read and
 //! resolved against the tracee's cwd or dirfd; at exit its result decides whether it is reported.
-//! A read-only open that repeats one the thread already made of the same file takes only the
-//! first ([`reopens`]).
+//! A read-only open that repeats one the same program already made of the same file takes only
+//! the first ([`reopens`]).
 
 mod reopens;
 
@@ -424,7 +424,7 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
     tap(&first);
     let mut events = vec![first];
     let mut pending: HashMap<i32, Pending> = HashMap::new();
-    let mut reopens = Reopens::default();
+    let mut reopens = Reopens::new(root);
     // Processes (not threads) whose exit is reported, and every tid whose first stop was seen.
     let mut known: HashSet<i32> = HashSet::from([root]);
     let mut seen: HashSet<i32> = HashSet::from([root]);
@@ -448,7 +448,7 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
         }
         if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
             pending.remove(&pid);
-            reopens.forget_thread(pid);
+            reopens.exited(pid);
             if known.remove(&pid) {
                 let ev = Event::Exit {
                     pid,
@@ -526,6 +526,9 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
                 // SAFETY: GETEVENTMSG writes one c_ulong.
                 unsafe { libc::ptrace(libc::PTRACE_GETEVENTMSG, pid, 0, &mut new) };
                 let new = new as i32;
+                if new > 0 {
+                    reopens.forked(pid, new);
+                }
                 if new > 0 && !is_thread(new) {
                     known.insert(new);
                     let ev = Event::Fork {

@@ -2,16 +2,20 @@
 //!
 //! A training loop opens the same files every epoch, and under ptrace every open costs two
 //! stops (SEMANTICS.md "ptrace"). The exit stop is there to learn what the open got: whether it
-//! succeeded and which file it opened. For a read-only open that the same thread has already made
-//! of the same path with the same flags, that answer adds nothing to the record: the path is
-//! already read (and its prior content already an input or not), and the step is the thread's
-//! own. All a second read changes is the path's last access time.
+//! succeeded and which file it opened. When the same program has already opened the same path
+//! with the same flags for reading only, and the path still names exactly the file it got then
+//! (device, inode, size, mtime, ctime, as `stat(2)` from the tracer sees it at entry), the open
+//! will get that file again. So it is recorded at its entry stop, with that identity, and the
+//! tracee runs on without the exit stop. The event is the one the exit stop would have made, with
+//! the same pid, so steps and processes are attributed as before.
 //!
-//! So such an open is recorded at its entry stop, and the tracee runs on without the exit stop,
-//! when the path still names a regular file with exactly the identity (device, inode, size, mtime,
-//! ctime) the earlier open got, as `stat(2)` from the tracer sees it at entry. Anything else (a
-//! different file at the path, no file, a change of mode or content since, a new thread that
-//! reuses a tid, an exec) takes both stops, as a first open does.
+//! "The same program" is an image: a process's threads, and the children it forked that have not
+//! exec'd (dataloader and multiprocessing workers), share the credentials, root and mount
+//! namespace the open depends on. An exec starts a new image. A different file at the path, no
+//! file, a change of mode or content, any change the job makes at the path or a directory above
+//! it: each takes both stops again, as a first open does. What the entry cannot see is a failure
+//! `stat` does not predict (no free descriptor, a `setuid` in the program since): such an open is
+//! recorded although it failed, as a read the image had already made.
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -25,19 +29,18 @@ use crate::event::Event;
 /// job that opens more distinct files than this gains little from it.
 const CAPACITY: usize = 1 << 16;
 
-/// A successful read-only open of a path by one thread.
+/// A successful read-only open of a path by one image.
 struct Read {
-    tid: i32,
-    /// The thread's generation when it opened the path: an exec or exit bumps it.
-    generation: u64,
+    image: u64,
     flags: i32,
     stat: FileStat,
 }
 
-#[derive(Default)]
 pub struct Reopens {
     by_path: HashMap<PathBuf, Vec<Read>>,
-    generations: HashMap<i32, u64>,
+    /// The image each thread runs; threads not in it take both stops.
+    images: HashMap<i32, u64>,
+    next_image: u64,
     len: usize,
 }
 
@@ -48,18 +51,28 @@ fn plain_read(flags: i32) -> bool {
 }
 
 impl Reopens {
+    /// For a run whose first process is `root`.
+    pub fn new(root: i32) -> Reopens {
+        Reopens {
+            by_path: HashMap::default(),
+            images: HashMap::from_iter([(root, 0)]),
+            next_image: 1,
+            len: 0,
+        }
+    }
+
     /// The identity to record an open at `path` with, at its entry, when it repeats an open this
-    /// thread already made of the same file; `None` when the open needs its exit stop.
+    /// thread's image already made of the same file; `None` when the open needs its exit stop.
     pub fn repeat(&self, tid: i32, path: &Path, flags: i32) -> Option<FileStat> {
         if !plain_read(flags) {
             return None;
         }
-        let generation = self.generation(tid);
+        let image = *self.images.get(&tid)?;
         let earlier = self
             .by_path
             .get(path)?
             .iter()
-            .find(|r| r.tid == tid && r.generation == generation && r.flags == flags)?;
+            .find(|r| r.image == image && r.flags == flags)?;
         let now = if flags & libc::O_NOFOLLOW != 0 {
             std::fs::symlink_metadata(path)
         } else {
@@ -68,6 +81,19 @@ impl Reopens {
         .ok()?;
         let stat = FileStat::from_metadata(&now);
         (now.is_file() && stat == earlier.stat).then_some(stat)
+    }
+
+    /// A thread or process `child` that `parent` made: it runs the parent's image until it execs.
+    /// A child already seen (its first stops can beat the parent's event, even its exec) keeps
+    /// the image it has.
+    pub fn forked(&mut self, parent: i32, child: i32) {
+        let image = self.image(parent);
+        self.images.entry(child).or_insert(image);
+    }
+
+    /// A thread that exits: whatever runs under its id next is not known.
+    pub fn exited(&mut self, tid: i32) {
+        self.images.remove(&tid);
     }
 
     /// Learns from an event: a read-only open to remember, or a change that ends what is known.
@@ -79,7 +105,10 @@ impl Reopens {
                 flags,
                 stat: Some(stat),
                 ..
-            } if plain_read(*flags) => self.remember(*pid, path, *flags, *stat),
+            } if plain_read(*flags) => {
+                let image = self.image(*pid);
+                self.remember(image, path, *flags, *stat);
+            }
             Event::Open { path, .. }
             | Event::Truncate { path, .. }
             | Event::Unlink { path, .. }
@@ -95,36 +124,41 @@ impl Reopens {
                 self.forget_tree(b);
             }
             Event::Rmdir { path, .. } => self.forget_tree(path),
-            Event::Exec { pid, .. } | Event::Exit { pid, .. } => self.forget_thread(*pid),
+            Event::Exec { pid, .. } => {
+                let image = self.fresh();
+                self.images.insert(*pid, image);
+            }
             _ => {}
         }
     }
 
-    /// A thread that exits or execs: nothing it opened counts for what runs under its id next.
-    pub fn forget_thread(&mut self, tid: i32) {
-        *self.generations.entry(tid).or_default() += 1;
+    fn fresh(&mut self) -> u64 {
+        self.next_image += 1;
+        self.next_image - 1
     }
 
-    fn generation(&self, tid: i32) -> u64 {
-        self.generations.get(&tid).copied().unwrap_or_default()
+    /// The image `tid` runs, a new one if it is not known yet.
+    fn image(&mut self, tid: i32) -> u64 {
+        if let Some(image) = self.images.get(&tid) {
+            return *image;
+        }
+        let image = self.fresh();
+        self.images.insert(tid, image);
+        image
     }
 
-    fn remember(&mut self, tid: i32, path: &Path, flags: i32, stat: FileStat) {
-        let generation = self.generation(tid);
+    fn remember(&mut self, image: u64, path: &Path, flags: i32, stat: FileStat) {
         if let Some(reads) = self.by_path.get_mut(path) {
-            match reads.iter_mut().find(|r| r.tid == tid && r.flags == flags) {
+            match reads
+                .iter_mut()
+                .find(|r| r.image == image && r.flags == flags)
+            {
                 Some(r) => {
-                    r.generation = generation;
                     r.stat = stat;
                     return;
                 }
                 None if self.len < CAPACITY => {
-                    reads.push(Read {
-                        tid,
-                        generation,
-                        flags,
-                        stat,
-                    });
+                    reads.push(Read { image, flags, stat });
                     self.len += 1;
                     return;
                 }
@@ -135,15 +169,8 @@ impl Reopens {
             self.by_path.clear();
             self.len = 0;
         }
-        self.by_path.insert(
-            path.to_owned(),
-            vec![Read {
-                tid,
-                generation,
-                flags,
-                stat,
-            }],
-        );
+        self.by_path
+            .insert(path.to_owned(), vec![Read { image, flags, stat }]);
         self.len += 1;
     }
 
@@ -183,24 +210,56 @@ mod tests {
         }
     }
 
+    fn exec(pid: i32) -> Event {
+        Event::Exec {
+            pid,
+            ppid: 1,
+            exe: PathBuf::new(),
+            argv: Vec::new(),
+            cwd: PathBuf::new(),
+            stdio: Default::default(),
+            pipes: Default::default(),
+            ts_ns: 0,
+        }
+    }
+
     #[test]
-    fn only_the_same_threads_read_only_open_of_the_same_file_repeats() {
+    fn only_the_same_images_read_only_open_of_the_same_file_repeats() {
         let dir = tempfile::tempdir().unwrap();
         let a = dir.path().join("a");
         std::fs::write(&a, b"one").unwrap();
-        let mut r = Reopens::default();
+        let mut r = Reopens::new(7);
         let ro = libc::O_RDONLY | libc::O_CLOEXEC;
-        assert!(
-            r.repeat(7, &a, ro).is_none(),
-            "a first open takes both stops"
-        );
+        assert!(r.repeat(7, &a, ro).is_none(), "a first open: both stops");
         r.saw(&open(7, &a, ro));
         assert!(r.repeat(7, &a, ro).is_some());
-        assert!(r.repeat(8, &a, ro).is_none(), "another thread");
+        assert!(
+            r.repeat(8, &a, ro).is_none(),
+            "a thread not known to run the image"
+        );
+        r.forked(7, 8);
+        assert!(
+            r.repeat(8, &a, ro).is_some(),
+            "a thread or fork of the image"
+        );
+        r.saw(&exec(8));
+        assert!(r.repeat(8, &a, ro).is_none(), "after its exec");
+        r.forked(7, 8);
+        assert!(
+            r.repeat(8, &a, ro).is_none(),
+            "a late fork event changes nothing"
+        );
+        assert!(
+            r.repeat(7, &a, ro).is_some(),
+            "the parent's image is the same"
+        );
         assert!(r.repeat(7, &a, libc::O_RDONLY).is_none(), "other flags");
         assert!(r.repeat(7, &a, libc::O_RDWR).is_none(), "a write");
-        r.forget_thread(7);
-        assert!(r.repeat(7, &a, ro).is_none(), "after an exec or exit");
+        r.exited(7);
+        assert!(
+            r.repeat(7, &a, ro).is_none(),
+            "a tid used again after an exit"
+        );
         r.saw(&open(7, &a, ro));
         assert!(r.repeat(7, &a, ro).is_some());
         // A change of content with the same size: the ctime moves (multigrain timestamps).
@@ -223,7 +282,7 @@ mod tests {
         let (a, b) = (sub.join("a"), dir.path().join("d2"));
         std::fs::write(&a, b"one").unwrap();
         std::fs::write(&b, b"x").unwrap();
-        let mut r = Reopens::default();
+        let mut r = Reopens::new(7);
         r.saw(&open(7, &a, libc::O_RDONLY));
         r.saw(&open(7, &b, libc::O_RDONLY));
         r.saw(&Event::Rename {
