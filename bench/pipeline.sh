@@ -125,7 +125,11 @@ r = json.load(open("pipeline.json"))
 bare = r.pop("bare")
 b, bc = bare["median"], bare["cpu_median"]
 noise = 100 * abs(r["bare2"]["median"] - b) / b
-print(f"\nbare {b:.1f} s wall, {bc:.1f} s CPU; noise floor (bare2 against bare): {noise:.1f} %")
+# The medians of bare and bare2 can agree while single runs swing: the spread of all bare runs
+# says how far one run of a variant may be from its own median.
+runs = bare["times"] + r["bare2"]["times"]
+spread = 100 * (max(runs) - min(runs)) / b
+print(f"\nbare {b:.1f} s wall, {bc:.1f} s CPU; noise floor (bare2 against bare): {noise:.1f} %; bare runs spread over {spread:.1f} %")
 print("overhead in percent of bare (medians of interleaved runs), and the CPU each adds:")
 for k, v in r.items():
     print(f"  {k:28s} wall {100 * (v['median'] - b) / b:+6.1f} %   CPU {v['cpu_median'] - bc:+7.2f} s ({100 * (v['cpu_median'] - bc) / bc:+5.1f} %)")
