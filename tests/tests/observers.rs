@@ -526,10 +526,12 @@ const DIFFERENTIAL: &[&str] = &[
     "mkdir sub && cp pre.txt sub/x && mv sub/x sub/y",
     "echo x > pre.txt; rm pre.txt",
     "python3 -c \"import sqlite3; c = sqlite3.connect('w.db'); c.execute('pragma journal_mode=wal'); c.execute('create table t(x)'); c.commit(); c.close()\"",
-    // Re-reads by one program (ptrace records a repeat at its entry): around the job's own
-    // rewrite, of a path whose directory moved away and came back with another file, of a path
-    // renamed away, and by a forked child that appends in between.
+    // Re-reads by one program image (ptrace records a repeat at its entry): around the job's own
+    // rewrite, by programs exec'd one after the other, of a path whose directory moved away and
+    // came back with another file, of a path renamed away, and by a forked child that appends
+    // in between.
     "cat pre.txt pre.txt > copy.txt && echo two > pre.txt && cat pre.txt pre.txt >> copy.txt",
+    "cat pre.txt > c1.txt && cat pre.txt > c2.txt && echo two > pre.txt && cat pre.txt > c3.txt",
     "python3 -c \"import os; r = lambda p: open(p).read(); r('pre.txt'); r('pre.txt'); os.mkdir('d'); open('d/a', 'w').write('1'); r('d/a'); os.rename('d', 'e'); os.mkdir('d'); open('d/a', 'w').write('2'); r('d/a'); r('d/a'); r('e/a')\"",
     "python3 -c \"import os\nr = lambda p: open(p).read()\nr('pre.txt')\nos.rename('pre.txt', 'p2.txt')\ntry: r('pre.txt')\nexcept OSError: pass\"",
     "python3 -c \"import os\nr = lambda p: open(p).read()\nr('pre.txt')\npid = os.fork()\nif pid == 0:\n    r('pre.txt'); open('pre.txt', 'a').write('w'); r('pre.txt'); os._exit(0)\nos.waitpid(pid, 0)\nr('pre.txt')\"",

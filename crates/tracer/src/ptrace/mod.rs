@@ -544,7 +544,7 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
             (libc::SIGTRAP, libc::PTRACE_EVENT_EXEC) => {
                 known.insert(pid);
                 let ev = crate::from_proc::exec_event(pid);
-                reopens.saw(&ev);
+                reopens.exec(pid);
                 tap(&ev);
                 events.push(ev);
                 cont(libc::PTRACE_CONT, pid, 0);

@@ -9,13 +9,17 @@
 //! tracee runs on without the exit stop. The event is the one the exit stop would have made, with
 //! the same pid, so steps and processes are attributed as before.
 //!
-//! "The same program" is an image: a process's threads, and the children it forked that have not
-//! exec'd (dataloader and multiprocessing workers), share the credentials, root and mount
-//! namespace the open depends on. An exec starts a new image. A different file at the path, no
-//! file, a change of mode or content, any change the job makes at the path or a directory above
-//! it: each takes both stops again, as a first open does. What the entry cannot see is a failure
-//! `stat` does not predict (no free descriptor, a `setuid` in the program since): such an open is
-//! recorded although it failed, as a read the image had already made.
+//! "The same program" is an image: the processes whose opens succeed or fail alike. A process
+//! that execs joins the image of every process that exec'd with the same access context: file
+//! system uid and gid, supplementary groups, effective capabilities, root directory, mount
+//! namespace and security label (`/proc/TID/status`, `root`, `ns/mnt`, `attr/current`, read at the
+//! exec stop, when the new program's credentials are in place). So the second Python of a run
+//! finds its standard library known, and the hundredth compiler its headers. Threads and children
+//! forked without exec run their parent's image. A different file at the path, no file, a change
+//! of mode or content, any change the job makes at the path or a directory above it: each takes
+//! both stops again, as a first open does. What the entry cannot see is a failure `stat` does not
+//! predict (no free descriptor, a `setuid` or `unshare` in the program since its exec): such an
+//! open is recorded although it failed, as a read of a file its image had already read.
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -40,8 +44,34 @@ pub struct Reopens {
     by_path: HashMap<PathBuf, Vec<Read>>,
     /// The image each thread runs; threads not in it take both stops.
     images: HashMap<i32, u64>,
+    /// The image of each access context seen at an exec.
+    contexts: HashMap<String, u64>,
     next_image: u64,
     len: usize,
+}
+
+/// What decides whether an open of an existing file succeeds, besides the file: the fields of
+/// `/proc/TID/status` that hold the credentials, the root, the mount namespace, the LSM label.
+/// `None` if any of it cannot be read.
+fn access_context(tid: i32) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    let mut ctx = String::new();
+    for key in ["Uid:", "Gid:", "Groups:", "CapEff:"] {
+        ctx.push_str(status.lines().find(|l| l.starts_with(key))?);
+        ctx.push('\n');
+    }
+    for link in ["root", "ns/mnt"] {
+        let target = std::fs::read_link(format!("/proc/{tid}/{link}")).ok()?;
+        ctx.push_str(&target.to_string_lossy());
+        ctx.push('\n');
+    }
+    // No LSM that labels tasks: EINVAL, and the label is empty.
+    match std::fs::read(format!("/proc/{tid}/attr/current")) {
+        Ok(label) => ctx.push_str(&String::from_utf8_lossy(&label)),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+        Err(_) => return None,
+    }
+    Some(ctx)
 }
 
 /// Opens that read and change nothing: no write access, no creation, truncation or O_PATH.
@@ -51,14 +81,33 @@ fn plain_read(flags: i32) -> bool {
 }
 
 impl Reopens {
-    /// For a run whose first process is `root`.
+    /// For a run whose first process is `root`, stopped after its exec.
     pub fn new(root: i32) -> Reopens {
-        Reopens {
+        let mut reopens = Reopens {
             by_path: HashMap::default(),
-            images: HashMap::from_iter([(root, 0)]),
-            next_image: 1,
+            images: HashMap::default(),
+            contexts: HashMap::default(),
+            next_image: 0,
             len: 0,
-        }
+        };
+        reopens.exec(root);
+        reopens
+    }
+
+    /// A thread that exec'd (and is stopped there): it joins the image of its access context.
+    pub fn exec(&mut self, tid: i32) {
+        let image = match access_context(tid) {
+            Some(ctx) => match self.contexts.get(&ctx) {
+                Some(image) => *image,
+                None => {
+                    let image = self.fresh();
+                    self.contexts.insert(ctx, image);
+                    image
+                }
+            },
+            None => self.fresh(),
+        };
+        self.images.insert(tid, image);
     }
 
     /// The identity to record an open at `path` with, at its entry, when it repeats an open this
@@ -124,10 +173,6 @@ impl Reopens {
                 self.forget_tree(b);
             }
             Event::Rmdir { path, .. } => self.forget_tree(path),
-            Event::Exec { pid, .. } => {
-                let image = self.fresh();
-                self.images.insert(*pid, image);
-            }
             _ => {}
         }
     }
@@ -210,17 +255,15 @@ mod tests {
         }
     }
 
-    fn exec(pid: i32) -> Event {
-        Event::Exec {
-            pid,
-            ppid: 1,
-            exe: PathBuf::new(),
-            argv: Vec::new(),
-            cwd: PathBuf::new(),
-            stdio: Default::default(),
-            pipes: Default::default(),
-            ts_ns: 0,
+    /// A process of its own, stopped only by its end: a real tid for `Reopens::exec` to read.
+    fn sleeper(uid: Option<u32>) -> std::process::Child {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = std::process::Command::new("sleep");
+        cmd.arg("30");
+        if let Some(uid) = uid {
+            cmd.uid(uid);
         }
+        cmd.spawn().unwrap()
     }
 
     #[test]
@@ -228,50 +271,73 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let a = dir.path().join("a");
         std::fs::write(&a, b"one").unwrap();
-        let mut r = Reopens::new(7);
+        let me = std::process::id() as i32;
+        let mut r = Reopens::new(me);
         let ro = libc::O_RDONLY | libc::O_CLOEXEC;
-        assert!(r.repeat(7, &a, ro).is_none(), "a first open: both stops");
-        r.saw(&open(7, &a, ro));
-        assert!(r.repeat(7, &a, ro).is_some());
+        assert!(r.repeat(me, &a, ro).is_none(), "a first open: both stops");
+        r.saw(&open(me, &a, ro));
+        assert!(r.repeat(me, &a, ro).is_some());
+        assert!(r.repeat(me, &a, libc::O_RDONLY).is_none(), "other flags");
+        assert!(r.repeat(me, &a, libc::O_RDWR).is_none(), "a write");
+
+        // Threads and forks run their parent's image; an exec changes it.
+        let fake = i32::MAX - 1;
+        assert!(r.repeat(fake, &a, ro).is_none(), "a thread not known yet");
+        r.forked(me, fake);
         assert!(
-            r.repeat(8, &a, ro).is_none(),
-            "a thread not known to run the image"
-        );
-        r.forked(7, 8);
-        assert!(
-            r.repeat(8, &a, ro).is_some(),
+            r.repeat(fake, &a, ro).is_some(),
             "a thread or fork of the image"
         );
-        r.saw(&exec(8));
-        assert!(r.repeat(8, &a, ro).is_none(), "after its exec");
-        r.forked(7, 8);
+        r.exec(fake);
         assert!(
-            r.repeat(8, &a, ro).is_none(),
+            r.repeat(fake, &a, ro).is_none(),
+            "an exec whose context is unknown"
+        );
+        r.forked(me, fake);
+        assert!(
+            r.repeat(fake, &a, ro).is_none(),
             "a late fork event changes nothing"
         );
+        r.exited(fake);
+
+        // A program exec'd with the same credentials, root and namespace: the same image.
+        let mut same = sleeper(None);
+        r.exec(same.id() as i32);
         assert!(
-            r.repeat(7, &a, ro).is_some(),
-            "the parent's image is the same"
+            r.repeat(same.id() as i32, &a, ro).is_some(),
+            "same access context"
         );
-        assert!(r.repeat(7, &a, libc::O_RDONLY).is_none(), "other flags");
-        assert!(r.repeat(7, &a, libc::O_RDWR).is_none(), "a write");
-        r.exited(7);
+        let _ = same.kill();
+        let _ = same.wait();
+        // Another user: not (only root can start one).
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            let mut other = sleeper(Some(65534));
+            r.exec(other.id() as i32);
+            assert!(
+                r.repeat(other.id() as i32, &a, ro).is_none(),
+                "another uid is another image"
+            );
+            let _ = other.kill();
+            let _ = other.wait();
+        }
+        r.exited(me);
         assert!(
-            r.repeat(7, &a, ro).is_none(),
+            r.repeat(me, &a, ro).is_none(),
             "a tid used again after an exit"
         );
-        r.saw(&open(7, &a, ro));
-        assert!(r.repeat(7, &a, ro).is_some());
+        r.saw(&open(me, &a, ro));
+        assert!(r.repeat(me, &a, ro).is_some());
         // A change of content with the same size: the ctime moves (multigrain timestamps).
         std::fs::write(&a, b"two").unwrap();
-        assert!(r.repeat(7, &a, ro).is_none(), "changed behind the job");
-        r.saw(&open(7, &a, ro));
+        assert!(r.repeat(me, &a, ro).is_none(), "changed behind the job");
+        r.saw(&open(me, &a, ro));
         r.saw(&Event::Truncate {
             pid: 9,
             path: a.clone(),
             ts_ns: 0,
         });
-        assert!(r.repeat(7, &a, ro).is_none(), "changed by the job");
+        assert!(r.repeat(me, &a, ro).is_none(), "changed by the job");
     }
 
     #[test]
@@ -282,18 +348,19 @@ mod tests {
         let (a, b) = (sub.join("a"), dir.path().join("d2"));
         std::fs::write(&a, b"one").unwrap();
         std::fs::write(&b, b"x").unwrap();
-        let mut r = Reopens::new(7);
-        r.saw(&open(7, &a, libc::O_RDONLY));
-        r.saw(&open(7, &b, libc::O_RDONLY));
+        let me = std::process::id() as i32;
+        let mut r = Reopens::new(me);
+        r.saw(&open(me, &a, libc::O_RDONLY));
+        r.saw(&open(me, &b, libc::O_RDONLY));
         r.saw(&Event::Rename {
             pid: 9,
             from: sub.clone(),
             to: dir.path().join("e"),
             ts_ns: 0,
         });
-        assert!(r.repeat(7, &a, libc::O_RDONLY).is_none());
+        assert!(r.repeat(me, &a, libc::O_RDONLY).is_none());
         assert!(
-            r.repeat(7, &b, libc::O_RDONLY).is_some(),
+            r.repeat(me, &b, libc::O_RDONLY).is_some(),
             "d2 is not under d"
         );
         assert_eq!(r.len, 1);
