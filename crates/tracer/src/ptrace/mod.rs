@@ -424,7 +424,7 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
     tap(&first);
     let mut events = vec![first];
     let mut pending: HashMap<i32, Pending> = HashMap::new();
-    let mut reopens = Reopens::new(root);
+    let mut reopens = Reopens::default();
     // Processes (not threads) whose exit is reported, and every tid whose first stop was seen.
     let mut known: HashSet<i32> = HashSet::from([root]);
     let mut seen: HashSet<i32> = HashSet::from([root]);
@@ -468,8 +468,10 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
         let sig = libc::WSTOPSIG(status);
         let event = status >> 16;
         if pid == root && !options_set {
-            // The SIGTRAP of the first exec under PTRACE_TRACEME: now the options can be set.
+            // The SIGTRAP of the first exec under PTRACE_TRACEME: now the options can be set,
+            // and the new program's credentials are in place.
             options_set = true;
+            reopens.exec(root);
             let opts = libc::PTRACE_O_TRACESECCOMP
                 | libc::PTRACE_O_TRACEFORK
                 | libc::PTRACE_O_TRACEVFORK

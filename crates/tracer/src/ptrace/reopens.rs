@@ -40,6 +40,7 @@ struct Read {
     stat: FileStat,
 }
 
+#[derive(Default)]
 pub struct Reopens {
     by_path: HashMap<PathBuf, Vec<Read>>,
     /// The image each thread runs; threads not in it take both stops.
@@ -81,19 +82,6 @@ fn plain_read(flags: i32) -> bool {
 }
 
 impl Reopens {
-    /// For a run whose first process is `root`, stopped after its exec.
-    pub fn new(root: i32) -> Reopens {
-        let mut reopens = Reopens {
-            by_path: HashMap::default(),
-            images: HashMap::default(),
-            contexts: HashMap::default(),
-            next_image: 0,
-            len: 0,
-        };
-        reopens.exec(root);
-        reopens
-    }
-
     /// A thread that exec'd (and is stopped there): it joins the image of its access context.
     pub fn exec(&mut self, tid: i32) {
         let image = match access_context(tid) {
@@ -272,7 +260,8 @@ mod tests {
         let a = dir.path().join("a");
         std::fs::write(&a, b"one").unwrap();
         let me = std::process::id() as i32;
-        let mut r = Reopens::new(me);
+        let mut r = Reopens::default();
+        r.exec(me);
         let ro = libc::O_RDONLY | libc::O_CLOEXEC;
         assert!(r.repeat(me, &a, ro).is_none(), "a first open: both stops");
         r.saw(&open(me, &a, ro));
@@ -349,7 +338,8 @@ mod tests {
         std::fs::write(&a, b"one").unwrap();
         std::fs::write(&b, b"x").unwrap();
         let me = std::process::id() as i32;
-        let mut r = Reopens::new(me);
+        let mut r = Reopens::default();
+        r.exec(me);
         r.saw(&open(me, &a, libc::O_RDONLY));
         r.saw(&open(me, &b, libc::O_RDONLY));
         r.saw(&Event::Rename {
