@@ -27,6 +27,8 @@ use std::path::{Path, PathBuf};
 use roar_store::FileStat;
 
 use crate::collect::HashMap;
+
+type HashSet<T> = std::collections::HashSet<T, foldhash::fast::RandomState>;
 use crate::event::Event;
 
 /// Remembered opens beyond which the table starts over: it costs memory per distinct path, and a
@@ -47,6 +49,9 @@ pub struct Reopens {
     images: HashMap<i32, u64>,
     /// The image of each access context seen at an exec.
     contexts: HashMap<String, u64>,
+    /// Directories above remembered paths (some perhaps no longer): only a rename or removal of
+    /// one of these looks through the table, so renaming files into place costs nothing.
+    dirs: HashSet<PathBuf>,
     next_image: u64,
     len: usize,
 }
@@ -200,11 +205,20 @@ impl Reopens {
         }
         if self.len >= CAPACITY {
             self.by_path.clear();
+            self.dirs.clear();
             self.len = 0;
         }
         self.by_path
             .insert(path.to_owned(), vec![Read { image, flags, stat }]);
         self.len += 1;
+        // Once a directory is in, so are those above it.
+        let mut dir = path.parent();
+        while let Some(d) = dir {
+            if !self.dirs.insert(d.to_owned()) {
+                break;
+            }
+            dir = d.parent();
+        }
     }
 
     fn forget_path(&mut self, path: &Path) {
@@ -216,15 +230,16 @@ impl Reopens {
     /// A path and, if it is a directory, everything under it.
     fn forget_tree(&mut self, path: &Path) {
         self.forget_path(path);
+        if !self.dirs.remove(path) {
+            return;
+        }
         let prefix = path.as_os_str().as_bytes();
         let under = |p: &Path| {
             let p = p.as_os_str().as_bytes();
             p.len() > prefix.len() && p.starts_with(prefix) && p[prefix.len()] == b'/'
         };
-        if self.by_path.keys().any(|p| under(p)) {
-            self.by_path.retain(|p, _| !under(p));
-            self.len = self.by_path.values().map(Vec::len).sum();
-        }
+        self.by_path.retain(|p, _| !under(p));
+        self.len = self.by_path.values().map(Vec::len).sum();
     }
 }
 
@@ -354,5 +369,31 @@ mod tests {
             "d2 is not under d"
         );
         assert_eq!(r.len, 1);
+
+        // Two levels down, the directory above the parent moves; then a file renamed into place
+        // over a path read before.
+        let deep = dir.path().join("g/h");
+        std::fs::create_dir_all(&deep).unwrap();
+        let c = deep.join("c");
+        std::fs::write(&c, b"deep").unwrap();
+        r.saw(&open(me, &c, libc::O_RDONLY));
+        r.saw(&open(me, &a, libc::O_RDONLY));
+        assert!(r.repeat(me, &c, libc::O_RDONLY).is_some());
+        r.saw(&Event::Rename {
+            pid: 9,
+            from: dir.path().join("g"),
+            to: dir.path().join("g2"),
+            ts_ns: 0,
+        });
+        assert!(r.repeat(me, &c, libc::O_RDONLY).is_none(), "under g/h");
+        assert!(r.repeat(me, &a, libc::O_RDONLY).is_some());
+        r.saw(&Event::Rename {
+            pid: 9,
+            from: dir.path().join("tmp"),
+            to: b.clone(),
+            ts_ns: 0,
+        });
+        assert!(r.repeat(me, &b, libc::O_RDONLY).is_none(), "replaced");
+        assert!(r.repeat(me, &a, libc::O_RDONLY).is_some());
     }
 }
