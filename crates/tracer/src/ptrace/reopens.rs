@@ -26,9 +26,7 @@ use std::path::{Path, PathBuf};
 
 use roar_store::FileStat;
 
-use crate::collect::HashMap;
-
-type HashSet<T> = std::collections::HashSet<T, foldhash::fast::RandomState>;
+use crate::collect::{HashMap, HashSet};
 use crate::event::Event;
 
 /// Remembered opens beyond which the table starts over: it costs memory per distinct path, and a
