@@ -9,13 +9,15 @@ use std::path::{Path, PathBuf};
 use roar_env::git::{DiffJob, Dirt};
 use roar_env::{Cache, Evidence};
 use roar_store::environment::blake3_hex;
+use roar_store::job_bytes::{self, Bytes};
 use roar_store::{Environment, EnvironmentDetail, JobDetail, JobRecord, Runtime};
 use roar_tracer::collect::Classified;
 
 use crate::fmt::{bold, shown};
 
 /// The package cache opened and the machine read (or probed) on a thread of their own while the
-/// command runs: neither is on the command's start, and only the join is on roar's exit.
+/// command runs: neither is on the command's start, and only the join is on roar's exit. A run
+/// whose job goes to the resident recorder needs neither: the recorder keeps both.
 pub struct Prepared(std::thread::JoinHandle<(Cache, Runtime)>);
 
 pub fn prepare() -> Option<Prepared> {
@@ -30,15 +32,65 @@ pub fn prepare() -> Option<Prepared> {
         .map(Prepared)
 }
 
-/// Fills `job.environment` (and the dirty state of `job.git`) after the command has ended.
+impl Prepared {
+    /// The cache and the machine, from the thread if it ran, else read now.
+    pub fn take(prepared: Option<Prepared>) -> (Cache, Runtime) {
+        prepared.and_then(|p| p.0.join().ok()).unwrap_or_else(|| {
+            let cache = Cache::open();
+            let machine = roar_env::machine(&cache);
+            (cache, machine)
+        })
+    }
+}
+
+/// What a job's packages are found from, owned so it can travel to the recorder (see
+/// [`roar_env::Evidence`]); `packages` false: none are looked for (`[env] packages = false`).
+#[derive(Debug, Default)]
+pub struct Wanted {
+    pub packages: bool,
+    pub files: Vec<PathBuf>,
+    pub inputs: Vec<PathBuf>,
+    pub programs: Vec<PathBuf>,
+    /// roar's own files (the shim, the binary): never a package of the job's.
+    pub exclude: Vec<PathBuf>,
+}
+
+impl Bytes for Wanted {
+    fn put(&self, out: &mut Vec<u8>) {
+        let Wanted {
+            packages,
+            files,
+            inputs,
+            programs,
+            exclude,
+        } = self;
+        packages.put(out);
+        files.put(out);
+        inputs.put(out);
+        programs.put(out);
+        exclude.put(out);
+    }
+    fn get(input: &mut &[u8]) -> Result<Self, job_bytes::Malformed> {
+        Ok(Wanted {
+            packages: Bytes::get(input)?,
+            files: Bytes::get(input)?,
+            inputs: Bytes::get(input)?,
+            programs: Bytes::get(input)?,
+            exclude: Bytes::get(input)?,
+        })
+    }
+}
+
+/// After the command has ended: the dirty state of `job.git` and the tree's diff (from the
+/// `git diff` that ran alongside the command) go into `job.environment` at once; what the
+/// packages are found from is returned, for [`resolve`] here or in the recorder.
 pub fn capture(
     job: &mut JobRecord,
     classified: &Classified,
     diff: Option<DiffJob>,
-    prepared: Option<Prepared>,
     packages: bool,
     shim: Option<&Path>,
-) {
+) -> Wanted {
     let mut env = Environment::default();
     if let (Some(git), Some(Dirt::Dirty(bytes))) =
         (job.git.as_mut(), diff.and_then(DiffJob::finish))
@@ -53,34 +105,41 @@ pub fn capture(
         }
         env.diff = bytes;
     }
-    let (mut cache, machine) = prepared.and_then(|p| p.0.join().ok()).unwrap_or_else(|| {
-        let cache = Cache::open();
-        let machine = roar_env::machine(&cache);
-        (cache, machine)
-    });
-    if packages {
-        let mut programs: Vec<&Path> = job
-            .processes
-            .iter()
-            .filter_map(|p| p.exe.as_deref())
-            .collect();
-        programs.sort();
-        programs.dedup();
-        let evidence = Evidence {
-            files: &classified.environment,
-            inputs: classified.read_paths().collect(),
-            programs,
-        };
-        // roar's own files are never a package of the job's.
-        let exclude: Vec<PathBuf> = shim
+    job.environment = Some(env);
+    if !packages {
+        return Wanted::default();
+    }
+    let mut programs: Vec<PathBuf> = job
+        .processes
+        .iter()
+        .filter_map(|p| p.exe.clone())
+        .collect();
+    programs.sort();
+    programs.dedup();
+    Wanted {
+        packages,
+        files: classified.environment.clone(),
+        inputs: classified.read_paths().map(Path::to_owned).collect(),
+        programs,
+        exclude: shim
             .map(Path::to_owned)
             .into_iter()
             .chain(std::env::current_exe().ok())
-            .collect();
-        env.packages = roar_env::packages(&mut cache, &evidence, &exclude);
+            .collect(),
     }
-    env.runtime = Some(machine);
-    job.environment = Some(env);
+}
+
+/// Fills in the packages `wanted` finds and the machine.
+pub fn resolve(env: &mut Environment, wanted: &Wanted, cache: &mut Cache, machine: &Runtime) {
+    if wanted.packages {
+        let evidence = Evidence {
+            files: &wanted.files,
+            inputs: wanted.inputs.iter().map(PathBuf::as_path).collect(),
+            programs: wanted.programs.iter().map(PathBuf::as_path).collect(),
+        };
+        env.packages = roar_env::packages(cache, &evidence, &wanted.exclude);
+    }
+    env.runtime = Some(machine.clone());
 }
 
 /// `N packages, python 3.11.7, Debian 12 on 2 CPUs`: the environment in `roar show`'s header.

@@ -15,6 +15,8 @@ mod lineage_cmd;
 mod live;
 mod mount_cmd;
 mod query_cmd;
+mod recorder;
+mod recording;
 mod remote_cmd;
 mod reproduce_cmd;
 mod run_cmd;
@@ -271,6 +273,12 @@ fn main() -> ExitCode {
     {
         return ExitCode::from(roar_tracer::ebpf_helper_main() as u8);
     }
+    // The resident recorder a run starts (recorder.rs): not a user command.
+    if std::env::args_os().nth(1).is_some_and(|a| a == recorder::ARG) {
+        init_log();
+        let db = std::env::args_os().nth(2).map(PathBuf::from);
+        return ExitCode::from(db.map_or(exit::USAGE, |db| recorder::serve(db) as u8));
+    }
     let mut command = Cli::command();
     // Finding the shim takes a few stats: only `roar --version` (clap's long version) pays them,
     // not the start of every `roar run`.
@@ -295,26 +303,7 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { exit::USAGE } else { 0 });
         }
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("ROAR_LOG")
-                // Only roar's own warnings by default: s3s logs every client error (NoSuchKey)
-                // at error level and the AWS SDK its config lookups, which under `roar run`
-                // would land in the command's stderr.
-                .unwrap_or_else(|_| {
-                    tracing_subscriber::EnvFilter::new(
-                        "off,roar=warn,roar_store=warn,roar_tracer=warn,roar_roarfs=warn,roar_gateway=warn,fuser=warn",
-                    )
-                }),
-        )
-        .with_writer(std::io::stderr)
-        // Colour only for a person at a terminal, and never with NO_COLOR (no-color.org).
-        .with_ansi(
-            std::io::IsTerminal::is_terminal(&std::io::stderr())
-                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
-        )
-        .without_time()
-        .init();
+    init_log();
     // Commands that print reports stop quietly when their reader goes away (`roar db | head -1`),
     // as cat and grep do. Not the commands that run or serve something: `roar run` leaves the
     // command's signal dispositions as they were, and servers must outlive a client.
@@ -337,6 +326,30 @@ fn main() -> ExitCode {
             ExitCode::from(exit_code(&e))
         }
     }
+}
+
+/// roar's diagnostic log on stderr, filtered by `ROAR_LOG`.
+fn init_log() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("ROAR_LOG")
+                // Only roar's own warnings by default: s3s logs every client error (NoSuchKey)
+                // at error level and the AWS SDK its config lookups, which under `roar run`
+                // would land in the command's stderr.
+                .unwrap_or_else(|_| {
+                    tracing_subscriber::EnvFilter::new(
+                        "off,roar=warn,roar_store=warn,roar_tracer=warn,roar_roarfs=warn,roar_gateway=warn,fuser=warn",
+                    )
+                }),
+        )
+        .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal, and never with NO_COLOR (no-color.org).
+        .with_ansi(
+            std::io::IsTerminal::is_terminal(&std::io::stderr())
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        )
+        .without_time()
+        .init();
 }
 
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {

@@ -10,9 +10,7 @@ use std::time::Instant;
 
 use clap::{Args, Subcommand};
 use roar_store::hash::HashOptions;
-use roar_store::{
-    now_ns, Checkpoints, JobRecord, JobStream, OpeningWriter, Outcome, Project, Role, Store, Writer,
-};
+use roar_store::{now_ns, JobRecord, Outcome, Project, Role, Store};
 use roar_tracer::collect;
 use roar_tracer::early::EarlyHasher;
 use roar_tracer::ignore::Ignore;
@@ -21,6 +19,7 @@ use serde::Serialize;
 
 use crate::config::Config;
 use crate::fmt::{self, rel};
+use crate::recording::Recording;
 
 #[derive(Args)]
 #[command(trailing_var_arg = true)]
@@ -222,10 +221,6 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     if args.trace || args.trace_file.is_some() {
         tap = crate::live::trace_tap(args.trace_file.as_deref(), cwd.clone(), tap)?;
     }
-    // The store is opened on the writer's thread while the command runs (the first connection
-    // replays the WAL and reads the schema: about a millisecond the user would wait for after it).
-    let opening = Writer::open_in_background(&project.db_path(), Checkpoints::Deferred);
-    let prepared = crate::environment::prepare();
     let mut job = JobRecord {
         name: args.name.clone(),
         argv: args.command.clone(),
@@ -250,10 +245,10 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
             &crate::distributed::parent_id,
         ),
     };
-    // The job's row is written (running) while the command runs: a roar killed before the end
-    // leaves a job that says so. The record fills that row in.
-    let mut begun = opening.as_ref().ok().and_then(|o| o.begin_job(&job).ok());
-    let writer = move || opening.and_then(OpeningWriter::wait);
+    // The job's row is written (running) while the command runs, by the resident recorder or a
+    // writer of this run's: a roar killed before the end leaves a job that says so. The record
+    // fills that row in.
+    let recording = Recording::start(&project.db_path(), &job);
     let diff = repo.as_ref().zip(job.git.as_ref()).and_then(|(r, g)| {
         config
             .env
@@ -283,7 +278,7 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     job.backend = backend.name().to_owned();
     let traced = match traced {
         Ok(t) => t,
-        Err(e) => return failed_to_start(&project, job, begun, e, writer()),
+        Err(e) => return failed_to_start(&project, job, recording, e),
     };
     job.started_ns = traced.started_ns;
     job.ended_ns = Some(traced.ended_ns);
@@ -312,14 +307,15 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     }
     let t_classified = t0.elapsed();
     job.processes = std::mem::take(&mut classified.processes);
-    crate::environment::capture(
+    let mut recording = recording;
+    let wanted = crate::environment::capture(
         &mut job,
         &classified,
         diff,
-        prepared,
         config.env.packages,
         lib.as_deref(),
     );
+    recording.environment(&mut job, wanted);
     let t_environment = t0.elapsed();
     let count = |role: Role| s3_files.iter().filter(|f| f.role == role).count();
     let (mut n_in, mut n_out) = (count(Role::Input), count(Role::Output));
@@ -333,33 +329,22 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
             .as_ref()
             .map(Store::conn)
     };
-    // The job's row goes into the writer's transaction with the first files hashed (inputs and
-    // other new content, hashed in parallel first, without the store's write lock), then the
-    // outputs hashed during the run as each chunk of them is confirmed: the writer records one
-    // chunk while this thread stats the next (`collect::hash`).
-    let writer = writer();
+    // With a writer of the run's own, the job's row goes into its transaction with the first
+    // files hashed (inputs and other new content, hashed in parallel first, without the store's
+    // write lock), then the outputs hashed during the run as each chunk of them is confirmed: the
+    // writer records one chunk while this thread stats the next (`collect::hash`). The recorder
+    // gets the job whole.
     let mut job = Some(job);
-    let mut stream = None;
     let hashed = collect::hash(classified, opts, &cache, &early, &mut |chunk| {
         if let Some(listing) = listing.as_mut() {
             listing.extend(chunk.files.iter().cloned());
         }
-        if let Ok(w) = &writer {
-            let started = stream
-                .get_or_insert_with(|| w.start_begun(begun.take(), job.take().expect("one job")));
-            if let Ok(s) = started {
-                s.send(chunk);
-            }
-        }
+        recording.files(&mut job, chunk);
     });
     n_in += hashed.inputs;
     n_out += hashed.outputs;
     let t_hashed = t0.elapsed();
-    let recorded = match (writer, stream) {
-        (Err(e), _) => Err(e),
-        (Ok(_writer), Some(started)) => started.and_then(JobStream::finish),
-        (Ok(writer), None) => writer.record_begun(begun.take(), job.take().expect("not started")),
-    };
+    let (recorded, recorded_by) = recording.finish(job);
     let t_recorded = t0.elapsed();
     let child_ns = traced.ended_ns - traced.started_ns;
     let overhead_ms = (t_recorded.as_nanos() as i64 - child_ns) as f64 / 1e6;
@@ -392,6 +377,7 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
                     "inputs": n_in,
                     "outputs": n_out,
                     "backend": backend.name(),
+                    "recorded_by": recorded_by,
                     "overhead_ms": (overhead_ms * 100.0).round() / 100.0,
                     "incomplete": !incomplete.is_empty(),
                     "untraced": traced.untraced.iter().map(|(exe, why)| serde_json::json!({
@@ -558,9 +544,8 @@ pub fn checkpoint_store(db: &Path) -> roar_store::Result<()> {
 fn failed_to_start(
     project: &Project,
     mut job: JobRecord,
-    begun: Option<roar_store::Begun>,
+    recording: Recording,
     e: TraceError,
-    writer: roar_store::Result<Writer>,
 ) -> anyhow::Result<ExitCode> {
     job.ended_ns = Some(job.started_ns);
     let Some(code) = e.exit_code() else {
@@ -568,14 +553,12 @@ fn failed_to_start(
         // instead of reading as a job still running.
         let e = anyhow::Error::from(e);
         job.outcome = Outcome::FailedToStart(format!("{e:#}"));
-        if let Ok(w) = writer {
-            let _ = w.record_begun(begun, job);
-        }
+        let _ = recording.finish(Some(job));
         return Err(e);
     };
     eprintln!("roar: {:#}", anyhow::Error::from(e));
     job.outcome = Outcome::FailedToStart(format!("exit {code}"));
-    match writer.and_then(|w| w.record_begun(begun, job)) {
+    match recording.finish(Some(job)).0 {
         Ok(id) => eprintln!("roar: job {id} recorded as not started"),
         Err(e) => eprintln!(
             "roar: job could not be recorded: {:#}",

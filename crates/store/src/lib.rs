@@ -10,6 +10,7 @@ pub mod environment;
 mod error;
 pub mod hash;
 pub mod ignore;
+pub mod job_bytes;
 mod lineage;
 mod model;
 pub mod private;
@@ -28,7 +29,7 @@ pub use environment::{Environment, EnvironmentDetail, Gpu, Package, Runtime};
 pub use error::{Result, StoreError};
 pub use lineage::{node_name, Dag, Edge, Lineage, Step, Version};
 pub use model::{
-    argv_from_blob, argv_to_blob, now_ns, CacheEntry, ContentHash, Distributed, FileRecord,
+    argv_from_blob, argv_to_blob, now_ns, recorder_id, CacheEntry, ContentHash, Distributed, FileRecord,
     FileStat, GitState, JobRecord, Made, Ops, Outcome, PathUse, ProcessRecord, Redirect, Role,
     S3Object, StepContent, StepFile, StepRecord,
 };

@@ -144,6 +144,15 @@ impl Ops {
         (Ops::UNLINK, "unlink"),
     ];
 
+    /// The set as its bits (the store's columns name them instead: [`Ops::names`]).
+    pub fn bits(self) -> u8 {
+        self.0
+    }
+
+    pub fn from_bits(bits: u8) -> Ops {
+        Ops(bits)
+    }
+
     pub fn contains(self, other: Ops) -> bool {
         self.0 & other.0 == other.0
     }
@@ -421,7 +430,7 @@ pub fn now_ns() -> i64 {
 
 /// This process as a job's recorder: `pid:start time` (clock ticks since boot, from
 /// /proc/self/stat), so a reused pid is never taken for it.
-pub(crate) fn recorder_id() -> String {
+pub fn recorder_id() -> String {
     let pid = std::process::id() as i32;
     format!("{pid}:{}", proc_start(pid).unwrap_or(0))
 }

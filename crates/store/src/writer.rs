@@ -18,8 +18,8 @@ const MAX_BATCH: usize = 4096;
 
 enum Msg {
     /// A job that has just started: its row, `running`, with who records it (see
-    /// [`Writer::begin_job`]).
-    Begin(Box<JobRecord>, Sender<Result<i64>>),
+    /// [`Writer::begin_job`]; None: this process).
+    Begin(Box<JobRecord>, Option<String>, Sender<Result<i64>>),
     /// A job, where the rest of its files arrive while it is being recorded (see
     /// [`Writer::start_job`]), and the row [`Msg::Begin`] made for it, if any.
     Job(
@@ -133,7 +133,16 @@ impl Writer {
     /// row stays to say so instead of the job leaving no trace.
     pub fn begin_job(&self, job: &JobRecord) -> Result<Begun> {
         let (reply, answer) = mpsc::channel();
-        self.send(Msg::Begin(Box::new(header(job)), reply))?;
+        self.send(Msg::Begin(Box::new(header(job)), None, reply))?;
+        Ok(Begun { answer })
+    }
+
+    /// [`Writer::begin_job`] for a job another process records (the resident recorder writes
+    /// for `roar run`): `recorder` is that process's [`crate::recorder_id`], so the row reads
+    /// `killed` once it is gone without the job recorded.
+    pub fn begin_job_for(&self, job: &JobRecord, recorder: String) -> Result<Begun> {
+        let (reply, answer) = mpsc::channel();
+        self.send(Msg::Begin(Box::new(header(job)), Some(recorder), reply))?;
         Ok(Begun { answer })
     }
 
@@ -214,6 +223,18 @@ pub struct Begun {
 }
 
 impl Begun {
+    /// A row already written, by its id (by another process, or answered earlier).
+    pub fn known(id: i64) -> Begun {
+        let (reply, answer) = mpsc::channel();
+        let _ = reply.send(Ok(id));
+        Begun { answer }
+    }
+
+    /// The row's id, waiting for its commit; None if it could not be written.
+    pub fn wait(self) -> Option<i64> {
+        self.id()
+    }
+
     /// The row's id, once committed (messages are applied in order, so by the time the job is
     /// recorded this does not wait); None if it could not be written.
     fn id(self) -> Option<i64> {
@@ -253,7 +274,7 @@ impl OpeningWriter {
     pub fn begin_job(&self, job: &JobRecord) -> Result<Begun> {
         let (reply, answer) = mpsc::channel();
         self.tx
-            .send(Msg::Begin(Box::new(header(job)), reply))
+            .send(Msg::Begin(Box::new(header(job)), None, reply))
             .map_err(|_| StoreError::WriterGone)?;
         Ok(Begun { answer })
     }
@@ -309,7 +330,7 @@ fn run(mut conn: Connection, path: PathBuf, rx: Receiver<Msg>, checkpoints: Chec
             }
         }
         for msg in &mut batch {
-            if let Msg::Job(job, _, _, _) | Msg::Begin(job, _) = msg {
+            if let Msg::Job(job, _, _, _) | Msg::Begin(job, _, _) = msg {
                 policy.job(job);
             }
         }
@@ -363,9 +384,11 @@ fn commit(conn: &mut Connection, path: &Path, batch: Vec<Msg>, lost: &mut Option
         for msg in &batch {
             match msg {
                 Msg::Job(job, more, _, begun) => {
-                    job_ids.push(insert_job(&tx, job, more.as_ref(), *begun)?)
+                    job_ids.push(insert_job(&tx, job, more.as_ref(), *begun, None)?)
                 }
-                Msg::Begin(job, _) => job_ids.push(insert_job(&tx, job, None, None)?),
+                Msg::Begin(job, recorder, _) => {
+                    job_ids.push(insert_job(&tx, job, None, None, recorder.as_deref())?)
+                }
                 Msg::Cache(entries) => insert_cache(&tx, entries)?,
                 Msg::Artifacts(hashes) => {
                     let mut insert = tx.prepare_cached(INSERT_ARTIFACT)?;
@@ -385,7 +408,7 @@ fn commit(conn: &mut Connection, path: &Path, batch: Vec<Msg>, lost: &mut Option
             Err(e) => db::classify(path, clone_err(e)),
         };
         match msg {
-            Msg::Job(_, _, reply, _) | Msg::Begin(_, reply) => {
+            Msg::Job(_, _, reply, _) | Msg::Begin(_, _, reply) => {
                 let _ = reply.send(match &outcome {
                     Ok(()) => Ok(ids.next().expect("one id per job")),
                     Err(_) => Err(err()),
@@ -449,11 +472,13 @@ fn upsert_artifact(
 const INSERT_ARTIFACT: &str = "INSERT INTO artifacts (blake3, sha256, size) VALUES (?1, ?2, ?3)
                                ON CONFLICT (blake3) DO NOTHING";
 
+/// `recorder`: who records a running job, when not this process.
 fn insert_job(
     tx: &Transaction,
     job: &JobRecord,
     more: Option<&Receiver<FileChunk>>,
     begun: Option<i64>,
+    recorder: Option<&str>,
 ) -> rusqlite::Result<i64> {
     let (exit_code, signal) = match &job.outcome {
         crate::Outcome::Exited(c) => (Some(*c), None),
@@ -463,9 +488,21 @@ fn insert_job(
     let env = serde_json::to_string(&job.env).unwrap_or_else(|_| "{}".into());
     // A running row names its recorder, so a reader can tell a job still running from one whose
     // recorder died; a finished row needs none.
-    let recorder = matches!(job.outcome, crate::Outcome::Running).then(crate::model::recorder_id);
+    let recorder = matches!(job.outcome, crate::Outcome::Running)
+        .then(|| recorder.map_or_else(crate::model::recorder_id, str::to_owned));
     // The row written when the job began is completed in place (it keeps its id: ids follow the
-    // order jobs started); if it is gone (`roar rm` meanwhile), a new row is made.
+    // order jobs started); if it is gone (`roar rm` meanwhile), a new row is made. A row already
+    // completed is this job recorded before: a run whose recorder committed the job but died
+    // before saying so records it again, and must not add its files twice.
+    if let Some(id) = begun {
+        let status: Option<String> = tx
+            .prepare_cached("SELECT status FROM jobs WHERE id = ?1")?
+            .query_row([id], |r| r.get(0))
+            .optional()?;
+        if status.is_some_and(|s| s != "running") {
+            return Ok(id);
+        }
+    }
     let sql = if begun.is_some() {
         "UPDATE jobs SET name = ?1, argv = ?2, cwd = ?3, started_ns = ?4, ended_ns = ?5,
                 status = ?6, exit_code = ?7, signal = ?8, incomplete = ?9, backend = ?10,
@@ -528,7 +565,7 @@ fn insert_job(
     let changed = stmt.execute(rusqlite::params_from_iter(values))?;
     drop(stmt);
     if begun.is_some() && changed == 0 {
-        return insert_job(tx, job, more, None);
+        return insert_job(tx, job, more, None, None);
     }
     let job_id = begun.unwrap_or_else(|| tx.last_insert_rowid());
     if let Some(g) = job
@@ -583,7 +620,7 @@ pub(crate) fn import(conn: &mut Connection, jobs: Vec<JobRecord>) -> rusqlite::R
             None => false,
         };
         if !known {
-            insert_job(&tx, job, None, None)?;
+            insert_job(&tx, job, None, None, None)?;
             added += 1;
         }
     }

@@ -254,6 +254,28 @@ pub fn inside_preload_run() -> bool {
     std::env::var_os(roar_wire::SOCK_ENV).is_some_and(|v| !v.is_empty())
 }
 
+/// Why this process should not start a resident process (the eBPF helper, the recorder): it runs
+/// inside another `roar`, which would wait for it as for any process its command leaves behind.
+pub fn inside_roar() -> Option<String> {
+    let me = std::fs::read_link("/proc/self/exe").ok()?;
+    // SAFETY: getppid has no preconditions.
+    let mut pid = unsafe { libc::getppid() };
+    for _ in 0..64 {
+        if pid <= 1 {
+            return None;
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let comm_end = stat.rfind(')')?;
+        let comm = &stat[stat.find('(')? + 1..comm_end];
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+        if comm == "roar" || exe.as_deref() == Some(me.as_path()) {
+            return Some(format!("process {pid} is a roar"));
+        }
+        pid = stat[comm_end + 2..].split(' ').nth(1)?.parse().ok()?;
+    }
+    None
+}
+
 /// The backend `auto` picks for `cmd`, with the reason.
 pub fn choose(cmd: &OsStr, preload_lib: Option<&Path>) -> (Backend, String) {
     let exe = resolve(cmd);

@@ -23,7 +23,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub use check::{check, choose, quick_check, Backend, Verdict};
+pub use check::{check, choose, inside_roar, quick_check, Backend, Verdict};
 /// The resident eBPF helper's entry point, and the first argument that selects it.
 pub use ebpf::helper::{serve as ebpf_helper_main, HELPER_ARG as EBPF_HELPER_ARG};
 pub use event::Event;

@@ -34,7 +34,7 @@ use libbpf_rs::{MapHandle, MapInfo, MapType};
 
 use super::maps::{put_ring, Maps, RunKey, MAX_RUNS};
 use super::{attach, load, new_ring, ring_kb, unavailable};
-use crate::check::unavailable_reason;
+use crate::check::{inside_roar, unavailable_reason};
 use crate::TraceError;
 
 /// The hidden first argument that makes `roar` the helper (checked before any other parsing).
@@ -169,28 +169,6 @@ fn receive(conn: UnixStream, ring_kb: u32) -> io::Result<Option<Lease>> {
         ring,
         conn,
     }))
-}
-
-/// Why this process should not start a helper: it runs inside another `roar`, which would wait
-/// for the helper as for any process its command leaves behind.
-fn inside_roar() -> Option<String> {
-    let me = std::fs::read_link("/proc/self/exe").ok()?;
-    // SAFETY: getppid has no preconditions.
-    let mut pid = unsafe { libc::getppid() };
-    for _ in 0..64 {
-        if pid <= 1 {
-            return None;
-        }
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let comm_end = stat.rfind(')')?;
-        let comm = &stat[stat.find('(')? + 1..comm_end];
-        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
-        if comm == "roar" || exe.as_deref() == Some(me.as_path()) {
-            return Some(format!("process {pid} is a roar"));
-        }
-        pid = stat[comm_end + 2..].split(' ').nth(1)?.parse().ok()?;
-    }
-    None
 }
 
 /// Starts a helper and waits until it listens with the programs loaded (or says why it cannot).
