@@ -134,6 +134,15 @@ pub struct Recorder {
     conn: UnixStream,
     /// A `begin` was sent and its answer not read yet.
     begun: bool,
+    /// The store the recorder writes, and its identity when this run connected: a run that
+    /// records its job itself uses the recorder's running row only in that same store.
+    db: PathBuf,
+    store: (u64, u64),
+}
+
+/// The device and inode of the store at `db`.
+fn identity(db: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(db).ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// Why a job went to the store directly: what the run says with `ROAR_LOG=debug`.
@@ -159,7 +168,12 @@ impl Recorder {
                     }
                 }
                 conn.set_read_timeout(Some(ANSWER_WITHIN)).ok()?;
-                Some(Recorder { conn, begun: false })
+                Some(Recorder {
+                    conn,
+                    begun: false,
+                    db: db.to_owned(),
+                    store: identity(db)?,
+                })
             }
             Err(e) => {
                 tracing::debug!("no recorder ({e})");
@@ -204,15 +218,20 @@ impl Recorder {
         };
         let mut bytes = job_bytes::encode_with_cache(job, cache);
         wanted.put(&mut bytes);
-        if let Err(e) = send(&mut self.conn, RECORD, &[&bytes]) {
-            return Err((begun, format!("cannot send the job: {e}")));
-        }
-        answer(&mut self.conn).map_err(|why| (begun, why))
+        let recorded = match send(&mut self.conn, RECORD, &[&bytes]) {
+            Ok(()) => answer(&mut self.conn),
+            Err(e) => Err(format!("cannot send the job: {e}")),
+        };
+        // The running row is in the store the run connected for, not in one put in its place.
+        recorded.map_err(|why| (begun.filter(|_| identity(&self.db) == Some(self.store)), why))
     }
 
     /// The id of the row `begin` made (waiting for it), for a job that is not sent here after all.
     pub fn begun(mut self) -> Option<i64> {
-        self.begun.then(|| answer(&mut self.conn).ok()).flatten()
+        self.begun
+            .then(|| answer(&mut self.conn).ok())
+            .flatten()
+            .filter(|_| identity(&self.db) == Some(self.store))
     }
 }
 
@@ -276,6 +295,13 @@ fn start(db: &Path) {
 /// What the recorder serves from: the store's writer, remade when the redaction rules change.
 struct Shared {
     db: PathBuf,
+    /// The store's device and inode when the recorder opened it.
+    store: (u64, u64),
+    /// A connection of its own to read the schema version before each job: a newer roar may
+    /// have migrated the store since the writer opened it.
+    schema: Mutex<rusqlite::Connection>,
+    /// Set when the store went away or changed schema: the recorder stops serving.
+    done: std::sync::atomic::AtomicBool,
     config: PathBuf,
     writer: Mutex<(Option<Stamp>, Arc<Writer>)>,
     /// The user's package cache, open for as long as the recorder runs.
@@ -299,6 +325,25 @@ fn stamp(path: &Path) -> Option<Stamp> {
 }
 
 impl Shared {
+    /// Whether the store is still the one opened, at the schema this roar writes; if not, the
+    /// recorder stops (the run records its job itself, and says what is wrong).
+    fn still_serving(&self) -> Result<(), String> {
+        let version = self
+            .schema
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0));
+        let why = if identity(&self.db) != Some(self.store) {
+            "the store was removed or replaced"
+        } else if version.ok() != Some(roar_store::SCHEMA_VERSION) {
+            "the store's schema changed"
+        } else {
+            return Ok(());
+        };
+        self.done.store(true, Ordering::SeqCst);
+        Err(why.into())
+    }
+
     /// The writer, with the redaction rules of config.toml as it is now.
     fn writer(&self) -> roar_store::Result<Arc<Writer>> {
         let now = stamp(&self.config);
@@ -317,7 +362,7 @@ pub fn serve(db: PathBuf) -> i32 {
         .ok()
         .and_then(|s| s.parse::<u64>().ok())
         .map_or(Duration::from_secs(IDLE_DEFAULT), Duration::from_secs);
-    let Some(store) = std::fs::metadata(&db).ok().map(|m| (m.dev(), m.ino())) else {
+    let Some(store) = identity(&db) else {
         return 1;
     };
     let listener = match address(&db).and_then(|a| UnixListener::bind_addr(&a)) {
@@ -327,14 +372,19 @@ pub fn serve(db: PathBuf) -> i32 {
         Err(_) => return 1,
     };
     let config = db.with_file_name(roar_store::CONFIG_NAME);
-    let writer = match Writer::start_with(&db, Checkpoints::Deferred) {
-        Ok(w) => Arc::new(w),
+    let opened = roar_store::open(&db, false)
+        .and_then(|schema| Ok((schema, Writer::start_with(&db, Checkpoints::Deferred)?)));
+    let (schema, writer) = match opened {
+        Ok((schema, w)) => (schema, Arc::new(w)),
         Err(e) => {
             tracing::warn!("the recorder cannot open {}: {e}", db.display());
             return 1;
         }
     };
     let shared = Arc::new(Shared {
+        store,
+        schema: Mutex::new(schema),
+        done: std::sync::atomic::AtomicBool::new(false),
         writer: Mutex::new((stamp(&config), writer)),
         packages: Mutex::new(Cache::open()),
         db,
@@ -382,7 +432,9 @@ pub fn serve(db: PathBuf) -> i32 {
         }
         // The store deleted (`rm -rf .roar`, a test's directory) or replaced: nothing to serve.
         let here = std::fs::metadata(&shared.db).ok();
-        if here.is_none_or(|m| (m.dev(), m.ino()) != store || m.nlink() == 0) {
+        if here.is_none_or(|m| (m.dev(), m.ino()) != store || m.nlink() == 0)
+            || shared.done.load(Ordering::SeqCst)
+        {
             break;
         }
         let quiet = shared
@@ -422,6 +474,7 @@ fn serve_run(mut conn: UnixStream, shared: &Shared) {
 }
 
 fn begin(body: &[u8], shared: &Shared) -> Result<i64, String> {
+    shared.still_serving()?;
     let (len, rest) = body.split_at_checked(4).ok_or("short begin")?;
     let len = u32::from_le_bytes(len.try_into().expect("4")) as usize;
     let (who, job) = rest.split_at_checked(len).ok_or("short begin")?;
@@ -448,6 +501,7 @@ fn record(body: &[u8], begun: Option<i64>, shared: &Shared) -> Result<i64, Strin
     if !input.is_empty() {
         return Err("trailing bytes after the job".into());
     }
+    shared.still_serving()?;
     // A job whose command never started has no environment to complete.
     if let Some(env) = job.environment.as_mut() {
         let mut packages = shared.packages.lock().unwrap_or_else(|p| p.into_inner());
