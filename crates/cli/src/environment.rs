@@ -109,11 +109,7 @@ pub fn capture(
     if !packages {
         return Wanted::default();
     }
-    let mut programs: Vec<PathBuf> = job
-        .processes
-        .iter()
-        .filter_map(|p| p.exe.clone())
-        .collect();
+    let mut programs: Vec<PathBuf> = job.processes.iter().filter_map(|p| p.exe.clone()).collect();
     programs.sort();
     programs.dedup();
     Wanted {

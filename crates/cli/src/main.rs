@@ -274,7 +274,10 @@ fn main() -> ExitCode {
         return ExitCode::from(roar_tracer::ebpf_helper_main() as u8);
     }
     // The resident recorder a run starts (recorder.rs): not a user command.
-    if std::env::args_os().nth(1).is_some_and(|a| a == recorder::ARG) {
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == recorder::ARG)
+    {
         init_log();
         let db = std::env::args_os().nth(2).map(PathBuf::from);
         return ExitCode::from(db.map_or(exit::USAGE, |db| recorder::serve(db) as u8));

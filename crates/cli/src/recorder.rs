@@ -223,7 +223,12 @@ impl Recorder {
             Err(e) => Err(format!("cannot send the job: {e}")),
         };
         // The running row is in the store the run connected for, not in one put in its place.
-        recorded.map_err(|why| (begun.filter(|_| identity(&self.db) == Some(self.store)), why))
+        recorded.map_err(|why| {
+            (
+                begun.filter(|_| identity(&self.db) == Some(self.store)),
+                why,
+            )
+        })
     }
 
     /// The id of the row `begin` made (waiting for it), for a job that is not sent here after all.
@@ -267,7 +272,13 @@ fn start(db: &Path) {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    for var in [IDLE_ENV, "ROAR_LOG", "HOME", "ROAR_CACHE_DIR", "XDG_CACHE_HOME"] {
+    for var in [
+        IDLE_ENV,
+        "ROAR_LOG",
+        "HOME",
+        "ROAR_CACHE_DIR",
+        "XDG_CACHE_HOME",
+    ] {
         if let Some(v) = std::env::var_os(var) {
             cmd.env(var, v);
         }
@@ -350,7 +361,10 @@ impl Shared {
         let mut slot = self.writer.lock().unwrap_or_else(|p| p.into_inner());
         if slot.0 != now {
             // The writer reads the rules when it starts; the old one finishes what it has.
-            *slot = (now, Arc::new(Writer::start_with(&self.db, Checkpoints::Deferred)?));
+            *slot = (
+                now,
+                Arc::new(Writer::start_with(&self.db, Checkpoints::Deferred)?),
+            );
         }
         Ok(slot.1.clone())
     }
@@ -481,9 +495,7 @@ fn begin(body: &[u8], shared: &Shared) -> Result<i64, String> {
     let who = String::from_utf8(who.to_vec()).map_err(|_| "bad recorder id")?;
     let job = job_bytes::decode(job).map_err(|e| e.to_string())?;
     let writer = shared.writer().map_err(|e| e.to_string())?;
-    let begun = writer
-        .begin_job_for(&job, who)
-        .map_err(|e| e.to_string())?;
+    let begun = writer.begin_job_for(&job, who).map_err(|e| e.to_string())?;
     begun
         .wait()
         .ok_or_else(|| "the running row could not be written".into())
@@ -507,12 +519,7 @@ fn record(body: &[u8], begun: Option<i64>, shared: &Shared) -> Result<i64, Strin
         let mut packages = shared.packages.lock().unwrap_or_else(|p| p.into_inner());
         // The machine is cached per boot (and host name) in the package cache.
         let machine = roar_env::machine(&packages);
-        environment::resolve(
-            env,
-            &wanted,
-            &mut packages,
-            &machine,
-        );
+        environment::resolve(env, &wanted, &mut packages, &machine);
     }
     let writer = shared.writer().map_err(|e| e.to_string())?;
     // Messages commit in order: the entries go in with the job, or just before it.

@@ -124,7 +124,12 @@ impl Recording {
         else {
             unreachable!("the recorder's state was left above")
         };
-        let writer = writer.get_or_insert_with(|| opening.take().expect("opened").and_then(OpeningWriter::wait));
+        let writer = writer.get_or_insert_with(|| {
+            opening
+                .take()
+                .expect("opened")
+                .and_then(OpeningWriter::wait)
+        });
         let Ok(w) = writer else { return };
         match stream {
             Some(Ok(s)) => s.send(chunk),
@@ -193,10 +198,7 @@ impl Recording {
                 cache,
                 wanted,
             } => {
-                let mut job = held
-                    .map(|b| *b)
-                    .or(job)
-                    .expect("the job is held or given");
+                let mut job = held.map(|b| *b).or(job).expect("the job is held or given");
                 match recorder.record(&job, &cache, &wanted) {
                     Ok(id) => (Ok(id), "recorder"),
                     Err((begun, why)) => {
@@ -243,10 +245,5 @@ fn resolve_here(job: &mut JobRecord, wanted: &Wanted) {
         return;
     };
     let (mut cache, machine) = Prepared::take(None);
-    environment::resolve(
-        env,
-        wanted,
-        &mut cache,
-        &machine,
-    );
+    environment::resolve(env, wanted, &mut cache, &machine);
 }

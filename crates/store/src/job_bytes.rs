@@ -15,8 +15,8 @@ use std::path::PathBuf;
 
 use crate::environment::{Environment, Gpu, Package, Runtime};
 use crate::model::{
-    CacheEntry, ContentHash, Distributed, FileRecord, FileStat, GitState, JobRecord, Ops,
-    Outcome, ProcessRecord, Redirect, Role, S3Object, StepContent, StepFile, StepRecord,
+    CacheEntry, ContentHash, Distributed, FileRecord, FileStat, GitState, JobRecord, Ops, Outcome,
+    ProcessRecord, Redirect, Role, S3Object, StepContent, StepFile, StepRecord,
 };
 
 /// Bytes that are not a job of this build's format.
@@ -480,7 +480,11 @@ mod tests {
                 remote: Some("https://x/y.git".into()),
                 diff: Some("d".into()),
             }),
-            env: [("A".to_owned(), "1".to_owned()), ("B".into(), String::new())].into(),
+            env: [
+                ("A".to_owned(), "1".to_owned()),
+                ("B".into(), String::new()),
+            ]
+            .into(),
             host: Some("h".into()),
             processes: vec![ProcessRecord {
                 pid: 7,
@@ -633,7 +637,10 @@ mod tests {
         let bytes = encode_with_cache(&job, &[entry.clone(), entry.clone()]);
         let (back, cache) = decode_with_cache(&bytes).unwrap();
         assert_eq!(format!("{back:?}"), format!("{job:?}"));
-        assert_eq!(format!("{cache:?}"), format!("{:?}", [entry.clone(), entry]));
+        assert_eq!(
+            format!("{cache:?}"),
+            format!("{:?}", [entry.clone(), entry])
+        );
     }
 
     #[test]

@@ -29,9 +29,9 @@ pub use environment::{Environment, EnvironmentDetail, Gpu, Package, Runtime};
 pub use error::{Result, StoreError};
 pub use lineage::{node_name, Dag, Edge, Lineage, Step, Version};
 pub use model::{
-    argv_from_blob, argv_to_blob, now_ns, recorder_id, CacheEntry, ContentHash, Distributed, FileRecord,
-    FileStat, GitState, JobRecord, Made, Ops, Outcome, PathUse, ProcessRecord, Redirect, Role,
-    S3Object, StepContent, StepFile, StepRecord,
+    argv_from_blob, argv_to_blob, now_ns, recorder_id, CacheEntry, ContentHash, Distributed,
+    FileRecord, FileStat, GitState, JobRecord, Made, Ops, Outcome, PathUse, ProcessRecord,
+    Redirect, Role, S3Object, StepContent, StepFile, StepRecord,
 };
 pub use project::{Project, CONFIG_NAME, DB_NAME, DEFAULT_CONFIG, DIR_NAME};
 pub use query::{ArtifactDetail, DbStats, FileRow, JobDetail, JobSummary, PathDetail, Store, Use};

@@ -76,6 +76,8 @@ impl Project {
             .env("NO_COLOR", "1")
             // eBPF helpers started by the tests exit soon after the last one.
             .env("ROAR_EBPF_IDLE_SECS", "10")
+            // So do the stores' resident recorders (or when the test's directory goes).
+            .env("ROAR_RECORDER_IDLE_SECS", "10")
             .env_remove("ROAR_DIR");
         c
     }

@@ -1,0 +1,374 @@
+//! The resident recorder (crates/cli/src/recorder.rs): a job it records reads exactly as one its
+//! run records itself; a run whose recorder dies, goes away or cannot take the job still records
+//! it, once; a killed run's job reads `killed`; the recorder leaves with its store.
+
+mod common;
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{stderr, Project};
+use serde_json::Value;
+
+/// `roar run --json -- ARGV` with `envs`: the output and the run's summary (its last stderr line).
+fn run(p: &Project, envs: &[(&str, &str)], argv: &[&str]) -> (Output, Value) {
+    let o = p
+        .cmd(["run", "--json", "--"])
+        .args(argv)
+        .envs(envs.iter().copied())
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    let line = err.lines().last().unwrap_or_default();
+    let summary = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {err}"));
+    (o, summary)
+}
+
+/// Runs `argv` until a run of it is recorded by the recorder (the first run of a store starts
+/// it and records its own job); returns that run's summary.
+fn run_through_recorder(p: &Project, argv: &[&str]) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (o, summary) = run(p, &[], argv);
+        assert!(o.status.success(), "{}", stderr(&o));
+        if summary["recorded_by"] == "recorder" {
+            return summary;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no recorder took a job: {summary}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The recorders serving the store of `p`: pids of `roar-recorder` processes whose command line
+/// names its database.
+fn recorders(p: &Project) -> Vec<i32> {
+    let db = p.path().join(".roar/roar.db");
+    let db = db.to_string_lossy();
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if args.first().is_some_and(|a| a == "roar-recorder") && args.iter().any(|a| *a == db) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// What of a job's record must not depend on who wrote it: everything but ids, times, pids and
+/// the recorder's name for itself.
+fn comparable(p: &Project, id: i64) -> Value {
+    let mut job = p.job_json(id);
+    let o = p.roar(["show", &id.to_string(), "--env", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let env: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let obj = job.as_object_mut().unwrap();
+    // The variable that chose the writer is in the recorded environment of the run that set it.
+    if let Some(env) = obj.get_mut("env").and_then(Value::as_object_mut) {
+        env.remove("ROAR_RECORDER");
+        env.remove("OLDPWD");
+    }
+    for volatile in ["id", "started_ns", "ended_ns", "uid", "processes", "steps"] {
+        obj.remove(volatile);
+    }
+    if let Some(files) = obj.get_mut("files").and_then(Value::as_array_mut) {
+        for f in files {
+            let f = f.as_object_mut().unwrap();
+            f.remove("first_ns");
+            f.remove("last_ns");
+            f.remove("job_id");
+        }
+    }
+    serde_json::json!({
+        "job": job,
+        "runtime": env["runtime"],
+        "packages": env["packages"],
+        "processes": p.job_json(id)["processes"].as_array().map(Vec::len),
+    })
+}
+
+#[test]
+fn a_job_the_recorder_records_reads_as_one_its_run_records() {
+    // The same workload from the same state in two projects, written by the run itself in one
+    // and by the recorder in the other: files, hashes, prior contents, packages, machine.
+    let script = "import hashlib,sys; d=open('in.txt','rb').read(); open('out.txt','w').write(hashlib.sha256(d).hexdigest())";
+    let argv = ["python3", "-c", script];
+    let records: Vec<Value> = [("0", "run"), ("1", "recorder")]
+        .into_iter()
+        .map(|(resident, by)| {
+            let p = Project::new();
+            p.write("in.txt", b"input\n");
+            p.write("out.txt", b"older\n");
+            let env = [("ROAR_RECORDER", resident)];
+            if resident == "1" {
+                run_through_recorder(&p, &["true"]);
+            } else {
+                assert!(run(&p, &env, &["true"]).0.status.success());
+            }
+            for round in 0..2 {
+                let (o, s) = run(&p, &env, &argv);
+                assert!(o.status.success(), "{}", stderr(&o));
+                assert_eq!(s["recorded_by"], by, "{s}");
+                if round == 1 {
+                    let root = std::fs::canonicalize(p.path()).unwrap();
+                    let text = comparable(&p, s["job"].as_i64().unwrap()).to_string();
+                    let text = text.replace(&*root.to_string_lossy(), "<root>");
+                    return serde_json::from_str(&text).unwrap();
+                }
+            }
+            unreachable!()
+        })
+        .collect();
+    let (a, b) = (&records[0], &records[1]);
+    for (k, v) in a["job"].as_object().unwrap() {
+        assert_eq!(v, &b["job"][k], "job.{k}");
+    }
+    for key in ["job", "runtime", "packages", "processes"] {
+        assert_eq!(a[key], b[key], "{key}");
+    }
+    assert!(
+        a["packages"].as_array().is_some_and(|v| !v.is_empty()),
+        "{a}"
+    );
+    assert!(
+        a["job"]["files"].as_array().is_some_and(|f| f.len() == 2),
+        "{a}"
+    );
+}
+
+#[test]
+fn a_run_killed_while_the_recorder_holds_its_row_reads_killed() {
+    let p = Project::new();
+    run_through_recorder(&p, &["true"]);
+    let mut child = p
+        .cmd(["run", "--", "sleep", "31.5"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let status_of_last = || {
+        let o = p.roar(["log", "--json", "-n", "1"]);
+        let log: Value = serde_json::from_slice(&o.stdout).unwrap();
+        (log[0]["argv"][0].clone(), log[0]["status"].clone())
+    };
+    wait_until(
+        "the running row is written",
+        Duration::from_secs(20),
+        || status_of_last() == (Value::from("sleep"), Value::from("running")),
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The recorder is alive; the row names the run, which is gone.
+    assert!(!recorders(&p).is_empty());
+    assert_eq!(status_of_last().1, "killed");
+    let _ = Command::new("pkill").args(["-f", "sleep 31.5"]).status();
+}
+
+#[test]
+fn a_run_whose_recorder_dies_records_its_job_once_into_its_row() {
+    for round in 0..3 {
+        let p = Project::new();
+        run_through_recorder(&p, &["true"]);
+        let before = p.roar(["log", "--json", "-n", "0"]);
+        let before: Vec<Value> = serde_json::from_slice(&before.stdout).unwrap();
+        let child = p
+            .cmd([
+                "run",
+                "--json",
+                "--",
+                "sh",
+                "-c",
+                "sleep 0.5; echo made > out.txt",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Killed while the command runs (round 0), or at any moment after it (the others).
+        std::thread::sleep(Duration::from_millis(200 + 250 * round));
+        for pid in recorders(&p) {
+            nix_kill(pid);
+        }
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let summary: Value = serde_json::from_str(stderr(&o).lines().last().unwrap()).unwrap();
+        let id = summary["job"].as_i64().unwrap();
+        let after = p.roar(["log", "--json", "-n", "0"]);
+        let after: Vec<Value> = serde_json::from_slice(&after.stdout).unwrap();
+        assert_eq!(after.len(), before.len() + 1, "one new job: {after:?}");
+        let job = p.job_json(id);
+        assert_eq!(job["status"], "exited", "{job}");
+        assert_eq!(p.files(&job, "output"), ["out.txt"], "{job}");
+        assert_eq!(job["outputs"], 1, "each file once: {job}");
+    }
+}
+
+fn nix_kill(pid: i32) {
+    let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+}
+
+#[test]
+fn the_recorder_leaves_with_its_store_and_when_idle() {
+    let p = Project::new();
+    run_through_recorder(&p, &["true"]);
+    let first = recorders(&p);
+    assert_eq!(first.len(), 1, "{first:?}");
+    // A store removed and made again: the old recorder leaves, the next one serves the new store.
+    std::fs::remove_dir_all(p.path().join(".roar")).unwrap();
+    wait_until(
+        "the recorder of the removed store exits",
+        Duration::from_secs(10),
+        || !std::path::Path::new(&format!("/proc/{}", first[0])).exists(),
+    );
+    assert!(p.roar(["init"]).status.success());
+    let s = run_through_recorder(&p, &["true"]);
+    assert_eq!(s["job"], 2, "the new store's second job: {s}");
+    // Idle: gone after ROAR_RECORDER_IDLE_SECS without a run.
+    for pid in recorders(&p) {
+        nix_kill(pid);
+    }
+    let o = p
+        .cmd(["run", "--", "true"])
+        .env("ROAR_RECORDER_IDLE_SECS", "1")
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    wait_until("a recorder starts", Duration::from_secs(10), || {
+        !recorders(&p).is_empty()
+    });
+    wait_until("the idle recorder exits", Duration::from_secs(10), || {
+        recorders(&p).is_empty()
+    });
+}
+
+#[test]
+fn redaction_rules_changed_apply_to_the_next_job_the_recorder_records() {
+    let p = Project::new();
+    run_through_recorder(&p, &["true"]);
+    let config = p.path().join(".roar/config.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    assert!(text.contains("names = []\n"), "{text}");
+    std::fs::write(
+        &config,
+        text.replace("names = []\n", "names = [\"LAB_*\"]\n"),
+    )
+    .unwrap();
+    let (o, s) = run(&p, &[("LAB_CODE", "plainvalue")], &["true"]);
+    assert!(o.status.success());
+    assert_eq!(s["recorded_by"], "recorder", "{s}");
+    let job = p.job_json(s["job"].as_i64().unwrap());
+    assert_eq!(job["env"]["LAB_CODE"], "<redacted>", "{}", job["env"]);
+    let db = std::fs::read(p.path().join(".roar/roar.db")).unwrap();
+    let wal = std::fs::read(p.path().join(".roar/roar.db-wal")).unwrap_or_default();
+    for bytes in [db, wal] {
+        assert!(!bytes.windows(10).any(|w| w == b"plainvalue"));
+    }
+}
+
+#[test]
+fn runs_at_once_through_one_recorder_are_each_recorded_once() {
+    let p = Project::new();
+    run_through_recorder(&p, &["true"]);
+    let children: Vec<_> = (0..12)
+        .map(|i| {
+            p.cmd([
+                "run",
+                "--json",
+                "--",
+                "sh",
+                "-c",
+                &format!("echo {i} > out{i}.txt"),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for (i, c) in children.into_iter().enumerate() {
+        let o = c.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let s: Value = serde_json::from_str(stderr(&o).lines().last().unwrap()).unwrap();
+        let id = s["job"].as_i64().unwrap();
+        assert_eq!(p.files(&p.job_json(id), "output"), [format!("out{i}.txt")]);
+        ids.push(id);
+    }
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 12);
+}
+
+#[test]
+fn a_job_of_many_files_is_recorded_by_its_run_whole() {
+    let p = Project::new();
+    run_through_recorder(&p, &["true"]);
+    let (o, s) = run(
+        &p,
+        &[],
+        &["sh", "-c", "mkdir d && cd d && seq 3000 | xargs touch"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(s["recorded_by"], "run", "{s}");
+    assert_eq!(s["outputs"], 3000, "{s}");
+    let job = p.job_json(s["job"].as_i64().unwrap());
+    assert_eq!(job["outputs"], 3000);
+    assert_eq!(job["status"], "exited");
+    // Into the row the recorder made when the job began: no other row for it.
+    let log = p.roar(["log", "--json", "-n", "0"]);
+    let log: Vec<Value> = serde_json::from_slice(&log.stdout).unwrap();
+    let rows: Vec<_> = log.iter().filter(|j| j["argv"][0] == "sh").collect();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+}
+
+#[test]
+fn a_run_inside_a_run_starts_no_recorder_and_is_not_waited_for() {
+    let p = Project::new();
+    let started = Instant::now();
+    // The outer run has no recorder; the inner one (not itself ptraced, which would also keep it
+    // from starting one) may use one but must not start one, which the outer would wait for (10 s
+    // here) as a process its command left behind.
+    let o = p
+        .cmd([
+            "run",
+            "--tracer",
+            "preload",
+            "--",
+            "env",
+            "-u",
+            "ROAR_RECORDER",
+        ])
+        .arg(common::roar_bin())
+        .args(["run", "--tracer", "ptrace", "--", "true"])
+        .env("ROAR_RECORDER", "0")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(recorders(&p).is_empty());
+}
