@@ -90,7 +90,7 @@ def main():
     sections = previous_sections(results)
     for name in [l.strip() for l in open(os.path.join(out, "order.txt")) if l.strip()]:
         sections[name] = section(out, name)
-    order = ["hash.sh", "run.sh", "query.sh", "mount.sh", "archive.sh", "s3.sh", "security.sh", "env.sh", "ui.sh", "pipeline.sh"]
+    order = ["hash.sh", "run.sh", "recorder.sh", "query.sh", "mount.sh", "archive.sh", "s3.sh", "security.sh", "env.sh", "ui.sh", "pipeline.sh"]
     names = sorted(sections, key=lambda n: (order.index(n) if n in order else len(order), n))
     with open(results, "w") as f:
         f.write("""# Benchmark results
