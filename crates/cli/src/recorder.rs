@@ -177,7 +177,7 @@ impl Recorder {
             }
             Err(e) => {
                 tracing::debug!("no recorder ({e})");
-                match why_not_start() {
+                match why_not_start(db) {
                     Some(why) => tracing::debug!("not starting a recorder: {why}"),
                     None => start(db),
                 }
@@ -240,8 +240,12 @@ impl Recorder {
     }
 }
 
-/// Why no recorder should be started from this process: a resident child would be waited for.
-fn why_not_start() -> Option<String> {
+/// Why no recorder should be started from this process: a resident child would be waited for,
+/// or would hold open a store it cannot write (a read-only mount that would then be busy).
+fn why_not_start(db: &Path) -> Option<String> {
+    if let Err(e) = nix::unistd::access(db, nix::unistd::AccessFlags::W_OK) {
+        return Some(format!("the store cannot be written ({e})"));
+    }
     // Under a tracer (`strace -f roar run ...`), which follows and waits for every descendant.
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let tracer = status
@@ -379,6 +383,9 @@ pub fn serve(db: PathBuf) -> i32 {
     let Some(store) = identity(&db) else {
         return 1;
     };
+    if nix::unistd::access(&db, nix::unistd::AccessFlags::W_OK).is_err() {
+        return 1;
+    }
     let listener = match address(&db).and_then(|a| UnixListener::bind_addr(&a)) {
         Ok(l) => l,
         // Another recorder won the race for this store.
