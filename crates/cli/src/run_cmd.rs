@@ -21,7 +21,7 @@ use crate::config::Config;
 use crate::fmt::{self, rel};
 use crate::recording::Recording;
 
-#[derive(Args)]
+#[derive(Args, Debug)]
 #[command(trailing_var_arg = true)]
 pub struct RunArgs {
     /// Capture backend: auto, preload, ptrace or ebpf (default: the project's config, else auto).
