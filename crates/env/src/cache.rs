@@ -4,6 +4,8 @@
 //! files here: a second or so). Derived data only: deleting the file costs one rebuild, and a
 //! cache that cannot be opened means indexes built for the job alone, never a wrong answer.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -32,7 +34,22 @@ const SCHEMA: &str = "
 
 pub struct Cache {
     conn: Option<Connection>,
+    /// Answers of [`Cache::lookup`] per source, kept while the source's stored stamp is the one
+    /// [`Cache::stamp`] read last (every resolution reads it before looking anything up, and a
+    /// stored index does not change under one stamp). A job's files share a few keys; the
+    /// resident recorder keeps one `Cache` for every job, and asks the same keys each time.
+    memo: RefCell<HashMap<String, Answers>>,
 }
+
+/// One source's stamp and the answers known under it.
+#[derive(Default)]
+struct Answers {
+    stamp: Option<String>,
+    by_key: HashMap<Vec<u8>, Option<Package>>,
+}
+
+/// Answers kept per source, at most: past this the source's are dropped and asked again.
+const MEMO_PER_SOURCE: usize = 1 << 16;
 
 /// Where the cache lives.
 pub fn dir() -> Option<PathBuf> {
@@ -58,30 +75,66 @@ impl Cache {
             .into_iter()
             .chain([fallback])
             .find_map(|d| open(&d.join("packages.db")).ok());
-        Cache { conn }
+        Cache {
+            conn,
+            memo: RefCell::default(),
+        }
     }
 
     /// A cache that keeps nothing.
     pub fn none() -> Cache {
-        Cache { conn: None }
+        Cache {
+            conn: None,
+            memo: RefCell::default(),
+        }
     }
 
     pub fn at(path: &Path) -> Cache {
         Cache {
             conn: open(path).ok(),
+            memo: RefCell::default(),
         }
     }
 
     pub fn stamp(&self, source: &str) -> Option<String> {
-        self.conn
+        let stamp: Option<String> = self
+            .conn
             .as_ref()?
             .prepare_cached("SELECT stamp FROM sources WHERE source = ?1")
             .and_then(|mut s| s.query_row([source], |r| r.get(0)).optional())
             .ok()
-            .flatten()
+            .flatten();
+        let mut memo = self.memo.borrow_mut();
+        let answers = memo.entry(source.to_owned()).or_default();
+        if answers.stamp != stamp {
+            *answers = Answers {
+                stamp: stamp.clone(),
+                by_key: HashMap::new(),
+            };
+        }
+        stamp
     }
 
     pub fn lookup(&self, source: &str, key: &[u8]) -> Option<Package> {
+        if let Some(found) = self
+            .memo
+            .borrow()
+            .get(source)
+            .and_then(|a| a.by_key.get(key))
+        {
+            return found.clone();
+        }
+        let found = self.lookup_stored(source, key);
+        let mut memo = self.memo.borrow_mut();
+        let answers = memo.entry(source.to_owned()).or_default();
+        if answers.by_key.len() >= MEMO_PER_SOURCE {
+            answers.by_key.clear();
+        }
+        answers.by_key.insert(key.to_vec(), found.clone());
+        found
+    }
+
+    fn lookup_stored(&self, source: &str, key: &[u8]) -> Option<Package> {
         let json: String = self
             .conn
             .as_ref()?
@@ -127,6 +180,7 @@ impl Cache {
 
     /// Replaces index `index.source`. A failure only means it is rebuilt next time.
     pub fn replace(&mut self, index: &PackageIndex) {
+        self.memo.get_mut().remove(&index.source);
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
@@ -238,6 +292,27 @@ mod tests {
             location: Some("/site".into()),
             commit: None,
         }
+    }
+
+    #[test]
+    fn an_answer_kept_is_dropped_when_another_process_restamps_its_source() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("packages.db");
+        // Two processes: the resident recorder's long-lived cache, and a run that re-indexes.
+        let (resident, mut other) = (Cache::at(&db), Cache::at(&db));
+        let index = |stamp: &str, name: &str| PackageIndex {
+            source: "dpkg".into(),
+            stamp: stamp.into(),
+            entries: vec![(b"/usr/bin/x".to_vec(), pkg(name))],
+        };
+        other.replace(&index("1", "old"));
+        assert_eq!(resident.stamp("dpkg").as_deref(), Some("1"));
+        assert_eq!(resident.lookup("dpkg", b"/usr/bin/x"), Some(pkg("old")));
+        assert_eq!(resident.lookup("dpkg", b"/usr/bin/y"), None);
+        other.replace(&index("2", "new"));
+        // A resolution reads the stamp first: the answers kept under "1" go with it.
+        assert_eq!(resident.stamp("dpkg").as_deref(), Some("2"));
+        assert_eq!(resident.lookup("dpkg", b"/usr/bin/x"), Some(pkg("new")));
     }
 
     #[test]

@@ -48,9 +48,6 @@ pub struct PackageIndex {
     pub entries: Vec<(Vec<u8>, Package)>,
 }
 
-/// (source, key) -> what the cache answered.
-type Memo = HashMap<(String, Vec<u8>), Option<Package>>;
-
 /// An index in use for one job: the stored one, or one just built.
 enum Index {
     Stored(String),
@@ -66,8 +63,6 @@ struct Resolver<'c> {
     dpkg_dirs: HashMap<PathBuf, bool>,
     /// Directories, by the conda environment they lie in.
     conda_prefixes: HashMap<PathBuf, Option<PathBuf>>,
-    /// Stored lookups already made: a package's files share a few keys.
-    memo: std::cell::RefCell<Memo>,
 }
 
 impl Resolver<'_> {
@@ -104,15 +99,8 @@ impl Resolver<'_> {
 
     fn lookup(&self, source: &str, key: &[u8]) -> Option<Package> {
         match self.indexes.get(source)? {
-            Index::Stored(s) => {
-                let memo = (s.clone(), key.to_vec());
-                if let Some(found) = self.memo.borrow().get(&memo) {
-                    return found.clone();
-                }
-                let found = self.cache.lookup(s, key);
-                self.memo.borrow_mut().insert(memo, found.clone());
-                found
-            }
+            // The cache keeps what it answered while the source's stamp holds.
+            Index::Stored(s) => self.cache.lookup(s, key),
             Index::Fresh(map) => map.get(key).cloned(),
             Index::Missing => None,
         }
@@ -222,7 +210,6 @@ pub fn packages_under(
         indexes: HashMap::new(),
         dpkg_dirs: HashMap::new(),
         conda_prefixes: HashMap::new(),
-        memo: Default::default(),
     };
     let mut found: BTreeSet<Package> = BTreeSet::new();
     let mut sites = BTreeSet::new();
