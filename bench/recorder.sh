@@ -3,7 +3,8 @@
 # recorder against the run writing it itself (`ROAR_RECORDER=0`), in a small clean git
 # repository, beside bare execution and the Python peer roar-cli. Every command goes through
 # `env` so that each pays the same extra exec. Then a job of 1,000 files both ways (what the bytes
-# on the socket cost), and the recorder's CPU per job.
+# on the socket cost), and the recorder's CPU per job. ROAR_BEFORE_BIN=PATH adds a row for another
+# build of roar (the commit before, say), run the same way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$PWD"
@@ -23,16 +24,21 @@ for _ in $(seq 50); do
     sleep 0.1
 done
 
+BEFORE=()
+if [ -n "${ROAR_BEFORE_BIN:-}" ]; then
+    "$ROAR_BEFORE_BIN" run -- true 2> /dev/null
+    BEFORE=("before=env ROAR_RECORDER=1 $ROAR_BEFORE_BIN run -- true")
+fi
 echo "== fixed cost: roar run true, recorder vs the run's own writer ($RUNS interleaved rounds)"
 $CMP "$W/fixed.json" "$RUNS" "bare=env ROAR_RECORDER=1 true" "bare2=env ROAR_RECORDER=0 true" \
     "recorder=env ROAR_RECORDER=1 $ROAR run -- true" \
-    "own writer=env ROAR_RECORDER=0 $ROAR run -- true"
+    "own writer=env ROAR_RECORDER=0 $ROAR run -- true" "${BEFORE[@]}"
 python3 - "$W/fixed.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 bare = r["bare"]["median"]
 floor = abs(r["bare2"]["median"] - bare) * 1e3
-for name in ("recorder", "own writer"):
+for name in [n for n in ("recorder", "own writer", "before") if n in r]:
     print(f"{name:>10}: +{(r[name]['median'] - bare) * 1e3:.2f} ms over bare (noise floor {floor:.2f} ms)")
 print(f"recorder saves {(r['own writer']['median'] - r['recorder']['median']) * 1e3:.2f} ms a run")
 PY
