@@ -276,12 +276,14 @@ fn start(db: &Path) {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
+    // Its idle time and log, and where the package cache is (roar_env::cache::dir, else TMPDIR).
     for var in [
         IDLE_ENV,
         "ROAR_LOG",
         "HOME",
         "ROAR_CACHE_DIR",
         "XDG_CACHE_HOME",
+        "TMPDIR",
     ] {
         if let Some(v) = std::env::var_os(var) {
             cmd.env(var, v);

@@ -150,7 +150,7 @@ impl Writer {
     /// None or its row could not be written).
     pub fn record_begun(&self, begun: Option<Begun>, job: JobRecord) -> Result<i64> {
         let (reply, answer) = mpsc::channel();
-        let id = begun.and_then(Begun::id);
+        let id = begun.and_then(Begun::wait);
         self.send(Msg::Job(Box::new(job), None, reply, id))?;
         answer.recv().map_err(|_| StoreError::WriterGone)?
     }
@@ -170,7 +170,7 @@ impl Writer {
     pub fn start_begun(&self, begun: Option<Begun>, job: JobRecord) -> Result<JobStream> {
         let (reply, answer) = mpsc::channel();
         let (files, more) = mpsc::channel();
-        let id = begun.and_then(Begun::id);
+        let id = begun.and_then(Begun::wait);
         self.send(Msg::Job(Box::new(job), Some(more), reply, id))?;
         Ok(JobStream { files, answer })
     }
@@ -230,14 +230,9 @@ impl Begun {
         Begun { answer }
     }
 
-    /// The row's id, waiting for its commit; None if it could not be written.
-    pub fn wait(self) -> Option<i64> {
-        self.id()
-    }
-
     /// The row's id, once committed (messages are applied in order, so by the time the job is
     /// recorded this does not wait); None if it could not be written.
-    fn id(self) -> Option<i64> {
+    pub fn wait(self) -> Option<i64> {
         match self.answer.recv() {
             Ok(Ok(id)) => Some(id),
             Ok(Err(e)) => {

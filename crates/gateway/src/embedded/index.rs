@@ -16,6 +16,9 @@ use std::time::Duration;
 use rusqlite::{params, Connection, OptionalExtension, Row, Transaction, TransactionBehavior};
 use serde::{Deserialize, Serialize};
 
+/// How long a gateway waits for another process's hold on the index.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
+
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS buckets (
     name TEXT PRIMARY KEY,
@@ -243,9 +246,32 @@ pub(crate) fn random_id() -> String {
 }
 
 impl Index {
+    /// Opens (and if new, makes) the index at `path`. Gateways opening one new store at once
+    /// (concurrent `roar run --s3`) race to switch it to WAL, and SQLite answers the loser
+    /// SQLITE_BUSY at once, without its busy handler (waiting there could deadlock): the open is
+    /// tried again, from a new connection, for as long as the busy timeout.
     pub(crate) fn open(path: &Path) -> rusqlite::Result<Index> {
+        let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            match Index::open_once(path) {
+                Err(rusqlite::Error::SqliteFailure(e, _))
+                    if matches!(
+                        e.code,
+                        rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                    ) && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+                done => return done,
+            }
+        }
+    }
+
+    fn open_once(path: &Path) -> rusqlite::Result<Index> {
         let mut db = Connection::open(path)?;
-        db.busy_timeout(Duration::from_secs(60))?;
+        db.busy_timeout(BUSY_TIMEOUT)?;
         db.pragma_update(None, "journal_mode", "WAL")?;
         db.pragma_update(None, "synchronous", "NORMAL")?;
         db.pragma_update(None, "foreign_keys", "ON")?;
@@ -685,4 +711,34 @@ fn promote_newest(tx: &Transaction, bucket: &str, key: &[u8]) -> Result<()> {
         params![bucket, key],
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Gateways opening one new store at once all get its index (one of them used to get
+    /// "database is locked" from the switch to WAL).
+    #[test]
+    fn indexes_opened_at_once_on_a_new_store_all_open() {
+        for round in 0..30 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("objects.db");
+            let start = std::sync::Barrier::new(8);
+            std::thread::scope(|s| {
+                let opened: Vec<_> = (0..8)
+                    .map(|_| {
+                        s.spawn(|| {
+                            start.wait();
+                            Index::open(&path).map(|_| ())
+                        })
+                    })
+                    .collect();
+                for o in opened {
+                    let r = o.join().unwrap();
+                    assert!(r.is_ok(), "round {round}: {r:?}");
+                }
+            });
+        }
+    }
 }
