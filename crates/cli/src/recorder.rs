@@ -60,14 +60,13 @@ const ID: u8 = 1;
 const FAILED: u8 = 2;
 
 fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() }
+    nix::unistd::geteuid().as_raw()
 }
 
-/// The recorder's address for the store at `db`, by this binary and this user.
-fn address(db: &Path) -> io::Result<SocketAddr> {
+/// The recorder's address for the store of identity `store` ([`identity`]), by this binary and
+/// this user.
+fn address((dev, ino): (u64, u64)) -> io::Result<SocketAddr> {
     let exe = std::fs::metadata("/proc/self/exe")?;
-    let store = std::fs::metadata(db)?;
     let name = format!(
         "roar-recorder-{}-{:x}.{:x}.{:x}.{:x}-{:x}.{:x}",
         euid(),
@@ -75,8 +74,8 @@ fn address(db: &Path) -> io::Result<SocketAddr> {
         exe.ino(),
         exe.mtime_nsec() + exe.mtime() * 1_000_000_000,
         exe.size(),
-        store.dev(),
-        store.ino(),
+        dev,
+        ino,
     );
     SocketAddr::from_abstract_name(name.as_bytes())
 }
@@ -145,9 +144,6 @@ fn identity(db: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(db).ok().map(|m| (m.dev(), m.ino()))
 }
 
-/// Why a job went to the store directly: what the run says with `ROAR_LOG=debug`.
-pub type Direct = String;
-
 impl Recorder {
     /// The recorder of the store at `db`, starting one for the next run if none runs (this run
     /// then records its job itself). Never fails: None means "record it yourself".
@@ -155,7 +151,8 @@ impl Recorder {
         if std::env::var_os(ENV).is_some_and(|v| v == "0") {
             return None;
         }
-        let addr = address(db)
+        let store = identity(db)?;
+        let addr = address(store)
             .inspect_err(|e| tracing::debug!("no recorder: {e}"))
             .ok()?;
         match UnixStream::connect_addr(&addr) {
@@ -172,7 +169,7 @@ impl Recorder {
                     conn,
                     begun: false,
                     db: db.to_owned(),
-                    store: identity(db)?,
+                    store,
                 })
             }
             Err(e) => {
@@ -207,7 +204,7 @@ impl Recorder {
         job: &JobRecord,
         cache: &[CacheEntry],
         wanted: &Wanted,
-    ) -> Result<i64, (Option<i64>, Direct)> {
+    ) -> Result<i64, (Option<i64>, String)> {
         let begun = if self.begun {
             match answer(&mut self.conn) {
                 Ok(id) => Some(id),
@@ -289,19 +286,7 @@ fn start(db: &Path) {
             cmd.env(var, v);
         }
     }
-    // SAFETY: fork, setsid and _exit are async-signal-safe; nothing else runs before exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            match libc::fork() {
-                -1 => return Err(io::Error::last_os_error()),
-                0 => {}
-                _ => libc::_exit(0),
-            }
-            libc::setsid();
-            Ok(())
-        });
-    }
-    match cmd.spawn() {
+    match roar_tracer::detached(&mut cmd).spawn() {
         Ok(mut middle) => {
             let _ = middle.wait();
         }
@@ -388,7 +373,7 @@ pub fn serve(db: PathBuf) -> i32 {
     if nix::unistd::access(&db, nix::unistd::AccessFlags::W_OK).is_err() {
         return 1;
     }
-    let listener = match address(&db).and_then(|a| UnixListener::bind_addr(&a)) {
+    let listener = match address(store).and_then(|a| UnixListener::bind_addr(&a)) {
         Ok(l) => l,
         // Another recorder won the race for this store.
         Err(e) if e.kind() == io::ErrorKind::AddrInUse => return 0,

@@ -374,6 +374,26 @@ fn spawn_file(
     }
 }
 
+/// Makes `cmd` start as a resident process nobody waits for (the eBPF helper, the store's
+/// recorder): the child forks once more and exits, so the process that execs is a grandchild in a
+/// session of its own, adopted by init (or the nearest subreaper: call this before
+/// [`become_subreaper`]). `cmd.spawn()` then returns the middle process, which has exited or is
+/// about to: wait for it.
+pub fn detached(cmd: &mut Command) -> &mut Command {
+    // SAFETY: fork, setsid and _exit are async-signal-safe; nothing else runs before exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            match libc::fork() {
+                -1 => return Err(io::Error::last_os_error()),
+                0 => {}
+                _ => libc::_exit(0),
+            }
+            libc::setsid();
+            Ok(())
+        })
+    }
+}
+
 pub(crate) fn become_subreaper() {
     // SAFETY: prctl with integer arguments.
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };

@@ -27,7 +27,7 @@ pub use check::{check, choose, inside_roar, quick_check, Backend, Verdict};
 /// The resident eBPF helper's entry point, and the first argument that selects it.
 pub use ebpf::helper::{serve as ebpf_helper_main, HELPER_ARG as EBPF_HELPER_ARG};
 pub use event::Event;
-pub use launch::Status;
+pub use launch::{detached, Status};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {

@@ -189,19 +189,7 @@ fn start(ring_kb: u32) -> Result<(), TraceError> {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
-    // SAFETY: fork, setsid and _exit are async-signal-safe; nothing else runs before exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            match libc::fork() {
-                -1 => return Err(io::Error::last_os_error()),
-                0 => {}
-                _ => libc::_exit(0),
-            }
-            libc::setsid();
-            Ok(())
-        });
-    }
-    let mut middle = cmd
+    let mut middle = crate::launch::detached(&mut cmd)
         .spawn()
         .map_err(|source| TraceError::Socket { source })?;
     let out = middle.stdout.take().expect("piped");
