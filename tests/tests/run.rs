@@ -768,3 +768,47 @@ fn the_command_is_found_and_run_as_a_shell_would() {
         assert_eq!(out.status.code(), Some(126), "[{backend}] {}", stderr(&out));
     }
 }
+
+/// The early hasher starts with the first written path, on every backend: an output left alone
+/// while the command goes on is hashed during the run, and the recorded hash is its content. A
+/// command that writes nothing hashes nothing early.
+#[test]
+fn an_output_left_alone_is_hashed_during_the_run_on_every_backend() {
+    let p = Project::new();
+    for backend in common::backends() {
+        let out = p.roar([
+            "run",
+            "--tracer",
+            backend,
+            "--timing",
+            "--",
+            "sh",
+            "-c",
+            "echo early > out.txt; sleep 0.5",
+        ]);
+        let err = stderr(&out);
+        assert!(out.status.success(), "[{backend}] {err}");
+        assert!(
+            err.contains("(1 files hashed during the run)"),
+            "[{backend}] {err}"
+        );
+        let job = p.last_job();
+        let out_txt = job["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["role"] == "output" && f["path"].as_str().unwrap().ends_with("/out.txt"))
+            .unwrap_or_else(|| panic!("[{backend}] no out.txt in {job}"));
+        assert_eq!(
+            out_txt["hash"]["blake3"].as_str().unwrap(),
+            blake3::hash(b"early\n").to_hex().as_str(),
+            "[{backend}]"
+        );
+        let out = p.roar(["run", "--tracer", backend, "--timing", "--", "sleep", "0.1"]);
+        let err = stderr(&out);
+        assert!(
+            err.contains("(0 files hashed during the run)"),
+            "[{backend}] {err}"
+        );
+    }
+}

@@ -213,7 +213,10 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         None
     };
     let child_env = gateway.as_ref().map(|g| g.child_env()).unwrap_or_default();
-    let early = early_hasher(&config, opts);
+    // The paths the job's record leaves out (config `ignore`), compiled once for the early hasher
+    // and the classification after the command.
+    let ignore = Ignore::new(&config.ignore);
+    let early = early_hasher(&ignore, opts);
     let mut tap: Tap = match &early {
         Some(e) => e.tap(),
         None => Arc::new(|_: &roar_tracer::Event| {}),
@@ -293,7 +296,6 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     }
 
     // From here on the command's status is final: a failure to record never changes it.
-    let ignore = Ignore::new(&config.ignore);
     let mut classified = collect::classify(&traced.events, traced.ctime_floor_ns, &ignore);
     job.steps = roar_tracer::steps::steps(
         &traced.events,
@@ -480,13 +482,11 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
 }
 
 /// The hasher of outputs during the run (see `roar_tracer::early`), unless `ROAR_EARLY_HASH=0`.
-fn early_hasher(config: &Config, opts: HashOptions) -> Option<EarlyHasher> {
+fn early_hasher(ignore: &Ignore, opts: HashOptions) -> Option<EarlyHasher> {
     if std::env::var_os("ROAR_EARLY_HASH").is_some_and(|v| v == "0") {
         return None;
     }
-    EarlyHasher::start(Ignore::new(&config.ignore), opts)
-        .inspect_err(|e| tracing::warn!("no early hashing: cannot start its thread: {e}"))
-        .ok()
+    Some(EarlyHasher::new(ignore.clone(), opts))
 }
 
 /// Starts `roar checkpoint-store` detached if the WAL has outgrown its limit. A checkpoint

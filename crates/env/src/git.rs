@@ -6,6 +6,8 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use roar_store::GitState;
@@ -171,21 +173,48 @@ pub fn strip_credentials(url: &str) -> String {
 
 /// A dirty-tree check running alongside the command.
 pub struct DiffJob {
-    thread: JoinHandle<Option<Vec<u8>>>,
+    repo: Repo,
+    commit: Option<String>,
+    /// Who does the check: [`WAITING`] until the thread or `finish` claims it.
+    claim: Arc<AtomicU8>,
     /// git's pid once started (0 before, -1 once roar waits for it: no idle priority then).
-    pid: std::sync::Arc<std::sync::atomic::AtomicI32>,
-    /// Starts git now if it has not started yet (the command ended).
+    pid: Arc<AtomicI32>,
+    /// Wakes the thread (the command ended); dropped, it tells a thread still waiting that
+    /// `finish` did the check.
     go: std::sync::mpsc::Sender<()>,
+    thread: JoinHandle<Option<Vec<u8>>>,
 }
 
 /// How long a command runs before its dirty check starts beside it.
 pub const OVERLAP_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
+
+const WAITING: u8 = 0;
+const BY_THREAD: u8 = 1;
+const BY_FINISH: u8 = 2;
 
 /// What the concurrent check found.
 pub enum Dirt {
     Clean,
     /// Dirty, with the diff unless it was larger than [`MAX_DIFF`].
     Dirty(Option<Vec<u8>>),
+}
+
+/// The check itself: the clean-tree record if it still holds (`crate::clean`), else
+/// `git diff`, whose empty answer is remembered.
+fn check(repo: &Repo, commit: Option<&str>, pid: &AtomicI32) -> Option<Vec<u8>> {
+    // A clean checkout unchanged since git last said so: no git (crate::clean).
+    if let Some(head) = commit {
+        if crate::clean::known(repo, head) {
+            return Some(Vec::new());
+        }
+    }
+    let out = diff(&repo.root, commit.is_some(), pid);
+    if let (Some(head), Some(b)) = (commit, &out) {
+        if b.is_empty() {
+            crate::clean::remember(repo, head);
+        }
+    }
+    out
 }
 
 impl DiffJob {
@@ -195,46 +224,61 @@ impl DiffJob {
     ///
     /// It starts only once the command has run for [`OVERLAP_AFTER`]: on two cores, git's own
     /// start (~2 ms of CPU in a small repository) beside a short command slowed the command more
-    /// than running it afterwards; a longer command hides the whole diff.
+    /// than running it afterwards; a longer command hides the whole diff. A command that ends
+    /// sooner has its check done by [`DiffJob::finish`] on the caller's thread, which saves
+    /// waking the thread and waiting for it (a tenth of a millisecond of a short run).
     pub fn start(repo: &Repo, commit: Option<&str>) -> Option<DiffJob> {
-        let repo = repo.clone();
-        let commit = commit.map(str::to_owned);
-        let pid = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(0));
-        let p = pid.clone();
+        let (repo, commit) = (repo.clone(), commit.map(str::to_owned));
+        let claim = Arc::new(AtomicU8::new(WAITING));
+        let pid = Arc::new(AtomicI32::new(0));
         let (go, wait) = std::sync::mpsc::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("roar-git".into())
-            .spawn(move || {
-                let _ = wait.recv_timeout(OVERLAP_AFTER);
-                // A clean checkout unchanged since git last said so: no git (crate::clean).
-                if let Some(head) = &commit {
-                    if crate::clean::known(&repo, head) {
-                        return Some(Vec::new());
-                    }
-                }
-                let out = diff(&repo.root, commit.is_some(), &p);
-                if let (Some(head), Some(b)) = (&commit, &out) {
-                    if b.is_empty() {
-                        crate::clean::remember(&repo, head);
-                    }
-                }
-                out
-            })
-            .ok()?;
-        Some(DiffJob { thread, pid, go })
+        let thread = {
+            let (repo, commit, claim, pid) =
+                (repo.clone(), commit.clone(), claim.clone(), pid.clone());
+            std::thread::Builder::new()
+                .name("roar-git".into())
+                .spawn(move || {
+                    let _ = wait.recv_timeout(OVERLAP_AFTER);
+                    claim
+                        .compare_exchange(WAITING, BY_THREAD, Ordering::AcqRel, Ordering::Acquire)
+                        .ok()?;
+                    check(&repo, commit.as_deref(), &pid)
+                })
+                .ok()?
+        };
+        Some(DiffJob {
+            repo,
+            commit,
+            claim,
+            pid,
+            go,
+            thread,
+        })
     }
 
     /// The result; None if git could not say (not installed, not a repository it accepts).
     /// The command has ended: git, if still running, goes back to normal priority, since roar
     /// now waits for it.
     pub fn finish(self) -> Option<Dirt> {
-        // -1: from now on git runs at normal priority (`diff` sees it if git is not started yet).
-        let pid = self.pid.swap(-1, std::sync::atomic::Ordering::AcqRel);
-        let _ = self.go.send(());
-        if pid > 0 {
-            set_policy(pid, libc::SCHED_OTHER);
-        }
-        let out = self.thread.join().ok()??;
+        let out = if self
+            .claim
+            .compare_exchange(WAITING, BY_FINISH, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            // The thread has not begun: the check runs here, at normal priority, and the thread
+            // (woken by `go` going away) returns without doing anything.
+            self.pid.store(-1, Ordering::Release);
+            check(&self.repo, self.commit.as_deref(), &self.pid)?
+        } else {
+            // -1: from now on git runs at normal priority (`diff` sees it if git is not started
+            // yet).
+            let pid = self.pid.swap(-1, Ordering::AcqRel);
+            let _ = self.go.send(());
+            if pid > 0 {
+                set_policy(pid, libc::SCHED_OTHER);
+            }
+            self.thread.join().ok()??
+        };
         Some(if out.is_empty() {
             Dirt::Clean
         } else if out.len() > MAX_DIFF {
@@ -255,7 +299,7 @@ fn set_policy(pid: i32, policy: i32) {
     }
 }
 
-fn diff(root: &Path, has_commit: bool, pid: &std::sync::atomic::AtomicI32) -> Option<Vec<u8>> {
+fn diff(root: &Path, has_commit: bool, pid: &AtomicI32) -> Option<Vec<u8>> {
     let mut cmd = Command::new("git");
     cmd.args([
         "--no-optional-locks",
@@ -281,12 +325,7 @@ fn diff(root: &Path, has_commit: bool, pid: &std::sync::atomic::AtomicI32) -> Op
     let id = child.id() as i32;
     set_policy(id, libc::SCHED_IDLE);
     let raced = pid
-        .compare_exchange(
-            0,
-            id,
-            std::sync::atomic::Ordering::AcqRel,
-            std::sync::atomic::Ordering::Acquire,
-        )
+        .compare_exchange(0, id, Ordering::AcqRel, Ordering::Acquire)
         .is_err();
     if raced {
         // finish() came first: roar already waits for git.
@@ -350,6 +389,52 @@ fn before_the_job(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A repository whose tracked file changed since its commit.
+    fn dirty_repo() -> (tempfile::TempDir, Repo, String) {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("w");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("m.py"), "a = 1\n").unwrap();
+        let git = |args: &[&str]| {
+            let out = Command::new("git")
+                .args(["-c", "user.email=t@t", "-c", "user.name=t"])
+                .args(args)
+                .current_dir(&root)
+                .output()
+                .expect("git runs");
+            assert!(out.status.success(), "git {args:?}");
+            String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        };
+        git(&["init", "-q"]);
+        git(&["add", "-A"]);
+        git(&["commit", "-qm", "c"]);
+        let head = git(&["rev-parse", "HEAD"]);
+        std::fs::write(root.join("m.py"), "a = 2\n").unwrap();
+        (t, Repo::find(&root).unwrap(), head)
+    }
+
+    /// The check gives one answer whoever runs it: `finish` itself for a command that ended at
+    /// once, the thread for one that ran past `OVERLAP_AFTER`, and `finish` racing the thread's
+    /// wake-up at the boundary.
+    #[test]
+    fn the_dirty_check_answers_the_same_from_finish_and_from_its_thread() {
+        let (_t, repo, head) = dirty_repo();
+        let mut diffs = std::collections::BTreeSet::new();
+        for wait_ms in [0, 100, 19, 20, 21, 0, 100] {
+            let job = DiffJob::start(&repo, Some(&head)).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(wait_ms));
+            match job.finish() {
+                Some(Dirt::Dirty(Some(diff))) => {
+                    let diff = String::from_utf8(diff).unwrap();
+                    assert!(diff.contains("-a = 1") && diff.contains("+a = 2"), "{diff}");
+                    diffs.insert(diff);
+                }
+                _ => panic!("after {wait_ms} ms: not dirty with its diff"),
+            }
+        }
+        assert_eq!(diffs.len(), 1, "{diffs:?}");
+    }
 
     #[test]
     fn credentials_are_stripped() {

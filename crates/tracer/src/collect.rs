@@ -692,8 +692,16 @@ pub fn hash<'c>(
 /// that the mount says are members, and gives their records: each member as
 /// `ARCHIVE!/path/in/archive` with its hash, and each archive once, as the mount records them.
 fn archive_members(paths: &mut Vec<(PathBuf, PathState)>) -> Vec<FileRecord> {
-    let mounts = roar_archive::mounted::archive_mounts();
     let mut records = Vec::new();
+    // Only a path the job read and did not make can be a member; mountinfo (tens of
+    // microseconds for the kernel to print) is read only if there is one.
+    if !paths
+        .iter()
+        .any(|(_, st)| path_use(st).records() == (true, None))
+    {
+        return records;
+    }
+    let mounts = roar_archive::mounted::archive_mounts();
     if mounts.is_empty() {
         return records;
     }

@@ -18,7 +18,7 @@ use std::collections::BinaryHeap;
 use std::ffi::OsString;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -52,10 +52,22 @@ enum Msg {
     Stop,
 }
 
+/// The hasher of one run. Its thread starts with the first written path: a run that writes
+/// nothing (or nothing before it ends) never pays for starting and joining it.
 pub struct EarlyHasher {
-    tx: mpsc::Sender<Msg>,
+    state: Arc<Mutex<State>>,
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<Early>,
+}
+
+enum State {
+    /// Nothing written yet: what the worker will start with.
+    Idle(Ignore, HashOptions),
+    Running {
+        tx: mpsc::Sender<Msg>,
+        thread: JoinHandle<Early>,
+    },
+    /// The thread could not be started (said once, in the log); nothing is hashed early.
+    Failed,
 }
 
 /// The path an event leaves with new content, if any. Every backend reports opens of regular
@@ -77,40 +89,61 @@ fn written(ev: &Event) -> Option<(&Path, Kind, i64)> {
     }
 }
 
+fn spawn_worker(
+    ignore: Ignore,
+    opts: HashOptions,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<State> {
+    let (tx, rx) = mpsc::channel();
+    let thread = std::thread::Builder::new()
+        .name("roar-early-hash".into())
+        .spawn(move || {
+            // SAFETY: lowers this thread's own priority; nothing else is touched.
+            unsafe {
+                let tid = libc::gettid() as libc::id_t;
+                libc::setpriority(libc::PRIO_PROCESS, tid, 10);
+            }
+            Worker {
+                ignore,
+                opts,
+                stop,
+                pending: HashMap::default(),
+                due: BinaryHeap::new(),
+                rounds: HashMap::default(),
+                done: Early::default(),
+            }
+            .run(rx)
+        })?;
+    Ok(State::Running { tx, thread })
+}
+
 impl EarlyHasher {
-    pub fn start(ignore: Ignore, opts: HashOptions) -> std::io::Result<EarlyHasher> {
-        let (tx, rx) = mpsc::channel();
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let stop = stop.clone();
-            std::thread::Builder::new()
-                .name("roar-early-hash".into())
-                .spawn(move || {
-                    // SAFETY: lowers this thread's own priority; nothing else is touched.
-                    unsafe {
-                        let tid = libc::gettid() as libc::id_t;
-                        libc::setpriority(libc::PRIO_PROCESS, tid, 10);
-                    }
-                    Worker {
-                        ignore,
-                        opts,
-                        stop,
-                        pending: HashMap::default(),
-                        due: BinaryHeap::new(),
-                        rounds: HashMap::default(),
-                        done: Early::default(),
-                    }
-                    .run(rx)
-                })?
-        };
-        Ok(EarlyHasher { tx, stop, thread })
+    pub fn new(ignore: Ignore, opts: HashOptions) -> EarlyHasher {
+        EarlyHasher {
+            state: Arc::new(Mutex::new(State::Idle(ignore, opts))),
+            stop: Arc::new(AtomicBool::new(false)),
+        }
     }
 
     /// What the backend calls with each event as it arrives.
     pub fn tap(&self) -> Tap {
-        let tx = self.tx.clone();
+        let (state, stop) = (self.state.clone(), self.stop.clone());
         Arc::new(move |ev: &Event| {
-            if let Some((path, kind, ts_ns)) = written(ev) {
+            let Some((path, kind, ts_ns)) = written(ev) else {
+                return;
+            };
+            let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
+            if let State::Idle(..) = &*state {
+                let State::Idle(ignore, opts) = std::mem::replace(&mut *state, State::Failed)
+                else {
+                    unreachable!("matched above")
+                };
+                match spawn_worker(ignore, opts, stop.clone()) {
+                    Ok(running) => *state = running,
+                    Err(e) => tracing::warn!("no early hashing: cannot start its thread: {e}"),
+                }
+            }
+            if let State::Running { tx, .. } = &*state {
                 let path = path.as_os_str().to_owned();
                 // The worker is gone only after `finish`, when no backend runs any more.
                 let _ = tx.send(Msg::Written { path, kind, ts_ns });
@@ -121,8 +154,17 @@ impl EarlyHasher {
     /// Stops hashing (a file being read is finished) and returns what was hashed.
     pub fn finish(self) -> Early {
         self.stop.store(true, Ordering::Relaxed);
-        let _ = self.tx.send(Msg::Stop);
-        self.thread.join().unwrap_or_default()
+        let state = std::mem::replace(
+            &mut *self.state.lock().unwrap_or_else(|p| p.into_inner()),
+            State::Failed,
+        );
+        match state {
+            State::Running { tx, thread } => {
+                let _ = tx.send(Msg::Stop);
+                thread.join().unwrap_or_default()
+            }
+            State::Idle(..) | State::Failed => Early::default(),
+        }
     }
 }
 

@@ -7,11 +7,10 @@
 //! with the run's random key, which the shim reads from its environment (readable only by the
 //! run's own processes and root); datagrams without it are dropped unparsed and counted.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use roar_store::{now_ns, FileStat};
@@ -22,8 +21,6 @@ use crate::event::{join_normalize, Event};
 use crate::launch;
 use crate::{Tap, TraceError, Traced};
 
-/// Kind value of the end-of-run marker roar sends itself; never sent by the shim.
-const END_MARKER: u16 = 0;
 const RECV_BUF: usize = 256 * 1024;
 const SOCK_BUF: libc::c_int = 32 << 20;
 
@@ -96,29 +93,6 @@ fn bind() -> Result<Socket, TraceError> {
     }
 }
 
-fn send_end_marker(sock: &Socket) {
-    let h = Header {
-        kind: END_MARKER,
-        ..Header::default()
-    };
-    let mut datagram = h.as_bytes().to_vec();
-    datagram.extend_from_slice(&sock.key);
-    // SAFETY: a short-lived socket of ours sends one datagram to our own name.
-    unsafe {
-        let fd = libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
-        let (addr, len) = abstract_addr(&sock.name);
-        libc::sendto(
-            fd,
-            datagram.as_ptr().cast(),
-            datagram.len(),
-            0,
-            std::ptr::addr_of!(addr).cast(),
-            len,
-        );
-        libc::close(fd);
-    }
-}
-
 /// Default size of the event ring in KiB (~100k events of typical size); `ROAR_PRELOAD_RING_KB`
 /// overrides. Producers wait (never drop) when it is full, so the size only bounds how far roar
 /// may lag behind the program.
@@ -146,7 +120,7 @@ struct RingMap {
 }
 
 // SAFETY: the mapping is only touched through `Ring`, whose shared state is atomic, and is
-// unmapped only on drop, after the receiver thread is joined.
+// unmapped only on drop, when the run and the receiver thread have both let go of it.
 unsafe impl Send for RingMap {}
 unsafe impl Sync for RingMap {}
 
@@ -298,7 +272,7 @@ fn futex_wake(word: *const u32) {
     unsafe { libc::syscall(libc::SYS_futex, word, libc::FUTEX_WAKE, i32::MAX) };
 }
 
-/// What the receiver thread hands back at the end of the run.
+/// What was received from one source.
 #[derive(Default)]
 struct Received {
     events: Vec<Event>,
@@ -309,20 +283,103 @@ struct Received {
     forged: usize,
 }
 
-/// Reads the ring and the socket until the end marker. Sleeps on the ring's futex (see
-/// `roar_wire::ring`) for at most `RING_TIMER`, or, while datagrams flow, in poll(2) on the socket
-/// for at most `SOCKET_POLL`; then drains the ring and the queued datagrams. The end marker comes
-/// after every traced process is gone (and wakes the receiver), so the last pass over the ring is
-/// final.
-fn receive(fd: libc::c_int, key: &[u8; KEY_LEN], map: &RingMap, tap: &Tap) -> Received {
-    let mut buf = vec![0u8; RECV_BUF];
-    let mut from_ring = Received::default();
-    let mut from_sock = Received::default();
-    let mut stuck_since = None;
+/// What the receiver thread and, at the end, the run itself read the ring and the socket into.
+struct Inbox {
+    from_ring: Received,
+    from_sock: Received,
+    stuck_since: Option<Instant>,
+    buf: Vec<u8>,
+    /// The top command if the shim cannot follow it: `None` until someone looked.
+    top: Option<Option<(PathBuf, &'static str)>>,
+    /// The run has taken the last pass: the receiver thread stops.
+    finished: bool,
+}
+
+/// The receiver thread's side: what it reads from, and the inbox it shares with the run.
+struct Receiver {
+    /// The command as given, whose program the shim may not be able to follow.
+    argv0: OsString,
+    sock: Arc<Socket>,
+    map: Arc<RingMap>,
+    inbox: Arc<Mutex<Inbox>>,
+    tap: Tap,
+}
+
+impl Inbox {
+    /// Reads the ring (until empty or a slot still being written) and every queued datagram;
+    /// returns whether any datagram came. On the `last` pass, every traced process is gone.
+    fn pass(&mut self, r: &Receiver, last: bool) -> bool {
+        let before = self.from_sock.events.len() + self.from_sock.malformed + self.from_sock.forged;
+        drain_ring(
+            &r.map.ring,
+            &mut self.from_ring,
+            &mut self.stuck_since,
+            false,
+            &r.tap,
+        );
+        loop {
+            let buf = &mut self.buf;
+            // SAFETY: buf is writable for its length.
+            let n = unsafe {
+                libc::recv(
+                    r.sock.fd,
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n < 0 {
+                match std::io::Error::last_os_error().raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    Some(libc::EAGAIN) => break,
+                    _ => {
+                        self.from_sock.malformed += 1;
+                        break;
+                    }
+                }
+            }
+            let Some(body) = strip_key(&buf[..n as usize], &r.sock.key) else {
+                self.from_sock.forged += 1;
+                continue;
+            };
+            match Header::parse(body).and_then(|(h, parts)| decode(&h, parts)) {
+                Some(ev) => {
+                    (r.tap)(&ev);
+                    self.from_sock.events.push(ev);
+                }
+                None => self.from_sock.malformed += 1,
+            }
+        }
+        if last {
+            drain_ring(
+                &r.map.ring,
+                &mut self.from_ring,
+                &mut self.stuck_since,
+                true,
+                &r.tap,
+            );
+        }
+        self.from_sock.events.len() + self.from_sock.malformed + self.from_sock.forged > before
+    }
+}
+
+/// The receiver thread: reads the ring and the socket while the command runs. Sleeps on the
+/// ring's futex (see `roar_wire::ring`) for at most `RING_TIMER`, or, while datagrams flow, in
+/// poll(2) on the socket for at most `SOCKET_POLL`; then takes a pass. It stops once the run has
+/// taken the last pass itself ([`finish`]).
+fn receive(r: &Receiver) {
+    {
+        let mut inbox = r.inbox.lock().unwrap_or_else(|p| p.into_inner());
+        if inbox.finished {
+            return;
+        }
+        // While the command runs: the user does not wait for this PATH search and ELF read.
+        inbox.top = Some(top_untraced(&r.argv0));
+    }
     let mut datagrams_flow = false;
     let sock_readable = |timeout: Duration| {
         let mut pfd = libc::pollfd {
-            fd,
+            fd: r.sock.fd,
             events: libc::POLLIN,
             revents: 0,
         };
@@ -332,51 +389,35 @@ fn receive(fd: libc::c_int, key: &[u8; KEY_LEN], map: &RingMap, tap: &Tap) -> Re
     loop {
         if datagrams_flow {
             sock_readable(SOCKET_POLL);
-        } else if let Some(seen) = map.ring.sleep_begin() {
-            // A datagram (the end marker) sent before we announced the sleep would not wake us.
+        } else if let Some(seen) = r.map.ring.sleep_begin() {
+            // A datagram sent before we announced the sleep would not wake us.
             if !sock_readable(Duration::ZERO) {
-                futex_wait(map.ring.wake_word(), seen, RING_TIMER);
+                futex_wait(r.map.ring.wake_word(), seen, RING_TIMER);
             }
-            map.ring.sleep_end();
+            r.map.ring.sleep_end();
         }
-        let before = from_sock.events.len() + from_sock.malformed + from_sock.forged;
-        drain_ring(&map.ring, &mut from_ring, &mut stuck_since, false, tap);
-        let ended = loop {
-            // SAFETY: buf is writable for its length.
-            let n =
-                unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
-            if n < 0 {
-                match std::io::Error::last_os_error().raw_os_error() {
-                    Some(libc::EINTR) => continue,
-                    Some(libc::EAGAIN) => break false,
-                    _ => {
-                        from_sock.malformed += 1;
-                        break true;
-                    }
-                }
-            }
-            let Some(body) = strip_key(&buf[..n as usize], key) else {
-                from_sock.forged += 1;
-                continue;
-            };
-            match Header::parse(body) {
-                Some((h, _)) if h.kind == END_MARKER => break true,
-                Some((h, parts)) => match decode(&h, parts) {
-                    Some(ev) => {
-                        tap(&ev);
-                        from_sock.events.push(ev);
-                    }
-                    None => from_sock.malformed += 1,
-                },
-                None => from_sock.malformed += 1,
-            }
-        };
-        if ended {
-            drain_ring(&map.ring, &mut from_ring, &mut stuck_since, true, tap);
-            break;
+        let mut inbox = r.inbox.lock().unwrap_or_else(|p| p.into_inner());
+        if inbox.finished {
+            return;
         }
-        datagrams_flow = from_sock.events.len() + from_sock.malformed + from_sock.forged > before;
+        datagrams_flow = inbox.pass(r, false);
     }
+}
+
+/// The last pass, taken by the run once every traced process is gone: waiting for a pass of the
+/// receiver thread's in progress, not for the thread to wake and exit (two cross-CPU wake-ups,
+/// a tenth of a millisecond of a short run). Then the thread is told to stop, and left to.
+fn finish(r: &Receiver) -> (Received, Option<(PathBuf, &'static str)>) {
+    let mut inbox = r.inbox.lock().unwrap_or_else(|p| p.into_inner());
+    inbox.pass(r, true);
+    inbox.finished = true;
+    // The thread never ran: the run looks itself.
+    let top = inbox.top.take().unwrap_or_else(|| top_untraced(&r.argv0));
+    let from_ring = std::mem::take(&mut inbox.from_ring);
+    let from_sock = std::mem::take(&mut inbox.from_sock);
+    drop(inbox);
+    r.map.ring.wake_always();
+    futex_wake(r.map.ring.wake_word());
     let mut events = from_ring.events;
     if !from_sock.events.is_empty() {
         // Processes without the ring (another user, no /proc) and events too big for it: the two
@@ -384,12 +425,13 @@ fn receive(fd: libc::c_int, key: &[u8; KEY_LEN], map: &RingMap, tap: &Tap) -> Re
         events.extend(from_sock.events);
         events.sort_by_key(Event::ts_ns);
     }
-    Received {
+    let received = Received {
         events,
         malformed: from_ring.malformed + from_sock.malformed,
         cut_off: from_ring.cut_off,
         forged: from_sock.forged,
-    }
+    };
+    (received, top)
 }
 
 fn stat_of(s: &WireStat) -> FileStat {
@@ -488,16 +530,24 @@ fn decode(h: &Header, p: [&[u8]; 4]) -> Option<Event> {
 const STATIC: &str = "statically linked: the preload shim cannot load into it";
 const SETID: &str = "setuid/setgid: the loader drops LD_PRELOAD";
 
-/// The programs of `events` the shim could not follow, once each, and the top command itself
-/// when it is one (roar starts it, so no shim reports it).
-fn untraced(argv: &[OsString], events: &[Event]) -> Vec<(PathBuf, &'static str)> {
-    let mut out: Vec<(PathBuf, &'static str)> = Vec::new();
-    let top = crate::check::resolve(&argv[0]).map(|exe| (crate::check::linkage(&exe), exe));
-    match top {
-        Some((crate::check::Linkage::Static, exe)) => out.push((exe, STATIC)),
-        Some((crate::check::Linkage::SetId, exe)) => out.push((exe, SETID)),
-        _ => {}
+/// The top command, if the shim cannot follow it (roar starts it, so no shim reports it). Found
+/// by the receiver thread while the command runs, not after it: a PATH search and an ELF header
+/// read the user would otherwise wait for.
+fn top_untraced(argv0: &OsStr) -> Option<(PathBuf, &'static str)> {
+    let exe = crate::check::resolve(argv0)?;
+    match crate::check::linkage(&exe) {
+        crate::check::Linkage::Static => Some((exe, STATIC)),
+        crate::check::Linkage::SetId => Some((exe, SETID)),
+        _ => None,
     }
+}
+
+/// The programs of `events` the shim could not follow, once each, after the top command.
+fn untraced(
+    top: Option<(PathBuf, &'static str)>,
+    events: &[Event],
+) -> Vec<(PathBuf, &'static str)> {
+    let mut out: Vec<(PathBuf, &'static str)> = top.into_iter().collect();
     for e in events {
         if let Event::Untraced { path, why, .. } = e {
             if !out.iter().any(|(p, _)| p == path) {
@@ -515,15 +565,30 @@ pub fn run(
     tap: Tap,
 ) -> Result<Traced, TraceError> {
     let capacity = ring_capacity()?;
-    let sock = bind()?;
+    let sock = Arc::new(bind()?);
     let map = Arc::new(map_ring(capacity).map_err(|source| TraceError::Socket { source })?);
-    let receiver: JoinHandle<Received> = {
-        let (fd, key, map) = (sock.fd, sock.key, map.clone());
+    let receiver = Arc::new(Receiver {
+        argv0: argv[0].clone(),
+        sock: sock.clone(),
+        map: map.clone(),
+        inbox: Arc::new(Mutex::new(Inbox {
+            from_ring: Received::default(),
+            from_sock: Received::default(),
+            stuck_since: None,
+            buf: vec![0u8; RECV_BUF],
+            top: None,
+            finished: false,
+        })),
+        tap,
+    });
+    {
+        // Not joined: `finish` takes the last pass and the thread then returns on its own.
+        let receiver = receiver.clone();
         std::thread::Builder::new()
             .name("roar-preload-recv".into())
-            .spawn(move || receive(fd, &key, &map, &tap))
-            .map_err(|source| TraceError::Socket { source })?
-    };
+            .spawn(move || receive(&receiver))
+            .map_err(|source| TraceError::Socket { source })?;
+    }
 
     let guard = launch::SignalGuard::install();
     launch::become_subreaper();
@@ -559,11 +624,8 @@ pub fn run(
     };
     let ended_ns = now_ns();
     drop(guard);
-    send_end_marker(&sock);
-    map.ring.wake_always();
-    futex_wake(map.ring.wake_word());
-    let received = receiver.join().unwrap_or_default();
-    let untraced = untraced(argv, &received.events);
+    let (received, top) = finish(&receiver);
+    let untraced = untraced(top, &received.events);
     let status = status?;
     Ok(Traced {
         events: received.events,
