@@ -489,14 +489,6 @@ fn early_hasher(ignore: &Ignore, opts: HashOptions) -> Option<EarlyHasher> {
     Some(EarlyHasher::new(ignore.clone(), opts))
 }
 
-/// Starts `roar checkpoint-store` detached if the WAL has outgrown its limit. A checkpoint
-/// fsyncs the WAL and the database (tens of milliseconds on a virtual disk); done inline it would
-/// land on this command's exit, which the user waits for, after every megabyte or so of records.
-/// The copy does not block other writers, so the next `roar run` need not wait for it either.
-/// It runs in a process group of its own, so the terminal's Ctrl-C after roar returned is not
-/// meant for it (though cutting a checkpoint short is harmless), and lowers its own priority
-/// ([`checkpoint_store`]). Nothing runs in the child before exec, so std starts it with
-/// posix_spawn, without copying this process's page tables.
 /// CPU time (user + system) this process has used so far, all threads together: what roar's
 /// bookkeeping costs the machine beside the command.
 fn own_cpu_ms() -> f64 {
@@ -508,6 +500,14 @@ fn own_cpu_ms() -> f64 {
     ms(u.ru_utime) + ms(u.ru_stime)
 }
 
+/// Starts `roar checkpoint-store` detached if the WAL has outgrown its limit. A checkpoint
+/// fsyncs the WAL and the database (tens of milliseconds on a virtual disk); done inline it would
+/// land on this command's exit, which the user waits for, after every megabyte or so of records.
+/// The copy does not block other writers, so the next `roar run` need not wait for it either.
+/// It runs in a process group of its own, so the terminal's Ctrl-C after roar returned is not
+/// meant for it (though cutting a checkpoint short is harmless), and lowers its own priority
+/// ([`checkpoint_store`]). Nothing runs in the child before exec, so std starts it with
+/// posix_spawn, without copying this process's page tables.
 fn checkpoint_in_background(db: &Path) {
     use std::os::unix::process::CommandExt;
     if !roar_store::checkpoint_due(db) {
