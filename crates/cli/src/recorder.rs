@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use nix::sys::socket::{self, sockopt};
 use roar_env::Cache;
 use roar_store::job_bytes::{self, Bytes};
-use roar_store::{Begun, CacheEntry, Checkpoints, JobRecord, Writer};
+use roar_store::{Begun, CacheEntry, Checkpoints, JobRecord, Runtime, Writer};
 
 use crate::environment::{self, Wanted};
 
@@ -308,6 +308,10 @@ struct Shared {
     writer: Mutex<(Option<Stamp>, Arc<Writer>)>,
     /// The user's package cache, open for as long as the recorder runs.
     packages: Mutex<Cache>,
+    /// The machine as last found, and the host name it was found under: the package cache
+    /// keeps it per boot (a recorder lives within one) and host name too, but asking it is a
+    /// query per job.
+    machine: Mutex<Option<(String, Runtime)>>,
     clients: AtomicUsize,
     last_seen: Mutex<Instant>,
 }
@@ -344,6 +348,23 @@ impl Shared {
         };
         self.done.store(true, Ordering::SeqCst);
         Err(why.into())
+    }
+
+    /// The machine the job ran on (CPU, memory, OS, GPUs): probed once per boot and host name.
+    fn machine(&self, packages: &Cache) -> Runtime {
+        // uname(2): one syscall, where /proc/sys/kernel/hostname is an open and a read.
+        let host = nix::sys::utsname::uname()
+            .ok()
+            .map(|u| u.nodename().to_string_lossy().into_owned());
+        let mut kept = self.machine.lock().unwrap_or_else(|p| p.into_inner());
+        match (kept.as_ref(), host) {
+            (Some((h, rt)), Some(host)) if *h == host => rt.clone(),
+            (_, host) => {
+                let rt = roar_env::machine(packages);
+                *kept = host.map(|h| (h, rt.clone()));
+                rt
+            }
+        }
     }
 
     /// The writer, with the redaction rules of config.toml as it is now.
@@ -395,6 +416,7 @@ pub fn serve(db: PathBuf) -> i32 {
         done: std::sync::atomic::AtomicBool::new(false),
         writer: Mutex::new((stamp(&config), writer)),
         packages: Mutex::new(Cache::open()),
+        machine: Mutex::new(None),
         db,
         config,
         clients: AtomicUsize::new(0),
@@ -511,8 +533,8 @@ fn record(body: &[u8], begun: Option<i64>, shared: &Shared) -> Result<i64, Strin
     // A job whose command never started has no environment to complete.
     if let Some(env) = job.environment.as_mut() {
         let mut packages = shared.packages.lock().unwrap_or_else(|p| p.into_inner());
-        // The machine is cached per boot (and host name) in the package cache.
-        let machine = roar_env::machine(&packages);
+        // The machine: kept per host name (a recorder lives within one boot).
+        let machine = shared.machine(&packages);
         environment::resolve(env, &wanted, &mut packages, &machine);
     }
     let writer = shared.writer().map_err(|e| e.to_string())?;

@@ -62,6 +62,25 @@ pub struct RunArgs {
     command: Vec<OsString>,
 }
 
+impl RunArgs {
+    /// `roar run CMD...` with no option of roar's: what clap makes of it, without clap.
+    pub fn command_only(command: Vec<OsString>) -> RunArgs {
+        RunArgs {
+            tracer: None,
+            name: None,
+            group: None,
+            verbose: false,
+            trace: false,
+            trace_file: None,
+            summary: false,
+            timing: false,
+            s3: false,
+            s3_upstream: None,
+            command,
+        }
+    }
+}
+
 #[derive(Subcommand)]
 pub enum TracerCommand {
     /// Say for each backend whether it will work here, and why not.
