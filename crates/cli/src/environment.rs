@@ -81,31 +81,15 @@ impl Bytes for Wanted {
     }
 }
 
-/// After the command has ended: the dirty state of `job.git` and the tree's diff (from the
-/// `git diff` that ran alongside the command) go into `job.environment` at once; what the
-/// packages are found from is returned, for [`resolve`] here or in the recorder.
-pub fn capture(
-    job: &mut JobRecord,
+/// What the packages of a job are found from, once its command has ended and its events are
+/// classified: for [`resolve`], here or in the recorder, which can start on it while the run
+/// finishes the rest of the record.
+pub fn wanted(
+    job: &JobRecord,
     classified: &Classified,
-    diff: Option<DiffJob>,
     packages: bool,
     shim: Option<&Path>,
 ) -> Wanted {
-    let mut env = Environment::default();
-    if let (Some(git), Some(Dirt::Dirty(bytes))) =
-        (job.git.as_mut(), diff.and_then(DiffJob::finish))
-    {
-        git.dirty = true;
-        git.diff = bytes.as_deref().map(blake3_hex);
-        if bytes.is_none() {
-            tracing::warn!(
-                "the tree's diff is over {} MiB: recorded as dirty, not kept",
-                roar_env::git::MAX_DIFF >> 20
-            );
-        }
-        env.diff = bytes;
-    }
-    job.environment = Some(env);
     if !packages {
         return Wanted::default();
     }
@@ -123,6 +107,26 @@ pub fn capture(
             .chain(std::env::current_exe().ok())
             .collect(),
     }
+}
+
+/// After the command has ended: the dirty state of `job.git` and the tree's diff (from the
+/// `git diff` that ran alongside the command) go into `job.environment`.
+pub fn capture(job: &mut JobRecord, diff: Option<DiffJob>) {
+    let mut env = Environment::default();
+    if let (Some(git), Some(Dirt::Dirty(bytes))) =
+        (job.git.as_mut(), diff.and_then(DiffJob::finish))
+    {
+        git.dirty = true;
+        git.diff = bytes.as_deref().map(blake3_hex);
+        if bytes.is_none() {
+            tracing::warn!(
+                "the tree's diff is over {} MiB: recorded as dirty, not kept",
+                roar_env::git::MAX_DIFF >> 20
+            );
+        }
+        env.diff = bytes;
+    }
+    job.environment = Some(env);
 }
 
 /// Fills in the packages `wanted` finds and the machine.

@@ -13,7 +13,10 @@
 //!
 //! A run's connection carries two requests, each answered once committed: `begin` (the job's
 //! `running` row, naming the run as its recorder, so a killed run's job reads `killed`) and
-//! `record` (the whole job, [`roar_store::job_bytes`]). A run that cannot reach the recorder, gets
+//! `record` (the whole job, [`roar_store::job_bytes`]). Between them, as soon as the command has
+//! ended, an unanswered `wanted`: what the job's packages are found from, looked up while the run
+//! finishes the record; the record carries it again and the lookup is used only if it matches.
+//! A run that cannot reach the recorder, gets
 //! no answer or an error records the job itself, into the row `begin` made when it has its id:
 //! the recorder is a shortcut, never the only way into the store.
 //!
@@ -56,6 +59,8 @@ const MAX_FRAME: u32 = 1 << 30;
 
 const BEGIN: u8 = 1;
 const RECORD: u8 = 2;
+/// What the job's packages are found from, ahead of the record (no answer).
+const WANTED: u8 = 3;
 const ID: u8 = 1;
 const FAILED: u8 = 2;
 
@@ -195,6 +200,15 @@ impl Recorder {
         )?;
         self.begun = true;
         Ok(())
+    }
+
+    /// Sends what the job's packages are found from, for the recorder to look them up before
+    /// the record arrives. Best effort, unanswered: the record carries it again, and a recorder
+    /// that did not get it (or got other evidence) looks them up then.
+    pub fn wanted(&mut self, wanted: &Wanted) {
+        let mut bytes = Vec::new();
+        wanted.put(&mut bytes);
+        let _ = send(&mut self.conn, WANTED, &[&bytes]);
     }
 
     /// Records the job (into the row `begin` made) and returns its id once committed. On failure,
@@ -484,13 +498,25 @@ pub fn serve(db: PathBuf) -> i32 {
     0
 }
 
-/// One run's requests: `begin`, then `record`.
+/// Packages and machine found ahead of a record, for the evidence they were found from.
+struct Found {
+    wanted: Vec<u8>,
+    packages: Vec<roar_store::Package>,
+    runtime: Option<Runtime>,
+}
+
+/// One run's requests: `begin`, then `wanted` (optional), then `record`.
 fn serve_run(mut conn: UnixStream, shared: &Shared) {
     let mut begun: Option<i64> = None;
+    let mut found: Option<Found> = None;
     while let Ok(Some((kind, body))) = receive(&mut conn) {
         let result = match kind {
             BEGIN => begin(&body, shared).inspect(|id| begun = Some(*id)),
-            RECORD => record(&body, begun.take(), shared),
+            WANTED => {
+                found = find(body, shared);
+                continue;
+            }
+            RECORD => record(&body, begun.take(), found.take(), shared),
             _ => return,
         };
         let sent = match result {
@@ -517,13 +543,57 @@ fn begin(body: &[u8], shared: &Shared) -> Result<i64, String> {
         .ok_or_else(|| "the running row could not be written".into())
 }
 
-fn record(body: &[u8], begun: Option<i64>, shared: &Shared) -> Result<i64, String> {
+/// The packages and the machine for the evidence in `body` (a `wanted` frame); None if it is
+/// malformed (the record then brings it again).
+fn find(body: Vec<u8>, shared: &Shared) -> Option<Found> {
+    let mut input = &body[..];
+    let wanted = Wanted::get(&mut input).ok().filter(|_| input.is_empty())?;
+    let mut env = roar_store::Environment::default();
+    resolve(&mut env, &wanted, shared);
+    Some(Found {
+        wanted: body,
+        packages: env.packages,
+        runtime: env.runtime,
+    })
+}
+
+/// [`environment::resolve`] with the recorder's package cache and machine.
+fn resolve(env: &mut roar_store::Environment, wanted: &Wanted, shared: &Shared) {
+    let mut packages = shared.packages.lock().unwrap_or_else(|p| p.into_inner());
+    // The machine: kept per host name (a recorder lives within one boot).
+    let machine = shared.machine(&packages);
+    environment::resolve(env, wanted, &mut packages, &machine);
+}
+
+/// Puts the packages and the machine into `env`: those found ahead of the record if they were
+/// found from the same evidence (`wanted`, as the record carries it), else what `resolve` finds
+/// now.
+fn complete(
+    env: &mut roar_store::Environment,
+    wanted: &[u8],
+    found: Option<Found>,
+    resolve: impl FnOnce() -> (Vec<roar_store::Package>, Option<Runtime>),
+) {
+    (env.packages, env.runtime) = match found.filter(|f| f.wanted == wanted) {
+        Some(f) => (f.packages, f.runtime),
+        None => resolve(),
+    };
+}
+
+fn record(
+    body: &[u8],
+    begun: Option<i64>,
+    found: Option<Found>,
+    shared: &Shared,
+) -> Result<i64, String> {
     let mut input = body;
-    let (mut job, cache, wanted) = (|| {
+    let (mut job, cache, wanted, wanted_bytes) = (|| {
         let job = JobRecord::get(&mut input)?;
         let cache = Vec::<CacheEntry>::get(&mut input)?;
+        let rest = input;
         let wanted = Wanted::get(&mut input)?;
-        Ok::<_, job_bytes::Malformed>((job, cache, wanted))
+        let wanted_bytes = &rest[..rest.len() - input.len()];
+        Ok::<_, job_bytes::Malformed>((job, cache, wanted, wanted_bytes))
     })()
     .map_err(|e| e.to_string())?;
     if !input.is_empty() {
@@ -532,10 +602,11 @@ fn record(body: &[u8], begun: Option<i64>, shared: &Shared) -> Result<i64, Strin
     shared.still_serving()?;
     // A job whose command never started has no environment to complete.
     if let Some(env) = job.environment.as_mut() {
-        let mut packages = shared.packages.lock().unwrap_or_else(|p| p.into_inner());
-        // The machine: kept per host name (a recorder lives within one boot).
-        let machine = shared.machine(&packages);
-        environment::resolve(env, &wanted, &mut packages, &machine);
+        complete(env, wanted_bytes, found, || {
+            let mut env = roar_store::Environment::default();
+            resolve(&mut env, &wanted, shared);
+            (env.packages, env.runtime)
+        });
     }
     let writer = shared.writer().map_err(|e| e.to_string())?;
     // Messages commit in order: the entries go in with the job, or just before it.
@@ -543,4 +614,65 @@ fn record(body: &[u8], begun: Option<i64>, shared: &Shared) -> Result<i64, Strin
     writer
         .record_begun(begun.map(Begun::known), job)
         .map_err(|e| format!("{:#}", anyhow::Error::from(e)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn package(name: &str) -> roar_store::Package {
+        roar_store::Package {
+            kind: "dpkg".into(),
+            name: name.into(),
+            version: "1".into(),
+            installer: None,
+            location: None,
+            commit: None,
+        }
+    }
+
+    /// Packages found ahead of the record are used only for the evidence they were found from;
+    /// for other evidence (or none sent ahead) they are looked up again.
+    #[test]
+    fn packages_found_ahead_are_used_only_for_the_same_evidence() {
+        let wanted = |files: &[&str]| {
+            let mut b = Vec::new();
+            Wanted {
+                packages: true,
+                files: files.iter().map(PathBuf::from).collect(),
+                ..Default::default()
+            }
+            .put(&mut b);
+            b
+        };
+        let ahead = || Found {
+            wanted: wanted(&["/usr/lib/libc.so.6"]),
+            packages: vec![package("ahead")],
+            runtime: None,
+        };
+        let now = || (vec![package("now")], None);
+        let names = |env: &roar_store::Environment| {
+            env.packages
+                .iter()
+                .map(|p| p.name.clone())
+                .collect::<Vec<_>>()
+        };
+        let mut env = roar_store::Environment::default();
+        complete(
+            &mut env,
+            &wanted(&["/usr/lib/libc.so.6"]),
+            Some(ahead()),
+            || panic!("looked up again for the same evidence"),
+        );
+        assert_eq!(names(&env), ["ahead"]);
+        complete(
+            &mut env,
+            &wanted(&["/usr/lib/libm.so.6"]),
+            Some(ahead()),
+            now,
+        );
+        assert_eq!(names(&env), ["now"]);
+        complete(&mut env, &wanted(&["/usr/lib/libc.so.6"]), None, now);
+        assert_eq!(names(&env), ["now"]);
+    }
 }

@@ -82,6 +82,14 @@ impl Recording {
         }
     }
 
+    /// Sends the recorder what the job's packages are found from, for it to look them up while
+    /// the run finishes the record (the record carries it again: this only saves time).
+    pub fn wanted(&mut self, wanted: &Wanted) {
+        if let State::Resident { recorder, .. } = &mut self.state {
+            recorder.wanted(wanted);
+        }
+    }
+
     /// Completes the job's environment with its packages and the machine: now from this run's
     /// package cache, or in the recorder from its own. Called once, before any file is queued.
     pub fn environment(&mut self, job: &mut JobRecord, wanted: Wanted) {

@@ -154,10 +154,11 @@ pub fn git_head(dir: &Path) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
+/// The machine's name (this UTS namespace's): uname(2), one syscall where
+/// /proc/sys/kernel/hostname is four.
 pub(crate) fn hostname() -> Option<String> {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|s| s.trim().to_owned())
+    let u = nix::sys::utsname::uname().ok()?;
+    Some(u.nodename().to_string_lossy().trim().to_owned())
 }
 
 fn signal_name(sig: i32) -> &'static str {
@@ -329,13 +330,11 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     let t_classified = t0.elapsed();
     job.processes = std::mem::take(&mut classified.processes);
     let mut recording = recording;
-    let wanted = crate::environment::capture(
-        &mut job,
-        &classified,
-        diff,
-        config.env.packages,
-        lib.as_deref(),
-    );
+    // What the packages are found from goes to the recorder now: it looks them up while this
+    // run finishes the dirty check and the hashes.
+    let wanted = crate::environment::wanted(&job, &classified, config.env.packages, lib.as_deref());
+    recording.wanted(&wanted);
+    crate::environment::capture(&mut job, diff);
     recording.environment(&mut job, wanted);
     let t_environment = t0.elapsed();
     let count = |role: Role| s3_files.iter().filter(|f| f.role == role).count();
