@@ -293,6 +293,9 @@ struct Inbox {
     top: Option<Option<(PathBuf, &'static str)>>,
     /// The run has taken the last pass: the receiver thread stops.
     finished: bool,
+    /// recv(2) failed other than for an empty queue: the socket is not read again (counted once
+    /// as malformed), the ring still is.
+    sock_failed: bool,
 }
 
 /// The receiver thread's side: what it reads from, and the inbox it shares with the run.
@@ -317,7 +320,7 @@ impl Inbox {
             false,
             &r.tap,
         );
-        loop {
+        while !self.sock_failed {
             let buf = &mut self.buf;
             // SAFETY: buf is writable for its length.
             let n = unsafe {
@@ -334,6 +337,7 @@ impl Inbox {
                     Some(libc::EAGAIN) => break,
                     _ => {
                         self.from_sock.malformed += 1;
+                        self.sock_failed = true;
                         break;
                     }
                 }
@@ -376,7 +380,7 @@ fn receive(r: &Receiver) {
         // While the command runs: the user does not wait for this PATH search and ELF read.
         inbox.top = Some(top_untraced(&r.argv0));
     }
-    let mut datagrams_flow = false;
+    let (mut datagrams_flow, mut sock_failed) = (false, false);
     let sock_readable = |timeout: Duration| {
         let mut pfd = libc::pollfd {
             fd: r.sock.fd,
@@ -390,8 +394,9 @@ fn receive(r: &Receiver) {
         if datagrams_flow {
             sock_readable(SOCKET_POLL);
         } else if let Some(seen) = r.map.ring.sleep_begin() {
+            // A failed socket reads as readable: then only the ring's wake-ups and timer count.
             // A datagram sent before we announced the sleep would not wake us.
-            if !sock_readable(Duration::ZERO) {
+            if sock_failed || !sock_readable(Duration::ZERO) {
                 futex_wait(r.map.ring.wake_word(), seen, RING_TIMER);
             }
             r.map.ring.sleep_end();
@@ -401,6 +406,7 @@ fn receive(r: &Receiver) {
             return;
         }
         datagrams_flow = inbox.pass(r, false);
+        sock_failed = inbox.sock_failed;
     }
 }
 
@@ -578,6 +584,7 @@ pub fn run(
             buf: vec![0u8; RECV_BUF],
             top: None,
             finished: false,
+            sock_failed: false,
         })),
         tap,
     });
