@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$PWD"
-cargo build --release --locked -q -p roar-cli -p roar-preload
+bash scripts/build.sh --release -q
 ROAR="$PWD/target/release/roar"
 W="${BENCH_DIR:-/tmp/roar-bench-archive}"
 ROUNDS="${ROUNDS:-5}" MEMBERS="${MEMBERS:-10000}" READ="${READ:-1000}"

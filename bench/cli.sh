@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$PWD"
 t0=$(date +%s)
-cargo build --release --locked -q -p roar-cli -p roar-preload
+bash scripts/build.sh --release -q
 built=$(( $(date +%s) - t0 ))
 ROAR="$PWD/target/release/roar"
 SHIM="$PWD/target/release/libroar_preload.so"

@@ -3,7 +3,7 @@
 # against `b3sum --num-threads $(nproc)`, page cache warm for both. Prints the throughput ratio.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --locked -q -p roar-cli -p roar-preload
+bash scripts/build.sh --release -q
 ROAR="$PWD/target/release/roar"
 W="${BENCH_DIR:-/tmp/roar-bench-hash}"
 mkdir -p "$W/data"

@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 REPO="$PWD"
 source "$REPO/bench/lib/uring.sh"
 trap uring_restore EXIT
-cargo build --release --locked -q -p roar-cli -p roar-preload
+bash scripts/build.sh --release -q
 ROAR="$PWD/target/release/roar"
 W="${BENCH_DIR:-/tmp/roar-bench-pipeline}"
 RUNS="${RUNS:-3}"

@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$PWD"
 bash scripts/setup.sh
-cargo build --release --locked -q -p roar-cli -p roar-preload
+bash scripts/build.sh --release -q
 ROAR="$PWD/target/release/roar"
 VGW="${ROAR_VERSITYGW:-$HOME/.cache/roar-s3bin/versitygw}"
 W="${BENCH_DIR:-/tmp/roar-bench-s3}"

@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$PWD"
-cargo build --release --locked -q -p roar-cli -p roar-preload
+bash scripts/build.sh --release -q
 cargo build --release --locked -q -p roar-store --example redact_cost
 ROAR="$PWD/target/release/roar"
 W="${BENCH_DIR:-/tmp/roar-bench-security}"

@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-cargo build --release --locked -p roar-cli -p roar-preload
+bash scripts/build.sh --release
 ROAR="$PWD/target/release/roar"
 DEMO="${1:-/tmp/roar-demo}"
 if mountpoint -q "$DEMO/data" 2>/dev/null; then "$ROAR" unmount "$DEMO/data" 2>/dev/null || umount -l "$DEMO/data"; fi

@@ -73,7 +73,7 @@ else
         echo "install.sh: cargo is missing; install Rust 1.95 with rustup first" >&2
         exit 1
     fi
-    cargo build --release --locked -p roar-cli -p roar-preload
+    bash scripts/build.sh --release
     target="${CARGO_TARGET_DIR:-target}/release"
 fi
 

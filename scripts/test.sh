@@ -13,8 +13,14 @@ for dir in . "${TMPDIR:-/tmp}"; do
 done
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
-# The integration tests drive the real `roar` binary and the preload shim: build them first.
+# The preload shim is a workspace of its own (crates/preload/Cargo.toml): checked the same way.
+shim=(--manifest-path crates/preload/Cargo.toml)
+cargo fmt "${shim[@]}" --check
+cargo clippy "${shim[@]}" --all-targets --locked --target-dir "${CARGO_TARGET_DIR:-target}" -- -D warnings
+# The integration tests drive the real `roar` binary and the preload shim: build them first (the
+# shim beside roar, as an install has it).
 cargo build --workspace --locked
+bash scripts/build.sh
 # FUSE over io_uring (Linux 6.14+) is off until this module parameter turns it on: on for the
 # suite, so the mount tests that ask for it (ROAR_MOUNT_URING=1) run over it, and put back as it
 # was afterwards.

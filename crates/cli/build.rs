@@ -3,7 +3,8 @@
 //! No PIE: a PIE of this size carries ~72,000 relative relocations, which the loader applies at
 //! every start (hundreds of copy-on-write page faults, about a millisecond of each `roar run`).
 //!
-//! The shim (`crates/preload`, a cdylib) is built here by a nested `cargo build` into this
+//! The shim (`crates/preload`, a `no_std` cdylib in a workspace of its own) is built here by a
+//! nested `cargo build` into this
 //! package's OUT_DIR and included in the binary, so a `roar` installed alone (`cargo install
 //! --path crates/cli`) still has it: cargo cannot make a build script depend on a cdylib, and
 //! `cargo install` installs binaries only. roar prefers a shim installed beside it and writes the
@@ -27,7 +28,7 @@ fn main() {
     let dest = out.join("libroar_preload.so");
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
     let workspace = manifest.join("../..");
-    for dir in ["crates/preload", "crates/wire", "Cargo.lock"] {
+    for dir in ["crates/preload", "crates/wire"] {
         println!("cargo:rerun-if-changed={}", workspace.join(dir).display());
     }
     if std::env::var_os("ROAR_EMBED_SHIM").is_some_and(|v| v == "0") {
@@ -48,10 +49,12 @@ fn main() {
 fn build_shim(workspace: &Path, target_dir: &Path, release: bool, dest: &Path) {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
+    // The shim's own workspace (crates/preload/Cargo.toml: no_std, panic = "abort"), with its
+    // own lock file.
     cmd.arg("build")
+        .arg("--locked")
         .arg("--manifest-path")
-        .arg(workspace.join("Cargo.toml"))
-        .args(["-p", "roar-preload", "--lib"])
+        .arg(workspace.join("crates/preload/Cargo.toml"))
         .arg("--target-dir")
         .arg(target_dir);
     if release {

@@ -260,3 +260,63 @@ fn dlopen_through_runpath_works_and_what_it_loaded_is_seen() {
         }
     }
 }
+
+/// The shim is loaded into every traced process: it needs libc and nothing else (no libgcc_s, no
+/// std), and every symbol it does not define is libc's (a `no_std` build leaves the unwinder's
+/// personality routine undefined unless the shim defines it, and the loader then refuses the
+/// shim and the program with it).
+#[test]
+fn the_shim_needs_libc_alone() {
+    if !require_tool("readelf") {
+        return;
+    }
+    let shim = std::env::var_os("ROAR_PRELOAD_LIB")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| common::roar_bin().with_file_name("libroar_preload.so"));
+    let readelf = |args: &[&str]| {
+        let out = std::process::Command::new("readelf")
+            .args(args)
+            .arg(&shim)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "readelf {args:?} {}", shim.display());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let needed: Vec<String> = readelf(&["-d"])
+        .lines()
+        .filter(|l| l.contains("(NEEDED)"))
+        .map(|l| {
+            l.rsplit('[')
+                .next()
+                .unwrap()
+                .trim_end_matches(']')
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(needed, ["libc.so.6"], "{}", shim.display());
+    // Undefined symbols: libc's (versioned GLIBC_*) and the weak ones the C runtime names.
+    let weak_ok = [
+        "__gmon_start__",
+        "_ITM_deregisterTMCloneTable",
+        "_ITM_registerTMCloneTable",
+    ];
+    for line in readelf(&["--dyn-syms", "-W"]).lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 8 || f[6] != "UND" {
+            continue;
+        }
+        let name = f[7];
+        assert!(
+            name.contains("@GLIBC_") || weak_ok.contains(&name),
+            "the shim needs {name}, which libc does not define"
+        );
+    }
+    let ran = std::process::Command::new("true")
+        .env("LD_PRELOAD", &shim)
+        .status()
+        .unwrap();
+    assert!(
+        ran.success(),
+        "a program with the shim preloaded did not start"
+    );
+}

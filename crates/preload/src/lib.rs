@@ -7,6 +7,11 @@
 //! exactly once with the caller's arguments and its result returned untouched. Paths are sent as
 //! the program gave them plus a base directory (the tracked cwd, or a dirfd resolved through
 //! /proc/self/fd); roar joins them, so the hot path never canonicalises anything.
+//!
+//! `no_std`, built with `panic = "abort"` (its own workspace: Cargo.toml): every traced process
+//! loads it, and std cost each of them libgcc_s and ~400 KiB more to map (0.2 ms an exec; bench/
+//! NOTES.md, "The shim without std").
+#![cfg_attr(not(test), no_std)]
 #![allow(clippy::missing_safety_doc)]
 
 mod followable;
@@ -1508,3 +1513,22 @@ unsafe extern "C" fn init(argc: c_int, argv: *const *const c_char, _envp: *const
 #[used]
 #[link_section = ".init_array"]
 static INIT: unsafe extern "C" fn(c_int, *const *const c_char, *const *const c_char) = init;
+
+/// A panic cannot unwind out of the shim (there is no unwinder) and must not return into the
+/// program: it aborts the process, as `panic = "abort"` would. The hooks are written not to panic
+/// (no indexing that can fail, no allocation); this is the last resort. (A test build links std,
+/// which has its own.)
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    // SAFETY: abort takes no arguments and never returns.
+    unsafe { libc::abort() }
+}
+
+/// The personality routine the precompiled `core` names in its unwind tables. Nothing unwinds
+/// here (`panic = "abort"`), so it is never called; without a definition the loader refuses the
+/// shim ("undefined symbol: rust_eh_personality"), as every program it is preloaded into would
+/// then fail to start. Defining it is the stable way to build a `no_std` shared object.
+#[cfg(not(test))]
+#[no_mangle]
+extern "C" fn rust_eh_personality() {}
