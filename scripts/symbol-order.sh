@@ -25,7 +25,8 @@ git init -q && echo a > a.txt && git add a.txt && git -c user.email=r@r -c user.
 # A run that records its own job, then one through a recorder. Under valgrind /proc/self/exe is
 # valgrind's, so the recorder a valgrind run finds is one also started under valgrind.
 ROAR_RECORDER=0 cg "$roar" run true
-cg "$roar" __recorder "$work/p/.roar/roar.db" &
+cg "$roar" __recorder "$work/p/.roar/roar.db" 2>/dev/null &
+recorder=$!
 sleep 3
 recorded_by=$(cg_json "$roar" run --json true)
 case "$recorded_by" in
@@ -38,7 +39,7 @@ cg "$roar" log
 cg "$roar" show 1
 cg "$roar" status
 pkill -f "__recorder $work" || true
-wait 2>/dev/null || true
+wait "$recorder" 2>/dev/null || true
 cd - >/dev/null
 python3 - "$work" > crates/cli/link/symbol-order.txt <<'PY'
 import glob, os, re, sys
