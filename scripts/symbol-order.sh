@@ -4,7 +4,8 @@
 # them. crates/cli/build.rs hands the file to the linker (lld's --symbol-ordering-file), which
 # places those functions first and together in .text. Why: the kernel maps 16 pages around
 # every page fault of the binary and unmaps each of them at exit; scattered over 25 MB of code,
-# a `roar run`'s functions touch ~170 64 KiB windows (bench/NOTES.md, "Code layout").
+# a `roar run`'s functions touch ~170 64 KiB windows (bench/NOTES.md, "The fixed
+# cost, cut by cut").
 #
 # Names the binary no longer has (after a toolchain or dependency change) are skipped by the
 # linker: a stale file costs only the layout it no longer gives. Needs valgrind.

@@ -4,10 +4,9 @@
 //! every start (hundreds of copy-on-write page faults, about a millisecond of each `roar run`).
 //!
 //! The shim (`crates/preload`, a `no_std` cdylib in a workspace of its own) is built here by a
-//! nested `cargo build` into this
-//! package's OUT_DIR and included in the binary, so a `roar` installed alone (`cargo install
-//! --path crates/cli`) still has it: cargo cannot make a build script depend on a cdylib, and
-//! `cargo install` installs binaries only. roar prefers a shim installed beside it and writes the
+//! nested `cargo build` into this package's OUT_DIR and included in the binary, so a `roar`
+//! installed alone (`cargo install --path crates/cli`) still has it: cargo cannot make a build
+//! script depend on a cdylib, and `cargo install` installs binaries only. roar prefers a shim installed beside it and writes the
 //! embedded one out once when there is none (`crates/cli/src/shim.rs`).
 //! `ROAR_EMBED_SHIM=0` builds without it (the binary then needs a shim beside it).
 //!
@@ -15,7 +14,7 @@
 //! `roar run` executes first and together in .text (`link/symbol-order.txt`, made by
 //! `scripts/symbol-order.sh`). The kernel maps 16 pages around each page fault of the binary and
 //! unmaps every one of them at exit; scattered, a run's code touched ~170 64 KiB windows, about
-//! 7 MB mapped and unmapped per run (bench/NOTES.md, "Code layout").
+//! 6 MB mapped and unmapped per run (bench/NOTES.md, "The fixed cost, cut by cut").
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -9,8 +9,8 @@
 //! /proc/self/fd); roar joins them, so the hot path never canonicalises anything.
 //!
 //! `no_std`, built with `panic = "abort"` (its own workspace: Cargo.toml): every traced process
-//! loads it, and std cost each of them libgcc_s and ~400 KiB more to map (0.2 ms an exec; bench/
-//! NOTES.md, "The shim without std").
+//! loads it, and std cost each of them libgcc_s and ~400 KiB more to map (0.15 ms an exec;
+//! bench/NOTES.md, "The fixed cost, cut by cut").
 #![cfg_attr(not(test), no_std)]
 #![allow(clippy::missing_safety_doc)]
 
