@@ -16,9 +16,9 @@
 //! `record` (the whole job, [`roar_store::job_bytes`]). Between them, as soon as the command has
 //! ended, an unanswered `wanted`: what the job's packages are found from, looked up while the run
 //! finishes the record; the record carries it again and the lookup is used only if it matches.
-//! A run that cannot reach the recorder, gets
-//! no answer or an error records the job itself, into the row `begin` made when it has its id:
-//! the recorder is a shortcut, never the only way into the store.
+//! A run that cannot reach the recorder, gets no answer or an error records the job itself, into
+//! the row `begin` made when it has its id: the recorder is a shortcut, never the only way into
+//! the store.
 //!
 //! It exits after `ROAR_RECORDER_IDLE_SECS` (default 300) without a connection, or within a second
 //! of its store being deleted or replaced. It rereads the project's `[redact]` rules when
@@ -548,21 +548,23 @@ fn begin(body: &[u8], shared: &Shared) -> Result<i64, String> {
 fn find(body: Vec<u8>, shared: &Shared) -> Option<Found> {
     let mut input = &body[..];
     let wanted = Wanted::get(&mut input).ok().filter(|_| input.is_empty())?;
-    let mut env = roar_store::Environment::default();
-    resolve(&mut env, &wanted, shared);
+    let (packages, runtime) = resolve(&wanted, shared);
     Some(Found {
         wanted: body,
-        packages: env.packages,
-        runtime: env.runtime,
+        packages,
+        runtime,
     })
 }
 
-/// [`environment::resolve`] with the recorder's package cache and machine.
-fn resolve(env: &mut roar_store::Environment, wanted: &Wanted, shared: &Shared) {
+/// The packages `wanted` finds and the machine ([`environment::resolve`]), from the recorder's
+/// package cache and machine.
+fn resolve(wanted: &Wanted, shared: &Shared) -> (Vec<roar_store::Package>, Option<Runtime>) {
     let mut packages = shared.packages.lock().unwrap_or_else(|p| p.into_inner());
     // The machine: kept per host name (a recorder lives within one boot).
     let machine = shared.machine(&packages);
-    environment::resolve(env, wanted, &mut packages, &machine);
+    let mut env = roar_store::Environment::default();
+    environment::resolve(&mut env, wanted, &mut packages, &machine);
+    (env.packages, env.runtime)
 }
 
 /// Puts the packages and the machine into `env`: those found ahead of the record if they were
@@ -602,11 +604,7 @@ fn record(
     shared.still_serving()?;
     // A job whose command never started has no environment to complete.
     if let Some(env) = job.environment.as_mut() {
-        complete(env, wanted_bytes, found, || {
-            let mut env = roar_store::Environment::default();
-            resolve(&mut env, &wanted, shared);
-            (env.packages, env.runtime)
-        });
+        complete(env, wanted_bytes, found, || resolve(&wanted, shared));
     }
     let writer = shared.writer().map_err(|e| e.to_string())?;
     // Messages commit in order: the entries go in with the job, or just before it.

@@ -272,7 +272,7 @@ fn futex_wake(word: *const u32) {
     unsafe { libc::syscall(libc::SYS_futex, word, libc::FUTEX_WAKE, i32::MAX) };
 }
 
-/// What was received from one source.
+/// What was received: from one source while the command runs, from both merged at the end.
 #[derive(Default)]
 struct Received {
     events: Vec<Event>,
