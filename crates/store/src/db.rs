@@ -231,6 +231,12 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         xid_horizon  INTEGER NOT NULL   -- team::read::horizon at the last read
     );
     "#,
+    // 11: jobs are listed in the order they started. Ids are given as rows are written, and two
+    // jobs that start within milliseconds (a `roar run` nested in another, two terminals at
+    // once) may have their rows written in either order.
+    r#"
+    CREATE INDEX jobs_started ON jobs(started_ns, id);
+    "#,
 ];
 
 /// The schema version this build writes.

@@ -246,9 +246,11 @@ impl Store {
         crate::db::classify(&self.path, e)
     }
 
-    /// Jobs, newest first.
+    /// Jobs, the last started first (ids are given as rows are written: see migration 11).
     pub fn jobs(&self, limit: usize) -> Result<Vec<JobSummary>> {
-        let sql = format!("SELECT {SUMMARY_COLS} FROM jobs j ORDER BY j.id DESC LIMIT ?1");
+        let sql = format!(
+            "SELECT {SUMMARY_COLS} FROM jobs j ORDER BY j.started_ns DESC, j.id DESC LIMIT ?1"
+        );
         let mut stmt = self.conn.prepare(&sql).map_err(|e| self.err(e))?;
         let rows = stmt
             .query_map([limit as i64], summary_from_row)

@@ -644,6 +644,46 @@ fn queries_resolve_prefixes_paths_and_uses() {
     assert_eq!((jobs[0].inputs, jobs[0].outputs), (1, 1));
 }
 
+/// A `roar run` nested in another can have its row written first: the log lists jobs by when
+/// they started, not by id, and the index makes that a seek, not a sort of every job.
+#[test]
+fn the_log_lists_jobs_in_the_order_they_started_whatever_their_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = new_db(dir.path());
+    let writer = Writer::start(&db).unwrap();
+    let at = |argv: &str, started_ns: i64| {
+        let mut j = job(&[argv], vec![]);
+        j.started_ns = started_ns;
+        writer.record_job(j).unwrap()
+    };
+    let inner = at("inner", 1_700_000_000_500_000_000);
+    let outer = at("outer", 1_700_000_000_000_000_000);
+    let after = at("after", 1_700_000_002_000_000_000);
+    let same = at("same-tick", 1_700_000_002_000_000_000);
+    assert!(inner < outer);
+    drop(writer);
+    let store = Store::open(&db).unwrap();
+    let ids = |n| {
+        store
+            .jobs(n)
+            .unwrap()
+            .iter()
+            .map(|j| j.id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(ids(10), [same, after, inner, outer], "last started first");
+    assert_eq!(ids(2), [same, after]);
+    let plan: String = store
+        .conn()
+        .query_row(
+            "EXPLAIN QUERY PLAN SELECT id FROM jobs j ORDER BY j.started_ns DESC, j.id DESC LIMIT 5",
+            [],
+            |r| r.get(3),
+        )
+        .unwrap();
+    assert!(plan.contains("jobs_started"), "{plan}");
+}
+
 #[test]
 fn ambiguous_prefixes_list_their_candidates() {
     let dir = tempfile::tempdir().unwrap();
