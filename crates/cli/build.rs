@@ -1,4 +1,5 @@
-//! Links `roar` as a position-dependent executable, and embeds the preload shim.
+//! Links `roar` as a position-dependent executable with GCC's unwinder inside, and embeds the
+//! preload shim.
 //!
 //! No PIE: a PIE of this size carries ~72,000 relative relocations, which the loader applies at
 //! every start (hundreds of copy-on-write page faults, about a millisecond of each `roar run`).
@@ -22,6 +23,7 @@ use std::process::Command;
 fn main() {
     println!("cargo:rustc-link-arg-bins=-no-pie");
     order_symbols();
+    static_unwinder();
     println!("cargo:rerun-if-env-changed=ROAR_EMBED_SHIM");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let dest = out.join("libroar_preload.so");
@@ -86,6 +88,40 @@ fn build_shim(workspace: &Path, target_dir: &Path, release: bool, dest: &Path) {
         .join(if release { "release" } else { "debug" })
         .join("libroar_preload.so");
     std::fs::copy(&built, dest).expect("copying the built shim");
+}
+
+/// Links GCC's unwinder into the binary (`libgcc_eh.a`, as `gcc -static-libgcc` does) instead of
+/// loading `libgcc_s.so` at every start: each shared library costs a roar start ~0.1 ms here
+/// (bench/NOTES.md, "Two shared libraries fewer"). std asks for `-lgcc_s` by name, so the name
+/// is found first in OUT_DIR, as a linker script that names the static archive. Without a
+/// `libgcc_eh.a` (another toolchain), nothing changes.
+fn static_unwinder() {
+    let target = std::env::var("TARGET").unwrap_or_default();
+    if !target.ends_with("-linux-gnu") {
+        return;
+    }
+    let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
+    let Ok(out) = Command::new(&cc)
+        .arg("-print-file-name=libgcc_eh.a")
+        .output()
+    else {
+        return;
+    };
+    let archive = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    // An unknown file is printed back as its bare name.
+    if !out.status.success() || !archive.is_absolute() || !archive.is_file() {
+        return;
+    }
+    let dir =
+        PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("unwind");
+    std::fs::create_dir_all(&dir).expect("creating OUT_DIR/unwind");
+    std::fs::write(
+        dir.join("libgcc_s.so"),
+        format!("INPUT({})\n", archive.display()),
+    )
+    .expect("writing the unwinder's linker script");
+    println!("cargo:rustc-link-search=native={}", dir.display());
+    println!("cargo:rerun-if-env-changed=CC");
 }
 
 /// Hands the symbol order to the linker when it is rust-lld, the default on x86_64 Linux since

@@ -261,6 +261,50 @@ fn dlopen_through_runpath_works_and_what_it_loaded_is_seen() {
     }
 }
 
+fn readelf(args: &[&str], file: &std::path::Path) -> String {
+    let out = std::process::Command::new("readelf")
+        .args(args)
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "readelf {args:?} {}", file.display());
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The shared libraries `file` names (its NEEDED entries).
+fn needed(file: &std::path::Path) -> Vec<String> {
+    readelf(&["-d"], file)
+        .lines()
+        .filter(|l| l.contains("(NEEDED)"))
+        .map(|l| {
+            l.rsplit('[')
+                .next()
+                .unwrap()
+                .trim_end_matches(']')
+                .to_owned()
+        })
+        .collect()
+}
+
+/// Every `roar` start maps the shared libraries it names, ~0.1 ms each here: roar carries GCC's
+/// unwinder and the three libm functions its code calls (crates/cli/build.rs, src/math.rs), so
+/// it needs libc alone (and the loader); a new dependency that calls another libm function (or a toolchain
+/// without `libgcc_eh.a`) shows up here.
+#[test]
+fn roar_needs_libc_alone() {
+    if !require_tool("readelf") {
+        return;
+    }
+    let roar = common::roar_bin();
+    // The loader is mapped anyway (it is the interpreter); the static unwinder asks it for
+    // `_dl_find_object`.
+    let needed: Vec<String> = needed(&roar)
+        .into_iter()
+        .filter(|n| !n.starts_with("ld-linux"))
+        .collect();
+    assert_eq!(needed, ["libc.so.6"], "{}", roar.display());
+}
+
 /// The shim is loaded into every traced process: it needs libc and nothing else (no libgcc_s, no
 /// std), and every symbol it does not define is libc's (a `no_std` build leaves the unwinder's
 /// personality routine undefined unless the shim defines it, and the loader then refuses the
@@ -273,34 +317,14 @@ fn the_shim_needs_libc_alone() {
     let shim = std::env::var_os("ROAR_PRELOAD_LIB")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| common::roar_bin().with_file_name("libroar_preload.so"));
-    let readelf = |args: &[&str]| {
-        let out = std::process::Command::new("readelf")
-            .args(args)
-            .arg(&shim)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "readelf {args:?} {}", shim.display());
-        String::from_utf8(out.stdout).unwrap()
-    };
-    let needed: Vec<String> = readelf(&["-d"])
-        .lines()
-        .filter(|l| l.contains("(NEEDED)"))
-        .map(|l| {
-            l.rsplit('[')
-                .next()
-                .unwrap()
-                .trim_end_matches(']')
-                .to_owned()
-        })
-        .collect();
-    assert_eq!(needed, ["libc.so.6"], "{}", shim.display());
+    assert_eq!(needed(&shim), ["libc.so.6"], "{}", shim.display());
     // Undefined symbols: libc's (versioned GLIBC_*) and the weak ones the C runtime names.
     let weak_ok = [
         "__gmon_start__",
         "_ITM_deregisterTMCloneTable",
         "_ITM_registerTMCloneTable",
     ];
-    for line in readelf(&["--dyn-syms", "-W"]).lines() {
+    for line in readelf(&["--dyn-syms", "-W"], &shim).lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
         if f.len() < 8 || f[6] != "UND" {
             continue;

@@ -498,15 +498,17 @@ fn a_store_is_private_and_an_old_wide_one_is_narrowed() {
     assert!(!o.status.success(), "user nobody read the store");
 }
 
-/// The abstract socket of the running job, from /proc/net/unix.
-fn job_sockets() -> Vec<String> {
+/// The abstract event socket of the `roar run` with process id `pid` (`roar-PID-NONCE`), from
+/// /proc/net/unix: named by the run's pid, so neither the recorder's and eBPF helper's sockets
+/// (`roar-recorder-...`, `roar-ebpf-...`) nor another test's run can be taken for it.
+fn job_socket(pid: u32) -> Option<String> {
+    let prefix = format!("@roar-{pid}-");
     std::fs::read_to_string("/proc/net/unix")
         .unwrap()
         .lines()
         .filter_map(|l| l.split_whitespace().nth(7))
-        .filter(|n| n.starts_with("@roar-"))
+        .find(|n| n.starts_with(&prefix))
         .map(|n| n[1..].to_owned())
-        .collect()
 }
 
 #[test]
@@ -515,7 +517,6 @@ fn events_forged_by_another_user_are_not_recorded() {
         return;
     }
     let p = Project::new();
-    let before = job_sockets();
     let job = p
         .cmd([
             "run",
@@ -531,7 +532,7 @@ fn events_forged_by_another_user_are_not_recorded() {
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     let sock = loop {
-        if let Some(s) = job_sockets().into_iter().find(|s| !before.contains(s)) {
+        if let Some(s) = job_socket(job.id()) {
             break s;
         }
         assert!(Instant::now() < deadline, "the job's socket never appeared");

@@ -13,6 +13,7 @@ mod graph;
 mod hash_cmd;
 mod lineage_cmd;
 mod live;
+mod math;
 mod mount_cmd;
 mod query_cmd;
 mod recorder;
@@ -579,6 +580,24 @@ pub fn project() -> anyhow::Result<Project> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// roar links GCC's unwinder in (build.rs, `static_unwinder`): a panic still unwinds to
+    /// where it is caught (a thread's join, `catch_unwind`) and a backtrace still has frames.
+    #[test]
+    fn a_panic_unwinds_with_the_unwinder_linked_in() {
+        let caught = std::panic::catch_unwind(|| {
+            let _kept = String::from("dropped while unwinding");
+            panic!("on purpose: this test checks unwinding");
+        });
+        assert!(caught.is_err());
+        let joined = std::thread::spawn(|| panic!("on purpose: this test checks unwinding"));
+        assert!(joined.join().is_err());
+        let trace = std::backtrace::Backtrace::force_capture().to_string();
+        assert!(
+            trace.contains("a_panic_unwinds_with_the_unwinder_linked_in"),
+            "{trace}"
+        );
+    }
 
     /// The default log lets roar's own warnings through and nothing else: not its info, not the
     /// errors s3s logs for every client mistake.
