@@ -26,8 +26,10 @@ done
 
 BEFORE=()
 if [ -n "${ROAR_BEFORE_BIN:-}" ]; then
-    "$ROAR_BEFORE_BIN" run -- true 2> /dev/null
-    BEFORE=("before=env ROAR_RECORDER=1 $ROAR_BEFORE_BIN run -- true")
+    # A store of its own: another build may have another schema (an older one refuses a newer).
+    cp -a "$W/repo" "$W/before" && rm -rf "$W/before/.roar"
+    (cd "$W/before" && "$ROAR_BEFORE_BIN" init > /dev/null && "$ROAR_BEFORE_BIN" run -- true 2> /dev/null)
+    BEFORE=("before=env -C $W/before ROAR_RECORDER=1 $ROAR_BEFORE_BIN run -- true")
 fi
 echo "== fixed cost: roar run true, recorder vs the run's own writer ($RUNS interleaved rounds)"
 $CMP "$W/fixed.json" "$RUNS" "bare=env ROAR_RECORDER=1 true" "bare2=env ROAR_RECORDER=0 true" \

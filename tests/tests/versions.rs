@@ -507,6 +507,7 @@ fn a_store_of_the_previous_schema_migrates_with_every_job() {
              ALTER TABLE jobs DROP COLUMN node_rank;
              DROP TABLE pushed;
              DROP TABLE fetched;
+             DROP INDEX jobs_started;
              PRAGMA user_version = 5;",
         )
         .unwrap();

@@ -272,26 +272,40 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     // writer of this run's: a roar killed before the end leaves a job that says so. The record
     // fills that row in.
     let recording = Recording::start(&project.db_path(), &job);
-    let diff = repo.as_ref().zip(job.git.as_ref()).and_then(|(r, g)| {
+    let mut diff = repo.as_ref().zip(job.git.as_ref()).and_then(|(r, g)| {
         config
             .env
             .diff
             .then(|| roar_env::git::DiffJob::start(r, g.commit.as_deref()))
             .flatten()
     });
+    // The dirty check's thread, once the command has run on (roar_tracer::BESIDE_AFTER).
+    let mut beside = || {
+        if let Some(d) = diff.as_mut() {
+            d.beside();
+        }
+    };
     let mut traced = roar_tracer::run(
         backend,
         &args.command,
         &child_env,
         lib.as_ref(),
         tap.clone(),
+        &mut beside,
     );
     if let Err(TraceError::Unavailable { reason, .. }) = &traced {
         if auto && backend == Backend::Ebpf {
             // Nothing has run yet: the command goes to the next backend the auto rule allows.
             eprintln!("roar: eBPF could not load ({reason}); tracing with ptrace");
             backend = Backend::Ptrace;
-            traced = roar_tracer::run(backend, &args.command, &child_env, lib.as_ref(), tap);
+            traced = roar_tracer::run(
+                backend,
+                &args.command,
+                &child_env,
+                lib.as_ref(),
+                tap,
+                &mut beside,
+            );
         }
     }
     let early = early.map(EarlyHasher::finish).unwrap_or_default();

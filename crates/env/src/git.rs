@@ -179,10 +179,11 @@ pub struct DiffJob {
     claim: Arc<AtomicU8>,
     /// git's pid once started (0 before, -1 once roar waits for it: no idle priority then).
     pid: Arc<AtomicI32>,
-    /// Wakes the thread (the command ended); dropped, it tells a thread still waiting that
-    /// `finish` did the check.
-    go: std::sync::mpsc::Sender<()>,
-    thread: JoinHandle<Option<Vec<u8>>>,
+    /// When the check may start beside the command: [`OVERLAP_AFTER`] after it was made.
+    from: std::time::Instant,
+    /// The thread, once [`DiffJob::beside`] started it, and what wakes it (the command ended;
+    /// dropped, it tells a thread still waiting that `finish` did the check).
+    thread: Option<(std::sync::mpsc::Sender<()>, JoinHandle<Option<Vec<u8>>>)>,
 }
 
 /// How long a command runs before its dirty check starts beside it.
@@ -218,42 +219,54 @@ fn check(repo: &Repo, commit: Option<&str>, pid: &AtomicI32) -> Option<Vec<u8>> 
 }
 
 impl DiffJob {
-    /// Starts `git diff HEAD --binary` in `repo` at idle CPU priority (it yields the CPU to the
-    /// command), unless the tree is known clean at `commit` without it (`crate::clean`). Optional
-    /// locks are off: the user's own git commands never wait on roar's.
+    /// A check of `repo` against `commit` for a command starting now: `git diff HEAD --binary`
+    /// at idle CPU priority (it yields the CPU to the command), unless the tree is known clean at
+    /// `commit` without it (`crate::clean`). Optional locks are off: the user's own git commands
+    /// never wait on roar's.
     ///
-    /// It starts only once the command has run for [`OVERLAP_AFTER`]: on two cores, git's own
-    /// start (~2 ms of CPU in a small repository) beside a short command slowed the command more
-    /// than running it afterwards; a longer command hides the whole diff. A command that ends
-    /// sooner has its check done by [`DiffJob::finish`] on the caller's thread, which saves
-    /// waking the thread and waiting for it (a tenth of a millisecond of a short run).
+    /// It runs beside the command only once the command has run for [`OVERLAP_AFTER`]: on two
+    /// cores, git's own start (~2 ms of CPU in a small repository) beside a short command slowed
+    /// the command more than running it afterwards; a longer command hides the whole diff. Its
+    /// thread starts when the caller says the command runs on ([`DiffJob::beside`]). A command
+    /// that ends sooner has its check done by [`DiffJob::finish`] on the caller's thread, with no
+    /// thread started (~0.1 ms of a short run).
     pub fn start(repo: &Repo, commit: Option<&str>) -> Option<DiffJob> {
-        let (repo, commit) = (repo.clone(), commit.map(str::to_owned));
-        let claim = Arc::new(AtomicU8::new(WAITING));
-        let pid = Arc::new(AtomicI32::new(0));
-        let (go, wait) = std::sync::mpsc::channel::<()>();
-        let thread = {
-            let (repo, commit, claim, pid) =
-                (repo.clone(), commit.clone(), claim.clone(), pid.clone());
-            std::thread::Builder::new()
-                .name("roar-git".into())
-                .spawn(move || {
-                    let _ = wait.recv_timeout(OVERLAP_AFTER);
-                    claim
-                        .compare_exchange(WAITING, BY_THREAD, Ordering::AcqRel, Ordering::Acquire)
-                        .ok()?;
-                    check(&repo, commit.as_deref(), &pid)
-                })
-                .ok()?
-        };
         Some(DiffJob {
-            repo,
-            commit,
-            claim,
-            pid,
-            go,
-            thread,
+            repo: repo.clone(),
+            commit: commit.map(str::to_owned),
+            claim: Arc::new(AtomicU8::new(WAITING)),
+            pid: Arc::new(AtomicI32::new(0)),
+            from: std::time::Instant::now() + OVERLAP_AFTER,
+            thread: None,
         })
+    }
+
+    /// The command runs on: the check's thread starts, and runs the check from [`OVERLAP_AFTER`]
+    /// after [`DiffJob::start`] unless `finish` claims it first. Once; later calls do nothing.
+    pub fn beside(&mut self) {
+        if self.thread.is_some() {
+            return;
+        }
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let (repo, commit, claim, pid, from) = (
+            self.repo.clone(),
+            self.commit.clone(),
+            self.claim.clone(),
+            self.pid.clone(),
+            self.from,
+        );
+        let spawned = std::thread::Builder::new()
+            .name("roar-git".into())
+            .spawn(move || {
+                let _ =
+                    wait.recv_timeout(from.saturating_duration_since(std::time::Instant::now()));
+                claim
+                    .compare_exchange(WAITING, BY_THREAD, Ordering::AcqRel, Ordering::Acquire)
+                    .ok()?;
+                check(&repo, commit.as_deref(), &pid)
+            });
+        // No thread: `finish` does the check.
+        self.thread = spawned.ok().map(|t| (go, t));
     }
 
     /// The result; None if git could not say (not installed, not a repository it accepts).
@@ -265,19 +278,20 @@ impl DiffJob {
             .compare_exchange(WAITING, BY_FINISH, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
         {
-            // The thread has not begun: the check runs here, at normal priority, and the thread
-            // (woken by `go` going away) returns without doing anything.
+            // No thread has begun it: the check runs here, at normal priority, and a thread
+            // waiting (woken by `go` going away) returns without doing anything.
             self.pid.store(-1, Ordering::Release);
             check(&self.repo, self.commit.as_deref(), &self.pid)?
         } else {
-            // -1: from now on git runs at normal priority (`diff` sees it if git is not started
-            // yet).
+            // Claimed by the thread, so there is one. -1: from now on git runs at normal
+            // priority (`diff` sees it if git is not started yet).
+            let (go, thread) = self.thread.expect("the thread claimed the check");
             let pid = self.pid.swap(-1, Ordering::AcqRel);
-            let _ = self.go.send(());
+            let _ = go.send(());
             if pid > 0 {
                 set_policy(pid, libc::SCHED_OTHER);
             }
-            self.thread.join().ok()??
+            thread.join().ok()??
         };
         Some(if out.is_empty() {
             Dirt::Clean
@@ -414,15 +428,33 @@ mod tests {
         (t, Repo::find(&root).unwrap(), head)
     }
 
-    /// The check gives one answer whoever runs it: `finish` itself for a command that ended at
-    /// once, the thread for one that ran past `OVERLAP_AFTER`, and `finish` racing the thread's
-    /// wake-up at the boundary.
+    /// The check gives one answer whoever runs it: `finish` itself for a command that ended
+    /// before any thread started (or before the thread's turn), the thread for one that ran past
+    /// `OVERLAP_AFTER`, `finish` racing the thread's wake-up at the boundary, and a thread started
+    /// late (`beside` after `OVERLAP_AFTER`: the check starts at once).
     #[test]
     fn the_dirty_check_answers_the_same_from_finish_and_from_its_thread() {
         let (_t, repo, head) = dirty_repo();
         let mut diffs = std::collections::BTreeSet::new();
-        for wait_ms in [0, 100, 19, 20, 21, 0, 100] {
-            let job = DiffJob::start(&repo, Some(&head)).unwrap();
+        // (time to `beside`, if called, then to `finish`), in ms.
+        let cases = [
+            (None, 0),
+            (Some(0), 100),
+            (Some(0), 19),
+            (Some(0), 20),
+            (Some(0), 21),
+            (Some(20), 0),
+            (Some(25), 0),
+            (Some(25), 100),
+            (None, 100),
+            (Some(0), 0),
+        ];
+        for (beside_ms, wait_ms) in cases {
+            let mut job = DiffJob::start(&repo, Some(&head)).unwrap();
+            if let Some(ms) = beside_ms {
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+                job.beside();
+            }
             std::thread::sleep(std::time::Duration::from_millis(wait_ms));
             match job.finish() {
                 Some(Dirt::Dirty(Some(diff))) => {
@@ -430,7 +462,7 @@ mod tests {
                     assert!(diff.contains("-a = 1") && diff.contains("+a = 2"), "{diff}");
                     diffs.insert(diff);
                 }
-                _ => panic!("after {wait_ms} ms: not dirty with its diff"),
+                _ => panic!("{beside_ms:?} then {wait_ms} ms: not dirty with its diff"),
             }
         }
         assert_eq!(diffs.len(), 1, "{diffs:?}");

@@ -408,6 +408,77 @@ pub(crate) fn spawn_error(argv0: &OsString, e: io::Error) -> TraceError {
     }
 }
 
+/// Waits for a child with a timeout: a pidfd (Linux 5.3+) polled for its end.
+pub(crate) struct Waiter {
+    pid: i32,
+    pidfd: Option<std::os::fd::OwnedFd>,
+}
+
+impl Waiter {
+    pub(crate) fn new(pid: i32) -> Waiter {
+        // SAFETY: pidfd_open with a pid and no flags; a negative result is an error.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+        // SAFETY: a new descriptor, owned from here.
+        let pidfd = (fd >= 0).then(|| unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) });
+        Waiter { pid, pidfd }
+    }
+
+    /// The child's status if it ends within `within` (then reaped), else None. Without a pidfd
+    /// the end cannot be waited for with a timeout: None at once, after a non-blocking check.
+    pub(crate) fn within(&self, within: std::time::Duration) -> io::Result<Option<Status>> {
+        use std::os::fd::AsRawFd;
+        let Some(pidfd) = &self.pidfd else {
+            return self.now();
+        };
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let mut pfd = libc::pollfd {
+                fd: pidfd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // Rounded up: poll's unit is the millisecond.
+            let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
+            // SAFETY: one valid pollfd.
+            match unsafe { libc::poll(&mut pfd, 1, ms) } {
+                0 => return Ok(None),
+                n if n > 0 => return wait_for(self.pid).map(Some),
+                _ => {
+                    let err = io::Error::last_os_error();
+                    if err.raw_os_error() != Some(libc::EINTR) {
+                        return Err(err);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The child's status if it has ended (then reaped), else None; never blocks.
+    pub(crate) fn now(&self) -> io::Result<Option<Status>> {
+        let mut status = 0;
+        loop {
+            // SAFETY: waitpid with a valid out-pointer.
+            let r = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
+            if r == self.pid {
+                return Ok(Some(Status::from_wait(status)));
+            }
+            if r == 0 {
+                return Ok(None);
+            }
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() != Some(libc::EINTR) {
+                return Err(err);
+            }
+        }
+    }
+
+    /// Whether [`Waiter::within`] can wait (a pidfd), rather than only look.
+    pub(crate) fn can_wait(&self) -> bool {
+        self.pidfd.is_some()
+    }
+}
+
 /// Waits for `pid`, retrying on EINTR.
 pub(crate) fn wait_for(pid: i32) -> io::Result<Status> {
     let mut status = 0;

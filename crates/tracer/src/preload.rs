@@ -372,14 +372,6 @@ impl Inbox {
 /// poll(2) on the socket for at most `SOCKET_POLL`; then takes a pass. It stops once the run has
 /// taken the last pass itself ([`finish`]).
 fn receive(r: &Receiver) {
-    {
-        let mut inbox = r.inbox.lock().unwrap_or_else(|p| p.into_inner());
-        if inbox.finished {
-            return;
-        }
-        // While the command runs: the user does not wait for this PATH search and ELF read.
-        inbox.top = Some(top_untraced(&r.argv0));
-    }
     let (mut datagrams_flow, mut sock_failed) = (false, false);
     let sock_readable = |timeout: Duration| {
         let mut pfd = libc::pollfd {
@@ -417,7 +409,7 @@ fn finish(r: &Receiver) -> (Received, Option<(PathBuf, &'static str)>) {
     let mut inbox = r.inbox.lock().unwrap_or_else(|p| p.into_inner());
     inbox.pass(r, true);
     inbox.finished = true;
-    // The thread never ran: the run looks itself.
+    // The command could not be started: nobody looked.
     let top = inbox.top.take().unwrap_or_else(|| top_untraced(&r.argv0));
     let from_ring = std::mem::take(&mut inbox.from_ring);
     let from_sock = std::mem::take(&mut inbox.from_sock);
@@ -564,11 +556,55 @@ fn untraced(
     out
 }
 
+/// Waits for the command. The events wait in the ring (16 MiB) and the socket meanwhile: the
+/// receiver thread, and the caller's work `beside`, start only once the command has run
+/// [`crate::BESIDE_AFTER`], so a short command's run starts no thread at all. If the thread
+/// cannot start, this thread reads the ring between waits (a producer waits while it is full).
+fn wait(
+    pid: i32,
+    receiver: &Arc<Receiver>,
+    beside: &mut dyn FnMut(),
+) -> std::io::Result<launch::Status> {
+    // While the child execs on the other CPU: the PATH search and ELF read for the top command.
+    let top = top_untraced(&receiver.argv0);
+    receiver.inbox.lock().unwrap_or_else(|p| p.into_inner()).top = Some(top);
+    let waiter = launch::Waiter::new(pid);
+    if let Some(status) = waiter.within(crate::BESIDE_AFTER)? {
+        return Ok(status);
+    }
+    beside();
+    // Not joined: `finish` takes the last pass and the thread then returns on its own.
+    let thread = {
+        let receiver = receiver.clone();
+        std::thread::Builder::new()
+            .name("roar-preload-recv".into())
+            .spawn(move || receive(&receiver))
+    };
+    if let Err(e) = thread {
+        tracing::warn!("no thread to read the command's events ({e}): reading them between waits");
+        loop {
+            let ended = if waiter.can_wait() {
+                waiter.within(SOCKET_POLL)?
+            } else {
+                std::thread::sleep(SOCKET_POLL);
+                waiter.now()?
+            };
+            if let Some(status) = ended {
+                return Ok(status);
+            }
+            let mut inbox = receiver.inbox.lock().unwrap_or_else(|p| p.into_inner());
+            inbox.pass(receiver, false);
+        }
+    }
+    launch::wait_for(pid)
+}
+
 pub fn run(
     argv: &[OsString],
     env: &crate::EnvChanges,
     lib: &Path,
     tap: Tap,
+    beside: &mut dyn FnMut(),
 ) -> Result<Traced, TraceError> {
     let capacity = ring_capacity()?;
     let sock = Arc::new(bind()?);
@@ -588,14 +624,6 @@ pub fn run(
         })),
         tap,
     });
-    {
-        // Not joined: `finish` takes the last pass and the thread then returns on its own.
-        let receiver = receiver.clone();
-        std::thread::Builder::new()
-            .name("roar-preload-recv".into())
-            .spawn(move || receive(&receiver))
-            .map_err(|source| TraceError::Socket { source })?;
-    }
 
     let guard = launch::SignalGuard::install();
     launch::become_subreaper();
@@ -623,7 +651,7 @@ pub fn run(
     let status = match launch::spawn(argv, &env, &guard) {
         Ok(pid) => {
             guard.set_child(pid);
-            let status = launch::wait_for(pid).map_err(|source| TraceError::Wait { source });
+            let status = wait(pid, &receiver, beside).map_err(|source| TraceError::Wait { source });
             launch::reap_orphans();
             status
         }
