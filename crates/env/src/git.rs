@@ -183,8 +183,11 @@ pub struct DiffJob {
     from: std::time::Instant,
     /// The thread, once [`DiffJob::beside`] started it, and what wakes it (the command ended;
     /// dropped, it tells a thread still waiting that `finish` did the check).
-    thread: Option<(std::sync::mpsc::Sender<()>, JoinHandle<Option<Vec<u8>>>)>,
+    thread: Option<(std::sync::mpsc::Sender<()>, CheckThread)>,
 }
+
+/// The check's thread: the diff, None if git could not say or `finish` did the check.
+type CheckThread = JoinHandle<Option<Vec<u8>>>;
 
 /// How long a command runs before its dirty check starts beside it.
 pub const OVERLAP_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
