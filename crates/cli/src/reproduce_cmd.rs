@@ -149,7 +149,7 @@ fn run_steps(
     let head = crate::run_cmd::git_head(&project.root);
     // The uncommitted changes the tree has now, to compare with each step's.
     let now_diff = roar_env::git::Repo::find(&project.root)
-        .and_then(|r| roar_env::git::DiffJob::start(&r, head.as_deref()))
+        .map(|r| roar_env::git::DiffJob::start(&r, head.as_deref()))
         .and_then(roar_env::git::DiffJob::finish)
         .map(|d| match d {
             roar_env::git::Dirt::Clean => None,

@@ -277,7 +277,6 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
             .env
             .diff
             .then(|| roar_env::git::DiffJob::start(r, g.commit.as_deref()))
-            .flatten()
     });
     // The dirty check's thread, once the command has run on (roar_tracer::BESIDE_AFTER).
     let mut beside = || {

@@ -233,15 +233,15 @@ impl DiffJob {
     /// thread starts when the caller says the command runs on ([`DiffJob::beside`]). A command
     /// that ends sooner has its check done by [`DiffJob::finish`] on the caller's thread, with no
     /// thread started (~0.1 ms of a short run).
-    pub fn start(repo: &Repo, commit: Option<&str>) -> Option<DiffJob> {
-        Some(DiffJob {
+    pub fn start(repo: &Repo, commit: Option<&str>) -> DiffJob {
+        DiffJob {
             repo: repo.clone(),
             commit: commit.map(str::to_owned),
             claim: Arc::new(AtomicU8::new(WAITING)),
             pid: Arc::new(AtomicI32::new(0)),
             from: std::time::Instant::now() + OVERLAP_AFTER,
             thread: None,
-        })
+        }
     }
 
     /// The command runs on: the check's thread starts, and runs the check from [`OVERLAP_AFTER`]
@@ -453,7 +453,7 @@ mod tests {
             (Some(0), 0),
         ];
         for (beside_ms, wait_ms) in cases {
-            let mut job = DiffJob::start(&repo, Some(&head)).unwrap();
+            let mut job = DiffJob::start(&repo, Some(&head));
             if let Some(ms) = beside_ms {
                 std::thread::sleep(std::time::Duration::from_millis(ms));
                 job.beside();

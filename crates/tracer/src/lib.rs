@@ -145,13 +145,13 @@ pub type Tap = Arc<dyn Fn(&Event) + Send + Sync>;
 /// How long a command runs before work beside it starts: the preload receiver's thread, and the
 /// caller's (`beside` in [`run`]: the dirty check). Most commands roar runs end sooner, and a
 /// thread started for them costs its start, a wake-up and its exit, ~0.1 ms of a short run
-/// (bench/NOTES.md, "Threads only for commands that run").
+/// (bench/NOTES.md, "Two shared libraries fewer, threads only for commands that run on").
 pub const BESIDE_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Runs `argv` under `backend` with `env` applied to the inherited environment, showing each
 /// event to `tap` as it arrives. `preload_lib` is the shim for the preload backend.
 ///
-/// `beside` is called at most once, on this thread, to start the caller's work beside the
+/// `beside` is called at most once per call, on this thread, to start the caller's work beside the
 /// command: under preload once the command has run [`BESIDE_AFTER`] (never if it ends sooner),
 /// under ptrace and eBPF at once (their waits are not timed), so work it starts keeps its own
 /// delay from the command's start.
