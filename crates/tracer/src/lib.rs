@@ -151,10 +151,10 @@ pub const BESIDE_AFTER: std::time::Duration = std::time::Duration::from_millis(2
 /// Runs `argv` under `backend` with `env` applied to the inherited environment, showing each
 /// event to `tap` as it arrives. `preload_lib` is the shim for the preload backend.
 ///
-/// `beside` is called at most once per call, on this thread, to start the caller's work beside the
-/// command: under preload once the command has run [`BESIDE_AFTER`] (never if it ends sooner),
-/// under ptrace and eBPF at once (their waits are not timed), so work it starts keeps its own
-/// delay from the command's start.
+/// `beside` is called at most once per call, on this thread, to start the caller's work beside
+/// the command: under preload once the command has run [`BESIDE_AFTER`] (never if it ends
+/// sooner), under ptrace and eBPF at once (their waits are not timed), so work it starts keeps
+/// its own delay from the command's start.
 pub fn run(
     backend: Backend,
     argv: &[OsString],
