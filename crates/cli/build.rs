@@ -7,9 +7,10 @@
 //! The shim (`crates/preload`, a `no_std` cdylib in a workspace of its own) is built here by a
 //! nested `cargo build` into this package's OUT_DIR and included in the binary, so a `roar`
 //! installed alone (`cargo install --path crates/cli`) still has it: cargo cannot make a build
-//! script depend on a cdylib, and `cargo install` installs binaries only. roar prefers a shim installed beside it and writes the
-//! embedded one out once when there is none (`crates/cli/src/shim.rs`).
-//! `ROAR_EMBED_SHIM=0` builds without it (the binary then needs a shim beside it).
+//! script depend on a cdylib, and `cargo install` installs binaries only. roar prefers a shim
+//! installed beside it and writes the embedded one out once when there is none
+//! (`crates/cli/src/shim.rs`). `ROAR_EMBED_SHIM=0` builds without it (the binary then needs a
+//! shim beside it).
 //!
 //! Code layout: with the default linker (rust-lld), a release build places the functions a
 //! `roar run` executes first and together in .text (`link/symbol-order.txt`, made by
