@@ -390,3 +390,39 @@ fn a_run_inside_a_run_starts_no_recorder() {
     assert!(!argvs.iter().any(|a| a.contains("__recorder")), "{argvs:?}");
     assert!(recorders(&p).is_empty());
 }
+
+/// A newer roar migrated the store while the recorder had it open: the recorder writes nothing
+/// into a schema it does not know (checked under the write lock, with each commit) and leaves;
+/// the run says why its job could not be recorded and keeps its command's exit code.
+#[test]
+fn a_recorder_writes_nothing_into_a_store_a_newer_roar_migrated() {
+    let p = Project::new();
+    run_through_recorder(&p, &["true"]);
+    let serving = recorders(&p);
+    assert_eq!(serving.len(), 1, "{serving:?}");
+    let db = p.path().join(".roar/roar.db");
+    let newer = roar_store::SCHEMA_VERSION + 1;
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .pragma_update(None, "user_version", newer)
+        .unwrap();
+    // roar refuses to open the store now; SQLite itself counts its rows.
+    let jobs = || {
+        rusqlite::Connection::open(&db)
+            .unwrap()
+            .query_row("SELECT count(*) FROM jobs", [], |r| r.get::<_, i64>(0))
+            .unwrap()
+    };
+    let before = jobs();
+    let o = p.cmd(["run", "--", "sh", "-c", "exit 3"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("has schema version {newer}, newer than this roar")),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(jobs(), before, "no row was written");
+    wait_until("the recorder leaves", Duration::from_secs(10), || {
+        recorders(&p).is_empty()
+    });
+}

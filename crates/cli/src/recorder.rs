@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use nix::sys::socket::{self, sockopt};
 use roar_env::Cache;
 use roar_store::job_bytes::{self, Bytes};
-use roar_store::{Begun, CacheEntry, Checkpoints, JobRecord, Runtime, Writer};
+use roar_store::{CacheEntry, Checkpoints, Committer, JobRecord, Runtime, StoreError};
 
 use crate::environment::{self, Wanted};
 
@@ -309,17 +309,15 @@ fn start(db: &Path) {
 }
 
 /// What the recorder serves from: the store's writer, remade when the redaction rules change.
+/// Each run's thread commits through it itself (no writer thread to wake and wait for).
 struct Shared {
     db: PathBuf,
     /// The store's device and inode when the recorder opened it.
     store: (u64, u64),
-    /// A connection of its own to read the schema version before each job: a newer roar may
-    /// have migrated the store since the writer opened it.
-    schema: Mutex<rusqlite::Connection>,
     /// Set when the store went away or changed schema: the recorder stops serving.
     done: std::sync::atomic::AtomicBool,
     config: PathBuf,
-    writer: Mutex<(Option<Stamp>, Arc<Writer>)>,
+    writer: Mutex<(Option<Stamp>, Arc<Committer>)>,
     /// The user's package cache, open for as long as the recorder runs.
     packages: Mutex<Cache>,
     /// The machine as last found, and the host name it was found under: the package cache
@@ -345,23 +343,24 @@ fn stamp(path: &Path) -> Option<Stamp> {
 }
 
 impl Shared {
-    /// Whether the store is still the one opened, at the schema this roar writes; if not, the
-    /// recorder stops (the run records its job itself, and says what is wrong).
+    /// Whether the store is still the one opened; if not, the recorder stops (the run records
+    /// its job itself). Its schema is checked by each commit, under the write lock
+    /// ([`Shared::failed`]).
     fn still_serving(&self) -> Result<(), String> {
-        let version = self
-            .schema
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0));
-        let why = if identity(&self.db) != Some(self.store) {
-            "the store was removed or replaced"
-        } else if version.ok() != Some(roar_store::SCHEMA_VERSION) {
-            "the store's schema changed"
-        } else {
+        if identity(&self.db) == Some(self.store) {
             return Ok(());
-        };
+        }
         self.done.store(true, Ordering::SeqCst);
-        Err(why.into())
+        Err("the store was removed or replaced".into())
+    }
+
+    /// Why a write failed, for the run; a store a newer roar migrated stops the recorder (the
+    /// run then records its job itself, and says what is wrong).
+    fn failed(&self, e: StoreError) -> String {
+        if matches!(e, StoreError::SchemaChanged { .. }) {
+            self.done.store(true, Ordering::SeqCst);
+        }
+        format!("{:#}", anyhow::Error::from(e))
     }
 
     /// The machine the job ran on (CPU, memory, OS, GPUs): probed once per boot and host name.
@@ -382,14 +381,14 @@ impl Shared {
     }
 
     /// The writer, with the redaction rules of config.toml as it is now.
-    fn writer(&self) -> roar_store::Result<Arc<Writer>> {
+    fn writer(&self) -> roar_store::Result<Arc<Committer>> {
         let now = stamp(&self.config);
         let mut slot = self.writer.lock().unwrap_or_else(|p| p.into_inner());
         if slot.0 != now {
-            // The writer reads the rules when it starts; the old one finishes what it has.
+            // A writer reads the rules when it opens; runs holding the old one finish with it.
             *slot = (
                 now,
-                Arc::new(Writer::start_with(&self.db, Checkpoints::Deferred)?),
+                Arc::new(Committer::open(&self.db, Checkpoints::Deferred)?),
             );
         }
         Ok(slot.1.clone())
@@ -415,10 +414,11 @@ pub fn serve(db: PathBuf) -> i32 {
         Err(_) => return 1,
     };
     let config = db.with_file_name(roar_store::CONFIG_NAME);
-    let opened = roar_store::open(&db, false)
-        .and_then(|schema| Ok((schema, Writer::start_with(&db, Checkpoints::Deferred)?)));
-    let (schema, writer) = match opened {
-        Ok((schema, w)) => (schema, Arc::new(w)),
+    // Opening migrates the store if it is older than this roar: the writer expects its schema.
+    let opened =
+        roar_store::open(&db, false).and_then(|_| Committer::open(&db, Checkpoints::Deferred));
+    let writer = match opened {
+        Ok(w) => Arc::new(w),
         Err(e) => {
             tracing::warn!("the recorder cannot open {}: {e}", db.display());
             return 1;
@@ -426,7 +426,6 @@ pub fn serve(db: PathBuf) -> i32 {
     };
     let shared = Arc::new(Shared {
         store,
-        schema: Mutex::new(schema),
         done: std::sync::atomic::AtomicBool::new(false),
         writer: Mutex::new((stamp(&config), writer)),
         packages: Mutex::new(Cache::open()),
@@ -537,10 +536,9 @@ fn begin(body: &[u8], shared: &Shared) -> Result<i64, String> {
     let who = String::from_utf8(who.to_vec()).map_err(|_| "bad recorder id")?;
     let job = job_bytes::decode(job).map_err(|e| e.to_string())?;
     let writer = shared.writer().map_err(|e| e.to_string())?;
-    let begun = writer.begin_job_for(&job, who).map_err(|e| e.to_string())?;
-    begun
-        .wait()
-        .ok_or_else(|| "the running row could not be written".into())
+    writer
+        .begin_job_for(&job, who)
+        .map_err(|e| shared.failed(e))
 }
 
 /// The packages and the machine for the evidence in `body` (a `wanted` frame); None if it is
@@ -607,11 +605,9 @@ fn record(
         complete(env, wanted_bytes, found, || resolve(&wanted, shared));
     }
     let writer = shared.writer().map_err(|e| e.to_string())?;
-    // Messages commit in order: the entries go in with the job, or just before it.
-    writer.cache(cache).map_err(|e| e.to_string())?;
     writer
-        .record_begun(begun.map(Begun::known), job)
-        .map_err(|e| format!("{:#}", anyhow::Error::from(e)))
+        .record(begun, &cache, job)
+        .map_err(|e| shared.failed(e))
 }
 
 #[cfg(test)]

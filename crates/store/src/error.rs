@@ -18,6 +18,10 @@ pub enum StoreError {
         found: i64,
         supported: i64,
     },
+    /// Found by a long-lived writer under the write lock: a newer roar migrated the store since
+    /// it was opened, and nothing was written.
+    #[error("the schema of {path} changed to version {found} while this roar had it open; nothing was written")]
+    SchemaChanged { path: PathBuf, found: i64 },
     #[error("store {path} is read-only")]
     ReadOnly {
         path: PathBuf,

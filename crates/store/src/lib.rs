@@ -5,6 +5,7 @@
 //! nothing else writes to the database.
 
 pub mod audit;
+mod committer;
 mod db;
 pub mod environment;
 mod error;
@@ -24,6 +25,7 @@ mod steps;
 pub mod team;
 mod writer;
 
+pub use committer::Committer;
 pub use db::{open, SCHEMA_VERSION};
 pub use environment::{Environment, EnvironmentDetail, Gpu, Package, Runtime};
 pub use error::{Result, StoreError};

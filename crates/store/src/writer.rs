@@ -17,9 +17,9 @@ use crate::redact::Policy;
 const MAX_BATCH: usize = 4096;
 
 enum Msg {
-    /// A job that has just started: its row, `running`, with who records it (see
-    /// [`Writer::begin_job`]; None: this process).
-    Begin(Box<JobRecord>, Option<String>, Sender<Result<i64>>),
+    /// A job that has just started: its row, `running`, recorded by this process (see
+    /// [`Writer::begin_job`]).
+    Begin(Box<JobRecord>, Sender<Result<i64>>),
     /// A job, where the rest of its files arrive while it is being recorded (see
     /// [`Writer::start_job`]), and the row [`Msg::Begin`] made for it, if any.
     Job(
@@ -133,16 +133,7 @@ impl Writer {
     /// row stays to say so instead of the job leaving no trace.
     pub fn begin_job(&self, job: &JobRecord) -> Result<Begun> {
         let (reply, answer) = mpsc::channel();
-        self.send(Msg::Begin(Box::new(header(job)), None, reply))?;
-        Ok(Begun { answer })
-    }
-
-    /// [`Writer::begin_job`] for a job another process records (the resident recorder writes
-    /// for `roar run`): `recorder` is that process's [`crate::recorder_id`], so the row reads
-    /// `killed` once it is gone without the job recorded.
-    pub fn begin_job_for(&self, job: &JobRecord, recorder: String) -> Result<Begun> {
-        let (reply, answer) = mpsc::channel();
-        self.send(Msg::Begin(Box::new(header(job)), Some(recorder), reply))?;
+        self.send(Msg::Begin(Box::new(header(job)), reply))?;
         Ok(Begun { answer })
     }
 
@@ -245,7 +236,7 @@ impl Begun {
 }
 
 /// What a [`Msg::Begin`] stores: the job without files or processes, running.
-fn header(job: &JobRecord) -> JobRecord {
+pub(crate) fn header(job: &JobRecord) -> JobRecord {
     JobRecord {
         outcome: crate::Outcome::Running,
         ended_ns: None,
@@ -269,7 +260,7 @@ impl OpeningWriter {
     pub fn begin_job(&self, job: &JobRecord) -> Result<Begun> {
         let (reply, answer) = mpsc::channel();
         self.tx
-            .send(Msg::Begin(Box::new(header(job)), None, reply))
+            .send(Msg::Begin(Box::new(header(job)), reply))
             .map_err(|_| StoreError::WriterGone)?;
         Ok(Begun { answer })
     }
@@ -291,7 +282,7 @@ impl OpeningWriter {
 }
 
 /// Opens the store at `path` for the writer: its own connection, set up for `checkpoints`.
-fn connect(path: &Path, checkpoints: Checkpoints) -> Result<Connection> {
+pub(crate) fn connect(path: &Path, checkpoints: Checkpoints) -> Result<Connection> {
     let conn = db::open(path, false)?;
     // Every id this writer stores comes from a row it inserted or looked up in the same
     // transaction, so SQLite's check of each reference (a b-tree seek per id, per file
@@ -325,7 +316,7 @@ fn run(mut conn: Connection, path: PathBuf, rx: Receiver<Msg>, checkpoints: Chec
             }
         }
         for msg in &mut batch {
-            if let Msg::Job(job, _, _, _) | Msg::Begin(job, _, _) = msg {
+            if let Msg::Job(job, _, _, _) | Msg::Begin(job, _) = msg {
                 policy.job(job);
             }
         }
@@ -381,9 +372,7 @@ fn commit(conn: &mut Connection, path: &Path, batch: Vec<Msg>, lost: &mut Option
                 Msg::Job(job, more, _, begun) => {
                     job_ids.push(insert_job(&tx, job, more.as_ref(), *begun, None)?)
                 }
-                Msg::Begin(job, recorder, _) => {
-                    job_ids.push(insert_job(&tx, job, None, None, recorder.as_deref())?)
-                }
+                Msg::Begin(job, _) => job_ids.push(insert_job(&tx, job, None, None, None)?),
                 Msg::Cache(entries) => insert_cache(&tx, entries)?,
                 Msg::Artifacts(hashes) => {
                     let mut insert = tx.prepare_cached(INSERT_ARTIFACT)?;
@@ -403,7 +392,7 @@ fn commit(conn: &mut Connection, path: &Path, batch: Vec<Msg>, lost: &mut Option
             Err(e) => db::classify(path, clone_err(e)),
         };
         match msg {
-            Msg::Job(_, _, reply, _) | Msg::Begin(_, _, reply) => {
+            Msg::Job(_, _, reply, _) | Msg::Begin(_, reply) => {
                 let _ = reply.send(match &outcome {
                     Ok(()) => Ok(ids.next().expect("one id per job")),
                     Err(_) => Err(err()),
@@ -468,7 +457,7 @@ const INSERT_ARTIFACT: &str = "INSERT INTO artifacts (blake3, sha256, size) VALU
                                ON CONFLICT (blake3) DO NOTHING";
 
 /// `recorder`: who records a running job, when not this process.
-fn insert_job(
+pub(crate) fn insert_job(
     tx: &Transaction,
     job: &JobRecord,
     more: Option<&Receiver<FileChunk>>,
@@ -731,7 +720,7 @@ fn insert_files(tx: &Transaction, job_id: i64, files: &[FileRecord]) -> rusqlite
     Ok(())
 }
 
-fn insert_cache(tx: &Transaction, entries: &[CacheEntry]) -> rusqlite::Result<()> {
+pub(crate) fn insert_cache(tx: &Transaction, entries: &[CacheEntry]) -> rusqlite::Result<()> {
     let mut stmt = tx.prepare_cached(
         "INSERT OR REPLACE INTO hash_cache (dev, ino, size, mtime_ns, ctime_ns, blake3, sha256, hashed_ns)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",

@@ -7,8 +7,8 @@ use std::process::Command;
 
 use roar_store::hash::{hash_if_settled, hash_path, hash_paths, HashOptions, Kind, Prior, Settled};
 use roar_store::{
-    Checkpoints, ContentHash, FileRecord, JobRecord, Ops, Outcome, Role, Store, StoreError, Writer,
-    SCHEMA_VERSION,
+    Checkpoints, Committer, ContentHash, FileRecord, JobRecord, Ops, Outcome, Role, Store,
+    StoreError, Writer, SCHEMA_VERSION,
 };
 
 fn job(argv: &[&str], files: Vec<FileRecord>) -> JobRecord {
@@ -881,4 +881,76 @@ fn a_file_truncated_while_it_is_hashed_gives_a_hash_or_changed_never_a_crash() {
         raced > 0,
         "the rewrite never met a hash ({hashed} clean hashes of the whole file)"
     );
+}
+
+/// The recorder's writer: callers on several threads commit their own jobs (running row first,
+/// then the whole job with its hash-cache entries) and each gets its own row, redacted; once
+/// another roar has moved the schema on, it writes nothing and says so.
+#[test]
+fn a_committer_writes_each_callers_job_and_nothing_once_the_schema_moves_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = new_db(dir.path());
+    let entry = cache_entry(dir.path());
+    let committer = Committer::open(&db, Checkpoints::Deferred).unwrap();
+    let ids: Vec<i64> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..4)
+            .map(|t| {
+                let (committer, entry) = (&committer, &entry);
+                s.spawn(move || {
+                    (0..25)
+                        .map(|i| {
+                            let mut j = job(
+                                &["train", &format!("--run={t}.{i}")],
+                                vec![file(Role::Output, &format!("/out/{t}/{i}"), b"x")],
+                            );
+                            j.env
+                                .insert("AWS_SECRET_ACCESS_KEY".into(), "wJalrXUtnFEMI".into());
+                            let begun = committer
+                                .begin_job_for(&j, "1:1".into())
+                                .expect("running row");
+                            let id = committer
+                                .record(Some(begun), std::slice::from_ref(entry), j)
+                                .expect("job");
+                            assert_eq!(id, begun, "the job goes into its running row");
+                            id
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect()
+    });
+    let mut distinct = ids.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 100);
+    let conn = roar_store::open(&db, false).unwrap();
+    let count = |sql: &str| conn.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap();
+    assert_eq!(
+        count("SELECT count(*) FROM jobs WHERE status = 'exited' AND recorder IS NULL"),
+        100
+    );
+    assert_eq!(count("SELECT count(*) FROM job_files"), 100);
+    assert_eq!(count("SELECT count(*) FROM hash_cache"), 1);
+    assert_eq!(
+        count("SELECT count(*) FROM jobs WHERE env LIKE '%wJalrXUtnFEMI%'"),
+        0,
+        "jobs are redacted on their way in"
+    );
+
+    conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+        .unwrap();
+    let late = job(&["late"], vec![]);
+    match committer.begin_job_for(&late, "1:1".into()) {
+        Err(StoreError::SchemaChanged { found, .. }) => assert_eq!(found, SCHEMA_VERSION + 1),
+        other => panic!("expected SchemaChanged, got {other:?}"),
+    }
+    match committer.record(None, &[], late) {
+        Err(StoreError::SchemaChanged { .. }) => {}
+        other => panic!("expected SchemaChanged, got {other:?}"),
+    }
+    assert_eq!(count("SELECT count(*) FROM jobs"), 100, "nothing written");
 }
