@@ -3,9 +3,10 @@
 //! page cache: ~2 ms of CPU on a writer thread beside the command, on two cores) for the two
 //! rows of a short job.
 //!
-//! The first `roar run` of a store starts it (`roar __recorder DB`, detached: its own session,
-//! cwd `/`, no terminal, stdio on /dev/null, not a child of the run) and records its own job
-//! itself; later runs connect. It listens on an abstract unix socket named after the user, the
+//! The first `roar run` of a store records its own job itself, then starts it (`roar __recorder
+//! DB`, detached: its own session, cwd `/`, no terminal, stdio on /dev/null, not a child of the
+//! run; started once the command is done, never while the run reaps what its command left);
+//! later runs connect. It listens on an abstract unix socket named after the user, the
 //! roar binary (device, inode, mtime and size of /proc/self/exe: a rebuilt roar never talks to an
 //! old recorder, whose byte format may differ) and the store (device and inode of roar.db). Only a
 //! peer of its own uid in its own mount namespace is served, and a run only trusts a recorder of
@@ -149,28 +150,46 @@ fn identity(db: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(db).ok().map(|m| (m.dev(), m.ino()))
 }
 
+/// What a run reached of its store's recorder.
+pub enum Reached {
+    Serving(Recorder),
+    /// None serves the store: the run records its job itself, then starts one for the next run
+    /// ([`start_for`], once its command is done).
+    Absent,
+    /// One is not to be used (`ROAR_RECORDER=0`, a socket of another user, no store).
+    Unused,
+}
+
 impl Recorder {
-    /// The recorder of the store at `db`, starting one for the next run if none runs (this run
-    /// then records its job itself). Never fails: None means "record it yourself".
-    pub fn connect(db: &Path) -> Option<Recorder> {
+    /// The recorder of the store at `db`, if one serves it. Never fails: anything but
+    /// [`Reached::Serving`] means "record it yourself".
+    pub fn connect(db: &Path) -> Reached {
         if std::env::var_os(ENV).is_some_and(|v| v == "0") {
-            return None;
+            return Reached::Unused;
         }
-        let store = identity(db)?;
-        let addr = address(store)
-            .inspect_err(|e| tracing::debug!("no recorder: {e}"))
-            .ok()?;
+        let Some(store) = identity(db) else {
+            return Reached::Unused;
+        };
+        let addr = match address(store) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::debug!("no recorder: {e}");
+                return Reached::Unused;
+            }
+        };
         match UnixStream::connect_addr(&addr) {
             Ok(conn) => {
                 match peer(&conn) {
                     Ok((uid, _)) if uid == euid() => {}
                     _ => {
                         tracing::debug!("the recorder's socket belongs to another user: not used");
-                        return None;
+                        return Reached::Unused;
                     }
                 }
-                conn.set_read_timeout(Some(ANSWER_WITHIN)).ok()?;
-                Some(Recorder {
+                if conn.set_read_timeout(Some(ANSWER_WITHIN)).is_err() {
+                    return Reached::Unused;
+                }
+                Reached::Serving(Recorder {
                     conn,
                     begun: false,
                     db: db.to_owned(),
@@ -179,11 +198,7 @@ impl Recorder {
             }
             Err(e) => {
                 tracing::debug!("no recorder ({e})");
-                match why_not_start(db) {
-                    Some(why) => tracing::debug!("not starting a recorder: {why}"),
-                    None => start(db),
-                }
-                None
+                Reached::Absent
             }
         }
     }
@@ -270,9 +285,19 @@ fn why_not_start(db: &Path) -> Option<String> {
     roar_tracer::inside_roar()
 }
 
+/// Starts a recorder for the store at `db`, unless this process should not ([`why_not_start`]).
+/// Called once the run's command is done: a process started while the run reaps what its command
+/// left would be reparented to the run (a subreaper) and waited for as one of them.
+pub fn start_for(db: &Path) {
+    match why_not_start(db) {
+        Some(why) => tracing::debug!("not starting a recorder: {why}"),
+        None => start(db),
+    }
+}
+
 /// Starts a recorder for the store at `db` and returns at once. The recorder is a grandchild:
-/// the middle process exits at once, so it is nobody's child that waits (this roar is not yet a
-/// subreaper).
+/// the middle process exits at once, so it is not this run's child (a subreaper's orphan, it is
+/// this run's only until the run exits, and never waited for).
 fn start(db: &Path) {
     let Ok(exe) = std::env::current_exe() else {
         return;

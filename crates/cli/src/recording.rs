@@ -9,7 +9,7 @@ use roar_store::{
 };
 
 use crate::environment::{self, Prepared, Wanted};
-use crate::recorder::Recorder;
+use crate::recorder::{self, Reached, Recorder};
 
 /// Files a job may have and still go through the recorder. Past this the bytes on the socket cost
 /// more than the run opening the store itself, and the run's own writer records chunks of files
@@ -34,6 +34,8 @@ enum State {
     /// This process's writer: opening, or open and streaming the job's files into its
     /// transaction.
     Own {
+        /// No recorder serves the store: one is started once the job is recorded.
+        start_recorder: bool,
         /// The package cache and machine, read while the command runs.
         prepared: Option<Prepared>,
         opening: Option<roar_store::Result<OpeningWriter>>,
@@ -49,7 +51,9 @@ pub type By = &'static str;
 impl Recording {
     /// Starts recording `job` (its row, `running`, is written while the command runs).
     pub fn start(db: &Path, job: &JobRecord) -> Recording {
-        if let Some(mut recorder) = Recorder::connect(db) {
+        let found = Recorder::connect(db);
+        let start_recorder = matches!(found, Reached::Absent);
+        if let Reached::Serving(mut recorder) = found {
             match recorder.begin(job) {
                 Ok(()) => {
                     return Recording {
@@ -73,6 +77,7 @@ impl Recording {
         Recording {
             db: db.to_owned(),
             state: State::Own {
+                start_recorder,
                 prepared: environment::prepare(),
                 opening: Some(opening),
                 writer: None,
@@ -163,6 +168,7 @@ impl Recording {
         } = std::mem::replace(
             &mut self.state,
             State::Own {
+                start_recorder: false,
                 prepared: None,
                 opening: None,
                 writer: None,
@@ -188,6 +194,7 @@ impl Recording {
             started
         });
         self.state = State::Own {
+            start_recorder: false,
             prepared: None,
             opening: None,
             writer: Some(writer),
@@ -222,6 +229,7 @@ impl Recording {
                 }
             }
             State::Own {
+                start_recorder,
                 opening,
                 writer,
                 begun,
@@ -240,6 +248,9 @@ impl Recording {
                         .and_then(|w| w.record_begun(begun, job)),
                     (None, None) => unreachable!("a job with no files is given to finish"),
                 };
+                if start_recorder {
+                    recorder::start_for(&self.db);
+                }
                 (recorded, "run")
             }
         }

@@ -216,8 +216,6 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     let git = repo
         .as_ref()
         .and_then(|r| r.head().or_else(|| roar_env::git::from_git(&r.root)));
-    // Redacted by the writer, with the project's `[redact]` rules.
-    let env = roar_store::redact::collect_env(std::env::vars_os());
     let t_setup = t0.elapsed();
 
     let opts = HashOptions {
@@ -254,7 +252,8 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         incomplete: false,
         backend: backend.name().to_owned(),
         git,
-        env,
+        // Read once the command has started (`Around::started`).
+        env: Default::default(),
         host: hostname(),
         processes: Vec::new(),
         steps: Vec::new(),
@@ -268,21 +267,17 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
             &crate::distributed::parent_id,
         ),
     };
-    // The job's row is written (running) while the command runs, by the resident recorder or a
-    // writer of this run's: a roar killed before the end leaves a job that says so. The record
-    // fills that row in.
-    let recording = Recording::start(&project.db_path(), &job);
     let mut diff = repo.as_ref().zip(job.git.as_ref()).and_then(|(r, g)| {
         config
             .env
             .diff
             .then(|| roar_env::git::DiffJob::start(r, g.commit.as_deref()))
     });
-    // The dirty check's thread, once the command has run on (roar_tracer::BESIDE_AFTER).
-    let mut beside = || {
-        if let Some(d) = diff.as_mut() {
-            d.beside();
-        }
+    let mut around = Around {
+        db: project.db_path(),
+        job: &mut job,
+        recording: None,
+        diff: diff.as_mut(),
     };
     let mut traced = roar_tracer::run(
         backend,
@@ -290,7 +285,7 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         &child_env,
         lib.as_ref(),
         tap.clone(),
-        &mut beside,
+        &mut around,
     );
     if let Err(TraceError::Unavailable { reason, .. }) = &traced {
         if auto && backend == Backend::Ebpf {
@@ -303,10 +298,11 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
                 &child_env,
                 lib.as_ref(),
                 tap,
-                &mut beside,
+                &mut around,
             );
         }
     }
+    let recording = around.recording();
     let early = early.map(EarlyHasher::finish).unwrap_or_default();
     // Every access is in the sink once the gateway has stopped.
     let s3_files = gateway.map(|g| g.finish()).unwrap_or_default();
@@ -513,6 +509,51 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
 }
 
 /// The hasher of outputs during the run (see `roar_tracer::early`), unless `ROAR_EARLY_HASH=0`.
+/// What a run does around its command ([`roar_tracer::Beside`]): its job's row, written once the
+/// command has started; the dirty check, beside a command that runs on.
+struct Around<'a> {
+    db: PathBuf,
+    job: &'a mut JobRecord,
+    recording: Option<Recording>,
+    diff: Option<&'a mut roar_env::git::DiffJob>,
+}
+
+impl Around<'_> {
+    /// The job's recording; for a command that could not be started, its row is written now, to
+    /// say so.
+    fn recording(mut self) -> Recording {
+        if self.recording.is_none() {
+            let header_ns = self.job.started_ns;
+            roar_tracer::Beside::started(&mut self, header_ns);
+        }
+        self.recording.expect("started above")
+    }
+}
+
+impl roar_tracer::Beside for Around<'_> {
+    fn started(&mut self, started_ns: i64) {
+        // Once only: eBPF that could not load hands the command to ptrace.
+        if self.recording.is_some() {
+            return;
+        }
+        // roar's environment is the command's (less what roar adds to it), read while the
+        // command execs. The writer redacts it, with the project's `[redact]` rules.
+        self.job.env = roar_store::redact::collect_env(std::env::vars_os());
+        self.job.started_ns = started_ns;
+        // The job's row is written (running) while the command runs, by the resident recorder
+        // or a writer of this run's: a roar killed before the end leaves a job that says so. The
+        // record fills that row in.
+        self.recording = Some(Recording::start(&self.db, self.job));
+    }
+
+    fn running_on(&mut self) {
+        // The dirty check's thread (roar_tracer::BESIDE_AFTER).
+        if let Some(d) = self.diff.as_mut() {
+            d.beside();
+        }
+    }
+}
+
 fn early_hasher(ignore: &Ignore, opts: HashOptions) -> Option<EarlyHasher> {
     if std::env::var_os("ROAR_EARLY_HASH").is_some_and(|v| v == "0") {
         return None;

@@ -143,25 +143,36 @@ pub type EnvChanges = [(OsString, Option<OsString>)];
 pub type Tap = Arc<dyn Fn(&Event) + Send + Sync>;
 
 /// How long a command runs before work beside it starts: the preload receiver's thread, and the
-/// caller's (`beside` in [`run`]: the dirty check). Most commands roar runs end sooner, and a
+/// caller's ([`Beside::running_on`]: the dirty check). Most commands roar runs end sooner, and a
 /// thread started for them costs its start, a wake-up and its exit, ~0.1 ms of a short run
 /// (bench/NOTES.md, "Two shared libraries fewer, threads only for commands that run on").
 pub const BESIDE_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
 
+/// The caller's work around its command, done on the run's thread while the command runs. Each
+/// method is called at most once per [`run`].
+pub trait Beside {
+    /// The command has been started (at `started_ns`): work that needs nothing from it, done
+    /// while it execs on another CPU rather than before it starts (under preload: right after
+    /// the spawn; under ptrace and eBPF, whose starts are their own, just before). Not called if
+    /// the backend could not start the command.
+    fn started(&mut self, started_ns: i64);
+    /// The command runs on: work that would slow a short command down on two cores. Under
+    /// preload once the command has run [`BESIDE_AFTER`] (never if it ends sooner), under ptrace
+    /// and eBPF at once (their waits are not timed), so work it starts keeps its own delay from
+    /// the command's start.
+    fn running_on(&mut self);
+}
+
 /// Runs `argv` under `backend` with `env` applied to the inherited environment, showing each
-/// event to `tap` as it arrives. `preload_lib` is the shim for the preload backend.
-///
-/// `beside` is called at most once per call, on this thread, to start the caller's work beside
-/// the command: under preload once the command has run [`BESIDE_AFTER`] (never if it ends
-/// sooner), under ptrace and eBPF at once (their waits are not timed), so work it starts keeps
-/// its own delay from the command's start.
+/// event to `tap` as it arrives, and the caller's work `beside` the command. `preload_lib` is the
+/// shim for the preload backend.
 pub fn run(
     backend: Backend,
     argv: &[OsString],
     env: &EnvChanges,
     preload_lib: Option<&PathBuf>,
     tap: Tap,
-    beside: &mut dyn FnMut(),
+    beside: &mut dyn Beside,
 ) -> Result<Traced, TraceError> {
     match backend {
         Backend::Preload => {
@@ -172,11 +183,13 @@ pub fn run(
             preload::run(argv, env, lib, tap, beside)
         }
         Backend::Ptrace => {
-            beside();
+            beside.started(roar_store::now_ns());
+            beside.running_on();
             ptrace::run(argv, env, &tap)
         }
         Backend::Ebpf => {
-            beside();
+            beside.started(roar_store::now_ns());
+            beside.running_on();
             ebpf::run(argv, env, &tap)
         }
     }

@@ -556,23 +556,27 @@ fn untraced(
     out
 }
 
-/// Waits for the command. The events wait in the ring (16 MiB) and the socket meanwhile: the
-/// receiver thread, and the caller's work `beside`, start only once the command has run
-/// [`crate::BESIDE_AFTER`], so a short command's run starts no thread at all. If the thread
-/// cannot start, this thread reads the ring between waits (a producer waits while it is full).
+/// Waits for the command, started at `started_ns`. The events wait in the ring (16 MiB) and the
+/// socket meanwhile: the receiver thread, and the caller's work that would slow a short command
+/// down, start only once the command has run [`crate::BESIDE_AFTER`], so a short command's run
+/// starts no thread at all. If the thread cannot start, this thread reads the ring between waits
+/// (a producer waits while it is full).
 fn wait(
     pid: i32,
+    started_ns: i64,
     receiver: &Arc<Receiver>,
-    beside: &mut dyn FnMut(),
+    beside: &mut dyn crate::Beside,
 ) -> std::io::Result<launch::Status> {
-    // While the child execs on the other CPU: the PATH search and ELF read for the top command.
+    // While the child execs on the other CPU: the caller's first work, then the PATH search and
+    // ELF read for the top command.
+    beside.started(started_ns);
     let top = top_untraced(&receiver.argv0);
     receiver.inbox.lock().unwrap_or_else(|p| p.into_inner()).top = Some(top);
     let waiter = launch::Waiter::new(pid);
     if let Some(status) = waiter.within(crate::BESIDE_AFTER)? {
         return Ok(status);
     }
-    beside();
+    beside.running_on();
     // Not joined: `finish` takes the last pass and the thread then returns on its own.
     let thread = {
         let receiver = receiver.clone();
@@ -604,7 +608,7 @@ pub fn run(
     env: &crate::EnvChanges,
     lib: &Path,
     tap: Tap,
-    beside: &mut dyn FnMut(),
+    beside: &mut dyn crate::Beside,
 ) -> Result<Traced, TraceError> {
     let capacity = ring_capacity()?;
     let sock = Arc::new(bind()?);
@@ -651,7 +655,8 @@ pub fn run(
     let status = match launch::spawn(argv, &env, &guard) {
         Ok(pid) => {
             guard.set_child(pid);
-            let status = wait(pid, &receiver, beside).map_err(|source| TraceError::Wait { source });
+            let status = wait(pid, started_ns, &receiver, beside)
+                .map_err(|source| TraceError::Wait { source });
             launch::reap_orphans();
             status
         }
