@@ -426,3 +426,53 @@ fn a_recorder_writes_nothing_into_a_store_a_newer_roar_migrated() {
         recorders(&p).is_empty()
     });
 }
+
+/// The first run of a store starts its recorder without waiting for it: the recorder is started
+/// once the command is done, so the run, a subreaper that waits for every process its command
+/// left, never counts it among them. Under each backend that can run here.
+#[test]
+fn a_first_run_starts_the_recorder_and_ends_without_waiting_for_it() {
+    let mut backends = vec!["preload", "ptrace"];
+    if common::ebpf_available() {
+        backends.push("ebpf");
+    } else {
+        assert!(!common::strict(), "eBPF must load under CI=true");
+    }
+    for backend in backends {
+        let p = Project::new();
+        let mut child = p
+            .cmd(["run", "--json", "--tracer", backend, "--", "true"])
+            // Far past the deadline below: a run that waited for it would not end in time.
+            .env("ROAR_RECORDER_IDLE_SECS", "120")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!(
+                    "{backend}: the first run did not end: it waits for the recorder it started"
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let o = child.wait_with_output().unwrap();
+        assert!(status.success(), "{backend}: {}", stderr(&o));
+        let s: Value = serde_json::from_str(stderr(&o).lines().last().unwrap()).unwrap();
+        assert_eq!(s["recorded_by"], "run", "{backend}: {s}");
+        wait_until(
+            "the recorder serves the store",
+            Duration::from_secs(10),
+            || recorders(&p).len() == 1,
+        );
+        assert_eq!(
+            run_through_recorder(&p, &["true"])["recorded_by"],
+            "recorder"
+        );
+    }
+}
