@@ -278,6 +278,7 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         job: &mut job,
         recording: None,
         diff: diff.as_mut(),
+        ignore: &ignore,
     };
     let mut traced = roar_tracer::run(
         backend,
@@ -508,7 +509,6 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     std::process::exit(code.clamp(0, 255))
 }
 
-/// The hasher of outputs during the run (see `roar_tracer::early`), unless `ROAR_EARLY_HASH=0`.
 /// What a run does around its command ([`roar_tracer::Beside`]): its job's row, written once the
 /// command has started; the dirty check, beside a command that runs on.
 struct Around<'a> {
@@ -516,6 +516,8 @@ struct Around<'a> {
     job: &'a mut JobRecord,
     recording: Option<Recording>,
     diff: Option<&'a mut roar_env::git::DiffJob>,
+    /// Compiled while the command execs: the early hasher and the classification use it.
+    ignore: &'a Ignore,
 }
 
 impl Around<'_> {
@@ -544,6 +546,7 @@ impl roar_tracer::Beside for Around<'_> {
         // or a writer of this run's: a roar killed before the end leaves a job that says so. The
         // record fills that row in.
         self.recording = Some(Recording::start(&self.db, self.job));
+        self.ignore.compile();
     }
 
     fn running_on(&mut self) {
@@ -554,6 +557,7 @@ impl roar_tracer::Beside for Around<'_> {
     }
 }
 
+/// The hasher of outputs during the run (see `roar_tracer::early`), unless `ROAR_EARLY_HASH=0`.
 fn early_hasher(ignore: &Ignore, opts: HashOptions) -> Option<EarlyHasher> {
     if std::env::var_os("ROAR_EARLY_HASH").is_some_and(|v| v == "0") {
         return None;
