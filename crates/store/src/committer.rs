@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use rusqlite::{Connection, Transaction, TransactionBehavior};
+use rusqlite::Connection;
 
 use crate::db;
 use crate::error::{Result, StoreError};
@@ -31,7 +31,8 @@ impl Committer {
     pub fn open(path: &Path, checkpoints: Checkpoints) -> Result<Committer> {
         Ok(Committer {
             conn: Mutex::new(writer::connect(path, checkpoints)?),
-            policy: Policy::for_config(&path.with_file_name(crate::project::CONFIG_NAME)),
+            policy: Policy::for_config(&path.with_file_name(crate::project::CONFIG_NAME))
+                .remembering(),
             path: path.to_owned(),
         })
     }
@@ -63,24 +64,35 @@ impl Committer {
 
     /// Runs `f` in a transaction that holds the store's write lock and commits it, if the
     /// store's schema is still the one this roar writes: read under the lock, so a newer roar
-    /// cannot migrate the store between the check and the write.
-    fn transact<T>(&self, f: impl FnOnce(&Transaction) -> rusqlite::Result<T>) -> Result<T> {
-        let classify = |e| db::classify(&self.path, e);
-        let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(classify)?;
-        let found: i64 = tx
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .map_err(classify)?;
-        if found != db::SCHEMA_VERSION {
-            return Err(StoreError::SchemaChanged {
-                path: self.path.clone(),
-                found,
-            });
+    /// cannot migrate the store between the check and the write. The transaction's statements
+    /// are prepared once (rusqlite's `Transaction` prepares `BEGIN` and `COMMIT` anew each time).
+    fn transact<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let run = |sql: &str| conn.prepare_cached(sql).and_then(|mut s| s.execute([]));
+        run("BEGIN IMMEDIATE").map_err(|e| db::classify(&self.path, e))?;
+        let outcome = (|| {
+            let found: i64 = conn
+                .prepare_cached("PRAGMA user_version")?
+                .query_row([], |r| r.get(0))?;
+            if found != db::SCHEMA_VERSION {
+                return Ok(Err(StoreError::SchemaChanged {
+                    path: self.path.clone(),
+                    found,
+                }));
+            }
+            let value = f(&conn)?;
+            run("COMMIT")?;
+            Ok(Ok(value))
+        })();
+        match outcome {
+            Ok(Ok(value)) => Ok(value),
+            failed => {
+                // Nothing of a failed transaction stays (a failed COMMIT leaves it open).
+                if !conn.is_autocommit() {
+                    let _ = run("ROLLBACK");
+                }
+                failed.map_err(|e| db::classify(&self.path, e))?
+            }
         }
-        let value = f(&tx).map_err(classify)?;
-        tx.commit().map_err(classify)?;
-        Ok(value)
     }
 }

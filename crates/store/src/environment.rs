@@ -7,7 +7,7 @@
 //! `job_packages` (which a job used), `runtimes` (machines, deduplicated by content), `blobs`
 //! (content-addressed bytes: diffs).
 
-use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
 /// One package version a job used.
@@ -91,7 +91,7 @@ pub fn blake3_hex(bytes: &[u8]) -> String {
 }
 
 /// Writes `env` for job `job_id` (in the job's transaction).
-pub(crate) fn insert(tx: &Transaction, job_id: i64, env: &Environment) -> rusqlite::Result<()> {
+pub(crate) fn insert(tx: &Connection, job_id: i64, env: &Environment) -> rusqlite::Result<()> {
     if let Some(diff) = &env.diff {
         tx.prepare_cached(
             "INSERT INTO blobs (blake3, data) VALUES (?1, ?2) ON CONFLICT DO NOTHING",

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread::JoinHandle;
 
-use rusqlite::{params, CachedStatement, Connection, OptionalExtension, Transaction};
+use rusqlite::{params, CachedStatement, Connection, OptionalExtension};
 
 use crate::db;
 use crate::error::{Result, StoreError};
@@ -434,7 +434,7 @@ fn clone_err(e: &rusqlite::Error) -> rusqlite::Error {
 /// The artifact row of `h`'s content, inserted if new, with sha256 filled in if it was missing.
 /// `insert` is the prepared [`INSERT_ARTIFACT`] (prepared once per batch: this runs per file).
 fn upsert_artifact(
-    tx: &Transaction,
+    tx: &Connection,
     insert: &mut CachedStatement,
     h: &ContentHash,
 ) -> rusqlite::Result<i64> {
@@ -458,7 +458,7 @@ const INSERT_ARTIFACT: &str = "INSERT INTO artifacts (blake3, sha256, size) VALU
 
 /// `recorder`: who records a running job, when not this process.
 pub(crate) fn insert_job(
-    tx: &Transaction,
+    tx: &Connection,
     job: &JobRecord,
     more: Option<&Receiver<FileChunk>>,
     begun: Option<i64>,
@@ -612,7 +612,7 @@ pub(crate) fn import(conn: &mut Connection, jobs: Vec<JobRecord>) -> rusqlite::R
     Ok(added)
 }
 
-fn insert_steps(tx: &Transaction, job_id: i64, steps: &[StepRecord]) -> rusqlite::Result<()> {
+fn insert_steps(tx: &Connection, job_id: i64, steps: &[StepRecord]) -> rusqlite::Result<()> {
     if steps.is_empty() {
         return Ok(());
     }
@@ -668,7 +668,7 @@ fn insert_steps(tx: &Transaction, job_id: i64, steps: &[StepRecord]) -> rusqlite
     Ok(())
 }
 
-fn insert_files(tx: &Transaction, job_id: i64, files: &[FileRecord]) -> rusqlite::Result<()> {
+fn insert_files(tx: &Connection, job_id: i64, files: &[FileRecord]) -> rusqlite::Result<()> {
     let mut insert_artifact = tx.prepare_cached(INSERT_ARTIFACT)?;
     let mut insert_file = tx.prepare_cached(
         "INSERT INTO job_files (job_id, role, kind, path, artifact_id, before_artifact_id,
@@ -720,7 +720,7 @@ fn insert_files(tx: &Transaction, job_id: i64, files: &[FileRecord]) -> rusqlite
     Ok(())
 }
 
-pub(crate) fn insert_cache(tx: &Transaction, entries: &[CacheEntry]) -> rusqlite::Result<()> {
+pub(crate) fn insert_cache(tx: &Connection, entries: &[CacheEntry]) -> rusqlite::Result<()> {
     let mut stmt = tx.prepare_cached(
         "INSERT OR REPLACE INTO hash_cache (dev, ino, size, mtime_ns, ctime_ns, blake3, sha256, hashed_ns)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",

@@ -941,6 +941,31 @@ fn a_committer_writes_each_callers_job_and_nothing_once_the_schema_moves_on() {
         "jobs are redacted on their way in"
     );
 
+    // A write that fails leaves nothing of its transaction, and the next one goes in.
+    conn.execute_batch(
+        "CREATE TRIGGER refuse BEFORE INSERT ON processes
+         BEGIN SELECT RAISE(ABORT, 'disk says no'); END;",
+    )
+    .unwrap();
+    let mut refused = job(&["refused"], vec![file(Role::Output, "/out/refused", b"r")]);
+    refused.processes.push(roar_store::ProcessRecord {
+        pid: 7,
+        parent_pid: None,
+        exe: None,
+        argv: vec!["refused".into()],
+        started_ns: Some(1),
+        ended_ns: None,
+    });
+    let err = committer.record(None, &[], refused).expect_err("refused");
+    assert_refused(&err, "disk says no");
+    assert_eq!(count("SELECT count(*) FROM jobs"), 100);
+    assert_eq!(count("SELECT count(*) FROM job_files"), 100);
+    conn.execute_batch("DROP TRIGGER refuse").unwrap();
+    committer
+        .record(None, &[], job(&["after"], vec![]))
+        .expect("the next write");
+    assert_eq!(count("SELECT count(*) FROM jobs"), 101);
+
     conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
         .unwrap();
     let late = job(&["late"], vec![]);
@@ -952,5 +977,5 @@ fn a_committer_writes_each_callers_job_and_nothing_once_the_schema_moves_on() {
         Err(StoreError::SchemaChanged { .. }) => {}
         other => panic!("expected SchemaChanged, got {other:?}"),
     }
-    assert_eq!(count("SELECT count(*) FROM jobs"), 100, "nothing written");
+    assert_eq!(count("SELECT count(*) FROM jobs"), 101, "nothing written");
 }
