@@ -85,14 +85,13 @@ pub fn index(admin: &Path) -> Vec<(Vec<u8>, Package)> {
     out
 }
 
-/// The names a file may be listed under: as opened, resolved, and across the /usr merge
-/// (`/lib/x.so` is `/usr/lib/x.so` on merged systems; packages list either).
-pub fn candidates(path: &Path) -> Vec<PathBuf> {
+/// The names a file may be listed under: as opened, resolved (`real`: its path with every
+/// symlink resolved, if it exists), and across the /usr merge (`/lib/x.so` is `/usr/lib/x.so` on
+/// merged systems; packages list either).
+pub fn candidates(path: &Path, real: Option<PathBuf>) -> Vec<PathBuf> {
     let mut out = vec![path.to_owned()];
-    if let Ok(real) = std::fs::canonicalize(path) {
-        if real != path {
-            out.push(real);
-        }
+    if let Some(real) = real.filter(|r| r != path) {
+        out.push(real);
     }
     let n = out.len();
     for i in 0..n {
@@ -144,13 +143,14 @@ mod tests {
 
     #[test]
     fn usr_merge_candidates() {
-        let c = candidates(Path::new(
-            "/nonexistent-lib/../lib/x86_64-linux-gnu/libz.so.1",
-        ));
+        let c = candidates(
+            Path::new("/nonexistent-lib/../lib/x86_64-linux-gnu/libz.so.1"),
+            None,
+        );
         assert!(c.contains(&PathBuf::from(
             "/nonexistent-lib/../lib/x86_64-linux-gnu/libz.so.1"
         )));
-        let c = candidates(Path::new("/lib/zz-not-there.so"));
+        let c = candidates(Path::new("/lib/zz-not-there.so"), None);
         assert!(c.contains(&PathBuf::from("/usr/lib/zz-not-there.so")));
     }
 }

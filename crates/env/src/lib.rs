@@ -63,6 +63,38 @@ struct Resolver<'c> {
     dpkg_dirs: HashMap<PathBuf, bool>,
     /// Directories, by the conda environment they lie in.
     conda_prefixes: HashMap<PathBuf, Option<PathBuf>>,
+    real: RealPaths,
+}
+
+/// Paths with every symlink resolved, as `realpath` gives them, from their directories' (each
+/// resolved once): glibc's realpath reads every component of a path again (a readlink each), and
+/// a job's files lie in a few directories. One lstat tells whether the name itself is a link.
+#[derive(Default)]
+struct RealPaths {
+    /// Directories, by their resolved paths (None: not there).
+    dirs: HashMap<PathBuf, Option<PathBuf>>,
+}
+
+impl RealPaths {
+    fn dir(&mut self, dir: &Path) -> Option<PathBuf> {
+        if let Some(real) = self.dirs.get(dir) {
+            return real.clone();
+        }
+        let real = std::fs::canonicalize(dir).ok();
+        self.dirs.insert(dir.to_owned(), real.clone());
+        real
+    }
+
+    fn of(&mut self, path: &Path) -> Option<PathBuf> {
+        let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+            return std::fs::canonicalize(path).ok();
+        };
+        let meta = std::fs::symlink_metadata(path).ok()?;
+        if meta.file_type().is_symlink() {
+            return std::fs::canonicalize(path).ok();
+        }
+        Some(self.dir(dir)?.join(name))
+    }
 }
 
 impl Resolver<'_> {
@@ -130,7 +162,7 @@ impl Resolver<'_> {
         let source = format!("conda:{}", prefix.display());
         let (p1, p2) = (prefix.clone(), prefix);
         self.index(&source, || conda::stamp(&p1), || conda::index(&p2));
-        let real = std::fs::canonicalize(path).ok();
+        let real = self.real.of(path);
         [Some(path.to_owned()), real]
             .into_iter()
             .flatten()
@@ -147,7 +179,8 @@ impl Resolver<'_> {
         let owned = match self.dpkg_dirs.get(dir) {
             Some(owned) => *owned,
             None => {
-                let owned = dpkg::candidates(dir).iter().any(|d| {
+                let real = self.real.dir(dir);
+                let owned = dpkg::candidates(dir, real).iter().any(|d| {
                     self.lookup(dpkg::SOURCE, d.as_os_str().as_bytes())
                         .is_some()
                 });
@@ -158,7 +191,8 @@ impl Resolver<'_> {
         if !owned {
             return None;
         }
-        dpkg::candidates(path)
+        let real = self.real.of(path);
+        dpkg::candidates(path, real)
             .iter()
             .find_map(|p| self.lookup(dpkg::SOURCE, p.as_os_str().as_bytes()))
     }
@@ -210,6 +244,7 @@ pub fn packages_under(
         indexes: HashMap::new(),
         dpkg_dirs: HashMap::new(),
         conda_prefixes: HashMap::new(),
+        real: RealPaths::default(),
     };
     let mut found: BTreeSet<Package> = BTreeSet::new();
     let mut sites = BTreeSet::new();
@@ -361,6 +396,44 @@ mod tests {
     fn write(path: &Path, text: &str) {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, text).unwrap();
+    }
+
+    /// A path resolved from its directory's resolution is what `realpath` gives, whatever links
+    /// lie in it: linked directories (absolute, relative, chained), a linked name, `..` after a
+    /// link, a dangling link, a missing file, the root; asked in every order, twice.
+    #[test]
+    fn real_paths_are_what_realpath_gives() {
+        use std::os::unix::fs::symlink;
+        let t = tempfile::tempdir().unwrap();
+        let base = t.path();
+        write(&base.join("usr/lib/x/libz.so.1.3"), "z");
+        write(&base.join("usr/bin/tool"), "t");
+        symlink("usr/lib", base.join("lib")).unwrap();
+        symlink(base.join("lib"), base.join("lib64")).unwrap();
+        symlink("libz.so.1.3", base.join("usr/lib/x/libz.so.1")).unwrap();
+        symlink("../x/libz.so.1", base.join("usr/lib/libz-up.so")).unwrap();
+        symlink("nowhere", base.join("usr/bin/dangling")).unwrap();
+        let paths: Vec<PathBuf> = [
+            "usr/lib/x/libz.so.1.3",
+            "usr/lib/x/libz.so.1",
+            "lib/x/libz.so.1.3",
+            "lib64/x/libz.so.1",
+            "lib64/x/../x/libz.so.1.3",
+            "lib/../bin/tool",
+            "usr/lib/libz-up.so",
+            "usr/bin/dangling",
+            "usr/bin/missing",
+            "lib64",
+            "lib64/x",
+        ]
+        .iter()
+        .map(|p| base.join(p))
+        .chain([PathBuf::from("/"), PathBuf::from("/usr")])
+        .collect();
+        let mut real = RealPaths::default();
+        for p in paths.iter().chain(paths.iter().rev()) {
+            assert_eq!(real.of(p), std::fs::canonicalize(p).ok(), "{}", p.display());
+        }
     }
 
     /// A conda environment with a library and a Python distribution: found from the files a job
