@@ -151,10 +151,10 @@ pub const BESIDE_AFTER: std::time::Duration = std::time::Duration::from_millis(2
 /// The caller's work around its command, done on the run's thread while the command runs. Each
 /// method is called at most once per [`run`].
 pub trait Beside {
-    /// The command has been started (at `started_ns`): work that needs nothing from it, done
-    /// while it execs on another CPU rather than before it starts (under preload: right after
-    /// the spawn; under ptrace and eBPF, whose starts are their own, just before). Not called if
-    /// the backend could not start the command.
+    /// The command is starting (at `started_ns`): work that needs nothing from it, done while it
+    /// execs on another CPU rather than before it starts. Under preload right after the spawn
+    /// (not at all if the spawn fails); under ptrace and eBPF, whose starts are their own, just
+    /// before them.
     fn started(&mut self, started_ns: i64);
     /// The command runs on: work that would slow a short command down on two cores. Under
     /// preload once the command has run [`BESIDE_AFTER`] (never if it ends sooner), under ptrace
