@@ -677,12 +677,13 @@ fn signal_sets(cmd: &mut Command) -> String {
 fn the_command_starts_with_the_signal_state_roar_was_started_with() {
     use std::os::unix::process::CommandExt;
     // As a background job of a non-interactive shell under `nohup` starts: HUP, INT and QUIT
-    // ignored; and SIGUSR1 blocked, as some job runners leave it.
+    // ignored; SIGPIPE ignored, as Python's subprocess leaves it with `restore_signals=False`;
+    // and SIGUSR1 blocked, as some job runners leave it.
     fn nohup_like(cmd: &mut Command) -> &mut Command {
         // SAFETY: signal and sigprocmask are async-signal-safe; the sigset is ours.
         unsafe {
             cmd.pre_exec(|| {
-                for sig in [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT] {
+                for sig in [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT, libc::SIGPIPE] {
                     libc::signal(sig, libc::SIG_IGN);
                 }
                 let mut set: libc::sigset_t = std::mem::zeroed();

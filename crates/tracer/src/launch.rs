@@ -11,7 +11,7 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
-use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
 
 use crate::TraceError;
 
@@ -92,14 +92,15 @@ impl SignalGuard {
     }
 
     /// The signals the command must start at their default action: those roar ignores while it
-    /// runs (the forwarded ones have handlers, which exec resets), and SIGPIPE, which Rust's
-    /// runtime ignores in roar. Everything else the command inherits as roar was started with:
-    /// ignored signals, the signal mask.
+    /// runs (the forwarded ones have handlers, which exec resets), and SIGPIPE unless roar was
+    /// started ignoring it (roar's start ignores it for itself). Everything else the command
+    /// inherits as roar was started with: ignored signals, the signal mask.
     fn reset_on_exec(&self) -> Vec<libc::c_int> {
         let ignored_by_roar = self.saved.iter().map(|(sig, _)| *sig);
+        let pipe = (!STARTED_IGNORING_SIGPIPE.load(Ordering::Relaxed)).then_some(libc::SIGPIPE);
         ignored_by_roar
             .filter(|sig| IGNORED.contains(sig))
-            .chain([libc::SIGPIPE])
+            .chain(pipe)
             .collect()
     }
 }
@@ -115,10 +116,14 @@ impl Drop for SignalGuard {
 }
 
 /// Which of fds 0, 1, 2 were closed when roar started (bit N: fd N), so the command gets them
-/// closed too. Rust's runtime opens /dev/null on closed standard fds before `main` (so that its
+/// closed too. roar's start opens /dev/null on closed standard fds before `main` (so that its
 /// own files never land there); this is read before that, from `.init_array`, which the C runtime
 /// runs first.
 static CLOSED_STDIO: AtomicU8 = AtomicU8::new(0);
+
+/// Whether roar was started with SIGPIPE ignored (by `nohup`-like runners, `subprocess` with
+/// `restore_signals=False`): read at the same time, before roar ignores it for itself.
+static STARTED_IGNORING_SIGPIPE: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn record_closed_stdio() {
     let mut closed = 0;
@@ -129,6 +134,13 @@ extern "C" fn record_closed_stdio() {
         }
     }
     CLOSED_STDIO.store(closed, Ordering::Relaxed);
+    // SAFETY: sigaction only reads the disposition into a zeroed struct.
+    let ignored = unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(libc::SIGPIPE, std::ptr::null(), &mut old) == 0
+            && old.sa_sigaction == libc::SIG_IGN
+    };
+    STARTED_IGNORING_SIGPIPE.store(ignored, Ordering::Relaxed);
 }
 
 #[used]
@@ -157,11 +169,17 @@ pub(crate) fn command(argv: &[OsString], env: &crate::EnvChanges, guard: &Signal
     }
     let reset = guard.reset_on_exec();
     let closed = closed_stdio();
+    // std's spawn resets SIGPIPE to its default before this closure runs; one roar was started
+    // ignoring stays ignored for the command.
+    let keep_pipe_ignored = STARTED_IGNORING_SIGPIPE.load(Ordering::Relaxed);
     // SAFETY: the closure only calls async-signal-safe functions (signal, close).
     unsafe {
         cmd.pre_exec(move || {
             for sig in &reset {
                 libc::signal(*sig, libc::SIG_DFL);
+            }
+            if keep_pipe_ignored {
+                libc::signal(libc::SIGPIPE, libc::SIG_IGN);
             }
             for fd in &closed {
                 libc::close(*fd);
