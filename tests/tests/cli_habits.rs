@@ -561,3 +561,54 @@ fn gateway_and_unmount_report_in_json() {
     assert_eq!(v["state"], "unmounted", "{v}");
     assert_eq!(v["dir"], m.data.to_str().unwrap(), "{v}");
 }
+
+/// roar started with its standard fds closed (`2>&-`, `<&- >&- 2>&-`): the files it opens itself
+/// (a trace file, its store, the event ring, the recorder's socket) must not take those numbers,
+/// or its own report would be written into them. Its command gets them closed too, and both ways
+/// of recording leave a whole store with the job in it.
+#[test]
+fn roar_started_with_its_standard_fds_closed_writes_nothing_into_its_own_files() {
+    let p = Project::new();
+    let config = p.path().join(".roar/config.toml");
+    let config_before = std::fs::read(&config).unwrap();
+    let runs = [
+        ("0", "2>&-"),
+        ("1", "2>&-"),
+        ("0", "<&- >&- 2>&-"),
+        ("1", "<&- >&- 2>&-"),
+    ];
+    for (i, (recorder, closed)) in runs.into_iter().enumerate() {
+        let script = format!(
+            "exec env ROAR_RECORDER={recorder} {} run --name closed{i} --trace-file trace{i}.txt -- sh -c 'echo {i} > out{i}.txt' {closed}",
+            roar_bin().display()
+        );
+        let status = Command::new("sh")
+            .args(["-c", &script])
+            .current_dir(p.path())
+            .status()
+            .unwrap();
+        assert!(status.success(), "{script}: {status:?}");
+        let out = std::fs::read_to_string(p.path().join(format!("out{i}.txt"))).unwrap();
+        assert_eq!(out, format!("{i}\n"));
+        let trace = std::fs::read_to_string(p.path().join(format!("trace{i}.txt"))).unwrap();
+        assert!(trace.contains(&format!("out{i}.txt")), "{script}: {trace}");
+        assert!(
+            !trace.contains("roar: job"),
+            "{script}: roar's report went into its trace file: {trace}"
+        );
+    }
+    assert_eq!(std::fs::read(&config).unwrap(), config_before);
+    let log = p.roar(["log", "--json"]);
+    assert!(log.status.success(), "{}", stderr(&log));
+    let jobs: serde_json::Value = serde_json::from_slice(&log.stdout).unwrap();
+    assert_eq!(jobs.as_array().map(Vec::len), Some(runs.len()), "{jobs}");
+    for i in 0..runs.len() {
+        let out = p.roar(["lineage", &format!("out{i}.txt")]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(
+            stdout(&out).contains(&format!("closed{i}")),
+            "{}",
+            stdout(&out)
+        );
+    }
+}

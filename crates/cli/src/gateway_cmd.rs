@@ -11,13 +11,13 @@
 //!   run go to that run instead; if the run vanishes without collecting them (killed), they become
 //!   a session like any other, so nothing is lost.
 
+use crate::entry::ExitCode;
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 

@@ -1,10 +1,13 @@
 //! The `roar` command: argument parsing, dispatch, and turning errors into one line and an exit code.
+//! The process starts in [`entry`] (not Rust's runtime), which calls [`roar_main`].
+#![cfg_attr(not(test), no_main)]
 
 mod config;
 mod config_cmd;
 mod diff_cmd;
 mod diff_steps;
 mod distributed;
+mod entry;
 mod environment;
 mod export_cmd;
 mod fmt;
@@ -27,7 +30,8 @@ mod ui;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::process::ExitCode;
+
+use entry::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use roar_store::{Project, StoreError};
@@ -266,7 +270,9 @@ enum Command {
     },
 }
 
-fn main() -> ExitCode {
+/// roar, once [`entry`] has started the process.
+#[cfg_attr(test, allow(dead_code))]
+fn roar_main() -> ExitCode {
     // The resident eBPF helper a run starts (roar_tracer's ebpf/helper.rs): not a user command.
     if std::env::args_os()
         .nth(1)

@@ -11,7 +11,9 @@
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Command, Stdio};
+
+use crate::entry::ExitCode;
 use std::time::{Duration, Instant};
 
 use std::os::unix::process::CommandExt;

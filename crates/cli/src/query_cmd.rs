@@ -1,9 +1,9 @@
 //! `roar init`, `roar log`, `roar show` and `roar db`.
 
+use crate::entry::ExitCode;
 use std::ffi::OsStr;
 use std::io::Write;
 use std::path::{Component, Path, PathBuf};
-use std::process::ExitCode;
 
 use roar_store::{ArtifactDetail, JobDetail, PathDetail, Project, Store, Use};
 use serde::Serialize;

@@ -4,7 +4,9 @@
 
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Command, Stdio};
+
+use crate::entry::ExitCode;
 
 use anyhow::Context;
 use clap::Subcommand;

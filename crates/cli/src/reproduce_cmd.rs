@@ -7,11 +7,11 @@
 //! `${ROAR_SECRET_<n>:?...}`: the script stops with a message unless the user supplies it, and
 //! `--run` reads the same variables.
 
+use crate::entry::ExitCode;
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use anyhow::Context;
 use roar_store::quote::script_word;

@@ -1,10 +1,10 @@
 //! `roar run` and `roar tracer check`: trace a command, classify and hash what it touched, record
 //! the job, and leave the command's exit status, signals and output as if it had run bare.
 
+use crate::entry::ExitCode;
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 

@@ -2,10 +2,10 @@
 //! chain of jobs it went through), and files no job touched. Judged in `roar_store::status`; this
 //! file looks at the files (stat and hash cache first) and prints the report.
 
+use crate::entry::ExitCode;
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use roar_store::hash::{hash_paths, HashError, HashOptions, Prior};
 use roar_store::{Now, Project, StatusReport, Store};
