@@ -2,10 +2,11 @@
 //! `fn main` that roar relies on, and not the rest.
 //!
 //! Rust's start also asks glibc where the main thread's stack is, to name a stack overflow in its
-//! message; for the main thread glibc answers by reading and parsing /proc/self/maps: ~0.15 ms of
-//! every roar start on the VMs measured (bench/NOTES.md). Without it, a stack overflow on roar's
-//! main thread is a plain SIGSEGV instead of a "has overflowed its stack" line and SIGABRT; a
-//! panic still prints its message and exits 101.
+//! message (for the main thread glibc reads and parses /proc/self/maps), and sets up an alternate
+//! signal stack it tears down at exit: 0.2-0.35 ms of every roar start on the VMs measured
+//! (bench/NOTES.md). Without it, a stack overflow on roar's main thread is a plain SIGSEGV instead
+//! of a "has overflowed its stack" line and SIGABRT; a panic still prints its message and exits
+//! 101.
 
 /// The exit status of a roar command. (std's `ExitCode` cannot be read back into the status
 /// `main` returns.)
