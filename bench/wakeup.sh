@@ -8,7 +8,12 @@
 #   ptrace peer, with its seccomp filter), through `roar mount` and through bindfs (the FUSE
 #   peer); ptrace, strace and the mount again with everything on one CPU (taskset -c 0; the
 #   mount's daemon started pinned too). roar never pins a traced program: one CPU shows the floor
-#   the round trips reach when no wake-up crosses CPUs.
+#   the round trips reach when no wake-up crosses CPUs. Two more rows measure the mechanism a
+#   tracer could be built on instead (bench/lib/notif.c: a seccomp user notification per open,
+#   answered after reading the path, with and without SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP);
+# - the same opens spread out, with 1 ms of computation after each (as a training loop opens its
+#   shards): the program never sleeps, but a tracer waits long enough between stops for its CPU
+#   to go idle (on a VM: to halt), so every stop pays the wake-up of a sleeping CPU.
 # Each added cost is also given in round trips of the first measurement.
 # The mount runs twice: as configured (over FUSE's io_uring transport with URING=1,
 # bench/lib/uring.sh) and over /dev/fuse (ROAR_MOUNT_URING=0); the first mount's transport is
@@ -90,6 +95,7 @@ C
 cc -O2 -o pingpong pingpong.c
 cp "$REPO/bench/lib/opens.c" opens.c
 cc -O2 -o opens opens.c
+cc -O2 -pthread -o notif "$REPO/bench/lib/notif.c"
 (cd p && git init -q . && git config user.email b@b && git config user.name b && "$ROAR" init > /dev/null)
 for d in p p/mnt p/mnt1 p/mnt2 native; do echo input > "$d/in"; done
 transport() { python3 -c 'import json, sys; print(json.load(sys.stdin)["transport"])'; }
@@ -99,6 +105,17 @@ echo "roar mount: requests over $(cd p && "$ROAR" mount mnt --json | transport) 
 bindfs "$W/native" "$W/bind"
 CMP="python3 $REPO/bench/lib/compare.py"
 O="$W/opens"
+in_dir() { printf '%s\n' "sh -c 'cd $1 && exec ${*:2}'"; }
+NOTIF=()
+SPREAD=()
+for m in sync async; do
+    if why=$(cd p && "$W/notif" "$m" "$O" 1 2>&1); then
+        NOTIF+=("seccomp notification, $m=$(in_dir "$W/p" "$W/notif $m $O $N")")
+        SPREAD+=("seccomp notification, $m=$(in_dir "$W/p" "$W/notif $m $O $((N / 20)) 1000")")
+    else
+        echo "seccomp notification, $m: left out ($why)"
+    fi
+done
 
 # How idle CPUs sleep decides what a wake-up costs: a vCPU that halts leaves the VM and must be
 # brought back; guest halt-polling (cpuidle-haltpoll's guest_halt_poll_ns) spins a while first.
@@ -111,7 +128,6 @@ $CMP pingpong.json "$RUNS" \
     "two CPUs=$W/pingpong $N 0 1"
 
 echo "== $N open+close of one file ($RUNS interleaved rounds)"
-in_dir() { printf '%s\n' "sh -c 'cd $1 && exec ${*:2}'"; }
 $CMP opens.json "$RUNS" \
     "bare=$(in_dir "$W/p" "$O $N")" \
     "bare, one CPU=taskset -c 0 $(in_dir "$W/p" "$O $N")" \
@@ -123,7 +139,8 @@ $CMP opens.json "$RUNS" \
     "roar mount=$(in_dir "$W/p/mnt" "$O $N")" \
     "roar mount over /dev/fuse=$(in_dir "$W/p/mnt2" "$O $N")" \
     "roar mount, one CPU=taskset -c 0 $(in_dir "$W/p/mnt1" "$O $N")" \
-    "bindfs=$(in_dir "$W/bind" "$O $N")"
+    "bindfs=$(in_dir "$W/bind" "$O $N")" \
+    "${NOTIF[@]}"
 
 python3 - "$N" <<'PY'
 import json, sys
@@ -138,4 +155,24 @@ for k, t in op.items():
     base = op["bare, one CPU"] if k.endswith("one CPU") else bare
     added = (t - base) / n * 1e6
     print(f"{k:28s} {t / bare:8.2f} {added:14.1f} {added / rtt:28.2f}")
+PY
+
+S=$((N / 20))
+echo "== $S open+close with 1 ms of computation after each ($RUNS interleaved rounds)"
+$CMP spread.json "$RUNS" \
+    "bare=$(in_dir "$W/p" "$O $S 1000")" \
+    "roar run preload=$(in_dir "$W/p" "$ROAR run --tracer preload -- $O $S 1000")" \
+    "roar run ptrace=$(in_dir "$W/p" "$ROAR run --tracer ptrace -- $O $S 1000")" \
+    "strace=$(in_dir "$W/p" "strace -f -qq --seccomp-bpf -e trace=open,openat -o /dev/null $O $S 1000")" \
+    "roar mount=$(in_dir "$W/p/mnt" "$O $S 1000")" \
+    "${SPREAD[@]}"
+python3 - "$S" <<'PY'
+import json, sys
+n = int(sys.argv[1])
+rtt = json.load(open("pingpong.json"))["two CPUs"]["median"] / 20 / n * 1e6
+op = {k: v["median"] for k, v in json.load(open("spread.json")).items()}
+print(f"{'open+close, then 1 ms':28s} {'x bare':>8s} {'added us/open':>14s} {'in round trips across CPUs':>28s}")
+for k, t in op.items():
+    added = (t - op["bare"]) / n * 1e6
+    print(f"{k:28s} {t / op['bare']:8.2f} {added:14.1f} {added / rtt:28.2f}")
 PY
