@@ -11,7 +11,6 @@
 //!   run go to that run instead; if the run vanishes without collecting them (killed), they become
 //!   a session like any other, so nothing is lost.
 
-use crate::entry::ExitCode;
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
@@ -27,6 +26,7 @@ use roar_gateway::{Access, Backend, Gateway, Sink};
 use roar_store::{FileRecord, JobRecord, Outcome, Project, Store, Writer};
 
 use crate::config::{Config, S3Config};
+use crate::entry::ExitCode;
 
 #[derive(Args)]
 pub struct GatewayArgs {

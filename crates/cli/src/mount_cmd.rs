@@ -10,17 +10,16 @@
 //! pid) while it runs; `roar unmount` sends it SIGTERM and waits for it to record its jobs and exit.
 
 use std::io::{BufRead, Write};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-
-use crate::entry::ExitCode;
 use std::time::{Duration, Instant};
-
-use std::os::unix::process::CommandExt;
 
 use anyhow::Context;
 use roar_store::Project;
 use serde::{Deserialize, Serialize};
+
+use crate::entry::ExitCode;
 
 #[derive(clap::Args)]
 pub struct MountArgs {

@@ -1,6 +1,5 @@
 //! `roar init`, `roar log`, `roar show` and `roar db`.
 
-use crate::entry::ExitCode;
 use std::ffi::OsStr;
 use std::io::Write;
 use std::path::{Component, Path, PathBuf};
@@ -8,6 +7,7 @@ use std::path::{Component, Path, PathBuf};
 use roar_store::{ArtifactDetail, JobDetail, PathDetail, Project, Store, Use};
 use serde::Serialize;
 
+use crate::entry::ExitCode;
 use crate::fmt::{self, bold, rel, short_hash};
 
 pub fn init(dir: Option<PathBuf>, json: bool) -> anyhow::Result<()> {

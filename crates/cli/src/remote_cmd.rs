@@ -6,14 +6,13 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use crate::entry::ExitCode;
-
 use anyhow::Context;
 use clap::Subcommand;
 use roar_store::team::{self, Remote};
 use roar_store::Project;
 
 use crate::config::Config;
+use crate::entry::ExitCode;
 
 #[derive(Subcommand)]
 pub enum RemoteCommand {

@@ -7,7 +7,6 @@
 //! `${ROAR_SECRET_<n>:?...}`: the script stops with a message unless the user supplies it, and
 //! `--run` reads the same variables.
 
-use crate::entry::ExitCode;
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -18,6 +17,7 @@ use roar_store::quote::script_word;
 use roar_store::redact::REDACTED;
 use roar_store::{shell_join, ContentHash, Lineage, Project, Step, Store};
 
+use crate::entry::ExitCode;
 use crate::fmt::{self, rel, short_hash};
 use crate::lineage_cmd::{current_hashes, open, resolve};
 

@@ -1,7 +1,6 @@
 //! `roar run` and `roar tracer check`: trace a command, classify and hash what it touched, record
 //! the job, and leave the command's exit status, signals and output as if it had run bare.
 
-use crate::entry::ExitCode;
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -18,6 +17,7 @@ use roar_tracer::{Backend, Status, Tap, TraceError};
 use serde::Serialize;
 
 use crate::config::Config;
+use crate::entry::ExitCode;
 use crate::fmt::{self, rel};
 use crate::recording::Recording;
 

@@ -2,7 +2,6 @@
 //! chain of jobs it went through), and files no job touched. Judged in `roar_store::status`; this
 //! file looks at the files (stat and hash cache first) and prints the report.
 
-use crate::entry::ExitCode;
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -11,6 +10,7 @@ use roar_store::hash::{hash_paths, HashError, HashOptions, Prior};
 use roar_store::{Now, Project, StatusReport, Store};
 use serde::Serialize;
 
+use crate::entry::ExitCode;
 use crate::fmt::{self, bold, rel_exact};
 use crate::lineage_cmd::open;
 
