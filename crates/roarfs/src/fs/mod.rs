@@ -7,9 +7,11 @@
 //! [`CACHED_MAX`](crate::inodes::CACHED_MAX) is served by kernel FUSE passthrough, so reads never
 //! enter this process; a smaller file is read through the mount's own page cache, kept between
 //! opens while the backing file is unchanged. A writable open goes
-//! through userspace: a file written sequentially from offset 0 is hashed from the write stream;
-//! any other write pattern is hashed from the file after the last writer releases it (see
-//! [`Inodes::open`] for how the two modes share an inode).
+//! through userspace: a file written sequentially from offset 0 is hashed from the write stream,
+//! which names the file's content only if it saw every change to the file (the engine's content
+//! generations, `roar_engine::content`: every write, truncate and fallocate through any handle is
+//! counted); any other write pattern is hashed from the file after the last writer releases it
+//! (see [`Inodes::open`] for how the two modes share an inode).
 //!
 //! Creation (create, mknod, mkdir, symlink) runs as the caller ([`sys::as_caller`]): the kernel
 //! sends the full mode and the caller's umask (FUSE_DONT_MASK), so umask, default ACLs, setgid
@@ -36,6 +38,7 @@ use fuser::{
     ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
     WriteFlags,
 };
+use roar_engine::content::{Generations, Stream};
 use roar_store::Ops;
 
 use crate::content::Content;
@@ -82,9 +85,9 @@ struct Handle {
     opened: Opened,
     job: Option<JobKey>,
     writable: bool,
-    /// blake3 of everything written so far, while the writes are sequential from offset 0.
-    stream: Option<(blake3::Hasher, u64)>,
-    wrote: bool,
+    /// blake3 of everything written so far, while the writes are sequential from offset 0 and
+    /// nothing else changed the file.
+    stream: Option<Stream>,
     /// The threads that wrote through it (a shell's `> out` is written by the command it ran).
     writers: Vec<u32>,
     _backing: Option<Arc<BackingId>>,
@@ -100,6 +103,9 @@ pub struct RoarFs {
     next_fh: AtomicU64,
     jobs: Arc<Jobs>,
     content: Content,
+    /// Every change to a file's content through the mount, counted (what a write stream's hash
+    /// is checked against).
+    gens: Generations,
     passthrough: AtomicBool,
     /// The kernel leaves the umask to us (FUSE_DONT_MASK granted).
     dont_mask: AtomicBool,
@@ -347,14 +353,16 @@ impl Filesystem for RoarFs {
                 as_caller(&mut || sys::chown_fd(fd, uid, gid))?;
             }
             if let Some(size) = size {
+                let change = self.gens.change(ino.0);
                 match fh.and_then(|fh| self.handle(fh.0)) {
                     Some(h) => {
                         let mut h = h.lock().expect("handle lock");
-                        as_caller(&mut || h.file.set_len(size))?;
-                        h.wrote = true;
-                        if h.stream.as_ref().is_some_and(|(_, n)| *n != size) {
-                            h.stream = None;
+                        let r = as_caller(&mut || h.file.set_len(size));
+                        match (&r, h.stream.as_mut()) {
+                            (Ok(()), Some(s)) => s.resized(size, change),
+                            _ => h.stream = None,
                         }
+                        r?
                     }
                     None => as_caller(&mut || sys::truncate_fd(fd, size))?,
                 }
@@ -736,6 +744,9 @@ impl Filesystem for RoarFs {
                 h.file.write_all_at(data, offset)
             }
         };
+        // Counted before the bytes land: a stream that reads the generation after them cannot
+        // miss the change.
+        let change = self.gens.change(h.opened.ino);
         // A caller without CAP_FSETID writing to a setuid/setgid file: the bits it drops.
         let r = if wf.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
             && sys::stat_fd(h.file.as_fd()).is_ok_and(|st| has_sxid(&st))
@@ -746,19 +757,18 @@ impl Filesystem for RoarFs {
         };
         match r {
             Ok(()) => {
-                h.wrote = true;
-                let sequential = flags.0 & libc::O_APPEND == 0
-                    && h.stream.as_ref().is_some_and(|(_, next)| *next == offset);
-                if sequential {
-                    let (hasher, next) = h.stream.as_mut().expect("checked");
-                    hasher.update(data);
-                    *next += data.len() as u64;
-                } else {
-                    h.stream = None;
+                match h.stream.as_mut() {
+                    // Where an append lands is the backing file's to say: not followed.
+                    Some(s) if flags.0 & libc::O_APPEND == 0 => s.write(offset, data, change),
+                    _ => h.stream = None,
                 }
                 reply.written(data.len() as u32);
             }
-            Err(e) => reply.error(errno(e)),
+            Err(e) => {
+                // Some bytes may have landed.
+                h.stream = None;
+                reply.error(errno(e))
+            }
         }
     }
 
@@ -997,9 +1007,9 @@ impl Filesystem for RoarFs {
             return reply.error(Errno::EBADF);
         };
         let mut h = h.lock().expect("handle lock");
+        self.gens.change(h.opened.ino);
         match sys::fallocate(&h.file, mode, offset, length) {
             Ok(()) => {
-                h.wrote = true;
                 h.stream = None;
                 reply.ok();
             }

@@ -38,6 +38,7 @@ impl RoarFs {
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             content: Content::new(jobs.clone(), db),
+            gens: roar_engine::content::Generations::new(),
             jobs,
             passthrough: AtomicBool::new(false),
             dont_mask: AtomicBool::new(false),
@@ -247,14 +248,17 @@ impl RoarFs {
             .map_err(errno)?;
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         let truncated = created || flags & libc::O_TRUNC != 0;
+        // The truncate (or creation) this open made is a change to the file; so is a writer the
+        // kernel serves by passthrough, whose writes never reach the daemon.
+        let change = (writable && (truncated || opened.passthrough)).then(|| self.gens.change(ino));
         let handle = Handle {
             file,
             opened,
             job,
             writable,
-            stream: (writable && truncated && !opened.passthrough)
-                .then(|| (blake3::Hasher::new(), 0)),
-            wrote: truncated,
+            stream: change
+                .filter(|_| truncated && !opened.passthrough)
+                .map(|c| roar_engine::content::Stream::begin(c.after)),
             writers: Vec::new(),
             _backing: None,
         };
@@ -305,9 +309,17 @@ impl RoarFs {
             .then(|| sys::stat_fd(h.file.as_fd()).ok())
             .flatten();
         let writers_left = self.inodes.close(h.opened, now.as_ref());
-        let (Some(path), Some(job)) = (path, h.job) else {
-            return;
-        };
+        if let (Some(path), Some(job)) = (path, h.job) {
+            self.record_release(&mut h, writers_left, &path, job);
+        }
+        if h.writable && writers_left == 0 {
+            // No writer left to hold a stream: the file's count can start afresh.
+            self.gens.forget(h.opened.ino);
+        }
+    }
+
+    /// A writer's release, for its job: the content of the file when it was the last writer.
+    fn record_release(&self, h: &mut Handle, writers_left: usize, path: &Path, job: JobKey) {
         // Another writable handle on the same file can still change it (and may be changing
         // it now): the content is taken when the last one is released.
         // A file unlinked before this (asynchronous) release by the job itself is not an
@@ -316,16 +328,18 @@ impl RoarFs {
         // process removed (the release can come after the writer exited) is hashed through
         // this handle: its content is the job's.
         let linked = sys::stat_fd(h.file.as_fd()).map_or(true, |st| st.st_nlink > 0);
-        let removed_by_job = !linked && self.jobs.unlinked(job, &path);
-        if (h.wrote || h.opened.passthrough) && writers_left == 0 && !removed_by_job {
-            let hash = self.written_content(&mut h, &path);
+        let removed_by_job = !linked && self.jobs.unlinked(job, path);
+        // Every writable open made the path an output (as under `roar run`, whose observers
+        // see opens, not writes): one that wrote nothing leaves the content it found.
+        if writers_left == 0 && !removed_by_job {
+            let hash = self.written_content(h, path);
             // Content only: whether the path still exists is the opens', renames' and unlinks'
             // to say (an unlink racing this release on another thread must win).
-            for name in self.jobs.linked_names(job, &path) {
+            for name in self.jobs.linked_names(job, path) {
                 self.jobs
                     .with_file(job, &name, |st| st.output = hash.clone());
             }
-            self.jobs.with_file(job, &path, |st| st.output = hash);
+            self.jobs.with_file(job, path, |st| st.output = hash);
         }
         self.jobs.writer_released(job);
     }
@@ -368,20 +382,22 @@ impl RoarFs {
     /// The final content of a file whose last writer handle `h` is being released.
     pub(super) fn written_content(&self, h: &mut Handle, path: &Path) -> Option<ContentHash> {
         let size = h.file.metadata().map(|m| m.len()).ok();
-        match h.stream.take() {
-            // Written from 0 to the end in one go: the stream is the content.
-            Some((hasher, n)) if Some(n) == size => {
-                let hash = ContentHash {
-                    blake3: hasher.finalize().to_hex().to_string(),
-                    sha256: None,
-                    size: n,
-                };
+        let now = self.gens.now(h.opened.ino);
+        // Written from 0 to the end in one go, and nothing else changed it: the stream is the
+        // content.
+        let streamed = h
+            .stream
+            .take()
+            .zip(size)
+            .and_then(|(s, size)| s.finish(now, size));
+        match streamed {
+            Some(hash) => {
                 if let Ok(st) = sys::stat_fd(h.file.as_fd()) {
                     self.content.remember(file_stat(&st), &hash);
                 }
                 Some(hash)
             }
-            _ => self.content.of_path_fd(h.file.as_fd(), path),
+            None => self.content.of_path_fd(h.file.as_fd(), path),
         }
     }
 }

@@ -1,0 +1,812 @@
+//! The rule that turns a job's events into what the store records of each path it touched: input,
+//! output, temporary or deleted, with the facts its content is pinned by. Every observer feeds it:
+//! `roar run`'s backends after the job, the mount as requests arrive ([`Rules::apply`], one event
+//! at a time; nothing is kept per event).
+//!
+//! Per path, in event order: a read of content the job did not make marks the path as an input
+//! (its identity at that first read is kept); a write, truncate, or rename onto it makes its final
+//! content an output; content the job created and then removed is a temporary. Renames carry a
+//! path's state to its new name, so `write tmp; rename tmp out` yields the output `out`. A hard
+//! link the job made is the same file under two names: a write through either changes both.
+//!
+//! Whether content at a path predates the job: the job's own events say so where they can (it
+//! linked or renamed from the path before changing it, it removed it, it made it); only where
+//! they are silent is the file's ctime against the job's start asked, since the job's own link or
+//! chmod moves a ctime too.
+
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+
+use roar_store::ignore::Ignore;
+use roar_store::{FileStat, Ops, PathUse, ProcessRecord};
+
+use crate::event::Event;
+
+/// Maps keyed by a path's bytes (`OsStr`: the events' paths are already normalised, and `Path`'s
+/// own hash and equality walk components), hashed with foldhash: both showed in profiles of jobs
+/// with many files.
+pub type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+pub type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
+
+/// What the job did to one path, as far as its events tell.
+#[derive(Debug, Clone, Default)]
+pub struct PathState {
+    pub ops: Ops,
+    pub first_ns: i64,
+    pub last_ns: i64,
+    /// Content the job did not make was read (or kept by an appending/in-place write).
+    pub reads_prior: bool,
+    /// Identity of that prior content when first opened.
+    pub read_stat: Option<FileStat>,
+    /// The content now at the path was made by the job.
+    pub job_made: bool,
+    /// As far as the events tell, the path exists at the end.
+    pub exists: bool,
+    /// The job's own events showed content here it had not made (it linked from the path): that
+    /// content predates the job whatever the file's ctime says.
+    pub existed: bool,
+    /// A pre-existing file moved away from here, unread, now lives at this path (since `.1`).
+    pub moved_to: Option<(PathBuf, i64)>,
+    /// When the job last opened the path for writing or truncated it.
+    pub written_ns: Option<i64>,
+    /// A hard link the job made to a file it had not made: the other name, whose content a write
+    /// through this one changes (same inode).
+    pub alias_of: Option<PathBuf>,
+}
+
+impl PathState {
+    /// How the job used the path, for the records it gets ([`PathUse::records`]).
+    pub fn path_use(&self) -> PathUse {
+        PathUse {
+            read_prior: self.reads_prior,
+            job_made: self.job_made,
+            exists: self.exists,
+            unlinked: self.ops.contains(Ops::UNLINK),
+        }
+    }
+}
+
+/// A job's paths, classified but not yet hashed.
+#[derive(Debug, Default)]
+pub struct Classified {
+    /// Every tracked path with its state, in first-seen order.
+    pub paths: Vec<(PathBuf, PathState)>,
+    pub processes: Vec<ProcessRecord>,
+    /// The ignored paths the job touched, each once, in first-seen order: not data, but the
+    /// evidence of its environment (the packages it loaded: `roar_env`).
+    pub environment: Vec<PathBuf>,
+}
+
+const O_ACCMODE: i32 = libc::O_ACCMODE;
+
+/// What classification knows of a path it has seen in an event.
+#[derive(Clone, Copy)]
+enum Seen {
+    /// Matched the ignore globs (checked once per distinct path, not per event).
+    Ignored,
+    /// Tracked: its index in [`Paths::list`].
+    At(usize),
+}
+
+/// Which paths are not data: the ignore globs, or (classifying part of a job whose whole was
+/// classified already) the verdicts the job's classification reached, without matching again.
+pub enum Judge<'a> {
+    Globs(&'a Ignore),
+    /// The paths the job's classification found ignored ([`Classified::environment`]).
+    Known(&'a HashSet<&'a OsStr>),
+}
+
+impl Judge<'_> {
+    fn is_ignored(&self, path: &Path) -> bool {
+        match self {
+            Judge::Globs(ignore) => ignore.is_ignored(path),
+            Judge::Known(ignored) => ignored.contains(path.as_os_str()),
+        }
+    }
+}
+
+/// The job's tracked paths in first-seen order, and one lookup per event for a path's state or
+/// for its ignore verdict: events of a job with many files are mostly first and second sightings
+/// of one path each, so every extra map probe showed in profiles.
+struct Paths<'a> {
+    ignore: &'a Judge<'a>,
+    seen: HashMap<OsString, Seen>,
+    /// `None` once a directory move re-keyed the path onto an earlier entry.
+    list: Vec<(PathBuf, Option<PathState>)>,
+    /// Ignored paths, at first sight.
+    ignored: Vec<PathBuf>,
+}
+
+impl Paths<'_> {
+    /// The state of `path`, created at `ts` on first sight; `None` if the path is ignored.
+    fn get(&mut self, path: &Path, ts: i64) -> Option<&mut PathState> {
+        let i = match self.seen.get(path.as_os_str()) {
+            Some(Seen::Ignored) => return None,
+            Some(Seen::At(i)) => *i,
+            None => {
+                if self.ignore.is_ignored(path) {
+                    self.seen.insert(path.as_os_str().to_owned(), Seen::Ignored);
+                    self.ignored.push(path.to_owned());
+                    return None;
+                }
+                self.track(path.to_owned(), ts)
+            }
+        };
+        let st = self.list[i]
+            .1
+            .as_mut()
+            .expect("a seen path's entry is live");
+        st.last_ns = ts;
+        Some(st)
+    }
+
+    /// The state of a path already tracked, untouched (no access is recorded).
+    fn state_mut(&mut self, path: &Path) -> Option<&mut PathState> {
+        match self.seen.get(path.as_os_str()) {
+            Some(Seen::At(i)) => self.list[*i].1.as_mut(),
+            _ => None,
+        }
+    }
+
+    fn track(&mut self, path: PathBuf, ts: i64) -> usize {
+        let i = self.list.len();
+        self.seen.insert(path.as_os_str().to_owned(), Seen::At(i));
+        self.list.push((
+            path,
+            Some(PathState {
+                first_ns: ts,
+                ..PathState::default()
+            }),
+        ));
+        i
+    }
+
+    fn is_tracked(&self, path: &Path) -> bool {
+        matches!(self.seen.get(path.as_os_str()), Some(Seen::At(_)))
+    }
+
+    /// Whether a rename `from -> to` moved a directory, from what the job itself showed: it made
+    /// or removed a directory at either name, or used paths below `from/`. Only when the job
+    /// showed nothing is the filesystem asked (after the job, so a directory renamed and then
+    /// deleted is known only from the events).
+    fn is_dir(&self, from: &Path, to: &Path, dirs: &HashSet<&Path>) -> bool {
+        dirs.contains(from)
+            || dirs.contains(to)
+            || self
+                .list
+                .iter()
+                .any(|(p, st)| st.is_some() && p != from && p.starts_with(from))
+            || to.is_dir()
+    }
+
+    /// Re-keys every tracked path below `from/` to the same place below `to/`. The moved state
+    /// replaces one already at the new name (it is what lives there now) and keeps the earlier of
+    /// the two places in the order.
+    fn move_children(&mut self, from: &Path, to: &Path) {
+        for i in 0..self.list.len() {
+            let (p, st) = &mut self.list[i];
+            let Ok(rest) = p.strip_prefix(from) else {
+                continue;
+            };
+            if rest.as_os_str().is_empty() || st.is_none() {
+                continue;
+            }
+            let new = to.join(rest);
+            let mut moved = st.take().expect("checked above");
+            moved.ops.insert(Ops::RENAME);
+            let old = std::mem::replace(p, new.clone());
+            self.seen.remove(old.as_os_str());
+            match self.seen.get(new.as_os_str()) {
+                Some(Seen::At(j)) if *j < i => {
+                    let j = *j;
+                    self.list[j].1 = Some(moved);
+                }
+                Some(Seen::At(j)) => {
+                    let j = *j;
+                    self.list[j].1 = None;
+                    self.list[i].1 = Some(moved);
+                    self.seen.insert(new.into_os_string(), Seen::At(i));
+                }
+                _ => {
+                    self.list[i].1 = Some(moved);
+                    self.seen.insert(new.into_os_string(), Seen::At(i));
+                }
+            }
+        }
+    }
+}
+
+impl Classified {
+    /// Each tracked path with how the job used it, in first-seen order: the use, the operations,
+    /// and when it was first and last touched.
+    pub fn uses(&self) -> impl Iterator<Item = (&Path, PathUse, Ops, i64, i64)> {
+        self.paths
+            .iter()
+            .map(|(p, st)| (p.as_path(), st.path_use(), st.ops, st.first_ns, st.last_ns))
+    }
+
+    /// The paths whose prior content the job read: its inputs, before hashing.
+    pub fn read_paths(&self) -> impl Iterator<Item = &Path> {
+        self.paths
+            .iter()
+            .filter(|(_, st)| st.reads_prior)
+            .map(|(p, _)| p.as_path())
+    }
+}
+
+/// Classifies every path the events touched. `ctime_floor_ns` (taken before the command started)
+/// decides, where the job's events do not, whether a file the job opened existed before it: a
+/// ctime at or above it means the inode changed during the job.
+pub fn classify(events: &[Event], ctime_floor_ns: i64, ignore: &Ignore) -> Classified {
+    classify_part(
+        events.iter(),
+        &made_dirs(events),
+        ctime_floor_ns,
+        &Judge::Globs(ignore),
+    )
+}
+
+/// Directories the job made or removed, by name: a rename of one moves what is below it.
+pub fn made_dirs(events: &[Event]) -> HashSet<&Path> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Mkdir { path, .. } | Event::Rmdir { path, .. } => Some(path.as_path()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// [`classify`] of some of a job's events (one step's), with the directories the whole job made.
+pub fn classify_part<'e>(
+    events: impl Iterator<Item = &'e Event>,
+    dirs: &HashSet<&Path>,
+    ctime_floor_ns: i64,
+    ignore: &Judge,
+) -> Classified {
+    let mut rules = Rules::new(dirs, ctime_floor_ns, ignore);
+    for ev in events {
+        rules.apply(ev);
+    }
+    rules.finish()
+}
+
+/// The rule as a state machine: one job's state, changed by one event at a time.
+pub struct Rules<'a> {
+    paths: Paths<'a>,
+    dirs: &'a HashSet<&'a Path>,
+    ctime_floor_ns: i64,
+    processes: Vec<ProcessRecord>,
+    /// Each process's latest record, by pid.
+    latest: HashMap<i32, usize>,
+    /// Where pre-existing content moved away unread lies now (`moved_to`), by path: a later
+    /// rename moves it on (`mv a tmp; mv tmp a`), and its input content is read where it lands
+    /// last.
+    landed: HashMap<PathBuf, PathBuf>,
+    /// The names the job gave a file it had not made by linking to it, by that file's first name.
+    links: HashMap<PathBuf, Vec<PathBuf>>,
+}
+
+impl<'a> Rules<'a> {
+    /// A job's rule, before any event. `dirs`: directories known to be such by name (a rename of
+    /// one moves what is below it); others are asked of the filesystem at the rename.
+    pub fn new(dirs: &'a HashSet<&'a Path>, ctime_floor_ns: i64, ignore: &'a Judge<'a>) -> Self {
+        Rules {
+            paths: Paths {
+                ignore,
+                seen: HashMap::default(),
+                list: Vec::new(),
+                ignored: Vec::new(),
+            },
+            dirs,
+            ctime_floor_ns,
+            processes: Vec::new(),
+            latest: HashMap::default(),
+            landed: HashMap::default(),
+            links: HashMap::default(),
+        }
+    }
+
+    /// Applies one event.
+    pub fn apply(&mut self, ev: &Event) {
+        match ev {
+            Event::Exec {
+                pid,
+                ppid,
+                exe,
+                argv,
+                ts_ns,
+                ..
+            } => {
+                self.latest.insert(*pid, self.processes.len());
+                self.processes.push(ProcessRecord {
+                    pid: *pid,
+                    parent_pid: Some(*ppid),
+                    exe: Some(exe.clone()),
+                    argv: argv.clone(),
+                    started_ns: Some(*ts_ns),
+                    ended_ns: None,
+                });
+            }
+            Event::Fork { pid, ppid, ts_ns } => {
+                let parent = self.latest.get(ppid).map(|&i| self.processes[i].clone());
+                self.latest.insert(*pid, self.processes.len());
+                self.processes.push(ProcessRecord {
+                    pid: *pid,
+                    parent_pid: Some(*ppid),
+                    exe: parent.as_ref().and_then(|p| p.exe.clone()),
+                    argv: parent.map(|p| p.argv).unwrap_or_default(),
+                    started_ns: Some(*ts_ns),
+                    ended_ns: None,
+                });
+            }
+            Event::Exit { pid, ts_ns } => {
+                if let Some(&i) = self.latest.get(pid) {
+                    self.processes[i].ended_ns = Some(*ts_ns);
+                }
+            }
+            Event::Open {
+                path,
+                flags,
+                stat,
+                ts_ns,
+                ..
+            } => self.open(path, *flags, stat.as_ref(), *ts_ns),
+            Event::Truncate { path, ts_ns, .. } => {
+                if let Some(st) = self.paths.get(path, *ts_ns) {
+                    st.ops.insert(Ops::TRUNCATE | Ops::WRITE);
+                    st.written_ns = Some(*ts_ns);
+                    st.job_made = true;
+                    st.exists = true;
+                }
+            }
+            Event::Rename {
+                from, to, ts_ns, ..
+            } => self.rename_or_link(from, to, true, *ts_ns),
+            Event::Link {
+                from, to, ts_ns, ..
+            } => self.rename_or_link(from, to, false, *ts_ns),
+            Event::Unlink { path, ts_ns, .. } => {
+                if let Some(st) = self.paths.get(path, *ts_ns) {
+                    st.ops.insert(Ops::UNLINK);
+                    st.exists = false;
+                }
+            }
+            Event::Exchange { a, b, ts_ns, .. } => self.exchange(a, b, *ts_ns),
+            Event::Symlink { path, ts_ns, .. } => {
+                // symlink(2) fails if the name exists: the job made this path. Removed later
+                // (configure's `conftest.sym`), it is a temp, not a deleted pre-existing file.
+                if let Some(st) = self.paths.get(path, *ts_ns) {
+                    st.ops.insert(Ops::CREATE);
+                    st.job_made = true;
+                    st.exists = true;
+                }
+            }
+            Event::Mkdir { .. } | Event::Rmdir { .. } | Event::Untraced { .. } => {}
+        }
+    }
+
+    /// The job's paths as the events left them.
+    pub fn finish(self) -> Classified {
+        let environment = self.paths.ignored;
+        let paths = self
+            .paths
+            .list
+            .into_iter()
+            .filter_map(|(p, st)| st.map(|st| (p, st)))
+            .collect();
+        Classified {
+            paths,
+            processes: self.processes,
+            environment,
+        }
+    }
+
+    fn open(&mut self, path: &Path, flags: i32, stat: Option<&FileStat>, ts_ns: i64) {
+        // O_TMPFILE names the directory an anonymous file is made in: nothing happened at that
+        // path. The file gets a name, if ever, by a link, recorded as such.
+        if flags & libc::O_TMPFILE == libc::O_TMPFILE {
+            return;
+        }
+        let floor = self.ctime_floor_ns;
+        let Some(st) = self.paths.get(path, ts_ns) else {
+            return;
+        };
+        let acc = flags & O_ACCMODE;
+        let reads = acc == libc::O_RDONLY || acc == libc::O_RDWR;
+        let writes = acc == libc::O_WRONLY || acc == libc::O_RDWR;
+        let truncates = flags & libc::O_TRUNC != 0 && writes;
+        let first_access = st.ops == Ops::default();
+        let created_now = flags & libc::O_CREAT != 0
+            && !st.existed
+            && (flags & libc::O_EXCL != 0
+                || stat.is_some_and(|s| s.size == 0 && s.ctime_ns >= floor));
+        // No old bytes: the job removed the path earlier, or creates/truncates it on first touch.
+        let no_prior =
+            (!first_access && !st.exists) || (first_access && (truncates || created_now));
+        let prior_is_foreign = !st.job_made && !no_prior;
+        if reads {
+            st.ops.insert(Ops::READ);
+        }
+        if (reads || (writes && !truncates)) && prior_is_foreign {
+            // Appending or writing in place keeps the old bytes: they are an input too, unless
+            // there were none (a new, empty file).
+            let has_prior =
+                reads || stat.is_some_and(|s| s.size > 0 && (s.ctime_ns < floor || st.existed));
+            if has_prior && !st.reads_prior {
+                st.reads_prior = true;
+                st.read_stat = stat.copied();
+            }
+        }
+        if writes {
+            st.ops.insert(Ops::WRITE);
+            st.written_ns = Some(ts_ns);
+            st.job_made = true;
+            if flags & libc::O_CREAT != 0 && stat.is_some_and(|s| s.ctime_ns >= floor) {
+                st.ops.insert(Ops::CREATE);
+            }
+        }
+        if truncates {
+            st.ops.insert(Ops::TRUNCATE);
+        }
+        st.exists = true;
+        if writes {
+            for other in self.other_names(path) {
+                self.written_through(&other, truncates, stat, ts_ns);
+            }
+        }
+    }
+
+    /// The other names of the file at `path` that the job made by linking (a write through any
+    /// of them changes all).
+    fn other_names(&mut self, path: &Path) -> Vec<PathBuf> {
+        let Some(st) = self.paths.state_mut(path) else {
+            return Vec::new();
+        };
+        let first = st.alias_of.clone().unwrap_or_else(|| path.to_owned());
+        let Some(names) = self.links.get(&first) else {
+            return Vec::new();
+        };
+        std::iter::once(&first)
+            .chain(names)
+            .filter(|p| p.as_path() != path)
+            .cloned()
+            .collect()
+    }
+
+    /// The file at `name` was opened for writing under another of its names: it changes too, and
+    /// bytes the write keeps were this name's before the job.
+    fn written_through(&mut self, name: &Path, truncates: bool, stat: Option<&FileStat>, ts: i64) {
+        let Some(st) = self.paths.get(name, ts) else {
+            return;
+        };
+        if !truncates && !st.job_made && !st.reads_prior && stat.is_some_and(|s| s.size > 0) {
+            st.reads_prior = true;
+            st.read_stat = stat.copied();
+        }
+        st.ops.insert(Ops::WRITE);
+        st.written_ns = Some(ts);
+        st.job_made = true;
+        st.exists = true;
+    }
+
+    fn rename_or_link(&mut self, from: &Path, to: &Path, is_rename: bool, ts_ns: i64) {
+        if is_rename && !self.paths.is_tracked(from) && self.paths.is_dir(from, to, self.dirs) {
+            // A directory moved: what the job did inside it now lives under the new name.
+            self.paths.move_children(from, to);
+            return;
+        }
+        let ignored_to = self.paths.ignore.is_ignored(to);
+        // Content that had landed at `to` is replaced there: gone, so unknown.
+        if let Some(origin) = self.landed.remove(to) {
+            if let Some(st) = self.paths.state_mut(&origin) {
+                st.moved_to = None;
+            }
+        }
+        if is_rename {
+            if let Some(origin) = self.landed.remove(from) {
+                // Written where they lay, the bytes moving on are no longer the input's.
+                let kept = !ignored_to && !rewritten_since_landing(&mut self.paths, &origin, from);
+                if let Some(st) = self.paths.state_mut(&origin) {
+                    st.moved_to = kept.then(|| (to.to_owned(), ts_ns));
+                }
+                if kept {
+                    self.landed.insert(to.to_owned(), origin);
+                }
+            }
+        }
+        let src = self.paths.get(from, ts_ns).map(|st| {
+            let snapshot = st.clone();
+            if is_rename {
+                st.ops.insert(Ops::RENAME);
+                st.exists = false;
+                if !st.job_made && !st.reads_prior {
+                    // A pre-existing file moved away unread: consumed as an input, and its
+                    // content is whatever lands at the destination.
+                    st.reads_prior = true;
+                    if !ignored_to {
+                        st.moved_to = Some((to.to_owned(), ts_ns));
+                    }
+                }
+            } else if !st.job_made {
+                // Linked from: the name held content the job had not made, and still does.
+                st.existed = true;
+                st.exists = true;
+            }
+            snapshot
+        });
+        if is_rename && src.as_ref().is_some_and(|s| !s.job_made && !s.reads_prior) && !ignored_to {
+            self.landed.insert(to.to_owned(), from.to_owned());
+        }
+        let Some(dst) = self.paths.get(to, ts_ns) else {
+            return;
+        };
+        dst.ops.insert(Ops::RENAME);
+        dst.exists = true;
+        if !is_rename {
+            // A new name for content the job did not make: writes through either name change
+            // the other.
+            dst.alias_of = src
+                .as_ref()
+                .filter(|s| !s.job_made)
+                .map(|s| s.alias_of.clone().unwrap_or_else(|| from.to_owned()));
+            if let Some(first) = dst.alias_of.clone() {
+                self.links.entry(first).or_default().push(to.to_owned());
+            }
+        }
+        // New content at the destination either way; its old content, if the job had read it,
+        // stays an input through `reads_prior`.
+        dst.job_made = true;
+        if src.is_some_and(|s| s.ops.contains(Ops::CREATE)) {
+            dst.ops.insert(Ops::CREATE);
+        }
+    }
+
+    fn exchange(&mut self, a: &Path, b: &Path, ts_ns: i64) {
+        if self.paths.is_dir(a, b, self.dirs) {
+            // Two directories swapped: what the job did below each now lives below the other
+            // name (through a temporary name no path can have).
+            let swap = a.join("\0roar-exchange");
+            self.paths.move_children(a, &swap);
+            self.paths.move_children(b, a);
+            self.paths.move_children(&swap, b);
+            return;
+        }
+        // Each name now holds the other's content: each is made by the job, and each prior
+        // content the job had not made is consumed, its bytes now at the other name. Content
+        // that had landed at either name moves to the other.
+        let was = [(self.landed.remove(a), a, b), (self.landed.remove(b), b, a)];
+        for (origin, here, there) in was {
+            if let Some(origin) = origin {
+                let kept = !rewritten_since_landing(&mut self.paths, &origin, here);
+                if let Some(st) = self.paths.state_mut(&origin) {
+                    st.moved_to = kept.then(|| (there.to_owned(), ts_ns));
+                }
+                if kept {
+                    self.landed.insert(there.to_owned(), origin);
+                }
+            }
+        }
+        for (here, there) in [(a, b), (b, a)] {
+            let ignored_there = self.paths.ignore.is_ignored(there);
+            if let Some(st) = self.paths.get(here, ts_ns) {
+                st.ops.insert(Ops::RENAME);
+                if !st.job_made && !st.reads_prior {
+                    st.reads_prior = true;
+                    if !ignored_there {
+                        st.moved_to = Some((there.to_owned(), ts_ns));
+                        self.landed.insert(there.to_owned(), here.to_owned());
+                    }
+                }
+            }
+        }
+        for p in [a, b] {
+            if let Some(st) = self.paths.get(p, ts_ns) {
+                st.job_made = true;
+                st.exists = true;
+            }
+        }
+    }
+}
+
+/// Whether the job wrote at `at` after the content of `origin` landed there.
+fn rewritten_since_landing(paths: &mut Paths, origin: &Path, at: &Path) -> bool {
+    let landed_ns = paths
+        .state_mut(origin)
+        .and_then(|st| st.moved_to.as_ref().map(|(_, ts)| *ts));
+    let written_ns = paths.state_mut(at).and_then(|st| st.written_ns);
+    matches!((written_ns, landed_ns), (Some(w), Some(l)) if w >= l) || landed_ns.is_none()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open(path: &Path, ts_ns: i64) -> Event {
+        Event::Open {
+            pid: 1,
+            path: path.to_owned(),
+            flags: libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+            stat: None,
+            ts_ns,
+        }
+    }
+
+    #[test]
+    fn a_directory_move_rekeys_what_the_job_did_inside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tmp, done) = (dir.path().join("tmp"), dir.path().join("done"));
+        // The move already happened on disk: classification only asks whether `to` is a directory.
+        std::fs::create_dir(&done).unwrap();
+        let events = [
+            open(&done.join("a"), 1),
+            open(&tmp.join("a"), 2),
+            open(&tmp.join("b"), 3),
+            open(&done.join("c"), 4),
+            Event::Rename {
+                pid: 1,
+                from: tmp.clone(),
+                to: done.clone(),
+                ts_ns: 5,
+            },
+            open(&tmp.join("a"), 6),
+        ];
+        let c = classify(&events, 0, &Ignore::new(&[]));
+        let got: Vec<(PathBuf, i64, bool)> = c
+            .paths
+            .iter()
+            .map(|(p, st)| (p.clone(), st.first_ns, st.ops.contains(Ops::RENAME)))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                // done/a keeps its place; what lives there now is the moved tmp/a.
+                (done.join("a"), 2, true),
+                (done.join("b"), 3, true),
+                (done.join("c"), 4, false),
+                // A new file at the old name after the move is a path of its own.
+                (tmp.join("a"), 6, false),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_moved_file_takes_the_earlier_place_of_the_path_it_replaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tmp, done) = (dir.path().join("tmp"), dir.path().join("done"));
+        std::fs::create_dir(&done).unwrap();
+        let events = [
+            open(&tmp.join("x"), 1),
+            open(&done.join("y"), 2),
+            open(&done.join("x"), 3),
+            Event::Rename {
+                pid: 1,
+                from: tmp.clone(),
+                to: done.clone(),
+                ts_ns: 4,
+            },
+        ];
+        let c = classify(&events, 0, &Ignore::new(&[]));
+        let got: Vec<(PathBuf, i64)> = c
+            .paths
+            .iter()
+            .map(|(p, st)| (p.clone(), st.first_ns))
+            .collect();
+        assert_eq!(got, [(done.join("x"), 1), (done.join("y"), 2)]);
+    }
+
+    /// Where the content of a pre-existing file moved away unread is looked for, after `events`
+    /// (files, never directories: nothing here exists on disk).
+    fn landing(events: &[Event], of: &Path) -> Option<PathBuf> {
+        let c = classify(events, 0, &Ignore::new(&[]));
+        let (_, st) = c.paths.iter().find(|(p, _)| p == of).expect("tracked");
+        assert!(st.reads_prior, "a file moved away unread is an input");
+        st.moved_to.as_ref().map(|(to, _)| to.clone())
+    }
+
+    fn mv(from: &Path, to: &Path, ts_ns: i64) -> Event {
+        Event::Rename {
+            pid: 1,
+            from: from.to_owned(),
+            to: to.to_owned(),
+            ts_ns,
+        }
+    }
+
+    #[test]
+    fn moved_content_is_followed_to_where_it_lands_last() {
+        let d = Path::new("/nonexistent-roar-test");
+        let (a, t, u) = (d.join("a"), d.join("t"), d.join("u"));
+        // `mv a t; mv t u`: the input's bytes are at u.
+        assert_eq!(landing(&[mv(&a, &t, 1), mv(&t, &u, 2)], &a), Some(u));
+        // `mv a t; mv t a`: back at its own name.
+        assert_eq!(
+            landing(&[mv(&a, &t, 1), mv(&t, &a, 2)], &a),
+            Some(a.clone())
+        );
+        // An exchange with the landing place carries them to the other name.
+        let x = Event::Exchange {
+            pid: 1,
+            a: t.clone(),
+            b: d.join("v"),
+            ts_ns: 2,
+        };
+        assert_eq!(landing(&[mv(&a, &t, 1), x], &a), Some(d.join("v")));
+    }
+
+    #[test]
+    fn moved_content_replaced_where_it_landed_is_unknown_not_the_new_content() {
+        let d = Path::new("/nonexistent-roar-test");
+        let (a, c, t) = (d.join("a"), d.join("c"), d.join("t"));
+        // `mv a t; mv c t`: a's bytes are gone; t holds c's.
+        assert_eq!(landing(&[mv(&a, &t, 1), mv(&c, &t, 2)], &a), None);
+        // `mv a t; echo x >> t; mv t u`: what reaches u is not a's any more.
+        let append = Event::Open {
+            pid: 1,
+            path: t.clone(),
+            flags: libc::O_WRONLY | libc::O_APPEND,
+            stat: None,
+            ts_ns: 2,
+        };
+        assert_eq!(
+            landing(&[mv(&a, &t, 1), append, mv(&t, &d.join("u"), 3)], &a),
+            None
+        );
+    }
+
+    fn stat(size: u64, ctime_ns: i64) -> Option<FileStat> {
+        Some(FileStat {
+            dev: 1,
+            ino: 2,
+            size,
+            mtime_ns: ctime_ns,
+            ctime_ns,
+        })
+    }
+
+    #[test]
+    fn bytes_kept_by_an_append_through_a_linked_file_are_an_input_whatever_its_ctime() {
+        let d = Path::new("/nonexistent-roar-test");
+        let (orig, alias) = (d.join("orig"), d.join("alias"));
+        // The job's own link moved the file's ctime past the job's start (100).
+        let append = |path: &Path, ts_ns| Event::Open {
+            pid: 1,
+            path: path.to_owned(),
+            flags: libc::O_WRONLY | libc::O_APPEND,
+            stat: stat(10, 150),
+            ts_ns,
+        };
+        for through in [&orig, &alias] {
+            let events = [
+                Event::Link {
+                    pid: 1,
+                    from: orig.clone(),
+                    to: alias.clone(),
+                    ts_ns: 120,
+                },
+                append(through, 150),
+            ];
+            let c = classify(&events, 100, &Ignore::new(&[]));
+            let st = |p: &Path| c.paths.iter().find(|(q, _)| q == p).unwrap().1.clone();
+            let (o, a) = (st(&orig), st(&alias));
+            assert!(o.reads_prior, "through {through:?}: the kept bytes are orig's input");
+            assert!(!a.reads_prior, "the new name held nothing before the job");
+            assert!(o.job_made && a.job_made, "both names now hold what the job made");
+            assert!(o.ops.contains(Ops::WRITE) && a.ops.contains(Ops::WRITE));
+        }
+    }
+
+    #[test]
+    fn an_append_to_a_file_new_since_the_job_began_keeps_no_input() {
+        let d = Path::new("/nonexistent-roar-test");
+        let events = [Event::Open {
+            pid: 1,
+            path: d.join("log"),
+            flags: libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT,
+            stat: stat(10, 150),
+            ts_ns: 150,
+        }];
+        let c = classify(&events, 100, &Ignore::new(&[]));
+        assert!(!c.paths[0].1.reads_prior);
+    }
+}

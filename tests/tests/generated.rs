@@ -1,0 +1,587 @@
+//! Generated programs of file operations, run under every observer (`roar mount` and each `roar
+//! run` backend): every hash a record holds must be the content of the version it names — an
+//! input's the bytes the path held before the job, an output's the bytes it left — and an output
+//! still on disk must have its content known. Programs come from a seed (`ROAR_GEN_SEED`, printed
+//! on failure); a failing one is shrunk to the fewest operations that still fail, and printed as
+//! the Python program to paste into a regression test.
+//!
+//! The operations are the ones that broke hashes before: several handles on one file at once,
+//! positional writes through a second handle, truncates by path and by handle, `O_TRUNC` reopens,
+//! appends, mmap writes, hard links written through either name, renames, unlinks and re-creates,
+//! writable opens that write nothing, and a forked child doing its share.
+//!
+//! `ROAR_GEN_PROGRAMS` sets how many programs each observer runs (CI: 16); the long mode is
+//! `ROAR_GEN_PROGRAMS=10000 cargo test -p roar-tests --test generated -- --ignored`.
+
+mod common;
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::mount::{require_fuse, Mounted};
+use common::{stderr, Project, Rng};
+
+/// File names a program works on (few, so operations meet on the same files).
+const NAMES: usize = 4;
+/// Handles a program holds open at once.
+const SLOTS: usize = 3;
+
+#[derive(Clone, Debug)]
+enum Op {
+    /// open(O_WRONLY|O_CREAT|O_TRUNC), write, close.
+    WriteNew {
+        name: usize,
+        len: usize,
+        byte: u8,
+    },
+    /// A handle kept open in `slot` (replacing the one there).
+    Hold {
+        slot: usize,
+        name: usize,
+        mode: Mode,
+    },
+    Write {
+        slot: usize,
+        len: usize,
+        byte: u8,
+    },
+    Pwrite {
+        slot: usize,
+        off: usize,
+        len: usize,
+        byte: u8,
+    },
+    Ftruncate {
+        slot: usize,
+        size: usize,
+    },
+    Close {
+        slot: usize,
+    },
+    Append {
+        name: usize,
+        len: usize,
+        byte: u8,
+    },
+    /// open(O_WRONLY) without truncating, pwrite, close.
+    PwritePath {
+        name: usize,
+        off: usize,
+        len: usize,
+        byte: u8,
+    },
+    Truncate {
+        name: usize,
+        size: usize,
+    },
+    Read {
+        name: usize,
+    },
+    Rename {
+        from: usize,
+        to: usize,
+    },
+    Link {
+        from: usize,
+        to: usize,
+    },
+    Unlink {
+        name: usize,
+    },
+    /// One byte changed through a shared writable mapping.
+    Mmap {
+        name: usize,
+        off: usize,
+        byte: u8,
+    },
+    /// A forked child runs these, the parent waits for it.
+    Fork(Vec<Op>),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Mode {
+    Trunc,
+    Append,
+    ReadWrite,
+    Read,
+}
+
+impl Mode {
+    fn flags(self) -> &'static str {
+        match self {
+            Mode::Trunc => "os.O_WRONLY|os.O_CREAT|os.O_TRUNC",
+            Mode::Append => "os.O_WRONLY|os.O_CREAT|os.O_APPEND",
+            Mode::ReadWrite => "os.O_RDWR|os.O_CREAT",
+            Mode::Read => "os.O_RDONLY",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Program {
+    /// Content of the files there before the job, by name.
+    before: Vec<(usize, Vec<u8>)>,
+    ops: Vec<Op>,
+}
+
+fn random_op(rng: &mut Rng, depth: u32) -> Op {
+    let name = |rng: &mut Rng| rng.below(NAMES as u64) as usize;
+    let slot = |rng: &mut Rng| rng.below(SLOTS as u64) as usize;
+    let len = |rng: &mut Rng| [0, 1, 100, 4096, 5000, 70_000][rng.below(6) as usize];
+    let byte = |rng: &mut Rng| b'A' + rng.below(26) as u8;
+    let off = |rng: &mut Rng| [0, 1, 5, 4095, 6000][rng.below(5) as usize];
+    match rng.below(if depth == 0 { 16 } else { 15 }) {
+        0 | 1 => Op::WriteNew {
+            name: name(rng),
+            len: len(rng),
+            byte: byte(rng),
+        },
+        2 | 3 => Op::Hold {
+            slot: slot(rng),
+            name: name(rng),
+            mode: [Mode::Trunc, Mode::Append, Mode::ReadWrite, Mode::Read][rng.below(4) as usize],
+        },
+        4 | 5 => Op::Write {
+            slot: slot(rng),
+            len: len(rng),
+            byte: byte(rng),
+        },
+        6 => Op::Pwrite {
+            slot: slot(rng),
+            off: off(rng),
+            len: len(rng),
+            byte: byte(rng),
+        },
+        7 => Op::Ftruncate {
+            slot: slot(rng),
+            size: off(rng),
+        },
+        8 => Op::Close { slot: slot(rng) },
+        9 => Op::Append {
+            name: name(rng),
+            len: len(rng),
+            byte: byte(rng),
+        },
+        10 => match rng.below(2) {
+            0 => Op::PwritePath {
+                name: name(rng),
+                off: off(rng),
+                len: len(rng),
+                byte: byte(rng),
+            },
+            _ => Op::Truncate {
+                name: name(rng),
+                size: off(rng),
+            },
+        },
+        11 => Op::Read { name: name(rng) },
+        12 => match rng.below(2) {
+            0 => Op::Rename {
+                from: name(rng),
+                to: name(rng),
+            },
+            _ => Op::Link {
+                from: name(rng),
+                to: name(rng),
+            },
+        },
+        13 => Op::Unlink { name: name(rng) },
+        14 => Op::Mmap {
+            name: name(rng),
+            off: off(rng),
+            byte: byte(rng),
+        },
+        _ => Op::Fork((0..1 + rng.below(4)).map(|_| random_op(rng, 1)).collect()),
+    }
+}
+
+fn generate(rng: &mut Rng) -> Program {
+    let before = (0..NAMES)
+        .filter(|_| rng.below(2) == 0)
+        .map(|n| {
+            let len = [1, 10, 5000][rng.below(3) as usize];
+            (n, vec![b'a' + rng.below(26) as u8; len])
+        })
+        .collect();
+    let ops = (0..2 + rng.below(12)).map(|_| random_op(rng, 0)).collect();
+    Program { before, ops }
+}
+
+const PRELUDE: &str = r#"import mmap, os
+fds = {}
+def write_new(n, d):
+    fd = os.open(n, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644); os.write(fd, d); os.close(fd)
+def hold(k, n, fl):
+    if k in fds: os.close(fds.pop(k))
+    fds[k] = os.open(n, fl, 0o644)
+def close(k): os.close(fds.pop(k))
+def append(n, d):
+    fd = os.open(n, os.O_WRONLY | os.O_APPEND); os.write(fd, d); os.close(fd)
+def pwrite(n, o, d):
+    fd = os.open(n, os.O_WRONLY); os.pwrite(fd, d, o); os.close(fd)
+def read(n):
+    fd = os.open(n, os.O_RDONLY)
+    while os.read(fd, 65536): pass
+    os.close(fd)
+def mm(n, o, b):
+    fd = os.open(n, os.O_RDWR); size = os.fstat(fd).st_size
+    if size:
+        m = mmap.mmap(fd, size); m[o % size] = b; m.flush(); m.close()
+    os.close(fd)
+def do(f, *a):
+    try: f(*a)
+    except (OSError, KeyError, ValueError): pass
+"#;
+
+fn line(op: &Op, indent: &str, out: &mut String) {
+    let n = |i: &usize| format!("'f{i}'");
+    let data = |len: &usize, byte: &u8| format!("b'{}' * {len}", *byte as char);
+    let call = match op {
+        Op::WriteNew { name, len, byte } => format!("write_new, {}, {}", n(name), data(len, byte)),
+        Op::Hold { slot, name, mode } => format!("hold, {slot}, {}, {}", n(name), mode.flags()),
+        Op::Write { slot, len, byte } => {
+            format!("lambda: os.write(fds[{slot}], {})", data(len, byte))
+        }
+        Op::Pwrite {
+            slot,
+            off,
+            len,
+            byte,
+        } => format!("lambda: os.pwrite(fds[{slot}], {}, {off})", data(len, byte)),
+        Op::Ftruncate { slot, size } => format!("lambda: os.ftruncate(fds[{slot}], {size})"),
+        Op::Close { slot } => format!("close, {slot}"),
+        Op::Append { name, len, byte } => format!("append, {}, {}", n(name), data(len, byte)),
+        Op::PwritePath {
+            name,
+            off,
+            len,
+            byte,
+        } => format!("pwrite, {}, {off}, {}", n(name), data(len, byte)),
+        Op::Truncate { name, size } => format!("os.truncate, {}, {size}", n(name)),
+        Op::Read { name } => format!("read, {}", n(name)),
+        Op::Rename { from, to } => format!("os.rename, {}, {}", n(from), n(to)),
+        Op::Link { from, to } => format!("os.link, {}, {}", n(from), n(to)),
+        Op::Unlink { name } => format!("os.unlink, {}", n(name)),
+        Op::Mmap { name, off, byte } => format!("mm, {}, {off}, {}", n(name), byte),
+        Op::Fork(ops) => {
+            let _ = writeln!(out, "{indent}pid = os.fork()\n{indent}if pid == 0:");
+            let inner = format!("{indent}    ");
+            let _ = writeln!(out, "{inner}try:");
+            for op in ops {
+                line(op, &format!("{inner}    "), out);
+            }
+            let _ = writeln!(
+                out,
+                "{inner}    pass\n{inner}finally:\n{inner}    os._exit(0)"
+            );
+            let _ = writeln!(out, "{indent}os.waitpid(pid, 0)");
+            return;
+        }
+    };
+    let _ = writeln!(out, "{indent}do({call})");
+}
+
+fn python(p: &Program) -> String {
+    let mut out = PRELUDE.to_owned();
+    for op in &p.ops {
+        line(op, "", &mut out);
+    }
+    out.push_str("for k in list(fds): os.close(fds.pop(k))\n");
+    out
+}
+
+/// Lays out `p` in `dir` (its files as they are before the job) and its program at `script`;
+/// returns the content before the job by absolute path.
+fn lay_out(p: &Program, dir: &Path, script: &Path) -> HashMap<PathBuf, Vec<u8>> {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut before = HashMap::new();
+    for (name, content) in &p.before {
+        let path = dir.join(format!("f{name}"));
+        std::fs::write(&path, content).unwrap();
+        before.insert(path, content.clone());
+    }
+    let text = python(p);
+    std::fs::write(script, &text).unwrap();
+    before.insert(script.to_owned(), text.into_bytes());
+    before
+}
+
+fn b3(data: &[u8]) -> String {
+    blake3::hash(data).to_hex().to_string()
+}
+
+/// What is wrong with `job`'s hashes, given the content its paths held before it (`before`).
+fn wrong_hashes(job: &serde_json::Value, before: &HashMap<PathBuf, Vec<u8>>) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for f in job["files"].as_array().into_iter().flatten() {
+        let path = PathBuf::from(f["path"].as_str().unwrap());
+        let hash = f["hash"]["blake3"].as_str();
+        let role = f["role"].as_str().unwrap_or("");
+        match role {
+            "input" => match (hash, before.get(&path)) {
+                (Some(h), Some(old)) if h != b3(old) => wrong.push(format!(
+                    "input {}: recorded {h}, the content before the job was {}",
+                    path.display(),
+                    b3(old)
+                )),
+                (Some(h), None) => wrong.push(format!(
+                    "input {}: recorded {h}, but nothing was there before the job",
+                    path.display()
+                )),
+                _ => {}
+            },
+            "output" => match (hash, std::fs::read(&path)) {
+                (Some(h), Ok(now)) if h != b3(&now) => wrong.push(format!(
+                    "output {}: recorded {h}, the file holds {}",
+                    path.display(),
+                    b3(&now)
+                )),
+                (Some(h), Err(_)) => wrong.push(format!(
+                    "output {}: recorded {h}, but the job left no file there",
+                    path.display()
+                )),
+                (None, Ok(now)) => wrong.push(format!(
+                    "output {}: recorded with no content, the file holds {}",
+                    path.display(),
+                    b3(&now)
+                )),
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+    wrong
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Observer {
+    Mount,
+    Run(&'static str),
+}
+
+/// Runs every program under `observer`; the wrong hashes of each that has any, by its index.
+fn run_all(observer: Observer, programs: &[Program]) -> Vec<(usize, Vec<String>)> {
+    match observer {
+        Observer::Mount => run_mounted(programs),
+        Observer::Run(backend) => run_traced(backend, programs),
+    }
+}
+
+fn run_traced(backend: &str, programs: &[Program]) -> Vec<(usize, Vec<String>)> {
+    let p = Project::new();
+    let root = std::fs::canonicalize(p.path()).unwrap();
+    let mut failed = Vec::new();
+    for (i, prog) in programs.iter().enumerate() {
+        let (dir, script) = (
+            root.join(format!("w{i}")),
+            root.join(format!("prog_{i}.py")),
+        );
+        let before = lay_out(prog, &dir, &script);
+        let out = p
+            .cmd(["run", "--tracer", backend, "--", "python3"])
+            .arg(&script)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{backend}: {}", stderr(&out));
+        let wrong = wrong_hashes(&p.last_job(), &before);
+        if !wrong.is_empty() {
+            failed.push((i, wrong));
+        }
+    }
+    failed
+}
+
+fn run_mounted(programs: &[Program]) -> Vec<(usize, Vec<String>)> {
+    let scripts = tempfile::tempdir().unwrap();
+    let mut before = Vec::new();
+    let mut m = Mounted::new(|data| {
+        for (i, prog) in programs.iter().enumerate() {
+            let script = scripts.path().join(format!("prog_{i}.py"));
+            before.push(lay_out(prog, &data.join(format!("w{i}")), &script));
+        }
+    });
+    for i in 0..programs.len() {
+        let script = scripts.path().join(format!("prog_{i}.py"));
+        let status = Command::new("python3")
+            .arg(&script)
+            .current_dir(m.data.join(format!("w{i}")))
+            .process_group(0)
+            .status()
+            .unwrap();
+        assert!(status.success(), "program {i} failed on the mount");
+    }
+    m.unmount();
+    let jobs = m.jobs();
+    let mut failed = Vec::new();
+    for (i, before) in before.iter().enumerate() {
+        let script = scripts.path().join(format!("prog_{i}.py"));
+        let mine = |j: &&serde_json::Value| {
+            j["argv"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|x| x.as_str() == script.to_str()))
+        };
+        // A program that touched nothing under the mount has no job.
+        let wrong = jobs
+            .iter()
+            .filter(mine)
+            .flat_map(|j| wrong_hashes(j, before))
+            .collect::<Vec<_>>();
+        if !wrong.is_empty() {
+            failed.push((i, wrong));
+        }
+    }
+    failed
+}
+
+/// The program with the fewest operations (and files before it) that still fails under
+/// `observer`, removing one at a time, a fork's own operations included.
+fn shrink(observer: Observer, mut p: Program) -> Program {
+    let fails = |q: &Program| !run_all(observer, std::slice::from_ref(q)).is_empty();
+    let mut tries = 0;
+    let mut changed = true;
+    while changed && tries < 120 {
+        changed = false;
+        for i in (0..p.ops.len()).rev() {
+            let mut q = p.clone();
+            q.ops.remove(i);
+            tries += 1;
+            if fails(&q) {
+                p = q;
+                changed = true;
+                continue;
+            }
+            if let Op::Fork(inner) = &p.ops[i] {
+                // The fork's operations in the parent, then each of them removed.
+                let mut flat = p.clone();
+                flat.ops.splice(i..=i, inner.clone());
+                tries += 1;
+                if fails(&flat) {
+                    p = flat;
+                    changed = true;
+                    break;
+                }
+            }
+        }
+        for i in (0..p.before.len()).rev() {
+            let mut q = p.clone();
+            q.before.remove(i);
+            tries += 1;
+            if fails(&q) {
+                p = q;
+                changed = true;
+            }
+        }
+    }
+    p
+}
+
+fn programs(count: usize, seed: u64) -> Vec<Program> {
+    let mut rng = Rng(seed);
+    (0..count).map(|_| generate(&mut rng)).collect()
+}
+
+fn check(observer: Observer, count: usize) {
+    let seed = std::env::var("ROAR_GEN_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
+    let count = std::env::var("ROAR_GEN_PROGRAMS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(count);
+    let all = programs(count, seed);
+    // Long runs go in batches: one project (or mount) per batch.
+    for (b, batch) in all.chunks(200).enumerate() {
+        let failed = run_all(observer, batch);
+        if let Some((i, wrong)) = failed.into_iter().next() {
+            let small = shrink(observer, batch[i].clone());
+            let again = run_all(observer, std::slice::from_ref(&small));
+            panic!(
+                "{observer:?}: program {} of seed {seed} (ROAR_GEN_SEED={seed}) recorded wrong hashes:\n  {}\n\
+                 shrunk to {} operations ({:?} before the job), which gives:\n  {}\n--- program ---\n{}",
+                b * 200 + i,
+                wrong.join("\n  "),
+                small.ops.len(),
+                small.before.iter().map(|(n, c)| (format!("f{n}"), c.len())).collect::<Vec<_>>(),
+                again.first().map(|(_, w)| w.join("\n  ")).unwrap_or_default(),
+                python(&small)
+            );
+        }
+    }
+    eprintln!("{observer:?}: {count} generated programs (seed {seed}), every hash exact");
+}
+
+#[test]
+fn generated_programs_record_exact_hashes_on_the_mount_needs_root() {
+    if require_fuse() {
+        check(Observer::Mount, 16);
+    }
+}
+
+#[test]
+fn generated_programs_record_exact_hashes_under_every_backend() {
+    for backend in common::backends() {
+        check(Observer::Run(backend), 16);
+    }
+}
+
+#[test]
+#[ignore = "long: ROAR_GEN_PROGRAMS=10000 cargo test -p roar-tests --test generated -- --ignored"]
+fn generated_programs_long() {
+    let observers = [Observer::Mount]
+        .into_iter()
+        .filter(|_| require_fuse())
+        .chain(common::backends().into_iter().map(Observer::Run));
+    for observer in observers {
+        check(observer, 10_000);
+    }
+}
+
+/// The issue's report, made once by hand: 1000 bytes through one handle, one byte at offset 5
+/// through a second, then both closed — the stream alone said 1000 'A's.
+#[test]
+fn a_pwrite_through_a_second_handle_is_in_the_recorded_hash_on_the_mount_needs_root() {
+    if !require_fuse() {
+        return;
+    }
+    let p = Program {
+        before: Vec::new(),
+        ops: vec![
+            Op::Hold {
+                slot: 0,
+                name: 0,
+                mode: Mode::Trunc,
+            },
+            Op::Write {
+                slot: 0,
+                len: 1000,
+                byte: b'A',
+            },
+            Op::Hold {
+                slot: 1,
+                name: 0,
+                mode: Mode::ReadWrite,
+            },
+            Op::Pwrite {
+                slot: 1,
+                off: 5,
+                len: 1,
+                byte: b'B',
+            },
+            Op::Close { slot: 1 },
+            Op::Close { slot: 0 },
+        ],
+    };
+    let failed = run_all(Observer::Mount, &[p]);
+    assert!(failed.is_empty(), "{failed:?}");
+}
