@@ -18,7 +18,7 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 use roar_store::ignore::Ignore;
-use roar_store::{FileStat, Ops, PathUse, ProcessRecord};
+use roar_store::{ContentHash, FileStat, Ops, PathUse, ProcessRecord};
 
 use crate::event::Event;
 
@@ -49,9 +49,20 @@ pub struct PathState {
     pub moved_to: Option<(PathBuf, i64)>,
     /// When the job last opened the path for writing or truncated it.
     pub written_ns: Option<i64>,
-    /// A hard link the job made to a file it had not made: the other name, whose content a write
-    /// through this one changes (same inode).
+    /// A hard link the job made: the file's first name, whose content a write through this one
+    /// changes (same inode).
     pub alias_of: Option<PathBuf>,
+    /// The file (dev, ino) the path names, as far as the events tell: opens report it, renames
+    /// and links carry it, an unlink ends it.
+    pub file: Option<(u64, u64)>,
+    /// Moved on by every event that changes what the path holds.
+    pub version: u32,
+    /// The version whose bytes the job read as prior content.
+    pub input_version: u32,
+    /// The input's content, where an observer that sees content (the mount) saw it.
+    pub input: Option<ContentHash>,
+    /// The latest content an observer saw at the path, with the version it saw.
+    pub known: Option<(u32, ContentHash)>,
 }
 
 impl PathState {
@@ -108,8 +119,8 @@ impl Judge<'_> {
 /// The job's tracked paths in first-seen order, and one lookup per event for a path's state or
 /// for its ignore verdict: events of a job with many files are mostly first and second sightings
 /// of one path each, so every extra map probe showed in profiles.
-struct Paths<'a> {
-    ignore: &'a Judge<'a>,
+#[derive(Default)]
+struct Paths {
     seen: HashMap<OsString, Seen>,
     /// `None` once a directory move re-keyed the path onto an earlier entry.
     list: Vec<(PathBuf, Option<PathState>)>,
@@ -117,14 +128,14 @@ struct Paths<'a> {
     ignored: Vec<PathBuf>,
 }
 
-impl Paths<'_> {
+impl Paths {
     /// The state of `path`, created at `ts` on first sight; `None` if the path is ignored.
-    fn get(&mut self, path: &Path, ts: i64) -> Option<&mut PathState> {
+    fn get(&mut self, path: &Path, ts: i64, ignore: &Judge) -> Option<&mut PathState> {
         let i = match self.seen.get(path.as_os_str()) {
             Some(Seen::Ignored) => return None,
             Some(Seen::At(i)) => *i,
             None => {
-                if self.ignore.is_ignored(path) {
+                if ignore.is_ignored(path) {
                     self.seen.insert(path.as_os_str().to_owned(), Seen::Ignored);
                     self.ignored.push(path.to_owned());
                     return None;
@@ -169,14 +180,14 @@ impl Paths<'_> {
     /// or removed a directory at either name, or used paths below `from/`. Only when the job
     /// showed nothing is the filesystem asked (after the job, so a directory renamed and then
     /// deleted is known only from the events).
-    fn is_dir(&self, from: &Path, to: &Path, dirs: &HashSet<&Path>) -> bool {
-        dirs.contains(from)
-            || dirs.contains(to)
+    fn is_dir(&self, from: &Path, to: &Path, cx: &Context) -> bool {
+        cx.dirs.contains(from)
+            || cx.dirs.contains(to)
             || self
                 .list
                 .iter()
                 .any(|(p, st)| st.is_some() && p != from && p.starts_with(from))
-            || to.is_dir()
+            || (cx.ask_filesystem && to.is_dir())
     }
 
     /// Re-keys every tracked path below `from/` to the same place below `to/`. The moved state
@@ -264,18 +275,36 @@ pub fn classify_part<'e>(
     ctime_floor_ns: i64,
     ignore: &Judge,
 ) -> Classified {
-    let mut rules = Rules::new(dirs, ctime_floor_ns, ignore);
+    let cx = Context {
+        dirs,
+        ctime_floor_ns,
+        ignore,
+        ask_filesystem: true,
+    };
+    let mut rules = Rules::default();
     for ev in events {
-        rules.apply(ev);
+        rules.apply(&cx, ev);
     }
     rules.finish()
 }
 
+/// What the rule is told besides the events: which paths are not data, since when a change is the
+/// job's, and where to learn whether a renamed path is a directory.
+pub struct Context<'a> {
+    /// Directories known to be such by name: a rename of one moves what is below it.
+    pub dirs: &'a HashSet<&'a Path>,
+    /// A ctime at or above this (the coarse clock before the job started) is the job's change.
+    pub ctime_floor_ns: i64,
+    pub ignore: &'a Judge<'a>,
+    /// Whether a rename the events do not show to be a directory's may be asked of the
+    /// filesystem (never by the mount, whose paths lead back into itself).
+    pub ask_filesystem: bool,
+}
+
 /// The rule as a state machine: one job's state, changed by one event at a time.
-pub struct Rules<'a> {
-    paths: Paths<'a>,
-    dirs: &'a HashSet<&'a Path>,
-    ctime_floor_ns: i64,
+#[derive(Default)]
+pub struct Rules {
+    paths: Paths,
     processes: Vec<ProcessRecord>,
     /// Each process's latest record, by pid.
     latest: HashMap<i32, usize>,
@@ -287,28 +316,9 @@ pub struct Rules<'a> {
     links: HashMap<PathBuf, Vec<PathBuf>>,
 }
 
-impl<'a> Rules<'a> {
-    /// A job's rule, before any event. `dirs`: directories known to be such by name (a rename of
-    /// one moves what is below it); others are asked of the filesystem at the rename.
-    pub fn new(dirs: &'a HashSet<&'a Path>, ctime_floor_ns: i64, ignore: &'a Judge<'a>) -> Self {
-        Rules {
-            paths: Paths {
-                ignore,
-                seen: HashMap::default(),
-                list: Vec::new(),
-                ignored: Vec::new(),
-            },
-            dirs,
-            ctime_floor_ns,
-            processes: Vec::new(),
-            latest: HashMap::default(),
-            landed: HashMap::default(),
-            links: HashMap::default(),
-        }
-    }
-
+impl Rules {
     /// Applies one event.
-    pub fn apply(&mut self, ev: &Event) {
+    pub fn apply(&mut self, cx: &Context, ev: &Event) {
         match ev {
             Event::Exec {
                 pid,
@@ -351,38 +361,119 @@ impl<'a> Rules<'a> {
                 stat,
                 ts_ns,
                 ..
-            } => self.open(path, *flags, stat.as_ref(), *ts_ns),
+            } => self.open(cx, path, *flags, stat.as_ref(), *ts_ns),
             Event::Truncate { path, ts_ns, .. } => {
-                if let Some(st) = self.paths.get(path, *ts_ns) {
-                    st.ops.insert(Ops::TRUNCATE | Ops::WRITE);
-                    st.written_ns = Some(*ts_ns);
-                    st.job_made = true;
-                    st.exists = true;
+                // Under every name the job gave the file.
+                let mut names = self.other_names(path);
+                names.push(path.clone());
+                for name in names {
+                    if let Some(st) = self.paths.get(&name, *ts_ns, cx.ignore) {
+                        st.ops.insert(Ops::TRUNCATE | Ops::WRITE);
+                        st.written_ns = Some(*ts_ns);
+                        st.job_made = true;
+                        st.exists = true;
+                        st.changed();
+                    }
                 }
             }
             Event::Rename {
                 from, to, ts_ns, ..
-            } => self.rename_or_link(from, to, true, *ts_ns),
+            } => self.rename_or_link(cx, from, to, true, *ts_ns),
             Event::Link {
                 from, to, ts_ns, ..
-            } => self.rename_or_link(from, to, false, *ts_ns),
+            } => self.rename_or_link(cx, from, to, false, *ts_ns),
             Event::Unlink { path, ts_ns, .. } => {
-                if let Some(st) = self.paths.get(path, *ts_ns) {
+                if let Some(st) = self.paths.get(path, *ts_ns, cx.ignore) {
                     st.ops.insert(Ops::UNLINK);
                     st.exists = false;
+                    st.changed();
+                    st.file = None;
                 }
             }
-            Event::Exchange { a, b, ts_ns, .. } => self.exchange(a, b, *ts_ns),
+            Event::Exchange { a, b, ts_ns, .. } => self.exchange(cx, a, b, *ts_ns),
             Event::Symlink { path, ts_ns, .. } => {
                 // symlink(2) fails if the name exists: the job made this path. Removed later
                 // (configure's `conftest.sym`), it is a temp, not a deleted pre-existing file.
-                if let Some(st) = self.paths.get(path, *ts_ns) {
+                if let Some(st) = self.paths.get(path, *ts_ns, cx.ignore) {
                     st.ops.insert(Ops::CREATE);
                     st.job_made = true;
                     st.exists = true;
+                    st.changed();
+                    st.file = None;
                 }
             }
             Event::Mkdir { .. } | Event::Rmdir { .. } | Event::Untraced { .. } => {}
+        }
+    }
+
+    /// A directory moved from `from` to `to` (an observer that tells directories from files when
+    /// they move: the mount): what the job did below it now lives below the new name.
+    pub fn moved_dir(&mut self, from: &Path, to: &Path) {
+        self.paths.move_children(from, to);
+    }
+
+    /// An observer that sees content found `content` at `path`, which names `file` now (it just
+    /// looked), at `ts`: the content of the path's current version. Told before an event that
+    /// changes the path, it is what the event found there (an in-place write's kept bytes, a
+    /// pre-existing file renamed away).
+    pub fn found(
+        &mut self,
+        cx: &Context,
+        path: &Path,
+        file: (u64, u64),
+        content: ContentHash,
+        ts: i64,
+    ) {
+        if let Some(st) = self.paths.get(path, ts, cx.ignore) {
+            st.file = Some(file);
+            st.knows(content);
+        }
+    }
+
+    /// An observer that sees content found `content` in `file` through a handle it held (the
+    /// last writer's release): the current content of each name the job knows for that file
+    /// (`path`, where the observer last saw it, and the names the job linked to it). A name that
+    /// names another file by now (renamed over) learns nothing.
+    pub fn found_in(&mut self, path: &Path, file: (u64, u64), content: &ContentHash) {
+        let mut names = self.other_names(path);
+        names.push(path.to_owned());
+        for name in names {
+            if let Some(st) = self.paths.state_mut(&name).filter(|s| s.file == Some(file)) {
+                st.knows(content.clone());
+            }
+        }
+    }
+
+    /// Whether content seen at `path` now would tell the rule something: the path is not ignored
+    /// and the content of what it holds now is not known yet.
+    pub fn wants_content(&self, cx: &Context, path: &Path) -> bool {
+        match self.paths.seen.get(path.as_os_str()) {
+            Some(Seen::Ignored) => false,
+            Some(Seen::At(i)) => self.paths.list[*i]
+                .1
+                .as_ref()
+                .is_some_and(|st| st.file.is_none() || st.current().is_none()),
+            None => !cx.ignore.is_ignored(path),
+        }
+    }
+
+    /// Whether the job read prior content at `path` whose hash no observer gave yet.
+    pub fn wants_input(&self, path: &Path) -> bool {
+        self.state(path).is_some_and(|st| {
+            st.reads_prior && st.input.is_none() && st.input_version == st.version
+        })
+    }
+
+    /// Whether the job has touched no recorded path yet.
+    pub fn is_empty(&self) -> bool {
+        self.paths.list.is_empty()
+    }
+
+    /// What the job did to `path` so far (None: untouched or ignored).
+    pub fn state(&self, path: &Path) -> Option<&PathState> {
+        match self.paths.seen.get(path.as_os_str()) {
+            Some(Seen::At(i)) => self.paths.list[*i].1.as_ref(),
+            _ => None,
         }
     }
 
@@ -402,14 +493,14 @@ impl<'a> Rules<'a> {
         }
     }
 
-    fn open(&mut self, path: &Path, flags: i32, stat: Option<&FileStat>, ts_ns: i64) {
+    fn open(&mut self, cx: &Context, path: &Path, flags: i32, stat: Option<&FileStat>, ts: i64) {
         // O_TMPFILE names the directory an anonymous file is made in: nothing happened at that
         // path. The file gets a name, if ever, by a link, recorded as such.
         if flags & libc::O_TMPFILE == libc::O_TMPFILE {
             return;
         }
-        let floor = self.ctime_floor_ns;
-        let Some(st) = self.paths.get(path, ts_ns) else {
+        let floor = cx.ctime_floor_ns;
+        let Some(st) = self.paths.get(path, ts, cx.ignore) else {
             return;
         };
         let acc = flags & O_ACCMODE;
@@ -425,109 +516,132 @@ impl<'a> Rules<'a> {
         let no_prior =
             (!first_access && !st.exists) || (first_access && (truncates || created_now));
         let prior_is_foreign = !st.job_made && !no_prior;
+        if let Some(s) = stat {
+            st.file = Some((s.dev, s.ino));
+        }
         if reads {
             st.ops.insert(Ops::READ);
         }
         if (reads || (writes && !truncates)) && prior_is_foreign {
             // Appending or writing in place keeps the old bytes: they are an input too, unless
-            // there were none (a new, empty file).
-            let has_prior =
-                reads || stat.is_some_and(|s| s.size > 0 && (s.ctime_ns < floor || st.existed));
+            // there were none (a new, empty file). Only an open that may have created the file
+            // (O_CREAT) leaves it to the ctime to say whether they predate the job.
+            let predates =
+                |s: &FileStat| flags & libc::O_CREAT == 0 || s.ctime_ns < floor || st.existed;
+            let has_prior = reads || stat.is_some_and(|s| s.size > 0 && predates(s));
             if has_prior && !st.reads_prior {
-                st.reads_prior = true;
-                st.read_stat = stat.copied();
+                st.read_now(stat);
             }
         }
+        // The content before this open, if known: what a write through another name keeps.
+        let before = st.current().cloned();
         if writes {
             st.ops.insert(Ops::WRITE);
-            st.written_ns = Some(ts_ns);
+            st.written_ns = Some(ts);
             st.job_made = true;
             if flags & libc::O_CREAT != 0 && stat.is_some_and(|s| s.ctime_ns >= floor) {
                 st.ops.insert(Ops::CREATE);
             }
+            st.changed();
         }
         if truncates {
             st.ops.insert(Ops::TRUNCATE);
         }
         st.exists = true;
         if writes {
+            let through = Through {
+                truncates,
+                file: st.file,
+                before: before.as_ref(),
+                stat,
+            };
             for other in self.other_names(path) {
-                self.written_through(&other, truncates, stat, ts_ns);
+                self.written_through(cx, &other, &through, ts);
             }
         }
     }
 
     /// The other names of the file at `path` that the job made by linking (a write through any
-    /// of them changes all).
-    fn other_names(&mut self, path: &Path) -> Vec<PathBuf> {
-        let Some(st) = self.paths.state_mut(path) else {
+    /// of them changes all), those that still name it: not removed, not renamed over.
+    fn other_names(&self, path: &Path) -> Vec<PathBuf> {
+        let Some(st) = self.state(path) else {
             return Vec::new();
         };
         let first = st.alias_of.clone().unwrap_or_else(|| path.to_owned());
         let Some(names) = self.links.get(&first) else {
             return Vec::new();
         };
+        let same = |other: &PathState| match (st.file, other.file) {
+            (Some(a), Some(b)) => a == b,
+            // Observers that report no identity: a name that still exists.
+            _ => other.exists,
+        };
         std::iter::once(&first)
             .chain(names)
-            .filter(|p| p.as_path() != path)
+            .filter(|p| p.as_path() != path && self.state(p).is_some_and(same))
             .cloned()
             .collect()
     }
 
     /// The file at `name` was opened for writing under another of its names: it changes too, and
     /// bytes the write keeps were this name's before the job.
-    fn written_through(&mut self, name: &Path, truncates: bool, stat: Option<&FileStat>, ts: i64) {
-        let Some(st) = self.paths.get(name, ts) else {
+    fn written_through(&mut self, cx: &Context, name: &Path, w: &Through, ts: i64) {
+        let Some(st) = self.paths.get(name, ts, cx.ignore) else {
             return;
         };
-        if !truncates && !st.job_made && !st.reads_prior && stat.is_some_and(|s| s.size > 0) {
-            st.reads_prior = true;
-            st.read_stat = stat.copied();
+        if !w.truncates && !st.job_made && !st.reads_prior && w.stat.is_some_and(|s| s.size > 0) {
+            st.read_now(w.stat);
+            if st.input.is_none() && st.file == w.file {
+                st.input = w.before.cloned();
+            }
         }
         st.ops.insert(Ops::WRITE);
         st.written_ns = Some(ts);
         st.job_made = true;
         st.exists = true;
+        st.changed();
     }
 
-    fn rename_or_link(&mut self, from: &Path, to: &Path, is_rename: bool, ts_ns: i64) {
-        if is_rename && !self.paths.is_tracked(from) && self.paths.is_dir(from, to, self.dirs) {
+    fn rename_or_link(&mut self, cx: &Context, from: &Path, to: &Path, rename: bool, ts: i64) {
+        if rename && !self.paths.is_tracked(from) && self.paths.is_dir(from, to, cx) {
             // A directory moved: what the job did inside it now lives under the new name.
             self.paths.move_children(from, to);
             return;
         }
-        let ignored_to = self.paths.ignore.is_ignored(to);
+        let ignored_to = cx.ignore.is_ignored(to);
         // Content that had landed at `to` is replaced there: gone, so unknown.
         if let Some(origin) = self.landed.remove(to) {
             if let Some(st) = self.paths.state_mut(&origin) {
                 st.moved_to = None;
             }
         }
-        if is_rename {
+        if rename {
             if let Some(origin) = self.landed.remove(from) {
                 // Written where they lay, the bytes moving on are no longer the input's.
                 let kept = !ignored_to && !rewritten_since_landing(&mut self.paths, &origin, from);
                 if let Some(st) = self.paths.state_mut(&origin) {
-                    st.moved_to = kept.then(|| (to.to_owned(), ts_ns));
+                    st.moved_to = kept.then(|| (to.to_owned(), ts));
                 }
                 if kept {
                     self.landed.insert(to.to_owned(), origin);
                 }
             }
         }
-        let src = self.paths.get(from, ts_ns).map(|st| {
+        let src = self.paths.get(from, ts, cx.ignore).map(|st| {
             let snapshot = st.clone();
-            if is_rename {
+            if rename {
                 st.ops.insert(Ops::RENAME);
                 st.exists = false;
                 if !st.job_made && !st.reads_prior {
                     // A pre-existing file moved away unread: consumed as an input, and its
                     // content is whatever lands at the destination.
-                    st.reads_prior = true;
+                    st.read_now(None);
                     if !ignored_to {
-                        st.moved_to = Some((to.to_owned(), ts_ns));
+                        st.moved_to = Some((to.to_owned(), ts));
                     }
                 }
+                st.changed();
+                st.file = None;
             } else if !st.job_made {
                 // Linked from: the name held content the job had not made, and still does.
                 st.existed = true;
@@ -535,20 +649,24 @@ impl<'a> Rules<'a> {
             }
             snapshot
         });
-        if is_rename && src.as_ref().is_some_and(|s| !s.job_made && !s.reads_prior) && !ignored_to {
+        if rename && src.as_ref().is_some_and(|s| !s.job_made && !s.reads_prior) && !ignored_to {
             self.landed.insert(to.to_owned(), from.to_owned());
         }
-        let Some(dst) = self.paths.get(to, ts_ns) else {
+        let Some(dst) = self.paths.get(to, ts, cx.ignore) else {
             return;
         };
         dst.ops.insert(Ops::RENAME);
         dst.exists = true;
-        if !is_rename {
-            // A new name for content the job did not make: writes through either name change
-            // the other.
+        // The file and what is known of its content move with it.
+        dst.changed();
+        dst.file = src.as_ref().and_then(|s| s.file);
+        if let Some(content) = src.as_ref().and_then(|s| s.current()) {
+            dst.knows(content.clone());
+        }
+        if !rename {
+            // A new name for the same file: writes through either name change the other.
             dst.alias_of = src
                 .as_ref()
-                .filter(|s| !s.job_made)
                 .map(|s| s.alias_of.clone().unwrap_or_else(|| from.to_owned()));
             if let Some(first) = dst.alias_of.clone() {
                 self.links.entry(first).or_default().push(to.to_owned());
@@ -562,8 +680,8 @@ impl<'a> Rules<'a> {
         }
     }
 
-    fn exchange(&mut self, a: &Path, b: &Path, ts_ns: i64) {
-        if self.paths.is_dir(a, b, self.dirs) {
+    fn exchange(&mut self, cx: &Context, a: &Path, b: &Path, ts: i64) {
+        if self.paths.is_dir(a, b, cx) {
             // Two directories swapped: what the job did below each now lives below the other
             // name (through a temporary name no path can have).
             let swap = a.join("\0roar-exchange");
@@ -580,32 +698,93 @@ impl<'a> Rules<'a> {
             if let Some(origin) = origin {
                 let kept = !rewritten_since_landing(&mut self.paths, &origin, here);
                 if let Some(st) = self.paths.state_mut(&origin) {
-                    st.moved_to = kept.then(|| (there.to_owned(), ts_ns));
+                    st.moved_to = kept.then(|| (there.to_owned(), ts));
                 }
                 if kept {
                     self.landed.insert(there.to_owned(), origin);
                 }
             }
         }
+        // What each name held: its file and known content, now the other's.
+        let held = |rules: &mut Rules, p: &Path| {
+            rules
+                .paths
+                .get(p, ts, cx.ignore)
+                .map(|st| (st.file, st.current().cloned()))
+        };
+        let (held_a, held_b) = (held(self, a), held(self, b));
         for (here, there) in [(a, b), (b, a)] {
-            let ignored_there = self.paths.ignore.is_ignored(there);
-            if let Some(st) = self.paths.get(here, ts_ns) {
+            let ignored_there = cx.ignore.is_ignored(there);
+            if let Some(st) = self.paths.get(here, ts, cx.ignore) {
                 st.ops.insert(Ops::RENAME);
                 if !st.job_made && !st.reads_prior {
-                    st.reads_prior = true;
+                    st.read_now(None);
                     if !ignored_there {
-                        st.moved_to = Some((there.to_owned(), ts_ns));
+                        st.moved_to = Some((there.to_owned(), ts));
                         self.landed.insert(there.to_owned(), here.to_owned());
                     }
                 }
             }
         }
-        for p in [a, b] {
-            if let Some(st) = self.paths.get(p, ts_ns) {
+        for (p, other) in [(a, held_b), (b, held_a)] {
+            if let Some(st) = self.paths.get(p, ts, cx.ignore) {
                 st.job_made = true;
                 st.exists = true;
+                st.changed();
+                let (file, content) = other.unwrap_or((None, None));
+                st.file = file;
+                if let Some(content) = content {
+                    st.knows(content);
+                }
             }
         }
+    }
+}
+
+/// A writable open under one name, as the file's other names see it.
+struct Through<'a> {
+    truncates: bool,
+    /// The file the name opened.
+    file: Option<(u64, u64)>,
+    /// Its content before the open, where known.
+    before: Option<&'a ContentHash>,
+    /// Its identity at the open.
+    stat: Option<&'a FileStat>,
+}
+
+impl PathState {
+    /// The content at the path changed (or the path now names something else).
+    fn changed(&mut self) {
+        self.version += 1;
+    }
+
+    /// The job reads the path's prior content now (`stat`: its identity, when the event says).
+    fn read_now(&mut self, stat: Option<&FileStat>) {
+        self.reads_prior = true;
+        self.read_stat = stat.copied();
+        self.input_version = self.version;
+        self.input = self.current().cloned();
+    }
+
+    /// What an observer saw of the current version's content.
+    fn current(&self) -> Option<&ContentHash> {
+        self.known
+            .as_ref()
+            .filter(|(v, _)| *v == self.version)
+            .map(|(_, h)| h)
+    }
+
+    /// An observer saw `content` at the path's current version.
+    fn knows(&mut self, content: ContentHash) {
+        if self.reads_prior && self.input.is_none() && self.input_version == self.version {
+            self.input = Some(content.clone());
+        }
+        self.known = Some((self.version, content));
+    }
+
+    /// The content the job left at the path, where an observer saw it.
+    pub fn output(&self) -> Option<&ContentHash> {
+        self.current()
     }
 }
 
@@ -789,9 +968,15 @@ mod tests {
             let c = classify(&events, 100, &Ignore::new(&[]));
             let st = |p: &Path| c.paths.iter().find(|(q, _)| q == p).unwrap().1.clone();
             let (o, a) = (st(&orig), st(&alias));
-            assert!(o.reads_prior, "through {through:?}: the kept bytes are orig's input");
+            assert!(
+                o.reads_prior,
+                "through {through:?}: the kept bytes are orig's input"
+            );
             assert!(!a.reads_prior, "the new name held nothing before the job");
-            assert!(o.job_made && a.job_made, "both names now hold what the job made");
+            assert!(
+                o.job_made && a.job_made,
+                "both names now hold what the job made"
+            );
             assert!(o.ops.contains(Ops::WRITE) && a.ops.contains(Ops::WRITE));
         }
     }
@@ -808,5 +993,152 @@ mod tests {
         }];
         let c = classify(&events, 100, &Ignore::new(&[]));
         assert!(!c.paths[0].1.reads_prior);
+    }
+
+    fn h(s: &str) -> ContentHash {
+        ContentHash {
+            blake3: s.to_owned(),
+            sha256: None,
+            size: 1,
+        }
+    }
+
+    fn cx<'a>(ignore: &'a Judge<'a>, dirs: &'a HashSet<&'a Path>) -> Context<'a> {
+        Context {
+            dirs,
+            ctime_floor_ns: 100,
+            ignore,
+            ask_filesystem: false,
+        }
+    }
+
+    fn open_as(path: &Path, flags: i32, ino: u64, ts_ns: i64) -> Event {
+        Event::Open {
+            pid: 1,
+            path: path.to_owned(),
+            flags,
+            stat: Some(FileStat {
+                dev: 1,
+                ino,
+                size: 5,
+                mtime_ns: 0,
+                ctime_ns: 0,
+            }),
+            ts_ns,
+        }
+    }
+
+    #[test]
+    fn content_seen_before_an_in_place_write_is_the_input_and_at_the_release_the_output() {
+        let (ignore, dirs) = (Ignore::new(&[]), HashSet::default());
+        let judge = Judge::Globs(&ignore);
+        let cx = cx(&judge, &dirs);
+        let f = Path::new("/d/f");
+        let mut r = Rules::default();
+        r.found(&cx, f, (1, 7), h("old"), 150);
+        r.apply(&cx, &open_as(f, libc::O_WRONLY, 7, 150));
+        assert!(
+            r.wants_content(&cx, f),
+            "written: its content is not known yet"
+        );
+        r.found_in(f, (1, 7), &h("new"));
+        let st = r.state(f).unwrap();
+        assert_eq!(st.input.as_ref(), Some(&h("old")));
+        assert_eq!(st.output(), Some(&h("new")));
+        // A later writable open: what was seen is not the content any more.
+        r.apply(&cx, &open_as(f, libc::O_WRONLY, 7, 160));
+        assert_eq!(r.state(f).unwrap().output(), None);
+    }
+
+    #[test]
+    fn a_handle_released_after_its_file_was_renamed_over_tells_nothing_of_the_new_file() {
+        // The generator's case: f0 held open for appending, f2 renamed onto f0, then the handle
+        // (on the replaced file) released.
+        let (ignore, dirs) = (Ignore::new(&[]), HashSet::default());
+        let judge = Judge::Globs(&ignore);
+        let cx = cx(&judge, &dirs);
+        let (f0, f2) = (Path::new("/d/f0"), Path::new("/d/f2"));
+        let mut r = Rules::default();
+        r.apply(
+            &cx,
+            &open_as(f0, libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND, 3, 150),
+        );
+        r.found(&cx, f2, (1, 9), h("f2's"), 151);
+        r.apply(
+            &cx,
+            &Event::Rename {
+                pid: 1,
+                from: f2.to_owned(),
+                to: f0.to_owned(),
+                ts_ns: 151,
+            },
+        );
+        r.found_in(f0, (1, 3), &h("empty"));
+        let st = r.state(f0).unwrap();
+        assert_eq!(st.output(), Some(&h("f2's")));
+        let moved = r.state(f2).unwrap();
+        assert!(moved.reads_prior, "f2 moved away unread is an input");
+        assert_eq!(moved.input.as_ref(), Some(&h("f2's")));
+    }
+
+    #[test]
+    fn content_seen_through_one_link_is_every_linked_names() {
+        let (ignore, dirs) = (Ignore::new(&[]), HashSet::default());
+        let judge = Judge::Globs(&ignore);
+        let cx = cx(&judge, &dirs);
+        let (a, b) = (Path::new("/d/a"), Path::new("/d/b"));
+        let mut r = Rules::default();
+        r.found(&cx, a, (1, 4), h("v0"), 150);
+        r.apply(
+            &cx,
+            &Event::Link {
+                pid: 1,
+                from: a.to_owned(),
+                to: b.to_owned(),
+                ts_ns: 151,
+            },
+        );
+        assert_eq!(r.state(b).unwrap().output(), Some(&h("v0")));
+        r.apply(&cx, &open_as(b, libc::O_WRONLY | libc::O_APPEND, 4, 152));
+        r.found_in(b, (1, 4), &h("v1"));
+        let (sa, sb) = (r.state(a).unwrap(), r.state(b).unwrap());
+        assert_eq!(sa.input.as_ref(), Some(&h("v0")), "a's kept bytes");
+        assert_eq!(sa.output(), Some(&h("v1")));
+        assert_eq!(sb.output(), Some(&h("v1")));
+    }
+
+    /// Found by the generator: f1 written, linked to f3, truncated through its handle (which the
+    /// mount reports under the inode's latest name, f3), then released.
+    #[test]
+    fn a_truncate_or_a_release_under_one_name_of_a_file_the_job_wrote_is_every_names() {
+        let (ignore, dirs) = (Ignore::new(&[]), HashSet::default());
+        let judge = Judge::Globs(&ignore);
+        let cx = cx(&judge, &dirs);
+        let (f1, f3) = (Path::new("/d/f1"), Path::new("/d/f3"));
+        let mut r = Rules::default();
+        r.apply(&cx, &open_as(f1, libc::O_RDWR, 5, 150));
+        r.apply(
+            &cx,
+            &Event::Link {
+                pid: 1,
+                from: f1.to_owned(),
+                to: f3.to_owned(),
+                ts_ns: 151,
+            },
+        );
+        r.apply(
+            &cx,
+            &Event::Truncate {
+                pid: 1,
+                path: f3.to_owned(),
+                ts_ns: 152,
+            },
+        );
+        r.found_in(f3, (1, 5), &h("empty"));
+        for p in [f1, f3] {
+            let st = r.state(p).unwrap();
+            assert_eq!(st.output(), Some(&h("empty")), "{p:?}");
+            assert!(st.ops.contains(Ops::TRUNCATE), "{p:?}");
+        }
     }
 }

@@ -27,7 +27,7 @@ use fuser::{
 };
 use roar_archive::read::{MemberReader, Source};
 use roar_archive::{Kind, Member};
-use roar_store::{ContentHash, Ops};
+use roar_store::ContentHash;
 
 use crate::jobs::{JobKey, Jobs};
 
@@ -210,14 +210,7 @@ impl ArchiveFs {
             (r.path, hash(&r.blake3, r.size)),
             (r.archive, hash(&r.archive_blake3, r.archive_size)),
         ] {
-            self.jobs.with_file(job, &path, |st| {
-                st.ops.insert(Ops::READ);
-                st.exists = true;
-                if !st.read_prior {
-                    st.read_prior = true;
-                    st.input = Some(hash);
-                }
-            });
+            self.jobs.read_known(job, &path, hash);
         }
     }
 

@@ -39,7 +39,6 @@ use fuser::{
     WriteFlags,
 };
 use roar_engine::content::{Generations, Stream};
-use roar_store::Ops;
 
 use crate::content::Content;
 use crate::inodes::{Inodes, Opened};
@@ -374,14 +373,13 @@ impl Filesystem for RoarFs {
             // A truncate is a write: the content changed.
             if let (Some(job), Some(_)) = (job, size) {
                 let path = self.inodes.path(ino.0);
-                let content = self.content.of_path_fd(fd, &path);
                 self.jobs.event(req.pid(), job, Access::Truncate(&path));
-                self.jobs.with_file(job, &path, |st| {
-                    st.ops.insert(Ops::TRUNCATE);
-                    st.job_made = true;
-                    st.exists = true;
-                    st.output = content;
-                });
+                // By path: what it left (through a handle, the handle's release says).
+                if fh.is_none() {
+                    if let Some(content) = self.content.of_path_fd(fd, &path) {
+                        self.jobs.found(job, &path, ino.0, content);
+                    }
+                }
             }
             Ok(st)
         });
@@ -446,10 +444,6 @@ impl Filesystem for RoarFs {
                 if let (true, Some(job)) = (recorded, job) {
                     let path = self.child_path(parent.0, name);
                     self.jobs.event(req.pid(), job, Access::Unlink(&path));
-                    self.jobs.with_file(job, &path, |st| {
-                        st.ops.insert(Ops::UNLINK);
-                        st.exists = false;
-                    });
                 }
                 reply.ok();
             }
@@ -487,11 +481,6 @@ impl Filesystem for RoarFs {
         if let (true, Some(job)) = (made.get(), job) {
             let path = self.child_path(parent.0, link_name);
             self.jobs.event(req.pid(), job, Access::Symlink(&path));
-            self.jobs.with_file(job, &path, |st| {
-                st.ops.insert(Ops::CREATE);
-                st.job_made = true;
-                st.exists = true;
-            });
         }
     }
 
@@ -532,33 +521,38 @@ impl Filesystem for RoarFs {
         self.inodes.moved(&st, newparent.0, newname);
         let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);
         if st.st_mode & libc::S_IFMT == libc::S_IFDIR && !exchange {
-            self.jobs.rename_dir(&from, &to);
+            self.jobs.moved_dir(&from, &to);
         }
         if let (true, Some(job)) = (is_reg(&st), job) {
+            let back = exchange
+                .then(|| self.with_fd(parent.0, |dir| sys::open_path(dir, name)).ok())
+                .flatten();
+            let back_st = back.as_ref().and_then(|b| sys::stat_fd(b.as_fd()).ok());
+            if let Some(back_st) = &back_st {
+                self.inodes.moved(back_st, parent.0, name);
+            }
+            // What each name held before the move, where the job does not know it yet: a
+            // pre-existing file renamed away unread is an input with these bytes.
+            let held = [
+                (&from, Some(fd), Some(&st)),
+                (&to, back.as_ref().map(|b| b.as_fd()), back_st.as_ref()),
+            ];
+            for (path, fd, st) in held {
+                let (Some(fd), Some(id)) = (fd, st.and_then(|st| self.inodes.id_of(st))) else {
+                    continue;
+                };
+                if self.jobs.wants_content(job, path) {
+                    if let Some(content) = self.content.of_path_fd(fd, path) {
+                        self.jobs.found(job, path, id, content);
+                    }
+                }
+            }
             let access = Access::Rename {
                 from: &from,
                 to: &to,
                 exchange,
             };
             self.jobs.event(req.pid(), job, access);
-            self.jobs
-                .rename(job, &from, &to, || self.content.of_path_fd(fd, &to));
-            if exchange {
-                let back = self.with_fd(parent.0, |dir| sys::open_path(dir, name)).ok();
-                if let Some(back_st) = back.as_ref().and_then(|b| sys::stat_fd(b.as_fd()).ok()) {
-                    self.inodes.moved(&back_st, parent.0, name);
-                }
-                let content = || {
-                    back.as_ref()
-                        .and_then(|b| self.content.of_path_fd(b.as_fd(), &from))
-                };
-                self.jobs.with_file(job, &from, |st| {
-                    st.ops.insert(Ops::RENAME);
-                    st.job_made = true;
-                    st.exists = true;
-                    st.output = content();
-                });
-            }
         }
         reply.ok();
     }
@@ -592,17 +586,15 @@ impl Filesystem for RoarFs {
                         to: &path,
                     };
                     self.jobs.event(req.pid(), job, access);
-                    let content = self
-                        .with_fd(ino.0, |f| Ok(self.content.of_path_fd(f, &path)))
-                        .ok()
-                        .flatten();
-                    self.jobs.with_file(job, &path, |st| {
-                        st.ops.insert(Ops::CREATE);
-                        st.job_made = true;
-                        st.exists = true;
-                        st.output = content;
-                        st.alias_of = Some(source).filter(|s| *s != path);
-                    });
+                    if self.jobs.wants_content(job, &path) {
+                        let content = self
+                            .with_fd(ino.0, |f| Ok(self.content.of_path_fd(f, &path)))
+                            .ok()
+                            .flatten();
+                        if let Some(content) = content {
+                            self.jobs.found(job, &path, ino.0, content);
+                        }
+                    }
                 }
                 reply.entry(&TTL, &a, g)
             }

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use fuser::{BackingId, Errno, FileAttr, FileType, Generation, ReplyEntry, Request};
-use roar_store::{ContentHash, Ops};
+use roar_store::ContentHash;
 
 use super::{
     attr, dtype, errno, has_sxid, is_reg, log_once, DirEntry, Handle, RoarFs, ATTRIBUTION_FAILED,
@@ -188,6 +188,14 @@ impl RoarFs {
         let is_file = stat.as_ref().is_some_and(is_reg);
         if let (Some(job), Some(st)) = (job, stat.as_ref().filter(|_| is_file)) {
             let path = self.inodes.path(ino);
+            // What a write that keeps the old bytes found there (an input if the job did not
+            // make them): told before the open is applied, it is the content the open found.
+            let keeps = writable && !created && flags & libc::O_TRUNC == 0;
+            if keeps && self.jobs.wants_content(job, &path) {
+                if let Some(before) = self.content.of_path_fd(file.as_fd(), &path) {
+                    self.jobs.found(job, &path, ino, before);
+                }
+            }
             let access = Access::Open {
                 path: &path,
                 flags,
@@ -197,48 +205,13 @@ impl RoarFs {
             };
             self.jobs.event(tid, job, access);
             if writable {
-                // The content before the job touched it is an input when the write keeps it.
-                let keeps = !created && flags & libc::O_TRUNC == 0;
-                let before = if keeps {
-                    self.content.of_path_fd(file.as_fd(), &path)
-                } else {
-                    None
-                };
-                // Under every name the job knows for the file (its hard links change too): bytes
-                // this write keeps were that name's before the job.
-                let written = |st: &mut crate::jobs::FileState| {
-                    st.ops.insert(Ops::WRITE);
-                    if keeps && !st.job_made && !st.read_prior {
-                        st.read_prior = true;
-                        st.input = before.clone();
-                    }
-                    st.job_made = true;
-                    st.exists = true;
-                };
-                self.jobs.with_file(job, &path, |st| {
-                    if created {
-                        st.ops.insert(Ops::CREATE);
-                    }
-                    if flags & libc::O_TRUNC != 0 {
-                        st.ops.insert(Ops::TRUNCATE);
-                    }
-                    written(st);
-                });
-                for other in self.jobs.linked_names(job, &path) {
-                    self.jobs.with_file(job, &other, written);
-                }
                 self.jobs.writer_opened(job);
                 // The content is about to change.
                 self.content.forget(st);
-            } else {
-                let content = self.content.at(&file, st, &path);
-                self.jobs.with_file(job, &path, |st| {
-                    st.ops.insert(Ops::READ);
-                    if !st.job_made && !st.read_prior {
-                        st.read_prior = true;
-                        st.input = content;
-                    }
-                });
+            } else if self.jobs.wants_input(job, &path) {
+                if let Some(content) = self.content.at(&file, st, &path) {
+                    self.jobs.found(job, &path, ino, content);
+                }
             }
         }
         let may_pass = is_file && self.passthrough.load(Ordering::Relaxed);
@@ -332,14 +305,12 @@ impl RoarFs {
         // Every writable open made the path an output (as under `roar run`, whose observers
         // see opens, not writes): one that wrote nothing leaves the content it found.
         if writers_left == 0 && !removed_by_job {
-            let hash = self.written_content(h, path);
-            // Content only: whether the path still exists is the opens', renames' and unlinks'
-            // to say (an unlink racing this release on another thread must win).
-            for name in self.jobs.linked_names(job, path) {
-                self.jobs
-                    .with_file(job, &name, |st| st.output = hash.clone());
+            // Content only, of this file under each name the job knows for it: whether a path
+            // still exists, or names this file still, is the opens', renames' and unlinks' to say
+            // (an unlink or rename racing this release on another thread must win).
+            if let Some(hash) = self.written_content(h, path) {
+                self.jobs.found_in(job, path, h.opened.ino, &hash);
             }
-            self.jobs.with_file(job, path, |st| st.output = hash);
         }
         self.jobs.writer_released(job);
     }

@@ -19,9 +19,10 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use roar_engine::classify::Context;
+use roar_engine::{Event, Judge};
 use roar_store::{
-    now_ns, ContentHash, FileRecord, JobRecord, Made, Ops, Outcome, PathUse, ProcessRecord, Role,
-    Writer,
+    now_ns, ContentHash, FileRecord, JobRecord, Made, Ops, Outcome, ProcessRecord, Role, Writer,
 };
 
 /// A job's identity: its root process and that process's start time (clock ticks after boot).
@@ -140,32 +141,14 @@ fn is_roar_run(info: &ProcInfo) -> bool {
     argv.get(1).is_some_and(|a| a == "run")
 }
 
-/// What one job did to one path, as the mount saw it.
-#[derive(Debug, Clone, Default)]
-pub struct FileState {
-    pub ops: Ops,
-    /// Content as first read, when the job read content it did not make.
-    pub input: Option<ContentHash>,
-    pub read_prior: bool,
-    /// The job wrote or created the content now at the path.
-    pub job_made: bool,
-    pub exists: bool,
-    /// Final content, hashed when the last writer released it.
-    pub output: Option<ContentHash>,
-    pub first_ns: i64,
-    pub last_ns: i64,
-    /// The job made this name as a hard link to that one: the same file under two names.
-    pub alias_of: Option<PathBuf>,
-}
-
-#[derive(Debug)]
 struct LiveJob {
     argv: Vec<OsString>,
     cwd: PathBuf,
     exe: Option<PathBuf>,
     started_ns: i64,
-    files: HashMap<PathBuf, FileState>,
-    order: Vec<PathBuf>,
+    /// The engine's rule, applied to each access as it happens: the job's files and what is
+    /// known of their content.
+    rules: roar_engine::Rules,
     /// Writable handles still open: the job is finalised only once they are released.
     open_writers: usize,
     root_gone: bool,
@@ -279,8 +262,7 @@ impl Jobs {
                 cwd: std::fs::read_link(format!("/proc/{}/cwd", key.pid)).unwrap_or_default(),
                 exe: std::fs::read_link(format!("/proc/{}/exe", key.pid)).ok(),
                 started_ns: self.boot_ns + key.start as i64 * self.tick_ns,
-                files: HashMap::new(),
-                order: Vec::new(),
+                rules: roar_engine::Rules::default(),
                 open_writers: 0,
                 root_gone: false,
                 begun: None,
@@ -427,164 +409,117 @@ impl Jobs {
         }))
     }
 
-    /// Applies `f` to the state of `path` in `job`.
-    pub fn with_file(&self, job: JobKey, path: &Path, f: impl FnOnce(&mut FileState)) {
-        let now = now_ns();
-        let mut inner = self.inner.lock().expect("jobs lock");
-        let Some(j) = inner.jobs.get_mut(&job) else {
-            return;
-        };
-        if j.begun.is_none() && !self.ignore.is_ignored(path) {
-            let header = self.header(job, j);
+    /// The rule's context for a job that started at `started_ns`: the project's ignore rules, the
+    /// job's start as the ctime floor (start times are clock ticks: a file the job made in its
+    /// first tick has a ctime at or after it), and no filesystem look-ups (the mount's paths lead
+    /// back into itself).
+    fn context<'a>(&self, judge: &'a Judge<'a>, started_ns: i64) -> Context<'a> {
+        static NO_DIRS: std::sync::LazyLock<roar_engine::HashSet<&'static Path>> =
+            std::sync::LazyLock::new(roar_engine::HashSet::default);
+        Context {
+            dirs: &NO_DIRS,
+            ctime_floor_ns: started_ns,
+            ignore: judge,
+            ask_filesystem: false,
+        }
+    }
+
+    /// Applies an access of job `key` to its rule; the job's row is begun at its first recorded
+    /// path (ids follow the order jobs started, and `roar log` shows the job while it runs).
+    fn apply(&self, key: JobKey, j: &mut LiveJob, ev: &Event) {
+        let judge = Judge::Globs(&self.ignore);
+        j.rules.apply(&self.context(&judge, j.started_ns), ev);
+        self.begin(key, j);
+    }
+
+    fn begin(&self, key: JobKey, j: &mut LiveJob) {
+        if j.begun.is_none() && !j.rules.is_empty() {
+            let header = self.header(key, j);
             j.begun = self.writer.begin_job(&header).ok();
         }
-        let st = j.files.entry(path.to_owned()).or_insert_with(|| {
-            j.order.push(path.to_owned());
-            FileState {
-                first_ns: now,
-                ..FileState::default()
-            }
-        });
-        st.last_ns = now;
-        f(st);
+    }
+
+    /// Runs `f` on `job`'s rule, with its context.
+    fn with_rules<T>(
+        &self,
+        job: JobKey,
+        f: impl FnOnce(&mut roar_engine::Rules, &Context) -> T,
+    ) -> Option<T> {
+        let mut inner = self.inner.lock().expect("jobs lock");
+        let j = inner.jobs.get_mut(&job)?;
+        let judge = Judge::Globs(&self.ignore);
+        let out = f(&mut j.rules, &self.context(&judge, j.started_ns));
+        self.begin(job, j);
+        Some(out)
+    }
+
+    /// `job` saw `content` at `path`, which is the mount's inode `ino` now: told before an access
+    /// that changes the path, it is what the access found there; after, what it left.
+    pub fn found(&self, job: JobKey, path: &Path, ino: u64, content: ContentHash) {
+        let file = (self.mount_dev(), ino);
+        self.with_rules(job, |r, cx| r.found(cx, path, file, content, now_ns()));
+    }
+
+    /// The last writer of the mount's inode `ino` (last seen at `path`) left `content`: the
+    /// content of every name of that file the job knows, unless renamed over since.
+    pub fn found_in(&self, job: JobKey, path: &Path, ino: u64, content: &ContentHash) {
+        let file = (self.mount_dev(), ino);
+        self.with_rules(job, |r, _| r.found_in(path, file, content));
+    }
+
+    /// Whether `job` read prior content at `path` whose hash is not known yet.
+    pub fn wants_input(&self, job: JobKey, path: &Path) -> bool {
+        self.with_rules(job, |r, _| r.wants_input(path))
+            .unwrap_or(false)
+    }
+
+    /// Whether what is at `path` may be content `job` has not made nor read yet: an in-place
+    /// write would keep it as an input.
+    pub fn may_keep_prior(&self, job: JobKey, path: &Path) -> bool {
+        self.with_rules(job, |r, _| {
+            r.state(path)
+                .is_none_or(|st| !st.job_made && !st.reads_prior)
+        })
+        .unwrap_or(false)
+    }
+
+    /// Whether the content now at `path` is unknown to `job`'s rule.
+    pub fn wants_content(&self, job: JobKey, path: &Path) -> bool {
+        self.with_rules(job, |r, cx| r.wants_content(cx, path))
+            .unwrap_or(false)
     }
 
     /// Whether the job unlinked a file at `path` (at any time: sqlite deletes its journal and
     /// makes a new one at the same name, each transaction).
     pub fn unlinked(&self, job: JobKey, path: &Path) -> bool {
-        let inner = self.inner.lock().expect("jobs lock");
-        inner
-            .jobs
-            .get(&job)
-            .and_then(|j| j.files.get(path))
-            .is_some_and(|st| st.ops.contains(Ops::UNLINK))
+        self.with_rules(job, |r, _| {
+            r.state(path).is_some_and(|st| st.ops.contains(Ops::UNLINK))
+        })
+        .unwrap_or(false)
     }
 
-    /// The other names the job knows for the file at `path` (hard links it made): writing through
-    /// one changes them all.
-    pub fn linked_names(&self, job: JobKey, path: &Path) -> Vec<PathBuf> {
-        let inner = self.inner.lock().expect("jobs lock");
-        let Some(j) = inner.jobs.get(&job) else {
-            return Vec::new();
+    /// A read of `path` whose content is known without hashing (an archive member), as `job`'s.
+    pub fn read_known(&self, job: JobKey, path: &Path, content: ContentHash) {
+        let open = Event::Open {
+            pid: job.pid,
+            path: path.to_owned(),
+            flags: libc::O_RDONLY,
+            stat: None,
+            ts_ns: now_ns(),
         };
-        let root = j
-            .files
-            .get(path)
-            .and_then(|st| st.alias_of.clone())
-            .unwrap_or_else(|| path.to_owned());
-        let mut names: Vec<PathBuf> = j
-            .files
-            .iter()
-            .filter(|(_, st)| st.alias_of.as_deref() == Some(root.as_path()))
-            .map(|(p, _)| p.clone())
-            .chain([root.clone()])
-            .filter(|p| p != path)
-            .collect();
-        names.sort();
-        names.dedup();
-        names
-    }
-
-    /// Moves a path's state to its new name (a rename seen by the job). `content` gives the
-    /// moved file's hash when the job has none for it yet (a pre-existing file it never read).
-    pub fn rename(
-        &self,
-        job: JobKey,
-        from: &Path,
-        to: &Path,
-        content: impl FnOnce() -> Option<ContentHash>,
-    ) {
-        let now = now_ns();
-        let mut inner = self.inner.lock().expect("jobs lock");
-        let Some(j) = inner.jobs.get_mut(&job) else {
-            return;
-        };
-        let old = j.files.remove(from).unwrap_or(FileState {
-            first_ns: now,
-            ..FileState::default()
+        self.with_rules(job, |r, cx| {
+            r.apply(cx, &open);
+            if r.wants_input(path) {
+                r.found(cx, path, (u64::MAX, u64::MAX), content, now_ns());
+            }
         });
-        let mut moved = FileState {
-            ops: old.ops | Ops::RENAME,
-            job_made: true,
-            exists: true,
-            output: old.output.clone().or_else(|| old.input.clone()),
-            first_ns: old.first_ns,
-            last_ns: now,
-            ..FileState::default()
-        };
-        if moved.output.is_none() {
-            moved.output = content();
-        }
-        // What stays behind at the old name: an input if the job read it, or if it was there
-        // before the job and moved unread (the content the job used, as `roar run` records it).
-        if old.read_prior || !old.job_made {
-            let left = FileState {
-                ops: old.ops | Ops::RENAME,
-                read_prior: true,
-                input: old.input.clone().or_else(|| moved.output.clone()),
-                job_made: false,
-                exists: false,
-                last_ns: now,
-                ..old
-            };
-            if !j.files.contains_key(from) && !j.order.iter().any(|p| p == from) {
-                j.order.push(from.to_owned());
-            }
-            j.files.insert(from.to_owned(), left);
-        } else {
-            // Made by the job and moved away (rsync's `.f.XXXXXX`, a `.Tpo`): a temp, as
-            // `roar run` lists it.
-            let left = FileState {
-                ops: old.ops | Ops::RENAME,
-                job_made: true,
-                exists: false,
-                output: None,
-                last_ns: now,
-                ..old
-            };
-            j.files.insert(from.to_owned(), left);
-        }
-        // Content the job read at the new name before replacing it stays an input there.
-        if let Some(replaced) = j.files.get(to) {
-            if replaced.read_prior {
-                moved.read_prior = true;
-                moved.input = replaced.input.clone();
-                moved.ops = moved.ops | replaced.ops;
-            }
-            moved.first_ns = moved.first_ns.min(replaced.first_ns);
-        } else {
-            j.order.push(to.to_owned());
-        }
-        j.files.insert(to.to_owned(), moved);
     }
 
     /// A directory moved: every live job's files below it now live below its new name.
-    pub fn rename_dir(&self, from: &Path, to: &Path) {
+    pub fn moved_dir(&self, from: &Path, to: &Path) {
         let mut inner = self.inner.lock().expect("jobs lock");
         for job in inner.jobs.values_mut() {
-            let moved: Vec<PathBuf> = job
-                .files
-                .keys()
-                .filter(|p| p.starts_with(from))
-                .cloned()
-                .collect();
-            for old in moved {
-                let new = to.join(old.strip_prefix(from).expect("prefix checked"));
-                if let Some(mut st) = job.files.remove(&old) {
-                    if st.read_prior && !st.job_made {
-                        // An input stays an input of the name it was read under.
-                        job.files.insert(old.clone(), st);
-                        continue;
-                    }
-                    st.ops.insert(Ops::RENAME);
-                    job.files.insert(new.clone(), st);
-                    for p in job.order.iter_mut() {
-                        if *p == old {
-                            *p = new.clone();
-                        }
-                    }
-                }
-            }
+            job.rules.moved_dir(from, to);
         }
     }
 
@@ -637,7 +572,7 @@ impl Jobs {
         done.sort_by_key(|(key, job)| (job.started_ns, key.pid));
         let mut ids = Vec::new();
         for (key, mut job) in done {
-            if job.files.is_empty() {
+            if job.rules.is_empty() {
                 continue;
             }
             let begun = job.begun.take();
@@ -711,15 +646,11 @@ impl Jobs {
     /// `unmounted`: the mount is gone, so paths name the backing files and an output whose last
     /// release never arrived (releases are asynchronous; an unmount can overtake one) can be
     /// hashed from the file itself.
-    fn record(&self, key: JobKey, job: LiveJob, unmounted: bool) -> JobRecord {
+    fn record(&self, key: JobKey, mut job: LiveJob, unmounted: bool) -> JobRecord {
+        let steps = job.log.steps(&self.ignore, job.started_ns, &self.rule);
+        let classified = std::mem::take(&mut job.rules).finish();
         let mut files = Vec::new();
-        for path in &job.order {
-            let Some(st) = job.files.get(path) else {
-                continue;
-            };
-            if self.ignore.is_ignored(path) {
-                continue;
-            }
+        for (path, st) in &classified.paths {
             let rec = |role: Role, hash: Option<ContentHash>| FileRecord {
                 role,
                 path: path.clone(),
@@ -730,19 +661,13 @@ impl Jobs {
                 last_ns: Some(st.last_ns),
                 s3: None,
             };
-            let (input, made) = PathUse {
-                read_prior: st.read_prior,
-                job_made: st.job_made,
-                exists: st.exists,
-                unlinked: st.ops.contains(Ops::UNLINK),
-            }
-            .records();
+            let (input, made) = st.path_use().records();
             if input {
                 files.push(rec(Role::Input, st.input.clone()));
             }
             match made {
                 Some(Made::Output) => {
-                    let hash = st.output.clone().or_else(|| {
+                    let hash = st.output().cloned().or_else(|| {
                         unmounted
                             .then(|| roar_store::hash::hash_path(path, Default::default()).ok())
                             .flatten()
@@ -760,7 +685,7 @@ impl Jobs {
             outcome: Outcome::Ended,
             incomplete: !job.root_gone,
             files,
-            steps: job.log.steps(&self.ignore, job.started_ns, &self.rule),
+            steps,
             ..self.header(key, &job)
         }
     }

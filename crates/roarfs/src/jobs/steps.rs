@@ -281,7 +281,9 @@ impl Jobs {
                 flags: if created {
                     flags | libc::O_CREAT | libc::O_EXCL
                 } else {
-                    flags
+                    // Not made by this open, whatever the caller asked (the kernel sends no
+                    // O_CREAT with FUSE_OPEN; said here so that the rule never asks the ctime).
+                    flags & !(libc::O_CREAT | libc::O_EXCL)
                 },
                 // A file is known to the processes by the mount's inode numbers: what their
                 // standard streams show.
@@ -327,6 +329,7 @@ impl Jobs {
             },
         };
         if let Some(j) = self.inner.lock().expect("jobs lock").jobs.get_mut(&job) {
+            self.apply(job, j, &ev);
             j.log.push(ev);
         }
     }
