@@ -435,10 +435,20 @@ impl Rules {
     /// (`path`, where the observer last saw it, and the names the job linked to it). A name that
     /// names another file by now (renamed over) learns nothing.
     pub fn found_in(&mut self, path: &Path, file: (u64, u64), content: &ContentHash) {
+        // The names the job linked together that still exist name one file, known or not; the
+        // fact counts if one of them is known to name `file`.
         let mut names = self.other_names(path);
         names.push(path.to_owned());
+        if !names
+            .iter()
+            .any(|n| self.state(n).is_some_and(|st| st.file == Some(file)))
+        {
+            return;
+        }
         for name in names {
-            if let Some(st) = self.paths.state_mut(&name).filter(|s| s.file == Some(file)) {
+            let st = self.paths.state_mut(&name);
+            if let Some(st) = st.filter(|st| st.file.is_none_or(|f| f == file)) {
+                st.file = Some(file);
                 st.knows(content.clone());
             }
         }
@@ -589,6 +599,9 @@ impl Rules {
         let Some(st) = self.paths.get(name, ts, cx.ignore) else {
             return;
         };
+        if st.file.is_none() {
+            st.file = w.file;
+        }
         if !w.truncates && !st.job_made && !st.reads_prior && w.stat.is_some_and(|s| s.size > 0) {
             st.read_now(w.stat);
             if st.input.is_none() && st.file == w.file {

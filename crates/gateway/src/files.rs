@@ -1,107 +1,149 @@
-//! A job's object accesses as its inputs and outputs, by the rules `roar run` applies to files
-//! (`roar_store::PathUse`): an object read before the job wrote it is an input (with the content
-//! read); one the job wrote and left is an output (with its final content); one it wrote and
-//! deleted is a temporary; a pre-existing object it deleted is an output with no content.
+//! A job's object accesses as its inputs and outputs: each access becomes an engine event (a GET
+//! an open for reading with the content it read, a PUT a creating open with the content it wrote,
+//! a DELETE an unlink) and the engine's rule (`roar_engine::Rules`, the one `roar run` and the
+//! mount apply) decides the roles: an object read before the job wrote it is an input (with the
+//! content read); one the job wrote and left is an output (with its final content); one it wrote
+//! and deleted is a temporary; a pre-existing object it deleted is an output with no content.
+//! What is S3's own (ranges, version ids, ETags) stays here.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use roar_store::{ContentHash, FileRecord, Made, Ops, PathUse, Role, S3Object};
+use roar_engine::classify::Context;
+use roar_engine::{Event, HashSet, Judge, Rules};
+use roar_store::{ContentHash, FileRecord, FileStat, Made, Role, S3Object};
 
 use crate::record::{Access, AccessKind};
 
-#[derive(Default)]
-struct State<'a> {
-    ops: Ops,
-    first_ns: i64,
-    last_ns: i64,
+/// What the rule does not know of an object: which it is, and which of its accesses its records
+/// describe.
+struct Seen<'a> {
+    bucket: &'a str,
+    key: &'a str,
     /// The first read, if it came before any write of the job.
     read_prior: Option<&'a Access>,
     /// Ranges of the reads that came before any write, if all of them were ranged.
     ranges: Vec<&'a str>,
     full_read: bool,
     written: Option<&'a Access>,
-    exists: bool,
-    job_made: bool,
+}
+
+/// An object as the engine's events name it.
+fn object_path(bucket: &str, key: &str) -> PathBuf {
+    PathBuf::from(format!("s3://{bucket}/{key}"))
+}
+
+/// The engine's event for one access.
+fn event(a: &Access, path: &Path) -> Event {
+    let open = |flags, stat| Event::Open {
+        pid: 0,
+        path: path.to_owned(),
+        flags,
+        stat,
+        ts_ns: a.at_ns,
+    };
+    match a.kind {
+        AccessKind::Read => open(libc::O_RDONLY, None),
+        // Every PUT creates a new object (version), made at the access: S3 has no in-place
+        // writes.
+        AccessKind::Write => open(
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+            Some(FileStat {
+                dev: 0,
+                ino: 0,
+                size: a.size.unwrap_or(0),
+                mtime_ns: a.at_ns,
+                ctime_ns: a.at_ns,
+            }),
+        ),
+        AccessKind::Delete => Event::Unlink {
+            pid: 0,
+            path: path.to_owned(),
+            ts_ns: a.at_ns,
+        },
+    }
 }
 
 /// The file records of `accesses` (in any order), one or two per object.
 pub fn job_files(accesses: &[Access]) -> Vec<FileRecord> {
     let mut in_time: Vec<&Access> = accesses.iter().collect();
     in_time.sort_by_key(|a| a.at_ns);
-    let mut order: Vec<(&str, &str)> = Vec::new();
-    let mut states: HashMap<(&str, &str), State> = HashMap::new();
+    let (dirs, nothing_ignored) = (HashSet::default(), HashSet::default());
+    let judge = Judge::Known(&nothing_ignored);
+    let cx = Context {
+        dirs: &dirs,
+        ctime_floor_ns: i64::MIN,
+        ignore: &judge,
+        ask_filesystem: false,
+    };
+    let mut rules = Rules::default();
+    let mut seen: HashMap<PathBuf, Seen> = HashMap::new();
     for a in in_time {
-        let id = (a.bucket.as_str(), a.key.as_str());
-        let st = states.entry(id).or_insert_with(|| {
-            order.push(id);
-            State {
-                first_ns: a.at_ns,
-                exists: true,
-                ..State::default()
-            }
+        let path = object_path(&a.bucket, &a.key);
+        let made_before = rules.state(&path).is_some_and(|st| st.job_made);
+        rules.apply(&cx, &event(a, &path));
+        // The content this access read or wrote: the object's current version's.
+        if let (AccessKind::Read | AccessKind::Write, Some(h)) = (a.kind, hash(a)) {
+            rules.found(&cx, &path, (0, 0), h, a.at_ns);
+        }
+        let s = seen.entry(path).or_insert_with(|| Seen {
+            bucket: &a.bucket,
+            key: &a.key,
+            read_prior: None,
+            ranges: Vec::new(),
+            full_read: false,
+            written: None,
         });
-        st.last_ns = a.at_ns;
         match a.kind {
-            AccessKind::Read => {
-                st.ops.insert(Ops::READ);
-                if !st.job_made {
-                    st.read_prior.get_or_insert(a);
-                    match &a.range {
-                        Some(r) => st.ranges.push(r),
-                        None => st.full_read = true,
-                    }
+            AccessKind::Read if !made_before => {
+                s.read_prior.get_or_insert(a);
+                match &a.range {
+                    Some(r) => s.ranges.push(r),
+                    None => s.full_read = true,
                 }
             }
-            AccessKind::Write => {
-                // Every PUT creates a new object (version); S3 has no in-place writes.
-                st.ops.insert(Ops::WRITE | Ops::CREATE);
-                st.written = Some(a);
-                st.exists = true;
-                st.job_made = true;
-            }
-            AccessKind::Delete => {
-                st.ops.insert(Ops::UNLINK);
-                st.exists = false;
-            }
+            AccessKind::Write => s.written = Some(a),
+            _ => {}
         }
     }
-
     let mut files = Vec::new();
-    for id in order {
-        let st = &states[&id];
-        let record = |role: Role, a: Option<&Access>, range: Option<String>| FileRecord {
-            role,
-            path: PathBuf::from(format!("s3://{}/{}", id.0, id.1)),
-            hash: a.and_then(hash),
-            before: None,
-            ops: st.ops,
-            first_ns: Some(st.first_ns),
-            last_ns: Some(st.last_ns),
-            s3: Some(S3Object {
-                bucket: id.0.to_owned(),
-                key: id.1.to_owned(),
-                version_id: a.and_then(|a| a.version_id.clone()),
-                etag: a.and_then(|a| a.etag.clone()),
-                size: a.and_then(|a| a.size),
-                range,
-            }),
-        };
-        let (input, made) = PathUse {
-            read_prior: st.read_prior.is_some(),
-            job_made: st.job_made,
-            exists: st.exists,
-            unlinked: st.ops.contains(Ops::UNLINK),
-        }
-        .records();
+    for (path, st) in rules.finish().paths {
+        let s = &seen[&path];
+        let record =
+            |role: Role, hash: Option<ContentHash>, a: Option<&Access>, range| FileRecord {
+                role,
+                path: path.clone(),
+                hash,
+                before: None,
+                ops: st.ops,
+                first_ns: Some(st.first_ns),
+                last_ns: Some(st.last_ns),
+                s3: Some(S3Object {
+                    bucket: s.bucket.to_owned(),
+                    key: s.key.to_owned(),
+                    version_id: a.and_then(|a| a.version_id.clone()),
+                    etag: a.and_then(|a| a.etag.clone()),
+                    size: a.and_then(|a| a.size),
+                    range,
+                }),
+            };
+        let (input, made) = st.path_use().records();
         if input {
-            let range = (!st.full_read).then(|| st.ranges.join(", "));
-            files.push(record(Role::Input, st.read_prior, range));
+            let range = (!s.full_read).then(|| s.ranges.join(", "));
+            files.push(record(Role::Input, st.input.clone(), s.read_prior, range));
         }
         match made {
-            Some(Made::Output) => files.push(record(Role::Output, st.written, None)),
-            Some(Made::Temp) => files.push(record(Role::Temp, None, None)),
-            Some(Made::Deleted) => files.push(record(Role::Output, None, None)),
+            Some(Made::Output) => {
+                files.push(record(Role::Output, st.output().cloned(), s.written, None))
+            }
+            Some(Made::Temp) | Some(Made::Deleted) => {
+                let role = if made == Some(Made::Temp) {
+                    Role::Temp
+                } else {
+                    Role::Output
+                };
+                files.push(record(role, None, None, None))
+            }
             None => {}
         }
     }
@@ -119,6 +161,7 @@ fn hash(a: &Access) -> Option<ContentHash> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use roar_store::Ops;
 
     fn access(kind: AccessKind, key: &str, b3: Option<&str>, range: Option<&str>) -> Access {
         Access {
