@@ -846,3 +846,115 @@ fn a_nested_roar_run_is_recorded_by_both_runs() {
     let err = stderr(&out);
     assert!(err.contains("roar is itself being traced"), "{err}");
 }
+
+/// What glibc does on its own, past the shim's hooks: `remove(3)` unlinks with its internal
+/// unlink (rust-lld removes its temporaries so), and `posix_spawn` file actions open files in the
+/// child with its internal open. Every backend sees both: a removed temporary is a temp, never a
+/// phantom output, and the spawning process's later read of what its child wrote is no input.
+#[test]
+fn glibc_internal_unlinks_and_spawn_redirections_are_seen_by_every_backend() {
+    if !common::require_tool("cc") {
+        return;
+    }
+    let p = Project::new();
+    p.write(
+        "spawn.c",
+        br#"#include <spawn.h>
+#include <stdio.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+extern char **environ;
+int main(void) {
+    FILE *t = fopen("scratch.tmp", "w"); fputs("x", t); fclose(t);
+    if (remove("scratch.tmp") != 0) return 2;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "spawned.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    char *argv[] = {"echo", "from the child", 0};
+    pid_t pid;
+    if (posix_spawnp(&pid, "echo", &fa, 0, argv, environ) != 0) return 3;
+    int status;
+    waitpid(pid, &status, 0);
+    char buf[64];
+    FILE *r = fopen("spawned.txt", "r");
+    size_t n = fread(buf, 1, sizeof buf, r);
+    fclose(r);
+    return n == 15 ? 0 : 4;
+}
+"#,
+    );
+    let cc = std::process::Command::new("cc")
+        .args(["-O2", "-o", "spawn", "spawn.c"])
+        .current_dir(p.path())
+        .output()
+        .unwrap();
+    assert!(cc.status.success(), "cc: {}", stderr(&cc));
+    for backend in common::backends() {
+        let _ = std::fs::remove_file(p.path().join("spawned.txt"));
+        p.run_under(backend, &["./spawn"]);
+        let job = p.last_job();
+        let (inputs, outputs, temps) = (
+            p.files(&job, "input"),
+            p.files(&job, "output"),
+            p.files(&job, "temp"),
+        );
+        assert!(
+            !inputs.iter().any(|f| f == "spawned.txt"),
+            "{backend}: the child's redirection read back as an input: {inputs:?}"
+        );
+        assert!(
+            outputs.iter().any(|f| f == "spawned.txt"),
+            "{backend}: {outputs:?}"
+        );
+        assert!(
+            !outputs.iter().any(|f| f == "scratch.tmp"),
+            "{backend}: remove(3)'d temporary kept as an output: {outputs:?}"
+        );
+        assert!(
+            temps.iter().any(|f| f == "scratch.tmp"),
+            "{backend}: {temps:?}"
+        );
+    }
+}
+
+/// A hard link made inside the job, then an append through the original name: the bytes the
+/// append keeps were there before the job, whatever the link did to the file's ctime.
+#[test]
+fn an_append_through_a_name_the_job_linked_keeps_its_input_everywhere() {
+    let script = "import os\nos.link('orig.txt', 'alias.txt')\nwith open('orig.txt', 'a') as f:\n    f.write('more\\n')\n";
+    for backend in common::backends() {
+        let p = Project::new();
+        p.write("orig.txt", b"kept\n");
+        p.write("link.py", script.as_bytes());
+        std::thread::sleep(RACY);
+        p.run_under(backend, &["python3", "link.py"]);
+        let job = p.last_job();
+        assert!(
+            p.files(&job, "input").iter().any(|f| f == "orig.txt"),
+            "{backend}: {:?}",
+            p.files(&job, "input")
+        );
+        let outputs = p.files(&job, "output");
+        assert!(
+            outputs.contains(&"orig.txt".to_owned()) && outputs.contains(&"alias.txt".to_owned()),
+            "{backend}: {outputs:?}"
+        );
+    }
+    if !common::mount::require_fuse() {
+        return;
+    }
+    let mut m = common::mount::Mounted::new(|d| {
+        std::fs::write(d.join("orig.txt"), b"kept\n").unwrap();
+        std::fs::write(d.join("link.py"), script).unwrap();
+    });
+    assert!(m.run(&["python3", "link.py"]).success());
+    m.unmount();
+    let job = m.job_with_argv(&["python3", "link.py"]);
+    let input = job["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["role"] == "input" && f["path"].as_str().unwrap().ends_with("orig.txt"))
+        .expect("orig.txt's kept bytes are an input on the mount");
+    assert_eq!(input["hash"]["blake3"], b3(b"kept\n"));
+}

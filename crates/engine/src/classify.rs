@@ -474,6 +474,13 @@ impl Rules {
         })
     }
 
+    /// Whether `path` may still name `file`: a change made through a handle on `file` happened
+    /// at `path` only then (not once the path was renamed over or removed).
+    pub fn names(&self, path: &Path, file: (u64, u64)) -> bool {
+        self.state(path)
+            .is_none_or(|st| st.file.map_or(st.exists, |f| f == file))
+    }
+
     /// Whether the job has touched no recorded path yet.
     pub fn is_empty(&self) -> bool {
         self.paths.list.is_empty()
@@ -1153,5 +1160,30 @@ mod tests {
             assert_eq!(st.output(), Some(&h("empty")), "{p:?}");
             assert!(st.ops.contains(Ops::TRUNCATE), "{p:?}");
         }
+    }
+
+    #[test]
+    fn a_change_through_a_handle_on_a_file_renamed_over_did_not_happen_at_its_old_name() {
+        let (ignore, dirs) = (Ignore::new(&[]), HashSet::default());
+        let judge = Judge::Globs(&ignore);
+        let cx = cx(&judge, &dirs);
+        let (f1, f3) = (Path::new("/d/f1"), Path::new("/d/f3"));
+        let mut r = Rules::default();
+        r.apply(&cx, &open_as(f3, libc::O_WRONLY | libc::O_TRUNC, 3, 150));
+        assert!(r.names(f3, (1, 3)));
+        r.found(&cx, f1, (1, 1), h("f1's"), 151);
+        r.apply(
+            &cx,
+            &Event::Rename {
+                pid: 1,
+                from: f1.to_owned(),
+                to: f3.to_owned(),
+                ts_ns: 151,
+            },
+        );
+        assert!(!r.names(f3, (1, 3)), "f3 names f1's file now");
+        assert!(r.names(f3, (1, 1)));
+        assert!(!r.names(f1, (1, 1)), "nothing at f1 any more");
+        assert!(r.names(Path::new("/d/new"), (1, 9)), "nothing known: maybe");
     }
 }

@@ -44,10 +44,10 @@ fn event(a: &Access, path: &Path) -> Event {
     };
     match a.kind {
         AccessKind::Read => open(libc::O_RDONLY, None),
-        // Every PUT creates a new object (version), made at the access: S3 has no in-place
-        // writes.
+        // Every PUT makes a new object (version) whole, at the access: S3 has no in-place
+        // writes and keeps nothing of what the key held.
         AccessKind::Write => open(
-            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
             Some(FileStat {
                 dev: 0,
                 ino: 0,

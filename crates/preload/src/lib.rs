@@ -894,6 +894,25 @@ pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
     r
 }
 
+/// glibc's `remove` calls its own unlink and rmdir, which no hook sees (rust-lld removes its
+/// temporaries this way): done here as glibc does it — unlink, then rmdir where the path is a
+/// directory — through the hooks above and below, so each success is reported.
+#[no_mangle]
+pub unsafe extern "C" fn remove(path: *const c_char) -> c_int {
+    // SAFETY: the caller's path, passed on as it came.
+    let r = unsafe { unlink(path) };
+    if r == 0 {
+        return 0;
+    }
+    // SAFETY: __errno_location always returns this thread's errno.
+    let e = unsafe { *libc::__errno_location() };
+    if e != libc::EISDIR && e != libc::EPERM {
+        return r;
+    }
+    // SAFETY: as above.
+    unsafe { rmdir(path) }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
     let r = unsafe {
@@ -1234,6 +1253,78 @@ type SpawnFn = unsafe extern "C" fn(
     *const *const c_char,
 ) -> c_int;
 
+/// glibc's `posix_spawn_file_actions_t` as its `spawn_int.h` lays it out (the same since glibc
+/// 2.2: later glibcs added actions after `spawn_do_open`, none larger than an open).
+#[repr(C)]
+struct FileActions {
+    allocated: c_int,
+    used: c_int,
+    actions: *const SpawnAction,
+    pad: [c_int; 16],
+}
+
+#[repr(C)]
+struct SpawnAction {
+    tag: c_int,
+    open: OpenAction,
+}
+
+#[repr(C)]
+struct OpenAction {
+    fd: c_int,
+    path: *const c_char,
+    oflag: c_int,
+    mode: libc::mode_t,
+}
+
+const SPAWN_DO_OPEN: c_int = 2;
+const SPAWN_DO_CHDIR: c_int = 3;
+const SPAWN_DO_FCHDIR: c_int = 4;
+
+/// Reports the opens a successful spawn's file actions made: glibc makes them in the child with
+/// its own open, which no hook sees (`make`'s and Python's redirections, `cc -o` through a
+/// driver). Reported by the spawning process once the child runs, with the file as it is then.
+/// Opens after a `chdir` action are relative to a directory the shim never saw: not reported.
+unsafe fn report_spawn_opens(actions: *const libc::posix_spawn_file_actions_t) {
+    if actions.is_null() || !enabled() {
+        return;
+    }
+    let _errno = KeepErrno::new();
+    // SAFETY: the caller's initialised file actions, read as glibc lays them out.
+    let fa = unsafe { &*actions.cast::<FileActions>() };
+    if fa.actions.is_null() || fa.used <= 0 || fa.used > fa.allocated {
+        return;
+    }
+    for i in 0..fa.used as usize {
+        // SAFETY: `used` entries of `actions` are initialised.
+        let a = unsafe { &*fa.actions.add(i) };
+        match a.tag {
+            SPAWN_DO_OPEN if !a.open.path.is_null() => {}
+            SPAWN_DO_CHDIR | SPAWN_DO_FCHDIR => return,
+            _ => continue,
+        }
+        // SAFETY: stat into a zeroed struct, of the action's C string.
+        let mut st: libc::stat = unsafe { core::mem::zeroed() };
+        if unsafe { libc::stat(a.open.path, &mut st) } != 0
+            || st.st_mode & libc::S_IFMT != libc::S_IFREG
+        {
+            continue;
+        }
+        let p = unsafe { cstr(a.open.path) };
+        let mut buf = [0u8; PATH_MAX];
+        let b = unsafe { base(libc::AT_FDCWD, p, &mut buf) };
+        unsafe {
+            send(
+                Kind::Open,
+                a.open.oflag as i64,
+                -1,
+                wire_stat(&st),
+                [b, p, &[], &[]],
+            )
+        };
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn posix_spawn(
     pid: *mut pid_t,
@@ -1247,7 +1338,11 @@ pub unsafe extern "C" fn posix_spawn(
     let mut preload = [0u8; 2 * PATH_MAX];
     let env = unsafe { fix_env(envp, &mut out, &mut preload) };
     unsafe { check_exec(path, false, env) };
-    unsafe { real!(posix_spawn: SpawnFn)(pid, path, actions, attr, argv, env) }
+    let r = unsafe { real!(posix_spawn: SpawnFn)(pid, path, actions, attr, argv, env) };
+    if r == 0 {
+        unsafe { report_spawn_opens(actions) };
+    }
+    r
 }
 
 #[no_mangle]
@@ -1263,7 +1358,11 @@ pub unsafe extern "C" fn posix_spawnp(
     let mut preload = [0u8; 2 * PATH_MAX];
     let env = unsafe { fix_env(envp, &mut out, &mut preload) };
     unsafe { check_exec(file, true, env) };
-    unsafe { real!(posix_spawnp: SpawnFn)(pid, file, actions, attr, argv, env) }
+    let r = unsafe { real!(posix_spawnp: SpawnFn)(pid, file, actions, attr, argv, env) };
+    if r == 0 {
+        unsafe { report_spawn_opens(actions) };
+    }
+    r
 }
 
 // ---- processes and our own fd ------------------------------------------------------------------

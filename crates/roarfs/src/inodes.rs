@@ -104,6 +104,10 @@ struct Node {
     /// passthrough, which bypasses it). For a directory: its state at the last open, no later
     /// than the listing the kernel caches ([`Inodes::open_dir`]).
     cached: Option<Stamp>,
+    /// The file's other names seen through the mount (hard links), the latest last: one takes
+    /// over when `name` is unlinked, so that an open of the file (which names no path) is never
+    /// recorded at a name the file no longer has. Only files with several links have any.
+    links: Vec<(u64, OsString)>,
 }
 
 impl Node {
@@ -120,6 +124,41 @@ impl Node {
             userspace_opens: 0,
             writers: 0,
             cached: None,
+            links: Vec::new(),
+        }
+    }
+
+    /// The file is (also) `name` in `parent` now; `linked`: it has other names too.
+    fn named(&mut self, parent: u64, name: &OsStr, linked: bool) {
+        if self.parent == parent && self.name == name {
+            return;
+        }
+        let old = (
+            self.parent,
+            std::mem::replace(&mut self.name, name.to_owned()),
+        );
+        self.parent = parent;
+        if !linked {
+            self.links = Vec::new();
+            return;
+        }
+        self.links
+            .retain(|(p, n)| (*p, n.as_os_str()) != (parent, name) && (*p, n) != (old.0, &old.1));
+        self.links.push(old);
+        if self.links.len() > 16 {
+            self.links.remove(0);
+        }
+    }
+
+    /// `name` in `parent` was unlinked: if it was the file's name, another takes over.
+    fn unnamed(&mut self, parent: u64, name: &OsStr) {
+        self.links
+            .retain(|(p, n)| (*p, n.as_os_str()) != (parent, name));
+        if self.parent == parent && self.name == name {
+            if let Some((p, n)) = self.links.pop() {
+                self.parent = p;
+                self.name = n;
+            }
         }
     }
 }
@@ -336,8 +375,7 @@ impl Inodes {
         let generation = match nodes.get_mut(&id) {
             Some(node) if node.backing.same_file(&backing) => {
                 node.nlookup += 1;
-                node.parent = parent;
-                node.name = name.to_owned();
+                node.named(parent, name, st.st_nlink > 1);
                 node.generation
             }
             Some(node) => {
@@ -392,8 +430,18 @@ impl Inodes {
     pub fn moved(&self, st: &libc::stat, parent: u64, name: &OsStr) {
         let Some(id) = self.id_of(st) else { return };
         if let Some(n) = self.nodes.write().expect("nodes lock").get_mut(&id) {
-            n.parent = parent;
-            n.name = name.to_owned();
+            // The old name is gone: not another name of the file.
+            n.unnamed(n.parent, &n.name.clone());
+            n.named(parent, name, st.st_nlink > 1);
+        }
+    }
+
+    /// `name` in `parent`, which was the file `st` (with other names: `st_nlink > 1`), was
+    /// unlinked: the node keeps a name the file still has.
+    pub fn unlinked(&self, st: &libc::stat, parent: u64, name: &OsStr) {
+        let Some(id) = self.id_of(st) else { return };
+        if let Some(n) = self.nodes.write().expect("nodes lock").get_mut(&id) {
+            n.unnamed(parent, name);
         }
     }
 

@@ -373,7 +373,11 @@ impl Filesystem for RoarFs {
             // A truncate is a write: the content changed.
             if let (Some(job), Some(_)) = (job, size) {
                 let path = self.inodes.path(ino.0);
-                self.jobs.event(req.pid(), job, Access::Truncate(&path));
+                // Through a handle, the file may live elsewhere by now (renamed over, removed):
+                // then nothing happened at the path.
+                if fh.is_none() || self.jobs.names(job, &path, ino.0) {
+                    self.jobs.event(req.pid(), job, Access::Truncate(&path));
+                }
                 // By path: what it left (through a handle, the handle's release says).
                 if fh.is_none() {
                     if let Some(content) = self.content.of_path_fd(fd, &path) {
@@ -431,16 +435,20 @@ impl Filesystem for RoarFs {
             Err(e) => return reply.error(e),
         };
         let result = self.with_fd(parent.0, |dir| {
-            // Only a job's regular files and symlinks are recorded; the extra stat is paid only
-            // for a job's requests.
-            let recorded = job.is_some()
-                && sys::open_path(dir, name)
-                    .and_then(|fd| sys::stat_fd(fd.as_fd()))
-                    .is_ok_and(|st| is_reg(&st) || st.st_mode & libc::S_IFMT == libc::S_IFLNK);
-            sys::unlink_at(dir, name, 0).map(|()| recorded)
+            // What is unlinked: a job's regular files and symlinks are recorded, and a file with
+            // other names keeps one in the node table.
+            let st = sys::open_path(dir, name).and_then(|fd| sys::stat_fd(fd.as_fd()));
+            sys::unlink_at(dir, name, 0).map(|()| st.ok())
         });
         match result {
-            Ok(recorded) => {
+            Ok(st) => {
+                if let Some(st) = st.as_ref().filter(|st| st.st_nlink > 1) {
+                    self.inodes.unlinked(st, parent.0, name);
+                }
+                let recorded = job.is_some()
+                    && st.is_some_and(|st| {
+                        is_reg(&st) || st.st_mode & libc::S_IFMT == libc::S_IFLNK
+                    });
                 if let (true, Some(job)) = (recorded, job) {
                     let path = self.child_path(parent.0, name);
                     self.jobs.event(req.pid(), job, Access::Unlink(&path));

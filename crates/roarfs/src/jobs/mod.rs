@@ -483,6 +483,14 @@ impl Jobs {
         .unwrap_or(false)
     }
 
+    /// Whether `path` may still name the mount's inode `ino` as far as `job` knows (a change
+    /// through a handle on it happened there only then).
+    pub fn names(&self, job: JobKey, path: &Path, ino: u64) -> bool {
+        let file = (self.mount_dev(), ino);
+        self.with_rules(job, |r, _| r.names(path, file))
+            .unwrap_or(true)
+    }
+
     /// Whether the content now at `path` is unknown to `job`'s rule.
     pub fn wants_content(&self, job: JobKey, path: &Path) -> bool {
         self.with_rules(job, |r, cx| r.wants_content(cx, path))
