@@ -426,7 +426,8 @@ impl Rules {
     ) {
         if let Some(st) = self.paths.get(path, ts, cx.ignore) {
             st.file = Some(file);
-            st.knows(content);
+            // And under the other names the job gave the file.
+            self.found_in(path, file, &content);
         }
     }
 
