@@ -312,13 +312,40 @@ pub struct Rules {
     /// rename moves it on (`mv a tmp; mv tmp a`), and its input content is read where it lands
     /// last.
     landed: HashMap<PathBuf, PathBuf>,
-    /// The names the job gave a file it had not made by linking to it, by that file's first name.
+    /// The names the job gave a file by linking to it, by that file's first name.
     links: HashMap<PathBuf, Vec<PathBuf>>,
+    /// The names each file (dev, ino) was seen under, by the events and the observers' facts:
+    /// checked against each name's current file when looked up.
+    files: HashMap<(u64, u64), Vec<PathBuf>>,
 }
 
 impl Rules {
     /// Applies one event.
     pub fn apply(&mut self, cx: &Context, ev: &Event) {
+        self.decide(cx, ev);
+        match ev {
+            Event::Open { path, .. } => self.index(path),
+            Event::Rename { to, .. } | Event::Link { to, .. } => self.index(to),
+            Event::Exchange { a, b, .. } => {
+                self.index(a);
+                self.index(b);
+            }
+            _ => {}
+        }
+    }
+
+    /// Remembers that `path` names the file it names now, if known.
+    fn index(&mut self, path: &Path) {
+        let Some(file) = self.state(path).and_then(|st| st.file) else {
+            return;
+        };
+        let names = self.files.entry(file).or_default();
+        if !names.iter().any(|p| p == path) {
+            names.push(path.to_owned());
+        }
+    }
+
+    fn decide(&mut self, cx: &Context, ev: &Event) {
         match ev {
             Event::Exec {
                 pid,
@@ -426,25 +453,31 @@ impl Rules {
     ) {
         if let Some(st) = self.paths.get(path, ts, cx.ignore) {
             st.file = Some(file);
-            // And under the other names the job gave the file.
-            self.found_in(path, file, &content);
+            self.index(path);
+            // Under every name of the file.
+            self.found_in(file, &content);
         }
     }
 
     /// An observer that sees content found `content` in `file` through a handle it held (the
-    /// last writer's release): the current content of each name the job knows for that file
-    /// (`path`, where the observer last saw it, and the names the job linked to it). A name that
-    /// names another file by now (renamed over) learns nothing.
-    pub fn found_in(&mut self, path: &Path, file: (u64, u64), content: &ContentHash) {
-        // The names the job linked together that still exist name one file, known or not; the
-        // fact counts if one of them is known to name `file`.
-        let mut names = self.other_names(path);
-        names.push(path.to_owned());
-        if !names
-            .iter()
-            .any(|n| self.state(n).is_some_and(|st| st.file == Some(file)))
-        {
-            return;
+    /// last writer's release): the current content of each name that still names that file —
+    /// never of a name another file was renamed onto meanwhile — and of the names the job
+    /// linked to those (the same file, known or not).
+    pub fn found_in(&mut self, file: (u64, u64), content: &ContentHash) {
+        let mut names: Vec<PathBuf> = self
+            .files
+            .get(&file)
+            .into_iter()
+            .flatten()
+            .filter(|p| self.state(p).is_some_and(|st| st.file == Some(file)))
+            .cloned()
+            .collect();
+        for i in 0..names.len() {
+            for other in self.other_names(&names[i].clone()) {
+                if !names.contains(&other) {
+                    names.push(other);
+                }
+            }
         }
         for name in names {
             let st = self.paths.state_mut(&name);
@@ -1062,7 +1095,7 @@ mod tests {
             r.wants_content(&cx, f),
             "written: its content is not known yet"
         );
-        r.found_in(f, (1, 7), &h("new"));
+        r.found_in((1, 7), &h("new"));
         let st = r.state(f).unwrap();
         assert_eq!(st.input.as_ref(), Some(&h("old")));
         assert_eq!(st.output(), Some(&h("new")));
@@ -1094,7 +1127,7 @@ mod tests {
                 ts_ns: 151,
             },
         );
-        r.found_in(f0, (1, 3), &h("empty"));
+        r.found_in((1, 3), &h("empty"));
         let st = r.state(f0).unwrap();
         assert_eq!(st.output(), Some(&h("f2's")));
         let moved = r.state(f2).unwrap();
@@ -1121,7 +1154,7 @@ mod tests {
         );
         assert_eq!(r.state(b).unwrap().output(), Some(&h("v0")));
         r.apply(&cx, &open_as(b, libc::O_WRONLY | libc::O_APPEND, 4, 152));
-        r.found_in(b, (1, 4), &h("v1"));
+        r.found_in((1, 4), &h("v1"));
         let (sa, sb) = (r.state(a).unwrap(), r.state(b).unwrap());
         assert_eq!(sa.input.as_ref(), Some(&h("v0")), "a's kept bytes");
         assert_eq!(sa.output(), Some(&h("v1")));
@@ -1155,7 +1188,7 @@ mod tests {
                 ts_ns: 152,
             },
         );
-        r.found_in(f3, (1, 5), &h("empty"));
+        r.found_in((1, 5), &h("empty"));
         for p in [f1, f3] {
             let st = r.state(p).unwrap();
             assert_eq!(st.output(), Some(&h("empty")), "{p:?}");

@@ -309,7 +309,7 @@ impl RoarFs {
             // still exists, or names this file still, is the opens', renames' and unlinks' to say
             // (an unlink or rename racing this release on another thread must win).
             if let Some(hash) = self.written_content(h, path) {
-                self.jobs.found_in(job, path, h.opened.ino, &hash);
+                self.jobs.found_in(job, h.opened.ino, &hash);
             }
         }
         self.jobs.writer_released(job);

@@ -460,11 +460,11 @@ impl Jobs {
         self.with_rules(job, |r, cx| r.found(cx, path, file, content, now_ns()));
     }
 
-    /// The last writer of the mount's inode `ino` (last seen at `path`) left `content`: the
-    /// content of every name of that file the job knows, unless renamed over since.
-    pub fn found_in(&self, job: JobKey, path: &Path, ino: u64, content: &ContentHash) {
+    /// The last writer of the mount's inode `ino` left `content`: the content of every name the
+    /// job knows that file by (never one another file was renamed onto since).
+    pub fn found_in(&self, job: JobKey, ino: u64, content: &ContentHash) {
         let file = (self.mount_dev(), ino);
-        self.with_rules(job, |r, _| r.found_in(path, file, content));
+        self.with_rules(job, |r, _| r.found_in(file, content));
     }
 
     /// Whether `job` read prior content at `path` whose hash is not known yet.
