@@ -356,30 +356,69 @@ fn wrong_hashes(job: &serde_json::Value, before: &HashMap<PathBuf, Vec<u8>>) -> 
     wrong
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Observer {
     Mount,
     Run(&'static str),
 }
 
-/// Runs every program under `observer`; the wrong hashes of each that has any, by its index.
-fn run_all(observer: Observer, programs: &[Program]) -> Vec<(usize, Vec<String>)> {
+/// What one observer recorded of one program: each file below the program's directory as
+/// (name, role), sorted, and what is wrong with the record's hashes.
+#[derive(Debug, Default, Clone)]
+struct Seen {
+    files: Vec<(String, String)>,
+    wrong: Vec<String>,
+}
+
+impl Seen {
+    fn of(jobs: &[&serde_json::Value], dir: &Path, before: &HashMap<PathBuf, Vec<u8>>) -> Seen {
+        let mut seen = Seen::default();
+        for job in jobs {
+            seen.wrong.extend(wrong_hashes(job, before));
+            for f in job["files"].as_array().into_iter().flatten() {
+                let path = Path::new(f["path"].as_str().unwrap());
+                if let Ok(rel) = path.strip_prefix(dir) {
+                    let role = f["role"].as_str().unwrap_or("").to_owned();
+                    seen.files.push((rel.to_string_lossy().into_owned(), role));
+                }
+            }
+        }
+        seen.files.sort();
+        seen.files.dedup();
+        seen
+    }
+}
+
+/// Runs every program under `observer`: what it recorded of each, in order.
+fn run_all(observer: Observer, programs: &[Program]) -> Vec<Seen> {
     match observer {
         Observer::Mount => run_mounted(programs),
         Observer::Run(backend) => run_traced(backend, programs),
     }
 }
 
-fn run_traced(backend: &str, programs: &[Program]) -> Vec<(usize, Vec<String>)> {
+/// The programs whose hashes are wrong, by index.
+fn wrong(seen: &[Seen]) -> Vec<(usize, Vec<String>)> {
+    seen.iter()
+        .enumerate()
+        .filter(|(_, s)| !s.wrong.is_empty())
+        .map(|(i, s)| (i, s.wrong.clone()))
+        .collect()
+}
+
+fn run_traced(backend: &str, programs: &[Program]) -> Vec<Seen> {
     let p = Project::new();
     let root = std::fs::canonicalize(p.path()).unwrap();
-    let mut failed = Vec::new();
+    let mut seen = Vec::new();
     for (i, prog) in programs.iter().enumerate() {
         let (dir, script) = (
             root.join(format!("w{i}")),
             root.join(format!("prog_{i}.py")),
         );
         let before = lay_out(prog, &dir, &script);
+        // Files there before the job are older than its first clock tick (an open with O_CREAT
+        // leaves it to the ctime to say whether what it found predates the job: SEMANTICS.md).
+        std::thread::sleep(std::time::Duration::from_millis(12));
         let out = p
             .cmd(["run", "--tracer", backend, "--", "python3"])
             .arg(&script)
@@ -387,15 +426,12 @@ fn run_traced(backend: &str, programs: &[Program]) -> Vec<(usize, Vec<String>)> 
             .output()
             .unwrap();
         assert!(out.status.success(), "{backend}: {}", stderr(&out));
-        let wrong = wrong_hashes(&p.last_job(), &before);
-        if !wrong.is_empty() {
-            failed.push((i, wrong));
-        }
+        seen.push(Seen::of(&[&p.last_job()], &dir, &before));
     }
-    failed
+    seen
 }
 
-fn run_mounted(programs: &[Program]) -> Vec<(usize, Vec<String>)> {
+fn run_mounted(programs: &[Program]) -> Vec<Seen> {
     let scripts = tempfile::tempdir().unwrap();
     let mut before = Vec::new();
     let mut m = Mounted::new(|data| {
@@ -416,33 +452,37 @@ fn run_mounted(programs: &[Program]) -> Vec<(usize, Vec<String>)> {
     }
     m.unmount();
     let jobs = m.jobs();
-    let mut failed = Vec::new();
-    for (i, before) in before.iter().enumerate() {
-        let script = scripts.path().join(format!("prog_{i}.py"));
-        let mine = |j: &&serde_json::Value| {
-            j["argv"]
-                .as_array()
-                .is_some_and(|a| a.iter().any(|x| x.as_str() == script.to_str()))
-        };
-        // A program that touched nothing under the mount has no job.
-        let wrong = jobs
-            .iter()
-            .filter(mine)
-            .flat_map(|j| wrong_hashes(j, before))
-            .collect::<Vec<_>>();
-        if !wrong.is_empty() {
-            failed.push((i, wrong));
-        }
-    }
-    failed
+    before
+        .iter()
+        .enumerate()
+        .map(|(i, before)| {
+            let script = scripts.path().join(format!("prog_{i}.py"));
+            // A program that touched nothing under the mount has no job.
+            let mine: Vec<&serde_json::Value> = jobs
+                .iter()
+                .filter(|j| {
+                    j["argv"]
+                        .as_array()
+                        .is_some_and(|a| a.iter().any(|x| x.as_str() == script.to_str()))
+                })
+                .collect();
+            Seen::of(&mine, &m.data.join(format!("w{i}")), before)
+        })
+        .collect()
 }
 
 /// The program with the fewest operations (and files before it) that still fails under
 /// `observer`, removing one at a time, a fork's own operations included.
-fn shrink(observer: Observer, mut p: Program) -> Program {
+fn shrink(observer: Observer, p: Program) -> Program {
     // Failures can hang on timing (when the kernel sends a release): a candidate gets two runs.
-    let fails =
-        |q: &Program| (0..2).any(|_| !run_all(observer, std::slice::from_ref(q)).is_empty());
+    shrink_by(
+        |q| (0..2).any(|_| !wrong(&run_all(observer, std::slice::from_ref(q))).is_empty()),
+        p,
+    )
+}
+
+/// The program with the fewest operations (and files before it) for which `fails` holds.
+fn shrink_by(fails: impl Fn(&Program) -> bool, mut p: Program) -> Program {
     let mut tries = 0;
     let mut changed = true;
     while changed && tries < 120 {
@@ -504,15 +544,15 @@ fn check(observer: Observer, count: usize) {
     let all = programs(count, seed);
     // Long runs go in batches: one project (or mount) per batch.
     for (b, batch) in all.chunks(200).enumerate() {
-        let failed = run_all(observer, batch);
-        if let Some((i, wrong)) = failed.into_iter().next() {
+        let failed = wrong(&run_all(observer, batch));
+        if let Some((i, wrong_hashes)) = failed.into_iter().next() {
             let small = shrink(observer, batch[i].clone());
-            let again = run_all(observer, std::slice::from_ref(&small));
+            let again = wrong(&run_all(observer, std::slice::from_ref(&small)));
             panic!(
                 "{observer:?}: program {} of seed {seed} (ROAR_GEN_SEED={seed}) recorded wrong hashes:\n  {}\n\
                  shrunk to {} operations ({:?} before the job), which gives:\n  {}\n--- program ---\n{}",
                 b * 200 + i,
-                wrong.join("\n  "),
+                wrong_hashes.join("\n  "),
                 small.ops.len(),
                 small.before.iter().map(|(n, c)| (format!("f{n}"), c.len())).collect::<Vec<_>>(),
                 again.first().map_or_else(
@@ -587,6 +627,79 @@ fn a_pwrite_through_a_second_handle_is_in_the_recorded_hash_on_the_mount_needs_r
             Op::Close { slot: 0 },
         ],
     };
-    let failed = run_all(Observer::Mount, &[p]);
+    let failed = wrong(&run_all(Observer::Mount, &[p]));
     assert!(failed.is_empty(), "{failed:?}");
+}
+
+/// Where two records of one program differ: (name, role) pairs only one of them has.
+fn differences(a: &Seen, b: &Seen) -> Vec<String> {
+    let only = |x: &Seen, y: &Seen| -> Vec<String> {
+        x.files
+            .iter()
+            .filter(|f| !y.files.contains(f))
+            .map(|(n, r)| format!("{r} {n}"))
+            .collect()
+    };
+    let (ab, ba) = (only(a, b), only(b, a));
+    if ab.is_empty() && ba.is_empty() {
+        Vec::new()
+    } else {
+        vec![format!(
+            "only in the first: {ab:?}; only in the second: {ba:?}"
+        )]
+    }
+}
+
+/// The same programs under every observer: the records must name the same files in the same
+/// roles (the engine's rule is one; observers differ only in what they can see, and these
+/// programs use nothing any observer is blind to). A disagreement is shrunk like a wrong hash.
+#[test]
+fn generated_programs_give_every_observer_the_same_record() {
+    let seed = std::env::var("ROAR_GEN_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
+    let count = std::env::var("ROAR_GEN_PROGRAMS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(30);
+    let mut observers: Vec<Observer> = common::backends().into_iter().map(Observer::Run).collect();
+    if require_fuse() {
+        observers.push(Observer::Mount);
+    }
+    let all = programs(count, seed);
+    let first = observers[0];
+    let reference = run_all(first, &all);
+    for &other in &observers[1..] {
+        let seen = run_all(other, &all);
+        for (i, (a, b)) in reference.iter().zip(&seen).enumerate() {
+            let diff = differences(a, b);
+            if diff.is_empty() {
+                continue;
+            }
+            let disagree = |q: &Program| {
+                let one = std::slice::from_ref(q);
+                !differences(&run_all(first, one)[0], &run_all(other, one)[0]).is_empty()
+            };
+            let small = shrink_by(disagree, all[i].clone());
+            let one = std::slice::from_ref(&small);
+            let again = differences(&run_all(first, one)[0], &run_all(other, one)[0]);
+            panic!(
+                "{first:?} and {other:?} disagree on program {i} of seed {seed} (ROAR_GEN_SEED={seed}):\n  {}\n\
+                 shrunk to {} operations ({:?} before the job): {}\n--- program ---\n{}",
+                diff.join("\n  "),
+                small.ops.len(),
+                small.before.iter().map(|(n, c)| (format!("f{n}"), c.len())).collect::<Vec<_>>(),
+                again.join("; "),
+                python(&small)
+            );
+        }
+    }
+    eprintln!("{count} generated programs (seed {seed}): {observers:?} give the same record");
 }

@@ -657,6 +657,11 @@ impl Rules {
     }
 
     fn rename_or_link(&mut self, cx: &Context, from: &Path, to: &Path, rename: bool, ts: i64) {
+        // rename(2) onto the same name, or between two names of one file, does nothing.
+        let file = |p: &Path| self.state(p).and_then(|st| st.file.filter(|_| st.exists));
+        if rename && (from == to || file(from).is_some_and(|f| file(to) == Some(f))) {
+            return;
+        }
         if rename && !self.paths.is_tracked(from) && self.paths.is_dir(from, to, cx) {
             // A directory moved: what the job did inside it now lives under the new name.
             self.paths.move_children(from, to);
@@ -1219,5 +1224,35 @@ mod tests {
         assert!(r.names(f3, (1, 1)));
         assert!(!r.names(f1, (1, 1)), "nothing at f1 any more");
         assert!(r.names(Path::new("/d/new"), (1, 9)), "nothing known: maybe");
+    }
+
+    #[test]
+    fn a_rename_onto_itself_or_between_two_names_of_one_file_does_nothing() {
+        let (ignore, dirs) = (Ignore::new(&[]), HashSet::default());
+        let judge = Judge::Globs(&ignore);
+        let cx = cx(&judge, &dirs);
+        let (a, b) = (Path::new("/d/a"), Path::new("/d/b"));
+        let mv = |from: &Path, to: &Path| Event::Rename {
+            pid: 1,
+            from: from.to_owned(),
+            to: to.to_owned(),
+            ts_ns: 151,
+        };
+        let mut r = Rules::default();
+        r.apply(&cx, &mv(a, a));
+        assert!(r.is_empty(), "nothing happened at a");
+        r.apply(&cx, &open_as(a, libc::O_RDONLY, 4, 150));
+        r.apply(
+            &cx,
+            &Event::Link {
+                pid: 1,
+                from: a.to_owned(),
+                to: b.to_owned(),
+                ts_ns: 151,
+            },
+        );
+        r.apply(&cx, &mv(a, b));
+        let st = r.state(a).unwrap();
+        assert!(st.exists && !st.job_made, "a is still there, as it was");
     }
 }

@@ -987,6 +987,13 @@ unsafe fn report_ftruncate(fd: c_int) {
         return;
     }
     let _errno = KeepErrno::new();
+    // A file with no name left (unlinked while open: its /proc link reads "PATH (deleted)") was
+    // truncated at no path.
+    // SAFETY: fstat into a zeroed struct.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    if unsafe { libc::fstat(fd, &mut st) } == 0 && st.st_nlink == 0 {
+        return;
+    }
     let mut buf = [0u8; PATH_MAX];
     let p = unsafe { fd_path(fd, &mut buf) };
     if p.first() == Some(&b'/') {

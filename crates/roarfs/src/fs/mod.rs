@@ -510,16 +510,25 @@ impl Filesystem for RoarFs {
             self.child_path(parent.0, name),
             self.child_path(newparent.0, newname),
         );
+        let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);
         let result = self.with_fd(parent.0, |a| {
             let moved = sys::open_path(a, name).ok();
-            self.inodes
-                .with_fd(newparent.0, |b| {
-                    sys::rename_at(a, name, b, newname, flags.bits())
-                })
-                .map(|()| moved)
+            self.inodes.with_fd(newparent.0, |b| {
+                // A file with other names replaced here loses this one.
+                let replaced = (!exchange)
+                    .then(|| sys::open_path(b, newname).and_then(|f| sys::stat_fd(f.as_fd())))
+                    .and_then(Result::ok)
+                    .filter(|st| st.st_nlink > 1);
+                sys::rename_at(a, name, b, newname, flags.bits()).map(|()| (moved, replaced))
+            })
         });
         let moved = match result {
-            Ok(moved) => moved,
+            Ok((moved, replaced)) => {
+                if let Some(st) = replaced {
+                    self.inodes.unlinked(&st, newparent.0, newname);
+                }
+                moved
+            }
             Err(e) => return reply.error(e),
         };
         let Some(st) = moved.as_ref().and_then(|fd| sys::stat_fd(fd.as_fd()).ok()) else {
@@ -527,7 +536,6 @@ impl Filesystem for RoarFs {
         };
         let fd = moved.as_ref().expect("stat'ed").as_fd();
         self.inodes.moved(&st, newparent.0, newname);
-        let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);
         if st.st_mode & libc::S_IFMT == libc::S_IFDIR && !exchange {
             self.jobs.moved_dir(&from, &to);
         }

@@ -508,7 +508,8 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	case NR_ftruncate: {
 		struct file *f = fd_file(t, (int)p.a[0]);
 
-		if (!f)
+		/* A file with no name left (unlinked while open) was truncated at no path. */
+		if (!f || BPF_CORE_READ(f, f_inode, __i_nlink) == 0)
 			return 0;
 		/* No path argument: string 0 is empty, string 1 the file's own path. */
 		off = put_dir(s, 0, __builtin_preserve_access_index(&f->f_path));

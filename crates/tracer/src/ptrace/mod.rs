@@ -194,13 +194,21 @@ fn on_entry(pid: i32, r: &libc::user_regs_struct) -> Option<Pending> {
         SYS_MKDIR => one(OneKind::Mkdir, AT_FDCWD, a0),
         SYS_MKDIRAT => one(OneKind::Mkdir, a0 as i64, a1),
         SYS_TRUNCATE => one(OneKind::Truncate, AT_FDCWD, a0),
-        SYS_FTRUNCATE => Pending::One {
-            kind: OneKind::Truncate,
-            path: PathBuf::from(OsString::from_vec(proc_link(
-                pid,
-                &format!("fd/{}", a0 as i32),
-            ))),
-        },
+        SYS_FTRUNCATE => {
+            // A file with no name left (unlinked while open) is truncated at no path.
+            let fd = format!("/proc/{pid}/fd/{}", a0 as i32);
+            if std::fs::metadata(&fd).is_ok_and(|m| std::os::unix::fs::MetadataExt::nlink(&m) == 0)
+            {
+                return None;
+            }
+            Pending::One {
+                kind: OneKind::Truncate,
+                path: PathBuf::from(OsString::from_vec(proc_link(
+                    pid,
+                    &format!("fd/{}", a0 as i32),
+                ))),
+            }
+        }
         _ => return None,
     })
 }
