@@ -55,14 +55,14 @@ pub struct PathState {
     /// The file (dev, ino) the path names, as far as the events tell: opens report it, renames
     /// and links carry it, an unlink ends it.
     pub file: Option<(u64, u64)>,
-    /// Moved on by every event that changes what the path holds.
-    pub version: u32,
+    /// The number of the last event that changed what the path holds ([`Rules::mark`]).
+    pub version: u64,
     /// The version whose bytes the job read as prior content.
-    pub input_version: u32,
+    pub input_version: u64,
     /// The input's content, where an observer that sees content (the mount) saw it.
     pub input: Option<ContentHash>,
     /// The latest content an observer saw at the path, with the version it saw.
-    pub known: Option<(u32, ContentHash)>,
+    pub known: Option<(u64, ContentHash)>,
 }
 
 impl PathState {
@@ -317,11 +317,14 @@ pub struct Rules {
     /// The names each file (dev, ino) was seen under, by the events and the observers' facts:
     /// checked against each name's current file when looked up.
     files: HashMap<(u64, u64), Vec<PathBuf>>,
+    /// Events applied so far.
+    seq: u64,
 }
 
 impl Rules {
     /// Applies one event.
     pub fn apply(&mut self, cx: &Context, ev: &Event) {
+        self.seq += 1;
         self.decide(cx, ev);
         match ev {
             Event::Open { path, .. } => self.index(path),
@@ -332,6 +335,12 @@ impl Rules {
             }
             _ => {}
         }
+    }
+
+    /// Where the job's events are now: a fact an observer is about to take (a hash) is told with
+    /// the mark taken before it, and counts only for names no event changed since.
+    pub fn mark(&self) -> u64 {
+        self.seq
     }
 
     /// Remembers that `path` names the file it names now, if known.
@@ -399,7 +408,7 @@ impl Rules {
                         st.written_ns = Some(*ts_ns);
                         st.job_made = true;
                         st.exists = true;
-                        st.changed();
+                        st.changed(self.seq);
                     }
                 }
             }
@@ -413,7 +422,7 @@ impl Rules {
                 if let Some(st) = self.paths.get(path, *ts_ns, cx.ignore) {
                     st.ops.insert(Ops::UNLINK);
                     st.exists = false;
-                    st.changed();
+                    st.changed(self.seq);
                     st.file = None;
                 }
             }
@@ -425,7 +434,7 @@ impl Rules {
                     st.ops.insert(Ops::CREATE);
                     st.job_made = true;
                     st.exists = true;
-                    st.changed();
+                    st.changed(self.seq);
                     st.file = None;
                 }
             }
@@ -443,19 +452,15 @@ impl Rules {
     /// looked), at `ts`: the content of the path's current version. Told before an event that
     /// changes the path, it is what the event found there (an in-place write's kept bytes, a
     /// pre-existing file renamed away).
-    pub fn found(
-        &mut self,
-        cx: &Context,
-        path: &Path,
-        file: (u64, u64),
-        content: ContentHash,
-        ts: i64,
-    ) {
+    pub fn found(&mut self, cx: &Context, path: &Path, fact: Fact, ts: i64) {
         if let Some(st) = self.paths.get(path, ts, cx.ignore) {
-            st.file = Some(file);
+            if st.version > fact.mark {
+                return;
+            }
+            st.file = Some(fact.file);
             self.index(path);
             // Under every name of the file.
-            self.found_in(file, &content);
+            self.found_in(fact);
         }
     }
 
@@ -463,7 +468,12 @@ impl Rules {
     /// last writer's release): the current content of each name that still names that file —
     /// never of a name another file was renamed onto meanwhile — and of the names the job
     /// linked to those (the same file, known or not).
-    pub fn found_in(&mut self, file: (u64, u64), content: &ContentHash) {
+    pub fn found_in(&mut self, fact: Fact) {
+        let Fact {
+            file,
+            content,
+            mark,
+        } = fact;
         let mut names: Vec<PathBuf> = self
             .files
             .get(&file)
@@ -481,7 +491,9 @@ impl Rules {
         }
         for name in names {
             let st = self.paths.state_mut(&name);
-            if let Some(st) = st.filter(|st| st.file.is_none_or(|f| f == file)) {
+            let holds =
+                |st: &&mut PathState| st.file.is_none_or(|f| f == file) && st.version <= mark;
+            if let Some(st) = st.filter(holds) {
                 st.file = Some(file);
                 st.knows(content.clone());
             }
@@ -593,7 +605,7 @@ impl Rules {
             if flags & libc::O_CREAT != 0 && stat.is_some_and(|s| s.ctime_ns >= floor) {
                 st.ops.insert(Ops::CREATE);
             }
-            st.changed();
+            st.changed(self.seq);
         }
         if truncates {
             st.ops.insert(Ops::TRUNCATE);
@@ -653,7 +665,7 @@ impl Rules {
         st.written_ns = Some(ts);
         st.job_made = true;
         st.exists = true;
-        st.changed();
+        st.changed(self.seq);
     }
 
     fn rename_or_link(&mut self, cx: &Context, from: &Path, to: &Path, rename: bool, ts: i64) {
@@ -699,7 +711,7 @@ impl Rules {
                         st.moved_to = Some((to.to_owned(), ts));
                     }
                 }
-                st.changed();
+                st.changed(self.seq);
                 st.file = None;
             } else if !st.job_made {
                 // Linked from: the name held content the job had not made, and still does.
@@ -717,7 +729,7 @@ impl Rules {
         dst.ops.insert(Ops::RENAME);
         dst.exists = true;
         // The file and what is known of its content move with it.
-        dst.changed();
+        dst.changed(self.seq);
         dst.file = src.as_ref().and_then(|s| s.file);
         if let Some(content) = src.as_ref().and_then(|s| s.current()) {
             dst.knows(content.clone());
@@ -789,7 +801,7 @@ impl Rules {
             if let Some(st) = self.paths.get(p, ts, cx.ignore) {
                 st.job_made = true;
                 st.exists = true;
-                st.changed();
+                st.changed(self.seq);
                 let (file, content) = other.unwrap_or((None, None));
                 st.file = file;
                 if let Some(content) = content {
@@ -798,6 +810,15 @@ impl Rules {
             }
         }
     }
+}
+
+/// What an observer that sees content saw: `file` held `content` when the job's events were at
+/// `mark` ([`Rules::mark`], taken before the content was read).
+#[derive(Debug, Clone)]
+pub struct Fact {
+    pub file: (u64, u64),
+    pub content: ContentHash,
+    pub mark: u64,
 }
 
 /// A writable open under one name, as the file's other names see it.
@@ -812,9 +833,9 @@ struct Through<'a> {
 }
 
 impl PathState {
-    /// The content at the path changed (or the path now names something else).
-    fn changed(&mut self) {
-        self.version += 1;
+    /// The content at the path changed (or the path now names something else), by event `seq`.
+    fn changed(&mut self, seq: u64) {
+        self.version = seq;
     }
 
     /// The job reads the path's prior content now (`stat`: its identity, when the event says).
@@ -1054,6 +1075,14 @@ mod tests {
         assert!(!c.paths[0].1.reads_prior);
     }
 
+    fn fact(r: &Rules, file: (u64, u64), content: ContentHash) -> Fact {
+        Fact {
+            file,
+            content,
+            mark: r.mark(),
+        }
+    }
+
     fn h(s: &str) -> ContentHash {
         ContentHash {
             blake3: s.to_owned(),
@@ -1094,13 +1123,13 @@ mod tests {
         let cx = cx(&judge, &dirs);
         let f = Path::new("/d/f");
         let mut r = Rules::default();
-        r.found(&cx, f, (1, 7), h("old"), 150);
+        r.found(&cx, f, fact(&r, (1, 7), h("old")), 150);
         r.apply(&cx, &open_as(f, libc::O_WRONLY, 7, 150));
         assert!(
             r.wants_content(&cx, f),
             "written: its content is not known yet"
         );
-        r.found_in((1, 7), &h("new"));
+        r.found_in(fact(&r, (1, 7), h("new")));
         let st = r.state(f).unwrap();
         assert_eq!(st.input.as_ref(), Some(&h("old")));
         assert_eq!(st.output(), Some(&h("new")));
@@ -1122,7 +1151,7 @@ mod tests {
             &cx,
             &open_as(f0, libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND, 3, 150),
         );
-        r.found(&cx, f2, (1, 9), h("f2's"), 151);
+        r.found(&cx, f2, fact(&r, (1, 9), h("f2's")), 151);
         r.apply(
             &cx,
             &Event::Rename {
@@ -1132,7 +1161,7 @@ mod tests {
                 ts_ns: 151,
             },
         );
-        r.found_in((1, 3), &h("empty"));
+        r.found_in(fact(&r, (1, 3), h("empty")));
         let st = r.state(f0).unwrap();
         assert_eq!(st.output(), Some(&h("f2's")));
         let moved = r.state(f2).unwrap();
@@ -1147,7 +1176,7 @@ mod tests {
         let cx = cx(&judge, &dirs);
         let (a, b) = (Path::new("/d/a"), Path::new("/d/b"));
         let mut r = Rules::default();
-        r.found(&cx, a, (1, 4), h("v0"), 150);
+        r.found(&cx, a, fact(&r, (1, 4), h("v0")), 150);
         r.apply(
             &cx,
             &Event::Link {
@@ -1159,7 +1188,7 @@ mod tests {
         );
         assert_eq!(r.state(b).unwrap().output(), Some(&h("v0")));
         r.apply(&cx, &open_as(b, libc::O_WRONLY | libc::O_APPEND, 4, 152));
-        r.found_in((1, 4), &h("v1"));
+        r.found_in(fact(&r, (1, 4), h("v1")));
         let (sa, sb) = (r.state(a).unwrap(), r.state(b).unwrap());
         assert_eq!(sa.input.as_ref(), Some(&h("v0")), "a's kept bytes");
         assert_eq!(sa.output(), Some(&h("v1")));
@@ -1193,7 +1222,7 @@ mod tests {
                 ts_ns: 152,
             },
         );
-        r.found_in((1, 5), &h("empty"));
+        r.found_in(fact(&r, (1, 5), h("empty")));
         for p in [f1, f3] {
             let st = r.state(p).unwrap();
             assert_eq!(st.output(), Some(&h("empty")), "{p:?}");
@@ -1210,7 +1239,7 @@ mod tests {
         let mut r = Rules::default();
         r.apply(&cx, &open_as(f3, libc::O_WRONLY | libc::O_TRUNC, 3, 150));
         assert!(r.names(f3, (1, 3)));
-        r.found(&cx, f1, (1, 1), h("f1's"), 151);
+        r.found(&cx, f1, fact(&r, (1, 1), h("f1's")), 151);
         r.apply(
             &cx,
             &Event::Rename {
@@ -1254,5 +1283,29 @@ mod tests {
         r.apply(&cx, &mv(a, b));
         let st = r.state(a).unwrap();
         assert!(st.exists && !st.job_made, "a is still there, as it was");
+    }
+
+    /// Found by the generator: a release hashed the file, a truncate by path came in (and was
+    /// seen with its own content), then the release's older content arrived.
+    #[test]
+    fn content_taken_before_a_change_does_not_count_after_it() {
+        let (ignore, dirs) = (Ignore::new(&[]), HashSet::default());
+        let judge = Judge::Globs(&ignore);
+        let cx = cx(&judge, &dirs);
+        let f = Path::new("/d/f");
+        let mut r = Rules::default();
+        r.apply(&cx, &open_as(f, libc::O_WRONLY, 7, 150));
+        let stale = fact(&r, (1, 7), h("before the truncate"));
+        r.apply(
+            &cx,
+            &Event::Truncate {
+                pid: 1,
+                path: f.to_owned(),
+                ts_ns: 151,
+            },
+        );
+        r.found(&cx, f, fact(&r, (1, 7), h("truncated")), 151);
+        r.found_in(stale);
+        assert_eq!(r.state(f).unwrap().output(), Some(&h("truncated")));
     }
 }

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use roar_engine::classify::Context;
-use roar_engine::{Event, HashSet, Judge, Rules};
+use roar_engine::{Event, Fact, HashSet, Judge, Rules};
 use roar_store::{ContentHash, FileRecord, FileStat, Made, Role, S3Object};
 
 use crate::record::{Access, AccessKind};
@@ -83,8 +83,13 @@ pub fn job_files(accesses: &[Access]) -> Vec<FileRecord> {
         let made_before = rules.state(&path).is_some_and(|st| st.job_made);
         rules.apply(&cx, &event(a, &path));
         // The content this access read or wrote: the object's current version's.
-        if let (AccessKind::Read | AccessKind::Write, Some(h)) = (a.kind, hash(a)) {
-            rules.found(&cx, &path, (0, 0), h, a.at_ns);
+        if let (AccessKind::Read | AccessKind::Write, Some(content)) = (a.kind, hash(a)) {
+            let fact = Fact {
+                file: (0, 0),
+                content,
+                mark: rules.mark(),
+            };
+            rules.found(&cx, &path, fact, a.at_ns);
         }
         let s = seen.entry(path).or_insert_with(|| Seen {
             bucket: &a.bucket,

@@ -380,8 +380,9 @@ impl Filesystem for RoarFs {
                 }
                 // By path: what it left (through a handle, the handle's release says).
                 if fh.is_none() {
+                    let mark = self.jobs.mark(job);
                     if let Some(content) = self.content.of_path_fd(fd, &path) {
-                        self.jobs.found(job, &path, ino.0, content);
+                        self.jobs.found(job, &path, ino.0, content, mark);
                     }
                 }
             }
@@ -558,8 +559,9 @@ impl Filesystem for RoarFs {
                     continue;
                 };
                 if self.jobs.wants_content(job, path) {
+                    let mark = self.jobs.mark(job);
                     if let Some(content) = self.content.of_path_fd(fd, path) {
-                        self.jobs.found(job, path, id, content);
+                        self.jobs.found(job, path, id, content, mark);
                     }
                 }
             }
@@ -603,12 +605,13 @@ impl Filesystem for RoarFs {
                     };
                     self.jobs.event(req.pid(), job, access);
                     if self.jobs.wants_content(job, &path) {
+                        let mark = self.jobs.mark(job);
                         let content = self
                             .with_fd(ino.0, |f| Ok(self.content.of_path_fd(f, &path)))
                             .ok()
                             .flatten();
                         if let Some(content) = content {
-                            self.jobs.found(job, &path, ino.0, content);
+                            self.jobs.found(job, &path, ino.0, content, mark);
                         }
                     }
                 }

@@ -192,8 +192,9 @@ impl RoarFs {
             // make them): told before the open is applied, it is the content the open found.
             let keeps = writable && !created && flags & libc::O_TRUNC == 0;
             if keeps && self.jobs.wants_content(job, &path) {
+                let mark = self.jobs.mark(job);
                 if let Some(before) = self.content.of_path_fd(file.as_fd(), &path) {
-                    self.jobs.found(job, &path, ino, before);
+                    self.jobs.found(job, &path, ino, before, mark);
                 }
             }
             let access = Access::Open {
@@ -209,8 +210,9 @@ impl RoarFs {
                 // The content is about to change.
                 self.content.forget(st);
             } else if self.jobs.wants_input(job, &path) {
+                let mark = self.jobs.mark(job);
                 if let Some(content) = self.content.at(&file, st, &path) {
-                    self.jobs.found(job, &path, ino, content);
+                    self.jobs.found(job, &path, ino, content, mark);
                 }
             }
         }
@@ -308,8 +310,9 @@ impl RoarFs {
             // Content only, of this file under each name the job knows for it: whether a path
             // still exists, or names this file still, is the opens', renames' and unlinks' to say
             // (an unlink or rename racing this release on another thread must win).
+            let mark = self.jobs.mark(job);
             if let Some(hash) = self.written_content(h, path) {
-                self.jobs.found_in(job, h.opened.ino, &hash);
+                self.jobs.found_in(job, h.opened.ino, hash, mark);
             }
         }
         self.jobs.writer_released(job);

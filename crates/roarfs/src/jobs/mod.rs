@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use roar_engine::classify::Context;
-use roar_engine::{Event, Judge};
+use roar_engine::{Event, Fact, Judge};
 use roar_store::{
     now_ns, ContentHash, FileRecord, JobRecord, Made, Ops, Outcome, ProcessRecord, Role, Writer,
 };
@@ -453,18 +453,34 @@ impl Jobs {
         Some(out)
     }
 
-    /// `job` saw `content` at `path`, which is the mount's inode `ino` now: told before an access
-    /// that changes the path, it is what the access found there; after, what it left.
-    pub fn found(&self, job: JobKey, path: &Path, ino: u64, content: ContentHash) {
-        let file = (self.mount_dev(), ino);
-        self.with_rules(job, |r, cx| r.found(cx, path, file, content, now_ns()));
+    /// Where `job`'s events are now: taken before a hash, it tells [`Jobs::found`] and
+    /// [`Jobs::found_in`] which changes the hash may have missed (0 for a job not live).
+    pub fn mark(&self, job: JobKey) -> u64 {
+        self.with_rules(job, |r, _| r.mark()).unwrap_or(0)
     }
 
-    /// The last writer of the mount's inode `ino` left `content`: the content of every name the
-    /// job knows that file by (never one another file was renamed onto since).
-    pub fn found_in(&self, job: JobKey, ino: u64, content: &ContentHash) {
-        let file = (self.mount_dev(), ino);
-        self.with_rules(job, |r, _| r.found_in(file, content));
+    /// `job` saw `content` at `path`, which is the mount's inode `ino` now, having taken `mark`
+    /// before reading it: told before an access that changes the path, it is what the access
+    /// found there; after, what it left.
+    pub fn found(&self, job: JobKey, path: &Path, ino: u64, content: ContentHash, mark: u64) {
+        let fact = Fact {
+            file: (self.mount_dev(), ino),
+            content,
+            mark,
+        };
+        self.with_rules(job, |r, cx| r.found(cx, path, fact, now_ns()));
+    }
+
+    /// The last writer of the mount's inode `ino` left `content` (read after `mark`): the content
+    /// of every name the job knows that file by (never one another file was renamed onto since,
+    /// nor one changed since the mark).
+    pub fn found_in(&self, job: JobKey, ino: u64, content: ContentHash, mark: u64) {
+        let fact = Fact {
+            file: (self.mount_dev(), ino),
+            content,
+            mark,
+        };
+        self.with_rules(job, |r, _| r.found_in(fact));
     }
 
     /// Whether `job` read prior content at `path` whose hash is not known yet.
@@ -518,7 +534,12 @@ impl Jobs {
         self.with_rules(job, |r, cx| {
             r.apply(cx, &open);
             if r.wants_input(path) {
-                r.found(cx, path, (u64::MAX, u64::MAX), content, now_ns());
+                let fact = Fact {
+                    file: (u64::MAX, u64::MAX),
+                    content,
+                    mark: r.mark(),
+                };
+                r.found(cx, path, fact, now_ns());
             }
         });
     }
