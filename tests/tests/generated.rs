@@ -86,6 +86,11 @@ enum Op {
         from: usize,
         to: usize,
     },
+    /// renameat2(RENAME_EXCHANGE).
+    Exchange {
+        a: usize,
+        b: usize,
+    },
     Link {
         from: usize,
         to: usize,
@@ -180,10 +185,14 @@ fn random_op(rng: &mut Rng, depth: u32) -> Op {
             },
         },
         11 => Op::Read { name: name(rng) },
-        12 => match rng.below(2) {
-            0 => Op::Rename {
+        12 => match rng.below(5) {
+            0 | 1 => Op::Rename {
                 from: name(rng),
                 to: name(rng),
+            },
+            2 => Op::Exchange {
+                a: name(rng),
+                b: name(rng),
             },
             _ => Op::Link {
                 from: name(rng),
@@ -212,8 +221,12 @@ fn generate(rng: &mut Rng) -> Program {
     Program { before, ops }
 }
 
-const PRELUDE: &str = r#"import mmap, os
+const PRELUDE: &str = r#"import ctypes, mmap, os
 fds = {}
+libc = ctypes.CDLL(None, use_errno=True)
+def exchange(a, b):
+    if libc.renameat2(-100, a.encode(), -100, b.encode(), 2) != 0:
+        raise OSError(ctypes.get_errno(), 'renameat2')
 def write_new(n, d):
     fd = os.open(n, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644); os.write(fd, d); os.close(fd)
 def hold(k, n, fl):
@@ -265,6 +278,7 @@ fn line(op: &Op, indent: &str, out: &mut String) {
         Op::Truncate { name, size } => format!("os.truncate, {}, {size}", n(name)),
         Op::Read { name } => format!("read, {}", n(name)),
         Op::Rename { from, to } => format!("os.rename, {}, {}", n(from), n(to)),
+        Op::Exchange { a, b } => format!("exchange, {}, {}", n(a), n(b)),
         Op::Link { from, to } => format!("os.link, {}, {}", n(from), n(to)),
         Op::Unlink { name } => format!("os.unlink, {}", n(name)),
         Op::Mmap { name, off, byte } => format!("mm, {}, {off}, {}", n(name), byte),

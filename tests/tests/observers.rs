@@ -475,6 +475,30 @@ fn an_exchange_swaps_contents_the_old_ones_are_inputs_and_the_new_ones_outputs()
             );
         }
     }
+    // The mount: both sides' old content are inputs (it kept only one before the engine).
+    if !common::mount::require_fuse() {
+        return;
+    }
+    let mut m = common::mount::Mounted::new(|d| {
+        std::fs::write(d.join("a.txt"), b"A").unwrap();
+        std::fs::write(d.join("b.txt"), b"B").unwrap();
+        std::fs::write(d.join("swap.py"), swap).unwrap();
+    });
+    assert!(m.run(&["python3", "swap.py"]).success());
+    m.unmount();
+    let job = m.job_with_argv(&["python3", "swap.py"]);
+    for (name, was, now) in [("a.txt", b"A", b"B"), ("b.txt", b"B", b"A")] {
+        let hash_of = |role: &str| {
+            job["files"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|f| f["role"] == role && f["path"].as_str().unwrap().ends_with(name))
+                .map(|f| f["hash"]["blake3"].as_str().unwrap_or("?").to_owned())
+        };
+        assert_eq!(hash_of("input"), Some(h(was)), "mount {name}: {job:#}");
+        assert_eq!(hash_of("output"), Some(h(now)), "mount {name}: {job:#}");
+    }
 }
 
 /// (role, path relative to the workload's directory, blake3 or "-") of every file of `job`.

@@ -464,6 +464,23 @@ impl Rules {
         }
     }
 
+    /// An observer whose objects have no identity but their name (an S3 key, an archive
+    /// member) saw `content` at `path` after `mark`: the content of the path's current version.
+    pub fn found_named(
+        &mut self,
+        cx: &Context,
+        path: &Path,
+        content: ContentHash,
+        mark: u64,
+        ts: i64,
+    ) {
+        if let Some(st) = self.paths.get(path, ts, cx.ignore) {
+            if st.version <= mark {
+                st.knows(content);
+            }
+        }
+    }
+
     /// An observer that sees content found `content` in `file` through a handle it held (the
     /// last writer's release): the current content of each name that still names that file —
     /// never of a name another file was renamed onto meanwhile — and of the names the job

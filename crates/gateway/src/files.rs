@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use roar_engine::classify::Context;
-use roar_engine::{Event, Fact, HashSet, Judge, Rules};
+use roar_engine::{Event, HashSet, Judge, Rules};
 use roar_store::{ContentHash, FileRecord, FileStat, Made, Role, S3Object};
 
 use crate::record::{Access, AccessKind};
@@ -84,12 +84,8 @@ pub fn job_files(accesses: &[Access]) -> Vec<FileRecord> {
         rules.apply(&cx, &event(a, &path));
         // The content this access read or wrote: the object's current version's.
         if let (AccessKind::Read | AccessKind::Write, Some(content)) = (a.kind, hash(a)) {
-            let fact = Fact {
-                file: (0, 0),
-                content,
-                mark: rules.mark(),
-            };
-            rules.found(&cx, &path, fact, a.at_ns);
+            let mark = rules.mark();
+            rules.found_named(&cx, &path, content, mark, a.at_ns);
         }
         let s = seen.entry(path).or_insert_with(|| Seen {
             bucket: &a.bucket,

@@ -534,12 +534,8 @@ impl Jobs {
         self.with_rules(job, |r, cx| {
             r.apply(cx, &open);
             if r.wants_input(path) {
-                let fact = Fact {
-                    file: (u64::MAX, u64::MAX),
-                    content,
-                    mark: r.mark(),
-                };
-                r.found(cx, path, fact, now_ns());
+                let mark = r.mark();
+                r.found_named(cx, path, content, mark, now_ns());
             }
         });
     }
