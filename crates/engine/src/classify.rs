@@ -18,7 +18,7 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 use roar_store::ignore::Ignore;
-use roar_store::{ContentHash, FileStat, Ops, PathUse, ProcessRecord};
+use roar_store::{ContentHash, FileRecord, FileStat, Made, Ops, PathUse, ProcessRecord, Role};
 
 use crate::event::Event;
 
@@ -65,6 +65,17 @@ pub struct PathState {
     pub known: Option<(u64, ContentHash)>,
 }
 
+/// Which version of a path a record names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    /// The content there before the job changed it: an input's.
+    Prior,
+    /// The content the job left: an output's.
+    Left,
+    /// None: a temporary, or a pre-existing file the job deleted.
+    Gone,
+}
+
 impl PathState {
     /// How the job used the path, for the records it gets ([`PathUse::records`]).
     pub fn path_use(&self) -> PathUse {
@@ -73,6 +84,35 @@ impl PathState {
             job_made: self.job_made,
             exists: self.exists,
             unlinked: self.ops.contains(Ops::UNLINK),
+        }
+    }
+
+    /// The records the path gets, each with the version whose content it names (every observer
+    /// records a path by these; only where the content comes from is its own).
+    pub fn roles(&self) -> impl Iterator<Item = (Role, Version)> {
+        let (input, made) = self.path_use().records();
+        let made = match made {
+            Some(Made::Output) => Some((Role::Output, Version::Left)),
+            Some(Made::Temp) => Some((Role::Temp, Version::Gone)),
+            Some(Made::Deleted) => Some((Role::Output, Version::Gone)),
+            None => None,
+        };
+        [input.then_some((Role::Input, Version::Prior)), made]
+            .into_iter()
+            .flatten()
+    }
+
+    /// The store's record of the path in `role`, naming content `hash`.
+    pub fn record(&self, role: Role, path: PathBuf, hash: Option<ContentHash>) -> FileRecord {
+        FileRecord {
+            role,
+            path,
+            hash,
+            before: None,
+            ops: self.ops,
+            first_ns: Some(self.first_ns),
+            last_ns: Some(self.last_ns),
+            s3: None,
         }
     }
 }
@@ -685,10 +725,15 @@ impl Rules {
         st.changed(self.seq);
     }
 
+    /// Whether `a` and `b` are one file's names: a rename or exchange between them does nothing.
+    fn one_file(&self, a: &Path, b: &Path) -> bool {
+        let file = |p: &Path| self.state(p).and_then(|st| st.file.filter(|_| st.exists));
+        a == b || file(a).is_some_and(|f| file(b) == Some(f))
+    }
+
     fn rename_or_link(&mut self, cx: &Context, from: &Path, to: &Path, rename: bool, ts: i64) {
         // rename(2) onto the same name, or between two names of one file, does nothing.
-        let file = |p: &Path| self.state(p).and_then(|st| st.file.filter(|_| st.exists));
-        if rename && (from == to || file(from).is_some_and(|f| file(to) == Some(f))) {
+        if rename && self.one_file(from, to) {
             return;
         }
         if rename && !self.paths.is_tracked(from) && self.paths.is_dir(from, to, cx) {
@@ -769,6 +814,9 @@ impl Rules {
     }
 
     fn exchange(&mut self, cx: &Context, a: &Path, b: &Path, ts: i64) {
+        if self.one_file(a, b) {
+            return;
+        }
         if self.paths.is_dir(a, b, cx) {
             // Two directories swapped: what the job did below each now lives below the other
             // name (through a temporary name no path can have).
@@ -1286,6 +1334,13 @@ mod tests {
         };
         let mut r = Rules::default();
         r.apply(&cx, &mv(a, a));
+        let swap = |a: &Path, b: &Path| Event::Exchange {
+            pid: 1,
+            a: a.to_owned(),
+            b: b.to_owned(),
+            ts_ns: 151,
+        };
+        r.apply(&cx, &swap(a, a));
         assert!(r.is_empty(), "nothing happened at a");
         r.apply(&cx, &open_as(a, libc::O_RDONLY, 4, 150));
         r.apply(
@@ -1298,6 +1353,7 @@ mod tests {
             },
         );
         r.apply(&cx, &mv(a, b));
+        r.apply(&cx, &swap(a, b));
         let st = r.state(a).unwrap();
         assert!(st.exists && !st.job_made, "a is still there, as it was");
     }

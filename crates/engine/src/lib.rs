@@ -10,5 +10,7 @@ pub mod classify;
 pub mod content;
 pub mod event;
 
-pub use classify::{classify, Classified, Fact, HashMap, HashSet, Judge, PathState, Rules};
+pub use classify::{
+    classify, Classified, Fact, HashMap, HashSet, Judge, PathState, Rules, Version,
+};
 pub use event::Event;

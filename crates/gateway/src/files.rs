@@ -10,8 +10,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use roar_engine::classify::Context;
-use roar_engine::{Event, HashSet, Judge, Rules};
-use roar_store::{ContentHash, FileRecord, FileStat, Made, Role, S3Object};
+use roar_engine::{Event, HashSet, Judge, Rules, Version};
+use roar_store::{ContentHash, FileRecord, FileStat, S3Object};
 
 use crate::record::{Access, AccessKind};
 
@@ -110,42 +110,26 @@ pub fn job_files(accesses: &[Access]) -> Vec<FileRecord> {
     let mut files = Vec::new();
     for (path, st) in rules.finish().paths {
         let s = &seen[&path];
-        let record =
-            |role: Role, hash: Option<ContentHash>, a: Option<&Access>, range| FileRecord {
-                role,
-                path: path.clone(),
-                hash,
-                before: None,
-                ops: st.ops,
-                first_ns: Some(st.first_ns),
-                last_ns: Some(st.last_ns),
-                s3: Some(S3Object {
-                    bucket: s.bucket.to_owned(),
-                    key: s.key.to_owned(),
-                    version_id: a.and_then(|a| a.version_id.clone()),
-                    etag: a.and_then(|a| a.etag.clone()),
-                    size: a.and_then(|a| a.size),
-                    range,
-                }),
+        for (role, version) in st.roles() {
+            let (hash, access, range) = match version {
+                Version::Prior => (
+                    st.input.clone(),
+                    s.read_prior,
+                    (!s.full_read).then(|| s.ranges.join(", ")),
+                ),
+                Version::Left => (st.output().cloned(), s.written, None),
+                Version::Gone => (None, None, None),
             };
-        let (input, made) = st.path_use().records();
-        if input {
-            let range = (!s.full_read).then(|| s.ranges.join(", "));
-            files.push(record(Role::Input, st.input.clone(), s.read_prior, range));
-        }
-        match made {
-            Some(Made::Output) => {
-                files.push(record(Role::Output, st.output().cloned(), s.written, None))
-            }
-            Some(Made::Temp) | Some(Made::Deleted) => {
-                let role = if made == Some(Made::Temp) {
-                    Role::Temp
-                } else {
-                    Role::Output
-                };
-                files.push(record(role, None, None, None))
-            }
-            None => {}
+            let mut record = st.record(role, path.clone(), hash);
+            record.s3 = Some(S3Object {
+                bucket: s.bucket.to_owned(),
+                key: s.key.to_owned(),
+                version_id: access.and_then(|a| a.version_id.clone()),
+                etag: access.and_then(|a| a.etag.clone()),
+                size: access.and_then(|a| a.size),
+                range,
+            });
+            files.push(record);
         }
     }
     files
@@ -162,7 +146,7 @@ fn hash(a: &Access) -> Option<ContentHash> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use roar_store::Ops;
+    use roar_store::{Ops, Role};
 
     fn access(kind: AccessKind, key: &str, b3: Option<&str>, range: Option<&str>) -> Access {
         Access {

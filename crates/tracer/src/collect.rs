@@ -10,7 +10,7 @@ use roar_store::hash::{
 use roar_store::{ContentHash, FileChunk, FileRecord, FileStat, Made, Role};
 
 pub use roar_engine::classify::{
-    classify, classify_part, made_dirs, Classified, HashMap, HashSet, Judge, PathState,
+    classify, classify_part, made_dirs, Classified, HashMap, HashSet, Judge, PathState, Version,
 };
 
 use crate::early::Early;
@@ -118,24 +118,18 @@ pub fn hash<'c>(
         if *later {
             continue;
         }
-        let record =
-            |role: Role, hash: Option<ContentHash>| file_record(role, path.clone(), st, hash);
-        let (input, made) = st.path_use().records();
-        if input {
-            let hash = input_hash(path, st, &states, &current, cache, opts);
-            if hash.is_none() {
-                summary.unhashed_inputs += 1;
-            }
-            summary.inputs += 1;
-            files.push(record(Role::Input, hash));
-        }
-        match made {
-            Some(Made::Output) => {
-                files.push(record(Role::Output, current(path).map(|h| h.hash.clone())))
-            }
-            Some(Made::Temp) => files.push(record(Role::Temp, None)),
-            Some(Made::Deleted) => files.push(record(Role::Output, None)),
-            None => {}
+        for (role, version) in st.roles() {
+            let hash = match version {
+                Version::Prior => {
+                    let hash = input_hash(path, st, &states, &current, cache, opts);
+                    summary.unhashed_inputs += usize::from(hash.is_none());
+                    summary.inputs += 1;
+                    hash
+                }
+                Version::Left => current(path).map(|h| h.hash.clone()),
+                Version::Gone => None,
+            };
+            files.push(st.record(role, path.clone(), hash));
         }
     }
     summary.outputs += files.iter().filter(|f| f.role == Role::Output).count();
@@ -165,7 +159,7 @@ pub fn hash<'c>(
             .into_iter()
             .zip(&states)
             .zip(batch.results)
-            .map(|((path, st), r)| file_record(Role::Output, path, st, r.ok().map(|h| h.hash)))
+            .map(|((path, st), r)| st.record(Role::Output, path, r.ok().map(|h| h.hash)))
             .collect();
         sink(FileChunk {
             files,
@@ -206,15 +200,10 @@ fn archive_members(paths: &mut Vec<(PathBuf, PathState)>) -> Vec<FileRecord> {
         let Some(r) = roar_archive::mounted::member_at(path) else {
             return true;
         };
-        records.push(file_record(
-            Role::Input,
-            r.path,
-            st,
-            Some(hash(&r.blake3, r.size)),
-        ));
+        records.push(st.record(Role::Input, r.path, Some(hash(&r.blake3, r.size))));
         if archives.insert(r.archive.clone()) {
             let h = hash(&r.archive_blake3, r.archive_size);
-            records.push(file_record(Role::Input, r.archive, st, Some(h)));
+            records.push(st.record(Role::Input, r.archive, Some(h)));
         }
         false
     });
@@ -222,19 +211,6 @@ fn archive_members(paths: &mut Vec<(PathBuf, PathState)>) -> Vec<FileRecord> {
     let opened: HashSet<&Path> = paths.iter().map(|(p, _)| p.as_path()).collect();
     records.retain(|r| !archives.contains(&r.path) || !opened.contains(r.path.as_path()));
     records
-}
-
-fn file_record(role: Role, path: PathBuf, st: &PathState, hash: Option<ContentHash>) -> FileRecord {
-    FileRecord {
-        role,
-        path,
-        hash,
-        before: None,
-        ops: st.ops,
-        first_ns: Some(st.first_ns),
-        last_ns: Some(st.last_ns),
-        s3: None,
-    }
 }
 
 /// How many of `results` are the earlier hash itself (the file was not read again).

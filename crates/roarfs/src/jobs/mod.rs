@@ -20,10 +20,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use roar_engine::classify::Context;
-use roar_engine::{Event, Fact, Judge};
-use roar_store::{
-    now_ns, ContentHash, FileRecord, JobRecord, Made, Ops, Outcome, ProcessRecord, Role, Writer,
-};
+use roar_engine::{Event, Fact, Judge, Version};
+use roar_store::{now_ns, ContentHash, JobRecord, Ops, Outcome, ProcessRecord, Writer};
 
 /// A job's identity: its root process and that process's start time (clock ticks after boot).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -676,33 +674,18 @@ impl Jobs {
         let classified = std::mem::take(&mut job.rules).finish();
         let mut files = Vec::new();
         for (path, st) in &classified.paths {
-            let rec = |role: Role, hash: Option<ContentHash>| FileRecord {
-                role,
-                path: path.clone(),
-                hash,
-                before: None,
-                ops: st.ops,
-                first_ns: Some(st.first_ns),
-                last_ns: Some(st.last_ns),
-                s3: None,
-            };
-            let (input, made) = st.path_use().records();
-            if input {
-                files.push(rec(Role::Input, st.input.clone()));
-            }
-            match made {
-                Some(Made::Output) => {
-                    let hash = st.output().cloned().or_else(|| {
+            for (role, version) in st.roles() {
+                let hash = match version {
+                    Version::Prior => st.input.clone(),
+                    Version::Left => st.output().cloned().or_else(|| {
                         unmounted
                             .then(|| roar_store::hash::hash_path(path, Default::default()).ok())
                             .flatten()
                             .map(|h| h.hash)
-                    });
-                    files.push(rec(Role::Output, hash));
-                }
-                Some(Made::Temp) => files.push(rec(Role::Temp, None)),
-                Some(Made::Deleted) => files.push(rec(Role::Output, None)),
-                None => {}
+                    }),
+                    Version::Gone => None,
+                };
+                files.push(st.record(role, path.clone(), hash));
             }
         }
         JobRecord {
