@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$PWD"
 bash scripts/build.sh --release -q
-ROAR="$PWD/target/release/roar"
+ROAR="${CARGO_TARGET_DIR:-$PWD/target}/release/roar"
 if [ -z "${ROAR_BEFORE:-}" ]; then
     rev="${BEFORE_REV:-d77f60e}"
     base="/tmp/roar-before-$rev"

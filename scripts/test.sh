@@ -31,7 +31,8 @@ if [ -w "$uring" ]; then
     trap 'echo "$uring_was" > "$uring"' EXIT
 fi
 log=$(mktemp)
-cargo test --workspace --locked 2>&1 | tee "$log"
+# Every test binary runs even after one fails: the log then names every failure, not the first.
+cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log"
 # One closing line for the whole suite (cargo's own last line is a doc-test binary's).
 awk '/^test result:/ { p += $4; f += $6; s += $8 } END { printf "%d passed, %d failed, %d skipped\n", p, f, s }' "$log"
 rm -f "$log"
