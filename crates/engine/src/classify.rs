@@ -355,7 +355,8 @@ pub struct Rules {
     /// The names the job gave a file by linking to it, by that file's first name.
     links: HashMap<PathBuf, Vec<PathBuf>>,
     /// The names each file (dev, ino) was seen under, by the events and the observers' facts:
-    /// checked against each name's current file when looked up.
+    /// checked against each name's current file when looked up. Every name whose file becomes
+    /// known is added ([`Rules::index`]): a fact about the file must reach it.
     files: HashMap<(u64, u64), Vec<PathBuf>>,
     /// Events applied so far.
     seq: u64,
@@ -553,6 +554,7 @@ impl Rules {
             if let Some(st) = st.filter(holds) {
                 st.file = Some(file);
                 st.knows(content.clone());
+                self.index(&name);
             }
         }
     }
@@ -570,11 +572,15 @@ impl Rules {
         }
     }
 
-    /// Whether the job read prior content at `path` whose hash no observer gave yet.
+    /// Whether the job read prior content at `path`, or at another name of its file, whose hash
+    /// no observer gave yet.
     pub fn wants_input(&self, path: &Path) -> bool {
-        self.state(path).is_some_and(|st| {
-            st.reads_prior && st.input.is_none() && st.input_version == st.version
-        })
+        let wants = |p: &Path| {
+            self.state(p).is_some_and(|st| {
+                st.reads_prior && st.input.is_none() && st.input_version == st.version
+            })
+        };
+        wants(path) || self.other_names(path).iter().any(|p| wants(p))
     }
 
     /// Whether `path` may still name `file`: a change made through a handle on `file` happened
@@ -668,15 +674,40 @@ impl Rules {
             st.ops.insert(Ops::TRUNCATE);
         }
         st.exists = true;
-        if writes {
+        if reads || writes {
             let through = Through {
                 truncates,
                 file: st.file,
                 before: before.as_ref(),
                 stat,
             };
+            // The same file under every name the job gave it: which name an observer reports
+            // (the mount knows an open by its inode alone) changes nothing in the record.
             for other in self.other_names(path) {
-                self.written_through(cx, &other, &through, ts);
+                if writes {
+                    self.written_through(cx, &other, &through, ts);
+                } else {
+                    self.read_through(cx, &other, &through, ts);
+                }
+                self.index(&other);
+            }
+        }
+    }
+
+    /// The file at `name` was opened for reading under another of its names: bytes the job did
+    /// not make were read there too.
+    fn read_through(&mut self, cx: &Context, name: &Path, w: &Through, ts: i64) {
+        let Some(st) = self.paths.get(name, ts, cx.ignore) else {
+            return;
+        };
+        if st.file.is_none() {
+            st.file = w.file;
+        }
+        st.ops.insert(Ops::READ);
+        if !st.job_made && !st.reads_prior {
+            st.read_now(w.stat);
+            if st.input.is_none() && st.file == w.file {
+                st.input = w.before.cloned();
             }
         }
     }
@@ -886,7 +917,7 @@ pub struct Fact {
     pub mark: u64,
 }
 
-/// A writable open under one name, as the file's other names see it.
+/// An open under one name, as the file's other names see it.
 struct Through<'a> {
     truncates: bool,
     /// The file the name opened.
@@ -1380,5 +1411,68 @@ mod tests {
         r.found(&cx, f, fact(&r, (1, 7), h("truncated")), 151);
         r.found_in(stale);
         assert_eq!(r.state(f).unwrap().output(), Some(&h("truncated")));
+    }
+
+    /// Found by the generator: the mount named an open by the file's other name (its latest
+    /// lookup), then that name was unlinked; the release's content must still reach the name
+    /// left, which learned its file only through the link.
+    #[test]
+    fn a_fact_reaches_a_name_that_learned_its_file_through_a_link() {
+        let (ignore, dirs) = (Ignore::new(&[]), HashSet::default());
+        let judge = Judge::Globs(&ignore);
+        let cx = cx(&judge, &dirs);
+        let (f1, f2) = (Path::new("/d/f1"), Path::new("/d/f2"));
+        let mut r = Rules::default();
+        r.apply(
+            &cx,
+            &Event::Link {
+                pid: 1,
+                from: f2.to_owned(),
+                to: f1.to_owned(),
+                ts_ns: 150,
+            },
+        );
+        r.found(&cx, f1, fact(&r, (1, 2), h("v0")), 150);
+        r.apply(&cx, &open_as(f1, libc::O_RDWR, 2, 151));
+        r.apply(
+            &cx,
+            &Event::Unlink {
+                pid: 1,
+                path: f1.to_owned(),
+                ts_ns: 152,
+            },
+        );
+        r.found_in(fact(&r, (1, 2), h("v1")));
+        assert_eq!(r.state(f2).unwrap().output(), Some(&h("v1")));
+    }
+
+    /// Found by the generator: `ln f2 f1; cat f2` — the mount reports the open under the file's
+    /// latest name (f1); the record must not depend on which name an observer reports.
+    #[test]
+    fn a_read_under_either_name_of_a_linked_file_reads_what_the_job_did_not_make() {
+        let (ignore, dirs) = (Ignore::new(&[]), HashSet::default());
+        let judge = Judge::Globs(&ignore);
+        let cx = cx(&judge, &dirs);
+        let (f1, f2) = (Path::new("/d/f1"), Path::new("/d/f2"));
+        let records = |read: &Path| {
+            let mut r = Rules::default();
+            r.apply(
+                &cx,
+                &Event::Link {
+                    pid: 1,
+                    from: f2.to_owned(),
+                    to: f1.to_owned(),
+                    ts_ns: 150,
+                },
+            );
+            r.apply(&cx, &open_as(read, libc::O_RDONLY, 2, 151));
+            r.finish()
+                .paths
+                .iter()
+                .flat_map(|(p, st)| st.roles().map(move |(role, _)| (p.clone(), role)))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(records(f1), records(f2));
+        assert!(records(f1).contains(&(f2.to_owned(), Role::Input)));
     }
 }
