@@ -715,6 +715,10 @@ impl Rules {
     /// The other names of the file at `path` that the job made by linking (a write through any
     /// of them changes all), those that still name it: not removed, not renamed over.
     fn other_names(&self, path: &Path) -> Vec<PathBuf> {
+        // Most jobs link nothing: no look-up, no allocation per event.
+        if self.links.is_empty() {
+            return Vec::new();
+        }
         let Some(st) = self.state(path) else {
             return Vec::new();
         };
