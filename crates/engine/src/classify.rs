@@ -665,7 +665,9 @@ impl Rules {
             st.ops.insert(Ops::WRITE);
             st.written_ns = Some(ts);
             st.job_made = true;
-            if flags & libc::O_CREAT != 0 && stat.is_some_and(|s| s.ctime_ns >= floor) {
+            // O_EXCL succeeds only by creating; otherwise the ctime says whether it did.
+            let excl = flags & libc::O_EXCL != 0;
+            if flags & libc::O_CREAT != 0 && (excl || stat.is_some_and(|s| s.ctime_ns >= floor)) {
                 st.ops.insert(Ops::CREATE);
             }
             st.changed(self.seq);

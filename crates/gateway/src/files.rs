@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use roar_engine::classify::Context;
 use roar_engine::{Event, HashSet, Judge, Rules, Version};
-use roar_store::{ContentHash, FileRecord, FileStat, S3Object};
+use roar_store::{ContentHash, FileRecord, S3Object};
 
 use crate::record::{Access, AccessKind};
 
@@ -35,27 +35,18 @@ fn object_path(bucket: &str, key: &str) -> PathBuf {
 
 /// The engine's event for one access.
 fn event(a: &Access, path: &Path) -> Event {
-    let open = |flags, stat| Event::Open {
+    let open = |flags| Event::Open {
         pid: 0,
         path: path.to_owned(),
         flags,
-        stat,
+        stat: None,
         ts_ns: a.at_ns,
     };
     match a.kind {
-        AccessKind::Read => open(libc::O_RDONLY, None),
+        AccessKind::Read => open(libc::O_RDONLY),
         // Every PUT makes a new object (version) whole, at the access: S3 has no in-place
-        // writes and keeps nothing of what the key held.
-        AccessKind::Write => open(
-            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
-            Some(FileStat {
-                dev: 0,
-                ino: 0,
-                size: a.size.unwrap_or(0),
-                mtime_ns: a.at_ns,
-                ctime_ns: a.at_ns,
-            }),
-        ),
+        // writes and keeps nothing of what the key held. An object has no identity but its key.
+        AccessKind::Write => open(libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL),
         AccessKind::Delete => Event::Unlink {
             pid: 0,
             path: path.to_owned(),
