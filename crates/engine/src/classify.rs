@@ -356,8 +356,9 @@ pub struct Rules {
     links: HashMap<PathBuf, Vec<PathBuf>>,
     /// The names each file (dev, ino) was seen under, by the events and the observers' facts:
     /// checked against each name's current file when looked up. Every name whose file becomes
-    /// known is added ([`Rules::index`]): a fact about the file must reach it.
-    files: HashMap<(u64, u64), Vec<PathBuf>>,
+    /// known is added ([`Rules::index`]): a fact about the file must reach it. Built at the first
+    /// fact (from every path's file), so observers that give none (`roar run`'s) never pay for it.
+    files: Option<HashMap<(u64, u64), Vec<PathBuf>>>,
     /// Events applied so far.
     seq: u64,
 }
@@ -386,10 +387,18 @@ impl Rules {
 
     /// Remembers that `path` names the file it names now, if known.
     fn index(&mut self, path: &Path) {
+        if self.files.is_none() {
+            return;
+        }
         let Some(file) = self.state(path).and_then(|st| st.file) else {
             return;
         };
-        let names = self.files.entry(file).or_default();
+        let names = self
+            .files
+            .as_mut()
+            .expect("checked above")
+            .entry(file)
+            .or_default();
         if !names.iter().any(|p| p == path) {
             names.push(path.to_owned());
         }
@@ -532,9 +541,17 @@ impl Rules {
             content,
             mark,
         } = fact;
-        let mut names: Vec<PathBuf> = self
-            .files
-            .get(&file)
+        if self.files.is_none() {
+            let mut files: HashMap<(u64, u64), Vec<PathBuf>> = HashMap::default();
+            for (path, st) in &self.paths.list {
+                if let Some(f) = st.as_ref().and_then(|st| st.file) {
+                    files.entry(f).or_default().push(path.clone());
+                }
+            }
+            self.files = Some(files);
+        }
+        let seen_as = self.files.as_ref().and_then(|files| files.get(&file));
+        let mut names: Vec<PathBuf> = seen_as
             .into_iter()
             .flatten()
             .filter(|p| self.state(p).is_some_and(|st| st.file == Some(file)))
@@ -1193,11 +1210,18 @@ mod tests {
         }
     }
 
-    fn cx<'a>(ignore: &'a Judge<'a>, dirs: &'a HashSet<&'a Path>) -> Context<'a> {
+    /// The context of the tests built from event sequences: nothing ignored, no directories, the
+    /// job started at 100, the filesystem never asked.
+    fn cx() -> Context<'static> {
+        static IGNORE: std::sync::LazyLock<Ignore> = std::sync::LazyLock::new(|| Ignore::new(&[]));
+        static JUDGE: std::sync::LazyLock<Judge<'static>> =
+            std::sync::LazyLock::new(|| Judge::Globs(&IGNORE));
+        static DIRS: std::sync::LazyLock<HashSet<&'static Path>> =
+            std::sync::LazyLock::new(HashSet::default);
         Context {
-            dirs,
+            dirs: &DIRS,
             ctime_floor_ns: 100,
-            ignore,
+            ignore: &JUDGE,
             ask_filesystem: false,
         }
     }
@@ -1220,9 +1244,7 @@ mod tests {
 
     #[test]
     fn content_seen_before_an_in_place_write_is_the_input_and_at_the_release_the_output() {
-        let (ignore, dirs) = (Ignore::new(&[]), HashSet::default());
-        let judge = Judge::Globs(&ignore);
-        let cx = cx(&judge, &dirs);
+        let cx = cx();
         let f = Path::new("/d/f");
         let mut r = Rules::default();
         r.found(&cx, f, fact(&r, (1, 7), h("old")), 150);
@@ -1244,9 +1266,7 @@ mod tests {
     fn a_handle_released_after_its_file_was_renamed_over_tells_nothing_of_the_new_file() {
         // The generator's case: f0 held open for appending, f2 renamed onto f0, then the handle
         // (on the replaced file) released.
-        let (ignore, dirs) = (Ignore::new(&[]), HashSet::default());
-        let judge = Judge::Globs(&ignore);
-        let cx = cx(&judge, &dirs);
+        let cx = cx();
         let (f0, f2) = (Path::new("/d/f0"), Path::new("/d/f2"));
         let mut r = Rules::default();
         r.apply(
@@ -1273,9 +1293,7 @@ mod tests {
 
     #[test]
     fn content_seen_through_one_link_is_every_linked_names() {
-        let (ignore, dirs) = (Ignore::new(&[]), HashSet::default());
-        let judge = Judge::Globs(&ignore);
-        let cx = cx(&judge, &dirs);
+        let cx = cx();
         let (a, b) = (Path::new("/d/a"), Path::new("/d/b"));
         let mut r = Rules::default();
         r.found(&cx, a, fact(&r, (1, 4), h("v0")), 150);
@@ -1301,9 +1319,7 @@ mod tests {
     /// mount reports under the inode's latest name, f3), then released.
     #[test]
     fn a_truncate_or_a_release_under_one_name_of_a_file_the_job_wrote_is_every_names() {
-        let (ignore, dirs) = (Ignore::new(&[]), HashSet::default());
-        let judge = Judge::Globs(&ignore);
-        let cx = cx(&judge, &dirs);
+        let cx = cx();
         let (f1, f3) = (Path::new("/d/f1"), Path::new("/d/f3"));
         let mut r = Rules::default();
         r.apply(&cx, &open_as(f1, libc::O_RDWR, 5, 150));
@@ -1334,9 +1350,7 @@ mod tests {
 
     #[test]
     fn a_change_through_a_handle_on_a_file_renamed_over_did_not_happen_at_its_old_name() {
-        let (ignore, dirs) = (Ignore::new(&[]), HashSet::default());
-        let judge = Judge::Globs(&ignore);
-        let cx = cx(&judge, &dirs);
+        let cx = cx();
         let (f1, f3) = (Path::new("/d/f1"), Path::new("/d/f3"));
         let mut r = Rules::default();
         r.apply(&cx, &open_as(f3, libc::O_WRONLY | libc::O_TRUNC, 3, 150));
@@ -1359,9 +1373,7 @@ mod tests {
 
     #[test]
     fn a_rename_onto_itself_or_between_two_names_of_one_file_does_nothing() {
-        let (ignore, dirs) = (Ignore::new(&[]), HashSet::default());
-        let judge = Judge::Globs(&ignore);
-        let cx = cx(&judge, &dirs);
+        let cx = cx();
         let (a, b) = (Path::new("/d/a"), Path::new("/d/b"));
         let mv = |from: &Path, to: &Path| Event::Rename {
             pid: 1,
@@ -1399,9 +1411,7 @@ mod tests {
     /// seen with its own content), then the release's older content arrived.
     #[test]
     fn content_taken_before_a_change_does_not_count_after_it() {
-        let (ignore, dirs) = (Ignore::new(&[]), HashSet::default());
-        let judge = Judge::Globs(&ignore);
-        let cx = cx(&judge, &dirs);
+        let cx = cx();
         let f = Path::new("/d/f");
         let mut r = Rules::default();
         r.apply(&cx, &open_as(f, libc::O_WRONLY, 7, 150));
@@ -1424,9 +1434,7 @@ mod tests {
     /// left, which learned its file only through the link.
     #[test]
     fn a_fact_reaches_a_name_that_learned_its_file_through_a_link() {
-        let (ignore, dirs) = (Ignore::new(&[]), HashSet::default());
-        let judge = Judge::Globs(&ignore);
-        let cx = cx(&judge, &dirs);
+        let cx = cx();
         let (f1, f2) = (Path::new("/d/f1"), Path::new("/d/f2"));
         let mut r = Rules::default();
         r.apply(
@@ -1456,9 +1464,7 @@ mod tests {
     /// latest name (f1); the record must not depend on which name an observer reports.
     #[test]
     fn a_read_under_either_name_of_a_linked_file_reads_what_the_job_did_not_make() {
-        let (ignore, dirs) = (Ignore::new(&[]), HashSet::default());
-        let judge = Judge::Globs(&ignore);
-        let cx = cx(&judge, &dirs);
+        let cx = cx();
         let (f1, f2) = (Path::new("/d/f1"), Path::new("/d/f2"));
         let records = |read: &Path| {
             let mut r = Rules::default();
