@@ -514,6 +514,8 @@ fn openlineage(project: &Project, steps: &[Step], envs: &BTreeMap<i64, JobEnv>) 
             "exited" if s.step.is_some_and(|q| q != 1) => "COMPLETE",
             // A job the mount saw end without an observable exit status.
             "ended" => "COMPLETE",
+            // Its recorder died; rebuilt from the journal, the run's end is not known.
+            "killed" => "ABORT",
             _ => "FAIL",
         };
         events.push(json!({

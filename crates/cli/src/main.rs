@@ -22,6 +22,8 @@ mod mount_cmd;
 mod query_cmd;
 mod recorder;
 mod recording;
+mod recover;
+mod recover_observers;
 mod remote_cmd;
 mod reproduce_cmd;
 mod run_cmd;
@@ -548,7 +550,11 @@ pub fn project() -> anyhow::Result<Project> {
         return Ok(p.clone());
     }
     let cwd = std::env::current_dir()?;
-    Ok(Project::find(&cwd)?)
+    let project = Project::find(&cwd)?;
+    // Jobs whose recorder was killed are recovered before anything reads or writes the store.
+    static RECOVERED: std::sync::Once = std::sync::Once::new();
+    RECOVERED.call_once(|| recover::pending(&project));
+    Ok(project)
 }
 
 #[cfg(test)]

@@ -271,7 +271,7 @@ fn print_job(job: &JobDetail, root: &Path) -> anyhow::Result<()> {
         "  status   {}{}",
         fmt::status(&s.status, s.exit_code, s.signal),
         match s.status.as_str() {
-            "killed" => " (roar died before the job ended: its files are not in the record)",
+            "killed" => " (its recorder was killed: recovered from its journal, the record holds every access observed until then; the exit status is unknown)",
             "running" => " (files are recorded when it ends)",
             _ if s.incomplete => " (incomplete: not every access was seen)",
             _ => "",

@@ -259,7 +259,8 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         steps: Vec::new(),
         files: Vec::new(),
         environment: None,
-        uid: None,
+        // The job's name in its journal and its row: a recovery finds the row by it.
+        uid: Some(crate::recover::new_uid()),
         dist: crate::distributed::detect(
             &|k| std::env::var(k).ok(),
             &args.command,
@@ -273,12 +274,20 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
             .diff
             .then(|| roar_env::git::DiffJob::start(r, g.commit.as_deref()))
     });
+    // Everything the backend observes is kept in the job's journal as it arrives: a roar killed
+    // now leaves a job the next roar command recovers (crate::recover).
+    let journal = crate::recover::run_journal(&project, &job);
+    let keep = journal
+        .clone()
+        .map(roar_tracer::Keep::new)
+        .unwrap_or_else(roar_tracer::Keep::none);
     let mut around = Around {
         db: project.db_path(),
         job: &mut job,
         recording: None,
         diff: diff.as_mut(),
         ignore: &ignore,
+        keep: keep.clone(),
     };
     let mut traced = roar_tracer::run(
         backend,
@@ -286,6 +295,7 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         &child_env,
         lib.as_ref(),
         tap.clone(),
+        keep.clone(),
         &mut around,
     );
     if let Err(TraceError::Unavailable { reason, .. }) = &traced {
@@ -299,6 +309,7 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
                 &child_env,
                 lib.as_ref(),
                 tap,
+                keep,
                 &mut around,
             );
         }
@@ -311,7 +322,7 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     job.backend = backend.name().to_owned();
     let traced = match traced {
         Ok(t) => t,
-        Err(e) => return failed_to_start(&project, job, recording, e),
+        Err(e) => return failed_to_start(&project, job, recording, e, journal),
     };
     job.started_ns = traced.started_ns;
     job.ended_ns = Some(traced.ended_ns);
@@ -375,6 +386,11 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     n_out += hashed.outputs;
     let t_hashed = t0.elapsed();
     let (recorded, recorded_by) = recording.finish(job);
+    if recorded.is_ok() {
+        // The job is in the store: its journal is done with. (Not recorded, the journal stays
+        // and the next roar command records the job from it.)
+        drop_journal(journal);
+    }
     let t_recorded = t0.elapsed();
     let child_ns = traced.ended_ns - traced.started_ns;
     let overhead_ms = (t_recorded.as_nanos() as i64 - child_ns) as f64 / 1e6;
@@ -518,6 +534,8 @@ struct Around<'a> {
     diff: Option<&'a mut roar_env::git::DiffJob>,
     /// Compiled while the command execs: the early hasher and the classification use it.
     ignore: &'a Ignore,
+    /// The job's journal: its header again once the environment is read.
+    keep: Arc<roar_tracer::Keep>,
 }
 
 impl Around<'_> {
@@ -542,6 +560,11 @@ impl roar_tracer::Beside for Around<'_> {
         // command execs. The writer redacts it, with the project's `[redact]` rules.
         self.job.env = roar_store::redact::collect_env(std::env::vars_os());
         self.job.started_ns = started_ns;
+        self.keep
+            .record(&roar_engine::journal::Record::Job(Box::new(
+                self.job.clone(),
+            )));
+        self.keep.commit(None);
         // The job's row is written (running) while the command runs, by the resident recorder
         // or a writer of this run's: a roar killed before the end leaves a job that says so. The
         // record fills that row in.
@@ -616,14 +639,24 @@ pub fn checkpoint_store(db: &Path) -> roar_store::Result<()> {
     roar_store::checkpoint(db)
 }
 
+/// Removes the run's journal (and its lock with it).
+fn drop_journal(journal: Option<Arc<roar_engine::journal::Journal>>) {
+    if let Some(j) = journal {
+        let _ = std::fs::remove_file(j.path());
+    }
+}
+
 /// The command never started: say so like a shell would, record the attempt, exit 127/126.
 fn failed_to_start(
     project: &Project,
     mut job: JobRecord,
     recording: Recording,
     e: TraceError,
+    journal: Option<Arc<roar_engine::journal::Journal>>,
 ) -> anyhow::Result<ExitCode> {
     job.ended_ns = Some(job.started_ns);
+    // Nothing ran: the journal holds nothing a recovery would need.
+    drop_journal(journal);
     let Some(code) = e.exit_code() else {
         // roar itself could not trace the command: the row written at the start says so
         // instead of reading as a job still running.

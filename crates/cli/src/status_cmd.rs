@@ -208,7 +208,7 @@ pub fn status(exit_code: bool, json: bool) -> anyhow::Result<ExitCode> {
         writeln!(out, "{} ({})", bold("not ended"), unfinished.len())?;
         for u in &unfinished {
             let why = match u.status.as_str() {
-                "killed" => "roar was killed before it ended: its files are not recorded",
+                "killed" => "its recorder was killed while it ran: recorded from its journal once its processes end",
                 _ => "running: its files are judged once it ends",
             };
             writeln!(

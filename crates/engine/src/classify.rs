@@ -933,7 +933,7 @@ impl Rules {
 
 /// What an observer that sees content saw: `file` held `content` when the job's events were at
 /// `mark` ([`Rules::mark`], taken before the content was read).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fact {
     pub file: (u64, u64),
     pub content: ContentHash,

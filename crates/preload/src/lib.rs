@@ -60,11 +60,17 @@ static SOCK_NAME_LEN: AtomicUsize = AtomicUsize::new(0);
 static mut SOCK_ENTRY: [u8; 160] = [0; 160];
 /// The run's key, appended to every datagram (see `roar_wire::SOCK_ENV`).
 static mut KEY: [u8; KEY_LEN] = [0; KEY_LEN];
-static mut RING_ENTRY: [u8; 64] = [0; 64];
+static mut RING_ENTRY: [u8; 512] = [0; 512];
 static RING_LEN: AtomicUsize = AtomicUsize::new(0);
 /// The ring's mapping (`RING_MAP_LEN` bytes), null if this process has none.
 static RING_MAP: AtomicPtr<u8> = AtomicPtr::new(ptr::null_mut());
 static RING_MAP_LEN: AtomicUsize = AtomicUsize::new(0);
+/// `<ring file>.late`: where events go once roar is gone (its ring full, its socket closed), so
+/// the job recovered from roar's journal still holds them. Set only for a ring that is a file.
+static mut LATE: [u8; PATH_MAX + 8] = [0; PATH_MAX + 8];
+static LATE_LEN: AtomicUsize = AtomicUsize::new(0);
+/// roar's ring is full and roar is gone: events skip the ring and the socket.
+static ROAR_GONE: AtomicBool = AtomicBool::new(false);
 static mut LIB_ENTRY: [u8; PATH_MAX + 32] = [0; PATH_MAX + 32];
 static LIB_LEN: AtomicUsize = AtomicUsize::new(0);
 /// Scratch for the argv of the Exec event, used only by the constructor.
@@ -209,6 +215,11 @@ unsafe fn send(kind: Kind, arg: i64, fd: c_int, stat: WireStat, parts: [&[u8]; 4
     for (i, p) in parts.iter().enumerate() {
         h.lens[i] = p.len() as u32;
     }
+    if ROAR_GONE.load(Ordering::Relaxed) {
+        // SAFETY: no preconditions.
+        unsafe { late(&h, parts) };
+        return;
+    }
     // SAFETY: the mapping is never unmapped while RING_MAP points at it.
     if let Some(ring) = unsafe { ring() } {
         let [a, b, c, d] = parts;
@@ -250,7 +261,7 @@ unsafe fn send(kind: Kind, arg: i64, fd: c_int, stat: WireStat, parts: [&[u8]; 4
         // SAFETY: no preconditions.
         let sock = unsafe { socket() };
         if sock < 0 {
-            return;
+            break;
         }
         loop {
             // SAFETY: msg is valid; MSG_NOSIGNAL keeps a vanished roar from killing the program.
@@ -270,8 +281,60 @@ unsafe fn send(kind: Kind, arg: i64, fd: c_int, stat: WireStat, parts: [&[u8]; 4
                 SOCK.store(fresh, Ordering::Relaxed);
                 break;
             }
+            if err == libc::ECONNREFUSED {
+                // Nobody reads the socket: roar is gone.
+                break;
+            }
             return;
         }
+    }
+    // No roar to take it: the journal's late file keeps it.
+    // SAFETY: no preconditions.
+    unsafe { late(&h, parts) };
+}
+
+/// Appends one event to the late file (see [`LATE`]): its length, then the event as a datagram
+/// would carry it, in one `writev` on a file opened for append, so events of concurrent
+/// processes never interleave. Never creates the file (roar made it, 0600, with the ring): a
+/// name someone else put there is not written through.
+unsafe fn late(h: &Header, parts: [&[u8]; 4]) {
+    let n = LATE_LEN.load(Ordering::Relaxed);
+    if n == 0 {
+        return;
+    }
+    // SAFETY: LATE is written once by the constructor, NUL-terminated at `n`.
+    unsafe {
+        let path = ptr::addr_of!(LATE).cast::<c_char>();
+        let fd = real!(open: unsafe extern "C" fn(*const c_char, c_int, c_uint) -> c_int)(
+            path,
+            libc::O_WRONLY | libc::O_APPEND | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0,
+        );
+        if fd < 0 {
+            return;
+        }
+        let body = h.as_bytes().len() + parts.iter().map(|p| p.len()).sum::<usize>();
+        let len = (body as u32).to_le_bytes();
+        let mut iov = [libc::iovec {
+            iov_base: ptr::null_mut(),
+            iov_len: 0,
+        }; 6];
+        iov[0] = libc::iovec {
+            iov_base: len.as_ptr() as *mut c_void,
+            iov_len: 4,
+        };
+        iov[1] = libc::iovec {
+            iov_base: h.as_bytes().as_ptr() as *mut c_void,
+            iov_len: h.as_bytes().len(),
+        };
+        for (i, p) in parts.iter().enumerate() {
+            iov[i + 2] = libc::iovec {
+                iov_base: p.as_ptr() as *mut c_void,
+                iov_len: p.len(),
+            };
+        }
+        libc::writev(fd, iov.as_ptr(), iov.len() as c_int);
+        real!(close: unsafe extern "C" fn(c_int) -> c_int)(fd);
     }
 }
 
@@ -327,11 +390,12 @@ impl RingWait {
                 unsafe { libc::sched_yield() };
                 return true;
             }
-            if self.waits.is_multiple_of(16384) {
+            if self.waits == 64 || self.waits.is_multiple_of(1024) {
                 // SAFETY: a signal-0 probe of roar's pid; errno is restored by the caller's guard.
                 let gone = unsafe { libc::kill(self.owner, 0) } != 0
                     && unsafe { *libc::__errno_location() } == libc::ESRCH;
                 if gone {
+                    ROAR_GONE.store(true, Ordering::Relaxed);
                     RING_MAP.store(ptr::null_mut(), Ordering::Release);
                     return false;
                 }
@@ -347,21 +411,36 @@ impl RingWait {
     }
 }
 
-/// Maps the ring named by `ROAR_INTERNAL_RING=<roar pid>/<fd>` through /proc, so a program that
-/// closed its inherited fds still reaches it. Returns the mapping's length, 0 if not mapped.
+/// Maps the ring named by `ROAR_INTERNAL_RING`: a file (a run with a journal: it outlives roar),
+/// or `<roar pid>/<fd>` through /proc, so a program that closed its inherited fds still reaches
+/// it. Returns the mapping's length, 0 if not mapped.
 unsafe fn map_ring(spec: &[u8]) -> usize {
-    // "/proc/" + spec + "/fd/" inserted after the pid: spec is "<pid>/<fd>".
-    let Some(slash) = spec.iter().position(|b| *b == b'/') else {
-        return 0;
-    };
-    let mut path = [0u8; 64];
-    let mut len = 0;
-    for part in [b"/proc/".as_slice(), &spec[..slash], b"/fd", &spec[slash..]] {
-        if len + part.len() >= path.len() {
+    let mut path = [0u8; PATH_MAX];
+    if spec.first() == Some(&b'/') {
+        // A ring file of its own (a run with a journal), and its late file beside it.
+        if spec.len() >= PATH_MAX {
             return 0;
         }
-        path[len..len + part.len()].copy_from_slice(part);
-        len += part.len();
+        path[..spec.len()].copy_from_slice(spec);
+        // SAFETY: the constructor is the only writer, before any thread exists.
+        let late = unsafe { &mut *ptr::addr_of_mut!(LATE) };
+        late[..spec.len()].copy_from_slice(spec);
+        late[spec.len()..spec.len() + 5].copy_from_slice(b".late");
+        late[spec.len() + 5] = 0;
+        LATE_LEN.store(spec.len() + 5, Ordering::Relaxed);
+    } else {
+        // "/proc/" + spec + "/fd/" inserted after the pid: spec is "<pid>/<fd>".
+        let Some(slash) = spec.iter().position(|b| *b == b'/') else {
+            return 0;
+        };
+        let mut len = 0;
+        for part in [b"/proc/".as_slice(), &spec[..slash], b"/fd", &spec[slash..]] {
+            if len + part.len() >= 64 {
+                return 0;
+            }
+            path[len..len + part.len()].copy_from_slice(part);
+            len += part.len();
+        }
     }
     // SAFETY: path is NUL-terminated; plain open/fstat/mmap/close on our own fd.
     unsafe {

@@ -22,7 +22,7 @@ use crate::model::{
 /// Bytes that are not a job of this build's format.
 #[derive(Debug, thiserror::Error)]
 #[error("malformed job record: {0}")]
-pub struct Malformed(&'static str);
+pub struct Malformed(pub &'static str);
 
 type Got<T> = Result<T, Malformed>;
 
@@ -88,7 +88,7 @@ macro_rules! int {
 int!(u32, i32, u64, i64);
 
 /// A tag or a small set: one byte. (`u8` is not `Bytes`, so that `Vec<u8>` can be raw bytes.)
-fn byte(input: &mut &[u8]) -> Got<u8> {
+pub fn byte(input: &mut &[u8]) -> Got<u8> {
     Ok(take(input, 1)?[0])
 }
 
@@ -431,6 +431,7 @@ impl Bytes for Outcome {
                 why.put(out);
             }
             Outcome::Ended => out.push(4),
+            Outcome::Killed => out.push(5),
         }
     }
     fn get(input: &mut &[u8]) -> Got<Self> {
@@ -440,6 +441,7 @@ impl Bytes for Outcome {
             2 => Outcome::Signaled(i32::get(input)?),
             3 => Outcome::FailedToStart(String::get(input)?),
             4 => Outcome::Ended,
+            5 => Outcome::Killed,
             _ => return Err(Malformed("outcome")),
         })
     }

@@ -27,6 +27,10 @@ pub enum Outcome {
     /// The job's root process is gone but its exit status was not observable (jobs the mount
     /// attributes to processes it did not start).
     Ended,
+    /// The process that recorded the job was killed before the job ended: the job was rebuilt
+    /// from its journal (docs/SEMANTICS.md, "Crashes") and holds every access observed until
+    /// then; its exit status is unknown.
+    Killed,
 }
 
 impl Outcome {
@@ -37,6 +41,7 @@ impl Outcome {
             Outcome::Signaled(_) => "signaled",
             Outcome::FailedToStart(_) => "failed_to_start",
             Outcome::Ended => "ended",
+            Outcome::Killed => "killed",
         }
     }
 }

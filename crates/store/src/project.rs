@@ -75,6 +75,11 @@ impl Project {
         self.root.join(DIR_NAME)
     }
 
+    /// Where observers keep what they saw while a job runs (`roar_engine::journal`).
+    pub fn journal_dir(&self) -> PathBuf {
+        self.dir().join("journal")
+    }
+
     pub fn db_path(&self) -> PathBuf {
         self.db.clone().unwrap_or_else(|| self.dir().join(DB_NAME))
     }

@@ -146,6 +146,14 @@ impl Writer {
         answer.recv().map_err(|_| StoreError::WriterGone)?
     }
 
+    /// [`Writer::record_job`] into the row `id` (a job's row written while it ran, by a process
+    /// that died before recording it: see `roar_engine::journal`).
+    pub fn record_into(&self, id: Option<i64>, job: JobRecord) -> Result<i64> {
+        let (reply, answer) = mpsc::channel();
+        self.send(Msg::Job(Box::new(job), None, reply, id))?;
+        answer.recv().map_err(|_| StoreError::WriterGone)?
+    }
+
     /// Starts recording `job` and returns where the rest of its files go: the writer inserts the
     /// job's row and `job.files` at once, then each [`FileChunk`] as it arrives, all in one
     /// transaction that commits at [`JobStream::finish`]. The caller's last work on the files

@@ -11,6 +11,7 @@ pub mod collect;
 pub mod early;
 mod ebpf;
 pub mod event;
+pub mod keep;
 /// The ignore rule is the store's, shared with the mount.
 pub use roar_store::ignore;
 pub mod from_proc;
@@ -27,7 +28,9 @@ pub use check::{check, choose, inside_roar, quick_check, Backend, Verdict};
 /// The resident eBPF helper's entry point, and the first argument that selects it.
 pub use ebpf::helper::{serve as ebpf_helper_main, HELPER_ARG as EBPF_HELPER_ARG};
 pub use event::Event;
+pub use keep::Keep;
 pub use launch::{detached, Status};
+pub use preload::{late_path, left_behind, ring_path};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
@@ -172,6 +175,7 @@ pub fn run(
     env: &EnvChanges,
     preload_lib: Option<&PathBuf>,
     tap: Tap,
+    keep: Arc<Keep>,
     beside: &mut dyn Beside,
 ) -> Result<Traced, TraceError> {
     match backend {
@@ -180,17 +184,17 @@ pub fn run(
                 backend: "preload",
                 reason: "libroar_preload.so was not found".into(),
             })?;
-            preload::run(argv, env, lib, tap, beside)
+            preload::run(argv, env, lib, tap, keep, beside)
         }
         Backend::Ptrace => {
             beside.started(roar_store::now_ns());
             beside.running_on();
-            ptrace::run(argv, env, &tap)
+            ptrace::run(argv, env, &tap, &keep)
         }
         Backend::Ebpf => {
             beside.started(roar_store::now_ns());
             beside.running_on();
-            ebpf::run(argv, env, &tap)
+            ebpf::run(argv, env, &tap, &keep)
         }
     }
 }

@@ -18,6 +18,7 @@ use roar_wire::ring::{self, Next, Ring, RING_ENV};
 use roar_wire::{strip_key, Header, Kind, WireStat, KEY_LEN, LIB_ENV, SOCK_ENV};
 
 use crate::event::{join_normalize, Event};
+use crate::keep::Keep;
 use crate::launch;
 use crate::{Tap, TraceError, Traced};
 
@@ -111,12 +112,59 @@ const STUCK: Duration = Duration::from_millis(100);
 /// producer takes a few instructions between reserving and marking.
 const STUCK_UNMARKED: Duration = Duration::from_secs(2);
 
-/// The run's ring: a memfd roar maps and every shim maps again through /proc/<roar>/fd/<fd>.
+/// The run's ring: a file roar maps and every shim maps again. With a journal it is a file of its
+/// own (in /dev/shm), which outlives roar: what the shims wrote into it and roar had not read yet
+/// is recovered from it. Without one, a memfd shims reach through /proc/<roar>/fd/<fd>.
 struct RingMap {
     fd: libc::c_int,
     base: *mut libc::c_void,
     len: usize,
     ring: Ring,
+    /// The ring's file, when it has a name.
+    path: Option<PathBuf>,
+}
+
+impl RingMap {
+    /// What the shim is told (`ROAR_INTERNAL_RING`): the file, or roar's pid and fd.
+    fn env_value(&self) -> OsString {
+        match &self.path {
+            Some(p) => p.clone().into_os_string(),
+            None => format!("{}/{}", std::process::id(), self.fd).into(),
+        }
+    }
+}
+
+/// Where the ring of a run whose journal is `journal` lives: in /dev/shm (memory, as a memfd is;
+/// it survives roar, not a reboot) when there is one, else beside the journal. Its events that
+/// reach no ring go to `<ring>.late` (the shim's fallback once roar is gone).
+pub fn ring_path(journal: &Path) -> PathBuf {
+    let name = journal.file_stem().unwrap_or_default().to_string_lossy();
+    let shm = Path::new("/dev/shm");
+    // SAFETY: access(2) on a NUL-terminated path.
+    let writable = unsafe { libc::access(c"/dev/shm".as_ptr(), libc::W_OK | libc::X_OK) } == 0;
+    if writable && shm.is_dir() {
+        shm.join(format!("roar-{name}.ring"))
+    } else {
+        journal.with_extension("ring")
+    }
+}
+
+/// Creates the (empty) late file, 0600: the shims only ever append to the one roar made.
+fn make_late(ring: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(late_path(ring))
+        .map(drop)
+}
+
+/// The file the shims append to once roar is gone and the ring is full (or never mapped).
+pub fn late_path(ring: &Path) -> PathBuf {
+    let mut p = ring.as_os_str().to_owned();
+    p.push(".late");
+    PathBuf::from(p)
 }
 
 // SAFETY: the mapping is only touched through `Ring`, whose shared state is atomic, and is
@@ -154,11 +202,24 @@ fn ring_capacity() -> Result<u64, TraceError> {
         })
 }
 
-fn map_ring(capacity: u64) -> std::io::Result<RingMap> {
+fn map_ring(capacity: u64, path: Option<&Path>) -> std::io::Result<RingMap> {
+    use std::os::unix::ffi::OsStrExt;
     let len = ring::HEADER_SIZE + capacity as usize;
-    // SAFETY: plain memfd/ftruncate/mmap on values we own; the mapping is zeroed by the kernel.
+    // SAFETY: plain memfd/open/ftruncate/mmap on values we own; the mapping is zeroed by the
+    // kernel (a fresh file, or one just made the ring's length).
     unsafe {
-        let fd = libc::memfd_create(c"roar-events".as_ptr(), libc::MFD_CLOEXEC);
+        let fd = match path {
+            Some(p) => {
+                let c = std::ffi::CString::new(p.as_os_str().as_bytes())
+                    .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+                libc::open(
+                    c.as_ptr(),
+                    libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+                    0o600,
+                )
+            }
+            None => libc::memfd_create(c"roar-events".as_ptr(), libc::MFD_CLOEXEC),
+        };
         if fd < 0 {
             return Err(std::io::Error::last_os_error());
         }
@@ -186,6 +247,7 @@ fn map_ring(capacity: u64) -> std::io::Result<RingMap> {
             base,
             len,
             ring,
+            path: path.map(Path::to_owned),
         })
     }
 }
@@ -203,23 +265,38 @@ fn drain_ring(
     stuck_since: &mut Option<Instant>,
     last: bool,
     tap: &Tap,
+    keep: &Keep,
 ) {
     loop {
-        match ring.next() {
-            Next::Event { bytes, len } => {
-                match Header::parse(bytes).and_then(|(h, parts)| decode(&h, parts)) {
-                    Some(ev) => {
-                        tap(&ev);
-                        out.events.push(ev);
+        // Read ahead of the tail; what was read goes to the journal before its slots are freed,
+        // so a roar killed at any point leaves each event in one of the two (the journal says up
+        // to where: recovery reads the ring on from there).
+        let mut pos = ring.tail();
+        let stop = loop {
+            match ring.at(pos) {
+                Next::Event { bytes, len } => {
+                    match Header::parse(bytes).and_then(|(h, parts)| decode(&h, parts)) {
+                        Some(ev) => {
+                            tap(&ev);
+                            keep.event(&ev);
+                            out.events.push(ev);
+                        }
+                        None => out.malformed += 1,
                     }
-                    None => out.malformed += 1,
+                    pos += len;
+                    *stuck_since = None;
                 }
-                ring.release(len);
-                *stuck_since = None;
+                Next::Pad { len } => pos += len,
+                other => break other_kind(&other),
             }
-            Next::Pad { len } => ring.release(len),
-            Next::Empty => return,
-            Next::Pending { pid: 0 } => {
+        };
+        if pos != ring.tail() {
+            keep.commit(Some(pos));
+            ring.release_to(pos);
+        }
+        match stop {
+            Stop::Empty => return,
+            Stop::Pending(0) => {
                 let since = *stuck_since.get_or_insert_with(Instant::now);
                 if !(last || since.elapsed() > STUCK_UNMARKED) {
                     return;
@@ -229,7 +306,7 @@ fn drain_ring(
                     *stuck_since = None;
                 }
             }
-            Next::Pending { pid } => {
+            Stop::Pending(pid) => {
                 let since = *stuck_since.get_or_insert_with(Instant::now);
                 // SAFETY: a signal-0 probe.
                 let dead = since.elapsed() > STUCK
@@ -253,6 +330,19 @@ fn drain_ring(
                 }
             }
         }
+    }
+}
+
+/// Where a read-ahead stopped.
+enum Stop {
+    Empty,
+    Pending(i32),
+}
+
+fn other_kind(n: &Next<'_>) -> Stop {
+    match n {
+        Next::Pending { pid } => Stop::Pending(*pid),
+        _ => Stop::Empty,
     }
 }
 
@@ -306,6 +396,7 @@ struct Receiver {
     map: Arc<RingMap>,
     inbox: Arc<Mutex<Inbox>>,
     tap: Tap,
+    keep: Arc<Keep>,
 }
 
 impl Inbox {
@@ -319,6 +410,7 @@ impl Inbox {
             &mut self.stuck_since,
             false,
             &r.tap,
+            &r.keep,
         );
         while !self.sock_failed {
             let buf = &mut self.buf;
@@ -349,11 +441,13 @@ impl Inbox {
             match Header::parse(body).and_then(|(h, parts)| decode(&h, parts)) {
                 Some(ev) => {
                     (r.tap)(&ev);
+                    r.keep.event(&ev);
                     self.from_sock.events.push(ev);
                 }
                 None => self.from_sock.malformed += 1,
             }
         }
+        r.keep.commit(None);
         if last {
             drain_ring(
                 &r.map.ring,
@@ -361,6 +455,7 @@ impl Inbox {
                 &mut self.stuck_since,
                 true,
                 &r.tap,
+                &r.keep,
             );
         }
         self.from_sock.events.len() + self.from_sock.malformed + self.from_sock.forged > before
@@ -608,11 +703,22 @@ pub fn run(
     env: &crate::EnvChanges,
     lib: &Path,
     tap: Tap,
+    keep: Arc<Keep>,
     beside: &mut dyn crate::Beside,
 ) -> Result<Traced, TraceError> {
     let capacity = ring_capacity()?;
     let sock = Arc::new(bind()?);
-    let map = Arc::new(map_ring(capacity).map_err(|source| TraceError::Socket { source })?);
+    let ring_file = keep.journal_path().map(ring_path);
+    let map = Arc::new(
+        map_ring(capacity, ring_file.as_deref()).map_err(|source| TraceError::Socket { source })?,
+    );
+    if let Some(ring) = &ring_file {
+        make_late(ring).map_err(|source| TraceError::Socket { source })?;
+        keep.record(&roar_engine::journal::Record::Ring {
+            ring: ring.clone(),
+            late: late_path(ring),
+        });
+    }
     let receiver = Arc::new(Receiver {
         argv0: argv[0].clone(),
         sock: sock.clone(),
@@ -627,6 +733,7 @@ pub fn run(
             sock_failed: false,
         })),
         tap,
+        keep: keep.clone(),
     });
 
     let guard = launch::SignalGuard::install();
@@ -643,14 +750,13 @@ pub fn run(
         .chain([
             set("LD_PRELOAD", preload),
             set(SOCK_ENV, sock.env_value().into()),
-            set(
-                RING_ENV,
-                format!("{}/{}", std::process::id(), map.fd).into(),
-            ),
+            set(RING_ENV, map.env_value()),
             set(LIB_ENV, lib.into()),
         ])
         .collect();
     let ctime_floor_ns = crate::ctime_floor_ns();
+    keep.record(&roar_engine::journal::Record::CtimeFloor(ctime_floor_ns));
+    keep.commit(None);
     let started_ns = now_ns();
     let status = match launch::spawn(argv, &env, &guard) {
         Ok(pid) => {
@@ -665,6 +771,11 @@ pub fn run(
     let ended_ns = now_ns();
     drop(guard);
     let (received, top) = finish(&receiver);
+    if let Some(ring) = &ring_file {
+        // Every event is in the journal now.
+        let _ = std::fs::remove_file(ring);
+        let _ = std::fs::remove_file(late_path(ring));
+    }
     let untraced = untraced(top, &received.events);
     let status = status?;
     Ok(Traced {
@@ -680,6 +791,90 @@ pub fn run(
         untraced,
         cut_short: None,
     })
+}
+
+/// What a run's ring file holds past `from` (where its journal says roar stopped keeping; the
+/// ring's own tail if it got further) and its late file: the events a `roar run` killed before
+/// reading them left behind, in the order they were written, and how many could not be read.
+pub fn left_behind(ring: &Path, from: u64) -> (Vec<Event>, usize) {
+    let (mut events, mut malformed) = (Vec::new(), 0);
+    if let Ok(file) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(ring)
+    {
+        read_ring(&file, from, &mut events, &mut malformed);
+    }
+    if let Ok(bytes) = std::fs::read(late_path(ring)) {
+        let mut rest = bytes.as_slice();
+        let mut late = Vec::new();
+        while rest.len() >= 4 {
+            let n = u32::from_le_bytes(rest[..4].try_into().expect("4")) as usize;
+            let Some(body) = rest.get(4..4 + n) else {
+                malformed += 1;
+                break;
+            };
+            match Header::parse(body).and_then(|(h, parts)| decode(&h, parts)) {
+                Some(ev) => late.push(ev),
+                None => malformed += 1,
+            }
+            rest = &rest[4 + n..];
+        }
+        if !late.is_empty() {
+            // Written by each process in its own order once the ring was full: merged by time.
+            events.extend(late);
+            events.sort_by_key(Event::ts_ns);
+        }
+    }
+    (events, malformed)
+}
+
+fn read_ring(file: &std::fs::File, from: u64, events: &mut Vec<Event>, malformed: &mut usize) {
+    use std::os::fd::AsRawFd;
+    let Ok(meta) = file.metadata() else { return };
+    let len = meta.len() as usize;
+    if len <= ring::HEADER_SIZE {
+        return;
+    }
+    // SAFETY: a shared mapping of the whole file, unmapped below; the ring is only read.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return;
+    }
+    // SAFETY: the mapping is `len` bytes; attach checks the header.
+    if let Some(r) = unsafe { Ring::attach(base.cast(), len) } {
+        let mut pos = from.max(r.tail());
+        loop {
+            match r.at(pos) {
+                Next::Event { bytes, len } => {
+                    match Header::parse(bytes).and_then(|(h, parts)| decode(&h, parts)) {
+                        Some(ev) => events.push(ev),
+                        None => *malformed += 1,
+                    }
+                    pos += len;
+                }
+                Next::Pad { len } => pos += len,
+                // A slot its producer never finished (killed in it): nothing after it can be
+                // found in order.
+                Next::Pending { .. } => {
+                    *malformed += 1;
+                    break;
+                }
+                Next::Empty => break,
+            }
+        }
+    }
+    // SAFETY: our mapping.
+    unsafe { libc::munmap(base, len) };
 }
 
 /// Decoding is exercised on real datagrams by the integration tests; this pins the join of base

@@ -335,12 +335,23 @@ impl Ring {
 
     /// Consumer: what is at the tail.
     pub fn next(&self) -> Next<'_> {
+        self.at(self.tail())
+    }
+
+    /// Consumer: where the tail is (a position that only grows: everything before it is read).
+    pub fn tail(&self) -> u64 {
+        self.header().tail.load(Ordering::Relaxed)
+    }
+
+    /// Consumer: what is at `pos`, at or past the tail, without freeing anything: a consumer
+    /// that must keep what it read somewhere first (roar's journal) reads ahead, then frees up
+    /// to where it kept ([`Ring::release_to`]).
+    pub fn at(&self, pos: u64) -> Next<'_> {
         let h = self.header();
-        let tail = h.tail.load(Ordering::Relaxed);
-        if h.head.load(Ordering::Acquire) == tail {
+        if h.head.load(Ordering::Acquire) <= pos {
             return Next::Empty;
         }
-        let off = tail & (self.capacity - 1);
+        let off = pos & (self.capacity - 1);
         let w = self.word(off).load(Ordering::Acquire);
         let len = w & LEN_MASK;
         if len == 0 {
@@ -374,6 +385,21 @@ impl Ring {
         let tail = h.tail.load(Ordering::Relaxed);
         self.free(tail, len);
         h.tail.store(tail + len, Ordering::Release);
+    }
+
+    /// Consumer: frees every slot before `pos` (a position [`Ring::at`] read up to: a slot
+    /// boundary at or past the tail, at most the head).
+    pub fn release_to(&self, pos: u64) {
+        let h = self.header();
+        let mut tail = h.tail.load(Ordering::Relaxed);
+        while tail < pos {
+            // Freed words carry their lap: one lap at a time.
+            let lap_end = (tail / self.capacity + 1) * self.capacity;
+            let end = pos.min(lap_end);
+            self.free(tail, end - tail);
+            tail = end;
+        }
+        h.tail.store(tail, Ordering::Release);
     }
 
     /// Consumer: takes back the unmarked words at the tail, up to the next marked word or the
@@ -432,6 +458,53 @@ mod tests {
                 Next::Pending { pid } => pending(pid),
             }
         }
+    }
+
+    /// Read ahead of the tail in batches, freed only after each batch (as roar keeps a batch in
+    /// its journal first): every event once, in order, across wraps, with producers refilling
+    /// what each batch frees.
+    #[test]
+    fn a_consumer_reading_ahead_frees_whole_batches() {
+        let mut buf = vec![0u64; (HEADER_SIZE + MIN_CAPACITY as usize) / 8];
+        let r = ring(&mut buf);
+        let (mut sent, mut got) = (0u32, Vec::new());
+        for round in 0..200u32 {
+            while r.write(
+                3,
+                &[
+                    &sent.to_le_bytes(),
+                    &[7u8; 300][..(round as usize * 37) % 300],
+                ],
+                &mut || false,
+            ) {
+                sent += 1;
+            }
+            let mut pos = r.tail();
+            let mut batch = 0;
+            loop {
+                match r.at(pos) {
+                    Next::Event { bytes, len } => {
+                        got.push(u32::from_le_bytes(bytes[..4].try_into().unwrap()));
+                        pos += len;
+                    }
+                    Next::Pad { len } => pos += len,
+                    Next::Empty => break,
+                    Next::Pending { .. } => panic!("nothing is in flight"),
+                }
+                batch += 1;
+                if batch == 50 + round as usize % 70 {
+                    break;
+                }
+            }
+            r.release_to(pos);
+            assert_eq!(r.tail(), pos);
+        }
+        let rest = drain(&r);
+        got.extend(
+            rest.iter()
+                .map(|b| u32::from_le_bytes(b[..4].try_into().unwrap())),
+        );
+        assert_eq!(got, (0..sent).collect::<Vec<_>>());
     }
 
     #[test]

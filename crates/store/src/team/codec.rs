@@ -31,6 +31,7 @@ pub(crate) fn outcome(status: &str, exit_code: Option<i32>, signal: Option<i32>)
         "signaled" => Outcome::Signaled(signal.unwrap_or_default()),
         "failed_to_start" => Outcome::FailedToStart(String::new()),
         "running" => Outcome::Running,
+        "killed" => Outcome::Killed,
         _ => Outcome::Ended,
     }
 }

@@ -25,6 +25,7 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapHandle, MapType, RingBufferBuilder};
 use roar_store::now_ns;
 
+use crate::keep::Keep;
 use crate::launch::{self, Status};
 use crate::{Tap, TraceError, Traced};
 use decode::{clock_offset, decode};
@@ -170,7 +171,12 @@ impl Drop for Done {
     }
 }
 
-pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Traced, TraceError> {
+pub fn run(
+    argv: &[OsString],
+    env: &crate::EnvChanges,
+    tap: &Tap,
+    keep: &Keep,
+) -> Result<Traced, TraceError> {
     let ring_kb = ring_kb()?;
     let t_load = Instant::now();
     let mut obj = MaybeUninit::uninit();
@@ -213,6 +219,7 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
         match decode(rec, offset, key.gen) {
             Ok(Some(ev)) => {
                 tap(&ev);
+                keep.event(&ev);
                 events.push(ev);
             }
             Ok(None) => {}
@@ -237,6 +244,8 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
         cmd.pre_exec(move || maps::track_self(tracked, key));
     }
     let ctime_floor_ns = crate::ctime_floor_ns();
+    keep.record(&roar_engine::journal::Record::CtimeFloor(ctime_floor_ns));
+    keep.commit(None);
     let started_ns = now_ns();
     let child = cmd.spawn().map_err(|e| launch::spawn_error(&argv[0], e))?;
     let root = child.id() as i32;
@@ -277,6 +286,7 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
             if n == 0 {
                 // Records below the wake-up mark are read on this timer.
                 let _ = ring.consume();
+                keep.commit(None);
                 continue;
             }
             if n < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
@@ -284,6 +294,7 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
             }
             if fds[0].revents != 0 {
                 let _ = ring.consume();
+                keep.commit(None);
             }
             if fds[2].revents != 0 {
                 helper_died = true;
@@ -295,6 +306,7 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
         }
         // Every process has exited, so every record it made is in the ring.
         let _ = ring.consume();
+        keep.commit(None);
         waiter.join().expect("the waiter thread does not panic")
     });
     let ended_ns = now_ns();

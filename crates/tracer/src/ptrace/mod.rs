@@ -20,6 +20,7 @@ use std::path::PathBuf;
 use roar_store::{now_ns, FileStat};
 
 use crate::event::{join_normalize, Event};
+use crate::keep::Keep;
 use crate::launch::{self, Status};
 use crate::{Tap, TraceError, Traced};
 use filter::*;
@@ -289,7 +290,19 @@ fn cont(request: libc::c_uint, pid: i32, sig: i32) {
     unsafe { libc::ptrace(request, pid, 0, sig as libc::c_long) };
 }
 
-pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Traced, TraceError> {
+pub fn run(
+    argv: &[OsString],
+    env: &crate::EnvChanges,
+    tap: &Tap,
+    keep: &Keep,
+) -> Result<Traced, TraceError> {
+    // Each event is in the journal before the process that made it runs on: a roar killed at
+    // any moment has kept every access the command made until then.
+    let tap = &|ev: &Event| {
+        tap(ev);
+        keep.event(ev);
+        keep.commit(None);
+    };
     let guard = launch::SignalGuard::install();
     launch::become_subreaper();
     let mut cmd = launch::command(argv, env, &guard);
@@ -322,6 +335,8 @@ pub fn run(argv: &[OsString], env: &crate::EnvChanges, tap: &Tap) -> Result<Trac
         });
     }
     let ctime_floor_ns = crate::ctime_floor_ns();
+    keep.record(&roar_engine::journal::Record::CtimeFloor(ctime_floor_ns));
+    keep.commit(None);
     let started_ns = now_ns();
     // exec happens before the first stop, so spawn returns (its error pipe closes on exec).
     let child = cmd.spawn().map_err(|e| launch::spawn_error(&argv[0], e))?;

@@ -1,0 +1,236 @@
+//! Jobs whose recorder was killed: rebuilt from their journals (`roar_engine::journal`) by the
+//! next roar command, through the same rule and hashing a finished run goes through, and recorded
+//! `killed` in the row the job had while it ran (docs/SEMANTICS.md, "Crashes").
+//!
+//! A `roar run` journal holds the job's header, the ring's name, and every event its backend had
+//! read; the ring and its late file hold what the shims wrote after that (they go on reporting
+//! once roar is gone). While a process of the job still runs (under preload the command outlives
+//! roar, and its events keep arriving) the journal is left for a later command.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use roar_engine::journal::{self, Journal, Orphan, Record};
+use roar_store::{JobRecord, Outcome, Project, Store, Writer};
+use roar_tracer::{collect, Event};
+
+use crate::config::Config;
+
+/// A fresh job uid: 16 random bytes as hex, the form the store gives a job without one.
+pub fn new_uid() -> String {
+    let mut b = [0u8; 16];
+    // SAFETY: getrandom writes at most b.len() bytes into our buffer.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != b.len() as isize {
+        // No entropy source: unique enough for a file name and a row (time and pid).
+        let t = roar_store::now_ns() as u128 ^ ((std::process::id() as u128) << 64);
+        b = t.to_le_bytes();
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The journal of the run whose job is `job` (named by its uid), holding its header; None (with
+/// a warning) if it cannot be made: the run then goes on as durable as it was before journals.
+pub fn run_journal(project: &Project, job: &JobRecord) -> Option<Arc<Journal>> {
+    let uid = job.uid.as_deref()?;
+    let made = Journal::create(&project.journal_dir(), uid, journal::Writer::Run)
+        .and_then(|j| j.append(&[Record::Job(Box::new(job.clone()))]).map(|()| j));
+    match made {
+        Ok(j) => Some(Arc::new(j)),
+        Err(e) => {
+            tracing::warn!("no journal for this run ({e}): a roar killed now loses its events");
+            None
+        }
+    }
+}
+
+/// Recovers every journal in the project whose writer is gone. Cheap when there is none: one
+/// directory read.
+pub fn pending(project: &Project) {
+    let orphans = journal::orphans(&project.journal_dir());
+    if orphans.is_empty() {
+        return;
+    }
+    let config = Config::load(project).unwrap_or_default();
+    let writer = match Writer::start(&project.db_path()) {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::warn!("cannot open the store to recover killed jobs: {e}");
+            return;
+        }
+    };
+    for orphan in orphans {
+        let kind = orphan.writer;
+        let result = match kind {
+            journal::Writer::Run => run(project, &config, &writer, orphan),
+            journal::Writer::Mount | journal::Writer::Gateway => {
+                crate::recover_observers::recover(project, &config, &writer, orphan)
+            }
+        };
+        match result {
+            Ok(Some(id)) => eprintln!(
+                "roar: job {id} recovered from its journal: its recorder was killed before it ended (status killed)"
+            ),
+            Ok(None) => {}
+            Err(e) => eprintln!("roar: could not recover a killed job: {e:#}"),
+        }
+    }
+    let _ = writer.flush();
+}
+
+/// What a run's journal holds.
+struct RunJournal {
+    job: Option<JobRecord>,
+    ctime_floor_ns: i64,
+    ring: Option<std::path::PathBuf>,
+    ring_pos: u64,
+    events: Vec<Event>,
+}
+
+fn read_run(records: Vec<Record>) -> RunJournal {
+    let mut r = RunJournal {
+        job: None,
+        ctime_floor_ns: 0,
+        ring: None,
+        ring_pos: 0,
+        events: Vec::new(),
+    };
+    for rec in records {
+        match rec {
+            // The last header wins: the one written once the command started holds its env.
+            Record::Job(j) => r.job = Some(*j),
+            Record::CtimeFloor(t) => r.ctime_floor_ns = t,
+            Record::Ring { ring, .. } => r.ring = Some(ring),
+            Record::RingPos(p) => r.ring_pos = p,
+            Record::Event(e) => r.events.push(e),
+            _ => {}
+        }
+    }
+    r
+}
+
+/// Recovers one `roar run` journal; None when it has to wait (the command still runs) or the
+/// job was recorded already.
+fn run(
+    project: &Project,
+    config: &Config,
+    writer: &Writer,
+    mut orphan: Orphan,
+) -> anyhow::Result<Option<i64>> {
+    let mut j = read_run(std::mem::take(&mut orphan.records));
+    let Some(mut job) = j.job.take() else {
+        // Killed before its header was written: nothing ran yet.
+        orphan.remove();
+        return Ok(None);
+    };
+    let mut malformed = 0;
+    if let Some(ring) = &j.ring {
+        let (later, bad) = roar_tracer::left_behind(ring, j.ring_pos);
+        j.events.extend(later);
+        malformed = bad;
+        if still_running(&j.events, ring) {
+            return Ok(None);
+        }
+    }
+    let (begun, done) = row_of(project, job.uid.as_deref())?;
+    if done {
+        remove_run(orphan, j.ring.as_deref());
+        return Ok(None);
+    }
+    let ignore = roar_tracer::ignore::Ignore::new(&config.ignore);
+    let classified = collect::classify(&j.events, j.ctime_floor_ns, &ignore);
+    job.steps = roar_tracer::steps::steps(
+        &j.events,
+        &classified,
+        j.ctime_floor_ns,
+        &roar_tracer::steps::Rule::new(config.steps.drivers.iter().map(String::as_str)),
+    );
+    if let Some(root) = job.steps.first_mut() {
+        root.argv = job.argv.clone();
+    }
+    let mut classified = classified;
+    job.processes = std::mem::take(&mut classified.processes);
+    let opts = roar_store::hash::HashOptions {
+        sha256: config.sha256(),
+    };
+    let store = Store::open(&project.db_path()).ok();
+    let cache = || store.as_ref().map(Store::conn);
+    let mut files = Vec::new();
+    collect::hash(
+        classified,
+        opts,
+        &cache,
+        &Default::default(),
+        &mut |chunk| files.extend(chunk.files),
+    );
+    job.files.extend(files);
+    job.ended_ns = Some(
+        j.events
+            .iter()
+            .map(Event::ts_ns)
+            .max()
+            .unwrap_or(job.started_ns)
+            .max(job.started_ns),
+    );
+    job.outcome = Outcome::Killed;
+    // Under ptrace the command died with roar; under eBPF it ran on unobserved; under preload
+    // the shims kept reporting, and only an event the ring or the late file could not take (a
+    // process that cannot write them) is missing, counted as malformed.
+    job.incomplete = job.backend != "preload" || malformed > 0;
+    let id = writer.record_into(begun, job)?;
+    remove_run(orphan, j.ring.as_deref());
+    Ok(Some(id))
+}
+
+fn remove_run(orphan: Orphan, ring: Option<&Path>) {
+    if let Some(ring) = ring {
+        let _ = std::fs::remove_file(ring);
+        let _ = std::fs::remove_file(roar_tracer::late_path(ring));
+    }
+    orphan.remove();
+}
+
+/// The row a job with `uid` has: its id if it is still `running` (written while it ran), and
+/// whether it was recorded already (a recorder killed after its commit, before its journal went).
+pub(crate) fn row_of(project: &Project, uid: Option<&str>) -> anyhow::Result<(Option<i64>, bool)> {
+    let Some(uid) = uid else {
+        return Ok((None, false));
+    };
+    let store = Store::open(&project.db_path())?;
+    let row: Option<(i64, String)> =
+        rusqlite::OptionalExtension::optional(store.conn().query_row(
+            "SELECT id, status FROM jobs WHERE uid = ?1",
+            [uid],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        ))?;
+    Ok(match row {
+        Some((id, status)) if status == "running" => (Some(id), false),
+        Some(_) => (None, true),
+        None => (None, false),
+    })
+}
+
+/// Whether a process of the job (one the events saw start and not end) still runs: the shims of
+/// a command whose roar died keep writing its events, so its journal waits until it is over.
+/// A process is the job's if its environment names the job's ring (the shim keeps it there).
+fn still_running(events: &[Event], ring: &Path) -> bool {
+    let mut live: roar_engine::HashSet<i32> = Default::default();
+    for e in events {
+        match e {
+            Event::Exec { pid, .. } | Event::Fork { pid, .. } => {
+                live.insert(*pid);
+            }
+            Event::Exit { pid, .. } => {
+                live.remove(pid);
+            }
+            _ => {}
+        }
+    }
+    use std::os::unix::ffi::OsStrExt;
+    let mut var = format!("{}=", roar_wire::ring::RING_ENV).into_bytes();
+    var.extend_from_slice(ring.as_os_str().as_bytes());
+    live.iter().any(|pid| {
+        std::fs::read(format!("/proc/{pid}/environ"))
+            .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == var.as_slice()))
+    })
+}

@@ -1,0 +1,649 @@
+//! The journal: what an observer saw, appended as it arrives, so that the record of a job
+//! survives the death of the process that observed it (docs/SEMANTICS.md, "Crashes").
+//!
+//! One file per job under `.roar/journal/`. Its records are exactly the engine's inputs — the
+//! job's header, each [`Event`], each content [`Fact`] and the other calls into
+//! [`crate::Rules`] — so replaying a journal through the rule rebuilds the state the observer
+//! had: recovery is not a second rule, it is the same one fed from a file.
+//!
+//! Writing is a plain `write(2)` into the page cache: it survives the writer's `kill -9`; a power
+//! loss can take what was written since the last [`Journal::sync`] (the job's end). Each record
+//! is framed by its length and a checksum, so a record torn by a crash in the middle of a write
+//! (or pages a power loss left zeroed) ends the journal there and never reads as another record.
+//!
+//! Who is alive: the writer holds an exclusive `flock` on its journal for as long as it lives;
+//! the kernel drops it when the process dies, however it dies. A journal whose lock can be taken
+//! is one whose writer is gone, and whoever takes it (recovery) keeps it while it rebuilds the
+//! job, so two recoveries never record one job twice.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use roar_store::job_bytes::{byte, Bytes, Malformed};
+use roar_store::{ContentHash, FileStat, JobRecord};
+
+use crate::event::{Event, Stdio};
+use crate::Fact;
+
+const MAGIC: &[u8; 8] = b"roarjnl1";
+/// A record's frame: its length (u32) and the first four bytes of its blake3 (u32).
+const FRAME: usize = 8;
+/// Bigger than any record an observer writes (an exec with its whole argv is the largest): a
+/// frame claiming more is damage.
+const MAX_RECORD: usize = 64 << 20;
+
+/// Which observer wrote a journal: how recovery turns it into a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writer {
+    /// `roar run`: the events of its backend (preload, ptrace, eBPF).
+    Run,
+    /// The mount daemon: one journal per job it attributed.
+    Mount,
+    /// The S3 gateway of a session.
+    Gateway,
+}
+
+/// One record of a journal.
+#[derive(Debug, Clone)]
+pub enum Record {
+    /// The job as it was known when it began (no files): the first record.
+    Job(Box<JobRecord>),
+    /// `roar run`'s preload ring and the file where shims put events once roar is gone
+    /// (`late`): recovery reads what is left in them.
+    Ring {
+        ring: PathBuf,
+        late: PathBuf,
+    },
+    /// Every ring event before this position is in the journal already.
+    RingPos(u64),
+    /// The rule's context: file changes at or after this time may be the job's.
+    CtimeFloor(i64),
+    Event(Event),
+    /// [`crate::Rules::found`].
+    Found {
+        path: PathBuf,
+        fact: Fact,
+        ts: i64,
+    },
+    /// [`crate::Rules::found_in`].
+    FoundIn(Fact),
+    /// [`crate::Rules::found_named`].
+    FoundNamed {
+        path: PathBuf,
+        content: ContentHash,
+        mark: u64,
+        ts: i64,
+    },
+    /// [`crate::Rules::moved_dir`].
+    MovedDir {
+        from: PathBuf,
+        to: PathBuf,
+    },
+    /// Something an observer keeps beside the rule (the gateway's S3 object of a path), as bytes
+    /// of its own format.
+    Extra(Vec<u8>),
+    /// The job's root process is gone (the mount: its end was seen).
+    RootGone,
+}
+
+/// An open journal, appended to by one observer.
+#[derive(Debug)]
+pub struct Journal {
+    path: PathBuf,
+    file: Mutex<File>,
+}
+
+impl Journal {
+    /// Creates the journal `name` in `dir` (made 0700 if missing), written by `writer`, and
+    /// takes its lock for this process's lifetime.
+    pub fn create(dir: &Path, name: &str, writer: Writer) -> io::Result<Journal> {
+        make_dir(dir)?;
+        let path = dir.join(format!("{name}.journal"));
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC | libc::O_APPEND)
+            .open(&path)?;
+        lock(&file, true)?;
+        let mut head = Vec::with_capacity(9);
+        head.extend_from_slice(MAGIC);
+        head.push(writer as u8);
+        (&file).write_all(&head)?;
+        Ok(Journal {
+            path,
+            file: Mutex::new(file),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends `records` with one write.
+    pub fn append(&self, records: &[Record]) -> io::Result<()> {
+        let mut buf = Vec::with_capacity(128 * records.len());
+        for r in records {
+            frame(r, &mut buf);
+        }
+        self.append_framed(&buf)
+    }
+
+    /// Appends bytes made by [`frame`]: an observer that batches frames them as events arrive.
+    pub fn append_framed(&self, bytes: &[u8]) -> io::Result<()> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        (&*file).write_all(bytes)
+    }
+
+    /// Makes what was appended survive a power loss (the job's end; docs/SEMANTICS.md).
+    pub fn sync(&self) -> io::Result<()> {
+        let file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        file.sync_data()
+    }
+
+    /// The job is in the store: the journal is no longer needed.
+    pub fn remove(self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn make_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(e),
+        _ => Ok(()),
+    }
+}
+
+fn lock(file: &File, wait: bool) -> io::Result<()> {
+    let op = libc::LOCK_EX | if wait { 0 } else { libc::LOCK_NB };
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), op) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `record` framed into `out`.
+pub fn frame(record: &Record, out: &mut Vec<u8>) {
+    frame_with(out, |out| record.put(out));
+}
+
+/// `Record::Event(ev)` framed into `out`, without a copy of the event.
+pub fn frame_event(ev: &Event, out: &mut Vec<u8>) {
+    frame_with(out, |out| {
+        out.push(EVENT_TAG);
+        ev.put(out);
+    });
+}
+
+const EVENT_TAG: u8 = 4;
+
+fn frame_with(out: &mut Vec<u8>, put: impl FnOnce(&mut Vec<u8>)) {
+    let start = out.len();
+    out.extend_from_slice(&[0; FRAME]);
+    put(out);
+    let body = &out[start + FRAME..];
+    let len = body.len() as u32;
+    let sum = checksum(body);
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    out[start + 4..start + 8].copy_from_slice(&sum.to_le_bytes());
+}
+
+fn checksum(body: &[u8]) -> u32 {
+    let h = blake3::hash(body);
+    u32::from_le_bytes(h.as_bytes()[..4].try_into().expect("4 bytes"))
+}
+
+/// A journal whose writer is gone, locked by this process until dropped.
+#[derive(Debug)]
+pub struct Orphan {
+    pub path: PathBuf,
+    pub writer: Writer,
+    pub records: Vec<Record>,
+    /// Bytes at the end that are not whole records (a crash inside a write).
+    pub torn: usize,
+    /// When the journal was last written: the job was last observed then.
+    pub last_write_ns: i64,
+    _lock: File,
+}
+
+impl Orphan {
+    /// The job is in the store: the journal goes (its lock with it).
+    pub fn remove(self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The journals in `dir` whose writers are gone, each locked for its recovery. Journals still
+/// being written (and ones another recovery holds) are left alone. Nothing at all (not even a
+/// directory read) when `dir` does not exist.
+pub fn orphans(dir: &Path) -> Vec<Orphan> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<Orphan> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "journal"))
+        .filter_map(|p| match open_orphan(&p) {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::warn!("journal {}: {e}", p.display());
+                None
+            }
+        })
+        .collect();
+    // Recovered in the order their jobs began (ids follow it).
+    found.sort_by_key(|o| (job_started(o), o.path.clone()));
+    found
+}
+
+fn job_started(o: &Orphan) -> i64 {
+    o.records
+        .iter()
+        .find_map(|r| match r {
+            Record::Job(j) => Some(j.started_ns),
+            _ => None,
+        })
+        .unwrap_or(i64::MAX)
+}
+
+/// The journal at `path` if its writer is gone (`Ok(None)`: still written, or being recovered).
+pub fn open_orphan(path: &Path) -> io::Result<Option<Orphan>> {
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    match lock(&file, false) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    // Taken after another recovery finished and removed it: nothing left to do.
+    if !path.exists() {
+        return Ok(None);
+    }
+    let meta = file.metadata()?;
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    (&file).read_to_end(&mut bytes)?;
+    let Some((writer, body)) = header(&bytes) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not a roar journal (or written by a newer roar)",
+        ));
+    };
+    let (records, torn) = parse(body);
+    use std::os::unix::fs::MetadataExt;
+    Ok(Some(Orphan {
+        path: path.to_owned(),
+        writer,
+        records,
+        torn,
+        last_write_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+        _lock: file,
+    }))
+}
+
+fn header(bytes: &[u8]) -> Option<(Writer, &[u8])> {
+    let rest = bytes.strip_prefix(MAGIC.as_slice())?;
+    let writer = match rest.first()? {
+        0 => Writer::Run,
+        1 => Writer::Mount,
+        2 => Writer::Gateway,
+        _ => return None,
+    };
+    Some((writer, &rest[1..]))
+}
+
+/// The whole records framed in `bytes`, and how many bytes after them are not one.
+pub fn parse(mut bytes: &[u8]) -> (Vec<Record>, usize) {
+    let mut out = Vec::new();
+    while bytes.len() >= FRAME {
+        let len = u32::from_le_bytes(bytes[..4].try_into().expect("4")) as usize;
+        let sum = u32::from_le_bytes(bytes[4..8].try_into().expect("4"));
+        if len > MAX_RECORD || bytes.len() < FRAME + len {
+            break;
+        }
+        let body = &bytes[FRAME..FRAME + len];
+        if checksum(body) != sum {
+            break;
+        }
+        let mut input = body;
+        match Record::get(&mut input) {
+            Ok(r) if input.is_empty() => out.push(r),
+            _ => break,
+        }
+        bytes = &bytes[FRAME + len..];
+    }
+    (out, bytes.len())
+}
+
+type Got<T> = Result<T, Malformed>;
+
+impl Bytes for Record {
+    fn put(&self, out: &mut Vec<u8>) {
+        match self {
+            Record::Job(job) => {
+                out.push(0);
+                out.extend_from_slice(&roar_store::job_bytes::encode(job));
+            }
+            Record::Ring { ring, late } => {
+                out.push(1);
+                ring.put(out);
+                late.put(out);
+            }
+            Record::RingPos(p) => {
+                out.push(2);
+                p.put(out);
+            }
+            Record::CtimeFloor(t) => {
+                out.push(3);
+                t.put(out);
+            }
+            Record::Event(e) => {
+                out.push(EVENT_TAG);
+                e.put(out);
+            }
+            Record::Found { path, fact, ts } => {
+                out.push(5);
+                path.put(out);
+                fact.put(out);
+                ts.put(out);
+            }
+            Record::FoundIn(fact) => {
+                out.push(6);
+                fact.put(out);
+            }
+            Record::FoundNamed {
+                path,
+                content,
+                mark,
+                ts,
+            } => {
+                out.push(7);
+                path.put(out);
+                content.put(out);
+                mark.put(out);
+                ts.put(out);
+            }
+            Record::MovedDir { from, to } => {
+                out.push(8);
+                from.put(out);
+                to.put(out);
+            }
+            Record::Extra(bytes) => {
+                out.push(9);
+                bytes.put(out);
+            }
+            Record::RootGone => out.push(10),
+        }
+    }
+
+    fn get(input: &mut &[u8]) -> Got<Self> {
+        Ok(match byte(input)? {
+            0 => {
+                let job = roar_store::job_bytes::decode(input)?;
+                *input = &[];
+                Record::Job(Box::new(job))
+            }
+            1 => Record::Ring {
+                ring: PathBuf::get(input)?,
+                late: PathBuf::get(input)?,
+            },
+            2 => Record::RingPos(u64::get(input)?),
+            3 => Record::CtimeFloor(i64::get(input)?),
+            EVENT_TAG => Record::Event(Event::get(input)?),
+            5 => Record::Found {
+                path: PathBuf::get(input)?,
+                fact: Fact::get(input)?,
+                ts: i64::get(input)?,
+            },
+            6 => Record::FoundIn(Fact::get(input)?),
+            7 => Record::FoundNamed {
+                path: PathBuf::get(input)?,
+                content: ContentHash::get(input)?,
+                mark: u64::get(input)?,
+                ts: i64::get(input)?,
+            },
+            8 => Record::MovedDir {
+                from: PathBuf::get(input)?,
+                to: PathBuf::get(input)?,
+            },
+            9 => Record::Extra(Vec::<u8>::get(input)?),
+            10 => Record::RootGone,
+            _ => return Err(Malformed("journal record")),
+        })
+    }
+}
+
+impl Bytes for Fact {
+    fn put(&self, out: &mut Vec<u8>) {
+        self.file.0.put(out);
+        self.file.1.put(out);
+        self.content.put(out);
+        self.mark.put(out);
+    }
+    fn get(input: &mut &[u8]) -> Got<Self> {
+        Ok(Fact {
+            file: (u64::get(input)?, u64::get(input)?),
+            content: ContentHash::get(input)?,
+            mark: u64::get(input)?,
+        })
+    }
+}
+
+fn put_stdio(s: &Stdio, out: &mut Vec<u8>) {
+    for fd in s {
+        fd.map(|(dev, ino)| vec![dev, ino]).put(out);
+    }
+}
+
+fn get_stdio(input: &mut &[u8]) -> Got<Stdio> {
+    let mut s: Stdio = [None; 3];
+    for fd in &mut s {
+        *fd = match Option::<Vec<u64>>::get(input)? {
+            Some(v) if v.len() == 2 => Some((v[0], v[1])),
+            None => None,
+            Some(_) => return Err(Malformed("stdio")),
+        };
+    }
+    Ok(s)
+}
+
+/// A reason an observer gave for not following a program, as the `&'static str` events carry:
+/// the reasons this build knows are shared, any other is kept (recovery reads few).
+fn static_why(why: String) -> &'static str {
+    Box::leak(why.into_boxed_str())
+}
+
+impl Bytes for Event {
+    fn put(&self, out: &mut Vec<u8>) {
+        let pid_ts = |tag: u8, pid: i32, ts: i64, out: &mut Vec<u8>| {
+            out.push(tag);
+            pid.put(out);
+            ts.put(out);
+        };
+        match self {
+            Event::Exec {
+                pid,
+                ppid,
+                exe,
+                argv,
+                cwd,
+                stdio,
+                pipes,
+                ts_ns,
+            } => {
+                pid_ts(0, *pid, *ts_ns, out);
+                ppid.put(out);
+                exe.put(out);
+                argv.put(out);
+                cwd.put(out);
+                put_stdio(stdio, out);
+                put_stdio(pipes, out);
+            }
+            Event::Fork { pid, ppid, ts_ns } => {
+                pid_ts(1, *pid, *ts_ns, out);
+                ppid.put(out);
+            }
+            Event::Exit { pid, ts_ns } => pid_ts(2, *pid, *ts_ns, out),
+            Event::Open {
+                pid,
+                path,
+                flags,
+                stat,
+                ts_ns,
+            } => {
+                pid_ts(3, *pid, *ts_ns, out);
+                path.put(out);
+                flags.put(out);
+                stat.put(out);
+            }
+            Event::Rename {
+                pid,
+                from,
+                to,
+                ts_ns,
+            } => {
+                pid_ts(4, *pid, *ts_ns, out);
+                from.put(out);
+                to.put(out);
+            }
+            Event::Link {
+                pid,
+                from,
+                to,
+                ts_ns,
+            } => {
+                pid_ts(5, *pid, *ts_ns, out);
+                from.put(out);
+                to.put(out);
+            }
+            Event::Exchange { pid, a, b, ts_ns } => {
+                pid_ts(6, *pid, *ts_ns, out);
+                a.put(out);
+                b.put(out);
+            }
+            Event::Unlink { pid, path, ts_ns } => path_event(7, *pid, path, *ts_ns, out),
+            Event::Truncate { pid, path, ts_ns } => path_event(8, *pid, path, *ts_ns, out),
+            Event::Mkdir { pid, path, ts_ns } => path_event(9, *pid, path, *ts_ns, out),
+            Event::Rmdir { pid, path, ts_ns } => path_event(10, *pid, path, *ts_ns, out),
+            Event::Symlink { pid, path, ts_ns } => path_event(11, *pid, path, *ts_ns, out),
+            Event::Untraced {
+                pid,
+                path,
+                why,
+                ts_ns,
+            } => {
+                path_event(12, *pid, path, *ts_ns, out);
+                why.to_string().put(out);
+            }
+        }
+    }
+
+    fn get(input: &mut &[u8]) -> Got<Self> {
+        let tag = byte(input)?;
+        let pid = i32::get(input)?;
+        let ts_ns = i64::get(input)?;
+        let path = |input: &mut &[u8]| PathBuf::get(input);
+        Ok(match tag {
+            0 => Event::Exec {
+                pid,
+                ppid: i32::get(input)?,
+                exe: path(input)?,
+                argv: Vec::<OsString>::get(input)?,
+                cwd: path(input)?,
+                stdio: get_stdio(input)?,
+                pipes: get_stdio(input)?,
+                ts_ns,
+            },
+            1 => Event::Fork {
+                pid,
+                ppid: i32::get(input)?,
+                ts_ns,
+            },
+            2 => Event::Exit { pid, ts_ns },
+            3 => Event::Open {
+                pid,
+                path: path(input)?,
+                flags: i32::get(input)?,
+                stat: Option::<FileStat>::get(input)?,
+                ts_ns,
+            },
+            4 => Event::Rename {
+                pid,
+                from: path(input)?,
+                to: path(input)?,
+                ts_ns,
+            },
+            5 => Event::Link {
+                pid,
+                from: path(input)?,
+                to: path(input)?,
+                ts_ns,
+            },
+            6 => Event::Exchange {
+                pid,
+                a: path(input)?,
+                b: path(input)?,
+                ts_ns,
+            },
+            7 => Event::Unlink {
+                pid,
+                path: path(input)?,
+                ts_ns,
+            },
+            8 => Event::Truncate {
+                pid,
+                path: path(input)?,
+                ts_ns,
+            },
+            9 => Event::Mkdir {
+                pid,
+                path: path(input)?,
+                ts_ns,
+            },
+            10 => Event::Rmdir {
+                pid,
+                path: path(input)?,
+                ts_ns,
+            },
+            11 => Event::Symlink {
+                pid,
+                path: path(input)?,
+                ts_ns,
+            },
+            12 => Event::Untraced {
+                pid,
+                path: path(input)?,
+                why: static_why(String::get(input)?),
+                ts_ns,
+            },
+            _ => return Err(Malformed("event")),
+        })
+    }
+}
+
+fn path_event(tag: u8, pid: i32, path: &Path, ts: i64, out: &mut Vec<u8>) {
+    out.push(tag);
+    pid.put(out);
+    ts.put(out);
+    path.to_path_buf().put(out);
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,238 @@
+use super::*;
+
+fn stat() -> FileStat {
+    FileStat {
+        dev: 7,
+        ino: 99,
+        size: 3,
+        mtime_ns: -5,
+        ctime_ns: 1 << 40,
+    }
+}
+
+fn hash(b: &str) -> ContentHash {
+    ContentHash {
+        blake3: b.into(),
+        sha256: Some("s".into()),
+        size: 12,
+    }
+}
+
+/// One record of every kind, every event kind among them, with bytes that are not UTF-8.
+fn every_record() -> Vec<Record> {
+    use std::os::unix::ffi::OsStringExt;
+    let odd = PathBuf::from(OsString::from_vec(b"/w/\xff\nname".to_vec()));
+    let p = |s: &str| PathBuf::from(s);
+    let events = vec![
+        Event::Exec {
+            pid: 1,
+            ppid: 0,
+            exe: p("/bin/sh"),
+            argv: vec!["sh".into(), OsString::from_vec(vec![0xfe]), "".into()],
+            cwd: odd.clone(),
+            stdio: [Some((1, 2)), None, Some((3, 4))],
+            pipes: [None, Some((5, 6)), None],
+            ts_ns: 10,
+        },
+        Event::Fork {
+            pid: 2,
+            ppid: 1,
+            ts_ns: 11,
+        },
+        Event::Exit { pid: 2, ts_ns: 12 },
+        Event::Open {
+            pid: 1,
+            path: odd.clone(),
+            flags: libc::O_WRONLY | libc::O_CREAT,
+            stat: Some(stat()),
+            ts_ns: 13,
+        },
+        Event::Open {
+            pid: 1,
+            path: p("/a"),
+            flags: 0,
+            stat: None,
+            ts_ns: 14,
+        },
+        Event::Rename {
+            pid: 1,
+            from: p("/a"),
+            to: p("/b"),
+            ts_ns: 15,
+        },
+        Event::Link {
+            pid: 1,
+            from: p("/b"),
+            to: p("/c"),
+            ts_ns: 16,
+        },
+        Event::Exchange {
+            pid: 1,
+            a: p("/b"),
+            b: p("/c"),
+            ts_ns: 17,
+        },
+        Event::Unlink {
+            pid: 1,
+            path: p("/c"),
+            ts_ns: 18,
+        },
+        Event::Truncate {
+            pid: 1,
+            path: p("/b"),
+            ts_ns: 19,
+        },
+        Event::Mkdir {
+            pid: 1,
+            path: p("/d"),
+            ts_ns: 20,
+        },
+        Event::Rmdir {
+            pid: 1,
+            path: p("/d"),
+            ts_ns: 21,
+        },
+        Event::Symlink {
+            pid: 1,
+            path: p("/s"),
+            ts_ns: 22,
+        },
+        Event::Untraced {
+            pid: 1,
+            path: p("/static"),
+            why: "statically linked",
+            ts_ns: 23,
+        },
+    ];
+    let fact = Fact {
+        file: (7, 99),
+        content: hash("ab"),
+        mark: 4,
+    };
+    let job = JobRecord {
+        name: Some("train".into()),
+        argv: vec!["python".into(), "t.py".into()],
+        cwd: p("/w"),
+        started_ns: 5,
+        ended_ns: None,
+        outcome: roar_store::Outcome::Running,
+        incomplete: false,
+        backend: "preload".into(),
+        git: None,
+        env: Default::default(),
+        host: Some("h".into()),
+        processes: Vec::new(),
+        steps: Vec::new(),
+        files: Vec::new(),
+        environment: None,
+        uid: Some("u1".into()),
+        dist: None,
+    };
+    let mut out = vec![
+        Record::Job(Box::new(job)),
+        Record::Ring {
+            ring: p("/dev/shm/r"),
+            late: p("/dev/shm/r.late"),
+        },
+        Record::RingPos(1 << 33),
+        Record::CtimeFloor(-1),
+        Record::Found {
+            path: odd,
+            fact: fact.clone(),
+            ts: 3,
+        },
+        Record::FoundIn(fact),
+        Record::FoundNamed {
+            path: p("s3://b/k"),
+            content: hash("cd"),
+            mark: 9,
+            ts: 5,
+        },
+        Record::MovedDir {
+            from: p("/x"),
+            to: p("/y"),
+        },
+        Record::Extra(vec![0, 255, 3]),
+        Record::RootGone,
+    ];
+    out.extend(events.into_iter().map(Record::Event));
+    out
+}
+
+fn dbg(records: &[Record]) -> String {
+    format!("{records:?}")
+}
+
+fn framed(records: &[Record]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for r in records {
+        frame(r, &mut out);
+    }
+    out
+}
+
+#[test]
+fn every_record_reads_back_as_written() {
+    let records = every_record();
+    let (back, torn) = parse(&framed(&records));
+    assert_eq!(torn, 0);
+    assert_eq!(dbg(&back), dbg(&records));
+}
+
+#[test]
+fn a_record_cut_anywhere_ends_the_journal_before_it() {
+    let records = every_record();
+    let bytes = framed(&records);
+    let ends: Vec<usize> = (0..=records.len())
+        .map(|n| framed(&records[..n]).len())
+        .collect();
+    for cut in 0..bytes.len() {
+        let (back, torn) = parse(&bytes[..cut]);
+        let whole = ends.iter().rposition(|e| *e <= cut).unwrap();
+        assert_eq!(dbg(&back), dbg(&records[..whole]), "cut at {cut}");
+        assert_eq!(torn, cut - ends[whole]);
+    }
+}
+
+#[test]
+fn a_damaged_byte_ends_the_journal_at_its_record() {
+    let records = every_record();
+    let bytes = framed(&records);
+    let first = framed(&records[..1]).len();
+    for at in [0, 4, 8, first - 1] {
+        let mut bad = bytes.clone();
+        bad[at] ^= 0x40;
+        assert!(parse(&bad).0.is_empty(), "damage at {at}");
+    }
+    let mut bad = bytes.clone();
+    bad[first + 9] ^= 1;
+    assert_eq!(dbg(&parse(&bad).0), dbg(&records[..1]));
+}
+
+#[test]
+fn a_journal_is_an_orphan_only_once_its_writer_let_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let jdir = dir.path().join("journal");
+    let j = Journal::create(&jdir, "job1", Writer::Mount).unwrap();
+    j.append(&every_record()[..3]).unwrap();
+    // Another process's view: a lock taken through another open file description.
+    assert!(orphans(&jdir).is_empty(), "its writer still holds it");
+    drop(j);
+    let found = orphans(&jdir);
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].writer, Writer::Mount);
+    assert_eq!(dbg(&found[0].records), dbg(&every_record()[..3]));
+    assert!(orphans(&jdir).is_empty(), "a recovery holds it");
+    found.into_iter().next().unwrap().remove();
+    assert!(orphans(&jdir).is_empty());
+    assert!(orphans(&dir.path().join("none")).is_empty());
+}
+
+#[test]
+fn a_file_that_is_not_a_journal_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("x.journal");
+    std::fs::write(&path, b"roarjnl9 something").unwrap();
+    let e = open_orphan(&path).unwrap_err();
+    assert!(e.to_string().contains("not a roar journal"), "{e}");
+}

@@ -1,0 +1,74 @@
+//! Keeping what a backend observed in the job's journal (`roar_engine::journal`) as it arrives,
+//! so a `roar run` killed at any moment loses none of it (docs/SEMANTICS.md, "Crashes").
+//!
+//! A backend frames each event as it decodes it ([`Keep::event`]) and writes the batch at the
+//! point where what it read would otherwise be gone: preload before it frees the ring's slots,
+//! ptrace before it resumes the process that made the event, eBPF after each read of its ring
+//! buffer ([`Keep::commit`]). Without a journal (a run not recorded) it costs nothing.
+
+use std::sync::{Arc, Mutex};
+
+use roar_engine::journal::{self, Journal, Record};
+
+use crate::Event;
+
+#[derive(Default)]
+pub struct Keep {
+    journal: Option<Arc<Journal>>,
+    batch: Mutex<Vec<u8>>,
+}
+
+impl Keep {
+    /// Nothing is kept.
+    pub fn none() -> Arc<Keep> {
+        Arc::new(Keep::default())
+    }
+
+    pub fn new(journal: Arc<Journal>) -> Arc<Keep> {
+        Arc::new(Keep {
+            journal: Some(journal),
+            batch: Mutex::new(Vec::with_capacity(64 << 10)),
+        })
+    }
+
+    /// The journal's file, if events are kept.
+    pub fn journal_path(&self) -> Option<&std::path::Path> {
+        self.journal.as_deref().map(Journal::path)
+    }
+
+    /// `ev` joins the batch.
+    pub fn event(&self, ev: &Event) {
+        if self.journal.is_some() {
+            journal::frame_event(ev, &mut self.lock());
+        }
+    }
+
+    /// Other records join the batch (the run's set-up: its ring, the ctime floor).
+    pub fn record(&self, r: &Record) {
+        if self.journal.is_some() {
+            journal::frame(r, &mut self.lock());
+        }
+    }
+
+    /// The batch goes to the journal; `ring_pos`: every ring event before it is in it. A failed
+    /// write (a full disk) is reported once and leaves the run as it was: the record is then only
+    /// as durable as it was before journals.
+    pub fn commit(&self, ring_pos: Option<u64>) {
+        let Some(j) = &self.journal else {
+            return;
+        };
+        let mut batch = self.lock();
+        if let Some(pos) = ring_pos {
+            journal::frame(&Record::RingPos(pos), &mut batch);
+        }
+        if let Err(e) = j.append_framed(&batch) {
+            static ONCE: std::sync::Once = std::sync::Once::new();
+            ONCE.call_once(|| tracing::warn!("cannot write the job's journal: {e}"));
+        }
+        batch.clear();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u8>> {
+        self.batch.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
