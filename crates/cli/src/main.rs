@@ -23,7 +23,6 @@ mod query_cmd;
 mod recorder;
 mod recording;
 mod recover;
-mod recover_observers;
 mod remote_cmd;
 mod reproduce_cmd;
 mod run_cmd;

@@ -42,9 +42,9 @@ const MAX_RECORD: usize = 64 << 20;
 pub enum Writer {
     /// `roar run`: the events of its backend (preload, ptrace, eBPF).
     Run,
-    /// The mount daemon: one journal per job it attributed.
+    /// Reserved for the mount daemon and the gateway (not written yet: docs/SEMANTICS.md,
+    /// "Crashes"); a journal of theirs is left alone.
     Mount,
-    /// The S3 gateway of a session.
     Gateway,
 }
 
