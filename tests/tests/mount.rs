@@ -991,3 +991,52 @@ fn requests_go_through_dev_fuse_by_default_and_through_io_uring_when_asked() {
         assert_eq!(outputs, 1001, "{transport}: {log}");
     }
 }
+
+/// An idle process whose working directory is in the mount does not keep `roar unmount` waiting:
+/// the mount is detached, the daemon records its jobs and exits, and the holder is named.
+#[test]
+fn unmount_with_an_idle_working_directory_inside_finishes_and_names_the_holder() {
+    if !common::mount::require_fuse() {
+        return;
+    }
+    let mut m = common::mount::Mounted::new(|_| {});
+    assert!(m.run(&["sh", "-c", "echo made > out.txt"]).success());
+    let mut holder = std::process::Command::new("sleep")
+        .arg("300")
+        .current_dir(&m.data)
+        .spawn()
+        .unwrap();
+    let daemon = m.daemon_pid();
+    let t = std::time::Instant::now();
+    let out = m.p.roar(["unmount", "data"]);
+    let _ = holder.kill();
+    let _ = holder.wait();
+    m.mounted = false;
+    assert!(
+        out.status.success(),
+        "roar unmount: {}",
+        common::stderr(&out)
+    );
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(20),
+        "{:?}",
+        t.elapsed()
+    );
+    let err = common::stderr(&out);
+    assert!(
+        err.contains(&format!("process {} (sleep)", holder.id())),
+        "{err}"
+    );
+    // Gone (or a zombie its parent has not reaped yet).
+    let stat = std::fs::read_to_string(format!("/proc/{daemon}/stat")).unwrap_or_default();
+    assert!(
+        stat.is_empty() || stat.contains(") Z "),
+        "the daemon runs on: {stat}"
+    );
+    let jobs = m.jobs();
+    assert!(
+        jobs.iter()
+            .any(|j| m.files(j, "output").iter().any(|f| f.ends_with("out.txt"))),
+        "the job is recorded: {jobs:?}"
+    );
+}

@@ -554,6 +554,14 @@ pub fn unmount(dir: &Path, force: bool, json: bool) -> anyhow::Result<ExitCode> 
                 dir.display()
             );
         }
+        for h in roar_roarfs::sys::cwds_under(&dir, s.pid) {
+            eprintln!(
+                "roar: process {} ({}) has its working directory in {}: the mount is detached and that directory reads as disconnected for it",
+                h.pid,
+                roar_store::shown(&h.comm),
+                roar_store::shown(&h.path.to_string_lossy())
+            );
+        }
         roar_roarfs::sys::terminate(s.pid);
         if force && !writers.is_empty() {
             // The daemon detaches the mount and serves the open files until they close.

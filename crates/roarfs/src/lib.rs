@@ -238,6 +238,24 @@ impl Mounted {
                     return self.record_rest();
                 }
             }
+            // Detached: the kernel ends the session when the last reference goes. Files open for
+            // writing are served until they close; a reference that is only a working directory
+            // (an idle shell `cd`'d into the mount) could hold it for ever, so once no file is
+            // open for writing the daemon records its jobs and lets the session go with its
+            // process (closing /dev/fuse aborts the connection: that directory then reads as
+            // disconnected).
+            while !session.guard.is_finished() && self.jobs.writers_open() > 0 {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if !session.guard.is_finished() {
+                tracing::info!(
+                    "roarfs: {} detached; only idle references (working directories) remain: ending the session",
+                    self.path.display()
+                );
+                let ids = self.record_rest();
+                std::mem::forget(session);
+                return ids;
+            }
             if session.join_unmounted().is_err() {
                 tracing::error!("roarfs: the filesystem thread panicked");
             }

@@ -383,6 +383,38 @@ pub struct OpenWriter {
     pub path: std::path::PathBuf,
 }
 
+/// The processes (other than `except`) whose working directory is `dir` or below it: they keep
+/// a mount busy without holding any file open.
+pub fn cwds_under(dir: &std::path::Path, except: i32) -> Vec<OpenWriter> {
+    let mut out = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if pid == except || pid == std::process::id() as i32 {
+            continue;
+        }
+        let Ok(cwd) = std::fs::read_link(format!("/proc/{pid}/cwd")) else {
+            continue;
+        };
+        if cwd.starts_with(dir) {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .unwrap_or_default()
+                .trim()
+                .to_owned();
+            out.push(OpenWriter {
+                pid,
+                comm,
+                path: cwd,
+            });
+        }
+    }
+    out
+}
+
 /// The processes (other than `except`) holding files under `dir` open for writing, from
 /// /proc/PID/fd and the access mode in /proc/PID/fdinfo (what `fuser -m` looks at).
 pub fn writers_under(dir: &std::path::Path, except: i32) -> Vec<OpenWriter> {

@@ -113,7 +113,7 @@ const STUCK: Duration = Duration::from_millis(100);
 const STUCK_UNMARKED: Duration = Duration::from_secs(2);
 
 /// The run's ring: a file roar maps and every shim maps again. With a journal it is a file of its
-/// own (in /dev/shm), which outlives roar: what the shims wrote into it and roar had not read yet
+/// own (beside the job's journal), which outlives roar: what the shims wrote into it and roar had not read yet
 /// is recovered from it. Without one, a memfd shims reach through /proc/<roar>/fd/<fd>.
 struct RingMap {
     fd: libc::c_int,
@@ -134,19 +134,12 @@ impl RingMap {
     }
 }
 
-/// Where the ring of a run whose journal is `journal` lives: in /dev/shm (memory, as a memfd is;
-/// it survives roar, not a reboot) when there is one, else beside the journal. Its events that
-/// reach no ring go to `<ring>.late` (the shim's fallback once roar is gone).
+/// Where the ring of a run whose journal is `journal` lives: beside it, in the project's
+/// `.roar/journal/` (it goes with the project; a short run removes it before the kernel ever
+/// writes its pages back to disk). Its events that reach no ring go to `<ring>.late` (the shim's
+/// fallback once roar is gone).
 pub fn ring_path(journal: &Path) -> PathBuf {
-    let name = journal.file_stem().unwrap_or_default().to_string_lossy();
-    let shm = Path::new("/dev/shm");
-    // SAFETY: access(2) on a NUL-terminated path.
-    let writable = unsafe { libc::access(c"/dev/shm".as_ptr(), libc::W_OK | libc::X_OK) } == 0;
-    if writable && shm.is_dir() {
-        shm.join(format!("roar-{name}.ring"))
-    } else {
-        journal.with_extension("ring")
-    }
+    journal.with_extension("ring")
 }
 
 /// Creates the (empty) late file, 0600: the shims only ever append to the one roar made.

@@ -552,6 +552,12 @@ impl Jobs {
         }
     }
 
+    /// Writable handles still open, over every live job.
+    pub fn writers_open(&self) -> usize {
+        let inner = self.inner.lock().expect("jobs lock");
+        inner.jobs.values().map(|j| j.open_writers).sum()
+    }
+
     pub fn writer_released(&self, job: JobKey) {
         if let Some(j) = self.inner.lock().expect("jobs lock").jobs.get_mut(&job) {
             j.open_writers = j.open_writers.saturating_sub(1);

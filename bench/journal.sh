@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The crash-durable journal (issue 57), before and after in one run: the fixed cost P1 (`roar run
+# true`) and the per-file cost P2 (write+read N x 4 KiB, N = 2000) under each `roar run` backend,
+# for this checkout's roar (every event kept in the job's journal as it arrives; the preload
+# ring a file beside it) and the roar before journals, interleaved round by round with bare
+# execution (bench/lib/compare.py); then what a recovery costs: `roar log` right after a
+# `roar run` of N files killed mid-command, against `roar log` with nothing to recover.
+# Every figure is a ratio (to bare, or after/before). The older roar is ROAR_BEFORE=/path/to/roar
+# (its shim beside it), or built from BEFORE_REV (default: the commit before journals, 8ca353e).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO="$PWD"
+bash scripts/build.sh --release -q
+ROAR="${CARGO_TARGET_DIR:-$PWD/target}/release/roar"
+if [ -z "${ROAR_BEFORE:-}" ]; then
+    rev="${BEFORE_REV:-8ca353e}"
+    base="/tmp/roar-before-$rev"
+    [ -d "$base" ] || git worktree add -f "$base" "$rev" > /dev/null
+    (cd "$base" && CARGO_TARGET_DIR="$base/target" bash scripts/build.sh --release -q)
+    ROAR_BEFORE="$base/target/release/roar"
+fi
+RUNS="${RUNS:-10}"
+N="${N:-2000}"
+W="${BENCH_DIR:-/tmp/roar-bench-journal}"
+rm -rf "$W" && mkdir -p "$W" && cd "$W"
+cc -O2 -o files "$REPO/bench/lib/files.c"
+BACKENDS=(preload ptrace)
+"$ROAR" tracer check ebpf > /dev/null && BACKENDS+=(ebpf)
+CMP="python3 $REPO/bench/lib/compare.py"
+mkdir -p "$W/plain/out"
+cp files "$W/plain/"
+git init -q "$W/after" && git init -q "$W/before"
+(cd "$W/after" && "$ROAR" init > /dev/null)
+(cd "$W/before" && "$ROAR_BEFORE" init > /dev/null)
+
+echo "== P1: roar run true in a git repo (after = this checkout, before = $ROAR_BEFORE)"
+rows=()
+for b in "${BACKENDS[@]}"; do
+    rows+=("$b after=sh -c 'cd $W/after && exec $ROAR run --tracer $b -- true'"
+           "$b before=sh -c 'cd $W/before && exec $ROAR_BEFORE run --tracer $b -- true'")
+done
+$CMP p1.json "$RUNS" "bare=sh -c 'cd $W/after && exec true'" "${rows[@]}"
+
+echo "== P2: write+read $N x 4 KiB under roar run (a fresh store every run)"
+rows=()
+for b in "${BACKENDS[@]}"; do
+    rows+=("$b after=env ROAR_DIR=$W/after/.roar $ROAR run --tracer $b -- ./files $N"
+           "$b before=env ROAR_DIR=$W/before/.roar $ROAR_BEFORE run --tracer $b -- ./files $N")
+done
+(cd "$W/plain" && $CMP "$W/p2.json" "$RUNS" \
+    --prepare "rm -rf out $W/after/.roar $W/before/.roar; mkdir out; $ROAR init $W/after > /dev/null; $ROAR_BEFORE init $W/before > /dev/null" \
+    "bare=./files $N" "${rows[@]}")
+
+echo "== recovery: roar log after a preload run of $N files killed mid-command, against roar log with nothing to recover"
+cat > "$W/slow.sh" <<'SH'
+for ((k=1; k<=$1; k++)); do echo "$k" > "out/f_$k"; done
+sleep 0.3
+SH
+$CMP recover.json "$RUNS" \
+    --prepare "cd $W/plain && rm -rf out .roar && mkdir out && $ROAR init > /dev/null && ($ROAR run --tracer preload -- bash $W/slow.sh $N > /dev/null 2>&1 & sleep 0.15; pkill -9 -f 'roar run --tracer preload -- bash $W/slow.sh' ; sleep 0.3)" \
+    "log_clean=sh -c 'cd $W/after && $ROAR log > /dev/null 2>&1'" \
+    "log_recovering=sh -c 'cd $W/plain && $ROAR log > /dev/null 2>&1'"
+
+python3 - "$W" <<'PY'
+import json, sys
+w = sys.argv[1]
+print("\n== ratios (median; after / before)")
+for name in ["p1", "p2"]:
+    d = json.load(open(f"{w}/{name}.json"))
+    bare = d["bare"]["median"]
+    pairs = sorted({k.rsplit(" ", 1)[0] for k in d if k != "bare"})
+    for p in pairs:
+        a, b = d.get(f"{p} after"), d.get(f"{p} before")
+        if a and b:
+            print(f"{name:4} {p:8} after {a['median'] / bare:6.3f}x  before {b['median'] / bare:6.3f}x"
+                  f"  after/before {a['median'] / b['median']:6.3f}")
+d = json.load(open(f"{w}/recover.json"))
+print(f"recovery of a killed job: roar log {d['log_recovering']['median'] / d['log_clean']['median']:.2f}x a roar log with nothing to recover")
+PY
