@@ -2,7 +2,7 @@
 # The crash-durable journal (issue 57), before and after in one run: the fixed cost P1 (`roar run
 # true`) and the per-file cost P2 (write+read N x 4 KiB, N = 2000) under each `roar run` backend,
 # for this checkout's roar (every event kept in the job's journal as it arrives; the preload
-# ring a file beside it) and the roar before journals, interleaved round by round with bare
+# ring a file in /dev/shm) and the roar before journals, interleaved round by round with bare
 # execution (bench/lib/compare.py); then what a recovery costs: `roar log` right after a
 # `roar run` of N files killed mid-command, against `roar log` with nothing to recover.
 # Every figure is a ratio (to bare, or after/before). The older roar is ROAR_BEFORE=/path/to/roar
@@ -10,8 +10,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$PWD"
-bash scripts/build.sh --release -q
-ROAR="${CARGO_TARGET_DIR:-$PWD/target}/release/roar"
+# ROAR_AFTER=/path/to/roar (its shim beside it) measures a roar built already.
+if [ -z "${ROAR_AFTER:-}" ]; then
+    bash scripts/build.sh --release -q
+    ROAR_AFTER="${CARGO_TARGET_DIR:-$PWD/target}/release/roar"
+fi
+ROAR="$ROAR_AFTER"
 if [ -z "${ROAR_BEFORE:-}" ]; then
     rev="${BEFORE_REV:-8ca353e}"
     base="/tmp/roar-before-$rev"
@@ -57,7 +61,7 @@ for ((k=1; k<=$1; k++)); do echo "$k" > "out/f_$k"; done
 sleep 0.3
 SH
 $CMP recover.json "$RUNS" \
-    --prepare "cd $W/plain && rm -rf out .roar && mkdir out && $ROAR init > /dev/null && ($ROAR run --tracer preload -- bash $W/slow.sh $N > /dev/null 2>&1 & sleep 0.15; pkill -9 -f 'roar run --tracer preload -- bash $W/slow.sh' ; sleep 0.3)" \
+    --prepare "cd $W/plain && rm -rf out .roar && mkdir out && $ROAR init > /dev/null && { $ROAR run --tracer preload -- bash $W/slow.sh $N > /dev/null 2>&1 & echo \$! > $W/run.pid; sleep 0.15; kill -9 \$(cat $W/run.pid); sleep 0.4; }" \
     "log_clean=sh -c 'cd $W/after && $ROAR log > /dev/null 2>&1'" \
     "log_recovering=sh -c 'cd $W/plain && $ROAR log > /dev/null 2>&1'"
 

@@ -118,7 +118,7 @@ fn run(
     let mut j = read_run(std::mem::take(&mut orphan.records));
     let Some(mut job) = j.job.take() else {
         // Killed before its header was written: nothing ran yet.
-        orphan.remove();
+        remove_run(orphan, None);
         return Ok(None);
     };
     let mut malformed = 0;
@@ -180,8 +180,11 @@ fn run(
     Ok(Some(id))
 }
 
+/// Removes a run's journal with its ring and late file: the ones it names, and the ones beside
+/// it (a roar killed after making its ring and before naming it in the journal).
 fn remove_run(orphan: Orphan, ring: Option<&Path>) {
-    if let Some(ring) = ring {
+    let beside = roar_tracer::ring_path(&orphan.path);
+    for ring in ring.into_iter().chain([beside.as_path()]) {
         let _ = std::fs::remove_file(ring);
         let _ = std::fs::remove_file(roar_tracer::late_path(ring));
     }

@@ -299,6 +299,10 @@ pub fn open_orphan(path: &Path) -> io::Result<Option<Orphan>> {
 }
 
 fn header(bytes: &[u8]) -> Option<(Writer, &[u8])> {
+    if bytes.len() <= MAGIC.len() && MAGIC.starts_with(bytes) {
+        // Its writer died between making the file and its first write: nothing was observed.
+        return Some((Writer::Run, &[]));
+    }
     let rest = bytes.strip_prefix(MAGIC.as_slice())?;
     let writer = match rest.first()? {
         0 => Writer::Run,

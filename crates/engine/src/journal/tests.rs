@@ -236,3 +236,14 @@ fn a_file_that_is_not_a_journal_is_refused() {
     let e = open_orphan(&path).unwrap_err();
     assert!(e.to_string().contains("not a roar journal"), "{e}");
 }
+
+#[test]
+fn a_journal_whose_writer_died_before_its_first_write_is_an_empty_orphan() {
+    let dir = tempfile::tempdir().unwrap();
+    for (i, bytes) in [&b""[..], b"roar", b"roarjnl1"].iter().enumerate() {
+        std::fs::write(dir.path().join(format!("{i}.journal")), bytes).unwrap();
+    }
+    let found = orphans(dir.path());
+    assert_eq!(found.len(), 3);
+    assert!(found.iter().all(|o| o.records.is_empty()));
+}
