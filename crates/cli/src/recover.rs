@@ -29,17 +29,24 @@ pub fn new_uid() -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// The journal of the run whose job is `job` (named by its uid), holding its header; None (with
-/// a warning) if it cannot be made: the run then goes on as durable as it was before journals.
-pub fn run_journal(project: &Project, job: &JobRecord) -> Option<Arc<Journal>> {
-    let uid = job.uid.as_deref()?;
-    let made = Journal::create(&project.journal_dir(), uid, journal::Writer::Run)
-        .and_then(|j| j.append(&[Record::Job(Box::new(job.clone()))]).map(|()| j));
-    match made {
-        Ok(j) => Some(Arc::new(j)),
+/// Where the run whose job is `job` keeps its events: its journal (named by the job's uid),
+/// holding its header, redacted by the project's `[redact]` rules as the store would. Without a
+/// journal (it cannot be made: a warning) the run goes on as durable as it was before journals.
+pub fn run_keep(project: &Project, job: &JobRecord) -> Arc<roar_tracer::Keep> {
+    let Some(uid) = job.uid.as_deref() else {
+        return roar_tracer::Keep::none();
+    };
+    match Journal::create(&project.journal_dir(), uid, journal::Writer::Run) {
+        Ok(j) => {
+            let policy = roar_store::redact::Policy::for_config(&project.config_path());
+            let keep = roar_tracer::Keep::new(Arc::new(j), policy);
+            keep.job(job);
+            keep.commit(None);
+            keep
+        }
         Err(e) => {
             tracing::warn!("no journal for this run ({e}): a roar killed now loses its events");
-            None
+            roar_tracer::Keep::none()
         }
     }
 }

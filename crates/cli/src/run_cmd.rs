@@ -276,11 +276,7 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     });
     // Everything the backend observes is kept in the job's journal as it arrives: a roar killed
     // now leaves a job the next roar command recovers (crate::recover).
-    let journal = crate::recover::run_journal(&project, &job);
-    let keep = journal
-        .clone()
-        .map(roar_tracer::Keep::new)
-        .unwrap_or_else(roar_tracer::Keep::none);
+    let keep = crate::recover::run_keep(&project, &job);
     let mut around = Around {
         db: project.db_path(),
         job: &mut job,
@@ -309,7 +305,7 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
                 &child_env,
                 lib.as_ref(),
                 tap,
-                keep,
+                keep.clone(),
                 &mut around,
             );
         }
@@ -322,7 +318,7 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     job.backend = backend.name().to_owned();
     let traced = match traced {
         Ok(t) => t,
-        Err(e) => return failed_to_start(&project, job, recording, e, journal),
+        Err(e) => return failed_to_start(&project, job, recording, e, &keep),
     };
     job.started_ns = traced.started_ns;
     job.ended_ns = Some(traced.ended_ns);
@@ -389,7 +385,7 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     if recorded.is_ok() {
         // The job is in the store: its journal is done with. (Not recorded, the journal stays
         // and the next roar command records the job from it.)
-        drop_journal(journal);
+        drop_journal(&keep);
     }
     let t_recorded = t0.elapsed();
     let child_ns = traced.ended_ns - traced.started_ns;
@@ -639,10 +635,10 @@ pub fn checkpoint_store(db: &Path) -> roar_store::Result<()> {
     roar_store::checkpoint(db)
 }
 
-/// Removes the run's journal (and its lock with it).
-fn drop_journal(journal: Option<Arc<roar_engine::journal::Journal>>) {
-    if let Some(j) = journal {
-        let _ = std::fs::remove_file(j.path());
+/// Removes the run's journal: its job is in the store.
+fn drop_journal(keep: &roar_tracer::Keep) {
+    if let Some(path) = keep.journal_path() {
+        let _ = std::fs::remove_file(path);
     }
 }
 
@@ -652,11 +648,11 @@ fn failed_to_start(
     mut job: JobRecord,
     recording: Recording,
     e: TraceError,
-    journal: Option<Arc<roar_engine::journal::Journal>>,
+    keep: &roar_tracer::Keep,
 ) -> anyhow::Result<ExitCode> {
     job.ended_ns = Some(job.started_ns);
     // Nothing ran: the journal holds nothing a recovery would need.
-    drop_journal(journal);
+    drop_journal(keep);
     let Some(code) = e.exit_code() else {
         // roar itself could not trace the command: the row written at the start says so
         // instead of reading as a job still running.

@@ -15,6 +15,9 @@ use crate::Event;
 #[derive(Default)]
 pub struct Keep {
     journal: Option<Arc<Journal>>,
+    /// What of a command line may be stored: a journal is on disk, so the argv of every program
+    /// the job runs is redacted before it is written, as the store would.
+    policy: roar_store::redact::Policy,
     batch: Mutex<Vec<u8>>,
 }
 
@@ -24,9 +27,10 @@ impl Keep {
         Arc::new(Keep::default())
     }
 
-    pub fn new(journal: Arc<Journal>) -> Arc<Keep> {
+    pub fn new(journal: Arc<Journal>, policy: roar_store::redact::Policy) -> Arc<Keep> {
         Arc::new(Keep {
             journal: Some(journal),
+            policy,
             batch: Mutex::new(Vec::with_capacity(64 << 10)),
         })
     }
@@ -38,8 +42,29 @@ impl Keep {
 
     /// `ev` joins the batch.
     pub fn event(&self, ev: &Event) {
+        if self.journal.is_none() {
+            return;
+        }
+        if let Event::Exec { argv, .. } = ev {
+            let mut redacted = argv.clone();
+            if self.policy.argv(&mut redacted) > 0 {
+                let mut ev = ev.clone();
+                if let Event::Exec { argv, .. } = &mut ev {
+                    *argv = redacted;
+                }
+                journal::frame_event(&ev, &mut self.lock());
+                return;
+            }
+        }
+        journal::frame_event(ev, &mut self.lock());
+    }
+
+    /// The job's header, redacted as the store would redact it, joins the batch.
+    pub fn job(&self, job: &roar_store::JobRecord) {
         if self.journal.is_some() {
-            journal::frame_event(ev, &mut self.lock());
+            let mut job = job.clone();
+            self.policy.job(&mut job);
+            journal::frame(&Record::Job(Box::new(job)), &mut self.lock());
         }
     }
 
