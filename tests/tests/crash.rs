@@ -1,13 +1,15 @@
-//! Fault injection: `roar run` killed with SIGKILL at seeded random moments, under each backend.
-//! After the next roar command has recovered the journals: the store passes its integrity check,
-//! the command's own work is unaffected, and every access the command made before the kill (its
-//! own log says which, with the time of each) is in the recovered job.
+//! Fault injection: `roar run` killed with SIGKILL at seeded random moments, under each backend,
+//! and the mount daemon killed under a command writing through it. After the next roar command
+//! has recovered the journals: the store passes its integrity check, the command's own work is
+//! unaffected, and every access the command made before the kill (its own log says which, with
+//! the time of each) is in the recovered job.
 //!
 //! `ROAR_CRASH_KILLS` sets the kills per backend (the suite runs 24; RESULTS.md has 200);
 //! `ROAR_CRASH_SEED` replays one seed.
 
 mod common;
 
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -202,6 +204,14 @@ fn kill_runs(backend: &str, n: usize, strict: bool) -> Tally {
             );
         }
     }
+    settled(&p);
+    eprintln!("crash {backend}: {tally:?}");
+    tally
+}
+
+/// After the kills: the store passes its integrity check, and no journal is left once a roar
+/// command has run.
+fn settled(p: &Project) {
     let check = Command::new("sqlite3")
         .arg(p.path().join(".roar/roar.db"))
         .arg("pragma integrity_check")
@@ -220,8 +230,121 @@ fn kill_runs(backend: &str, n: usize, strict: bool) -> Tally {
         "every journal was recovered: {left:?}; roar log: {}",
         stderr(&again)
     );
-    eprintln!("crash {backend}: {tally:?}");
-    tally
+}
+
+/// The pid of the daemon of the project's one mount.
+fn daemon_pid(p: &Project) -> i64 {
+    let out = p.roar(["mount", "--list", "--json"]);
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    list[0]["pid"].as_i64().expect("a mount")
+}
+
+/// The mount daemon is killed `n` times while a command writes through it; `roar mount` again
+/// recovers its jobs. Every write the command's log says succeeded (each was answered by the
+/// daemon, which journals an access before it answers) is in the recovered job.
+#[test]
+fn mount_daemon_killed_at_random_loses_no_access() {
+    if !common::mount::require_fuse() {
+        return;
+    }
+    let p = Project::new();
+    std::fs::write(p.path().join("work.sh"), WORK).unwrap();
+    std::fs::create_dir(p.path().join("data")).unwrap();
+    let mut rng = Rng(seed() ^ 0x6d6f756e74);
+    let mut tally = Tally::default();
+    let mounted = p.roar(["mount", "data"]);
+    assert!(mounted.status.success(), "{}", stderr(&mounted));
+    for i in 0..kills() {
+        let dir = format!("data/run{i}");
+        let files = 50 + rng.below(400);
+        // Some kills land after the command ended, before or after its job was recorded.
+        let delay = Duration::from_micros(rng.below(600_000));
+        let pid = daemon_pid(&p);
+        // Its own process group: a job of its own on the mount.
+        let mut work = Command::new("bash")
+            .args(["work.sh", &dir, &files.to_string()])
+            .current_dir(p.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        std::thread::sleep(delay);
+        Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .unwrap();
+        tally.kills += 1;
+        work.wait().unwrap();
+        let again = p.roar(["mount", "data"]);
+        assert!(
+            again.status.success(),
+            "kill {i}: mount again: {}",
+            stderr(&again)
+        );
+        let (written, _) = logged(&p.path().join(&dir).join("log"));
+        let Some(job) = job_of(&p, &dir) else {
+            assert!(
+                written.is_empty(),
+                "mount kill {i} (seed {}): the command wrote {} files and no job was recorded",
+                seed(),
+                written.len()
+            );
+            continue;
+        };
+        if job["status"] == "killed" {
+            tally.mid_command += 1;
+        }
+        // Every output hash recorded is the file's content (the command's files are not
+        // written again after it).
+        let base = std::fs::canonicalize(p.path()).unwrap();
+        let mut hashed = 0;
+        for f in job["files"].as_array().unwrap() {
+            let path = f["path"].as_str().unwrap();
+            let Some(hash) = f["hash"]["blake3"].as_str() else {
+                continue;
+            };
+            if f["role"] == "output" && !path.ends_with("/log") {
+                hashed += 1;
+                let content = std::fs::read(base.join(path)).unwrap();
+                assert_eq!(
+                    blake3::hash(&content).to_hex().as_str(),
+                    hash,
+                    "mount kill {i}: {path} recorded with a hash that is not its content"
+                );
+            }
+        }
+        assert!(
+            written.is_empty() || hashed > 0,
+            "mount kill {i}: job {} has no output hash",
+            job["id"]
+        );
+        let outputs = p.files(&job, "output");
+        let missing: Vec<&String> = written
+            .iter()
+            .map(|(path, _)| path)
+            .filter(|path| !outputs.iter().any(|o| o == *path))
+            .collect();
+        tally.accesses_checked += written.len();
+        assert!(
+            missing.is_empty(),
+            "mount kill {i} (seed {}, {delay:?} after start): {} of {} writes answered before the kill are not in job {} ({}): {:?}",
+            seed(),
+            missing.len(),
+            written.len(),
+            job["id"],
+            job["status"],
+            &missing[..missing.len().min(5)]
+        );
+    }
+    let out = p.roar(["unmount", "data"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    settled(&p);
+    eprintln!("crash mount: {tally:?}");
+    assert!(
+        tally.mid_command > 0,
+        "no kill landed while the command ran: {tally:?}"
+    );
 }
 
 #[test]

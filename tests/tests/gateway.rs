@@ -1406,3 +1406,184 @@ if len(sys.argv) > 3:
     assert!(out.status.success(), "{}", stderr(&out));
     assert_ne!(env_of("env4")[0], gw_endpoint);
 }
+
+/// `roar gateway` killed with SIGKILL at seeded random moments while a client PUTs objects;
+/// started again each time. Every PUT the client saw succeed (the gateway journals an access
+/// before it answers) is an output of a recorded job with the hash of what was sent, once a roar
+/// command has recovered the killed gateways' journals (docs/SEMANTICS.md, "Crashes").
+/// `ROAR_CRASH_KILLS` sets the kills (24 here; RESULTS.md has 200), `ROAR_CRASH_SEED` the seed.
+#[test]
+fn a_gateway_killed_at_random_loses_no_completed_put() {
+    let kills: u64 = std::env::var("ROAR_CRASH_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(24);
+    let seed: u64 = std::env::var("ROAR_CRASH_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20261128);
+    let mut rng = common::Rng(seed ^ 0x6761_7465);
+    let p = Project::new();
+    let rt = rt();
+    let mut acknowledged: Vec<(String, String)> = Vec::new();
+    let mut mid_session = 0;
+    for round in 0..kills {
+        let gw = gateway(&p, &[], &[]);
+        let keys: serde_json::Value = serde_json::from_str(gw.line.trim()).unwrap_or_default();
+        let (access, secret) = match (
+            keys["access_key_id"].as_str(),
+            keys["secret_access_key"].as_str(),
+        ) {
+            (Some(a), Some(s)) => (a.to_owned(), s.to_owned()),
+            _ => {
+                // Plain output: `export AWS_ENDPOINT_URL=... AWS_ACCESS_KEY_ID=... ...`.
+                let word = |name: &str| {
+                    gw.line
+                        .split_whitespace()
+                        .find_map(|w| w.strip_prefix(name))
+                        .unwrap()
+                        .to_owned()
+                };
+                (word("AWS_ACCESS_KEY_ID="), word("AWS_SECRET_ACCESS_KEY="))
+            }
+        };
+        let c = client(&gw.endpoint(), &access, &secret);
+        if round == 0 {
+            rt.block_on(c.create_bucket().bucket(BUCKET).send())
+                .unwrap();
+        }
+        let done = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let puts = {
+            let done = done.clone();
+            rt.spawn(async move {
+                for k in 0..10_000u32 {
+                    let body = data(100 + (k as usize * 37) % 5000, round as u8);
+                    let key = format!("r{round}/o{k}");
+                    let sent = c
+                        .put_object()
+                        .bucket(BUCKET)
+                        .key(&key)
+                        .body(ByteStream::from(body.clone()))
+                        .send()
+                        .await;
+                    match sent {
+                        Ok(_) => done.lock().unwrap().push((key, b3(&body))),
+                        Err(_) => return,
+                    }
+                }
+            })
+        };
+        std::thread::sleep(Duration::from_micros(20_000 + rng.below(400_000)));
+        // Dropping the server kills it with SIGKILL.
+        drop(gw);
+        rt.block_on(puts).unwrap();
+        let done = std::mem::take(&mut *done.lock().unwrap());
+        mid_session += usize::from(!done.is_empty());
+        acknowledged.extend(done);
+    }
+    let jobs = gateway_jobs(&p);
+    let mut outputs: std::collections::HashMap<String, String> = Default::default();
+    for job in &jobs {
+        assert_eq!(job["status"], "killed", "{job}");
+        for f in job["files"].as_array().unwrap() {
+            if f["role"] == "output" {
+                outputs.insert(
+                    f["path"].as_str().unwrap().to_owned(),
+                    f["hash"]["blake3"].as_str().unwrap_or_default().to_owned(),
+                );
+            }
+        }
+    }
+    let mut lost = Vec::new();
+    for (key, hash) in &acknowledged {
+        match outputs.get(&format!("s3://{BUCKET}/{key}")) {
+            Some(h) if h == hash => {}
+            Some(h) => panic!("{key} recorded with {h}, the client sent {hash}"),
+            None => lost.push(key),
+        }
+    }
+    assert!(
+        lost.is_empty(),
+        "seed {seed}: {} of {} acknowledged PUTs not recorded: {:?}",
+        lost.len(),
+        acknowledged.len(),
+        &lost[..lost.len().min(5)]
+    );
+    assert!(mid_session > 0, "no kill landed after a PUT");
+    let left: Vec<_> = std::fs::read_dir(p.path().join(".roar/journal"))
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "journals left: {left:?}");
+    eprintln!(
+        "gateway kills: {kills}, {} PUTs acknowledged, {} jobs, 0 lost",
+        acknowledged.len(),
+        jobs.len()
+    );
+}
+
+/// `roar run --s3` killed while its command PUTs through the run's own gateway: the accesses the
+/// gateway answered are in the run's journal, and the recovered job has them as outputs.
+#[test]
+fn a_killed_roar_run_s3_keeps_the_puts_its_gateway_answered() {
+    if !common::require_python_modules(&["boto3"]) {
+        return;
+    }
+    let p = Project::new();
+    p.write(
+        "puts.py",
+        br#"import boto3, sys
+s3 = boto3.client("s3")
+s3.create_bucket(Bucket="lineage-data")
+log = open("puts.log", "a")
+for k in range(100000):
+    try:
+        s3.put_object(Bucket="lineage-data", Key=f"o{k}", Body=b"x" * k)
+    except Exception:
+        break
+    log.write(f"o{k}\n")
+    log.flush()
+"#,
+    );
+    let mut roar = p
+        .cmd(["run", "--s3", "--tracer", "preload", "python3", "puts.py"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Until a few PUTs are answered.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(p.path().join("puts.log")).map_or(0, |t| t.lines().count()) < 5 {
+        assert!(Instant::now() < deadline, "no PUT was answered in 60 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    roar.kill().unwrap();
+    roar.wait().unwrap();
+    // The command notices its gateway is gone and ends.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Command::new("pgrep")
+        .args(["-f", "python3 puts.py"])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+    {
+        assert!(Instant::now() < deadline, "the command never ended");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let answered: Vec<String> = std::fs::read_to_string(p.path().join("puts.log"))
+        .unwrap()
+        .lines()
+        .map(obj)
+        .collect();
+    let job = p.last_job();
+    assert_eq!(job["status"], "killed", "{job}");
+    let outputs = p.files(&job, "output");
+    let missing: Vec<&String> = answered.iter().filter(|k| !outputs.contains(k)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} answered PUTs not in the recovered job: {:?}",
+        missing.len(),
+        answered.len(),
+        &missing[..missing.len().min(5)]
+    );
+}

@@ -11,22 +11,22 @@
 //!   run go to that run instead; if the run vanishes without collecting them (killed), they become
 //!   a session like any other, so nothing is lost.
 
-use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
 use roar_gateway::{Access, Backend, Gateway, Sink};
-use roar_store::{FileRecord, JobRecord, Outcome, Project, Store, Writer};
+use roar_store::{FileRecord, Project, Store, Writer};
 
 use crate::config::{Config, S3Config};
 use crate::entry::ExitCode;
+use crate::gateway_sessions::{Session, Sessions};
 
 #[derive(Args)]
 pub struct GatewayArgs {
@@ -134,18 +134,18 @@ struct Returned {
 
 /// Looks up hashes of object versions recorded before, so ranged reads and copies of them need
 /// not read the object again.
-struct Known {
+pub(crate) struct Known {
     store: Mutex<Option<Store>>,
 }
 
 impl Known {
-    fn new(db: &Path) -> Known {
+    pub(crate) fn new(db: &Path) -> Known {
         Known {
             store: Mutex::new(Store::open(db).ok()),
         }
     }
 
-    fn get(&self, bucket: &str, key: &str, etag: &str) -> Option<(String, u64)> {
+    pub(crate) fn get(&self, bucket: &str, key: &str, etag: &str) -> Option<(String, u64)> {
         let store = self.store.lock().unwrap();
         store.as_ref()?.s3_known(bucket, key, etag).ok().flatten()
     }
@@ -156,10 +156,15 @@ impl Known {
 struct Collector {
     accesses: Mutex<Vec<Access>>,
     known: Known,
+    /// The run's journal: each access is written to it as it completes.
+    keep: std::sync::OnceLock<Arc<roar_tracer::Keep>>,
 }
 
 impl Sink for Collector {
     fn record(&self, access: Access) {
+        if let Some(keep) = self.keep.get() {
+            keep.now(&crate::gateway_sessions::access_record(&access));
+        }
         self.accesses.lock().unwrap().push(access);
     }
 
@@ -205,6 +210,7 @@ pub fn for_run(
     let sink = Arc::new(Collector {
         accesses: Mutex::default(),
         known: Known::new(&project.db_path()),
+        keep: std::sync::OnceLock::new(),
     });
     let gateway = Gateway::start(config, Arc::clone(&sink) as Arc<dyn Sink>)
         .context("cannot start the S3 gateway for --s3")?;
@@ -241,6 +247,14 @@ fn borrow(project: &Project, backend: &Backend) -> Option<RunGateway> {
 }
 
 impl RunGateway {
+    /// The run's own gateway writes each access to the run's journal from now on (a borrowed
+    /// key's accesses are in the lending gateway's journal).
+    pub fn keep_in(&self, keep: &Arc<roar_tracer::Keep>) {
+        if let Serving::Own { sink, .. } = &self.serving {
+            let _ = sink.keep.set(Arc::clone(keep));
+        }
+    }
+
     /// What the command's environment needs to reach the gateway with the run's credentials.
     pub fn child_env(&self) -> Vec<(OsString, Option<OsString>)> {
         let set = |k: &str, v: &str| (OsString::from(k), Some(OsString::from(v)));
@@ -300,108 +314,6 @@ impl RunGateway {
 
 // ---- roar gateway ----
 
-struct Session {
-    accesses: Vec<Access>,
-    last: Instant,
-}
-
-struct Sessions {
-    open: Mutex<HashMap<String, Session>>,
-    /// Keys lent to runs, with the accesses made with each so far.
-    lent: Mutex<HashMap<String, Vec<Access>>>,
-    known: Known,
-}
-
-impl Sink for Sessions {
-    fn record(&self, access: Access) {
-        let key = access
-            .access_key
-            .clone()
-            .unwrap_or_else(|| "anonymous".into());
-        if let Some(run) = self.lent.lock().unwrap().get_mut(&key) {
-            run.push(access);
-            return;
-        }
-        let mut open = self.open.lock().unwrap();
-        let session = open.entry(key).or_insert_with(|| Session {
-            accesses: Vec::new(),
-            last: Instant::now(),
-        });
-        session.last = Instant::now();
-        session.accesses.push(access);
-    }
-
-    fn known(&self, bucket: &str, key: &str, etag: &str) -> Option<(String, u64)> {
-        self.known.get(bucket, key, etag)
-    }
-}
-
-impl Sessions {
-    /// From now on the accesses made with `key` belong to a run.
-    fn lend(&self, key: &str) {
-        self.lent.lock().unwrap().insert(key.to_owned(), Vec::new());
-    }
-
-    /// The accesses made with a lent key; later ones (if any) go to an ordinary session.
-    fn take_back(&self, key: &str) -> Vec<Access> {
-        self.lent.lock().unwrap().remove(key).unwrap_or_default()
-    }
-
-    /// Accesses a run did not collect become the key's session, recorded like any other.
-    fn adopt(&self, key: &str, accesses: Vec<Access>) {
-        if accesses.is_empty() {
-            return;
-        }
-        let mut open = self.open.lock().unwrap();
-        let session = open.entry(key.to_owned()).or_insert_with(|| Session {
-            accesses: Vec::new(),
-            last: Instant::now(),
-        });
-        session.accesses.extend(accesses);
-    }
-
-    /// Removes the sessions idle for `idle` (all with `None`), oldest first.
-    fn take_idle(&self, idle: Option<Duration>) -> Vec<(String, Session)> {
-        let mut open = self.open.lock().unwrap();
-        let done: Vec<String> = open
-            .iter()
-            .filter(|(_, s)| idle.is_none_or(|idle| s.last.elapsed() >= idle))
-            .map(|(k, _)| k.clone())
-            .collect();
-        let mut done: Vec<(String, Session)> = done
-            .into_iter()
-            .filter_map(|k| open.remove_entry(&k))
-            .collect();
-        // Jobs are recorded in the order their sessions began.
-        done.sort_by_key(|(_, s)| s.accesses.iter().map(|a| a.at_ns).min());
-        done
-    }
-}
-
-fn session_job(project: &Project, access_key: &str, session: &Session) -> JobRecord {
-    let first = session.accesses.first().map_or(0, |a| a.at_ns);
-    let last = session.accesses.last().map_or(first, |a| a.at_ns);
-    JobRecord {
-        name: Some(format!("s3 client {access_key}")),
-        argv: vec!["s3-client".into(), access_key.into()],
-        cwd: project.root.clone(),
-        started_ns: first,
-        ended_ns: Some(last),
-        outcome: Outcome::Ended,
-        incomplete: false,
-        backend: "gateway".into(),
-        git: None,
-        env: Default::default(),
-        host: crate::run_cmd::hostname(),
-        processes: Vec::new(),
-        steps: Vec::new(),
-        files: roar_gateway::job_files(&session.accesses),
-        environment: None,
-        uid: None,
-        dist: None,
-    }
-}
-
 fn load_credentials(path: &Path) -> anyhow::Result<Vec<(String, String)>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read --credentials {}", path.display()))?;
@@ -451,11 +363,7 @@ pub fn serve(args: GatewayArgs, json: bool) -> anyhow::Result<ExitCode> {
     gw.client_timeout = Duration::from_secs(args.client_timeout);
 
     let writer = Writer::start(&project.db_path())?;
-    let sessions = Arc::new(Sessions {
-        open: Mutex::default(),
-        lent: Mutex::default(),
-        known: Known::new(&project.db_path()),
-    });
+    let sessions = Arc::new(Sessions::new(&project, Known::new(&project.db_path())));
     // Blocked before the gateway's threads start, so only this thread takes them.
     let signals = roar_roarfs::sys::block_signals(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP]);
     let gateway = Gateway::start(gw, Arc::clone(&sessions) as Arc<dyn Sink>)?;
@@ -527,12 +435,13 @@ pub fn serve(args: GatewayArgs, json: bool) -> anyhow::Result<ExitCode> {
     let idle = Duration::from_secs(args.session_idle);
     let record = |done: Vec<(String, Session)>| {
         for (key, session) in done {
-            match writer.record_job(session_job(&project, &key, &session)) {
+            match writer.record_job(session.job(&project, &key)) {
                 Ok(id) => {
                     eprintln!(
                         "roar: job {id}: {} object accesses by {key}",
                         session.accesses.len()
                     );
+                    session.recorded();
                     crate::remote_cmd::push_in_background(&project, &config);
                 }
                 Err(e) => eprintln!(
@@ -554,10 +463,7 @@ pub fn serve(args: GatewayArgs, json: bool) -> anyhow::Result<ExitCode> {
     }
     gateway.stop();
     // Runs still going lose their gateway: what they did so far is recorded here instead.
-    let lent: Vec<(String, Vec<Access>)> = sessions.lent.lock().unwrap().drain().collect();
-    for (key, accesses) in lent {
-        sessions.adopt(&key, accesses);
-    }
+    sessions.adopt_all_lent();
     record(sessions.take_idle(None));
     Ok(ExitCode::SUCCESS)
 }
@@ -665,15 +571,19 @@ fn lend(conn: UnixStream, lender: &Lender) {
     // No new request with the key from here; the ones already verified finish and are recorded.
     lender.control.remove_key(&access);
     let settled = lender.control.settle(&access, SETTLE);
-    let accesses = lender.sessions.take_back(&access);
+    let mut session = lender.sessions.take_back(&access);
     if ended {
-        let returned = Returned { accesses, settled };
+        let returned = Returned {
+            accesses: std::mem::take(&mut session.accesses),
+            settled,
+        };
         if serde_json::to_string(&returned).is_ok_and(|t| reply(t).is_ok()) {
+            // The run has them now, and records them in its job.
+            session.recorded();
             return;
         }
-        lender.sessions.adopt(&access, returned.accesses);
-    } else {
-        lender.sessions.adopt(&access, accesses);
+        session.accesses = returned.accesses;
     }
+    lender.sessions.adopt(&access, session);
     eprintln!("roar: a run using key {access} ended without collecting its object accesses; they are recorded as that key's job");
 }

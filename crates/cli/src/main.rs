@@ -12,6 +12,7 @@ mod environment;
 mod export_cmd;
 mod fmt;
 mod gateway_cmd;
+mod gateway_sessions;
 mod graph;
 mod hash_cmd;
 mod lineage_cmd;

@@ -109,6 +109,16 @@ fn alive(pid: i32) -> bool {
     any
 }
 
+/// Whether process `pid` is over: gone, or a zombie (its files closed).
+fn exited(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
+        Err(_) => true,
+    }
+}
+
 /// The kernel's "this task is exiting" flag (include/linux/sched.h).
 const PF_EXITING: u64 = 0x4;
 
@@ -127,7 +137,7 @@ fn sigkill_pending(task: &Path) -> bool {
 }
 
 /// Whether `dir` is a mount point of a roarfs filesystem (from /proc/self/mountinfo).
-fn is_roarfs_mount(dir: &Path) -> bool {
+pub(crate) fn is_roarfs_mount(dir: &Path) -> bool {
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
         return false;
     };
@@ -155,11 +165,15 @@ const ECONNABORTED: i32 = 103;
 /// or the daemon its state file names is no longer running. Known at once after a kill, not
 /// only once the kernel has noticed.
 fn is_dead_mount(dir: &Path, project: &Project) -> bool {
-    if matches!(std::fs::metadata(dir), Err(e) if matches!(e.raw_os_error(), Some(ENOTCONN | ECONNABORTED)))
-    {
+    if is_dead(dir) {
         return true;
     }
     is_roarfs_mount(dir) && read_state(&state_path(project, dir)).is_none_or(|s| !alive(s.pid))
+}
+
+/// Whether `dir` is a FUSE mount whose daemon is gone (it answers ENOTCONN or ECONNABORTED).
+pub(crate) fn is_dead(dir: &Path) -> bool {
+    matches!(std::fs::metadata(dir), Err(e) if matches!(e.raw_os_error(), Some(ENOTCONN | ECONNABORTED)))
 }
 
 /// Clears a dead mount (its daemon was killed) so DIR shows its own contents again.
@@ -169,6 +183,14 @@ fn clear_dead(dir: &Path, project: &Project) -> anyhow::Result<bool> {
     }
     roar_roarfs::sys::umount_detach(dir)
         .with_context(|| format!("cannot unmount the dead mount on {}", dir.display()))?;
+    // Its journals are recovered next: wait (a little) until it has let go of them, as a
+    // killed process does once it has closed its files.
+    if let Some(s) = read_state(&state_path(project, dir)) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !exited(s.pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
     let _ = std::fs::remove_file(state_path(project, dir));
     eprintln!(
         "roar: {} had a dead roarfs mount (transport endpoint is not connected: its daemon was killed); unmounted it, the directory's files are untouched",
@@ -186,7 +208,10 @@ pub fn mount(args: MountArgs, json: bool) -> anyhow::Result<ExitCode> {
     let dir = absolute(dir)?;
     // A config error is reported here, not by the daemon.
     crate::config::Config::load(&project)?;
-    clear_dead(&dir, &project)?;
+    if clear_dead(&dir, &project)? {
+        // The killed daemon's jobs, now that their files can be read.
+        crate::recover::pending(&project);
+    }
     if !archives.is_empty() && !dir.exists() {
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create the mount point {}", dir.display()))?;
@@ -396,11 +421,15 @@ fn foreground(
     let archive_paths: Vec<PathBuf> = archives.iter().map(|i| i.archive.clone()).collect();
     let db = project.db_path();
     crate::remote_cmd::push_as_jobs_end(project, &config);
+    let journals = Some((
+        project.journal_dir(),
+        roar_store::redact::Policy::for_config(&project.config_path()),
+    ));
     let mount = || {
         if archives.is_empty() {
             let steps =
                 roar_tracer::steps::Rule::new(config.steps.drivers.iter().map(String::as_str));
-            return roar_roarfs::mount(dir, &db, ignore, machine, steps);
+            return roar_roarfs::mount(dir, &db, ignore, machine, steps, journals);
         }
         let mut sources = Vec::new();
         for index in archives {
@@ -419,7 +448,7 @@ fn foreground(
                 }
             })?);
         }
-        roar_roarfs::mount_archives(sources, dir, &db, ignore, machine)
+        roar_roarfs::mount_archives(sources, dir, &db, ignore, machine, journals)
     };
     let result = roar_roarfs::serve(dir, mount, |r| {
         let mut out = std::io::stdout();
@@ -615,6 +644,7 @@ pub fn unmount(dir: &Path, force: bool, json: bool) -> anyhow::Result<ExitCode> 
         return Ok(ExitCode::SUCCESS);
     }
     if clear_dead(&dir, &project)? {
+        crate::recover::pending(&project);
         return Ok(ExitCode::SUCCESS);
     }
     let _ = std::fs::remove_file(&state_file);

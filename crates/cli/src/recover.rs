@@ -16,18 +16,7 @@ use roar_tracer::{collect, Event};
 
 use crate::config::Config;
 
-/// A fresh job uid: 16 random bytes as hex, the form the store gives a job without one.
-pub fn new_uid() -> String {
-    let mut b = [0u8; 16];
-    // SAFETY: getrandom writes at most b.len() bytes into our buffer.
-    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
-    if n != b.len() as isize {
-        // No entropy source: unique enough for a file name and a row (time and pid).
-        let t = roar_store::now_ns() as u128 ^ ((std::process::id() as u128) << 64);
-        b = t.to_le_bytes();
-    }
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
+pub use roar_engine::journal::new_uid;
 
 /// Where the run whose job is `job` keeps its events: its journal (named by the job's uid),
 /// holding its header, redacted by the project's `[redact]` rules as the store would. Without a
@@ -69,12 +58,12 @@ pub fn pending(project: &Project) {
     for orphan in orphans {
         let result = match orphan.writer {
             journal::Writer::Run => run(project, &config, &writer, orphan),
-            // Written by a newer roar's observers: left for it.
-            _ => Ok(None),
+            journal::Writer::Mount => mount(project, &config, &writer, orphan),
+            journal::Writer::Gateway => gateway(project, &writer, orphan),
         };
         match result {
             Ok(Some(id)) => eprintln!(
-                "roar: job {id} recovered from its journal: its recorder was killed before it ended (status killed)"
+                "roar: job {id} recovered from its journal: its recorder was killed before recording it (`roar show {id}`)"
             ),
             Ok(None) => {}
             Err(e) => eprintln!("roar: could not recover a killed job: {e:#}"),
@@ -90,6 +79,8 @@ struct RunJournal {
     ring: Option<std::path::PathBuf>,
     ring_pos: u64,
     events: Vec<Event>,
+    /// The S3 accesses of the run's own gateway.
+    accesses: Vec<roar_gateway::Access>,
 }
 
 fn read_run(records: Vec<Record>) -> RunJournal {
@@ -99,6 +90,7 @@ fn read_run(records: Vec<Record>) -> RunJournal {
         ring: None,
         ring_pos: 0,
         events: Vec::new(),
+        accesses: Vec::new(),
     };
     for rec in records {
         match rec {
@@ -108,6 +100,9 @@ fn read_run(records: Vec<Record>) -> RunJournal {
             Record::Ring { ring, .. } => r.ring = Some(ring),
             Record::RingPos(p) => r.ring_pos = p,
             Record::Event(e) => r.events.push(e),
+            Record::Extra(bytes) => r
+                .accesses
+                .extend(crate::gateway_sessions::access_of(&bytes)),
             _ => {}
         }
     }
@@ -169,6 +164,7 @@ fn run(
         &mut |chunk| files.extend(chunk.files),
     );
     job.files.extend(files);
+    job.files.extend(roar_gateway::job_files(&j.accesses));
     job.ended_ns = Some(
         j.events
             .iter()
@@ -184,6 +180,71 @@ fn run(
     job.incomplete = job.backend != "preload" || malformed > 0;
     let id = writer.record_into(begun, job)?;
     remove_run(orphan, j.ring.as_deref());
+    Ok(Some(id))
+}
+
+/// Recovers one job of a mount daemon that was killed; None when it has to wait (its mount is
+/// still there, dead: `roar mount DIR` or `roar unmount DIR` clears it, and the files under it
+/// are then read to hash what the daemon never saw the end of) or the job was recorded already.
+fn mount(
+    project: &Project,
+    config: &Config,
+    writer: &Writer,
+    mut orphan: Orphan,
+) -> anyhow::Result<Option<i64>> {
+    let records = std::mem::take(&mut orphan.records);
+    let dir = records.iter().find_map(|r| match r {
+        Record::Mounted(dir) => Some(dir.clone()),
+        _ => None,
+    });
+    if dir.as_deref().is_some_and(crate::mount_cmd::is_dead) {
+        return Ok(None);
+    }
+    // Mounted again already (this journal was still held when the new daemon started): its files
+    // are not read through the new mount, which would record this roar as a job of it.
+    let read_files = dir
+        .as_deref()
+        .is_some_and(|d| !crate::mount_cmd::is_roarfs_mount(d));
+    let uid = records.iter().find_map(|r| match r {
+        Record::Job(j) => j.uid.clone(),
+        _ => None,
+    });
+    let (begun, done) = row_of(project, uid.as_deref())?;
+    if done {
+        orphan.remove();
+        return Ok(None);
+    }
+    let ignore = roar_store::ignore::Ignore::new(&config.ignore);
+    let rule = roar_tracer::steps::Rule::new(config.steps.drivers.iter().map(String::as_str));
+    let steps = roar_roarfs::Steps {
+        ignore: &ignore,
+        rule: &rule,
+    };
+    let Some(job) = roar_roarfs::recover(records, &steps, orphan.last_write_ns, read_files) else {
+        // No header, or nothing recorded yet: the job had no row.
+        orphan.remove();
+        return Ok(None);
+    };
+    let id = writer.record_into(begun, job)?;
+    orphan.remove();
+    Ok(Some(id))
+}
+
+/// Records the accesses of a session of a gateway that was killed as the key's job.
+fn gateway(project: &Project, writer: &Writer, mut orphan: Orphan) -> anyhow::Result<Option<i64>> {
+    let records = std::mem::take(&mut orphan.records);
+    let uid = records.iter().find_map(|r| match r {
+        Record::Job(j) => j.uid.clone(),
+        _ => None,
+    });
+    let (begun, done) = row_of(project, uid.as_deref())?;
+    let job = crate::gateway_sessions::recover(records).filter(|_| !done);
+    let Some(job) = job else {
+        orphan.remove();
+        return Ok(None);
+    };
+    let id = writer.record_into(begun, job)?;
+    orphan.remove();
     Ok(Some(id))
 }
 

@@ -25,10 +25,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use roar_store::job_bytes::{byte, Bytes, Malformed};
+use roar_store::redact::Policy;
 use roar_store::{ContentHash, FileStat, JobRecord};
 
+use crate::classify::Context;
 use crate::event::{Event, Stdio};
-use crate::Fact;
+use crate::{Fact, Rules};
 
 const MAGIC: &[u8; 8] = b"roarjnl1";
 /// A record's frame: its length (u32) and the first four bytes of its blake3 (u32).
@@ -42,9 +44,9 @@ const MAX_RECORD: usize = 64 << 20;
 pub enum Writer {
     /// `roar run`: the events of its backend (preload, ptrace, eBPF).
     Run,
-    /// Reserved for the mount daemon and the gateway (not written yet: docs/SEMANTICS.md,
-    /// "Crashes"); a journal of theirs is left alone.
+    /// The mount daemon: one journal per live job, its calls into the rule and its step log.
     Mount,
+    /// The gateway: one journal per session's job.
     Gateway,
 }
 
@@ -89,6 +91,11 @@ pub enum Record {
     Extra(Vec<u8>),
     /// The job's root process is gone (the mount: its end was seen).
     RootGone,
+    /// An event for the observer's own account of the job's processes (the mount's step log),
+    /// not a call into the rule.
+    Step(Event),
+    /// Where the mount that wrote this journal was mounted.
+    Mounted(PathBuf),
 }
 
 /// An open journal, appended to by one observer.
@@ -155,6 +162,85 @@ impl Journal {
     }
 }
 
+impl Rules {
+    /// Applies a journal record that is a call into the rule (an event, a fact, a moved
+    /// directory); any other record is left to its observer (false). The live observer calls the
+    /// rule through this too ([`Journaled`]): a journal replayed is the rule the observer had.
+    pub fn replay(&mut self, cx: &Context, record: &Record) -> bool {
+        match record {
+            Record::Event(ev) => self.apply(cx, ev),
+            Record::Found { path, fact, ts } => self.found(cx, path, fact.clone(), *ts),
+            Record::FoundIn(fact) => self.found_in(fact.clone()),
+            Record::FoundNamed {
+                path,
+                content,
+                mark,
+                ts,
+            } => self.found_named(cx, path, content.clone(), *mark, *ts),
+            Record::MovedDir { from, to } => self.moved_dir(from, to),
+            _ => return false,
+        }
+        true
+    }
+}
+
+/// A job's rule with its journal, for an observer that calls the rule as accesses happen (the
+/// mount, the gateway): each call is written to the journal, then applied by
+/// [`Rules::replay`] — what recovery applies the journal with.
+pub struct Journaled {
+    rules: Rules,
+    journal: Option<Journal>,
+    policy: Policy,
+    buf: Vec<u8>,
+}
+
+impl Journaled {
+    /// A rule whose calls go to `journal` (none: not kept), redacted by `policy`.
+    pub fn new(journal: Option<Journal>, policy: Policy) -> Journaled {
+        Journaled {
+            rules: Rules::default(),
+            journal,
+            policy,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Writes `record`, then applies it to the rule if it is a call into it.
+    pub fn call(&mut self, cx: &Context, record: &Record) {
+        self.write(record);
+        self.rules.replay(cx, record);
+    }
+
+    /// Writes `record` only (the observer's own state: a header, a step, the root's end). A
+    /// failed write (a full disk) is reported once; the job is then as durable as before journals.
+    pub fn write(&mut self, record: &Record) {
+        let Some(j) = &self.journal else { return };
+        self.buf.clear();
+        frame_redacted_record(&self.policy, record, &mut self.buf);
+        if let Err(e) = j.append_framed(&self.buf) {
+            static ONCE: std::sync::Once = std::sync::Once::new();
+            ONCE.call_once(|| tracing::warn!("cannot write a job's journal: {e}"));
+        }
+    }
+
+    pub fn rules(&self) -> &Rules {
+        &self.rules
+    }
+
+    /// The rule as the calls left it, and the journal (removed once the job is in the store).
+    pub fn into_parts(self) -> (Rules, Option<Journal>) {
+        (self.rules, self.journal)
+    }
+}
+
+impl std::fmt::Debug for Journaled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journaled")
+            .field("journal", &self.journal)
+            .finish_non_exhaustive()
+    }
+}
+
 fn make_dir(dir: &Path) -> io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     match std::fs::DirBuilder::new().mode(0o700).create(dir) {
@@ -186,6 +272,60 @@ pub fn frame_event(ev: &Event, out: &mut Vec<u8>) {
 }
 
 const EVENT_TAG: u8 = 4;
+const STEP_TAG: u8 = 11;
+
+/// `ev` framed into `out` as a [`Record::Event`] (or, `step`, a [`Record::Step`]), the argv of an
+/// exec redacted by `policy` first: a journal is on disk, and keeps of a command line only what
+/// the store would.
+pub fn frame_redacted(policy: &Policy, ev: &Event, step: bool, out: &mut Vec<u8>) {
+    let redacted = match ev {
+        Event::Exec { argv, .. } => {
+            let mut argv = argv.clone();
+            (policy.argv(&mut argv) > 0).then(|| {
+                let mut ev = ev.clone();
+                if let Event::Exec { argv: a, .. } = &mut ev {
+                    *a = argv;
+                }
+                ev
+            })
+        }
+        _ => None,
+    };
+    let ev = redacted.as_ref().unwrap_or(ev);
+    frame_with(out, |out| {
+        out.push(if step { STEP_TAG } else { EVENT_TAG });
+        ev.put(out);
+    });
+}
+
+/// A record framed into `out`, redacted by `policy` as the store would redact it (a job's
+/// header, an exec's argv).
+pub fn frame_redacted_record(policy: &Policy, record: &Record, out: &mut Vec<u8>) {
+    match record {
+        Record::Job(job) => {
+            let mut job = job.clone();
+            policy.job(&mut job);
+            frame(&Record::Job(job), out);
+        }
+        Record::Event(ev) => frame_redacted(policy, ev, false, out),
+        Record::Step(ev) => frame_redacted(policy, ev, true, out),
+        other => frame(other, out),
+    }
+}
+
+/// A fresh job uid: 16 random bytes as hex, the form the store gives a job without one (and the
+/// name of its journal).
+pub fn new_uid() -> String {
+    let mut b = [0u8; 16];
+    // SAFETY: getrandom writes at most b.len() bytes into our buffer.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != b.len() as isize {
+        // No entropy source: unique enough for a file name and a row (time and pid).
+        let t = roar_store::now_ns() as u128 ^ ((std::process::id() as u128) << 64);
+        b = t.to_le_bytes();
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
 
 fn frame_with(out: &mut Vec<u8>, put: impl FnOnce(&mut Vec<u8>)) {
     let start = out.len();
@@ -394,6 +534,14 @@ impl Bytes for Record {
                 bytes.put(out);
             }
             Record::RootGone => out.push(10),
+            Record::Step(e) => {
+                out.push(STEP_TAG);
+                e.put(out);
+            }
+            Record::Mounted(dir) => {
+                out.push(12);
+                dir.put(out);
+            }
         }
     }
 
@@ -429,6 +577,8 @@ impl Bytes for Record {
             },
             9 => Record::Extra(Vec::<u8>::get(input)?),
             10 => Record::RootGone,
+            STEP_TAG => Record::Step(Event::get(input)?),
+            12 => Record::Mounted(PathBuf::get(input)?),
             _ => return Err(Malformed("journal record")),
         })
     }

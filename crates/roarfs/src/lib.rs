@@ -23,7 +23,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use fs::RoarFs;
-pub use jobs::Jobs;
+pub use jobs::{recover, Jobs, Steps};
+
+/// Where the live jobs' journals go and what of a command line they may keep
+/// (docs/SEMANTICS.md, "Crashes").
+pub type Journals = Option<(PathBuf, roar_store::redact::Policy)>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {
@@ -56,13 +60,15 @@ pub struct Mounted {
 
 /// Mounts roarfs in place over `dir`, recording into the store at `db`; paths `ignore` matches
 /// are never inputs or outputs (the rule `roar run` applies). `machine` is recorded with every
-/// job (the mount sees no packages: only its own files); `steps` cuts jobs into steps.
+/// job (the mount sees no packages: only its own files); `steps` cuts jobs into steps; each live
+/// job is kept in a journal in `journals`.
 pub fn mount(
     dir: &Path,
     db: &Path,
     ignore: Ignore,
     machine: Option<roar_store::Runtime>,
     steps: roar_tracer::steps::Rule,
+    journals: Journals,
 ) -> Result<Mounted, MountError> {
     let root_fd: OwnedFd = std::fs::File::open(dir)
         .and_then(|f| sys::open_path(std::os::fd::AsFd::as_fd(&f), ".".as_ref()))
@@ -79,7 +85,8 @@ pub fn mount(
     let jobs = Arc::new(
         Jobs::new(writer, ignore)
             .with_machine(machine)
-            .with_steps(steps),
+            .with_steps(steps)
+            .with_journals(journals, dir),
     );
     jobs.watch_exits();
     let fs = RoarFs::new(root_fd, dir.to_owned(), jobs.clone(), Some(db)).map_err(|source| {
@@ -122,9 +129,14 @@ pub fn mount_archives(
     db: &Path,
     ignore: Ignore,
     machine: Option<roar_store::Runtime>,
+    journals: Journals,
 ) -> Result<Mounted, MountError> {
     let writer = roar_store::Writer::start(db)?;
-    let jobs = Arc::new(Jobs::new(writer, ignore).with_machine(machine));
+    let jobs = Arc::new(
+        Jobs::new(writer, ignore)
+            .with_machine(machine)
+            .with_journals(journals, dir),
+    );
     jobs.watch_exits();
     let archives = sources.len();
     let fs = archive::ArchiveFs::new(sources, jobs.clone());

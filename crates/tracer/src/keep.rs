@@ -45,26 +45,25 @@ impl Keep {
         if self.journal.is_none() {
             return;
         }
-        if let Event::Exec { argv, .. } = ev {
-            let mut redacted = argv.clone();
-            if self.policy.argv(&mut redacted) > 0 {
-                let mut ev = ev.clone();
-                if let Event::Exec { argv, .. } = &mut ev {
-                    *argv = redacted;
-                }
-                journal::frame_event(&ev, &mut self.lock());
-                return;
-            }
-        }
-        journal::frame_event(ev, &mut self.lock());
+        journal::frame_redacted(&self.policy, ev, false, &mut self.lock());
     }
 
     /// The job's header, redacted as the store would redact it, joins the batch.
     pub fn job(&self, job: &roar_store::JobRecord) {
         if self.journal.is_some() {
-            let mut job = job.clone();
-            self.policy.job(&mut job);
-            journal::frame(&Record::Job(Box::new(job)), &mut self.lock());
+            let header = Record::Job(Box::new(job.clone()));
+            journal::frame_redacted_record(&self.policy, &header, &mut self.lock());
+        }
+    }
+
+    /// `r` goes to the journal now, apart from the batch (what another thread observes for the
+    /// job: the S3 accesses of the run's own gateway).
+    pub fn now(&self, r: &Record) {
+        if let Some(j) = &self.journal {
+            if let Err(e) = j.append(std::slice::from_ref(r)) {
+                static ONCE: std::sync::Once = std::sync::Once::new();
+                ONCE.call_once(|| tracing::warn!("cannot write the job's journal: {e}"));
+            }
         }
     }
 

@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use roar_engine::classify::Context;
+use roar_engine::journal::{Journal, Journaled, Record};
 use roar_engine::{Event, Fact, Judge, Version};
 use roar_store::{now_ns, ContentHash, JobRecord, Ops, Outcome, ProcessRecord, Writer};
 
@@ -144,9 +145,11 @@ struct LiveJob {
     cwd: PathBuf,
     exe: Option<PathBuf>,
     started_ns: i64,
-    /// The engine's rule, applied to each access as it happens: the job's files and what is
-    /// known of their content.
-    rules: roar_engine::Rules,
+    /// The job's uid: its row's, and its journal's name.
+    uid: String,
+    /// The engine's rule, applied to each access as it happens (the job's files and what is
+    /// known of their content), each call written to the job's journal first.
+    rules: Journaled,
     /// Writable handles still open: the job is finalised only once they are released.
     open_writers: usize,
     root_gone: bool,
@@ -178,6 +181,10 @@ pub struct Jobs {
     mount: std::sync::OnceLock<(u64, PathBuf)>,
     /// Held while processes are read into a job's log (see `steps`).
     placing: Mutex<()>,
+    /// Where each live job's journal goes, and what of a command line it may keep.
+    journals: crate::Journals,
+    /// Where the mount is, for its journals.
+    mounted_on: PathBuf,
 }
 
 /// What the mount knows of a thread that made a request.
@@ -224,7 +231,52 @@ impl Jobs {
             rule: roar_tracer::steps::Rule::default(),
             mount: std::sync::OnceLock::new(),
             placing: Mutex::new(()),
+            journals: None,
+            mounted_on: PathBuf::new(),
         }
+    }
+
+    /// Keeps each live job's calls into the rule in a journal (docs/SEMANTICS.md, "Crashes"),
+    /// in the directory `journals` names, redacted by its policy: a daemon killed at any moment
+    /// loses none of it. `dir`: where the mount is.
+    pub fn with_journals(mut self, journals: crate::Journals, dir: &Path) -> Jobs {
+        self.journals = journals;
+        self.mounted_on = dir.to_owned();
+        self
+    }
+
+    /// A job first seen now, with its journal begun: its header and where the mount is.
+    fn live_job(&self, key: JobKey) -> LiveJob {
+        let uid = roar_engine::journal::new_uid();
+        let (journal, policy) = match &self.journals {
+            Some((dir, policy)) => {
+                let j = Journal::create(dir, &uid, roar_engine::journal::Writer::Mount)
+                    .map_err(|e| {
+                        static ONCE: std::sync::Once = std::sync::Once::new();
+                        ONCE.call_once(|| tracing::warn!("roarfs: no journal for a job ({e}): a daemon killed now loses its events"));
+                    })
+                    .ok();
+                (j, policy.clone())
+            }
+            None => (None, Default::default()),
+        };
+        let mut job = LiveJob {
+            argv: cmdline(key.pid),
+            cwd: std::fs::read_link(format!("/proc/{}/cwd", key.pid)).unwrap_or_default(),
+            exe: std::fs::read_link(format!("/proc/{}/exe", key.pid)).ok(),
+            started_ns: self.boot_ns + key.start as i64 * self.tick_ns,
+            uid,
+            rules: Journaled::new(journal, policy),
+            open_writers: 0,
+            root_gone: false,
+            begun: None,
+            log: steps::Log::default(),
+        };
+        let header = self.header(key, &job);
+        job.rules.write(&Record::Job(Box::new(header)));
+        job.rules.write(&Record::Mounted(self.mounted_on.clone()));
+        job.log = steps::Log::new(key, self.mount(), &mut job.rules);
+        job
     }
 
     /// The job of the calling thread `tid`, or None for processes the mount does not record
@@ -255,17 +307,10 @@ impl Jobs {
         let job = self.attribute(pid)?;
         let mut inner = self.inner.lock().expect("jobs lock");
         if let Some(key) = job {
-            inner.jobs.entry(key).or_insert_with(|| LiveJob {
-                argv: cmdline(key.pid),
-                cwd: std::fs::read_link(format!("/proc/{}/cwd", key.pid)).unwrap_or_default(),
-                exe: std::fs::read_link(format!("/proc/{}/exe", key.pid)).ok(),
-                started_ns: self.boot_ns + key.start as i64 * self.tick_ns,
-                rules: roar_engine::Rules::default(),
-                open_writers: 0,
-                root_gone: false,
-                begun: None,
-                log: steps::Log::new(key, self.mount()),
-            });
+            if !inner.jobs.contains_key(&key) {
+                let live = self.live_job(key);
+                inner.jobs.insert(key, live);
+            }
         }
         if inner.by_tid.len() > 65_536 {
             inner.by_tid.clear();
@@ -407,48 +452,40 @@ impl Jobs {
         }))
     }
 
-    /// The rule's context for a job that started at `started_ns`: the project's ignore rules, the
-    /// job's start as the ctime floor (start times are clock ticks: a file the job made in its
-    /// first tick has a ctime at or after it), and no filesystem look-ups (the mount's paths lead
-    /// back into itself).
-    fn context<'a>(&self, judge: &'a Judge<'a>, started_ns: i64) -> Context<'a> {
-        static NO_DIRS: std::sync::LazyLock<roar_engine::HashSet<&'static Path>> =
-            std::sync::LazyLock::new(roar_engine::HashSet::default);
-        Context {
-            dirs: &NO_DIRS,
-            ctime_floor_ns: started_ns,
-            ignore: judge,
-            ask_filesystem: false,
-        }
-    }
-
-    /// Applies an access of job `key` to its rule; the job's row is begun at its first recorded
-    /// path (ids follow the order jobs started, and `roar log` shows the job while it runs).
-    fn apply(&self, key: JobKey, j: &mut LiveJob, ev: &Event) {
+    /// Calls `job`'s rule with `record` (written to its journal first); the job's row is begun
+    /// at its first recorded path (ids follow the order jobs started, and `roar log` shows the
+    /// job while it runs).
+    fn call(&self, key: JobKey, j: &mut LiveJob, record: &Record) {
         let judge = Judge::Globs(&self.ignore);
-        j.rules.apply(&self.context(&judge, j.started_ns), ev);
+        j.rules.call(&context(&judge, j.started_ns), record);
         self.begin(key, j);
     }
 
     fn begin(&self, key: JobKey, j: &mut LiveJob) {
-        if j.begun.is_none() && !j.rules.is_empty() {
+        if j.begun.is_none() && !j.rules.rules().is_empty() {
             let header = self.header(key, j);
             j.begun = self.writer.begin_job(&header).ok();
         }
     }
 
-    /// Runs `f` on `job`'s rule, with its context.
+    /// Asks `job`'s rule, with its context.
     fn with_rules<T>(
         &self,
         job: JobKey,
-        f: impl FnOnce(&mut roar_engine::Rules, &Context) -> T,
+        f: impl FnOnce(&roar_engine::Rules, &Context) -> T,
     ) -> Option<T> {
-        let mut inner = self.inner.lock().expect("jobs lock");
-        let j = inner.jobs.get_mut(&job)?;
+        let inner = self.inner.lock().expect("jobs lock");
+        let j = inner.jobs.get(&job)?;
         let judge = Judge::Globs(&self.ignore);
-        let out = f(&mut j.rules, &self.context(&judge, j.started_ns));
-        self.begin(job, j);
-        Some(out)
+        Some(f(j.rules.rules(), &context(&judge, j.started_ns)))
+    }
+
+    /// Calls `job`'s rule with `record`, if the job is live.
+    fn call_live(&self, job: JobKey, record: &Record) {
+        let mut inner = self.inner.lock().expect("jobs lock");
+        if let Some(j) = inner.jobs.get_mut(&job) {
+            self.call(job, j, record);
+        }
     }
 
     /// Where `job`'s events are now: taken before a hash, it tells [`Jobs::found`] and
@@ -466,7 +503,12 @@ impl Jobs {
             content,
             mark,
         };
-        self.with_rules(job, |r, cx| r.found(cx, path, fact, now_ns()));
+        let found = Record::Found {
+            path: path.to_owned(),
+            fact,
+            ts: now_ns(),
+        };
+        self.call_live(job, &found);
     }
 
     /// The last writer of the mount's inode `ino` left `content` (read after `mark`): the content
@@ -478,7 +520,7 @@ impl Jobs {
             content,
             mark,
         };
-        self.with_rules(job, |r, _| r.found_in(fact));
+        self.call_live(job, &Record::FoundIn(fact));
     }
 
     /// Whether `job` read prior content at `path` whose hash is not known yet.
@@ -529,20 +571,36 @@ impl Jobs {
             stat: None,
             ts_ns: now_ns(),
         };
-        self.with_rules(job, |r, cx| {
-            r.apply(cx, &open);
-            if r.wants_input(path) {
-                let mark = r.mark();
-                r.found_named(cx, path, content, mark, now_ns());
-            }
-        });
+        let mut inner = self.inner.lock().expect("jobs lock");
+        let Some(j) = inner.jobs.get_mut(&job) else {
+            return;
+        };
+        let open = Record::Event(open);
+        self.call(job, j, &open);
+        if let Record::Event(ev) = open {
+            j.log.push(ev);
+        }
+        if j.rules.rules().wants_input(path) {
+            let found = Record::FoundNamed {
+                path: path.to_owned(),
+                content,
+                mark: j.rules.rules().mark(),
+                ts: now_ns(),
+            };
+            self.call(job, j, &found);
+        }
     }
 
     /// A directory moved: every live job's files below it now live below its new name.
     pub fn moved_dir(&self, from: &Path, to: &Path) {
         let mut inner = self.inner.lock().expect("jobs lock");
+        let moved = Record::MovedDir {
+            from: from.to_owned(),
+            to: to.to_owned(),
+        };
+        let judge = Judge::Globs(&self.ignore);
         for job in inner.jobs.values_mut() {
-            job.rules.moved_dir(from, to);
+            job.rules.call(&context(&judge, job.started_ns), &moved);
         }
     }
 
@@ -579,6 +637,9 @@ impl Jobs {
                         Ok(None) => true,
                         Err(_) => false,
                     };
+                    if job.root_gone {
+                        job.rules.write(&Record::RootGone);
+                    }
                 }
                 // A job whose root is gone stays open while a member still runs.
                 if all
@@ -601,12 +662,24 @@ impl Jobs {
         done.sort_by_key(|(key, job)| (job.started_ns, key.pid));
         let mut ids = Vec::new();
         for (key, mut job) in done {
-            if job.rules.is_empty() {
+            let begun = job.begun.take();
+            let header = self.header(key, &job);
+            let (rules, journal) = job.rules.into_parts();
+            if rules.is_empty() {
+                journal.map(Journal::remove);
                 continue;
             }
-            let begun = job.begun.take();
-            match self.writer.record_begun(begun, self.record(key, job, all)) {
-                Ok(id) => ids.push(id),
+            let record = record(header, rules, &job.log, &self.rules_of_steps(), all);
+            let record = JobRecord {
+                incomplete: !job.root_gone,
+                ..record
+            };
+            match self.writer.record_begun(begun, record) {
+                Ok(id) => {
+                    ids.push(id);
+                    journal.map(Journal::remove);
+                }
+                // Left for the next roar command to recover, once this daemon is gone.
                 Err(e) => tracing::error!("roarfs: cannot record a job: {e}"),
             }
         }
@@ -667,40 +740,15 @@ impl Jobs {
                 runtime: Some(rt),
                 ..Default::default()
             }),
-            uid: None,
+            uid: Some(job.uid.clone()),
             dist: None,
         }
     }
 
-    /// `unmounted`: the mount is gone, so paths name the backing files and an output whose last
-    /// release never arrived (releases are asynchronous; an unmount can overtake one) can be
-    /// hashed from the file itself.
-    fn record(&self, key: JobKey, mut job: LiveJob, unmounted: bool) -> JobRecord {
-        let steps = job.log.steps(&self.ignore, job.started_ns, &self.rule);
-        let classified = std::mem::take(&mut job.rules).finish();
-        let mut files = Vec::new();
-        for (path, st) in &classified.paths {
-            for (role, version) in st.roles() {
-                let hash = match version {
-                    Version::Prior => st.input.clone(),
-                    Version::Left => st.output().cloned().or_else(|| {
-                        unmounted
-                            .then(|| roar_store::hash::hash_path(path, Default::default()).ok())
-                            .flatten()
-                            .map(|h| h.hash)
-                    }),
-                    Version::Gone => None,
-                };
-                files.push(st.record(role, path.clone(), hash));
-            }
-        }
-        JobRecord {
-            ended_ns: Some(now_ns()),
-            outcome: Outcome::Ended,
-            incomplete: !job.root_gone,
-            files,
-            steps,
-            ..self.header(key, &job)
+    fn rules_of_steps(&self) -> Steps<'_> {
+        Steps {
+            ignore: &self.ignore,
+            rule: &self.rule,
         }
     }
 
@@ -711,6 +759,120 @@ impl Jobs {
     pub fn writer(&self) -> &Writer {
         &self.writer
     }
+}
+
+/// The rule's context for a job that started at `started_ns`: the project's ignore rules, the
+/// job's start as the ctime floor (start times are clock ticks: a file the job made in its first
+/// tick has a ctime at or after it), and no filesystem look-ups (the mount's paths lead back into
+/// itself).
+fn context<'a>(judge: &'a Judge<'a>, started_ns: i64) -> Context<'a> {
+    static NO_DIRS: std::sync::LazyLock<roar_engine::HashSet<&'static Path>> =
+        std::sync::LazyLock::new(roar_engine::HashSet::default);
+    Context {
+        dirs: &NO_DIRS,
+        ctime_floor_ns: started_ns,
+        ignore: judge,
+        ask_filesystem: false,
+    }
+}
+
+/// How a job's log is cut into steps: the paths never recorded and which programs begin steps.
+pub struct Steps<'a> {
+    pub ignore: &'a Ignore,
+    pub rule: &'a roar_tracer::steps::Rule,
+}
+
+/// The job `header` began as, with the files `rules` left and the steps of `log`, ended now.
+/// `unmounted`: the mount is gone, so paths name the backing files and an output whose last
+/// release never arrived (releases are asynchronous; an unmount can overtake one) can be hashed
+/// from the file itself.
+fn record(
+    header: JobRecord,
+    rules: roar_engine::Rules,
+    log: &steps::Log,
+    steps: &Steps,
+    unmounted: bool,
+) -> JobRecord {
+    let steps = log.steps(steps.ignore, header.started_ns, steps.rule);
+    let classified = rules.finish();
+    let mut files = Vec::new();
+    for (path, st) in &classified.paths {
+        for (role, version) in st.roles() {
+            let hash = match version {
+                Version::Prior => st.input.clone(),
+                Version::Left => st.output().cloned().or_else(|| {
+                    unmounted
+                        .then(|| roar_store::hash::hash_path(path, Default::default()).ok())
+                        .flatten()
+                        .map(|h| h.hash)
+                }),
+                Version::Gone => None,
+            };
+            files.push(st.record(role, path.clone(), hash));
+        }
+    }
+    JobRecord {
+        ended_ns: Some(now_ns()),
+        outcome: Outcome::Ended,
+        files,
+        steps,
+        ..header
+    }
+}
+
+/// A job of a mount daemon that died, rebuilt from its journal's records through the same rule
+/// and step log the daemon had; `read_files`: the mount is gone, and outputs whose content the
+/// daemon never saw are hashed from their files. None when the journal holds no header or the job touched
+/// no recorded path. Its status is `killed`, ended at `last_ns` (the journal's last write),
+/// unless the daemon saw its root process end (then it ended, and only its recording was lost).
+pub fn recover(
+    records: Vec<Record>,
+    steps: &Steps,
+    last_ns: i64,
+    read_files: bool,
+) -> Option<JobRecord> {
+    let mut header: Option<JobRecord> = None;
+    let mut rules = roar_engine::Rules::default();
+    let mut log = steps::Log::default();
+    let mut root_gone = false;
+    let judge = Judge::Globs(steps.ignore);
+    for r in records {
+        match r {
+            Record::Job(j) => header = Some(*j),
+            Record::RootGone => root_gone = true,
+            Record::Step(ev) => {
+                // The kernel's report of the root's exit, read before the daemon died.
+                let root = header
+                    .as_ref()
+                    .and_then(|h| h.processes.first())
+                    .map(|p| p.pid);
+                root_gone |= matches!(ev, Event::Exit { pid, .. } if Some(pid) == root);
+                log.push(ev)
+            }
+            other => {
+                let started = header.as_ref()?.started_ns;
+                rules.replay(&context(&judge, started), &other);
+                if let Record::Event(ev) = other {
+                    log.push(ev);
+                }
+            }
+        }
+    }
+    let header = header?;
+    if rules.is_empty() {
+        return None;
+    }
+    let job = record(header, rules, &log, steps, read_files);
+    Some(JobRecord {
+        ended_ns: Some(last_ns.max(job.started_ns)),
+        outcome: if root_gone {
+            Outcome::Ended
+        } else {
+            Outcome::Killed
+        },
+        incomplete: !root_gone,
+        ..job
+    })
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+use roar_engine::journal::{Journaled, Record};
 use roar_store::{now_ns, FileStat, StepRecord};
 use roar_tracer::from_proc::Stream;
 use roar_tracer::Event;
@@ -31,8 +32,10 @@ const MAX_EVENTS: usize = 1 << 20;
 /// Deepest chain of processes between a job's root and a process read at once.
 const MAX_DEPTH: usize = 64;
 
-/// One job's processes and accesses, as events.
-#[derive(Debug)]
+/// One job's processes and accesses, as events. What the mount learns of its processes (forks,
+/// execs, exits) is written to the job's journal as it is pushed ([`Record::Step`]); its accesses
+/// are in the journal already, as calls into the rule.
+#[derive(Debug, Default)]
 pub(super) struct Log {
     events: Vec<Event>,
     /// Processes already written, by pid: their start time and the program they run.
@@ -125,13 +128,8 @@ fn read(pid: i32, mount: &(u64, PathBuf)) -> Option<Seen> {
 
 impl Log {
     /// A job whose root process is `key`, read from /proc now.
-    pub(super) fn new(key: JobKey, mount: &(u64, PathBuf)) -> Log {
-        let mut log = Log {
-            events: Vec::new(),
-            procs: HashMap::new(),
-            execs: 0,
-            full: false,
-        };
+    pub(super) fn new(key: JobKey, mount: &(u64, PathBuf), journal: &mut Journaled) -> Log {
+        let mut log = Log::default();
         let root = read(key.pid, mount).filter(|s| s.start == key.start);
         if let Some((program, root)) = root.and_then(|r| Some((program(&r.exec)?, r))) {
             log.procs.insert(
@@ -141,9 +139,17 @@ impl Log {
                     program,
                 },
             );
-            log.push(root.exec);
+            log.step(root.exec, journal);
         }
         log
+    }
+
+    /// Pushes `ev`, a process's fork, exec or exit, written to the journal first.
+    fn step(&mut self, ev: Event, journal: &mut Journaled) {
+        if !self.full {
+            journal.write(&Record::Step(ev.clone()));
+        }
+        self.push(ev);
     }
 
     pub(super) fn push(&mut self, ev: Event) {
@@ -167,7 +173,7 @@ impl Log {
     /// Writes processes read from /proc, the top-most first: a fork under its parent, and an
     /// exec when it runs another program. A process written already is written again only as
     /// an exec, when its program changed since.
-    fn add(&mut self, chain: Vec<Seen>) {
+    fn add(&mut self, chain: Vec<Seen>, journal: &mut Journaled) {
         for seen in chain.into_iter().rev() {
             let Some(now) = program(&seen.exec) else {
                 continue;
@@ -176,17 +182,18 @@ impl Log {
                 if known.start == seen.start {
                     if known.program != now {
                         known.program = now;
-                        self.push(seen.exec);
+                        self.step(seen.exec, journal);
                     }
                     continue;
                 }
             }
             let parents = self.procs.get(&seen.ppid).map(|k| k.program.clone());
-            self.push(Event::Fork {
+            let fork = Event::Fork {
                 pid: seen.pid,
                 ppid: seen.ppid,
                 ts_ns: now_ns(),
-            });
+            };
+            self.step(fork, journal);
             let exec = parents.as_ref() != Some(&now);
             self.procs.insert(
                 seen.pid,
@@ -196,17 +203,18 @@ impl Log {
                 },
             );
             if exec {
-                self.push(seen.exec);
+                self.step(seen.exec, journal);
             }
         }
     }
 
-    pub(super) fn exited(&mut self, pid: i32) {
+    pub(super) fn exited(&mut self, pid: i32, journal: &mut Journaled) {
         if self.procs.remove(&pid).is_some() {
-            self.push(Event::Exit {
+            let exit = Event::Exit {
                 pid,
                 ts_ns: now_ns(),
-            });
+            };
+            self.step(exit, journal);
         }
     }
 
@@ -329,8 +337,11 @@ impl Jobs {
             },
         };
         if let Some(j) = self.inner.lock().expect("jobs lock").jobs.get_mut(&job) {
-            self.apply(job, j, &ev);
-            j.log.push(ev);
+            let access = Record::Event(ev);
+            self.call(job, j, &access);
+            if let Record::Event(ev) = access {
+                j.log.push(ev);
+            }
         }
     }
 
@@ -469,7 +480,7 @@ impl Jobs {
             next = up;
         }
         if let Some(j) = self.inner.lock().expect("jobs lock").jobs.get_mut(&job) {
-            j.log.add(chain);
+            j.log.add(chain, &mut j.rules);
         }
     }
 }
@@ -491,7 +502,7 @@ impl super::Inner {
     /// The process `pid` of `job` exited.
     pub(super) fn exited(&mut self, job: JobKey, pid: i32) {
         if let Some(j) = self.jobs.get_mut(&job) {
-            j.log.exited(pid);
+            j.log.exited(pid, &mut j.rules);
         }
     }
 }

@@ -1,0 +1,251 @@
+//! `roar gateway`'s sessions: the object accesses made with each access key, kept in a journal
+//! as they complete (docs/SEMANTICS.md, "Crashes") until they are recorded as the key's job or
+//! handed to the run the key was lent to. A gateway killed at any moment loses none of them: the
+//! next roar command (the restarted gateway first) records each journal as the key's job, status
+//! `killed` ([`recover`]).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use roar_engine::journal::{self, Journal, Record};
+use roar_gateway::{Access, Sink};
+use roar_store::{JobRecord, Outcome, Project};
+
+use crate::gateway_cmd::Known;
+
+/// One access key's accesses not recorded yet, and their journal.
+pub(crate) struct Session {
+    pub(crate) accesses: Vec<Access>,
+    last: Instant,
+    uid: String,
+    /// None where it cannot be made (a warning, once): then only as durable as memory.
+    journal: Option<Journal>,
+}
+
+impl Session {
+    /// A session of `key` begun now, its journal holding its header.
+    fn begin(dir: Option<&std::path::Path>, root: &std::path::Path, key: &str) -> Session {
+        let uid = journal::new_uid();
+        let journal = dir.and_then(|dir| {
+            Journal::create(dir, &uid, journal::Writer::Gateway)
+                .map_err(|e| {
+                    static ONCE: std::sync::Once = std::sync::Once::new();
+                    ONCE.call_once(|| {
+                        tracing::warn!("no journal for the gateway's sessions ({e}): a gateway killed now loses them")
+                    });
+                })
+                .ok()
+        });
+        let session = Session {
+            accesses: Vec::new(),
+            last: Instant::now(),
+            uid,
+            journal,
+        };
+        let header = session.header(root, key, roar_store::now_ns());
+        session.write(&[Record::Job(Box::new(header))]);
+        session
+    }
+
+    /// `accesses` join the session, written to its journal first.
+    fn add(&mut self, accesses: Vec<Access>) {
+        let records: Vec<Record> = accesses.iter().map(access_record).collect();
+        self.write(&records);
+        self.last = Instant::now();
+        self.accesses.extend(accesses);
+    }
+
+    fn write(&self, records: &[Record]) {
+        if let Some(j) = &self.journal {
+            if let Err(e) = j.append(records) {
+                static ONCE: std::sync::Once = std::sync::Once::new();
+                ONCE.call_once(|| tracing::warn!("cannot write a session's journal: {e}"));
+            }
+        }
+    }
+
+    /// The job's row as it is known when the session begins.
+    fn header(&self, root: &std::path::Path, key: &str, at: i64) -> JobRecord {
+        JobRecord {
+            name: Some(format!("s3 client {key}")),
+            argv: vec!["s3-client".into(), key.into()],
+            cwd: root.to_owned(),
+            started_ns: at,
+            ended_ns: None,
+            outcome: Outcome::Running,
+            incomplete: false,
+            backend: "gateway".into(),
+            git: None,
+            env: Default::default(),
+            host: crate::run_cmd::hostname(),
+            processes: Vec::new(),
+            steps: Vec::new(),
+            files: Vec::new(),
+            environment: None,
+            uid: Some(self.uid.clone()),
+            dist: None,
+        }
+    }
+
+    /// The session as key `key`'s job.
+    pub(crate) fn job(&self, project: &Project, key: &str) -> JobRecord {
+        finished(self.header(&project.root, key, 0), &self.accesses)
+    }
+
+    /// Its accesses are in the store (or with the run that borrowed the key): the journal goes.
+    pub(crate) fn recorded(self) {
+        if let Some(j) = self.journal {
+            j.remove();
+        }
+    }
+}
+
+/// An access as a journal's record.
+pub(crate) fn access_record(a: &Access) -> Record {
+    Record::Extra(serde_json::to_vec(a).expect("an access serializes"))
+}
+
+/// The access a journal's record holds, if it holds one.
+pub(crate) fn access_of(bytes: &[u8]) -> Option<Access> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| tracing::warn!("a journal's S3 access is unreadable: {e}"))
+        .ok()
+}
+
+/// `header` with the files `accesses` made, started at the first and ended at the last.
+fn finished(header: JobRecord, accesses: &[Access]) -> JobRecord {
+    let first = accesses.iter().map(|a| a.at_ns).min().unwrap_or(0);
+    let last = accesses.iter().map(|a| a.at_ns).max().unwrap_or(first);
+    JobRecord {
+        started_ns: first,
+        ended_ns: Some(last),
+        outcome: Outcome::Ended,
+        files: roar_gateway::job_files(accesses),
+        ..header
+    }
+}
+
+pub(crate) struct Sessions {
+    open: Mutex<HashMap<String, Session>>,
+    /// Keys lent to runs, with the accesses made with each so far.
+    lent: Mutex<HashMap<String, Session>>,
+    known: Known,
+    journals: Option<PathBuf>,
+    root: PathBuf,
+}
+
+impl Sink for Sessions {
+    fn record(&self, access: Access) {
+        let key = access
+            .access_key
+            .clone()
+            .unwrap_or_else(|| "anonymous".into());
+        if let Some(run) = self.lent.lock().unwrap().get_mut(&key) {
+            run.add(vec![access]);
+            return;
+        }
+        let mut open = self.open.lock().unwrap();
+        let session = open
+            .entry(key)
+            .or_insert_with_key(|key| Session::begin(self.journals.as_deref(), &self.root, key));
+        session.add(vec![access]);
+    }
+
+    fn known(&self, bucket: &str, key: &str, etag: &str) -> Option<(String, u64)> {
+        self.known.get(bucket, key, etag)
+    }
+}
+
+impl Sessions {
+    pub(crate) fn new(project: &Project, known: Known) -> Sessions {
+        Sessions {
+            open: Mutex::default(),
+            lent: Mutex::default(),
+            known,
+            journals: Some(project.journal_dir()),
+            root: project.root.clone(),
+        }
+    }
+
+    /// From now on the accesses made with `key` belong to a run.
+    pub(crate) fn lend(&self, key: &str) {
+        let session = Session::begin(self.journals.as_deref(), &self.root, key);
+        self.lent.lock().unwrap().insert(key.to_owned(), session);
+    }
+
+    /// The accesses made with a lent key; later ones (if any) go to an ordinary session.
+    pub(crate) fn take_back(&self, key: &str) -> Session {
+        self.lent
+            .lock()
+            .unwrap()
+            .remove(key)
+            .unwrap_or_else(|| Session::begin(None, &self.root, key))
+    }
+
+    /// Accesses a run did not collect become the key's session, recorded like any other.
+    pub(crate) fn adopt(&self, key: &str, run: Session) {
+        if run.accesses.is_empty() {
+            run.recorded();
+            return;
+        }
+        let mut open = self.open.lock().unwrap();
+        match open.get_mut(key) {
+            Some(session) => {
+                let mut run = run;
+                session.add(std::mem::take(&mut run.accesses));
+                run.recorded();
+            }
+            None => {
+                open.insert(key.to_owned(), run);
+            }
+        }
+    }
+
+    /// Every run still holding a key loses it (the gateway stops): its accesses are adopted.
+    pub(crate) fn adopt_all_lent(&self) {
+        let lent: Vec<(String, Session)> = self.lent.lock().unwrap().drain().collect();
+        for (key, session) in lent {
+            self.adopt(&key, session);
+        }
+    }
+
+    /// Removes the sessions idle for `idle` (all with `None`), oldest first.
+    pub(crate) fn take_idle(&self, idle: Option<Duration>) -> Vec<(String, Session)> {
+        let mut open = self.open.lock().unwrap();
+        let done: Vec<String> = open
+            .iter()
+            .filter(|(_, s)| idle.is_none_or(|idle| s.last.elapsed() >= idle))
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut done: Vec<(String, Session)> = done
+            .into_iter()
+            .filter_map(|k| open.remove_entry(&k))
+            .collect();
+        // Jobs are recorded in the order their sessions began.
+        done.sort_by_key(|(_, s)| s.accesses.iter().map(|a| a.at_ns).min());
+        done
+    }
+}
+
+/// The job of a gateway session whose gateway was killed, from its journal: the key's accesses
+/// up to the kill, status `killed`. None when it holds no access.
+pub(crate) fn recover(records: Vec<Record>) -> Option<JobRecord> {
+    let mut header = None;
+    let mut accesses = Vec::new();
+    for r in records {
+        match r {
+            Record::Job(j) => header = Some(*j),
+            Record::Extra(bytes) => accesses.extend(access_of(&bytes)),
+            _ => {}
+        }
+    }
+    if accesses.is_empty() {
+        return None;
+    }
+    Some(JobRecord {
+        outcome: Outcome::Killed,
+        ..finished(header?, &accesses)
+    })
+}
