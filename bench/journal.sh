@@ -3,7 +3,8 @@
 # true`) and the per-file cost P2 (write+read N x 4 KiB, N = 2000) under each `roar run` backend,
 # for this checkout's roar (every event kept in the job's journal as it arrives; the preload
 # ring a file in /dev/shm) and the roar before journals, interleaved round by round with bare
-# execution (bench/lib/compare.py); then what a recovery costs: `roar log` right after a
+# execution (bench/lib/compare.py); the same through `roar mount` (each access journaled before it
+# is answered, a journal file per job); then what a recovery costs: `roar log` right after a
 # `roar run` of N files killed mid-command, against `roar log` with nothing to recover.
 # Every figure is a ratio (to bare, or after/before). The older roar is ROAR_BEFORE=/path/to/roar
 # (its shim beside it), or built from BEFORE_REV (default: the commit before journals, 8ca353e).
@@ -65,6 +66,32 @@ $CMP recover.json "$RUNS" \
     "log_clean=sh -c 'cd $W/after && $ROAR log > /dev/null 2>&1'" \
     "log_recovering=sh -c 'cd $W/plain && $ROAR log > /dev/null 2>&1'"
 
+echo "== mount: per file (write+read $N x 4 KiB in one job) and per job (100 commands, each its own job, writing one file), through roar mount"
+for side in after before; do
+    mkdir -p "$W/m$side/data" && git init -q "$W/m$side"
+    cp files "$W/m$side/data/"
+done
+mkdir -p "$W/mplain" && cp files "$W/mplain/"
+(cd "$W/mafter" && "$ROAR" init > /dev/null && "$ROAR" mount data 2> /dev/null)
+(cd "$W/mbefore" && "$ROAR_BEFORE" init > /dev/null && "$ROAR_BEFORE" mount data 2> /dev/null)
+unmount_all() {
+    (cd "$W/mafter" && "$ROAR" unmount data > /dev/null 2>&1) || true
+    (cd "$W/mbefore" && "$ROAR_BEFORE" unmount data > /dev/null 2>&1) || true
+}
+trap unmount_all EXIT
+# Each command its own session and process group: one job each on the mount.
+JOBS='for i in $(seq 100); do setsid -w sh -c "echo \$i > out/j_\$i"; done'
+$CMP mount.json "$RUNS" \
+    --prepare "for d in $W/mplain $W/mafter/data $W/mbefore/data; do rm -rf \$d/out; mkdir \$d/out; done" \
+    "bare_files=sh -c 'cd $W/mplain && ./files $N'" \
+    "files after=sh -c 'cd $W/mafter/data && ./files $N'" \
+    "files before=sh -c 'cd $W/mbefore/data && ./files $N'" \
+    "bare_jobs=bash -c 'cd $W/mplain && $JOBS'" \
+    "jobs after=bash -c 'cd $W/mafter/data && $JOBS'" \
+    "jobs before=bash -c 'cd $W/mbefore/data && $JOBS'"
+unmount_all
+trap - EXIT
+
 python3 - "$W" <<'PY'
 import json, sys
 w = sys.argv[1]
@@ -78,6 +105,11 @@ for name in ["p1", "p2"]:
         if a and b:
             print(f"{name:4} {p:8} after {a['median'] / bare:6.3f}x  before {b['median'] / bare:6.3f}x"
                   f"  after/before {a['median'] / b['median']:6.3f}")
+d = json.load(open(f"{w}/mount.json"))
+for kind in ["files", "jobs"]:
+    bare = d[f"bare_{kind}"]["median"]
+    a, b = d[f"{kind} after"]["median"], d[f"{kind} before"]["median"]
+    print(f"mount {kind:5} after {a / bare:6.3f}x  before {b / bare:6.3f}x  after/before {a / b:6.3f}")
 d = json.load(open(f"{w}/recover.json"))
 print(f"recovery of a killed job: roar log {d['log_recovering']['median'] / d['log_clean']['median']:.2f}x a roar log with nothing to recover")
 PY

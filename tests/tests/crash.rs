@@ -374,3 +374,63 @@ fn ebpf_killed_at_random_keeps_what_it_read() {
     }
     kill_runs("ebpf", kills(), false);
 }
+
+/// The resident recorder killed at seeded random moments while runs go through it: each run's
+/// job is recorded exactly once (by the recorder, or by the run itself when its recorder is
+/// gone), holding every file the command wrote, and the command's exit status is its own.
+#[test]
+fn recorder_killed_at_random_records_each_job_once_and_whole() {
+    let p = Project::new();
+    std::fs::write(p.path().join("work.sh"), WORK).unwrap();
+    let mut rng = Rng(seed() ^ 0x7265_636f);
+    let mut killed = 0;
+    let mut checked = 0;
+    for i in 0..kills() {
+        let dir = format!("rec{i}");
+        let files = 20 + rng.below(200);
+        let delay = Duration::from_micros(rng.below(400_000));
+        let run = p
+            .cmd(["run", "--tracer", "preload", "--", "bash", "work.sh", &dir])
+            .arg(files.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(delay);
+        for pid in common::recorders(&p) {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            killed += 1;
+        }
+        let out = run.wait_with_output().unwrap();
+        assert!(out.status.success(), "recorder kill {i}: the run failed");
+        let (written, ended) = logged(&p.path().join(&dir).join("log"));
+        assert!(ended, "recorder kill {i}: the command did not finish");
+        let log = p.roar(["log", "--json", "-n", "0"]);
+        let log: serde_json::Value = serde_json::from_slice(&log.stdout).unwrap();
+        let mine: Vec<&serde_json::Value> = log
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|j| j["argv"].as_array().unwrap().iter().any(|a| *a == dir))
+            .collect();
+        assert_eq!(mine.len(), 1, "recorder kill {i}: one job, once: {mine:?}");
+        let job = p.job_json(mine[0]["id"].as_i64().unwrap());
+        assert_eq!(job["status"], "exited", "recorder kill {i}: {job}");
+        let outputs = p.files(&job, "output");
+        for (path, _) in &written {
+            checked += 1;
+            assert!(
+                outputs.contains(path),
+                "recorder kill {i} (seed {}): {path} is not in job {}",
+                seed(),
+                job["id"]
+            );
+        }
+    }
+    settled(&p);
+    eprintln!(
+        "crash recorder: {} runs, {killed} recorders killed, {checked} accesses checked, 0 lost",
+        kills()
+    );
+    assert!(killed > 0, "no recorder was running to kill");
+}

@@ -42,30 +42,6 @@ fn run_through_recorder(p: &Project, argv: &[&str]) -> Value {
     }
 }
 
-/// The recorders serving the store of `p`: pids of `roar-recorder` processes whose command line
-/// names its database.
-fn recorders(p: &Project) -> Vec<i32> {
-    let db = p.path().join(".roar/roar.db");
-    let db = db.to_string_lossy();
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-            continue;
-        };
-        let args: Vec<String> = cmdline
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        if args.first().is_some_and(|a| a == "roar-recorder") && args.iter().any(|a| *a == db) {
-            pids.push(pid);
-        }
-    }
-    pids
-}
-
 fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + within;
     while !done() {
@@ -180,7 +156,7 @@ fn a_run_killed_while_the_recorder_holds_its_row_reads_killed() {
     child.kill().unwrap();
     child.wait().unwrap();
     // The recorder is alive; the row names the run, which is gone.
-    assert!(!recorders(&p).is_empty());
+    assert!(!common::recorders(&p).is_empty());
     assert_eq!(status_of_last().1, "killed");
     let _ = Command::new("pkill").args(["-f", "sleep 31.5"]).status();
 }
@@ -208,7 +184,7 @@ fn a_run_whose_recorder_dies_records_its_job_once_into_its_row() {
             .unwrap();
         // Killed while the command runs (round 0), or at any moment after it (the others).
         std::thread::sleep(Duration::from_millis(200 + 250 * round));
-        for pid in recorders(&p) {
+        for pid in common::recorders(&p) {
             nix_kill(pid);
         }
         let o = child.wait_with_output().unwrap();
@@ -233,7 +209,7 @@ fn nix_kill(pid: i32) {
 fn the_recorder_leaves_with_its_store_and_when_idle() {
     let p = Project::new();
     run_through_recorder(&p, &["true"]);
-    let first = recorders(&p);
+    let first = common::recorders(&p);
     assert_eq!(first.len(), 1, "{first:?}");
     // A store removed and made again: the old recorder leaves, the next one serves the new store.
     std::fs::remove_dir_all(p.path().join(".roar")).unwrap();
@@ -250,7 +226,7 @@ fn the_recorder_leaves_with_its_store_and_when_idle() {
     assert_eq!(log[0]["id"], s["job"], "{s}");
     assert_eq!(Some(log.len() as i64), s["job"].as_i64(), "{log:?}");
     // Idle: gone after ROAR_RECORDER_IDLE_SECS without a run.
-    for pid in recorders(&p) {
+    for pid in common::recorders(&p) {
         nix_kill(pid);
     }
     let o = p
@@ -260,10 +236,10 @@ fn the_recorder_leaves_with_its_store_and_when_idle() {
         .unwrap();
     assert!(o.status.success());
     wait_until("a recorder starts", Duration::from_secs(10), || {
-        !recorders(&p).is_empty()
+        !common::recorders(&p).is_empty()
     });
     wait_until("the idle recorder exits", Duration::from_secs(10), || {
-        recorders(&p).is_empty()
+        common::recorders(&p).is_empty()
     });
 }
 
@@ -388,7 +364,7 @@ fn a_run_inside_a_run_starts_no_recorder() {
         .collect();
     assert!(argvs.iter().any(|a| a.contains("\"true\"")), "{argvs:?}");
     assert!(!argvs.iter().any(|a| a.contains("__recorder")), "{argvs:?}");
-    assert!(recorders(&p).is_empty());
+    assert!(common::recorders(&p).is_empty());
 }
 
 /// A newer roar migrated the store while the recorder had it open: the recorder writes nothing
@@ -398,7 +374,7 @@ fn a_run_inside_a_run_starts_no_recorder() {
 fn a_recorder_writes_nothing_into_a_store_a_newer_roar_migrated() {
     let p = Project::new();
     run_through_recorder(&p, &["true"]);
-    let serving = recorders(&p);
+    let serving = common::recorders(&p);
     assert_eq!(serving.len(), 1, "{serving:?}");
     let db = p.path().join(".roar/roar.db");
     let newer = roar_store::SCHEMA_VERSION + 1;
@@ -423,7 +399,7 @@ fn a_recorder_writes_nothing_into_a_store_a_newer_roar_migrated() {
     );
     assert_eq!(jobs(), before, "no row was written");
     wait_until("the recorder leaves", Duration::from_secs(10), || {
-        recorders(&p).is_empty()
+        common::recorders(&p).is_empty()
     });
 }
 
@@ -468,7 +444,7 @@ fn a_first_run_starts_the_recorder_and_ends_without_waiting_for_it() {
         wait_until(
             "the recorder serves the store",
             Duration::from_secs(10),
-            || recorders(&p).len() == 1,
+            || common::recorders(&p).len() == 1,
         );
         assert_eq!(
             run_through_recorder(&p, &["true"])["recorded_by"],

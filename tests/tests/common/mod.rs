@@ -312,3 +312,27 @@ pub fn validate_export(kind: &str, text: &[u8]) {
         stderr(&out)
     );
 }
+
+/// The recorders serving the store of `p`: pids of `roar-recorder` processes whose command line
+/// names its database.
+pub fn recorders(p: &Project) -> Vec<i32> {
+    let db = p.path().join(".roar/roar.db");
+    let db = db.to_string_lossy();
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if args.first().is_some_and(|a| a == "roar-recorder") && args.iter().any(|a| *a == db) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
