@@ -168,6 +168,16 @@ fn kill_runs(backend: &str, n: usize, strict: bool) -> Tally {
         }
         if job["status"] == "killed" {
             tally.mid_command += 1;
+            // Found as a finished run's: the machine, and bash's package.
+            let env = &job["environment"];
+            assert!(
+                !env["runtime"].is_null(),
+                "{backend} kill {i}: no machine: {env}"
+            );
+            assert!(
+                env["packages"].as_array().is_some_and(|p| !p.is_empty()),
+                "{backend} kill {i}: no packages: {env}"
+            );
         }
         let outputs = p.files(&job, "output");
         let expected: Vec<&String> = written

@@ -138,18 +138,19 @@ fn run(
         return Ok(None);
     }
     let ignore = roar_tracer::ignore::Ignore::new(&config.ignore);
-    let classified = collect::classify(&j.events, j.ctime_floor_ns, &ignore);
-    job.steps = roar_tracer::steps::steps(
-        &j.events,
-        &classified,
-        j.ctime_floor_ns,
-        &roar_tracer::steps::Rule::new(config.steps.drivers.iter().map(String::as_str)),
+    let classified =
+        crate::run_cmd::classify_job(&mut job, &j.events, j.ctime_floor_ns, &ignore, config);
+    // The packages the job used, found as a finished run finds them (its machine, too).
+    let shim = crate::shim::path();
+    let wanted =
+        crate::environment::wanted(&job, &classified, config.env.packages, shim.as_deref());
+    let (mut cache, machine) = crate::environment::Prepared::take(None);
+    crate::environment::resolve(
+        job.environment.get_or_insert_default(),
+        &wanted,
+        &mut cache,
+        &machine,
     );
-    if let Some(root) = job.steps.first_mut() {
-        root.argv = job.argv.clone();
-    }
-    let mut classified = classified;
-    job.processes = std::mem::take(&mut classified.processes);
     let opts = roar_store::hash::HashOptions {
         sha256: config.sha256(),
     };

@@ -336,19 +336,14 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     }
 
     // From here on the command's status is final: a failure to record never changes it.
-    let mut classified = collect::classify(&traced.events, traced.ctime_floor_ns, &ignore);
-    job.steps = roar_tracer::steps::steps(
+    let classified = classify_job(
+        &mut job,
         &traced.events,
-        &classified,
         traced.ctime_floor_ns,
-        &roar_tracer::steps::Rule::new(config.steps.drivers.iter().map(String::as_str)),
+        &ignore,
+        &config,
     );
-    if let Some(root) = job.steps.first_mut() {
-        // The root step is the job's command as the user gave it (a script, not its `#!` line).
-        root.argv = job.argv.clone();
-    }
     let t_classified = t0.elapsed();
-    job.processes = std::mem::take(&mut classified.processes);
     let mut recording = recording;
     // What the packages are found from goes to the recorder now: it looks them up while this
     // run finishes the dirty check and the hashes.
@@ -639,6 +634,30 @@ pub fn checkpoint_store(db: &Path) -> roar_store::Result<()> {
 }
 
 /// Removes the run's journal: its job is in the store.
+/// `events` through the rule: the job's steps and processes set, its paths returned (to hash).
+/// A finished run and a recovered one go through this same sequence.
+pub(crate) fn classify_job(
+    job: &mut JobRecord,
+    events: &[roar_tracer::Event],
+    ctime_floor_ns: i64,
+    ignore: &Ignore,
+    config: &crate::config::Config,
+) -> roar_engine::Classified {
+    let mut classified = collect::classify(events, ctime_floor_ns, ignore);
+    job.steps = roar_tracer::steps::steps(
+        events,
+        &classified,
+        ctime_floor_ns,
+        &roar_tracer::steps::Rule::new(config.steps.drivers.iter().map(String::as_str)),
+    );
+    if let Some(root) = job.steps.first_mut() {
+        // The root step is the job's command as the user gave it (a script, not its `#!` line).
+        root.argv = job.argv.clone();
+    }
+    job.processes = std::mem::take(&mut classified.processes);
+    classified
+}
+
 fn drop_journal(keep: &roar_tracer::Keep) {
     if let Some(path) = keep.journal_path() {
         let _ = std::fs::remove_file(path);

@@ -383,52 +383,44 @@ pub struct OpenWriter {
     pub path: std::path::PathBuf,
 }
 
-/// The processes (other than `except`) whose working directory is `dir` or below it: they keep
-/// a mount busy without holding any file open.
+/// The processes other than `except` and this one, by pid.
+fn other_processes(except: i32) -> impl Iterator<Item = i32> {
+    let me = std::process::id() as i32;
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|p| p.file_name().to_str()?.parse::<i32>().ok())
+        .filter(move |&pid| pid != except && pid != me)
+}
+
+fn comm(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+/// The processes (other than `except`) whose working directory is under `dir`: they keep a
+/// mount busy without holding any file open.
 pub fn cwds_under(dir: &std::path::Path, except: i32) -> Vec<OpenWriter> {
-    let mut out = Vec::new();
-    let Ok(procs) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for p in procs.flatten() {
-        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        if pid == except || pid == std::process::id() as i32 {
-            continue;
-        }
-        let Ok(cwd) = std::fs::read_link(format!("/proc/{pid}/cwd")) else {
-            continue;
-        };
-        if cwd.starts_with(dir) {
-            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .unwrap_or_default()
-                .trim()
-                .to_owned();
-            out.push(OpenWriter {
+    other_processes(except)
+        .filter_map(|pid| {
+            let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok()?;
+            cwd.starts_with(dir).then(|| OpenWriter {
                 pid,
-                comm,
+                comm: comm(pid),
                 path: cwd,
-            });
-        }
-    }
-    out
+            })
+        })
+        .collect()
 }
 
 /// The processes (other than `except`) holding files under `dir` open for writing, from
 /// /proc/PID/fd and the access mode in /proc/PID/fdinfo (what `fuser -m` looks at).
 pub fn writers_under(dir: &std::path::Path, except: i32) -> Vec<OpenWriter> {
     let mut out = Vec::new();
-    let Ok(procs) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for p in procs.flatten() {
-        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        if pid == except || pid == std::process::id() as i32 {
-            continue;
-        }
+    for pid in other_processes(except) {
         let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
             continue;
         };
@@ -450,13 +442,9 @@ pub fn writers_under(dir: &std::path::Path, except: i32) -> Vec<OpenWriter> {
                 .and_then(|f| i32::from_str_radix(f.trim(), 8).ok())
                 .unwrap_or(0);
             if flags & libc::O_ACCMODE != libc::O_RDONLY {
-                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                    .unwrap_or_default()
-                    .trim()
-                    .to_owned();
                 out.push(OpenWriter {
                     pid,
-                    comm,
+                    comm: comm(pid),
                     path: target,
                 });
             }
@@ -467,27 +455,10 @@ pub fn writers_under(dir: &std::path::Path, except: i32) -> Vec<OpenWriter> {
 
 /// The working directories of processes that are inside `dir` (they bypass an in-place mount).
 pub fn processes_inside(dir: &std::path::Path) -> Vec<(i32, String)> {
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    let me = std::process::id() as i32;
-    for e in entries.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        let Ok(cwd) = std::fs::read_link(format!("/proc/{pid}/cwd")) else {
-            continue;
-        };
-        if cwd.starts_with(dir) {
-            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            out.push((pid, comm.trim().to_owned()));
-        }
-    }
-    out
+    cwds_under(dir, -1)
+        .into_iter()
+        .map(|w| (w.pid, w.comm))
+        .collect()
 }
 
 /// Blocks `signals` in this thread and every thread it starts afterwards.
