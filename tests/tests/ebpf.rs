@@ -333,6 +333,33 @@ fn a_process_left_by_a_killed_run_never_reaches_the_next_run() {
     );
     assert!(!p.files(&job, "input").contains(&"left.txt".to_owned()));
     assert_eq!(job["incomplete"], false, "{}", stderr(&b));
+    // A's own job: the helper followed A's command into A's journal after A died, to its end;
+    // the next roar command recovered it whole.
+    let mut a_job = serde_json::Value::Null;
+    wait_until("run A's job is recovered", Duration::from_secs(20), || {
+        let log = p.roar(["log", "--json", "-n", "0"]);
+        let log: serde_json::Value = serde_json::from_slice(&log.stdout).unwrap();
+        let found = log
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["name"] == "a" && j["status"] == "killed")
+            .and_then(|j| j["id"].as_i64());
+        if let Some(id) = found {
+            let j = p.job_json(id);
+            if !p.files(&j, "output").is_empty() {
+                a_job = j;
+                return true;
+            }
+        }
+        false
+    });
+    assert_eq!(
+        p.files(&a_job, "output"),
+        vec!["early.txt".to_owned(), "left.txt".to_owned()],
+        "{a_job}"
+    );
+    assert_eq!(a_job["incomplete"], false, "{a_job}");
 }
 
 #[test]

@@ -27,8 +27,7 @@ pub fn run_keep(project: &Project, job: &JobRecord) -> Arc<roar_tracer::Keep> {
     };
     match Journal::create(&project.journal_dir(), uid, journal::Writer::Run) {
         Ok(j) => {
-            let policy = roar_store::redact::Policy::for_config(&project.config_path());
-            let keep = roar_tracer::Keep::new(Arc::new(j), policy);
+            let keep = roar_tracer::Keep::new(Arc::new(j), &project.config_path());
             keep.job(job);
             keep.commit(None);
             keep
@@ -81,6 +80,9 @@ struct RunJournal {
     events: Vec<Event>,
     /// The S3 accesses of the run's own gateway.
     accesses: Vec<roar_gateway::Access>,
+    /// Every process of the job was seen to end with nothing lost: by the run itself (killed
+    /// after its command ended), or by the eBPF helper that followed the command after roar died.
+    followed: bool,
 }
 
 fn read_run(records: Vec<Record>) -> RunJournal {
@@ -91,6 +93,7 @@ fn read_run(records: Vec<Record>) -> RunJournal {
         ring_pos: 0,
         events: Vec::new(),
         accesses: Vec::new(),
+        followed: false,
     };
     for rec in records {
         match rec {
@@ -100,6 +103,7 @@ fn read_run(records: Vec<Record>) -> RunJournal {
             Record::Ring { ring, .. } => r.ring = Some(ring),
             Record::RingPos(p) => r.ring_pos = p,
             Record::Event(e) => r.events.push(e),
+            Record::RootGone => r.followed = true,
             Record::Extra(bytes) => r
                 .accesses
                 .extend(crate::gateway_sessions::access_of(&bytes)),
@@ -175,10 +179,12 @@ fn run(
             .max(job.started_ns),
     );
     job.outcome = Outcome::Killed;
-    // Under ptrace the command died with roar; under eBPF it ran on unobserved; under preload
-    // the shims kept reporting, and only an event the ring or the late file could not take (a
-    // process that cannot write them) is missing, counted as malformed.
-    job.incomplete = job.backend != "preload" || malformed > 0;
+    // Under ptrace the command died with roar (unless roar died after it ended); under eBPF it
+    // ran on unobserved unless the helper followed it to its end; under preload the shims kept
+    // reporting, and only an event the ring or the late file could not take (a process that
+    // cannot write them) is missing, counted as malformed.
+    let followed = job.backend == "preload" || j.followed;
+    job.incomplete = !followed || malformed > 0;
     let id = writer.record_into(begun, job)?;
     remove_run(orphan, j.ring.as_deref());
     Ok(Some(id))

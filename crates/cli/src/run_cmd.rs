@@ -660,7 +660,7 @@ pub(crate) fn classify_job(
 
 fn drop_journal(keep: &roar_tracer::Keep) {
     if let Some(path) = keep.journal_path() {
-        let _ = std::fs::remove_file(path);
+        roar_engine::journal::remove(path);
     }
 }
 

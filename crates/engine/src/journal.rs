@@ -132,6 +132,42 @@ impl Journal {
         &self.path
     }
 
+    /// Takes over the journal at `path` once its writer is gone (its lock free within `wait`),
+    /// to go on appending to it: an observer that outlives the one that began it (the eBPF
+    /// helper, for a run that died while its command runs). `Ok(None)`: the writer still holds
+    /// it after `wait`, or a recovery took it and removed it.
+    pub fn adopt(path: &Path, wait: std::time::Duration) -> io::Result<Option<Journal>> {
+        let file = match std::fs::OpenOptions::new()
+            .append(true)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(path)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            match lock(&file, false) {
+                Ok(()) => break,
+                Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => {
+                    if std::time::Instant::now() >= deadline {
+                        return Ok(None);
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if !path.exists() {
+            return Ok(None);
+        }
+        Ok(Some(Journal {
+            path: path.to_owned(),
+            file: Mutex::new(file),
+        }))
+    }
+
     /// Appends `records` with one write.
     pub fn append(&self, records: &[Record]) -> io::Result<()> {
         let mut buf = Vec::with_capacity(128 * records.len());
@@ -158,7 +194,7 @@ impl Journal {
 
     /// The job is in the store: the journal is no longer needed.
     pub fn remove(self) {
-        let _ = std::fs::remove_file(&self.path);
+        remove(&self.path);
     }
 }
 
@@ -343,6 +379,53 @@ fn checksum(body: &[u8]) -> u32 {
     u32::from_le_bytes(h.as_bytes()[..4].try_into().expect("4 bytes"))
 }
 
+/// A claim on a journal by an observer that will take it over when its writer dies (the eBPF
+/// helper): while it is held, the journal is no orphan even if its writer is gone, so no
+/// recovery starts between the writer's death and the takeover. The kernel drops it with the
+/// process that holds it.
+#[derive(Debug)]
+pub struct Claim {
+    path: PathBuf,
+    _file: File,
+}
+
+fn claim_path(journal: &Path) -> PathBuf {
+    let mut p = journal.as_os_str().to_owned();
+    p.push(".claim");
+    PathBuf::from(p)
+}
+
+impl Claim {
+    /// Claims the journal at `journal`.
+    pub fn take(journal: &Path) -> io::Result<Claim> {
+        let path = claim_path(journal);
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(&path)?;
+        lock(&file, true)?;
+        Ok(Claim { path, _file: file })
+    }
+
+    /// The claim is over (the takeover ended, or the writer ended normally).
+    pub fn release(self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Whether someone holds a claim on the journal at `journal`.
+fn claimed(journal: &Path) -> bool {
+    let Ok(file) = std::fs::File::open(claim_path(journal)) else {
+        return false;
+    };
+    // SAFETY: flock on a descriptor we own.
+    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
+    r != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EWOULDBLOCK)
+}
+
 /// A journal whose writer is gone, locked by this process until dropped.
 #[derive(Debug)]
 pub struct Orphan {
@@ -359,8 +442,14 @@ pub struct Orphan {
 impl Orphan {
     /// The job is in the store: the journal goes (its lock with it).
     pub fn remove(self) {
-        let _ = std::fs::remove_file(&self.path);
+        remove(&self.path);
     }
+}
+
+/// Removes the journal at `path`, and the claim on it that a killed claimant left.
+pub fn remove(path: &Path) {
+    let _ = std::fs::remove_file(claim_path(path));
+    let _ = std::fs::remove_file(path);
 }
 
 /// The journals in `dir` whose writers are gone, each locked for its recovery. Journals still
@@ -413,8 +502,9 @@ pub fn open_orphan(path: &Path) -> io::Result<Option<Orphan>> {
         Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => return Ok(None),
         Err(e) => return Err(e),
     }
-    // Taken after another recovery finished and removed it: nothing left to do.
-    if !path.exists() {
+    // Taken after another recovery finished and removed it: nothing left to do. Claimed: an
+    // observer takes it over (its writer died, the job goes on).
+    if !path.exists() || claimed(path) {
         return Ok(None);
     }
     let meta = file.metadata()?;

@@ -18,6 +18,9 @@ pub struct Keep {
     /// What of a command line may be stored: a journal is on disk, so the argv of every program
     /// the job runs is redacted before it is written, as the store would.
     policy: roar_store::redact::Policy,
+    /// The project's config, whose `[redact]` rules the policy is: what an observer that takes
+    /// the journal over (the eBPF helper) redacts by.
+    config: Option<std::path::PathBuf>,
     batch: Mutex<Vec<u8>>,
 }
 
@@ -27,12 +30,19 @@ impl Keep {
         Arc::new(Keep::default())
     }
 
-    pub fn new(journal: Arc<Journal>, policy: roar_store::redact::Policy) -> Arc<Keep> {
+    /// Keeps events in `journal`, redacted by the `[redact]` rules of the config at `config`.
+    pub fn new(journal: Arc<Journal>, config: &std::path::Path) -> Arc<Keep> {
         Arc::new(Keep {
             journal: Some(journal),
-            policy,
+            policy: roar_store::redact::Policy::for_config(config),
+            config: Some(config.to_owned()),
             batch: Mutex::new(Vec::with_capacity(64 << 10)),
         })
+    }
+
+    /// The project's config the events are redacted by, if events are kept.
+    pub fn config(&self) -> Option<&std::path::Path> {
+        self.journal.as_ref().and(self.config.as_deref())
     }
 
     /// The journal's file, if events are kept.
@@ -46,6 +56,17 @@ impl Keep {
             return;
         }
         journal::frame_redacted(&self.policy, ev, false, &mut self.lock());
+    }
+
+    /// `ev` goes to the journal now, with the batch before it: for a backend whose source frees
+    /// an event as soon as it is handed over (libbpf advances the eBPF ring's consumer position
+    /// after each record's callback), so that every event is in the source or in the journal.
+    pub fn event_now(&self, ev: &Event) {
+        if self.journal.is_none() {
+            return;
+        }
+        journal::frame_redacted(&self.policy, ev, false, &mut self.lock());
+        self.commit(None);
     }
 
     /// The job's header, redacted as the store would redact it, joins the batch.

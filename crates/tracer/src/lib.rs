@@ -178,23 +178,42 @@ pub fn run(
     keep: Arc<Keep>,
     beside: &mut dyn Beside,
 ) -> Result<Traced, TraceError> {
+    let traced = backends(backend, argv, env, preload_lib, tap, &keep, beside)?;
+    // The command and every process it left are over, and every event is in the journal: a roar
+    // killed from here on leaves a journal that holds the whole job.
+    if !traced.incomplete() {
+        keep.record(&roar_engine::journal::Record::RootGone);
+        keep.commit(None);
+    }
+    Ok(traced)
+}
+
+fn backends(
+    backend: Backend,
+    argv: &[OsString],
+    env: &EnvChanges,
+    preload_lib: Option<&PathBuf>,
+    tap: Tap,
+    keep: &Arc<Keep>,
+    beside: &mut dyn Beside,
+) -> Result<Traced, TraceError> {
     match backend {
         Backend::Preload => {
             let lib = preload_lib.ok_or_else(|| TraceError::Unavailable {
                 backend: "preload",
                 reason: "libroar_preload.so was not found".into(),
             })?;
-            preload::run(argv, env, lib, tap, keep, beside)
+            preload::run(argv, env, lib, tap, keep.clone(), beside)
         }
         Backend::Ptrace => {
             beside.started(roar_store::now_ns());
             beside.running_on();
-            ptrace::run(argv, env, &tap, &keep)
+            ptrace::run(argv, env, &tap, keep)
         }
         Backend::Ebpf => {
             beside.started(roar_store::now_ns());
             beside.running_on();
-            ebpf::run(argv, env, &tap, &keep)
+            ebpf::run(argv, env, &tap, keep)
         }
     }
 }

@@ -19,13 +19,15 @@
 //! another `roar` (that roar waits for every process its command leaves, and would wait for the
 //! helper), or when the helper cannot be reached or has no free slot.
 
-use std::io::{self, BufRead, BufReader, IoSlice, IoSliceMut, Write};
+use std::collections::HashSet;
+use std::io::{self, BufRead, BufReader, IoSlice, IoSliceMut, Read, Write};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::sys::socket::{self, sockopt, ControlMessage, ControlMessageOwned, MsgFlags};
@@ -60,9 +62,13 @@ pub(super) struct Lease {
     pub conn: UnixStream,
 }
 
+/// What a run and its helper say to each other: a helper that speaks another version is not
+/// reached (a run that tells its journal would not be followed by an older helper).
+const PROTOCOL: u32 = 2;
+
 fn socket_name(ring_kb: u32) -> String {
     format!(
-        "roar-ebpf-{}-{}-{ring_kb}k",
+        "roar-ebpf-{}-{}-p{PROTOCOL}-{ring_kb}k",
         env!("CARGO_PKG_VERSION"),
         env!("ROAR_BPF_ID")
     )
@@ -209,7 +215,9 @@ fn start(ring_kb: u32) -> Result<(), TraceError> {
 /// A run holding a slot.
 struct Client {
     conn: UnixStream,
-    slot: u32,
+    key: RunKey,
+    /// Where its journal is, and whether it ended normally (`takeover`).
+    told: super::takeover::Told,
 }
 
 /// The helper's main: `roar __ebpf-helper`. Says `ready`, `busy` (another helper has the socket)
@@ -272,6 +280,8 @@ pub fn serve() -> i32 {
     let _ = listener.set_nonblocking(true);
     let mut gens = [0u32; MAX_RUNS as usize];
     let mut clients: Vec<Client> = Vec::new();
+    // Slots of dead runs whose commands are still followed (`takeover`).
+    let busy: Arc<Mutex<HashSet<u32>>> = Arc::default();
     // When the last run ended (or the helper started).
     let mut idle_since = Instant::now();
     // Attached while some run holds a slot, and for LINGER after the last one.
@@ -285,8 +295,15 @@ pub fn serve() -> i32 {
                 revents: 0,
             })
             .collect();
+        let following = !busy.lock().unwrap_or_else(|p| p.into_inner()).is_empty();
+        if following {
+            idle_since = Instant::now();
+        }
         let timeout = if !clients.is_empty() {
             None
+        } else if following {
+            // Looked at again soon: the programs stay attached while a takeover lasts.
+            Some(Duration::from_millis(200))
         } else if !links.is_empty() {
             Some(LINGER.saturating_sub(idle_since.elapsed()))
         } else {
@@ -298,23 +315,39 @@ pub fn serve() -> i32 {
         if n < 0 {
             continue;
         }
-        if n == 0 && clients.is_empty() {
+        if n == 0 && clients.is_empty() && !following {
             if links.is_empty() {
                 return 0;
             }
             links.clear();
             continue;
         }
-        // A run's connection becomes readable only when it closes: its lease ends.
+        // A run's connection is readable when it says where its journal is, that it is done,
+        // or when it closes: its lease ends.
         let mut i = 1;
-        clients.retain(|c| {
-            let ended = fds[i].revents != 0;
+        let mut ended = Vec::new();
+        clients.retain_mut(|c| {
+            let readable = fds[i].revents != 0;
             i += 1;
-            if ended {
-                maps.close_run(c.slot);
+            if !readable {
+                return true;
             }
-            !ended
+            let mut buf = [0u8; 8192];
+            match (&c.conn).read(&mut buf) {
+                Ok(n) if n > 0 => {
+                    c.told.read(&buf[..n]);
+                    true
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => true,
+                _ => {
+                    ended.push((c.key, std::mem::take(&mut c.told)));
+                    false
+                }
+            }
         });
+        for (key, told) in ended {
+            end_lease(key, told, &maps, &rings, &busy);
+        }
         if fds[0].revents != 0 {
             while let Ok((conn, _)) = listener.accept() {
                 if links.is_empty() {
@@ -326,8 +359,10 @@ pub fn serve() -> i32 {
                         }
                     }
                 }
-                if let Some(c) = grant(conn, &skel, &maps, &mut rings, ring_kb, &mut gens, &clients)
-                {
+                let taken = busy.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                if let Some(c) = grant(
+                    conn, &skel, &maps, &mut rings, ring_kb, &mut gens, &clients, &taken,
+                ) {
                     clients.push(c);
                 }
             }
@@ -368,12 +403,14 @@ fn grant(
     ring_kb: u32,
     gens: &mut [u32; MAX_RUNS as usize],
     clients: &[Client],
+    taken: &HashSet<u32>,
 ) -> Option<Client> {
     if peer_uid(&conn).ok() != Some(euid()) {
         refuse(&conn, "only the helper's own user is served");
         return None;
     }
-    let Some(slot) = (0..MAX_RUNS).find(|s| clients.iter().all(|c| c.slot != *s)) else {
+    let free = |s: &u32| clients.iter().all(|c| c.key.slot != *s) && !taken.contains(s);
+    let Some(slot) = (0..MAX_RUNS).find(free) else {
         refuse(&conn, &format!("{MAX_RUNS} runs are already traced"));
         return None;
     };
@@ -404,10 +441,54 @@ fn grant(
         None,
     );
     match sent {
-        Ok(_) => Some(Client { conn, slot }),
+        Ok(_) => Some(Client {
+            conn,
+            key,
+            told: Default::default(),
+        }),
         Err(_) => {
             maps.close_run(slot);
             None
+        }
+    }
+}
+
+/// A lease is over: the slot is closed, unless its run died without saying `done` and told
+/// where its journal is, while its command may go on: then the slot is followed into the
+/// journal until the command is over (`takeover`).
+fn end_lease(
+    key: RunKey,
+    told: super::takeover::Told,
+    maps: &Maps,
+    rings: &[Option<MapHandle>],
+    busy: &Arc<Mutex<HashSet<u32>>>,
+) {
+    let handles = || -> io::Result<(MapHandle, Maps)> {
+        let ring = rings[key.slot as usize]
+            .as_ref()
+            .ok_or_else(|| io::Error::other("no ring at the slot"))?;
+        Ok((
+            super::takeover::handle(ring.as_fd())?,
+            Maps {
+                tracked: maps.tracked.try_clone()?,
+                runs: maps.runs.try_clone()?,
+            },
+        ))
+    };
+    match told.journal {
+        Some(journal) if !told.done => match handles() {
+            Ok((ring, maps)) => super::takeover::start(ring, maps, key, journal, Arc::clone(busy)),
+            Err(e) => {
+                tracing::debug!("cannot follow a dead run's slot: {e}");
+                maps.close_run(key.slot);
+                journal.2.release();
+            }
+        },
+        journal => {
+            maps.close_run(key.slot);
+            if let Some((_, _, claim)) = journal {
+                claim.release();
+            }
         }
     }
 }

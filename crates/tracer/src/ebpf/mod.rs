@@ -13,11 +13,13 @@
 mod decode;
 pub mod helper;
 mod maps;
+mod takeover;
 
 use std::ffi::OsString;
-use std::io;
+use std::io::{self, Write};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::time::Instant;
 
@@ -144,6 +146,16 @@ fn new_ring(ring_kb: u32) -> Result<MapHandle, TraceError> {
     .map_err(|e| unavailable(format!("cannot create the ring buffer: {e}")))
 }
 
+/// Words for the helper, each ended by a NUL (`takeover::Told` reads them).
+fn tell(conn: &std::os::unix::net::UnixStream, words: &[&[u8]]) -> io::Result<()> {
+    let mut msg = Vec::new();
+    for w in words {
+        msg.extend_from_slice(w);
+        msg.push(0);
+    }
+    (&*conn).write_all(&msg)
+}
+
 /// An eventfd the waiter thread signals once the command and all its descendants are gone.
 struct Done(i32);
 
@@ -219,7 +231,9 @@ pub fn run(
         match decode(rec, offset, key.gen) {
             Ok(Some(ev)) => {
                 tap(&ev);
-                keep.event(&ev);
+                // Written before the callback returns and libbpf frees the record: a roar
+                // killed at any moment leaves it in the ring or in the journal.
+                keep.event_now(&ev);
                 events.push(ev);
             }
             Ok(None) => {}
@@ -246,6 +260,19 @@ pub fn run(
     let ctime_floor_ns = crate::ctime_floor_ns();
     keep.record(&roar_engine::journal::Record::CtimeFloor(ctime_floor_ns));
     keep.commit(None);
+    // Where the journal is: should this roar die, the helper follows the command into it.
+    if let (Some(conn), Some(journal), Some(config)) =
+        (helper.as_ref(), keep.journal_path(), keep.config())
+    {
+        let _ = tell(
+            conn,
+            &[
+                b"keep",
+                journal.as_os_str().as_bytes(),
+                config.as_os_str().as_bytes(),
+            ],
+        );
+    }
     let started_ns = now_ns();
     let child = cmd.spawn().map_err(|e| launch::spawn_error(&argv[0], e))?;
     let root = child.id() as i32;
@@ -310,6 +337,9 @@ pub fn run(
         waiter.join().expect("the waiter thread does not panic")
     });
     let ended_ns = now_ns();
+    if let Some(conn) = helper.as_ref() {
+        let _ = tell(conn, &[b"done"]);
+    }
     drop(guard);
     drop(ring);
     let lost = maps.lost(key).unwrap_or(0) as usize;
