@@ -62,7 +62,7 @@ for ((k=1; k<=$1; k++)); do echo "$k" > "out/f_$k"; done
 sleep 0.3
 SH
 $CMP recover.json "$RUNS" \
-    --prepare "cd $W/plain && rm -rf out .roar && mkdir out && $ROAR init > /dev/null && { $ROAR run --tracer preload -- bash $W/slow.sh $N > /dev/null 2>&1 & echo \$! > $W/run.pid; sleep 0.15; kill -9 \$(cat $W/run.pid); sleep 0.4; }" \
+    --prepare "cd $W/plain && rm -rf out .roar && mkdir out && $ROAR init > /dev/null && { $ROAR run --tracer preload -- bash $W/slow.sh $N > /dev/null 2>&1 & echo \$! > $W/run.pid; sleep 0.15; kill -9 \$(cat $W/run.pid); while pgrep -f \"^bash $W/slow.sh\" > /dev/null; do sleep 0.05; done; }" \
     "log_clean=sh -c 'cd $W/after && $ROAR log > /dev/null 2>&1'" \
     "log_recovering=sh -c 'cd $W/plain && $ROAR log > /dev/null 2>&1'"
 
@@ -79,16 +79,20 @@ unmount_all() {
     (cd "$W/mbefore" && "$ROAR_BEFORE" unmount data > /dev/null 2>&1) || true
 }
 trap unmount_all EXIT
-# Each command its own session and process group: one job each on the mount.
-JOBS='for i in $(seq 100); do setsid -w sh -c "echo \$i > out/j_\$i"; done'
+# Each command its own session and process group: one job each on the mount. Every run works in
+# a fresh directory (ext4 places each new one afresh): two fixed directories differ by where
+# ext4 allocates their inodes (one of them with many inodes recently deleted) by more than roar's
+# own cost, whichever roar serves them.
+FRESH='d=$(mktemp -d -p . r.XXXXXX) && cd $d && mkdir out'
+JOBS='for i in $(seq 100); do setsid -w sh -c "echo $i > out/j_$i"; done'
 $CMP mount.json "$RUNS" \
-    --prepare "for d in $W/mplain $W/mafter/data $W/mbefore/data; do rm -rf \$d/out; mkdir \$d/out; done" \
-    "bare_files=sh -c 'cd $W/mplain && ./files $N'" \
-    "files after=sh -c 'cd $W/mafter/data && ./files $N'" \
-    "files before=sh -c 'cd $W/mbefore/data && ./files $N'" \
-    "bare_jobs=bash -c 'cd $W/mplain && $JOBS'" \
-    "jobs after=bash -c 'cd $W/mafter/data && $JOBS'" \
-    "jobs before=bash -c 'cd $W/mbefore/data && $JOBS'"
+    --prepare "rm -rf $W/mplain/r.* $W/mafter/data/r.* $W/mbefore/data/r.*" \
+    "bare_files=sh -c 'cd $W/mplain && $FRESH && ../files $N'" \
+    "files after=sh -c 'cd $W/mafter/data && $FRESH && ../files $N'" \
+    "files before=sh -c 'cd $W/mbefore/data && $FRESH && ../files $N'" \
+    "bare_jobs=bash -c 'cd $W/mplain && $FRESH && $JOBS'" \
+    "jobs after=bash -c 'cd $W/mafter/data && $FRESH && $JOBS'" \
+    "jobs before=bash -c 'cd $W/mbefore/data && $FRESH && $JOBS'"
 unmount_all
 trap - EXIT
 

@@ -15,7 +15,7 @@ REPO="$PWD"
 source "$REPO/bench/lib/uring.sh"
 trap uring_restore EXIT
 bash scripts/build.sh --release -q
-ROAR="$PWD/target/release/roar"
+ROAR="${CARGO_TARGET_DIR:-$PWD/target}/release/roar"
 W="${BENCH_DIR:-/tmp/roar-bench-pipeline}"
 RUNS="${RUNS:-3}"
 # Training epochs: 40 makes the bare pipeline about 30 s on the 2-core CI machine (preprocessing

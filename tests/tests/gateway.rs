@@ -169,7 +169,7 @@ async fn multipart(c: &Client, key: &str, parts: &[&[u8]]) {
 
 /// The gateway jobs in the store, oldest first, as `roar show --json` prints them.
 fn gateway_jobs(p: &Project) -> Vec<serde_json::Value> {
-    let out = p.roar(["log", "--json", "-n", "100"]);
+    let out = p.roar(["log", "--json", "-n", "0"]);
     let log: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let mut jobs: Vec<serde_json::Value> = log
         .as_array()

@@ -37,6 +37,11 @@ impl Told {
     pub fn read(&mut self, bytes: &[u8]) {
         use std::os::unix::ffi::OsStrExt;
         self.buf.extend_from_slice(bytes);
+        // Two paths at most: anything longer is not a run speaking.
+        if self.buf.len() > 3 * libc::PATH_MAX as usize {
+            self.buf.clear();
+            return;
+        }
         loop {
             let words: Vec<&[u8]> = self.buf.split(|b| *b == 0).collect();
             let used = match words.as_slice() {
@@ -154,4 +159,39 @@ fn follow(
         journal.append(&[Record::RootGone])?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_a_run_tells_is_read_whole_in_any_pieces() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = dir.path().join("j.journal");
+        let mut msg = b"keep\0".to_vec();
+        msg.extend_from_slice(journal.as_os_str().as_encoded_bytes());
+        msg.extend_from_slice(b"\0/p/config.toml\0done\0");
+        for cut in 0..msg.len() {
+            let mut told = Told::default();
+            told.read(&msg[..cut]);
+            told.read(&msg[cut..]);
+            let (j, c, claim) = told.journal.expect("the journal");
+            assert_eq!(
+                (j.as_path(), c.as_path()),
+                (journal.as_path(), Path::new("/p/config.toml"))
+            );
+            assert!(told.done, "cut at {cut}");
+            claim.release();
+        }
+        // Without its last NUL nothing is taken; garbage past two paths is dropped.
+        let mut told = Told::default();
+        told.read(&msg[..msg.len() - 1 - 5]);
+        assert!(told.journal.is_none() && !told.done);
+        told.read(b"\0");
+        assert!(told.journal.is_some() && !told.done);
+        let mut told = Told::default();
+        told.read(&vec![b'x'; 20_000]);
+        assert!(told.buf.is_empty() && told.journal.is_none());
+    }
 }
