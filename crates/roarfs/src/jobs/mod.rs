@@ -307,10 +307,7 @@ impl Jobs {
         let job = self.attribute(pid)?;
         let mut inner = self.inner.lock().expect("jobs lock");
         if let Some(key) = job {
-            if !inner.jobs.contains_key(&key) {
-                let live = self.live_job(key);
-                inner.jobs.insert(key, live);
-            }
+            inner.jobs.entry(key).or_insert_with(|| self.live_job(key));
         }
         if inner.by_tid.len() > 65_536 {
             inner.by_tid.clear();
@@ -666,7 +663,9 @@ impl Jobs {
             let header = self.header(key, &job);
             let (rules, journal) = job.rules.into_parts();
             if rules.is_empty() {
-                journal.map(Journal::remove);
+                if let Some(j) = journal {
+                    j.remove();
+                }
                 continue;
             }
             let record = record(header, rules, &job.log, &self.rules_of_steps(), all);
@@ -677,7 +676,9 @@ impl Jobs {
             match self.writer.record_begun(begun, record) {
                 Ok(id) => {
                     ids.push(id);
-                    journal.map(Journal::remove);
+                    if let Some(j) = journal {
+                        j.remove();
+                    }
                 }
                 // Left for the next roar command to recover, once this daemon is gone.
                 Err(e) => tracing::error!("roarfs: cannot record a job: {e}"),

@@ -359,10 +359,10 @@ pub fn serve() -> i32 {
                         }
                     }
                 }
-                let taken = busy.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                if let Some(c) = grant(
-                    conn, &skel, &maps, &mut rings, ring_kb, &mut gens, &clients, &taken,
-                ) {
+                // Slots held by runs, and by dead runs whose commands are followed.
+                let mut taken = busy.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                taken.extend(clients.iter().map(|c| c.key.slot));
+                if let Some(c) = grant(conn, &skel, &maps, &mut rings, ring_kb, &mut gens, &taken) {
                     clients.push(c);
                 }
             }
@@ -402,15 +402,13 @@ fn grant(
     rings: &mut [Option<MapHandle>],
     ring_kb: u32,
     gens: &mut [u32; MAX_RUNS as usize],
-    clients: &[Client],
     taken: &HashSet<u32>,
 ) -> Option<Client> {
     if peer_uid(&conn).ok() != Some(euid()) {
         refuse(&conn, "only the helper's own user is served");
         return None;
     }
-    let free = |s: &u32| clients.iter().all(|c| c.key.slot != *s) && !taken.contains(s);
-    let Some(slot) = (0..MAX_RUNS).find(free) else {
+    let Some(slot) = (0..MAX_RUNS).find(|s| !taken.contains(s)) else {
         refuse(&conn, &format!("{MAX_RUNS} runs are already traced"));
         return None;
     };
