@@ -102,7 +102,81 @@ pub enum Record {
 #[derive(Debug)]
 pub struct Journal {
     path: PathBuf,
-    file: Mutex<File>,
+    file: Mutex<Appender>,
+}
+
+/// The journal's file, appended to through a shared mapping: a record is copied into the page
+/// cache with no system call. Written with `write(2)`, each record dirtied the inode again (its
+/// size and times): ~3 µs on ext4 per record, two or three records per access through the mount.
+/// A page written through a shared mapping is the file's page in the page cache, so it survives
+/// the writer's death exactly as bytes written with `write(2)` do. The space is allocated before
+/// it is mapped (a page of a sparse mapping that cannot be allocated later is a SIGBUS, not an
+/// error); a filesystem that cannot allocate ahead gets plain writes.
+#[derive(Debug)]
+enum Appender {
+    Mapped {
+        file: File,
+        map: memmap2::MmapMut,
+        len: usize,
+    },
+    Plain(File),
+}
+
+/// The first mapping of a journal: a `roar true` fits, a big job doubles it as it grows.
+const FIRST_MAP: usize = 64 << 10;
+
+impl Appender {
+    /// Appends after the first `len` bytes of `file`.
+    fn new(file: File, len: usize) -> io::Result<Appender> {
+        let have = file.metadata()?.len() as usize;
+        let cap = have.max(len + FIRST_MAP).next_power_of_two();
+        if !reserve(&file, cap)? {
+            return Ok(Appender::Plain(file));
+        }
+        // SAFETY: the file is this journal's, locked by this process; nothing truncates it
+        // while it is mapped (a journal only ever grows, then is removed whole).
+        let map = unsafe { memmap2::MmapMut::map_mut(&file)? };
+        Ok(Appender::Mapped { file, map, len })
+    }
+
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        match self {
+            Appender::Plain(file) => (&*file).write_all(bytes),
+            Appender::Mapped { file, map, len } => {
+                let end = *len + bytes.len();
+                if end > map.len() {
+                    let cap = (map.len() * 2).max(end.next_power_of_two());
+                    if !reserve(file, cap)? {
+                        return Err(io::Error::other(
+                            "the journal's filesystem stopped allocating ahead",
+                        ));
+                    }
+                    // SAFETY: as in `new`.
+                    *map = unsafe { memmap2::MmapMut::map_mut(&*file)? };
+                }
+                map[*len..end].copy_from_slice(bytes);
+                *len = end;
+                Ok(())
+            }
+        }
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        match self {
+            Appender::Plain(file) => file.sync_data(),
+            Appender::Mapped { map, .. } => map.flush(),
+        }
+    }
+}
+
+/// Allocates `file` to `size` bytes; false where the filesystem cannot allocate ahead.
+fn reserve(file: &File, size: usize) -> io::Result<bool> {
+    // SAFETY: fallocate on a descriptor we own.
+    match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, size as libc::off_t) } {
+        0 => Ok(true),
+        libc::EOPNOTSUPP | libc::EINVAL => Ok(false),
+        e => Err(io::Error::from_raw_os_error(e)),
+    }
 }
 
 impl Journal {
@@ -112,19 +186,22 @@ impl Journal {
         make_dir(dir)?;
         let path = dir.join(format!("{name}.journal"));
         let file = std::fs::OpenOptions::new()
+            .read(true)
             .write(true)
             .create_new(true)
             .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC | libc::O_APPEND)
+            .custom_flags(libc::O_CLOEXEC)
             .open(&path)?;
         lock(&file, true)?;
+        // The header is written before the file grows: a writer killed in between leaves a
+        // journal that still says what it is.
         let mut head = Vec::with_capacity(9);
         head.extend_from_slice(MAGIC);
         head.push(writer as u8);
         (&file).write_all(&head)?;
         Ok(Journal {
             path,
-            file: Mutex::new(file),
+            file: Mutex::new(Appender::new(file, head.len())?),
         })
     }
 
@@ -138,7 +215,8 @@ impl Journal {
     /// it after `wait`, or a recovery took it and removed it.
     pub fn adopt(path: &Path, wait: std::time::Duration) -> io::Result<Option<Journal>> {
         let file = match std::fs::OpenOptions::new()
-            .append(true)
+            .read(true)
+            .write(true)
             .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
             .open(path)
         {
@@ -162,9 +240,20 @@ impl Journal {
         if !path.exists() {
             return Ok(None);
         }
+        // Appended after its last whole record (the rest is the space allocated ahead).
+        let mut bytes = Vec::new();
+        (&file).read_to_end(&mut bytes)?;
+        let Some((_, body)) = header(&bytes) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "not a roar journal",
+            ));
+        };
+        let (_, rest) = parse(body);
+        let end = bytes.len() - rest;
         Ok(Some(Journal {
             path: path.to_owned(),
-            file: Mutex::new(file),
+            file: Mutex::new(Appender::new(file, end)?),
         }))
     }
 
@@ -182,14 +271,14 @@ impl Journal {
         if bytes.is_empty() {
             return Ok(());
         }
-        let file = self.file.lock().unwrap_or_else(|p| p.into_inner());
-        (&*file).write_all(bytes)
+        let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        file.append(bytes)
     }
 
     /// Makes what was appended survive a power loss (the job's end; docs/SEMANTICS.md).
     pub fn sync(&self) -> io::Result<()> {
         let file = self.file.lock().unwrap_or_else(|p| p.into_inner());
-        file.sync_data()
+        file.sync()
     }
 
     /// The job is in the store: the journal is no longer needed.
@@ -516,7 +605,15 @@ pub fn open_orphan(path: &Path) -> io::Result<Option<Orphan>> {
             "not a roar journal (or written by a newer roar)",
         ));
     };
-    let (records, torn) = parse(body);
+    let (records, rest) = parse(body);
+    // What follows the last whole record: zeros are space allocated ahead; anything else is a
+    // record a crash tore.
+    let tail = &body[body.len() - rest..];
+    let torn = if tail.iter().all(|b| *b == 0) {
+        0
+    } else {
+        rest
+    };
     use std::os::unix::fs::MetadataExt;
     Ok(Some(Orphan {
         path: path.to_owned(),
