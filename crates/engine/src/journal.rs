@@ -105,66 +105,82 @@ pub struct Journal {
     file: Mutex<Appender>,
 }
 
-/// The journal's file, appended to through a shared mapping: a record is copied into the page
-/// cache with no system call. Written with `write(2)`, each record dirtied the inode again (its
-/// size and times): ~3 µs on ext4 per record, two or three records per access through the mount.
-/// A page written through a shared mapping is the file's page in the page cache, so it survives
-/// the writer's death exactly as bytes written with `write(2)` do. The space is allocated before
-/// it is mapped (a page of a sparse mapping that cannot be allocated later is a SIGBUS, not an
-/// error); a filesystem that cannot allocate ahead gets plain writes.
+/// The journal's file and where its records end. A small journal is appended with `pwrite(2)`;
+/// past [`MAP_AFTER`] bytes it is appended through a shared mapping of the file: a record is then
+/// copied into the page cache with no system call (each `pwrite` dirtied the inode again, its
+/// size and times: ~3 µs a record on ext4, two or three records per access through the mount). A
+/// page written through a shared mapping is the file's page in the page cache: it survives the
+/// writer's death exactly as written bytes do. The space is allocated before it is mapped (a page
+/// of a sparse mapping that cannot be allocated later is a SIGBUS, not an error); a filesystem
+/// that cannot allocate ahead keeps `pwrite`. A short job (`roar run true`) never pays for the
+/// allocation and the mapping (~0.4 ms).
 #[derive(Debug)]
-enum Appender {
-    Mapped {
-        file: File,
-        map: memmap2::MmapMut,
-        len: usize,
-    },
-    Plain(File),
+struct Appender {
+    file: File,
+    len: usize,
+    map: Option<memmap2::MmapMut>,
+    /// The filesystem cannot allocate ahead: never mapped.
+    plain_only: bool,
 }
 
-/// The first mapping of a journal: a `roar true` fits, a big job doubles it as it grows.
-const FIRST_MAP: usize = 64 << 10;
+/// Bytes after which a journal is mapped.
+const MAP_AFTER: usize = 16 << 10;
 
 impl Appender {
     /// Appends after the first `len` bytes of `file`.
-    fn new(file: File, len: usize) -> io::Result<Appender> {
-        let have = file.metadata()?.len() as usize;
-        let cap = have.max(len + FIRST_MAP).next_power_of_two();
-        if !reserve(&file, cap)? {
-            return Ok(Appender::Plain(file));
+    fn new(file: File, len: usize) -> Appender {
+        Appender {
+            file,
+            len,
+            map: None,
+            plain_only: false,
         }
-        // SAFETY: the file is this journal's, locked by this process; nothing truncates it
-        // while it is mapped (a journal only ever grows, then is removed whole).
-        let map = unsafe { memmap2::MmapMut::map_mut(&file)? };
-        Ok(Appender::Mapped { file, map, len })
     }
 
     fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
-        match self {
-            Appender::Plain(file) => (&*file).write_all(bytes),
-            Appender::Mapped { file, map, len } => {
-                let end = *len + bytes.len();
-                if end > map.len() {
-                    let cap = (map.len() * 2).max(end.next_power_of_two());
-                    if !reserve(file, cap)? {
-                        return Err(io::Error::other(
-                            "the journal's filesystem stopped allocating ahead",
-                        ));
-                    }
-                    // SAFETY: as in `new`.
-                    *map = unsafe { memmap2::MmapMut::map_mut(&*file)? };
-                }
-                map[*len..end].copy_from_slice(bytes);
-                *len = end;
-                Ok(())
-            }
+        use std::os::unix::fs::FileExt;
+        let end = self.len + bytes.len();
+        if self.map.is_none() && !self.plain_only && end > MAP_AFTER {
+            self.map_to(end)?;
         }
+        match &mut self.map {
+            Some(map) => {
+                if end > map.len() {
+                    self.map_to(end)?;
+                }
+                let map = self.map.as_mut().expect("mapped above");
+                map[self.len..end].copy_from_slice(bytes);
+            }
+            None => self.file.write_all_at(bytes, self.len as u64)?,
+        }
+        self.len = end;
+        Ok(())
+    }
+
+    /// Maps the file with room for at least `end` bytes (twice what is mapped now, at least).
+    fn map_to(&mut self, end: usize) -> io::Result<()> {
+        let now = self.map.as_ref().map_or(0, |m| m.len());
+        let have = self.file.metadata()?.len() as usize;
+        let cap = (now * 2).max(end).max(have).next_power_of_two();
+        if !reserve(&self.file, cap)? {
+            self.plain_only = true;
+            if self.map.is_some() {
+                return Err(io::Error::other(
+                    "the journal's filesystem stopped allocating ahead",
+                ));
+            }
+            return Ok(());
+        }
+        // SAFETY: the file is this journal's, locked by this process; nothing truncates it while
+        // it is mapped (a journal only ever grows, then is removed whole).
+        self.map = Some(unsafe { memmap2::MmapMut::map_mut(&self.file)? });
+        Ok(())
     }
 
     fn sync(&self) -> io::Result<()> {
-        match self {
-            Appender::Plain(file) => file.sync_data(),
-            Appender::Mapped { map, .. } => map.flush(),
+        match &self.map {
+            Some(map) => map.flush(),
+            None => self.file.sync_data(),
         }
     }
 }
@@ -201,7 +217,7 @@ impl Journal {
         (&file).write_all(&head)?;
         Ok(Journal {
             path,
-            file: Mutex::new(Appender::new(file, head.len())?),
+            file: Mutex::new(Appender::new(file, head.len())),
         })
     }
 
@@ -253,7 +269,7 @@ impl Journal {
         let end = bytes.len() - rest;
         Ok(Some(Journal {
             path: path.to_owned(),
-            file: Mutex::new(Appender::new(file, end)?),
+            file: Mutex::new(Appender::new(file, end)),
         }))
     }
 

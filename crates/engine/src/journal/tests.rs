@@ -391,3 +391,46 @@ fn a_journal_replayed_is_the_live_rule_after_every_call() {
         );
     }
 }
+
+/// A journal past the size where it is mapped: every record written before the writer let go
+/// reads back (the space allocated ahead is not a torn record), and one that takes it over
+/// appends after the last record, not after that space.
+#[test]
+fn a_big_journal_reads_back_whole_and_is_taken_over_at_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let records: Vec<Record> = (0..3000)
+        .map(|i| {
+            Record::Event(Event::Open {
+                pid: i,
+                path: PathBuf::from(format!("/w/file-{i}")),
+                flags: libc::O_RDONLY,
+                stat: None,
+                ts_ns: i64::from(i),
+            })
+        })
+        .collect();
+    let j = Journal::create(dir.path(), "big", Writer::Run).unwrap();
+    let path = j.path().to_owned();
+    // Batches of every size, across the switch to the mapping and its growth.
+    let mut i = 0;
+    let mut n = 1;
+    while i < records.len() {
+        let end = (i + n).min(records.len());
+        j.append(&records[i..end]).unwrap();
+        i = end;
+        n = n % 7 + 1;
+    }
+    drop(j);
+    let orphan = open_orphan(&path).unwrap().unwrap();
+    assert_eq!(orphan.torn, 0);
+    assert_eq!(dbg(&orphan.records), dbg(&records));
+    drop(orphan);
+    let taken = Journal::adopt(&path, std::time::Duration::from_secs(1))
+        .unwrap()
+        .unwrap();
+    taken.append(&[Record::RootGone]).unwrap();
+    drop(taken);
+    let orphan = open_orphan(&path).unwrap().unwrap();
+    assert_eq!(orphan.records.len(), records.len() + 1);
+    assert!(matches!(orphan.records.last(), Some(Record::RootGone)));
+}
