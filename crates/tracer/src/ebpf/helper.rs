@@ -5,11 +5,12 @@
 //! cwd `/`, no terminal, not a child of the run). It listens on an abstract unix socket named after
 //! the programs' build and the ring size, so a rebuilt roar never talks to an old helper. For each
 //! run that connects it hands out a free slot with a new generation, the slot's ring buffer and
-//! the maps' fds; the connection is the run's lease: when it closes (the run ended or died), the
-//! slot's generation is cleared, so any process the run left behind reaches no run. A slot's ring
-//! is made the first time the slot is used and kept: putting a ring into the programs' map waits
-//! for an RCU grace period (~10 ms); records carry their run's generation, so a run skips what an
-//! earlier run of its slot left unread. The programs are attached only while some run holds a slot
+//! the maps' fds; the connection is the run's lease: when it closes after the run said `done`, the
+//! slot's generation is cleared, so any process the run left behind reaches no run; when it closes
+//! without (the run died), the helper follows the run's command into its journal first
+//! (`takeover`). A slot's ring is made the first time the slot is used and kept: putting a ring
+//! into the programs' map waits for an RCU grace period (~10 ms); records carry their run's
+//! generation, so a run skips what an earlier run of its slot left unread. The programs are attached only while some run holds a slot
 //! and for a second after the last one (attaching takes ~0.6 ms): otherwise no syscall on the
 //! machine passes through them (attached, they add ~0.3 µs to every syscall of every process).
 //! The helper exits after `ROAR_EBPF_IDLE_SECS` (default 300) without a run. Only a peer with the helper's own uid is
