@@ -51,6 +51,16 @@ fn seed() -> u64 {
         .unwrap_or(20261128)
 }
 
+/// `roar run --tracer backend -- bash work.sh DIR FILES`, started.
+fn run_work(p: &Project, backend: &str, dir: &str, files: u64) -> std::process::Child {
+    p.cmd(["run", "--tracer", backend, "--", "bash", "work.sh", dir])
+        .arg(files.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 /// The files `log` says were written, with when.
 fn logged(log: &Path) -> (Vec<(String, u64)>, bool) {
     let text = std::fs::read_to_string(log).unwrap_or_default();
@@ -145,13 +155,7 @@ fn kill_during_runs(backend: &str, n: usize, strict: bool, victim: Victim) -> Ta
         let dir = format!("run{i}");
         let files = 50 + rng.below(400);
         let delay = Duration::from_micros(rng.below(250_000));
-        let mut roar = p
-            .cmd(["run", "--tracer", backend, "--", "bash", "work.sh", &dir])
-            .arg(files.to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut roar = run_work(&p, backend, &dir, files);
         std::thread::sleep(delay);
         let killed_at = now_us();
         if victim == Victim::Roar {
@@ -166,21 +170,11 @@ fn kill_during_runs(backend: &str, n: usize, strict: bool, victim: Victim) -> Ta
         let log = p.path().join(&dir).join("log");
         // The command outlives roar under preload and eBPF: let it finish (under ptrace it died
         // with roar).
-        let deadline = Instant::now() + Duration::from_secs(20);
         let this_command = format!("bash work.sh {dir} {files}");
-        while Command::new("pgrep")
-            .args(["-f", &this_command])
-            .stdout(Stdio::null())
-            .status()
-            .unwrap()
-            .success()
-        {
-            assert!(
-                Instant::now() < deadline,
-                "{backend} kill {i}: the command never ended"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        assert!(
+            common::wait_until_gone(&this_command, Duration::from_secs(20)),
+            "{backend} kill {i}: the command never ended"
+        );
         let (written, ended) = logged(&log);
         let job = job_of(&p, &dir);
         let Some(job) = job else {
@@ -452,13 +446,7 @@ fn recorder_killed_at_random_records_each_job_once_and_whole() {
         let dir = format!("rec{i}");
         let files = 20 + rng.below(200);
         let delay = Duration::from_micros(rng.below(400_000));
-        let run = p
-            .cmd(["run", "--tracer", "preload", "--", "bash", "work.sh", &dir])
-            .arg(files.to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let run = run_work(&p, "preload", &dir, files);
         std::thread::sleep(delay);
         for pid in common::recorders(&p) {
             let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();

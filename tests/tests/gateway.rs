@@ -1559,17 +1559,10 @@ for k in range(100000):
     roar.kill().unwrap();
     roar.wait().unwrap();
     // The command notices its gateway is gone and ends.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Command::new("pgrep")
-        .args(["-f", "python3 puts.py"])
-        .stdout(std::process::Stdio::null())
-        .status()
-        .unwrap()
-        .success()
-    {
-        assert!(Instant::now() < deadline, "the command never ended");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    assert!(
+        common::wait_until_gone("python3 puts.py", Duration::from_secs(60)),
+        "the command never ended"
+    );
     let answered: Vec<String> = std::fs::read_to_string(p.path().join("puts.log"))
         .unwrap()
         .lines()

@@ -5,7 +5,7 @@
 //! `killed` ([`recover`]).
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -26,7 +26,7 @@ pub(crate) struct Session {
 
 impl Session {
     /// A session of `key` begun now, its journal holding its header.
-    fn begin(dir: Option<&std::path::Path>, root: &std::path::Path, key: &str) -> Session {
+    fn begin(dir: Option<&Path>, root: &Path, key: &str) -> Session {
         let uid = journal::new_uid();
         let journal = dir.and_then(|dir| {
             Journal::create(dir, &uid, journal::Writer::Gateway)
@@ -67,7 +67,7 @@ impl Session {
     }
 
     /// The job's row as it is known when the session begins.
-    fn header(&self, root: &std::path::Path, key: &str, at: i64) -> JobRecord {
+    fn header(&self, root: &Path, key: &str, at: i64) -> JobRecord {
         JobRecord {
             name: Some(format!("s3 client {key}")),
             argv: vec!["s3-client".into(), key.into()],
@@ -234,18 +234,68 @@ impl Sessions {
 pub(crate) fn recover(records: Vec<Record>) -> Option<JobRecord> {
     let mut header = None;
     let mut accesses = Vec::new();
+    let mut unreadable = 0;
     for r in records {
         match r {
             Record::Job(j) => header = Some(*j),
-            Record::Extra(bytes) => accesses.extend(access_of(&bytes)),
+            Record::Extra(bytes) => match access_of(&bytes) {
+                Some(a) => accesses.push(a),
+                None => unreadable += 1,
+            },
             _ => {}
         }
     }
-    if accesses.is_empty() {
+    if accesses.is_empty() && unreadable == 0 {
         return None;
     }
     Some(JobRecord {
         outcome: Outcome::Killed,
+        // An access that could not be read back is missing from the job.
+        incomplete: unreadable > 0,
         ..finished(header?, &accesses)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(key: &str, at_ns: i64) -> Access {
+        Access {
+            access_key: Some("AK".into()),
+            bucket: "b".into(),
+            key: key.into(),
+            kind: roar_gateway::AccessKind::Write,
+            version_id: None,
+            etag: Some("e".into()),
+            blake3: Some("h".into()),
+            size: Some(1),
+            range: None,
+            at_ns,
+        }
+    }
+
+    #[test]
+    fn a_killed_session_is_the_keys_job_and_an_unreadable_access_makes_it_incomplete() {
+        let session = Session::begin(None, Path::new("/p"), "AK");
+        let header = Record::Job(Box::new(session.header(Path::new("/p"), "AK", 5)));
+        let whole = vec![
+            header.clone(),
+            access_record(&put("k1", 7)),
+            access_record(&put("k2", 9)),
+        ];
+        let job = recover(whole).expect("a job");
+        assert_eq!((job.outcome, job.incomplete), (Outcome::Killed, false));
+        assert_eq!((job.started_ns, job.ended_ns), (7, Some(9)));
+        assert_eq!(job.files.len(), 2);
+        let damaged = vec![
+            header.clone(),
+            access_record(&put("k1", 7)),
+            Record::Extra(b"{".to_vec()),
+        ];
+        let job = recover(damaged).expect("a job");
+        assert!(job.incomplete);
+        assert_eq!(job.files.len(), 1);
+        assert!(recover(vec![header]).is_none(), "no access: no job");
+    }
 }

@@ -80,6 +80,8 @@ struct RunJournal {
     events: Vec<Event>,
     /// The S3 accesses of the run's own gateway.
     accesses: Vec<roar_gateway::Access>,
+    /// Records that could not be read back (the job is then incomplete).
+    unreadable: usize,
     /// Every process of the job was seen to end with nothing lost: by the run itself (killed
     /// after its command ended), or by the eBPF helper that followed the command after roar died.
     followed: bool,
@@ -93,6 +95,7 @@ fn read_run(records: Vec<Record>) -> RunJournal {
         ring_pos: 0,
         events: Vec::new(),
         accesses: Vec::new(),
+        unreadable: 0,
         followed: false,
     };
     for rec in records {
@@ -104,9 +107,10 @@ fn read_run(records: Vec<Record>) -> RunJournal {
             Record::RingPos(p) => r.ring_pos = p,
             Record::Event(e) => r.events.push(e),
             Record::RootGone => r.followed = true,
-            Record::Extra(bytes) => r
-                .accesses
-                .extend(crate::gateway_sessions::access_of(&bytes)),
+            Record::Extra(bytes) => match crate::gateway_sessions::access_of(&bytes) {
+                Some(a) => r.accesses.push(a),
+                None => r.unreadable += 1,
+            },
             _ => {}
         }
     }
@@ -184,7 +188,7 @@ fn run(
     // reporting, and only an event the ring or the late file could not take (a process that
     // cannot write them) is missing, counted as malformed.
     let followed = job.backend == "preload" || j.followed;
-    job.incomplete = !followed || malformed > 0;
+    job.incomplete = !followed || malformed > 0 || j.unreadable > 0;
     let id = writer.record_into(begun, job)?;
     remove_run(orphan, j.ring.as_deref());
     Ok(Some(id))

@@ -257,16 +257,7 @@ impl Journal {
             return Ok(None);
         }
         // Appended after its last whole record (the rest is the space allocated ahead).
-        let mut bytes = Vec::new();
-        (&file).read_to_end(&mut bytes)?;
-        let Some((_, body)) = header(&bytes) else {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "not a roar journal",
-            ));
-        };
-        let (_, rest) = parse(body);
-        let end = bytes.len() - rest;
+        let end = read(&file)?.end;
         Ok(Some(Journal {
             path: path.to_owned(),
             file: Mutex::new(Appender::new(file, end)),
@@ -355,10 +346,28 @@ impl Journaled {
     /// Writes `record` only (the observer's own state: a header, a step, the root's end). A
     /// failed write (a full disk) is reported once; the job is then as durable as before journals.
     pub fn write(&mut self, record: &Record) {
-        let Some(j) = &self.journal else { return };
-        self.buf.clear();
-        frame_redacted_record(&self.policy, record, &mut self.buf);
-        if let Err(e) = j.append_framed(&self.buf) {
+        self.append(|policy, buf| frame_redacted_record(policy, record, buf));
+    }
+
+    /// Writes `ev` as a [`Record::Step`] (the observer's own account of the job's processes),
+    /// without a copy of it.
+    pub fn step(&mut self, ev: &Event) {
+        self.append(|policy, buf| frame_redacted(policy, ev, true, buf));
+    }
+
+    fn append(&mut self, frame: impl FnOnce(&Policy, &mut Vec<u8>)) {
+        let Journaled {
+            journal: Some(j),
+            policy,
+            buf,
+            ..
+        } = self
+        else {
+            return;
+        };
+        buf.clear();
+        frame(policy, buf);
+        if let Err(e) = j.append_framed(buf) {
             static ONCE: std::sync::Once = std::sync::Once::new();
             ONCE.call_once(|| tracing::warn!("cannot write a job's journal: {e}"));
         }
@@ -612,9 +621,32 @@ pub fn open_orphan(path: &Path) -> io::Result<Option<Orphan>> {
     if !path.exists() || claimed(path) {
         return Ok(None);
     }
+    let read = read(&file)?;
+    use std::os::unix::fs::MetadataExt;
     let meta = file.metadata()?;
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    (&file).read_to_end(&mut bytes)?;
+    Ok(Some(Orphan {
+        path: path.to_owned(),
+        writer: read.writer,
+        records: read.records,
+        torn: read.torn,
+        last_write_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+        _lock: file,
+    }))
+}
+
+/// A whole journal file, read.
+struct Contents {
+    writer: Writer,
+    records: Vec<Record>,
+    /// Where its last whole record ends (what follows is space allocated ahead, or torn).
+    end: usize,
+    /// Bytes after `end` that are not space allocated ahead (zeros): a record a crash tore.
+    torn: usize,
+}
+
+fn read(mut file: &File) -> io::Result<Contents> {
+    let mut bytes = Vec::with_capacity(file.metadata()?.len() as usize);
+    file.read_to_end(&mut bytes)?;
     let Some((writer, body)) = header(&bytes) else {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -622,23 +654,18 @@ pub fn open_orphan(path: &Path) -> io::Result<Option<Orphan>> {
         ));
     };
     let (records, rest) = parse(body);
-    // What follows the last whole record: zeros are space allocated ahead; anything else is a
-    // record a crash tore.
     let tail = &body[body.len() - rest..];
     let torn = if tail.iter().all(|b| *b == 0) {
         0
     } else {
         rest
     };
-    use std::os::unix::fs::MetadataExt;
-    Ok(Some(Orphan {
-        path: path.to_owned(),
+    Ok(Contents {
         writer,
         records,
+        end: bytes.len() - rest,
         torn,
-        last_write_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
-        _lock: file,
-    }))
+    })
 }
 
 fn header(bytes: &[u8]) -> Option<(Writer, &[u8])> {

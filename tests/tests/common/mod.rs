@@ -336,3 +336,24 @@ pub fn recorders(p: &Project) -> Vec<i32> {
     }
     pids
 }
+
+/// Waits until no process's command line matches `pattern` (`pgrep -f`); false if one still
+/// does after `within`.
+pub fn wait_until_gone(pattern: &str, within: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let running = std::process::Command::new("pgrep")
+            .args(["-f", pattern])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("pgrep runs")
+            .success();
+        if !running {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

@@ -147,7 +147,7 @@ impl Log {
     /// Pushes `ev`, a process's fork, exec or exit, written to the journal first.
     fn step(&mut self, ev: Event, journal: &mut Journaled) {
         if !self.full {
-            journal.write(&Record::Step(ev.clone()));
+            journal.step(&ev);
         }
         self.push(ev);
     }
