@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh --release
-ROAR="$PWD/target/release/roar"
+ROAR="${CARGO_TARGET_DIR:-$PWD/target}/release/roar"
 DEMO="${1:-/tmp/roar-demo}"
 if mountpoint -q "$DEMO/data" 2>/dev/null; then "$ROAR" unmount "$DEMO/data" 2>/dev/null || umount -l "$DEMO/data"; fi
 rm -rf "$DEMO"
