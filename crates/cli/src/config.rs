@@ -112,6 +112,12 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The redaction rules of `[redact]` (checked when the config was loaded; the built-in rules
+    /// alone if they were not).
+    pub fn policy(&self) -> roar_store::redact::Policy {
+        roar_store::redact::Policy::new(&self.redact).unwrap_or_default()
+    }
+
     pub fn load(project: &Project) -> anyhow::Result<Config> {
         let path = project.config_path();
         let text = match std::fs::read_to_string(&path) {

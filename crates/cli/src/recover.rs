@@ -21,13 +21,13 @@ pub use roar_engine::journal::new_uid;
 /// Where the run whose job is `job` keeps its events: its journal (named by the job's uid),
 /// holding its header, redacted by the project's `[redact]` rules as the store would. Without a
 /// journal (it cannot be made: a warning) the run goes on as durable as it was before journals.
-pub fn run_keep(project: &Project, job: &JobRecord) -> Arc<roar_tracer::Keep> {
+pub fn run_keep(project: &Project, config: &Config, job: &JobRecord) -> Arc<roar_tracer::Keep> {
     let Some(uid) = job.uid.as_deref() else {
         return roar_tracer::Keep::none();
     };
     match Journal::create(&project.journal_dir(), uid, journal::Writer::Run) {
         Ok(j) => {
-            let keep = roar_tracer::Keep::new(Arc::new(j), &project.config_path());
+            let keep = roar_tracer::Keep::new(Arc::new(j), &project.config_path(), config.policy());
             keep.job(job);
             keep.commit(None);
             keep

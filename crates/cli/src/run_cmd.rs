@@ -276,7 +276,7 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     });
     // Everything the backend observes is kept in the job's journal as it arrives: a roar killed
     // now leaves a job the next roar command recovers (crate::recover).
-    let keep = crate::recover::run_keep(&project, &job);
+    let keep = crate::recover::run_keep(&project, &config, &job);
     if let Some(g) = &gateway {
         g.keep_in(&keep);
     }

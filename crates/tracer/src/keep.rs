@@ -30,11 +30,17 @@ impl Keep {
         Arc::new(Keep::default())
     }
 
-    /// Keeps events in `journal`, redacted by the `[redact]` rules of the config at `config`.
-    pub fn new(journal: Arc<Journal>, config: &std::path::Path) -> Arc<Keep> {
+    /// Keeps events in `journal`, redacted by `policy`: the `[redact]` rules of the config at
+    /// `config` (the caller has read it already; reading and parsing it again cost `roar run
+    /// true` ~0.03 ms).
+    pub fn new(
+        journal: Arc<Journal>,
+        config: &std::path::Path,
+        policy: roar_store::redact::Policy,
+    ) -> Arc<Keep> {
         Arc::new(Keep {
             journal: Some(journal),
-            policy: roar_store::redact::Policy::for_config(config),
+            policy,
             config: Some(config.to_owned()),
             batch: Mutex::new(Vec::with_capacity(64 << 10)),
         })
