@@ -23,6 +23,33 @@ pub struct Config {
     pub steps: StepsConfig,
     /// Team stores (`roar remote add`), by name.
     pub remotes: std::collections::BTreeMap<String, RemoteConfig>,
+    /// Which file versions are kept in the object store (`roar checkout`, `roar reproduce`).
+    pub keep: KeepConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KeepConfig {
+    /// Keep the version of every job output.
+    pub outputs: bool,
+    /// Which inputs' versions: "untracked" (inside the project and not tracked by git: what git
+    /// cannot give back), "all" (inside the project), "none".
+    pub inputs: String,
+    /// Paths whose versions are never kept (globs, as `ignore`).
+    pub ignore: Vec<String>,
+    /// Versions bigger than this are not kept (bytes; 0: no limit).
+    pub max_file_bytes: u64,
+}
+
+impl Default for KeepConfig {
+    fn default() -> Self {
+        KeepConfig {
+            outputs: true,
+            inputs: "untracked".into(),
+            ignore: Vec::new(),
+            max_file_bytes: 0,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -107,6 +134,7 @@ impl Default for Config {
             redact: Default::default(),
             steps: StepsConfig::default(),
             remotes: Default::default(),
+            keep: KeepConfig::default(),
         }
     }
 }
@@ -171,6 +199,20 @@ impl Config {
             );
         }
         config.ignore = resolved;
+        if !matches!(config.keep.inputs.as_str(), "untracked" | "all" | "none") {
+            anyhow::bail!(
+                "{}: keep.inputs = {:?} is not a choice; use \"untracked\", \"all\" or \"none\"",
+                at("inputs"),
+                config.keep.inputs
+            );
+        }
+        let mut resolved = Vec::with_capacity(config.keep.ignore.len());
+        for g in &config.keep.ignore {
+            resolved.push(resolve_glob(g, &project.root).map_err(|why| {
+                anyhow::anyhow!("{}: [keep] ignore glob {g:?} {why}", at("ignore"))
+            })?);
+        }
+        config.keep.ignore = resolved;
         if let Some(bad) = config
             .steps
             .drivers

@@ -2,6 +2,7 @@
 //! The process starts in [`entry`] (not Rust's runtime), which calls [`roar_main`].
 #![cfg_attr(not(test), no_main)]
 
+mod checkout_cmd;
 mod config;
 mod config_cmd;
 mod diff_cmd;
@@ -15,6 +16,7 @@ mod gateway_cmd;
 mod gateway_sessions;
 mod graph;
 mod hash_cmd;
+mod keep;
 mod lineage_cmd;
 mod live;
 mod log;
@@ -26,6 +28,7 @@ mod recording;
 mod recover;
 mod remote_cmd;
 mod reproduce_cmd;
+mod reproduce_run;
 mod run_cmd;
 mod shim;
 mod status_cmd;
@@ -170,9 +173,31 @@ enum Command {
     Reproduce {
         /// A path or a blake3 hash prefix.
         what: OsString,
-        /// Check the root inputs, re-run every step under `roar run`, and verify the result's hash.
+        /// Re-run the plan in a scratch worktree (each job's code and the input versions it read,
+        /// the working tree untouched) and report each output: bit-exact, differs, or not run.
         #[arg(long)]
         run: bool,
+        /// With --run: build the worktree in this (new or empty) directory and keep it.
+        #[arg(
+            long = "in",
+            value_name = "DIR",
+            requires = "run",
+            conflicts_with = "in_place"
+        )]
+        in_dir: Option<PathBuf>,
+        /// With --run: rebuild in the working tree instead (its root inputs must be as recorded).
+        #[arg(long, requires = "run")]
+        in_place: bool,
+    },
+    /// Write a recorded version back: `PATH@JOB`, `PATH~N` (N versions back), or a hash prefix
+    /// (with -o). The bytes come from the versions kept (checked against the hash) or from a file
+    /// here that has them; what the path held before is kept first.
+    Checkout {
+        /// `PATH@JOB`, `PATH~N`, a path, or a blake3 hash prefix.
+        what: OsString,
+        /// Write the version here instead of its own path.
+        #[arg(short = 'o', long = "output")]
+        output: Option<PathBuf>,
     },
     /// What differs between the provenance of two jobs or artifacts: argv, code, environment, inputs.
     Diff {
@@ -456,9 +481,24 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             },
             json,
         )?,
-        Command::Reproduce { what, run } => return reproduce_cmd::reproduce(&what, run, json),
+        Command::Reproduce {
+            what,
+            run,
+            in_dir,
+            in_place,
+        } => {
+            let rebuild = match (run, in_place) {
+                (false, _) => reproduce_cmd::Rebuild::No,
+                (true, true) => reproduce_cmd::Rebuild::InPlace,
+                (true, false) => reproduce_cmd::Rebuild::Isolated(in_dir.as_deref()),
+            };
+            return reproduce_cmd::reproduce(&what, rebuild, json);
+        }
         Command::Status { exit_code } => return status_cmd::status(exit_code, json),
         Command::Diff { a, b } => diff_cmd::diff(&a, &b, json)?,
+        Command::Checkout { what, output } => {
+            return checkout_cmd::checkout(&what, output.as_deref(), json)
+        }
         Command::Export {
             format,
             what,

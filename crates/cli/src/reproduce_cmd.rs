@@ -21,7 +21,18 @@ use crate::entry::ExitCode;
 use crate::fmt::{self, rel, short_hash};
 use crate::lineage_cmd::{current_hashes, open, resolve};
 
-pub fn reproduce(what: &OsStr, run: bool, json: bool) -> anyhow::Result<ExitCode> {
+/// How `--run` rebuilds.
+pub enum Rebuild<'a> {
+    /// Only print the plan (the script).
+    No,
+    /// In a scratch worktree (kept in the directory given).
+    Isolated(Option<&'a Path>),
+    /// In the working tree, over what is there (the root inputs must be as recorded).
+    InPlace,
+}
+
+pub fn reproduce(what: &OsStr, rebuild: Rebuild, json: bool) -> anyhow::Result<ExitCode> {
+    let run = !matches!(rebuild, Rebuild::No);
     let (project, store) = open()?;
     let target = resolve(&store, what)?;
     let lineage = store.lineage(&target)?;
@@ -66,7 +77,17 @@ pub fn reproduce(what: &OsStr, run: bool, json: bool) -> anyhow::Result<ExitCode
         )?;
         return Ok(ExitCode::SUCCESS);
     }
-    run_steps(&project, &store, &target.hash, &lineage, &steps)
+    match rebuild {
+        Rebuild::Isolated(into) => crate::reproduce_run::run_isolated(
+            &project,
+            &store,
+            &target.hash,
+            &lineage,
+            &steps,
+            into,
+        ),
+        _ => run_steps(&project, &store, &target.hash, &lineage, &steps),
+    }
 }
 
 /// The nodes of the lineage to re-run, in order: all of them, except a step whose ancestor step
@@ -80,7 +101,12 @@ fn runnable<'a>(store: &Store, lineage: &'a Lineage) -> anyhow::Result<Vec<&'a S
     let mut parents: std::collections::HashMap<i64, std::collections::HashMap<u32, u32>> =
         Default::default();
     let mut out = Vec::new();
+    let mut planned = std::collections::HashSet::new();
     for s in &lineage.steps {
+        // Each node once, however many of its outputs the lineage goes through.
+        if !planned.insert((s.job_id, s.step)) {
+            continue;
+        }
         if let Some(seq) = s.step {
             let tree = match parents.entry(s.job_id) {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
@@ -244,7 +270,7 @@ fn run_steps(
 /// script), the `sh -c` program that opens them again around its argv, which follows it as `$0`
 /// and `$@` (so the argv is passed word for word, secrets' slots included). The files are opened
 /// inside the re-run job, which records them like the original.
-fn redirecting(streams: &[roar_store::Stream]) -> Option<Vec<u8>> {
+pub(crate) fn redirecting(streams: &[roar_store::Stream]) -> Option<Vec<u8>> {
     if streams.is_empty() {
         return None;
     }
@@ -312,7 +338,7 @@ fn script_argv(s: &Step, slot: &mut usize) -> Vec<u8> {
 }
 
 /// A step's argv for `--run`, each redacted secret taken from its slot variable.
-fn supplied(s: &Step, slot: &mut usize) -> anyhow::Result<Vec<OsString>> {
+pub(crate) fn supplied(s: &Step, slot: &mut usize) -> anyhow::Result<Vec<OsString>> {
     let mut argv = Vec::with_capacity(s.argv.len());
     let mut missing = Vec::new();
     for (k, arg) in s.argv.iter().enumerate() {

@@ -234,7 +234,9 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     // The paths the job's record leaves out (config `ignore`), compiled once for the early hasher
     // and the classification after the command.
     let ignore = Ignore::new(&config.ignore);
-    let early = early_hasher(&ignore, opts);
+    // The versions kept in the object store (`[keep]`), copied as they are hashed.
+    let mut versions = crate::keep::Rule::new(&config.keep, &project);
+    let early = early_hasher(&ignore, opts, versions.early());
     let mut tap: Tap = match &early {
         Some(e) => e.tap(),
         None => Arc::new(|_: &roar_tracer::Event| {}),
@@ -370,12 +372,25 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     // writer records one chunk while this thread stats the next (`collect::hash`). The recorder
     // gets the job whole.
     let mut job = Some(job);
-    let hashed = collect::hash(classified, opts, &cache, &early, &mut |chunk| {
-        if let Some(listing) = listing.as_mut() {
-            listing.extend(chunk.files.iter().cloned());
-        }
-        recording.files(&mut job, chunk);
+    versions.learn_tracked(&classified);
+    let wants = |p: &std::path::Path, made: bool| versions.wants(p, made);
+    let keeping = versions.any().then(|| collect::Versions {
+        objects: &versions.objects,
+        wants: &wants,
     });
+    let hashed = collect::hash(
+        classified,
+        opts,
+        &cache,
+        &early,
+        keeping.as_ref(),
+        &mut |chunk| {
+            if let Some(listing) = listing.as_mut() {
+                listing.extend(chunk.files.iter().cloned());
+            }
+            recording.files(&mut job, chunk);
+        },
+    );
     n_in += hashed.inputs;
     n_out += hashed.outputs;
     let t_hashed = t0.elapsed();
@@ -575,11 +590,15 @@ impl roar_tracer::Beside for Around<'_> {
 }
 
 /// The hasher of outputs during the run (see `roar_tracer::early`), unless `ROAR_EARLY_HASH=0`.
-fn early_hasher(ignore: &Ignore, opts: HashOptions) -> Option<EarlyHasher> {
+fn early_hasher(
+    ignore: &Ignore,
+    opts: HashOptions,
+    keep: Option<roar_tracer::early::KeepOutputs>,
+) -> Option<EarlyHasher> {
     if std::env::var_os("ROAR_EARLY_HASH").is_some_and(|v| v == "0") {
         return None;
     }
-    Some(EarlyHasher::new(ignore.clone(), opts))
+    Some(EarlyHasher::new(ignore.clone(), opts, keep))
 }
 
 /// CPU time (user + system) this process has used so far, all threads together: what roar's

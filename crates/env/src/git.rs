@@ -504,3 +504,45 @@ mod tests {
         assert!(s.contains(&("branch \"main\"".into(), "remote".into(), "up".into())));
     }
 }
+
+/// Which of `paths` (inside the work tree of `root`) git tracks: `git ls-files` with the paths
+/// as literal pathspecs, a thousand per call (git 2.39's ls-files reads no pathspecs from
+/// stdin). Unknown (git missing, or failing): none, so the caller treats them as untracked (it
+/// keeps more, never less).
+pub fn tracked(root: &Path, paths: &[&Path]) -> std::collections::HashSet<PathBuf> {
+    use std::os::unix::ffi::OsStringExt;
+    let mut found = std::collections::HashSet::new();
+    let rel: Vec<&Path> = paths
+        .iter()
+        .filter_map(|p| p.strip_prefix(root).ok())
+        .collect();
+    for chunk in rel.chunks(1000) {
+        let out = Command::new("git")
+            .args([
+                "--no-optional-locks",
+                "--literal-pathspecs",
+                "ls-files",
+                "-z",
+                "--cached",
+                "--",
+            ])
+            .args(chunk)
+            .current_dir(root)
+            .env_remove("GIT_DIR")
+            .env_remove("GIT_WORK_TREE")
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output();
+        let Ok(out) = out else {
+            return found;
+        };
+        // A subreaper's tracer may have reaped git: its output is whole (the pipe closed).
+        if !out.status.success() && out.status.code().is_some() {
+            return found;
+        }
+        for name in out.stdout.split(|b| *b == 0).filter(|n| !n.is_empty()) {
+            found.insert(root.join(std::ffi::OsString::from_vec(name.to_vec())));
+        }
+    }
+    found
+}

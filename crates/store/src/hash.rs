@@ -15,6 +15,7 @@ pub use rusqlite::Connection;
 use sha2::Digest;
 
 use crate::model::{now_ns, CacheEntry, ContentHash, FileStat};
+use crate::objects::{Objects, Taking};
 
 /// How far apart a file's ctime and its hashing time must be for the cache entry to be trusted.
 pub const RACY_NS: i64 = 20_000_000;
@@ -59,6 +60,16 @@ pub enum HashError {
 /// Hashes one open file. Returns the identity of the file as of before the read; fails with
 /// [`HashError::Changed`] if that identity moved during the read.
 pub fn hash_open_file(file: &File, path: &Path, opts: HashOptions) -> Result<Hashed, HashError> {
+    hash_open_file_keeping(file, path, opts, None)
+}
+
+/// [`hash_open_file`], copying the bytes it reads into `tee` (a version being kept).
+pub fn hash_open_file_keeping(
+    file: &File,
+    path: &Path,
+    opts: HashOptions,
+    tee: Option<&mut Taking>,
+) -> Result<Hashed, HashError> {
     let read_ns = now_ns();
     let meta = file.metadata().map_err(|source| HashError::Io {
         path: path.to_owned(),
@@ -76,6 +87,7 @@ pub fn hash_open_file(file: &File, path: &Path, opts: HashOptions) -> Result<Has
         read_ns,
         opts,
         Cores::All,
+        tee,
     )
 }
 
@@ -110,6 +122,16 @@ pub enum Kind {
 /// `roar run` uses to hash a job's outputs while the job is still running. A file changed more
 /// recently is not read.
 pub fn hash_if_settled(path: &Path, kind: Kind, opts: HashOptions) -> Result<Settled, HashError> {
+    hash_if_settled_keeping(path, kind, opts, None)
+}
+
+/// [`hash_if_settled`], keeping the version it hashes in `keep` (one read for both).
+pub fn hash_if_settled_keeping(
+    path: &Path,
+    kind: Kind,
+    opts: HashOptions,
+    keep: Option<&Objects>,
+) -> Result<Settled, HashError> {
     let read_ns = now_ns();
     let io_err = |source| HashError::Io {
         path: path.to_owned(),
@@ -133,12 +155,42 @@ pub fn hash_if_settled(path: &Path, kind: Kind, opts: HashOptions) -> Result<Set
     let file = open_nonblocking(path).map_err(io_err)?;
     match settled(&file.metadata().map_err(io_err)?)? {
         (false, stat) => Ok(Settled::Recent(stat)),
-        (true, stat) => hash_as(&file, path, stat, read_ns, opts, Cores::One).map(Settled::Hashed),
+        (true, stat) => {
+            hash_kept(&file, path, stat, read_ns, opts, Cores::One, keep).map(Settled::Hashed)
+        }
     }
+}
+
+/// [`hash_as`], and the bytes read kept in `keep` under the hash they have. A copy that cannot
+/// be kept (a full disk) is reported once; the hash stands.
+fn hash_kept(
+    file: &File,
+    path: &Path,
+    stat: FileStat,
+    read_ns: i64,
+    opts: HashOptions,
+    cores: Cores,
+    keep: Option<&Objects>,
+) -> Result<Hashed, HashError> {
+    let Some(objects) = keep.filter(|o| o.fits(stat.size)) else {
+        return hash_as(file, path, stat, read_ns, opts, cores, None);
+    };
+    let mut taking = objects.begin().map_err(keep_failed).ok();
+    let hashed = hash_as(file, path, stat, read_ns, opts, cores, taking.as_mut())?;
+    if let Some(t) = taking {
+        let _ = t.commit(objects, &hashed.hash.blake3).map_err(keep_failed);
+    }
+    Ok(hashed)
+}
+
+fn keep_failed(e: io::Error) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| tracing::warn!("cannot keep a version in the object store: {e}"));
 }
 
 /// Hashes `file`, known (by a stat taken after `read_ns`) to have identity `stat`. Reads exactly
 /// `stat.size` bytes and re-checks the identity afterwards: open, read, fstat, close per small file.
+/// `tee` gets a copy of what is read (or a clone made now, after the stat).
 fn hash_as(
     file: &File,
     path: &Path,
@@ -146,7 +198,11 @@ fn hash_as(
     read_ns: i64,
     opts: HashOptions,
     cores: Cores,
+    mut tee: Option<&mut Taking>,
 ) -> Result<Hashed, HashError> {
+    if let Some(t) = tee.as_mut() {
+        t.clone_from(file);
+    }
     let io_err = |source| HashError::Io {
         path: path.to_owned(),
         source,
@@ -188,6 +244,9 @@ fn hash_as(
             }
             if let Some(s) = sha.as_mut() {
                 s.update(&buf[..n]);
+            }
+            if let Some(t) = tee.as_mut() {
+                t.write(&buf[..n]);
             }
             size += n as u64;
             if n < want {
@@ -257,6 +316,32 @@ pub fn cache_get(conn: &Connection, stat: &FileStat, opts: HashOptions) -> Optio
     Some(hash)
 }
 
+/// Keeps a version whose hash was known without reading it (the cache, an earlier hash), unless
+/// its content is kept already: one read now. Kept only if what is read now is that content.
+fn keep_unread(objects: &Objects, path: &Path, hashed: &Hashed) {
+    if !objects.fits(hashed.hash.size) || objects.has(&hashed.hash.blake3) {
+        return;
+    }
+    let kept = File::open(path).and_then(|f| {
+        let mut taking = objects.begin()?;
+        let opts = HashOptions {
+            sha256: hashed.hash.sha256.is_some(),
+        };
+        let now =
+            hash_open_file_keeping(&f, path, opts, Some(&mut taking)).map_err(io::Error::other)?;
+        if now.hash.blake3 != hashed.hash.blake3 {
+            return Err(io::Error::other(format!(
+                "{} changed since it was hashed; this version is not kept",
+                path.display()
+            )));
+        }
+        taking.commit(objects, &now.hash.blake3)
+    });
+    if let Err(e) = kept {
+        keep_failed(e);
+    }
+}
+
 /// Whether a hash read at `read_ns` may have missed a change that left `stat` as it is.
 fn racy(stat: &FileStat, read_ns: i64) -> bool {
     stat.ctime_ns.max(stat.mtime_ns) + RACY_NS >= read_ns
@@ -295,9 +380,30 @@ pub fn hash_paths<'c, 'p>(
     cache: &dyn Fn() -> Option<&'c Connection>,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Batch {
+    hash_paths_keeping(paths, opts, prior, cache, progress, None)
+}
+
+/// Which of a batch's versions are kept, and where.
+pub struct Keeping<'a> {
+    pub objects: &'a Objects,
+    /// Whether the version at the `i`th path is kept.
+    pub wants: &'a (dyn Fn(usize) -> bool + Sync),
+}
+
+/// [`hash_paths`], keeping the versions `keep` asks for: a file read to be hashed is copied as it
+/// is read; one answered without a read (the cache, an earlier hash) is read once now unless its
+/// content is kept already.
+pub fn hash_paths_keeping<'c, 'p>(
+    paths: &[PathBuf],
+    opts: HashOptions,
+    prior: &(dyn Fn(usize) -> Prior<'p> + Sync),
+    cache: &dyn Fn() -> Option<&'c Connection>,
+    progress: &(dyn Fn(u64) + Sync),
+    keep: Option<&Keeping>,
+) -> Batch {
     const PARALLEL_MIN: usize = 32;
     let parallel = paths.len() >= PARALLEL_MIN;
-    hash_batch(paths, opts, prior, cache, progress, parallel)
+    hash_batch(paths, opts, prior, cache, progress, parallel, keep)
 }
 
 /// [`hash_paths`] on the calling thread alone, however many paths: for a caller that keeps
@@ -307,8 +413,9 @@ pub fn hash_paths_on_this_thread<'c, 'p>(
     opts: HashOptions,
     prior: &(dyn Fn(usize) -> Prior<'p> + Sync),
     cache: &dyn Fn() -> Option<&'c Connection>,
+    keep: Option<&Keeping>,
 ) -> Batch {
-    hash_batch(paths, opts, prior, cache, &|_| {}, false)
+    hash_batch(paths, opts, prior, cache, &|_| {}, false, keep)
 }
 
 /// What is known about a path before its content is read: `None` if it was not looked up (it is
@@ -323,6 +430,7 @@ fn hash_batch<'c, 'p>(
     cache: &dyn Fn() -> Option<&'c Connection>,
     progress: &(dyn Fn(u64) + Sync),
     parallel: bool,
+    keep: Option<&Keeping>,
 ) -> Batch {
     // Every stat below happens after this instant, so it is a safe "read began" time for the cache.
     let read_ns = now_ns();
@@ -380,15 +488,24 @@ fn hash_batch<'c, 'p>(
     if let Some(conn) = reading {
         let _ = conn.execute_batch("COMMIT");
     }
-    let one = |(path, known): (&PathBuf, Known)| {
+    let one = |(i, (path, known)): (usize, (&PathBuf, Known))| {
         let io_err = |source| HashError::Io {
             path: path.to_owned(),
             source,
         };
+        let objects = keep.filter(|k| (k.wants)(i)).map(|k| k.objects);
         let r = match known {
-            None => open_nonblocking(path)
-                .map_err(io_err)
-                .and_then(|f| hash_open_file(&f, path, opts)),
+            None => open_nonblocking(path).map_err(io_err).and_then(|f| {
+                let began = now_ns();
+                let meta = f.metadata().map_err(io_err)?;
+                if !meta.is_file() {
+                    return Err(HashError::NotAFile {
+                        path: path.to_owned(),
+                    });
+                }
+                let stat = FileStat::from_metadata(&meta);
+                hash_kept(&f, path, stat, began, opts, Cores::All, objects)
+            }),
             Some((meta, hit)) => {
                 let meta = meta.map_err(io_err)?;
                 if !meta.is_file() {
@@ -398,10 +515,15 @@ fn hash_batch<'c, 'p>(
                 }
                 let stat = FileStat::from_metadata(&meta);
                 match hit {
-                    Some(hashed) => Ok(hashed),
-                    None => File::open(path)
-                        .map_err(io_err)
-                        .and_then(|f| hash_as(&f, path, stat, read_ns, opts, Cores::All)),
+                    Some(hashed) => {
+                        if let Some(objects) = objects {
+                            keep_unread(objects, path, &hashed);
+                        }
+                        Ok(hashed)
+                    }
+                    None => File::open(path).map_err(io_err).and_then(|f| {
+                        hash_kept(&f, path, stat, read_ns, opts, Cores::All, objects)
+                    }),
                 }
             }
         };
@@ -414,10 +536,11 @@ fn hash_batch<'c, 'p>(
         paths
             .par_iter()
             .zip(known.into_par_iter())
+            .enumerate()
             .map(one)
             .collect()
     } else {
-        paths.iter().zip(known).map(one).collect()
+        paths.iter().zip(known).enumerate().map(one).collect()
     };
     let new_cache = results
         .iter()

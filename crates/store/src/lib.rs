@@ -14,6 +14,7 @@ pub mod ignore;
 pub mod job_bytes;
 mod lineage;
 mod model;
+pub mod objects;
 pub mod private;
 mod project;
 mod query;

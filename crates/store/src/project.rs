@@ -76,6 +76,16 @@ impl Project {
     }
 
     /// Where observers keep what they saw while a job runs (`roar_engine::journal`).
+    /// The object store: the embedded S3 store's bodies and the file versions kept
+    /// (`roar_store::objects`).
+    pub fn objects_dir(&self) -> PathBuf {
+        self.dir().join("s3")
+    }
+
+    pub fn objects(&self) -> crate::objects::Objects {
+        crate::objects::Objects::at(&self.objects_dir())
+    }
+
     pub fn journal_dir(&self) -> PathBuf {
         self.dir().join("journal")
     }

@@ -5,7 +5,8 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use roar_store::hash::{
-    cache_get, hash_paths, hash_paths_on_this_thread, Connection, HashError, HashOptions, Prior,
+    cache_get, hash_paths_keeping, hash_paths_on_this_thread, Connection, HashError, HashOptions,
+    Keeping, Prior,
 };
 use roar_store::{ContentHash, FileChunk, FileRecord, FileStat, Made, Role};
 
@@ -44,11 +45,20 @@ const CONFIRM_FIRST: u64 = 8 << 20;
 /// them to a writer that records one chunk while this thread confirms the next. Everything else
 /// (inputs, rename destinations, outputs not hashed during the run) is hashed first, in parallel,
 /// and goes to the sink in one chunk.
+/// Which versions of a job's files are kept, and where (`roar_store::objects`).
+pub struct Versions<'a> {
+    pub objects: &'a roar_store::objects::Objects,
+    /// Whether the version at a path is kept; `made`: the job made it (an output), else the
+    /// job read it (an input).
+    pub wants: &'a (dyn Fn(&Path, bool) -> bool + Sync),
+}
+
 pub fn hash<'c>(
     mut classified: Classified,
     opts: HashOptions,
     cache: &dyn Fn() -> Option<&'c Connection>,
     early: &Early,
+    versions: Option<&Versions>,
     sink: &mut dyn FnMut(FileChunk),
 ) -> Hashed {
     let mut summary = Hashed::default();
@@ -107,7 +117,19 @@ pub fn hash<'c>(
             }
         }
     }
-    let batch = hash_paths(&want, opts, &|i| prior[i], cache, &|_| {});
+    // Kept: the version of each path the record holds (an output as left, an input as read
+    // while it is still there).
+    let made = |p: &Path| {
+        states
+            .get(p.as_os_str())
+            .is_some_and(|s| s.path_use().records().1 == Some(Made::Output))
+    };
+    let wants_at = |i: usize| versions.is_some_and(|v| (v.wants)(&want[i], made(&want[i])));
+    let keeping = versions.map(|v| Keeping {
+        objects: v.objects,
+        wants: &wants_at,
+    });
+    let batch = hash_paths_keeping(&want, opts, &|i| prior[i], cache, &|_| {}, keeping.as_ref());
     summary.hashed_early += count_early(prior.iter().copied(), &batch.results);
     let current = |p: &Path| -> Option<&roar_store::hash::Hashed> {
         batch.results[*index.get(p.as_os_str())?].as_ref().ok()
@@ -151,7 +173,18 @@ pub fn hash<'c>(
         let (paths, states): (Vec<PathBuf>, Vec<PathState>) = rest.by_ref().take(CHUNK).unzip();
         let earlier: Vec<&roar_store::hash::Hashed> =
             paths.iter().map(|p| &early[p.as_os_str()]).collect();
-        let batch = hash_paths_on_this_thread(&paths, opts, &|i| Prior::Hashed(earlier[i]), cache);
+        let wants_at = |i: usize| versions.is_some_and(|v| (v.wants)(&paths[i], true));
+        let keeping = versions.map(|v| Keeping {
+            objects: v.objects,
+            wants: &wants_at,
+        });
+        let batch = hash_paths_on_this_thread(
+            &paths,
+            opts,
+            &|i| Prior::Hashed(earlier[i]),
+            cache,
+            keeping.as_ref(),
+        );
         let priors = earlier.iter().map(|e| Prior::Hashed(e));
         summary.hashed_early += count_early(priors, &batch.results);
         summary.outputs += paths.len();

@@ -22,7 +22,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use roar_store::hash::{hash_if_settled, HashOptions, Hashed, Kind, Settled, RACY_NS};
+use roar_store::hash::{hash_if_settled_keeping, HashOptions, Hashed, Kind, Settled, RACY_NS};
 use roar_store::now_ns;
 
 use crate::event::Event;
@@ -61,7 +61,7 @@ pub struct EarlyHasher {
 
 enum State {
     /// Nothing written yet: what the worker will start with.
-    Idle(Ignore, HashOptions),
+    Idle(Ignore, HashOptions, Option<KeepOutputs>),
     Running {
         tx: mpsc::Sender<Msg>,
         thread: JoinHandle<Early>,
@@ -89,9 +89,16 @@ fn written(ev: &Event) -> Option<(&Path, Kind, i64)> {
     }
 }
 
+/// Where outputs' versions are kept, but for the paths `ignore` names.
+pub struct KeepOutputs {
+    pub objects: roar_store::objects::Objects,
+    pub ignore: Ignore,
+}
+
 fn spawn_worker(
     ignore: Ignore,
     opts: HashOptions,
+    keep: Option<KeepOutputs>,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<State> {
     let (tx, rx) = mpsc::channel();
@@ -106,6 +113,7 @@ fn spawn_worker(
             Worker {
                 ignore,
                 opts,
+                keep,
                 stop,
                 pending: HashMap::default(),
                 due: BinaryHeap::new(),
@@ -118,9 +126,10 @@ fn spawn_worker(
 }
 
 impl EarlyHasher {
-    pub fn new(ignore: Ignore, opts: HashOptions) -> EarlyHasher {
+    /// `keep`: the outputs' versions are kept as they are hashed (one read for both).
+    pub fn new(ignore: Ignore, opts: HashOptions, keep: Option<KeepOutputs>) -> EarlyHasher {
         EarlyHasher {
-            state: Arc::new(Mutex::new(State::Idle(ignore, opts))),
+            state: Arc::new(Mutex::new(State::Idle(ignore, opts, keep))),
             stop: Arc::new(AtomicBool::new(false)),
         }
     }
@@ -134,11 +143,11 @@ impl EarlyHasher {
             };
             let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
             if let State::Idle(..) = &*state {
-                let State::Idle(ignore, opts) = std::mem::replace(&mut *state, State::Failed)
+                let State::Idle(ignore, opts, keep) = std::mem::replace(&mut *state, State::Failed)
                 else {
                     unreachable!("matched above")
                 };
-                match spawn_worker(ignore, opts, stop.clone()) {
+                match spawn_worker(ignore, opts, keep, stop.clone()) {
                     Ok(running) => *state = running,
                     Err(e) => tracing::warn!("no early hashing: cannot start its thread: {e}"),
                 }
@@ -179,6 +188,7 @@ struct Pending {
 struct Worker {
     ignore: Ignore,
     opts: HashOptions,
+    keep: Option<KeepOutputs>,
     stop: Arc<AtomicBool>,
     pending: HashMap<OsString, Pending>,
     /// (due, path); an entry whose due time no longer matches `pending` is stale and skipped.
@@ -249,7 +259,12 @@ impl Worker {
 
     fn look(&mut self, path: OsString) {
         let kind = self.pending[&path].kind;
-        match hash_if_settled(Path::new(&path), kind, self.opts) {
+        let keep = self
+            .keep
+            .as_ref()
+            .filter(|k| !k.ignore.is_ignored(Path::new(&path)))
+            .map(|k| &k.objects);
+        match hash_if_settled_keeping(Path::new(&path), kind, self.opts, keep) {
             Ok(Settled::Hashed(h)) => {
                 self.pending.remove(&path);
                 *self.rounds.entry(path.clone()).or_default() += 1;

@@ -36,9 +36,10 @@ impl Blobs {
         Ok(blobs)
     }
 
+    /// The layout is the project's object store's (`roar_store::objects`): a file version
+    /// kept and an object body with the same bytes are one blob.
     pub(crate) fn path(&self, blake3: &str) -> PathBuf {
-        let fan = blake3.get(..2).unwrap_or("00");
-        self.dir.join(fan).join(blake3)
+        roar_store::objects::blob_path(&self.dir, blake3)
     }
 
     pub(crate) fn open_blob(&self, blake3: &str) -> io::Result<File> {

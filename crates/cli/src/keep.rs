@@ -1,0 +1,107 @@
+//! Which file versions a job keeps in the project's object store (`[keep]` in the config;
+//! docs/SEMANTICS.md, "Versions kept"): by default every output, and every input inside the
+//! project that git cannot give back (not tracked). The bytes are copied while they are hashed
+//! (`roar_store::hash::hash_paths_keeping`), so keeping reads nothing twice.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use roar_store::ignore::Ignore;
+use roar_store::objects::Objects;
+use roar_store::{Made, Project};
+use roar_tracer::collect::Classified;
+
+use crate::config::KeepConfig;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Inputs {
+    /// Inside the project and not tracked by git.
+    Untracked,
+    /// Inside the project.
+    All,
+    None,
+}
+
+/// The rule for one job.
+pub struct Rule {
+    outputs: bool,
+    inputs: Inputs,
+    root: PathBuf,
+    store_dir: PathBuf,
+    ignore: Ignore,
+    /// Inputs inside the project that git tracks (asked once per job, [`Rule::learn_tracked`]).
+    tracked: HashSet<PathBuf>,
+    pub objects: Objects,
+}
+
+impl Rule {
+    pub fn new(config: &KeepConfig, project: &Project) -> Rule {
+        Rule {
+            outputs: config.outputs,
+            inputs: match config.inputs.as_str() {
+                "all" => Inputs::All,
+                "none" => Inputs::None,
+                _ => Inputs::Untracked,
+            },
+            root: project.root.clone(),
+            store_dir: project.dir(),
+            ignore: Ignore::new(&config.ignore),
+            tracked: HashSet::new(),
+            objects: project.objects().with_max(config.max_file_bytes),
+        }
+    }
+
+    /// Whether anything is kept at all.
+    pub fn any(&self) -> bool {
+        self.outputs || self.inputs != Inputs::None
+    }
+
+    /// What the early hasher (outputs hashed while the job runs) keeps.
+    pub fn early(&self) -> Option<roar_tracer::early::KeepOutputs> {
+        self.outputs.then(|| roar_tracer::early::KeepOutputs {
+            objects: self.objects.clone(),
+            ignore: self.ignore.clone(),
+        })
+    }
+
+    /// Whether the version at `path` is kept; `made`: the job made it.
+    pub fn wants(&self, path: &Path, made: bool) -> bool {
+        if path.starts_with(&self.store_dir) || self.ignore.is_ignored(path) {
+            return false;
+        }
+        if made {
+            return self.outputs;
+        }
+        match self.inputs {
+            Inputs::None => false,
+            Inputs::All => path.starts_with(&self.root),
+            Inputs::Untracked => path.starts_with(&self.root) && !self.tracked.contains(path),
+        }
+    }
+
+    /// Asks git once which of the job's inputs inside the project it tracks (a tracked input
+    /// comes back from the commit and the kept diff; only untracked ones are kept).
+    pub fn learn_tracked(&mut self, classified: &Classified) {
+        if self.inputs != Inputs::Untracked {
+            return;
+        }
+        let inputs: Vec<&Path> = classified
+            .paths
+            .iter()
+            .filter(|(p, st)| {
+                let (read, made) = st.path_use().records();
+                read && made != Some(Made::Output)
+                    && p.starts_with(&self.root)
+                    && !p.starts_with(&self.store_dir)
+                    && !self.ignore.is_ignored(p)
+            })
+            .map(|(p, _)| p.as_path())
+            .collect();
+        if inputs.is_empty() {
+            return;
+        }
+        if let Some(repo) = roar_env::git::Repo::find(&self.root) {
+            self.tracked = roar_env::git::tracked(&repo.root, &inputs);
+        }
+    }
+}

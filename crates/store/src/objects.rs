@@ -1,0 +1,221 @@
+//! Versions kept: the project's content-addressed object store, `.roar/s3/blobs/XY/<blake3>` —
+//! the directory the embedded S3 store keeps its object bodies in, so a file version and an S3
+//! object with the same bytes are one blob (docs/SEMANTICS.md, "Versions kept").
+//!
+//! A blob is named by the blake3 of the bytes written into it, computed on those very bytes as
+//! they are copied (or, for a copy-on-write clone, on the source read while nothing changed it):
+//! a name is never taken from anything but what was kept. A blob is made in `tmp/` and renamed
+//! into place whole; it is never written in place. Blobs are not synced one by one (that would
+//! cost every output an fsync): a power loss can leave one damaged, and every use checks a
+//! blob's bytes against its name before it is trusted ([`Objects::copy_out`]).
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use crate::ContentHash;
+
+/// The object store of a project (`Project::objects_dir`).
+#[derive(Debug, Clone)]
+pub struct Objects {
+    blobs: PathBuf,
+    tmp: PathBuf,
+    /// Versions bigger than this are not kept (0: any size).
+    max_bytes: u64,
+}
+
+/// The path of blob `blake3` under `blobs`: one fan-out directory per first two hex digits. The
+/// one layout rule, shared with the embedded S3 store.
+pub fn blob_path(blobs: &Path, blake3: &str) -> PathBuf {
+    let fan = blake3.get(..2).unwrap_or("00");
+    blobs.join(fan).join(blake3)
+}
+
+/// A hex blake3 digest (a name a blob may have).
+fn valid_name(blake3: &str) -> bool {
+    blake3.len() == 64 && blake3.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+impl Objects {
+    /// The store rooted at `root` (`.roar/s3`). Nothing is made until something is kept.
+    pub fn at(root: &Path) -> Objects {
+        Objects {
+            blobs: root.join("blobs"),
+            tmp: root.join("tmp"),
+            max_bytes: 0,
+        }
+    }
+
+    /// This store, keeping no version bigger than `max_bytes` (0: any size).
+    pub fn with_max(mut self, max_bytes: u64) -> Objects {
+        self.max_bytes = max_bytes;
+        self
+    }
+
+    /// Whether a version of `size` bytes is kept at all.
+    pub fn fits(&self, size: u64) -> bool {
+        self.max_bytes == 0 || size <= self.max_bytes
+    }
+
+    pub fn path(&self, blake3: &str) -> PathBuf {
+        blob_path(&self.blobs, blake3)
+    }
+
+    /// Whether a blob of this content is kept (not checked: see [`Objects::copy_out`]).
+    pub fn has(&self, blake3: &str) -> bool {
+        valid_name(blake3) && self.path(blake3).is_file()
+    }
+
+    /// Starts keeping a copy: the hasher fills it ([`Taking::clone_from`], [`Taking::write`])
+    /// while it reads the source, and names it by the hash ([`Taking::commit`]).
+    pub fn begin(&self) -> io::Result<Taking> {
+        std::fs::create_dir_all(&self.tmp)?;
+        let file = tempfile::Builder::new()
+            .prefix("keep-")
+            .tempfile_in(&self.tmp)?;
+        Ok(Taking {
+            file,
+            cloned: false,
+            failed: false,
+        })
+    }
+
+    /// Keeps the content of the file at `path` (one read, hashed as it is copied) and returns
+    /// its hash. Kept already: nothing is written.
+    pub fn keep_file(&self, path: &Path, sha256: bool) -> io::Result<ContentHash> {
+        let file = File::open(path)?;
+        let mut taking = self.begin()?;
+        let opts = crate::hash::HashOptions { sha256 };
+        let hashed = crate::hash::hash_open_file_keeping(&file, path, opts, Some(&mut taking))
+            .map_err(io::Error::other)?;
+        taking.commit(self, &hashed.hash.blake3)?;
+        Ok(hashed.hash)
+    }
+
+    /// Writes blob `want` to `dest` (a new file made beside it, then renamed over it), checking
+    /// its bytes against the name as they are copied: a damaged blob is an error and `dest` is
+    /// left as it was.
+    pub fn copy_out(&self, want: &str, dest: &Path) -> io::Result<()> {
+        copy_verified(&self.path(want), want, dest).map_err(|e| match e.kind() {
+            io::ErrorKind::InvalidData => io::Error::new(
+                e.kind(),
+                format!("kept object {want} is damaged ({e}); it was not used"),
+            ),
+            _ => e,
+        })?;
+        // Used: the newest use is what a size budget keeps longest.
+        let _ =
+            File::open(self.path(want)).and_then(|f| f.set_modified(std::time::SystemTime::now()));
+        Ok(())
+    }
+
+    /// How many blobs and bytes are kept.
+    pub fn usage(&self) -> (u64, u64) {
+        let mut n = 0;
+        let mut bytes = 0;
+        for fan in std::fs::read_dir(&self.blobs)
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            for blob in std::fs::read_dir(fan.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                if let Ok(m) = blob.metadata() {
+                    n += 1;
+                    bytes += m.len();
+                }
+            }
+        }
+        (n, bytes)
+    }
+}
+
+/// Copies `src` to `dest` (a new file made beside it, then renamed over it), checking the bytes
+/// against the blake3 `want` as they are copied: bytes that differ are an error
+/// (`InvalidData`) and `dest` is left as it was.
+pub fn copy_verified(src: &Path, want: &str, dest: &Path) -> io::Result<()> {
+    let mut src = File::open(src)?;
+    let dir = dest.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let mut out = tempfile::Builder::new()
+        .prefix(".roar-checkout-")
+        .tempfile_in(dir)?;
+    let mut hasher = blake3::Hasher::new();
+    let mut buf = vec![0u8; 256 << 10];
+    loop {
+        let n = match src.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        hasher.update(&buf[..n]);
+        out.write_all(&buf[..n])?;
+    }
+    let got = hasher.finalize().to_hex();
+    if got.as_str() != want {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("its bytes hash to {got}, not {want}"),
+        ));
+    }
+    out.persist(dest).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// A copy being kept: filled while its source is hashed, then named by that hash.
+pub struct Taking {
+    file: tempfile::NamedTempFile,
+    /// A copy-on-write clone of the source: nothing to write.
+    cloned: bool,
+    failed: bool,
+}
+
+impl Taking {
+    /// `src` is about to be read from its start, its identity just taken: where the filesystem
+    /// can, the copy becomes a copy-on-write clone of it (no byte written; the hasher's check
+    /// that `src` did not change while it was read covers the clone too).
+    pub fn clone_from(&mut self, src: &File) {
+        // SAFETY: FICLONE between two descriptors we own; it fails harmlessly where unsupported.
+        self.cloned = unsafe {
+            libc::ioctl(
+                self.file.as_file().as_raw_fd(),
+                libc::FICLONE,
+                src.as_raw_fd(),
+            )
+        } == 0;
+    }
+
+    /// The next bytes of the source, as the hasher reads them. A write that fails (a full disk)
+    /// makes this copy not kept; hashing goes on.
+    pub fn write(&mut self, bytes: &[u8]) {
+        if !self.cloned && !self.failed && self.file.write_all(bytes).is_err() {
+            self.failed = true;
+        }
+    }
+
+    /// The source hashed to `blake3` and did not change while it was read: the copy becomes
+    /// blob `blake3` (dropped if that blob is kept already).
+    pub fn commit(self, objects: &Objects, blake3: &str) -> io::Result<()> {
+        if self.failed {
+            return Err(io::Error::other("the copy could not be written"));
+        }
+        if !valid_name(blake3) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a blake3 digest",
+            ));
+        }
+        let dest = objects.path(blake3);
+        if dest.is_file() {
+            return Ok(());
+        }
+        std::fs::create_dir_all(dest.parent().expect("a fan-out directory"))?;
+        self.file.persist(&dest).map_err(|e| e.error)?;
+        Ok(())
+    }
+}
