@@ -142,7 +142,7 @@ fn reproduce_prints_the_steps_and_run_rebuilds_and_verifies() {
     assert!(!script.contains("# job 3"), "{script}");
     std::fs::remove_file(p.path().join("tagged.txt")).unwrap();
     std::fs::remove_file(p.path().join("sorted.txt")).unwrap();
-    let out = p.roar(["reproduce", "--run", "tagged.txt"]);
+    let out = p.roar(["reproduce", "--run", "--in-place", "tagged.txt"]);
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
     assert!(
         stdout(&out).contains("reproduced tagged.txt"),
@@ -151,7 +151,7 @@ fn reproduce_prints_the_steps_and_run_rebuilds_and_verifies() {
     );
     // A changed root input is refused before anything runs.
     p.write("raw.txt", b"9\n");
-    let out = p.roar(["reproduce", "--run", "tagged.txt"]);
+    let out = p.roar(["reproduce", "--run", "--in-place", "tagged.txt"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).contains("root input raw.txt changed"),

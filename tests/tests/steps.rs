@@ -316,7 +316,7 @@ fn lineage_and_reproduce_of_the_makefile(p: &Project, job: &Value) {
         .modified()
         .unwrap();
     std::fs::remove_file(p.path().join("a.txt")).unwrap();
-    let o = p.roar(["reproduce", "--run", "a.txt"]);
+    let o = p.roar(["reproduce", "--run", "--in-place", "a.txt"]);
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
     assert!(stdout(&o).contains("matches"), "{}", stdout(&o));
     assert_eq!(std::fs::read(p.path().join("a.txt")).unwrap(), b"ONE\n");
@@ -549,7 +549,7 @@ fn reproduce_reruns_steps_with_their_redirections_on_every_shell() {
         let script = stdout(&p.roar(["reproduce", "r.txt"]));
         assert!(script.contains(">> "), "{shell}: {script}");
         std::fs::remove_file(p.path().join("r.txt")).unwrap();
-        let o = p.roar(["reproduce", "--run", "r.txt"]);
+        let o = p.roar(["reproduce", "--run", "--in-place", "r.txt"]);
         assert!(o.status.success(), "{shell}: {}{}", stdout(&o), stderr(&o));
         assert_eq!(
             std::fs::read(p.path().join("r.txt")).unwrap(),
@@ -610,7 +610,7 @@ fn reproduce_quotes_hostile_names_in_redirections() {
     // The script, before the re-run below records new jobs.
     let text = stdout(&p.roar(["reproduce", hostile]));
     std::fs::remove_file(p.path().join(hostile)).unwrap();
-    let o = p.roar(["reproduce", "--run", hostile]);
+    let o = p.roar(["reproduce", "--run", "--in-place", hostile]);
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
     assert_eq!(std::fs::read(p.path().join(hostile)).unwrap(), want);
     // The script form runs the same under sh.

@@ -203,7 +203,7 @@ fn after_a_reproduce_lineage_names_only_the_rerun() {
     p.write("raw.txt", b"3\n1\n2\n");
     run(&p, "sort", "sort raw.txt > sorted.txt");
     run(&p, "head", "head -n 2 sorted.txt > top.txt");
-    let out = p.roar(["reproduce", "--run", "top.txt"]);
+    let out = p.roar(["reproduce", "--run", "--in-place", "top.txt"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let jobs = job_ids(&json(&p, &["lineage", "top.txt", "--json"]));
     assert_eq!(jobs.len(), 2, "one sort and one head: {jobs:?}");

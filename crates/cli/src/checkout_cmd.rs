@@ -16,7 +16,11 @@ use crate::NotFound;
 
 pub fn checkout(what: &OsStr, out: Option<&Path>, json: bool) -> anyhow::Result<ExitCode> {
     let (project, store) = open()?;
-    let version = resolve(&store, what)?;
+    let objects = project.objects();
+    let version = match resolve(&store, what) {
+        Err(e) if unknown_hash(&e) => kept_only(&objects, what).ok_or(e)?,
+        other => other?,
+    };
     let dest = match (out, &version.path) {
         (Some(o), _) => crate::query_cmd::absolute(&std::env::current_dir()?, o),
         (None, Some(p)) => PathBuf::from(p),
@@ -26,7 +30,6 @@ pub fn checkout(what: &OsStr, out: Option<&Path>, json: bool) -> anyhow::Result<
         ),
     };
     let want = &version.hash;
-    let objects = project.objects();
     let shown_dest = rel(&dest.to_string_lossy(), &project.root);
     let now = current(&dest);
     if now.as_ref().is_some_and(|h| h.blake3 == want.blake3) {
@@ -65,6 +68,30 @@ pub fn checkout(what: &OsStr, out: Option<&Path>, json: bool) -> anyhow::Result<
     }
     report(json, &shown_dest, want, "checked out")?;
     Ok(ExitCode::SUCCESS)
+}
+
+fn unknown_hash(e: &anyhow::Error) -> bool {
+    matches!(
+        e.downcast_ref::<roar_store::StoreError>(),
+        Some(roar_store::StoreError::UnknownHash { .. })
+    )
+}
+
+/// A hash prefix no job recorded that names one kept version (one `roar checkout` kept before
+/// replacing it).
+fn kept_only(objects: &Objects, what: &OsStr) -> Option<roar_store::Version> {
+    let s = what.to_string_lossy();
+    let prefix = s.strip_prefix("b3:").unwrap_or(&s);
+    let [name] = objects.find_prefix(prefix).try_into().ok()?;
+    let size = std::fs::metadata(objects.path(&name)).ok()?.len();
+    Some(roar_store::Version {
+        path: None,
+        hash: ContentHash {
+            blake3: name,
+            sha256: None,
+            size,
+        },
+    })
 }
 
 fn report(json: bool, dest: &str, want: &ContentHash, what: &str) -> anyhow::Result<()> {

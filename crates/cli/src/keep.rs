@@ -51,9 +51,12 @@ impl Rule {
         }
     }
 
-    /// Whether anything is kept at all.
-    pub fn any(&self) -> bool {
-        self.outputs || self.inputs != Inputs::None
+    /// What hashing a job's files keeps, if anything.
+    pub fn versions(&self) -> Option<roar_tracer::collect::Versions<'_>> {
+        (self.outputs || self.inputs != Inputs::None).then_some(roar_tracer::collect::Versions {
+            objects: &self.objects,
+            rule: self,
+        })
     }
 
     /// What the early hasher (outputs hashed while the job runs) keeps.
@@ -63,9 +66,10 @@ impl Rule {
             ignore: self.ignore.clone(),
         })
     }
+}
 
-    /// Whether the version at `path` is kept; `made`: the job made it.
-    pub fn wants(&self, path: &Path, made: bool) -> bool {
+impl roar_tracer::collect::KeepRule for Rule {
+    fn wants(&self, path: &Path, made: bool) -> bool {
         if path.starts_with(&self.store_dir) || self.ignore.is_ignored(path) {
             return false;
         }
@@ -78,7 +82,9 @@ impl Rule {
             Inputs::Untracked => path.starts_with(&self.root) && !self.tracked.contains(path),
         }
     }
+}
 
+impl Rule {
     /// Asks git once which of the job's inputs inside the project it tracks (a tracked input
     /// comes back from the commit and the kept diff; only untracked ones are kept).
     pub fn learn_tracked(&mut self, classified: &Classified) {

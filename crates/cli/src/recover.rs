@@ -168,17 +168,12 @@ fn run(
     // A recovered job keeps its versions as a finished one does.
     let mut versions = crate::keep::Rule::new(&config.keep, project);
     versions.learn_tracked(&classified);
-    let wants = |p: &std::path::Path, made: bool| versions.wants(p, made);
-    let keeping = versions.any().then(|| collect::Versions {
-        objects: &versions.objects,
-        wants: &wants,
-    });
     collect::hash(
         classified,
         opts,
         &cache,
         &Default::default(),
-        keeping.as_ref(),
+        versions.versions().as_ref(),
         &mut |chunk| files.extend(chunk.files),
     );
     job.files.extend(files);

@@ -215,7 +215,42 @@ fn prepare(
         }
         materialize(store, objects, e, want, &dest)?;
     }
+    for o in nodes.iter().flat_map(|n| &n.outputs) {
+        make_dirs_it_found(Path::new(&o.path), s.started_ns, wt);
+    }
     Ok(())
+}
+
+/// Makes in the worktree the directories above an output that were there before the job began
+/// (born before it, as the working tree's directories say): a job writes into them without
+/// making them. One the job made itself (born after it began) is left for the job to make.
+fn make_dirs_it_found(output: &Path, started_ns: i64, wt: &Worktree) {
+    let Ok(rel) = output.strip_prefix(&wt.top) else {
+        return;
+    };
+    let mut here = wt.top.clone();
+    let mut there = wt.dir.clone();
+    for part in rel.parent().into_iter().flat_map(Path::components) {
+        here.push(part);
+        there.push(part);
+        if there.is_dir() {
+            continue;
+        }
+        let born_before = std::fs::metadata(&here)
+            .ok()
+            .filter(std::fs::Metadata::is_dir)
+            .map(|m| {
+                m.created().map_or(true, |t| {
+                    let ns = t
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_nanos() as i64);
+                    ns < started_ns
+                })
+            });
+        if born_before != Some(true) || std::fs::create_dir(&there).is_err() {
+            return;
+        }
+    }
 }
 
 /// The files of `commit`, written over the worktree (`git archive | tar -x`).

@@ -373,17 +373,12 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     // gets the job whole.
     let mut job = Some(job);
     versions.learn_tracked(&classified);
-    let wants = |p: &std::path::Path, made: bool| versions.wants(p, made);
-    let keeping = versions.any().then(|| collect::Versions {
-        objects: &versions.objects,
-        wants: &wants,
-    });
     let hashed = collect::hash(
         classified,
         opts,
         &cache,
         &early,
-        keeping.as_ref(),
+        versions.versions().as_ref(),
         &mut |chunk| {
             if let Some(listing) = listing.as_mut() {
                 listing.extend(chunk.files.iter().cloned());

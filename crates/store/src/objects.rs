@@ -110,6 +110,24 @@ impl Objects {
         Ok(())
     }
 
+    /// The kept blobs whose name starts with `prefix` (at least two hex digits), at most 11.
+    pub fn find_prefix(&self, prefix: &str) -> Vec<String> {
+        let prefix = prefix.to_ascii_lowercase();
+        let Some(fan) = prefix.get(..2) else {
+            return Vec::new();
+        };
+        let mut found: Vec<String> = std::fs::read_dir(self.blobs.join(fan))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| valid_name(n) && n.starts_with(&prefix))
+            .take(11)
+            .collect();
+        found.sort();
+        found
+    }
+
     /// How many blobs and bytes are kept.
     pub fn usage(&self) -> (u64, u64) {
         let mut n = 0;

@@ -48,9 +48,13 @@ const CONFIRM_FIRST: u64 = 8 << 20;
 /// Which versions of a job's files are kept, and where (`roar_store::objects`).
 pub struct Versions<'a> {
     pub objects: &'a roar_store::objects::Objects,
-    /// Whether the version at a path is kept; `made`: the job made it (an output), else the
-    /// job read it (an input).
-    pub wants: &'a (dyn Fn(&Path, bool) -> bool + Sync),
+    pub rule: &'a dyn KeepRule,
+}
+
+pub trait KeepRule: Sync {
+    /// Whether the version at `path` is kept; `made`: the job made it (an output), else the job
+    /// read it (an input).
+    fn wants(&self, path: &Path, made: bool) -> bool;
 }
 
 pub fn hash<'c>(
@@ -124,7 +128,7 @@ pub fn hash<'c>(
             .get(p.as_os_str())
             .is_some_and(|s| s.path_use().records().1 == Some(Made::Output))
     };
-    let wants_at = |i: usize| versions.is_some_and(|v| (v.wants)(&want[i], made(&want[i])));
+    let wants_at = |i: usize| versions.is_some_and(|v| v.rule.wants(&want[i], made(&want[i])));
     let keeping = versions.map(|v| Keeping {
         objects: v.objects,
         wants: &wants_at,
@@ -173,7 +177,7 @@ pub fn hash<'c>(
         let (paths, states): (Vec<PathBuf>, Vec<PathState>) = rest.by_ref().take(CHUNK).unzip();
         let earlier: Vec<&roar_store::hash::Hashed> =
             paths.iter().map(|p| &early[p.as_os_str()]).collect();
-        let wants_at = |i: usize| versions.is_some_and(|v| (v.wants)(&paths[i], true));
+        let wants_at = |i: usize| versions.is_some_and(|v| v.rule.wants(&paths[i], true));
         let keeping = versions.map(|v| Keeping {
             objects: v.objects,
             wants: &wants_at,

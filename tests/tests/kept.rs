@@ -1,0 +1,315 @@
+//! Versions kept, refs to them and reproduce in isolation (issue 58): the param loop's two models
+//! rebuilt bit-exact in a scratch worktree with the working tree untouched, a dataset overwritten
+//! in place still gives the old model back from kept versions, `roar checkout` writes any
+//! recorded version back verified, and a generator checks that every version `PATH~N` names comes
+//! back byte for byte.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use common::{stderr, stdout, Project, Rng};
+
+const PREP: &str = r#"
+p = dict(l.split(": ") for l in open("params.yaml").read().split("\n") if l)
+rows = [int(x) for x in open("data/raw.csv").read().split()]
+open("features.txt", "w").write("\n".join(str(r * int(p["scale"])) for r in rows))
+"#;
+
+const TRAIN: &str = r#"
+import sys
+p = dict(l.split(": ") for l in open("params.yaml").read().split("\n") if l)
+feats = [int(x) for x in open("features.txt").read().split()]
+depth = int(p["max_depth"])
+seed = int(sys.argv[1])
+open("models/model.bin", "w").write(f"depth={depth} seed={seed} w={sum(feats) * depth + seed}\n")
+"#;
+
+fn git(p: &Project, args: &[&str]) {
+    let o = Command::new("git")
+        .args(args)
+        .current_dir(p.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "git {args:?}: {}", stderr(&o));
+}
+
+fn run(p: &Project, argv: &[&str]) -> i64 {
+    let mut args = vec!["run", "--"];
+    args.extend(argv);
+    let o = p.roar(&args);
+    assert!(o.status.success(), "{argv:?}: {}", stderr(&o));
+    p.last_job()["id"].as_i64().unwrap()
+}
+
+/// Every file of the working tree (but the store) with its bytes and modification time.
+fn tree(root: &Path) -> Tree {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_owned()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let path = e.path();
+            let name = path
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            if name == ".roar" || name == ".git" {
+                continue;
+            }
+            let m = e.metadata().unwrap();
+            if m.is_dir() {
+                stack.push(path);
+            } else {
+                out.insert(name, (std::fs::read(&path).unwrap(), m.modified().unwrap()));
+            }
+        }
+    }
+    out
+}
+
+type Tree = BTreeMap<String, (Vec<u8>, std::time::SystemTime)>;
+
+/// The working tree at `root` is as `before` (names the files that differ).
+fn untouched(before: &Tree, root: &Path) {
+    let now = tree(root);
+    let differ: Vec<&String> = before
+        .keys()
+        .chain(now.keys())
+        .filter(|k| before.get(*k) != now.get(*k))
+        .collect();
+    assert!(differ.is_empty(), "the working tree changed: {differ:?}");
+}
+
+/// A git project: prep and train committed with params.yaml; data/raw.csv untracked.
+fn param_loop() -> Project {
+    let p = Project::new();
+    git(&p, &["init", "-q"]);
+    git(&p, &["config", "user.email", "t@example.com"]);
+    git(&p, &["config", "user.name", "t"]);
+    p.write("prep.py", PREP.as_bytes());
+    p.write("train.py", TRAIN.as_bytes());
+    p.write("params.yaml", b"scale: 2\nmax_depth: 8\n");
+    p.write("data/raw.csv", b"1 2 3 4\n");
+    std::fs::create_dir_all(p.path().join("models")).unwrap();
+    git(&p, &["add", "prep.py", "train.py", "params.yaml"]);
+    git(&p, &["commit", "-q", "-m", "v1"]);
+    p
+}
+
+fn model(p: &Project) -> Vec<u8> {
+    std::fs::read(p.path().join("models/model.bin")).unwrap()
+}
+
+#[test]
+fn the_param_loop_reproduces_both_models_bit_exact_with_the_working_tree_untouched() {
+    let p = param_loop();
+    run(&p, &["python3", "prep.py"]);
+    let train1 = run(&p, &["python3", "train.py", "7"]);
+    let v1 = model(&p);
+    // An edited parameter, not committed: the second model is made with the kept diff.
+    p.write("params.yaml", b"scale: 2\nmax_depth: 5\n");
+    let train2 = run(&p, &["python3", "train.py", "7"]);
+    let v2 = model(&p);
+    assert_ne!(v1, v2);
+    let before = tree(p.path());
+    for (job, want) in [(train1, &v1), (train2, &v2)] {
+        let o = p.roar(["reproduce", "--run", &format!("models/model.bin@{job}")]);
+        let out = stdout(&o);
+        assert!(o.status.success(), "job {job}: {out}{}", stderr(&o));
+        assert!(
+            out.contains("reproduced  models/model.bin  bit-exact"),
+            "{out}"
+        );
+        assert!(out.contains("matches"), "{out}");
+        // The plan runs prep once and train once.
+        assert_eq!(out.matches("python3 prep.py").count(), 1, "{out}");
+        assert_eq!(out.matches("python3 train.py").count(), 1, "{out}");
+        let _ = want;
+    }
+    untouched(&before, p.path());
+    // --in keeps the worktree: the old model is there, made again.
+    let keep = tempfile::tempdir().unwrap();
+    let dir = keep.path().join("wt");
+    let o = p
+        .cmd([
+            "reproduce",
+            "--run",
+            &format!("models/model.bin@{train1}"),
+            "--in",
+        ])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(dir.join("models/model.bin")).unwrap(), v1);
+    assert_eq!(
+        std::fs::read(dir.join("params.yaml")).unwrap(),
+        b"scale: 2\nmax_depth: 8\n"
+    );
+}
+
+#[test]
+fn a_dataset_overwritten_in_place_still_reproduces_the_old_model_from_kept_versions() {
+    let p = param_loop();
+    run(&p, &["python3", "prep.py"]);
+    let old = run(&p, &["python3", "train.py", "1"]);
+    let v1 = model(&p);
+    p.write("data/raw.csv", b"9 9 9 9\n");
+    run(&p, &["python3", "prep.py"]);
+    run(&p, &["python3", "train.py", "1"]);
+    assert_ne!(model(&p), v1);
+    let before = tree(p.path());
+    let o = p.roar(["reproduce", "--run", &format!("models/model.bin@{old}")]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    untouched(&before, p.path());
+    // `roar checkout` gives the old version back, checked against its hash.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let old_bin = elsewhere.path().join("old.bin");
+    let o = p
+        .cmd(["checkout", "models/model.bin~1", "-o"])
+        .arg(&old_bin)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&old_bin).unwrap(), v1);
+    // The old dataset's kept copy gone: prep cannot run (the report says which input is
+    // missing), train still can, from the kept features it read.
+    let blob = |content: &[u8]| {
+        let h = blake3::hash(content).to_hex().to_string();
+        (p.path().join(".roar/s3/blobs").join(&h[..2]).join(&h), h)
+    };
+    let (raw_blob, raw_v1) = blob(b"1 2 3 4\n");
+    assert!(raw_blob.is_file(), "the untracked input was kept");
+    std::fs::remove_file(&raw_blob).unwrap();
+    let o = p.roar(["reproduce", "--run", &format!("models/model.bin@{old}")]);
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}{}", stderr(&o));
+    assert!(
+        out.contains("not run     features.txt") && out.contains(&raw_v1[..12]),
+        "{out}"
+    );
+    assert!(
+        out.contains("reproduced  models/model.bin  bit-exact"),
+        "{out}"
+    );
+    // The features gone too: the model cannot be made, exit 4.
+    let (features_blob, _) = blob(b"2\n4\n6\n8");
+    std::fs::remove_file(&features_blob).unwrap();
+    let o = p.roar(["reproduce", "--run", &format!("models/model.bin@{old}")]);
+    assert_eq!(o.status.code(), Some(4), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains("not run     models/model.bin"),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(
+        before,
+        tree(p.path()),
+        "nothing in the working tree changed, ever"
+    );
+}
+
+#[test]
+fn checkout_verifies_the_bytes_and_keeps_what_it_replaces() {
+    let p = Project::new();
+    p.write("in.txt", b"one\n");
+    run(&p, &["sh", "-c", "cp in.txt out.txt"]);
+    p.write("in.txt", b"two\n");
+    run(&p, &["sh", "-c", "cp in.txt out.txt"]);
+    // out.txt edited by hand (not recorded): checkout keeps it before replacing it.
+    p.write("out.txt", b"by hand\n");
+    let o = p.roar(["checkout", "out.txt~1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(p.path().join("out.txt")).unwrap(), b"one\n");
+    let hand = blake3::hash(b"by hand\n").to_hex().to_string();
+    let o = p.roar(["checkout", &format!("b3:{}", &hand[..16]), "-o", "back.txt"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // A damaged kept object is refused and the destination left as it was.
+    let two = blake3::hash(b"two\n").to_hex().to_string();
+    let blob = p.path().join(".roar/s3/blobs").join(&two[..2]).join(&two);
+    std::fs::write(&blob, b"rot\n").unwrap();
+    std::fs::remove_file(p.path().join("in.txt")).unwrap();
+    let o = p.roar(["checkout", "out.txt~0"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("damaged"), "{}", stderr(&o));
+    assert_eq!(std::fs::read(p.path().join("out.txt")).unwrap(), b"one\n");
+}
+
+#[test]
+fn refs_that_name_nothing_say_which_in_one_line_and_exit_4() {
+    let p = Project::new();
+    p.write("a.txt", b"a\n");
+    run(&p, &["sh", "-c", "cat a.txt > b.txt"]);
+    for bad in ["b.txt@99", "nothere.txt@1", "b.txt~3", "b.txt@nosuchname"] {
+        let o = p.roar(["checkout", bad, "-o", "x"]);
+        assert_eq!(o.status.code(), Some(4), "{bad}: {}", stderr(&o));
+        assert_eq!(
+            stderr(&o).trim().lines().count(),
+            1,
+            "{bad}: {}",
+            stderr(&o)
+        );
+        assert!(!p.path().join("x").exists());
+        let o = p.roar(["reproduce", "--run", bad]);
+        assert_eq!(o.status.code(), Some(4), "{bad}: {}", stderr(&o));
+    }
+}
+
+/// Seeded rounds of jobs that write, overwrite and append files; afterwards every version
+/// `PATH~N` names is checked out and must be the bytes the generator wrote then.
+#[test]
+fn every_recorded_version_comes_back_byte_for_byte() {
+    for seed in 1..=4u64 {
+        let p = Project::new();
+        let mut rng = Rng(seed * 7919);
+        // What each path held after each job, newest last (distinct contents only).
+        let mut history: BTreeMap<String, Vec<Vec<u8>>> = BTreeMap::new();
+        for round in 0..6 {
+            let name = format!("f{}.txt", rng.below(3));
+            let path = p.path().join(&name);
+            let prior = std::fs::read(&path).unwrap_or_default();
+            let line = format!("seed {seed} round {round} {}\n", rng.next());
+            let (script, now) = match rng.below(3) {
+                0 => ("printf %s \"$1\" > \"$2\"", line.clone().into_bytes()),
+                1 => (
+                    "printf %s \"$1\" >> \"$2\"",
+                    [prior.clone(), line.clone().into_bytes()].concat(),
+                ),
+                _ => (
+                    "cat \"$2\" > /dev/null; printf %s \"$1\" > \"$2.tmp\" && mv \"$2.tmp\" \"$2\"",
+                    line.clone().into_bytes(),
+                ),
+            };
+            run(&p, &["sh", "-c", script, "sh", &line, &name]);
+            assert_eq!(
+                std::fs::read(&path).unwrap(),
+                now,
+                "seed {seed} round {round}"
+            );
+            let versions = history.entry(name).or_default();
+            if versions.last() != Some(&now) {
+                versions.retain(|v| v != &now);
+                versions.push(now);
+            }
+        }
+        for (name, versions) in &history {
+            for (back, want) in versions.iter().rev().enumerate() {
+                let out = p.path().join("checked");
+                let o = p.roar(["checkout", &format!("{name}~{back}"), "-o", "checked"]);
+                assert!(
+                    o.status.success(),
+                    "seed {seed} {name}~{back}: {}",
+                    stderr(&o)
+                );
+                assert_eq!(
+                    &std::fs::read(&out).unwrap(),
+                    want,
+                    "seed {seed} {name}~{back}"
+                );
+            }
+        }
+    }
+}
