@@ -313,3 +313,97 @@ fn every_recorded_version_comes_back_byte_for_byte() {
         }
     }
 }
+
+const KEY: &str = "KEPTKEY0000000000001";
+const SECRET: &str = "KEPTSECRETKEPTSECRETKEPTSECRETKEPTSECR01";
+
+/// The param loop recorded on one machine, pushed (jobs to PostgreSQL, kept versions to a
+/// versitygw bucket), and reproduced on a second clone that has the code from git and nothing
+/// else: no data, no store.
+#[test]
+fn kept_versions_travel_with_the_team_store_to_a_second_clone() {
+    let Some(pg) = common::postgres::Postgres::start() else {
+        return;
+    };
+    let Some(bin) = common::server::versitygw() else {
+        return;
+    };
+    if !common::require_tool("aws") {
+        return;
+    }
+    let scratch = tempfile::tempdir().unwrap();
+    let (_vgw, endpoint) =
+        common::server::start_versitygw(&bin, &scratch.path().join("vgw"), KEY, SECRET);
+    let creds = [
+        ("AWS_ACCESS_KEY_ID", KEY),
+        ("AWS_SECRET_ACCESS_KEY", SECRET),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+    ];
+    let mb = Command::new("aws")
+        .args(["--endpoint-url", &endpoint, "s3", "mb", "s3://team"])
+        .envs(creds)
+        .output()
+        .unwrap();
+    assert!(mb.status.success(), "aws s3 mb: {}", stderr(&mb));
+
+    let p = param_loop();
+    run(&p, &["python3", "prep.py"]);
+    let train1 = run(&p, &["python3", "train.py", "3"]);
+    let v1 = model(&p);
+    p.write("params.yaml", b"scale: 2\nmax_depth: 5\n");
+    let train2 = run(&p, &["python3", "train.py", "3"]);
+    let o = p.roar(["remote", "add", "origin", &pg.url(), "--no-auto-push"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let config = p.path().join(".roar/config.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!(
+        "objects = \"s3://team/kept\"\nobjects_endpoint = \"{endpoint}\"\n"
+    ));
+    std::fs::write(&config, &text).unwrap();
+    let o = p.cmd(["push"]).envs(creds).output().unwrap();
+    assert!(o.status.success(), "roar push: {}", stderr(&o));
+    assert!(stderr(&o).contains("kept versions"), "{}", stderr(&o));
+
+    // The second machine: the same checkout path, a clone of the code, a fresh store.
+    let here = p.path().to_owned();
+    let first = scratch.path().join("first");
+    std::fs::rename(&here, &first).unwrap();
+    let clone = Command::new("git")
+        .args(["clone", "-q"])
+        .arg(&first)
+        .arg(&here)
+        .output()
+        .unwrap();
+    assert!(clone.status.success(), "{}", stderr(&clone));
+    let o = p.roar(["init"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::write(&config, &text).unwrap();
+    assert!(!here.join("data/raw.csv").exists() && !here.join("models").exists());
+    for (job, want) in [(train1, Some(&v1)), (train2, None)] {
+        let o = p
+            .cmd(["--remote", "origin", "reproduce", "--run"])
+            .arg(format!("models/model.bin@{job}"))
+            .envs(creds)
+            .output()
+            .unwrap();
+        let out = stdout(&o);
+        assert!(o.status.success(), "job {job}: {out}{}", stderr(&o));
+        assert!(
+            out.contains("reproduced  models/model.bin  bit-exact"),
+            "{out}"
+        );
+        if let Some(v1) = want {
+            let back = scratch.path().join("v1.bin");
+            let o = p
+                .cmd(["--remote", "origin", "checkout"])
+                .arg(format!("models/model.bin@{job}"))
+                .arg("-o")
+                .arg(&back)
+                .envs(creds)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", stderr(&o));
+            assert_eq!(&std::fs::read(&back).unwrap(), v1);
+        }
+    }
+}

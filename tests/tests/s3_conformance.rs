@@ -6,10 +6,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
-use common::server::Server;
+use common::server::{start_versitygw, versitygw, Server};
 use common::{stderr, Project};
 
 const ACCESS: &str = "CONFKEY0000000000001";
@@ -70,62 +70,6 @@ fn roar_gateway(p: &Project, upstream: Option<(&str, &str, &str)>) -> (Server, S
     (gw, endpoint)
 }
 
-/// versitygw, as `scripts/setup.sh` installs it (go install into ~/.cache/roar-s3bin).
-fn versitygw() -> Option<PathBuf> {
-    let path = std::env::var_os("ROAR_VERSITYGW").map_or_else(
-        || {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                .join(".cache/roar-s3bin/versitygw")
-        },
-        PathBuf::from,
-    );
-    if path.exists() {
-        return Some(path);
-    }
-    assert!(
-        !common::strict(),
-        "versitygw is required under CI=true; scripts/setup.sh installs it at {}",
-        path.display()
-    );
-    eprintln!(
-        "SKIPPED: no versitygw at {} (scripts/setup.sh installs it)",
-        path.display()
-    );
-    None
-}
-
-/// versitygw's posix backend on `dir` with versioning; waits until it answers.
-fn start_versitygw(bin: &Path, dir: &Path) -> (Server, String) {
-    let (root, versions) = (dir.join("root"), dir.join("versions"));
-    std::fs::create_dir_all(&root).unwrap();
-    std::fs::create_dir_all(&versions).unwrap();
-    let port = common::free_port();
-    let child = Command::new(bin)
-        .args(["--access", "VGWKEY00000000000001", "--secret", SECRET])
-        .args([
-            "--port",
-            &format!("127.0.0.1:{port}"),
-            "posix",
-            "--versioning-dir",
-        ])
-        .arg(&versions)
-        .arg(&root)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("versitygw.log")).unwrap())
-        .spawn()
-        .unwrap();
-    let running = Server::adopt(child, dir.join("versitygw.log"));
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "versitygw did not start"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    (running, format!("http://127.0.0.1:{port}"))
-}
-
 #[test]
 fn the_embedded_store_passes_the_conformance_checks() {
     if !common::require_python_modules(&["boto3"]) || !common::require_tool("aws") {
@@ -164,7 +108,8 @@ fn versitygw_and_the_gateway_in_front_of_it_pass_the_same_checks() {
     }
     let Some(bin) = versitygw() else { return };
     let p = Project::new();
-    let (_server, upstream) = start_versitygw(&bin, &p.path().join("vgw"));
+    let (_server, upstream) =
+        start_versitygw(&bin, &p.path().join("vgw"), "VGWKEY00000000000001", SECRET);
     // A posix-backed server maps keys to paths: `..` and a key that is also a "directory" are
     // refused there by design, so that one check is the embedded store's alone.
     let skip = ["hostile_keys_stay_keys"];
@@ -278,7 +223,8 @@ fn multipart_objects_through_an_upstream_are_hashed_from_their_parts() {
     }
     let Some(bin) = versitygw() else { return };
     let p = Project::new();
-    let (_server, upstream) = start_versitygw(&bin, &p.path().join("vgw"));
+    let (_server, upstream) =
+        start_versitygw(&bin, &p.path().join("vgw"), "VGWKEY00000000000001", SECRET);
     let gw = start_gateway(
         &p,
         &["--upstream", &upstream],

@@ -36,7 +36,12 @@ pub fn checkout(what: &OsStr, out: Option<&Path>, json: bool) -> anyhow::Result<
         report(json, &shown_dest, want, "already there")?;
         return Ok(ExitCode::SUCCESS);
     }
-    let source = find(&store, &objects, want)?;
+    let source = find(
+        &store,
+        &objects,
+        &crate::keep::TeamObjects::new(&project),
+        want,
+    )?;
     // What is there now is kept before it is replaced.
     if let Some(h) = &now {
         if !objects.has(&h.blake3) {
@@ -118,8 +123,13 @@ enum Source {
 }
 
 /// The object store, else a file here that has the content now (every path the record saw it
-/// at). Neither: which version is missing and where it was last seen.
-fn find(store: &Store, objects: &Objects, want: &ContentHash) -> anyhow::Result<Source> {
+/// at), else the team's kept versions. None: which version is missing and where it was last seen.
+fn find(
+    store: &Store,
+    objects: &Objects,
+    team: &crate::keep::TeamObjects,
+    want: &ContentHash,
+) -> anyhow::Result<Source> {
     if objects.has(&want.blake3) {
         return Ok(Source::Kept);
     }
@@ -143,6 +153,9 @@ fn find(store: &Store, objects: &Objects, want: &ContentHash) -> anyhow::Result<
         if r.as_ref().is_ok_and(|h| h.hash.blake3 == want.blake3) {
             return Ok(Source::File(p.clone()));
         }
+    }
+    if team.fetch(&want.blake3) {
+        return Ok(Source::Kept);
     }
     let last = detail
         .made_by

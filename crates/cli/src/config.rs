@@ -60,6 +60,16 @@ pub struct RemoteConfig {
     /// Push in the background after every `roar run` (default true).
     #[serde(default = "yes")]
     pub auto_push: bool,
+    /// Where the team's kept versions live: `s3://BUCKET[/PREFIX]` (`roar push` sends the ones
+    /// the bucket lacks; a version this machine does not keep is fetched from there).
+    #[serde(default)]
+    pub objects: Option<String>,
+    /// The S3-compatible service holding `objects` (its URL; none: AWS).
+    #[serde(default)]
+    pub objects_endpoint: Option<String>,
+    /// The region `objects` is signed for (default us-east-1).
+    #[serde(default)]
+    pub objects_region: Option<String>,
 }
 
 fn yes() -> bool {

@@ -85,7 +85,9 @@ pub(crate) struct Diff {
 fn side(store: &Store, what: &OsStr) -> anyhow::Result<Side> {
     let cwd = std::env::current_dir()?;
     let label = fmt::shown(&what.to_string_lossy()).into_owned();
+    let versioned = crate::lineage_cmd::versioned(store, what, &cwd)?;
     let target = match classify_in(Some(store), what, &cwd) {
+        _ if versioned.is_some() => versioned.expect("checked"),
         Target::Job(id) => {
             return Ok(Side {
                 label: format!("job {id}"),

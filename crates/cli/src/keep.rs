@@ -6,6 +6,7 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
+use roar_gateway::objects_remote::ObjectRemote;
 use roar_store::ignore::Ignore;
 use roar_store::objects::Objects;
 use roar_store::{Made, Project};
@@ -110,4 +111,91 @@ impl Rule {
             self.tracked = roar_env::git::tracked(&repo.root, &inputs);
         }
     }
+}
+
+/// The team's kept versions (`objects` of each remote that has it), reached lazily.
+pub struct TeamObjects<'a> {
+    project: &'a Project,
+    config: crate::config::Config,
+}
+
+impl<'a> TeamObjects<'a> {
+    pub fn new(project: &'a Project) -> TeamObjects<'a> {
+        TeamObjects {
+            project,
+            config: crate::config::Config::load(project).unwrap_or_default(),
+        }
+    }
+
+    fn remotes(&self) -> impl Iterator<Item = (&String, anyhow::Result<ObjectRemote>)> {
+        self.config.remotes.iter().filter_map(|(name, r)| {
+            let url = r.objects.as_deref()?;
+            let region = r.objects_region.as_deref().unwrap_or("us-east-1");
+            Some((
+                name,
+                ObjectRemote::connect(url, r.objects_endpoint.as_deref(), region),
+            ))
+        })
+    }
+
+    /// Fetches version `blake3` into the local object store from the first remote holding it.
+    /// True when it is kept here now.
+    pub fn fetch(&self, blake3: &str) -> bool {
+        let objects = self.project.objects();
+        if objects.has(blake3) {
+            return true;
+        }
+        for (name, remote) in self.remotes() {
+            match remote.and_then(|r| r.fetch(&objects, blake3)) {
+                Ok(true) => return true,
+                Ok(false) => {}
+                Err(e) => eprintln!("roar: warning: remote {name}: {e:#}"),
+            }
+        }
+        false
+    }
+}
+
+/// Sends the remote `name`'s bucket every kept version it does not hold yet; the ones sent (or
+/// found there) are listed in `.roar/remotes/NAME.objects`, so each is asked about once.
+/// Returns how many were sent.
+pub fn push_objects(
+    project: &Project,
+    name: &str,
+    r: &crate::config::RemoteConfig,
+) -> anyhow::Result<usize> {
+    use std::io::Write;
+    let Some(url) = r.objects.as_deref() else {
+        return Ok(0);
+    };
+    let region = r.objects_region.as_deref().unwrap_or("us-east-1");
+    let objects = project.objects();
+    let list = project
+        .dir()
+        .join("remotes")
+        .join(format!("{name}.objects"));
+    let done: HashSet<String> = std::fs::read_to_string(&list)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let mine = objects.all();
+    let todo: Vec<&String> = mine.iter().filter(|h| !done.contains(*h)).collect();
+    if todo.is_empty() {
+        return Ok(0);
+    }
+    let remote = ObjectRemote::connect(url, r.objects_endpoint.as_deref(), region)?;
+    let mut out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&list)?;
+    let mut sent = 0;
+    for h in todo {
+        if !remote.has(h)? {
+            remote.put(h, &objects.path(h))?;
+            sent += 1;
+        }
+        writeln!(out, "{h}")?;
+    }
+    Ok(sent)
 }

@@ -42,7 +42,11 @@ pub(crate) fn resolve(store: &Store, what: &OsStr) -> anyhow::Result<Version> {
 /// job's `--name` (`NAME~N`). `PATH~N`: N versions back, counting the distinct contents the
 /// record holds for PATH, newest first (`PATH~0` is the newest). `None`: `what` is neither, or
 /// names an existing file as it is (a file called `a@3` is that file).
-fn versioned(store: &Store, what: &OsStr, cwd: &Path) -> anyhow::Result<Option<Version>> {
+pub(crate) fn versioned(
+    store: &Store,
+    what: &OsStr,
+    cwd: &Path,
+) -> anyhow::Result<Option<Version>> {
     let s = what.to_string_lossy();
     if cwd.join(what).exists() {
         return Ok(None);

@@ -423,6 +423,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             | Command::Export { .. }
             | Command::Inputs { .. }
             | Command::Reproduce { .. }
+            | Command::Checkout { .. }
             | Command::Status { .. } => {
                 let local = project()?;
                 let _ = READING.set(remote_cmd::reading_remote(local, name)?);
@@ -434,7 +435,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 remote_cmd::keep_reading(&local, name)?;
             }
             _ => anyhow::bail!(
-                "--remote is for the query commands (log, show, lineage, inputs, dag, diff, export, reproduce, status), ui and push"
+                "--remote is for the query commands (log, show, lineage, inputs, dag, diff, export, reproduce, checkout, status), ui and push"
             ),
         }
     }

@@ -148,6 +148,13 @@ pub fn show(what: &OsStr, all: bool, env: bool, patch: bool, json: bool) -> anyh
         }
         return print_run(&run, &project.root);
     }
+    if let Some(v) = crate::lineage_cmd::versioned(&store, what, &cwd)? {
+        let detail = store.artifact(&v.hash)?;
+        if json {
+            return fmt::print_json(&detail);
+        }
+        return print_artifact(&detail, &project.root);
+    }
     let target = classify_in(Some(&store), what, &cwd);
     if (env || patch) && !matches!(target, Target::Job(_)) {
         anyhow::bail!(

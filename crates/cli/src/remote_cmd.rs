@@ -293,18 +293,29 @@ fn push_once(
             continue;
         }
         let started = std::time::Instant::now();
-        match team::push(&project.db_path(), r, host.as_deref()) {
-            Ok(p) => {
+        let pushed = team::push(&project.db_path(), r, host.as_deref()).and_then(|p| {
+            crate::keep::push_objects(project, &r.name, &config.remotes[&r.name])
+                .map(|objects| (p, objects))
+                .map_err(|e| roar_store::StoreError::Team(format!("{e:#}")))
+        });
+        match pushed {
+            Ok((p, objects)) => {
                 let _ = std::fs::remove_file(error_file(project, r));
                 out.push(serde_json::json!({
                     "remote": r.name, "new": p.new, "already_there": p.known, "files": p.files,
+                    "objects": objects,
                     "seconds": started.elapsed().as_secs_f64(),
                 }));
                 if !json && !background {
                     eprintln!(
-                        "roar: pushed {} job(s) ({} file records) to {}{}",
+                        "roar: pushed {} job(s) ({} file records{}) to {}{}",
                         p.new,
                         p.files,
+                        if objects > 0 {
+                            format!(", {objects} kept versions")
+                        } else {
+                            String::new()
+                        },
                         r.name,
                         if p.known > 0 {
                             format!("; {} were there already", p.known)

@@ -113,6 +113,7 @@ fn run_plan(
     let (scratch, _) = Project::init(&inner)?;
     let _ = std::fs::copy(project.config_path(), scratch.config_path());
     let objects = project.objects();
+    let team = crate::keep::TeamObjects::new(project);
     let exe = std::env::current_exe()?;
     eprintln!(
         "roar: reproducing {} job(s) in {} (the working tree is not touched)",
@@ -129,7 +130,7 @@ fn run_plan(
             .filter(|n| n.job_id == s.job_id)
             .collect();
         let outputs: Vec<&Edge> = nodes.iter().flat_map(|n| &n.outputs).collect();
-        let verdicts = match prepare(store, &objects, s, &nodes, wt) {
+        let verdicts = match prepare(store, &objects, &team, s, &nodes, wt) {
             Err(why) => outputs
                 .iter()
                 .map(|_| Verdict::NotRun(why.clone()))
@@ -185,6 +186,7 @@ fn run_plan(
 fn prepare(
     store: &Store,
     objects: &Objects,
+    team: &crate::keep::TeamObjects,
     s: &Step,
     nodes: &[&Step],
     wt: &mut Worktree,
@@ -213,7 +215,7 @@ fn prepare(
         if !done.insert(dest.clone()) {
             continue;
         }
-        materialize(store, objects, e, want, &dest)?;
+        materialize(store, objects, team, e, want, &dest)?;
     }
     for o in nodes.iter().flat_map(|n| &n.outputs) {
         make_dirs_it_found(Path::new(&o.path), s.started_ns, wt);
@@ -221,9 +223,9 @@ fn prepare(
     Ok(())
 }
 
-/// Makes in the worktree the directories above an output that were there before the job began
-/// (born before it, as the working tree's directories say): a job writes into them without
-/// making them. One the job made itself (born after it began) is left for the job to make.
+/// Makes in the worktree the directories above an output, but one the job made itself (the
+/// working tree's directory was born after the job began): a job writes into the others without
+/// making them. A directory the working tree does not have (a fresh clone) is made.
 fn make_dirs_it_found(output: &Path, started_ns: i64, wt: &Worktree) {
     let Ok(rel) = output.strip_prefix(&wt.top) else {
         return;
@@ -236,18 +238,17 @@ fn make_dirs_it_found(output: &Path, started_ns: i64, wt: &Worktree) {
         if there.is_dir() {
             continue;
         }
-        let born_before = std::fs::metadata(&here)
+        let made_by_the_job = std::fs::metadata(&here)
             .ok()
             .filter(std::fs::Metadata::is_dir)
-            .map(|m| {
-                m.created().map_or(true, |t| {
-                    let ns = t
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| d.as_nanos() as i64);
-                    ns < started_ns
-                })
+            .and_then(|m| m.created().ok())
+            .is_some_and(|t| {
+                let ns = t
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as i64);
+                ns >= started_ns
             });
-        if born_before != Some(true) || std::fs::create_dir(&there).is_err() {
+        if made_by_the_job || std::fs::create_dir(&there).is_err() {
             return;
         }
     }
@@ -306,10 +307,12 @@ fn apply(patch: &[u8], dir: &Path) -> Result<(), String> {
 }
 
 /// Puts version `want` of input `e` at `dest`: there already, the working tree's file when it
-/// has that content, else the versions kept. Every copy is checked against the hash.
+/// has that content, else the versions kept, else any file the record saw it at, else the
+/// team's kept versions. Every copy is checked against the hash.
 fn materialize(
     store: &Store,
     objects: &Objects,
+    team: &crate::keep::TeamObjects,
     e: &Edge,
     want: &ContentHash,
     dest: &Path,
@@ -336,8 +339,11 @@ fn materialize(
             }
         }
     }
+    if team.fetch(&want.blake3) && objects.copy_out(&want.blake3, dest).is_ok() {
+        return Ok(());
+    }
     Err(format!(
-        "input {} version {} is not kept and no file here has it (keep versions with [keep] in .roar/config.toml)",
+        "input {} version {} is not kept here or by the team and no file here has it (keep versions with [keep] in .roar/config.toml)",
         fmt::shown(&e.path),
         &want.blake3[..12]
     ))

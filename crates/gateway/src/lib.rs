@@ -13,6 +13,7 @@
 
 #[macro_use]
 mod ops;
+pub mod objects_remote;
 
 mod body;
 mod control;

@@ -128,6 +128,29 @@ impl Objects {
         found
     }
 
+    /// The name of every kept blob.
+    pub fn all(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for fan in std::fs::read_dir(&self.blobs)
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            for blob in std::fs::read_dir(fan.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                if let Ok(name) = blob.file_name().into_string() {
+                    if valid_name(&name) {
+                        out.push(name);
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// How many blobs and bytes are kept.
     pub fn usage(&self) -> (u64, u64) {
         let mut n = 0;

@@ -2,7 +2,7 @@
 //! killed on drop.
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 /// A process printing one line (an endpoint) on stdout before it serves; killed on drop.
@@ -70,4 +70,60 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// versitygw, as `scripts/setup.sh` installs it (go install into ~/.cache/roar-s3bin).
+pub fn versitygw() -> Option<PathBuf> {
+    let path = std::env::var_os("ROAR_VERSITYGW").map_or_else(
+        || {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/roar-s3bin/versitygw")
+        },
+        PathBuf::from,
+    );
+    if path.exists() {
+        return Some(path);
+    }
+    assert!(
+        !super::strict(),
+        "versitygw is required under CI=true; scripts/setup.sh installs it at {}",
+        path.display()
+    );
+    eprintln!(
+        "SKIPPED: no versitygw at {} (scripts/setup.sh installs it)",
+        path.display()
+    );
+    None
+}
+
+/// versitygw's posix backend on `dir` with versioning; waits until it answers.
+pub fn start_versitygw(bin: &Path, dir: &Path, access: &str, secret: &str) -> (Server, String) {
+    let (root, versions) = (dir.join("root"), dir.join("versions"));
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&versions).unwrap();
+    let port = super::free_port();
+    let child = Command::new(bin)
+        .args(["--access", access, "--secret", secret])
+        .args([
+            "--port",
+            &format!("127.0.0.1:{port}"),
+            "posix",
+            "--versioning-dir",
+        ])
+        .arg(&versions)
+        .arg(&root)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("versitygw.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let running = Server::adopt(child, dir.join("versitygw.log"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "versitygw did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    (running, format!("http://127.0.0.1:{port}"))
 }
