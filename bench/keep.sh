@@ -43,18 +43,21 @@ git init -q . && "$ROAR" init > /dev/null
 for mode in early end; do
     rm -rf out .roar/s3 && mkdir out
     pause=$([ "$mode" = early ] && echo 0.2 || echo 0)
-    strace -f -qq -y -e trace=read,pread64 -e signal=none -o "trace.$mode" \
+    rm -f trace.$mode.*
+    # One file per thread (-ff): a call is never split across lines by another thread's.
+    strace -ff -qq -y -e trace=read,pread64 -e signal=none -o "trace.$mode" \
         "$ROAR" run --tracer preload -- sh -c \
         "for i in \$(seq $BIG_FILES); do head -c $((BIG_MIB << 20)) /dev/urandom > out/b\$i; sleep $pause; done" \
         > /dev/null 2>&1
     python3 - "$mode" "$W/big" <<'PY'
-import os, re, sys
+import glob, os, re, sys
 mode, w = sys.argv[1], sys.argv[2]
 read = 0
-for line in open(f"{w}/trace.{mode}"):
-    m = re.search(r"(?:read|pread64)\(\d+<([^>]*)>.*= (\d+)$", line)
-    if m and "/out/b" in m.group(1):
-        read += int(m.group(2))
+for name in glob.glob(f"{w}/trace.{mode}.*"):
+    for line in open(name, errors="replace"):
+        m = re.match(r"(?:read|pread64)\(\d+<([^>]*)>.*= (\d+)$", line.strip())
+        if m and "/out/b" in m.group(1):
+            read += int(m.group(2))
 kept = 0
 for root, _, files in os.walk(f"{w}/.roar/s3/blobs"):
     kept += sum(os.path.getsize(os.path.join(root, f)) for f in files)

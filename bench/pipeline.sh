@@ -8,7 +8,9 @@
 # CPU each variant adds (the whole process tree: roar, the shim inside the job, the job). Then a
 # breakdown per backend from one more run each with ROAR_TIMING: roar's own CPU (all its threads)
 # against the CPU the job itself gained. ROAR_BEFORE=/path/to/roar adds an older roar's preload
-# row (its shim beside it), its ptrace row and its mount row to the comparison.
+# row (its shim beside it), its ptrace row and its mount row to the comparison. NOT_KEPT=1 adds
+# the preload and ptrace rows of this roar with `[keep]` off (issue 58: what keeping every output
+# and untracked input costs), in a copy of the project.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$PWD"
@@ -22,7 +24,7 @@ RUNS="${RUNS:-3}"
 # ~4 s, ~0.65 s per epoch); EPOCHS=3 gives a 6 s version for a quick look.
 EPOCHS="${EPOCHS:-40}"
 mountpoint -q "$W/data" 2>/dev/null && { "$ROAR" unmount "$W/data" 2>/dev/null || umount -l "$W/data"; }
-rm -rf "$W" "$W-peer" && mkdir -p "$W/data/shards" && cd "$W"
+rm -rf "$W" "$W-peer" "$W-nokeep" && mkdir -p "$W/data/shards" && cd "$W"
 git init -q . && git config user.email b@b && git config user.name b
 
 python3 - <<'PY'
@@ -103,6 +105,13 @@ if "$ROAR" tracer check ebpf > /dev/null; then
 else
     echo "eBPF left out: $("$ROAR" tracer check ebpf)"
 fi
+NOT_KEPT_ROWS=()
+if [ -n "${NOT_KEPT:-}" ]; then
+    rm -rf "$W-nokeep" && cp -r "$W" "$W-nokeep" && rm -rf "$W-nokeep/.roar"
+    (cd "$W-nokeep" && "$ROAR" init > /dev/null && printf '\n[keep]\noutputs = false\ninputs = "none"\n' >> .roar/config.toml)
+    NOT_KEPT_ROWS=("roar run (preload, not kept)=sh -c 'cd $W-nokeep && sh steps.sh \"$ROAR run --tracer preload --\"'"
+                   "roar run (ptrace, not kept)=sh -c 'cd $W-nokeep && sh steps.sh \"$ROAR run --tracer ptrace --\"'")
+fi
 BEFORE=()
 if [ -n "${ROAR_BEFORE:-}" ]; then
     BEFORE=("roar run (preload, before)=sh steps.sh '$ROAR_BEFORE run --tracer preload --'"
@@ -116,6 +125,7 @@ python3 "$REPO/bench/lib/compare.py" pipeline.json "$RUNS" --cpu \
     "roar run (ptrace)=sh steps.sh '$ROAR run --tracer ptrace --'" \
     "${EBPF[@]}" \
     "${BEFORE[@]}" \
+    "${NOT_KEPT_ROWS[@]}" \
     "roar mount=sh mounted.sh '$ROAR'" \
     "roar mount over /dev/fuse=env ROAR_MOUNT_URING=0 sh mounted.sh '$ROAR'" \
     "roar-cli (peer)=sh -c 'cd $W-peer && sh steps.sh \"$PEER_VENV/bin/roar run\"'"

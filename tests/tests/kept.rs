@@ -407,3 +407,65 @@ fn kept_versions_travel_with_the_team_store_to_a_second_clone() {
         }
     }
 }
+
+/// `roar gc` takes only what nothing needs: never a version the record holds, nor one `roar
+/// checkout` kept before replacing it; an unrecorded, unpinned blob goes.
+#[test]
+fn gc_never_takes_a_kept_version() {
+    let p = Project::new();
+    p.write("in.txt", b"one\n");
+    run(&p, &["sh", "-c", "cp in.txt out.txt"]);
+    p.write("out.txt", b"by hand\n");
+    let o = p.roar(["checkout", "out.txt~0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let blob = |content: &[u8]| {
+        let h = blake3::hash(content).to_hex().to_string();
+        p.path().join(".roar/s3/blobs").join(&h[..2]).join(&h)
+    };
+    // A blob nothing records or pins (one a crash left, say).
+    let stray = blob(b"stray\n");
+    std::fs::create_dir_all(stray.parent().unwrap()).unwrap();
+    std::fs::write(&stray, b"stray\n").unwrap();
+    let o = p.roar(["gc", "--grace", "0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(blob(b"one\n").is_file(), "a recorded version stays");
+    assert!(blob(b"by hand\n").is_file(), "a pinned version stays");
+    assert!(!stray.exists(), "an unneeded blob goes");
+}
+
+/// Through `roar mount`, each version a job leaves is kept as the last writer lets go of it
+/// (streamed writes, and a rewrite in place that is hashed by reading), and comes back.
+#[test]
+fn the_mount_keeps_the_versions_its_jobs_leave() {
+    if !common::mount::require_fuse() {
+        return;
+    }
+    let mut m = common::mount::Mounted::new(|_| {});
+    assert!(m.run(&["sh", "-c", "echo one > out.txt"]).success());
+    assert!(m.run(&["sh", "-c", "echo two > out.txt"]).success());
+    // Not a write stream from offset 0: the daemon hashes it by reading, and keeps that read.
+    assert!(m
+        .run(&[
+            "python3",
+            "-c",
+            "f=open('out.txt','r+b'); f.seek(1); f.write(b'W'); f.close()"
+        ])
+        .success());
+    m.unmount();
+    for content in [&b"one\n"[..], b"two\n", b"tWo\n"] {
+        let h = blake3::hash(content).to_hex().to_string();
+        let blob = m.p.path().join(".roar/s3/blobs").join(&h[..2]).join(&h);
+        assert_eq!(
+            std::fs::read(&blob).ok().as_deref(),
+            Some(content),
+            "{:?} kept",
+            String::from_utf8_lossy(content)
+        );
+    }
+    let o = m.p.roar(["checkout", "data/out.txt~2", "-o", "first.txt"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read(m.p.path().join("first.txt")).unwrap(),
+        b"one\n"
+    );
+}

@@ -45,11 +45,14 @@ pub fn checkout(what: &OsStr, out: Option<&Path>, json: bool) -> anyhow::Result<
     // What is there now is kept before it is replaced.
     if let Some(h) = &now {
         if !objects.has(&h.blake3) {
-            objects.keep_file(&dest, false).map_err(|e| {
-                anyhow::anyhow!(
-                    "cannot keep the current version of {shown_dest} before replacing it ({e}); nothing was changed"
-                )
-            })?;
+            objects
+                .keep_file(&dest, false)
+                .and_then(|kept| objects.pin(&kept.blake3))
+                .map_err(|e| {
+                    anyhow::anyhow!(
+                        "cannot keep the current version of {shown_dest} before replacing it ({e}); nothing was changed"
+                    )
+                })?;
             eprintln!(
                 "roar: kept the current {shown_dest} (blake3 {}) first; `roar checkout b3:{}` -o FILE gives it back",
                 &h.blake3[..12],

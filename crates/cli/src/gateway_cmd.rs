@@ -62,20 +62,23 @@ pub struct GatewayArgs {
     client_timeout: u64,
 }
 
-/// `roar gc`: drops the embedded store's blobs that nothing needs.
+/// `roar gc`: drops the object store's blobs that nothing needs: no object version, upload,
+/// recorded version or pin.
 pub fn gc(grace_secs: u64, json: bool) -> anyhow::Result<()> {
     let project = crate::project()?;
     let root = project.dir().join("s3");
-    if !root.join("objects.db").exists() {
+    if !root.join("blobs").exists() {
         if json {
             return crate::fmt::print_json(
                 &serde_json::json!({"blobs": 0, "bytes": 0, "temps": 0}),
             );
         }
-        println!("no embedded object store in {}", project.dir().display());
+        println!("no object store in {}", project.dir().display());
         return Ok(());
     }
-    let keep = Store::open(&project.db_path())?.s3_recorded_hashes()?;
+    // Every version the record holds (kept file versions are such) and every pinned one.
+    let mut keep = Store::open(&project.db_path())?.recorded_hashes()?;
+    keep.extend(project.objects().pinned());
     let done = roar_gateway::Embedded::open(&root)?.gc(&keep, grace_secs)?;
     if json {
         return crate::fmt::print_json(&serde_json::json!({

@@ -421,15 +421,14 @@ fn foreground(
     let archive_paths: Vec<PathBuf> = archives.iter().map(|i| i.archive.clone()).collect();
     let db = project.db_path();
     crate::remote_cmd::push_as_jobs_end(project, &config);
-    let journals = Some((
-        project.journal_dir(),
-        roar_store::redact::Policy::for_config(&project.config_path()),
-    ));
+    let journals = Some((project.journal_dir(), config.policy()));
+    // The versions jobs leave are kept as `roar run` keeps them (`[keep] outputs`).
+    let keep = crate::keep::Rule::new(&config.keep, project).early();
     let mount = || {
         if archives.is_empty() {
             let steps =
                 roar_tracer::steps::Rule::new(config.steps.drivers.iter().map(String::as_str));
-            return roar_roarfs::mount(dir, &db, ignore, machine, steps, journals);
+            return roar_roarfs::mount(dir, &db, ignore, machine, steps, journals, keep);
         }
         let mut sources = Vec::new();
         for index in archives {

@@ -61,7 +61,7 @@ pub struct Mounted {
 /// Mounts roarfs in place over `dir`, recording into the store at `db`; paths `ignore` matches
 /// are never inputs or outputs (the rule `roar run` applies). `machine` is recorded with every
 /// job (the mount sees no packages: only its own files); `steps` cuts jobs into steps; each live
-/// job is kept in a journal in `journals`.
+/// job is kept in a journal in `journals`; the versions jobs leave are kept in `keep`.
 pub fn mount(
     dir: &Path,
     db: &Path,
@@ -69,6 +69,7 @@ pub fn mount(
     machine: Option<roar_store::Runtime>,
     steps: roar_tracer::steps::Rule,
     journals: Journals,
+    keep: Option<roar_tracer::early::KeepOutputs>,
 ) -> Result<Mounted, MountError> {
     let root_fd: OwnedFd = std::fs::File::open(dir)
         .and_then(|f| sys::open_path(std::os::fd::AsFd::as_fd(&f), ".".as_ref()))
@@ -89,12 +90,13 @@ pub fn mount(
             .with_journals(journals, dir),
     );
     jobs.watch_exits();
-    let fs = RoarFs::new(root_fd, dir.to_owned(), jobs.clone(), Some(db)).map_err(|source| {
-        MountError::Open {
-            path: dir.to_owned(),
-            source,
-        }
-    })?;
+    let fs =
+        RoarFs::new(root_fd, dir.to_owned(), jobs.clone(), Some(db), keep).map_err(|source| {
+            MountError::Open {
+                path: dir.to_owned(),
+                source,
+            }
+        })?;
     let how = fs.inodes().scheme().name();
     let uring = fs.uring();
     let session = spawn(fs, dir, false)?;

@@ -84,10 +84,14 @@ impl Objects {
     /// Keeps the content of the file at `path` (one read, hashed as it is copied) and returns
     /// its hash. Kept already: nothing is written.
     pub fn keep_file(&self, path: &Path, sha256: bool) -> io::Result<ContentHash> {
-        let file = File::open(path)?;
+        self.keep_open(&File::open(path)?, path, sha256)
+    }
+
+    /// [`Objects::keep_file`] for a file open for reading (`path` names it in errors).
+    pub fn keep_open(&self, file: &File, path: &Path, sha256: bool) -> io::Result<ContentHash> {
         let mut taking = self.begin()?;
         let opts = crate::hash::HashOptions { sha256 };
-        let hashed = crate::hash::hash_open_file_keeping(&file, path, opts, Some(&mut taking))
+        let hashed = crate::hash::hash_open_file_keeping(file, path, opts, Some(&mut taking))
             .map_err(io::Error::other)?;
         taking.commit(self, &hashed.hash.blake3)?;
         Ok(hashed.hash)
@@ -126,6 +130,28 @@ impl Objects {
             .collect();
         found.sort();
         found
+    }
+
+    /// Keeps blob `blake3` whatever the record says (a version `roar checkout` kept before it
+    /// replaced it, which no job recorded): listed in `pinned`, which `roar gc` honours.
+    pub fn pin(&self, blake3: &str) -> io::Result<()> {
+        let root = self.blobs.parent().unwrap_or(Path::new("."));
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(root.join("pinned"))?;
+        writeln!(f, "{blake3}")
+    }
+
+    /// The blobs kept whatever the record says ([`Objects::pin`]).
+    pub fn pinned(&self) -> std::collections::HashSet<String> {
+        let root = self.blobs.parent().unwrap_or(Path::new("."));
+        std::fs::read_to_string(root.join("pinned"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| valid_name(l))
+            .map(str::to_owned)
+            .collect()
     }
 
     /// The name of every kept blob.

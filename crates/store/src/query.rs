@@ -550,14 +550,11 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
-    /// The blake3 of every S3 object version any job read or wrote: what `roar gc` must keep.
-    pub fn s3_recorded_hashes(&self) -> Result<std::collections::HashSet<String>> {
+    /// Every content hash the record holds (file versions and S3 objects alike): the versions
+    /// `roar gc` never takes from the object store.
+    pub fn recorded_hashes(&self) -> Result<std::collections::HashSet<String>> {
         self.conn
-            .prepare(
-                "SELECT a.blake3 FROM job_files f JOIN artifacts a ON a.id = f.artifact_id
-                 WHERE f.kind = 's3'
-                 UNION SELECT a.blake3 FROM s3_objects o JOIN artifacts a ON a.id = o.artifact_id",
-            )
+            .prepare("SELECT blake3 FROM artifacts")
             .and_then(|mut s| {
                 s.query_map([], |r| r.get::<_, String>(0))?
                     .collect::<rusqlite::Result<_>>()

@@ -102,6 +102,8 @@ pub struct RoarFs {
     next_fh: AtomicU64,
     jobs: Arc<Jobs>,
     content: Content,
+    /// Where the versions jobs leave are kept (`[keep] outputs`), if they are.
+    keep: Option<roar_tracer::early::KeepOutputs>,
     /// Every change to a file's content through the mount, counted (what a write stream's hash
     /// is checked against).
     gens: Generations,

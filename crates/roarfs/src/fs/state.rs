@@ -31,6 +31,7 @@ impl RoarFs {
         root: PathBuf,
         jobs: Arc<Jobs>,
         db: Option<&Path>,
+        keep: Option<roar_tracer::early::KeepOutputs>,
     ) -> io::Result<RoarFs> {
         Ok(RoarFs {
             inodes: Inodes::new(root_fd, root)?,
@@ -43,6 +44,7 @@ impl RoarFs {
             passthrough: AtomicBool::new(false),
             dont_mask: AtomicBool::new(false),
             uring: Arc::new(AtomicBool::new(false)),
+            keep,
         })
     }
 
@@ -364,14 +366,38 @@ impl RoarFs {
             .take()
             .zip(size)
             .and_then(|(s, size)| s.finish(now, size));
-        match streamed {
+        let hash = match streamed {
             Some(hash) => {
                 if let Ok(st) = sys::stat_fd(h.file.as_fd()) {
                     self.content.remember(file_stat(&st), &hash);
                 }
-                Some(hash)
+                hash
             }
-            None => self.content.of_path_fd(h.file.as_fd(), path),
+            None => self.content.of_path_fd(h.file.as_fd(), path)?,
+        };
+        self.keep(h, path, &hash);
+        Some(hash)
+    }
+
+    /// Keeps the version a job left at `path` (`[keep] outputs`): one read of the file, hashed
+    /// as it is copied, unless that content is kept already. Done as the last writer's handle is
+    /// released, which the program does not wait for.
+    fn keep(&self, h: &Handle, path: &Path, hash: &ContentHash) {
+        let Some(keep) = &self.keep else {
+            return;
+        };
+        if h.job.is_none()
+            || keep.ignore.is_ignored(path)
+            || !keep.objects.fits(hash.size)
+            || keep.objects.has(&hash.blake3)
+        {
+            return;
+        }
+        let kept = sys::reopen(h.file.as_fd(), libc::O_RDONLY)
+            .and_then(|f| keep.objects.keep_open(&f, path, false));
+        if let Err(e) = kept {
+            static ONCE: std::sync::Once = std::sync::Once::new();
+            ONCE.call_once(|| tracing::warn!("roarfs: cannot keep {}: {e}", path.display()));
         }
     }
 }
