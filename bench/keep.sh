@@ -2,10 +2,14 @@
 # Versions kept (issue 58): what keeping every output costs `roar run`.
 #  1. P2 — write+read N x 4 KiB (N = 2000) under `roar run`, every output kept, against the same
 #     roar with `[keep]` off and bare execution, interleaved round by round (bench/lib/compare.py);
+#     each command ends with `sync`, so the copies' writeback is charged to the run that made
+#     them, not to whichever command follows;
 #  2. bytes roar reads from the files it keeps per byte kept, for big outputs hashed while the job
 #     runs (each written, then the job sleeps) and at its end (written just before it exits):
 #     every read(2)/pread64(2) on those files under `strace -f -y`, against the bytes kept;
-#  3. the object store's size on disk against the bytes it keeps.
+#  3. the object store's size on disk against the bytes it keeps;
+#  4. the same bytes ratio through `roar mount` (the daemon under strace, a job writing the files
+#     through the mount).
 # Every figure is a ratio. ROAR=/path/to/roar measures a roar built already.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,12 +34,12 @@ OFF=$'\n[keep]\noutputs = false\ninputs = "none"\n'
 echo "== P2: write+read $N x 4 KiB under roar run, outputs kept (on) or not (off)"
 rows=()
 for b in "${BACKENDS[@]}"; do
-    rows+=("$b on=env ROAR_DIR=$W/on/.roar $ROAR run --tracer $b -- ./files $N"
-           "$b off=env ROAR_DIR=$W/off/.roar $ROAR run --tracer $b -- ./files $N")
+    rows+=("$b on=sh -c 'ROAR_DIR=$W/on/.roar $ROAR run --tracer $b -- ./files $N && sync'"
+           "$b off=sh -c 'ROAR_DIR=$W/off/.roar $ROAR run --tracer $b -- ./files $N && sync'")
 done
 (cd "$W/plain" && $CMP "$W/p2.json" "$RUNS" \
-    --prepare "rm -rf out $W/on $W/off; mkdir -p out $W/on $W/off; $ROAR init $W/on > /dev/null; $ROAR init $W/off > /dev/null; printf '%s' '$OFF' >> $W/off/.roar/config.toml" \
-    "bare=./files $N" "${rows[@]}")
+    --prepare "rm -rf out $W/on $W/off; mkdir -p out $W/on $W/off; $ROAR init $W/on > /dev/null; $ROAR init $W/off > /dev/null; printf '%s' '$OFF' >> $W/off/.roar/config.toml; sync" \
+    "bare=sh -c './files $N && sync'" "${rows[@]}")
 
 echo "== bytes read per byte kept: $BIG_FILES x $BIG_MIB MiB outputs"
 mkdir -p "$W/big" && cd "$W/big"
@@ -66,6 +70,31 @@ print(f"  hashed {mode:5}: {read / max(kept, 1):.3f} bytes read per byte kept "
       f"({read >> 20} MiB read, {kept >> 20} MiB kept of {data >> 20} MiB written)")
 PY
 done
+echo "== the same through roar mount: $BIG_FILES x $BIG_MIB MiB written through the mount"
+mkdir -p "$W/mnt/data" && cd "$W/mnt"
+git init -q . && "$ROAR" init > /dev/null
+rm -f trace.mount.*
+strace -ff -qq -y -e trace=read,pread64 -e signal=none -o trace.mount \
+    "$ROAR" mount --foreground data > /dev/null 2>&1 &
+for _ in $(seq 100); do mountpoint -q data && break; sleep 0.1; done
+(cd data && setsid -w sh -c "for i in \$(seq $BIG_FILES); do head -c $((BIG_MIB << 20)) /dev/urandom > b\$i; done")
+"$ROAR" unmount data > /dev/null 2>&1
+wait
+python3 - "$W/mnt" <<'PY'
+import glob, os, re, sys
+w = sys.argv[1]
+read = 0
+for name in glob.glob(f"{w}/trace.mount.*"):
+    for line in open(name, errors="replace"):
+        m = re.match(r"(?:read|pread64)\(\d+<([^>]*)>.*= (\d+)$", line.strip())
+        if m and "/data/b" in m.group(1):
+            read += int(m.group(2))
+kept = 0
+for root, _, files in os.walk(f"{w}/.roar/s3/blobs"):
+    kept += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+print(f"  mount: {read / max(kept, 1):.3f} bytes read per byte kept ({read >> 20} MiB read, {kept >> 20} MiB kept)")
+PY
+cd "$W/big"
 disk=$(du -sk .roar/s3/blobs | cut -f1)
 kept=$(find .roar/s3/blobs -type f -printf '%s\n' | awk '{s += $1} END {print s}')
 echo "  object store on disk: $(python3 -c "print(f'{$disk * 1024 / max($kept, 1):.3f}')") x the bytes it keeps"

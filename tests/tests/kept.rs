@@ -469,3 +469,69 @@ fn the_mount_keeps_the_versions_its_jobs_leave() {
         b"one\n"
     );
 }
+
+/// Past `[keep] budget_bytes`, `roar gc` (also started after each run) lets the least recently
+/// used versions go, never a pinned job's.
+#[test]
+fn a_size_budget_lets_the_oldest_versions_go_but_never_a_pinned_jobs() {
+    let p = Project::new();
+    p.append_config("\n[keep]\nbudget_bytes = 3000\n");
+    let mut ids = Vec::new();
+    for i in 0..5u8 {
+        let body = vec![b'a' + i; 1000];
+        ids.push(run(
+            &p,
+            &[
+                "sh",
+                "-c",
+                "printf %s \"$1\" > out.txt",
+                "sh",
+                std::str::from_utf8(&body).unwrap(),
+            ],
+        ));
+        if i == 0 {
+            let o = p.roar(["pin", &format!("@{}", ids[0])]);
+            assert!(o.status.success(), "{}", stderr(&o));
+        }
+        // Each version a later last use than the one before.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let o = p.roar(["gc"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let kept = |i: u8| {
+        let h = blake3::hash(&vec![b'a' + i; 1000]).to_hex().to_string();
+        p.path()
+            .join(".roar/s3/blobs")
+            .join(&h[..2])
+            .join(&h)
+            .is_file()
+    };
+    assert!(kept(0), "the pinned job's version stays");
+    assert!(!kept(1) && !kept(2), "the oldest unpinned versions went");
+    assert!(kept(4), "the newest stays");
+    let total: u64 = walk(&p.path().join(".roar/s3/blobs"));
+    assert!(total <= 3000, "{total} bytes kept");
+    let o = p.roar(["checkout", "out.txt~3", "-o", "x"]);
+    assert_eq!(
+        o.status.code(),
+        Some(4),
+        "a version let go is missing: {}",
+        stderr(&o)
+    );
+}
+
+fn walk(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| {
+            let m = e.metadata().unwrap();
+            if m.is_dir() {
+                walk(&e.path())
+            } else {
+                m.len()
+            }
+        })
+        .sum()
+}

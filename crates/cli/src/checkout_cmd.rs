@@ -179,3 +179,34 @@ fn find(
     ))
     .into())
 }
+
+/// `roar pin [--remove] JOB...`: pins (or unpins) jobs; without jobs, lists the pinned ones.
+pub fn pin(jobs: &[std::ffi::OsString], remove: bool, json: bool) -> anyhow::Result<()> {
+    let (project, store) = open()?;
+    let objects = project.objects();
+    let cwd = std::env::current_dir()?;
+    for j in jobs {
+        let crate::query_cmd::Target::Job(id) =
+            crate::query_cmd::classify_in(Some(&store), j, &cwd)
+        else {
+            return Err(NotFound(format!(
+                "{} is not a job (give its id, @N or name)",
+                fmt::shown(&j.to_string_lossy())
+            ))
+            .into());
+        };
+        store.job(id)?;
+        objects.pin_job(id, !remove)?;
+    }
+    let pinned: Vec<i64> = objects.pinned_jobs().into_iter().collect();
+    if json {
+        return fmt::print_json(&serde_json::json!({ "pinned": pinned }));
+    }
+    if pinned.is_empty() {
+        println!("no pinned jobs");
+    } else {
+        let ids: Vec<String> = pinned.iter().map(|j| format!("@{j}")).collect();
+        println!("pinned: {}", ids.join(" "));
+    }
+    Ok(())
+}

@@ -39,6 +39,10 @@ pub struct KeepConfig {
     pub ignore: Vec<String>,
     /// Versions bigger than this are not kept (bytes; 0: no limit).
     pub max_file_bytes: u64,
+    /// The object store's size: past it, `roar gc` (started after each `roar run` when a budget
+    /// is set) lets the least recently used versions go, but for pinned ones (`roar pin`) and S3
+    /// object bodies (bytes; 0: no budget).
+    pub budget_bytes: u64,
 }
 
 impl Default for KeepConfig {
@@ -48,6 +52,7 @@ impl Default for KeepConfig {
             inputs: "untracked".into(),
             ignore: Vec::new(),
             max_file_bytes: 0,
+            budget_bytes: 0,
         }
     }
 }

@@ -199,6 +199,15 @@ enum Command {
         #[arg(short = 'o', long = "output")]
         output: Option<PathBuf>,
     },
+    /// Pin jobs: a size budget (`[keep] budget_bytes`) never lets go of a version they read or
+    /// wrote. Without jobs, lists the pinned ones.
+    Pin {
+        /// Job ids (`@N`) or names (`NAME~N`).
+        jobs: Vec<OsString>,
+        /// Unpin them instead.
+        #[arg(long)]
+        remove: bool,
+    },
     /// What differs between the provenance of two jobs or artifacts: argv, code, environment, inputs.
     Diff {
         /// A job id, a path, or a blake3 hash prefix.
@@ -497,6 +506,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Status { exit_code } => return status_cmd::status(exit_code, json),
         Command::Diff { a, b } => diff_cmd::diff(&a, &b, json)?,
+        Command::Pin { jobs, remove } => checkout_cmd::pin(&jobs, remove, json)?,
         Command::Checkout { what, output } => {
             return checkout_cmd::checkout(&what, output.as_deref(), json)
         }

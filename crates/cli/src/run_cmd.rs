@@ -521,6 +521,7 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         );
     }
     checkpoint_in_background(&project.db_path());
+    crate::keep::budget_in_background(&config);
     crate::remote_cmd::push_in_background(&project, &config);
     // The job is recorded and reported. What is still in memory (every event, the path maps, the
     // hashes: megabytes for a large job) would be freed allocation by allocation on the way out,

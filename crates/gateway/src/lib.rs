@@ -40,7 +40,7 @@ use s3s::service::S3ServiceBuilder;
 use tokio::sync::oneshot;
 
 pub use control::Control;
-pub use embedded::{Collected, Embedded, Stored};
+pub use embedded::{Budget, Collected, Embedded, Stored};
 pub use files::job_files;
 pub use record::{Access, AccessKind, Sink};
 

@@ -154,6 +154,33 @@ impl Objects {
             .collect()
     }
 
+    /// Pins job `id` (`roar pin`): a size budget never lets go of a version it read or wrote.
+    /// `keep` false: unpins it.
+    pub fn pin_job(&self, id: i64, keep: bool) -> io::Result<()> {
+        let root = self.blobs.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(root)?;
+        let mut jobs = self.pinned_jobs();
+        if keep {
+            jobs.insert(id);
+        } else {
+            jobs.remove(&id);
+        }
+        let text: String = jobs.iter().map(|j| format!("{j}\n")).collect();
+        let tmp = root.join("pinned-jobs.tmp");
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(tmp, root.join("pinned-jobs"))
+    }
+
+    /// The pinned jobs ([`Objects::pin_job`]).
+    pub fn pinned_jobs(&self) -> std::collections::BTreeSet<i64> {
+        let root = self.blobs.parent().unwrap_or(Path::new("."));
+        std::fs::read_to_string(root.join("pinned-jobs"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    }
+
     /// The name of every kept blob.
     pub fn all(&self) -> Vec<String> {
         let mut out = Vec::new();

@@ -550,6 +550,20 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
+    /// The content hash of every file version job `id` read or wrote.
+    pub fn job_hashes(&self, id: i64) -> Result<std::collections::HashSet<String>> {
+        self.conn
+            .prepare_cached(
+                "SELECT a.blake3 FROM job_files f JOIN artifacts a ON a.id = f.artifact_id
+                 WHERE f.job_id = ?1",
+            )
+            .and_then(|mut s| {
+                s.query_map([id], |r| r.get::<_, String>(0))?
+                    .collect::<rusqlite::Result<_>>()
+            })
+            .map_err(|e| self.err(e))
+    }
+
     /// Every content hash the record holds (file versions and S3 objects alike): the versions
     /// `roar gc` never takes from the object store.
     pub fn recorded_hashes(&self) -> Result<std::collections::HashSet<String>> {

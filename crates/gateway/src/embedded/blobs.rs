@@ -61,7 +61,8 @@ impl Blobs {
     }
 
     /// Every blob's name with its age in seconds, for `gc`.
-    pub(crate) fn list(&self) -> io::Result<Vec<(String, u64)>> {
+    /// Every blob: its name, its age (since its last write or use) and its size.
+    pub(crate) fn list(&self) -> io::Result<Vec<(String, std::time::Duration, u64)>> {
         let now = std::time::SystemTime::now();
         let mut out = Vec::new();
         for fan in std::fs::read_dir(&self.dir)? {
@@ -71,14 +72,14 @@ impl Blobs {
             }
             for blob in std::fs::read_dir(fan.path())? {
                 let blob = blob?;
-                let age = blob
-                    .metadata()?
+                let meta = blob.metadata()?;
+                let age = meta
                     .modified()
                     .ok()
                     .and_then(|m| now.duration_since(m).ok())
-                    .map_or(0, |d| d.as_secs());
+                    .unwrap_or_default();
                 if let Some(name) = blob.file_name().to_str() {
-                    out.push((name.to_owned(), age));
+                    out.push((name.to_owned(), age, meta.len()));
                 }
             }
         }

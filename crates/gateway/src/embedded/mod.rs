@@ -69,6 +69,16 @@ pub struct Collected {
     pub blobs: u64,
     pub bytes: u64,
     pub temps: u64,
+    /// Kept versions let go to stay within the budget, and their bytes.
+    pub evicted: u64,
+    pub evicted_bytes: u64,
+}
+
+/// A size for the object store: past it, the kept versions used least recently go, but for
+/// `protected` ones (pinned, or needed by a pinned job) and object bodies an S3 key holds.
+pub struct Budget {
+    pub bytes: u64,
+    pub protected: std::collections::HashSet<String>,
 }
 
 /// The name of the index inside the store directory.
@@ -128,15 +138,20 @@ impl Embedded {
     /// Removes blobs no object version, unfinished upload or `keep` (hashes recorded in lineage)
     /// needs, and temp files, all only if older than `grace_secs`: a body renamed into place a
     /// moment ago may not have its index row yet.
+    /// With a `budget`, then lets the least recently used kept versions go (oldest last write or
+    /// use first) until the store fits it; never an S3 object's body or a protected version.
     pub fn gc(
         &self,
         keep: &std::collections::HashSet<String>,
         grace_secs: u64,
+        budget: Option<&Budget>,
     ) -> anyhow::Result<Collected> {
         let referenced = self.index.referenced_blobs().map_err(db_error)?;
         let mut done = Collected::default();
-        for (blob, age) in self.blobs.list()? {
-            if age < grace_secs || referenced.contains(&blob) || keep.contains(&blob) {
+        let mut left = Vec::new();
+        for (blob, age, size) in self.blobs.list()? {
+            if age.as_secs() < grace_secs || referenced.contains(&blob) || keep.contains(&blob) {
+                left.push((blob, age, size));
                 continue;
             }
             let size = self.blobs.remove(&blob)?;
@@ -144,6 +159,23 @@ impl Embedded {
             done.bytes += size;
         }
         done.temps = self.blobs.remove_stale_temps(grace_secs.max(3600))?;
+        if let Some(budget) = budget {
+            let mut total: u64 = left.iter().map(|(_, _, size)| size).sum();
+            // Oldest first.
+            left.sort_by(|a, b| b.1.cmp(&a.1));
+            for (blob, _, size) in left {
+                if total <= budget.bytes {
+                    break;
+                }
+                if referenced.contains(&blob) || budget.protected.contains(&blob) {
+                    continue;
+                }
+                self.blobs.remove(&blob)?;
+                total -= size;
+                done.evicted += 1;
+                done.evicted_bytes += size;
+            }
+        }
         Ok(done)
     }
 }
