@@ -9,7 +9,7 @@
 # breakdown per backend from one more run each with ROAR_TIMING: roar's own CPU (all its threads)
 # against the CPU the job itself gained. ROAR_BEFORE=/path/to/roar adds an older roar's preload
 # row (its shim beside it), its ptrace row and its mount row to the comparison. NOT_KEPT=1 adds
-# the preload and ptrace rows of this roar with `[keep]` off (issue 58: what keeping every output
+# the preload, ptrace and mount rows of this roar with `[keep]` off (issue 58: what keeping every output
 # and untracked input costs), in a copy of the project.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -110,7 +110,8 @@ if [ -n "${NOT_KEPT:-}" ]; then
     rm -rf "$W-nokeep" && cp -r "$W" "$W-nokeep" && rm -rf "$W-nokeep/.roar"
     (cd "$W-nokeep" && "$ROAR" init > /dev/null && printf '\n[keep]\noutputs = false\ninputs = "none"\n' >> .roar/config.toml)
     NOT_KEPT_ROWS=("roar run (preload, not kept)=sh -c 'cd $W-nokeep && sh steps.sh \"$ROAR run --tracer preload --\"'"
-                   "roar run (ptrace, not kept)=sh -c 'cd $W-nokeep && sh steps.sh \"$ROAR run --tracer ptrace --\"'")
+                   "roar run (ptrace, not kept)=sh -c 'cd $W-nokeep && sh steps.sh \"$ROAR run --tracer ptrace --\"'"
+                   "roar mount (not kept)=sh -c 'cd $W-nokeep && sh mounted.sh $ROAR'")
 fi
 BEFORE=()
 if [ -n "${ROAR_BEFORE:-}" ]; then

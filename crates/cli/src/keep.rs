@@ -86,8 +86,9 @@ impl roar_tracer::collect::KeepRule for Rule {
 }
 
 impl Rule {
-    /// Asks git once which of the job's inputs inside the project it tracks (a tracked input
-    /// comes back from the commit and the kept diff; only untracked ones are kept).
+    /// Learns which of the job's inputs inside the project git tracks (a tracked input comes
+    /// back from the commit and the kept diff; only untracked ones are kept): from the cache of
+    /// earlier answers while git's index is unchanged, else one `git ls-files`.
     pub fn learn_tracked(&mut self, classified: &Classified) {
         if self.inputs != Inputs::Untracked {
             return;
@@ -108,7 +109,8 @@ impl Rule {
             return;
         }
         if let Some(repo) = roar_env::git::Repo::find(&self.root) {
-            self.tracked = roar_env::git::tracked(&repo.root, &inputs);
+            let cache = self.store_dir.join("git-tracked");
+            self.tracked = roar_env::git::tracked_cached(&repo, &inputs, &cache);
         }
     }
 }

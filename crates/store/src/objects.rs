@@ -70,10 +70,19 @@ impl Objects {
     /// Starts keeping a copy: the hasher fills it ([`Taking::clone_from`], [`Taking::write`])
     /// while it reads the source, and names it by the hash ([`Taking::commit`]).
     pub fn begin(&self) -> io::Result<Taking> {
-        std::fs::create_dir_all(&self.tmp)?;
-        let file = tempfile::Builder::new()
-            .prefix("keep-")
-            .tempfile_in(&self.tmp)?;
+        let make = || {
+            tempfile::Builder::new()
+                .prefix("keep-")
+                .tempfile_in(&self.tmp)
+        };
+        // The directory is made only when missing: one system call less per version kept.
+        let file = match make() {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(&self.tmp)?;
+                make()?
+            }
+            other => other?,
+        };
         Ok(Taking {
             file,
             cloned: false,
@@ -82,7 +91,7 @@ impl Objects {
     }
 
     /// Keeps the content of the file at `path` (one read, hashed as it is copied) and returns
-    /// its hash. Kept already: nothing is written.
+    /// its hash.
     pub fn keep_file(&self, path: &Path, sha256: bool) -> io::Result<ContentHash> {
         self.keep_open(&File::open(path)?, path, sha256)
     }
@@ -293,7 +302,7 @@ impl Taking {
     }
 
     /// The source hashed to `blake3` and did not change while it was read: the copy becomes
-    /// blob `blake3` (dropped if that blob is kept already).
+    /// blob `blake3`.
     pub fn commit(self, objects: &Objects, blake3: &str) -> io::Result<()> {
         if self.failed {
             return Err(io::Error::other("the copy could not be written"));
@@ -304,12 +313,16 @@ impl Taking {
                 "not a blake3 digest",
             ));
         }
+        // Renamed over a blob of the same name if there is one: the same bytes, now last used.
+        // The fan-out directory is made only when the rename says it is missing.
         let dest = objects.path(blake3);
-        if dest.is_file() {
-            return Ok(());
+        match self.file.persist(&dest) {
+            Ok(_) => Ok(()),
+            Err(e) if e.error.kind() == io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(dest.parent().expect("a fan-out directory"))?;
+                e.file.persist(&dest).map(drop).map_err(|e| e.error)
+            }
+            Err(e) => Err(e.error),
         }
-        std::fs::create_dir_all(dest.parent().expect("a fan-out directory"))?;
-        self.file.persist(&dest).map_err(|e| e.error)?;
-        Ok(())
     }
 }

@@ -162,7 +162,7 @@ impl Embedded {
         if let Some(budget) = budget {
             let mut total: u64 = left.iter().map(|(_, _, size)| size).sum();
             // Oldest first.
-            left.sort_by(|a, b| b.1.cmp(&a.1));
+            left.sort_by_key(|b| std::cmp::Reverse(b.1));
             for (blob, _, size) in left {
                 if total <= budget.bytes {
                     break;
