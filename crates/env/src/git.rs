@@ -403,6 +403,107 @@ fn before_the_job(
     }
 }
 
+/// Which of `paths` (inside the work tree of `root`) git tracks: `git ls-files` with the paths
+/// as literal pathspecs, a thousand per call (git 2.39's ls-files reads no pathspecs from
+/// stdin). Unknown (git missing, or failing): none, so the caller treats them as untracked (it
+/// keeps more, never less).
+pub fn tracked(root: &Path, paths: &[&Path]) -> std::collections::HashSet<PathBuf> {
+    use std::os::unix::ffi::OsStringExt;
+    let mut found = std::collections::HashSet::new();
+    let rel: Vec<&Path> = paths
+        .iter()
+        .filter_map(|p| p.strip_prefix(root).ok())
+        .collect();
+    for chunk in rel.chunks(1000) {
+        let out = Command::new("git")
+            .args([
+                "--no-optional-locks",
+                "--literal-pathspecs",
+                "ls-files",
+                "-z",
+                "--cached",
+                "--",
+            ])
+            .args(chunk)
+            .current_dir(root)
+            .env_remove("GIT_DIR")
+            .env_remove("GIT_WORK_TREE")
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output();
+        let Ok(out) = out else {
+            return found;
+        };
+        // A subreaper's tracer may have reaped git: its output is whole (the pipe closed).
+        if !out.status.success() && out.status.code().is_some() {
+            return found;
+        }
+        for name in out.stdout.split(|b| *b == 0).filter(|n| !n.is_empty()) {
+            found.insert(root.join(std::ffi::OsString::from_vec(name.to_vec())));
+        }
+    }
+    found
+}
+
+/// [`tracked`], answered from `cache` (a file of the caller's) while the repository's index is
+/// the one it was made for: asking git costs a process (3-9 ms here) on every job that reads a
+/// file of the project, and the index changes only with `git add`, `commit`, `checkout`...
+/// Paths the cache does not know are asked for and added.
+pub fn tracked_cached(
+    repo: &Repo,
+    paths: &[&Path],
+    cache: &Path,
+) -> std::collections::HashSet<PathBuf> {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    use std::os::unix::fs::MetadataExt;
+    let Ok(index) = std::fs::metadata(repo.git_dir.join("index")) else {
+        return tracked(&repo.root, paths);
+    };
+    let key = format!(
+        "{} {} {} {}.{}",
+        index.dev(),
+        index.ino(),
+        index.size(),
+        index.mtime(),
+        index.mtime_nsec()
+    );
+    // The key's line, then one entry per path: `T` (tracked) or `U`, the path, a NUL.
+    let text = std::fs::read(cache).unwrap_or_default();
+    let mut known: std::collections::HashMap<PathBuf, bool> = Default::default();
+    if let Some(rest) = text.strip_prefix(format!("{key}\n").as_bytes()) {
+        for entry in rest.split(|b| *b == 0).filter(|e| e.len() > 1) {
+            let path = PathBuf::from(std::ffi::OsString::from_vec(entry[1..].to_vec()));
+            known.insert(path, entry[0] == b'T');
+        }
+    }
+    let unknown: Vec<&Path> = paths
+        .iter()
+        .copied()
+        .filter(|p| !known.contains_key(*p))
+        .collect();
+    if !unknown.is_empty() {
+        let found = tracked(&repo.root, &unknown);
+        for p in unknown {
+            known.insert(p.to_owned(), found.contains(p));
+        }
+        let mut out = format!("{key}\n").into_bytes();
+        for (p, t) in &known {
+            out.push(if *t { b'T' } else { b'U' });
+            out.extend_from_slice(p.as_os_str().as_bytes());
+            out.push(0);
+        }
+        let tmp = cache.with_extension(format!("tmp{}", std::process::id()));
+        if std::fs::write(&tmp, out).is_ok() {
+            let _ = std::fs::rename(&tmp, cache);
+        }
+    }
+    paths
+        .iter()
+        .filter(|p| known.get(**p) == Some(&true))
+        .map(|p| p.to_path_buf())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -503,105 +604,4 @@ mod tests {
         assert!(s.contains(&("remote \"up\"".into(), "url".into(), "https://h/x".into())));
         assert!(s.contains(&("branch \"main\"".into(), "remote".into(), "up".into())));
     }
-}
-
-/// Which of `paths` (inside the work tree of `root`) git tracks: `git ls-files` with the paths
-/// as literal pathspecs, a thousand per call (git 2.39's ls-files reads no pathspecs from
-/// stdin). Unknown (git missing, or failing): none, so the caller treats them as untracked (it
-/// keeps more, never less).
-pub fn tracked(root: &Path, paths: &[&Path]) -> std::collections::HashSet<PathBuf> {
-    use std::os::unix::ffi::OsStringExt;
-    let mut found = std::collections::HashSet::new();
-    let rel: Vec<&Path> = paths
-        .iter()
-        .filter_map(|p| p.strip_prefix(root).ok())
-        .collect();
-    for chunk in rel.chunks(1000) {
-        let out = Command::new("git")
-            .args([
-                "--no-optional-locks",
-                "--literal-pathspecs",
-                "ls-files",
-                "-z",
-                "--cached",
-                "--",
-            ])
-            .args(chunk)
-            .current_dir(root)
-            .env_remove("GIT_DIR")
-            .env_remove("GIT_WORK_TREE")
-            .stdin(Stdio::null())
-            .stderr(Stdio::null())
-            .output();
-        let Ok(out) = out else {
-            return found;
-        };
-        // A subreaper's tracer may have reaped git: its output is whole (the pipe closed).
-        if !out.status.success() && out.status.code().is_some() {
-            return found;
-        }
-        for name in out.stdout.split(|b| *b == 0).filter(|n| !n.is_empty()) {
-            found.insert(root.join(std::ffi::OsString::from_vec(name.to_vec())));
-        }
-    }
-    found
-}
-
-/// [`tracked`], answered from `cache` (a file of the caller's) while the repository's index is
-/// the one it was made for: asking git costs a process (3-9 ms here) on every job that reads a
-/// file of the project, and the index changes only with `git add`, `commit`, `checkout`...
-/// Paths the cache does not know are asked for and added.
-pub fn tracked_cached(
-    repo: &Repo,
-    paths: &[&Path],
-    cache: &Path,
-) -> std::collections::HashSet<PathBuf> {
-    use std::os::unix::ffi::{OsStrExt, OsStringExt};
-    use std::os::unix::fs::MetadataExt;
-    let Ok(index) = std::fs::metadata(repo.git_dir.join("index")) else {
-        return tracked(&repo.root, paths);
-    };
-    let key = format!(
-        "{} {} {} {}.{}",
-        index.dev(),
-        index.ino(),
-        index.size(),
-        index.mtime(),
-        index.mtime_nsec()
-    );
-    // The key's line, then one entry per path: `T` (tracked) or `U`, the path, a NUL.
-    let text = std::fs::read(cache).unwrap_or_default();
-    let mut known: std::collections::HashMap<PathBuf, bool> = Default::default();
-    if let Some(rest) = text.strip_prefix(format!("{key}\n").as_bytes()) {
-        for entry in rest.split(|b| *b == 0).filter(|e| e.len() > 1) {
-            let path = PathBuf::from(std::ffi::OsString::from_vec(entry[1..].to_vec()));
-            known.insert(path, entry[0] == b'T');
-        }
-    }
-    let unknown: Vec<&Path> = paths
-        .iter()
-        .copied()
-        .filter(|p| !known.contains_key(*p))
-        .collect();
-    if !unknown.is_empty() {
-        let found = tracked(&repo.root, &unknown);
-        for p in unknown {
-            known.insert(p.to_owned(), found.contains(p));
-        }
-        let mut out = format!("{key}\n").into_bytes();
-        for (p, t) in &known {
-            out.push(if *t { b'T' } else { b'U' });
-            out.extend_from_slice(p.as_os_str().as_bytes());
-            out.push(0);
-        }
-        let tmp = cache.with_extension(format!("tmp{}", std::process::id()));
-        if std::fs::write(&tmp, out).is_ok() {
-            let _ = std::fs::rename(&tmp, cache);
-        }
-    }
-    paths
-        .iter()
-        .filter(|p| known.get(**p) == Some(&true))
-        .map(|p| p.to_path_buf())
-        .collect()
 }
