@@ -49,7 +49,7 @@ for mode in early end; do
     pause=$([ "$mode" = early ] && echo 0.2 || echo 0)
     rm -f trace.$mode.*
     # One file per thread (-ff): a call is never split across lines by another thread's.
-    strace -ff -qq -y -e trace=read,pread64 -e signal=none -o "trace.$mode" \
+    strace -ff -qq -y -e trace=read,pread64,copy_file_range -e signal=none -o "trace.$mode" \
         "$ROAR" run --tracer preload -- sh -c \
         "for i in \$(seq $BIG_FILES); do head -c $((BIG_MIB << 20)) /dev/urandom > out/b\$i; sleep $pause; done" \
         > /dev/null 2>&1
@@ -59,7 +59,7 @@ mode, w = sys.argv[1], sys.argv[2]
 read = 0
 for name in glob.glob(f"{w}/trace.{mode}.*"):
     for line in open(name, errors="replace"):
-        m = re.match(r"(?:read|pread64)\(\d+<([^>]*)>.*= (\d+)$", line.strip())
+        m = re.match(r"(?:read|pread64|copy_file_range)\(\d+<([^>]*)>.*= (\d+)$", line.strip())
         if m and "/out/b" in m.group(1):
             read += int(m.group(2))
 kept = 0
@@ -74,7 +74,7 @@ echo "== the same through roar mount: $BIG_FILES x $BIG_MIB MiB written through 
 mkdir -p "$W/mnt/data" && cd "$W/mnt"
 git init -q . && "$ROAR" init > /dev/null
 rm -f trace.mount.*
-strace -ff -qq -y -e trace=read,pread64 -e signal=none -o trace.mount \
+strace -ff -qq -y -e trace=read,pread64,copy_file_range -e signal=none -o trace.mount \
     "$ROAR" mount --foreground data > /dev/null 2>&1 &
 for _ in $(seq 100); do mountpoint -q data && break; sleep 0.1; done
 (cd data && setsid -w sh -c "for i in \$(seq $BIG_FILES); do head -c $((BIG_MIB << 20)) /dev/urandom > b\$i; done")
@@ -86,7 +86,7 @@ w = sys.argv[1]
 read = 0
 for name in glob.glob(f"{w}/trace.mount.*"):
     for line in open(name, errors="replace"):
-        m = re.match(r"(?:read|pread64)\(\d+<([^>]*)>.*= (\d+)$", line.strip())
+        m = re.match(r"(?:read|pread64|copy_file_range)\(\d+<([^>]*)>.*= (\d+)$", line.strip())
         if m and "/data/b" in m.group(1):
             read += int(m.group(2))
 kept = 0

@@ -8,7 +8,8 @@ use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use roar_store::hash::{hash_open_file, HashOptions};
+use roar_store::hash::{hash_open_file_keeping, HashOptions};
+use roar_store::objects::Objects;
 use roar_store::{ContentHash, FileStat};
 
 use crate::jobs::Jobs;
@@ -77,6 +78,27 @@ impl Content {
         self.at(file, &st, path)
     }
 
+    /// [`Content::of_path_fd`], the version kept in `objects` by the read that hashes it (a
+    /// content known already is kept by a read of its own, unless kept before).
+    pub fn of_path_fd_keeping(
+        &self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        path: &Path,
+        objects: &Objects,
+    ) -> Option<ContentHash> {
+        let file = sys::reopen(fd, libc::O_RDONLY).ok()?;
+        let st = sys::stat_fd(file.as_fd()).ok()?;
+        if let Some(h) = self.cached(&file_stat(&st)) {
+            if objects.fits(h.size) && !objects.has(&h.blake3) {
+                if let Err(e) = objects.keep_open(&file, path, false) {
+                    tracing::debug!("roarfs: {} not kept: {e}", path.display());
+                }
+            }
+            return Some(h);
+        }
+        self.hash_now(&file, path, Some(objects))
+    }
+
     /// [`Content::of`] for a file already stat'ed as `st`. A file that changes while it is
     /// hashed has no content to give (None), as when it could not be read.
     pub fn at(&self, file: &File, st: &libc::stat, path: &Path) -> Option<ContentHash> {
@@ -86,16 +108,32 @@ impl Content {
         if let Some(h) = self.cached(&file_stat(st)) {
             return Some(h);
         }
+        self.hash_now(file, path, None)
+    }
+
+    /// Hashes `file` now (kept in `keep` as it is read), remembers it and tells the store's
+    /// hash cache.
+    fn hash_now(&self, file: &File, path: &Path, keep: Option<&Objects>) -> Option<ContentHash> {
+        let keep = keep.filter(|o| file.metadata().is_ok_and(|m| o.fits(m.len())));
         // A file changed while it was read (another handle still writing it) is read again,
         // a few times; then its content is unknown rather than wrong.
         let hashed = (0..3)
-            .find_map(
-                |_| match hash_open_file(file, path, HashOptions::default()) {
-                    Ok(h) => Some(Ok(h)),
+            .find_map(|_| {
+                let mut taking = keep.and_then(|o| o.begin().ok());
+                let r = hash_open_file_keeping(file, path, HashOptions::default(), taking.as_mut());
+                match r {
+                    Ok(h) => {
+                        if let (Some(t), Some(o)) = (taking, keep) {
+                            if let Err(e) = t.commit(o, &h.hash.blake3) {
+                                tracing::debug!("roarfs: {} not kept: {e}", path.display());
+                            }
+                        }
+                        Some(Ok(h))
+                    }
                     Err(roar_store::hash::HashError::Changed { .. }) => None,
                     Err(e) => Some(Err(e)),
-                },
-            )?
+                }
+            })?
             .ok()?;
         self.remember(hashed.stat, &hashed.hash);
         let _ = self.jobs.writer().cache(vec![roar_store::CacheEntry {

@@ -293,6 +293,46 @@ impl Taking {
         } == 0;
     }
 
+    /// Copies the first `len` bytes of `src` in the kernel (`copy_file_range`: no byte through
+    /// this process), for a source whose hash is known already from the bytes written into it
+    /// (the mount's write stream): the caller checks the source did not change around the copy
+    /// before it names the copy by that hash.
+    pub fn copy_from(&mut self, src: &File, len: u64) -> io::Result<()> {
+        let mut off_in: libc::loff_t = 0;
+        let mut off_out: libc::loff_t = 0;
+        while (off_in as u64) < len {
+            let want = (len - off_in as u64).min(1 << 30) as usize;
+            // SAFETY: two descriptors we own and offsets on our stack.
+            let n = unsafe {
+                libc::copy_file_range(
+                    src.as_raw_fd(),
+                    &mut off_in,
+                    self.file.as_file().as_raw_fd(),
+                    &mut off_out,
+                    want,
+                    0,
+                )
+            };
+            match n {
+                0 => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the file shrank",
+                    ))
+                }
+                n if n < 0 => {
+                    let e = io::Error::last_os_error();
+                    if e.kind() != io::ErrorKind::Interrupted {
+                        self.failed = true;
+                        return Err(e);
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
     /// The next bytes of the source, as the hasher reads them. A write that fails (a full disk)
     /// makes this copy not kept; hashing goes on.
     pub fn write(&mut self, bytes: &[u8]) {

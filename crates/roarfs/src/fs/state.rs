@@ -366,38 +366,57 @@ impl RoarFs {
             .take()
             .zip(size)
             .and_then(|(s, size)| s.finish(now, size));
-        let hash = match streamed {
-            Some(hash) => {
+        let keep = self
+            .keep
+            .as_ref()
+            .filter(|k| h.job.is_some() && !k.ignore.is_ignored(path))
+            .map(|k| &k.objects);
+        match (streamed, keep) {
+            (Some(hash), keep) => {
                 if let Ok(st) = sys::stat_fd(h.file.as_fd()) {
                     self.content.remember(file_stat(&st), &hash);
                 }
-                hash
+                if let Some(objects) = keep {
+                    self.keep_streamed(h, path, &hash, now, objects);
+                }
+                Some(hash)
             }
-            None => self.content.of_path_fd(h.file.as_fd(), path)?,
-        };
-        self.keep(h, path, &hash);
-        Some(hash)
+            // Hashed by reading: the same read keeps it.
+            (None, Some(objects)) => self
+                .content
+                .of_path_fd_keeping(h.file.as_fd(), path, objects),
+            (None, None) => self.content.of_path_fd(h.file.as_fd(), path),
+        }
     }
 
-    /// Keeps the version a job left at `path` (`[keep] outputs`): one read of the file, hashed
-    /// as it is copied, unless that content is kept already. Done as the last writer's handle is
-    /// released, which the program does not wait for.
-    fn keep(&self, h: &Handle, path: &Path, hash: &ContentHash) {
-        let Some(keep) = &self.keep else {
-            return;
-        };
-        if h.job.is_none()
-            || keep.ignore.is_ignored(path)
-            || !keep.objects.fits(hash.size)
-            || keep.objects.has(&hash.blake3)
-        {
+    /// Keeps the version a job left at `path` whose hash the write stream gave (`[keep]
+    /// outputs`), unless that content is kept already: copied in the kernel and named by the
+    /// stream's hash only if nothing changed the file through the mount since the stream's last
+    /// write (its generation is still `now` once the copy is done: the bytes copied are the
+    /// bytes hashed). Done as the last writer's handle is released, which the program does not
+    /// wait for.
+    fn keep_streamed(
+        &self,
+        h: &Handle,
+        path: &Path,
+        hash: &ContentHash,
+        now: u64,
+        objects: &roar_store::objects::Objects,
+    ) {
+        if !objects.fits(hash.size) || objects.has(&hash.blake3) {
             return;
         }
-        let kept = sys::reopen(h.file.as_fd(), libc::O_RDONLY)
-            .and_then(|f| keep.objects.keep_open(&f, path, false));
+        let kept = sys::reopen(h.file.as_fd(), libc::O_RDONLY).and_then(|src| {
+            let mut taking = objects.begin()?;
+            taking.copy_from(&src, hash.size)?;
+            let size = src.metadata()?.len();
+            if self.gens.now(h.opened.ino) != now || size != hash.size {
+                return Err(io::Error::other("changed while it was copied"));
+            }
+            taking.commit(objects, &hash.blake3)
+        });
         if let Err(e) = kept {
-            static ONCE: std::sync::Once = std::sync::Once::new();
-            ONCE.call_once(|| tracing::warn!("roarfs: cannot keep {}: {e}", path.display()));
+            tracing::debug!("roarfs: {} not kept: {e}", path.display());
         }
     }
 }
