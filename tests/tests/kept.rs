@@ -535,3 +535,51 @@ fn walk(dir: &Path) -> u64 {
         })
         .sum()
 }
+
+/// A job runs again with the environment it recorded; a secret roar redacted from it comes
+/// from the current environment, and each such value is named on stderr.
+#[test]
+fn a_job_runs_again_with_its_recorded_environment() {
+    let p = Project::new();
+    let o = p
+        .cmd([
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$MODE $API_TOKEN\" > out.txt",
+        ])
+        .env("MODE", "fast")
+        .env("API_TOKEN", "s3cr3t-Value-9f8e7d6c5b4a")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    // MODE is not set now: the recorded value is used; the token is taken from here.
+    let o = p
+        .cmd(["reproduce", "--run", "out.txt"])
+        .env_remove("MODE")
+        .env("API_TOKEN", "s3cr3t-Value-9f8e7d6c5b4a")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("bit-exact"), "{}", stdout(&o));
+    assert!(
+        stderr(&o)
+            .contains("API_TOKEN was recorded redacted; its value is taken from this environment"),
+        "{}",
+        stderr(&o)
+    );
+    // Without it here, the job runs without it, says so, and the output differs.
+    let o = p
+        .cmd(["reproduce", "--run", "out.txt"])
+        .env_remove("API_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stderr(&o).contains("API_TOKEN was recorded redacted and is not set here"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stdout(&o).contains("differs"), "{}", stdout(&o));
+}

@@ -9,7 +9,7 @@
 //! every absolute path in the command name the worktree's files: nothing the job writes can
 //! reach the working tree. Each output is then compared with the recorded hash.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::ffi::{CString, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::process::CommandExt;
@@ -19,6 +19,7 @@ use std::process::{Command, Stdio};
 use anyhow::Context;
 use roar_store::hash::{hash_path, HashOptions};
 use roar_store::objects::Objects;
+use roar_store::redact::REDACTED;
 use roar_store::{ContentHash, Edge, Lineage, Project, Step, Store};
 
 use crate::entry::ExitCode;
@@ -138,7 +139,8 @@ fn run_plan(
             Ok(()) => {
                 let argv = crate::reproduce_cmd::supplied(s, &mut slot)?;
                 eprintln!("roar: {title}: {}", roar_store::shell_join(&s.argv));
-                match rerun(&exe, s, &argv, wt) {
+                let env = job_env(&store.job(s.job_id)?.env, s.job_id);
+                match rerun(&exe, s, &argv, &env, wt) {
                     Ok(status) if status.success() => check(&outputs, wt),
                     Ok(status) => outputs
                         .iter()
@@ -372,9 +374,11 @@ fn rerun(
     exe: &Path,
     s: &Step,
     argv: &[OsString],
+    env: &[(String, OsString)],
     wt: &Worktree,
 ) -> anyhow::Result<std::process::ExitStatus> {
     let mut cmd = Command::new(exe);
+    cmd.env_clear().envs(env.iter().map(|(k, v)| (k, v)));
     cmd.arg("run")
         .args(s.uses_s3().then_some("--s3"))
         .arg("--")
@@ -440,6 +444,44 @@ fn rerun(
             wt.top.display()
         )
     })
+}
+
+/// The environment a job runs with again: the one it recorded; a value roar redacted is taken
+/// from this environment when it has the variable, else left unset — each said on stderr. roar's
+/// own settings (`ROAR_*`) come from this environment.
+fn job_env(recorded: &BTreeMap<String, String>, job: i64) -> Vec<(String, OsString)> {
+    let mut env = Vec::with_capacity(recorded.len());
+    for (k, v) in recorded {
+        if k.starts_with("ROAR_") {
+            continue;
+        }
+        if !v.contains(REDACTED) {
+            env.push((k.clone(), OsString::from(v)));
+            continue;
+        }
+        match std::env::var_os(k) {
+            Some(now) => {
+                eprintln!(
+                    "roar: job {job}: {} was recorded redacted; its value is taken from this environment",
+                    fmt::shown(k)
+                );
+                env.push((k.clone(), now));
+            }
+            None => eprintln!(
+                "roar: job {job}: {} was recorded redacted and is not set here; the job runs without it",
+                fmt::shown(k)
+            ),
+        }
+    }
+    env.extend(
+        std::env::vars_os()
+            .filter(|(k, _)| {
+                let k = k.to_string_lossy();
+                k.starts_with("ROAR_") && !k.starts_with("ROAR_INTERNAL_")
+            })
+            .map(|(k, v)| (k.to_string_lossy().into_owned(), v)),
+    );
+    env
 }
 
 /// Writes `bytes` to a /proc file of this process (between fork and exec: no allocation).
