@@ -583,3 +583,24 @@ fn a_job_runs_again_with_its_recorded_environment() {
     );
     assert!(stdout(&o).contains("differs"), "{}", stdout(&o));
 }
+
+/// A rebuild that makes other bytes says why, from the two records: an input outside the tree
+/// (which the worktree does not put in place) that changed, else a command that is not
+/// deterministic.
+#[test]
+fn a_rebuild_that_differs_names_the_likeliest_cause() {
+    let p = Project::new();
+    let outside = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(outside.path(), b"a\n").unwrap();
+    let src = outside.path().to_str().unwrap();
+    run(&p, &["sh", "-c", "cat \"$1\" > out.txt", "sh", src]);
+    std::fs::write(outside.path(), b"b\n").unwrap();
+    let o = p.roar(["reproduce", "--run", "out.txt"]);
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    let want = format!("input {src} had other content this time");
+    assert!(stdout(&o).contains(&want), "{}", stdout(&o));
+    run(&p, &["sh", "-c", "date +%s%N > t.txt"]);
+    let o = p.roar(["reproduce", "--run", "t.txt"]);
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("not deterministic"), "{}", stdout(&o));
+}

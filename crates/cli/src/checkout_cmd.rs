@@ -1,6 +1,7 @@
-//! `roar checkout REF [-o FILE]`: writes a recorded version back, from the object store (its
-//! bytes checked against the hash as they are copied) or from a file here that has it now. The
-//! version a path holds before it is overwritten is kept first: a checkout never loses content.
+//! `roar checkout REF [-o FILE]`: writes a recorded version back, from the object store, a file
+//! here that has it now, or the team's bucket — its bytes checked against the hash as they are
+//! copied. The version a path holds before it is overwritten is kept (and pinned) first: a
+//! checkout never loses content. `roar pin`: jobs whose versions a size budget never lets go.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -54,7 +55,7 @@ pub fn checkout(what: &OsStr, out: Option<&Path>, json: bool) -> anyhow::Result<
                     )
                 })?;
             eprintln!(
-                "roar: kept the current {shown_dest} (blake3 {}) first; `roar checkout b3:{}` -o FILE gives it back",
+                "roar: kept the current {shown_dest} (blake3 {}) first; `roar checkout b3:{} -o FILE` gives it back",
                 &h.blake3[..12],
                 &h.blake3[..12]
             );

@@ -9,7 +9,7 @@
 //! every absolute path in the command name the worktree's files: nothing the job writes can
 //! reach the working tree. Each output is then compared with the recorded hash.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::{CString, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::process::CommandExt;
@@ -46,7 +46,8 @@ impl Worktree {
 /// What became of one output.
 enum Verdict {
     Exact,
-    Differs(ContentHash),
+    /// The rebuilt content, and the likeliest cause ([`likeliest_cause`]).
+    Differs(ContentHash, String),
     Missing,
     NotRun(String),
 }
@@ -141,7 +142,9 @@ fn run_plan(
                 eprintln!("roar: {title}: {}", roar_store::shell_join(&s.argv));
                 let env = job_env(&store.job(s.job_id)?.env, s.job_id);
                 match rerun(&exe, s, &argv, &env, wt) {
-                    Ok(status) if status.success() => check(&outputs, wt),
+                    Ok(status) if status.success() => check(&outputs, wt, &|| {
+                        likeliest_cause(store, &scratch, s.job_id, &project.root)
+                    }),
                     Ok(status) => outputs
                         .iter()
                         .map(|_| Verdict::NotRun(format!("the command failed ({status})")))
@@ -156,8 +159,8 @@ fn run_plan(
             let want = o.hash.as_ref();
             let line = match v {
                 Verdict::Exact => format!("  reproduced  {shown}  bit-exact"),
-                Verdict::Differs(got) => format!(
-                    "  differs     {shown}  recorded {}, rebuilt {}: the job had the inputs it read then, so the command or its environment is not deterministic (`roar diff` compares two runs)",
+                Verdict::Differs(got, why) => format!(
+                    "  differs     {shown}  recorded {}, rebuilt {}: {why}",
                     want.map(short_hash).unwrap_or_default(),
                     short_hash(got)
                 ),
@@ -351,8 +354,64 @@ fn materialize(
     ))
 }
 
+/// Why a re-run made other bytes, from its record (the worktree's store) against the original
+/// job's: an input it read with other content (one outside the tree, which the worktree does not
+/// put in place: a library, a file in /tmp), else a package at another version, else none found.
+fn likeliest_cause(store: &Store, scratch: &Project, job: i64, root: &Path) -> String {
+    let rerun = Store::open(&scratch.db_path())
+        .ok()
+        .and_then(|s| Some((s.jobs(1).ok()?.first()?.id, s)))
+        .and_then(|(id, s)| s.job(id).ok());
+    let (Some(rerun), Ok(original)) = (rerun, store.job(job)) else {
+        return "the re-run's record cannot be read".to_owned();
+    };
+    let read = |j: &roar_store::JobDetail| -> HashMap<String, Option<String>> {
+        j.files
+            .iter()
+            .filter(|f| f.role == roar_store::Role::Input)
+            .map(|f| (f.path.clone(), f.hash.as_ref().map(|h| h.blake3.clone())))
+            .collect()
+    };
+    let (then, now) = (read(&original), read(&rerun));
+    let mut changed: Vec<&String> = then
+        .iter()
+        .filter(|(p, h)| now.get(*p).is_some_and(|n| n != *h))
+        .map(|(p, _)| p)
+        .collect();
+    changed.sort();
+    if let Some(p) = changed.first() {
+        return format!(
+            "input {} had other content this time ({} input(s) differ; `roar show` the two jobs)",
+            rel(p, root),
+            changed.len()
+        );
+    }
+    let versions = |j: &roar_store::JobDetail| -> HashMap<String, String> {
+        j.environment
+            .packages
+            .iter()
+            .map(|p| (format!("{} {}", p.kind, p.name), p.version.clone()))
+            .collect()
+    };
+    let (then, now) = (versions(&original), versions(&rerun));
+    if let Some((name, v)) = then
+        .iter()
+        .find(|(n, v)| now.get(*n).is_some_and(|w| w != *v))
+    {
+        return format!(
+            "package {} was {v}, now {}",
+            fmt::shown(name),
+            fmt::shown(&now[name])
+        );
+    }
+    "the job read the same inputs with the same packages, so the command is not deterministic (a seed, the time, threads)".to_owned()
+}
+
 /// Each output's verdict, read from the worktree (outside the tree: from where it is).
-fn check(outputs: &[&Edge], wt: &Worktree) -> Vec<Verdict> {
+/// `why` is asked (once) only if an output differs.
+fn check(outputs: &[&Edge], wt: &Worktree, why: &dyn Fn() -> String) -> Vec<Verdict> {
+    let found = std::cell::OnceCell::new();
+    let cause = || found.get_or_init(why).clone();
     outputs
         .iter()
         .map(|o| {
@@ -361,7 +420,7 @@ fn check(outputs: &[&Edge], wt: &Worktree) -> Vec<Verdict> {
                 .unwrap_or_else(|| PathBuf::from(&o.path));
             match (hash_path(&at, HashOptions::default()), &o.hash) {
                 (Ok(h), Some(want)) if h.hash.blake3 == want.blake3 => Verdict::Exact,
-                (Ok(h), _) => Verdict::Differs(h.hash),
+                (Ok(h), _) => Verdict::Differs(h.hash, cause()),
                 (Err(_), _) => Verdict::Missing,
             }
         })
