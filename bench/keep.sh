@@ -41,6 +41,26 @@ done
     --prepare "rm -rf out $W/on $W/off; mkdir -p out $W/on $W/off; $ROAR init $W/on > /dev/null; $ROAR init $W/off > /dev/null; printf '%s' '$OFF' >> $W/off/.roar/config.toml; sync" \
     "bare=sh -c './files $N && sync'" "${rows[@]}")
 
+# ratio LABEL DIR TRACE PATHPART: bytes read from files whose path holds PATHPART (every
+# read/pread64/copy_file_range in DIR/TRACE.*) per byte in DIR's object store.
+ratio() {
+    python3 - "$@" <<'PY'
+import glob, os, re, sys
+label, w, trace, part = sys.argv[1:5]
+read = 0
+for name in glob.glob(f"{w}/{trace}.*"):
+    for line in open(name, errors="replace"):
+        m = re.match(r"(?:read|pread64|copy_file_range)\(\d+<([^>]*)>.*= (\d+)$", line.strip())
+        if m and part in m.group(1):
+            read += int(m.group(2))
+kept = 0
+for root, _, files in os.walk(f"{w}/.roar/s3/blobs"):
+    kept += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+print(f"  {label:12}: {read / max(kept, 1):.3f} bytes read per byte kept "
+      f"({read >> 20} MiB read, {kept >> 20} MiB kept)")
+PY
+}
+
 echo "== bytes read per byte kept: $BIG_FILES x $BIG_MIB MiB outputs"
 mkdir -p "$W/big" && cd "$W/big"
 git init -q . && "$ROAR" init > /dev/null
@@ -53,22 +73,7 @@ for mode in early end; do
         "$ROAR" run --tracer preload -- sh -c \
         "for i in \$(seq $BIG_FILES); do head -c $((BIG_MIB << 20)) /dev/urandom > out/b\$i; sleep $pause; done" \
         > /dev/null 2>&1
-    python3 - "$mode" "$W/big" <<'PY'
-import glob, os, re, sys
-mode, w = sys.argv[1], sys.argv[2]
-read = 0
-for name in glob.glob(f"{w}/trace.{mode}.*"):
-    for line in open(name, errors="replace"):
-        m = re.match(r"(?:read|pread64|copy_file_range)\(\d+<([^>]*)>.*= (\d+)$", line.strip())
-        if m and "/out/b" in m.group(1):
-            read += int(m.group(2))
-kept = 0
-for root, _, files in os.walk(f"{w}/.roar/s3/blobs"):
-    kept += sum(os.path.getsize(os.path.join(root, f)) for f in files)
-data = sum(os.path.getsize(os.path.join(f"{w}/out", f)) for f in os.listdir(f"{w}/out"))
-print(f"  hashed {mode:5}: {read / max(kept, 1):.3f} bytes read per byte kept "
-      f"({read >> 20} MiB read, {kept >> 20} MiB kept of {data >> 20} MiB written)")
-PY
+    ratio "hashed $mode" "$W/big" "trace.$mode" /out/b
 done
 echo "== the same through roar mount: $BIG_FILES x $BIG_MIB MiB written through the mount"
 mkdir -p "$W/mnt/data" && cd "$W/mnt"
@@ -80,20 +85,7 @@ for _ in $(seq 100); do mountpoint -q data && break; sleep 0.1; done
 (cd data && setsid -w sh -c "for i in \$(seq $BIG_FILES); do head -c $((BIG_MIB << 20)) /dev/urandom > b\$i; done")
 "$ROAR" unmount data > /dev/null 2>&1
 wait
-python3 - "$W/mnt" <<'PY'
-import glob, os, re, sys
-w = sys.argv[1]
-read = 0
-for name in glob.glob(f"{w}/trace.mount.*"):
-    for line in open(name, errors="replace"):
-        m = re.match(r"(?:read|pread64|copy_file_range)\(\d+<([^>]*)>.*= (\d+)$", line.strip())
-        if m and "/data/b" in m.group(1):
-            read += int(m.group(2))
-kept = 0
-for root, _, files in os.walk(f"{w}/.roar/s3/blobs"):
-    kept += sum(os.path.getsize(os.path.join(root, f)) for f in files)
-print(f"  mount: {read / max(kept, 1):.3f} bytes read per byte kept ({read >> 20} MiB read, {kept >> 20} MiB kept)")
-PY
+ratio mount "$W/mnt" trace.mount /data/b
 cd "$W/big"
 disk=$(du -sk .roar/s3/blobs | cut -f1)
 kept=$(find .roar/s3/blobs -type f -printf '%s\n' | awk '{s += $1} END {print s}')

@@ -205,21 +205,7 @@ pub fn push_objects(
 /// With a size budget (`[keep] budget_bytes`), starts `roar gc` detached after a job kept its
 /// versions: the least recently used go while the user's next command runs, not before it.
 pub fn budget_in_background(config: &crate::config::Config) {
-    use std::os::unix::process::CommandExt;
-    if config.keep.budget_bytes == 0 {
-        return;
-    }
-    let Ok(exe) = std::env::current_exe() else {
-        return;
-    };
-    let spawned = std::process::Command::new(exe)
-        .arg("gc")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .process_group(0)
-        .spawn();
-    if let Err(e) = spawned {
-        tracing::warn!("could not start roar gc for the keep budget: {e}");
+    if config.keep.budget_bytes > 0 {
+        crate::run_cmd::roar_in_background(&["gc".as_ref()], "roar gc for the keep budget");
     }
 }

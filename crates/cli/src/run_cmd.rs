@@ -617,23 +617,32 @@ fn own_cpu_ms() -> f64 {
 /// ([`checkpoint_store`]). Nothing runs in the child before exec, so std starts it with
 /// posix_spawn, without copying this process's page tables.
 fn checkpoint_in_background(db: &Path) {
-    use std::os::unix::process::CommandExt;
     if !roar_store::checkpoint_due(db) {
         return;
     }
+    roar_in_background(
+        &["checkpoint-store".as_ref(), db.as_os_str()],
+        "the store checkpoint",
+    );
+}
+
+/// Starts `roar ARGS` detached from this command: its own process group (the terminal's Ctrl-C
+/// after roar returned is not meant for it), no standard streams, nothing run before exec (std
+/// starts it with posix_spawn). `what` names it in the warning when it cannot start.
+pub fn roar_in_background(args: &[&std::ffi::OsStr], what: &str) {
+    use std::os::unix::process::CommandExt;
     let Ok(exe) = std::env::current_exe() else {
         return;
     };
     let spawned = std::process::Command::new(exe)
-        .arg("checkpoint-store")
-        .arg(db)
+        .args(args)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .process_group(0)
         .spawn();
     if let Err(e) = spawned {
-        tracing::warn!("could not start the store checkpoint: {e}");
+        tracing::warn!("could not start {what}: {e}");
     }
 }
 

@@ -317,27 +317,12 @@ pub fn cache_get(conn: &Connection, stat: &FileStat, opts: HashOptions) -> Optio
 }
 
 /// Keeps a version whose hash was known without reading it (the cache, an earlier hash), unless
-/// its content is kept already: one read now. Kept only if what is read now is that content.
+/// its content is kept already: one read now, kept under the hash of what that read found.
 fn keep_unread(objects: &Objects, path: &Path, hashed: &Hashed) {
     if !objects.fits(hashed.hash.size) || objects.has(&hashed.hash.blake3) {
         return;
     }
-    let kept = File::open(path).and_then(|f| {
-        let mut taking = objects.begin()?;
-        let opts = HashOptions {
-            sha256: hashed.hash.sha256.is_some(),
-        };
-        let now =
-            hash_open_file_keeping(&f, path, opts, Some(&mut taking)).map_err(io::Error::other)?;
-        if now.hash.blake3 != hashed.hash.blake3 {
-            return Err(io::Error::other(format!(
-                "{} changed since it was hashed; this version is not kept",
-                path.display()
-            )));
-        }
-        taking.commit(objects, &now.hash.blake3)
-    });
-    if let Err(e) = kept {
+    if let Err(e) = objects.keep_file(path, hashed.hash.sha256.is_some()) {
         keep_failed(e);
     }
 }

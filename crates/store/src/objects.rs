@@ -212,29 +212,6 @@ impl Objects {
         }
         out
     }
-
-    /// How many blobs and bytes are kept.
-    pub fn usage(&self) -> (u64, u64) {
-        let mut n = 0;
-        let mut bytes = 0;
-        for fan in std::fs::read_dir(&self.blobs)
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            for blob in std::fs::read_dir(fan.path())
-                .into_iter()
-                .flatten()
-                .flatten()
-            {
-                if let Ok(m) = blob.metadata() {
-                    n += 1;
-                    bytes += m.len();
-                }
-            }
-        }
-        (n, bytes)
-    }
 }
 
 /// Copies `src` to `dest` (a new file made beside it, then renamed over it), checking the bytes
