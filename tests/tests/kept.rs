@@ -470,6 +470,60 @@ fn the_mount_keeps_the_versions_its_jobs_leave() {
     );
 }
 
+/// The kernel sends a writer's RELEASE when it likes — here a forked child holds the descriptor
+/// while the next job overwrites the file: the first job's output is still the version it wrote
+/// (recorded and kept), never the content the file holds by the time its writer lets go.
+#[test]
+fn a_version_overwritten_before_its_writer_lets_go_is_still_the_first_jobs_output() {
+    if !common::mount::require_fuse() {
+        return;
+    }
+    let mut m = common::mount::Mounted::new(|_| {});
+    let first = "import os, time\nf = open('out.txt', 'w')\nf.write('one\\n')\nf.flush()\nif os.fork() == 0:\n    time.sleep(1.5)\n    os._exit(0)\n";
+    assert!(m.run(&["python3", "-c", first]).success());
+    assert!(m.run(&["sh", "-c", "echo two > out.txt"]).success());
+    // The child's exit releases the first writer; its job ends then.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let ended = |jobs: Vec<serde_json::Value>| {
+        jobs.len() == 2 && jobs.iter().all(|j| j["status"] != "running")
+    };
+    while !ended(m.jobs()) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    m.unmount();
+    let jobs = m.jobs();
+    assert_eq!(jobs.len(), 2, "two jobs recorded");
+    let output = |job: &serde_json::Value| -> Vec<String> {
+        job["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["role"] == "output" && f["path"].as_str().unwrap().ends_with("/out.txt"))
+            .map(|f| f["hash"]["blake3"].as_str().unwrap_or("none").to_owned())
+            .collect()
+    };
+    let b3 = |c: &[u8]| blake3::hash(c).to_hex().to_string();
+    let python = jobs
+        .iter()
+        .find(|j| j["argv"][0].as_str().unwrap().contains("python"))
+        .unwrap();
+    let shell = jobs
+        .iter()
+        .find(|j| j["argv"][0].as_str().unwrap().ends_with("sh"))
+        .unwrap();
+    assert_eq!(output(python), [b3(b"one\n")], "the first job's version");
+    assert_eq!(output(shell), [b3(b"two\n")], "the second job's version");
+    for content in [&b"one\n"[..], b"two\n"] {
+        let h = b3(content);
+        let blob = m.p.path().join(".roar/s3/blobs").join(&h[..2]).join(&h);
+        assert_eq!(
+            std::fs::read(&blob).ok().as_deref(),
+            Some(content),
+            "{h} kept"
+        );
+    }
+}
+
 /// Past `[keep] budget_bytes`, `roar gc` (also started after each run) lets the least recently
 /// used versions go, never a pinned job's.
 #[test]

@@ -568,15 +568,102 @@ s.sendto(hdr + path + b"\0" * 16, "\0" + name)
     let out = job.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{err}");
-    assert!(err.contains("dropped 3 event datagrams"), "{err}");
+    assert!(err.contains("refused 3 event datagrams"), "{err}");
     let job = p.last_job();
-    assert_eq!(job["incomplete"], false, "{job}");
+    // Refused unread: what they said is not in the record, and the job says some events were.
+    assert_eq!(job["incomplete"], true, "{job}");
     let outputs = p.files(&job, "output");
     assert!(
         outputs.iter().any(|f| f.ends_with("real.txt")),
         "{outputs:?}"
     );
     assert!(!outputs.iter().any(|f| f.contains("forged")), "{outputs:?}");
+}
+
+/// A root job whose command drops to user nobody hands that user the run's key (in its own
+/// environ, which it may read): an unrelated process of nobody's, with the shim preloaded and
+/// that key, still cannot add a file to root's job. The kernel says who sent each datagram, and
+/// only the run's own processes (by ancestry) are heard; the dropped-privilege part of the job
+/// itself is.
+#[test]
+fn the_key_handed_to_another_user_does_not_let_it_forge_events() {
+    if !can_forge() {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let p = Project::new();
+    let shared = p.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    for dir in [p.path(), shared.as_path()] {
+        let mode = if dir == shared { 0o777 } else { 0o755 };
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let dropped = "env > shared/env.txt; echo legit > shared/legit.txt; sleep 4";
+    let job = p
+        .cmd([
+            "run",
+            "--tracer",
+            "preload",
+            "--",
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "sh",
+            "-c",
+            dropped,
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let env = loop {
+        let env = std::fs::read_to_string(shared.join("env.txt")).unwrap_or_default();
+        if env.contains("ROAR_INTERNAL_SOCK=") && env.ends_with('\n') {
+            break env;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the dropped command never wrote its environ"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let var = |name: &str| {
+        env.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("{name} not in the job's environ"))
+            .to_owned()
+    };
+    // The shim where user nobody can read it.
+    let shim = shared.join("shim.so");
+    std::fs::copy(var("ROAR_INTERNAL_LIB"), &shim).unwrap();
+    std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["sh", "-c", "echo forged > shared/forged.txt"])
+        .current_dir(p.path())
+        .env("LD_PRELOAD", &shim)
+        .env("ROAR_INTERNAL_LIB", &shim)
+        .env("ROAR_INTERNAL_SOCK", var("ROAR_INTERNAL_SOCK"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "the forger failed: {}", stderr(&o));
+    assert!(shared.join("forged.txt").exists());
+    let out = job.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("refused"), "the refusal is said: {err}");
+    let job = p.last_job();
+    assert_eq!(job["incomplete"], true, "{job}");
+    let outputs = p.files(&job, "output");
+    assert!(
+        outputs.iter().any(|f| f.ends_with("legit.txt")),
+        "the dropped part of the job is recorded: {outputs:?}"
+    );
+    assert!(
+        !outputs.iter().any(|f| f.contains("forged")),
+        "a forged event was recorded: {outputs:?}"
+    );
 }
 
 fn can_forge() -> bool {

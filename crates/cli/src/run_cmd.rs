@@ -414,6 +414,10 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
                 (0, 0) if !traced.untraced.is_empty() => {
                     ", incomplete (programs the tracer could not follow)".to_owned()
                 }
+                (0, 0) if traced.forged > 0 => format!(
+                    ", incomplete ({} event(s) refused: not from a process of this run)",
+                    traced.forged
+                ),
                 (0, 0) => String::new(),
                 (0, bad) => format!(", incomplete ({bad} undecodable events)"),
                 (lost, _) => format!(
@@ -466,7 +470,7 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
             if traced.forged > 0 {
                 let _ = writeln!(
                     err,
-                    "roar: warning: dropped {} event datagrams that did not come from this run (another process on this machine sent them); the record is unaffected",
+                    "roar: warning: refused {} event datagrams the kernel does not place in this run (another process on this machine sent them, or one of the run's that became another user and was gone before they were read); none of them is in the record",
                     traced.forged
                 );
             }

@@ -11,7 +11,7 @@
 //! Never a hash of bytes that were not the file's.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::HashMap;
 
@@ -21,6 +21,9 @@ pub struct Generations {
     by_file: Mutex<HashMap<u64, u64>>,
     /// Source of fresh generations: a file forgotten and seen again never reuses a number.
     next: AtomicU64,
+    /// Per file, held while a version is settled ([`Generations::settle`]) or ended by a change
+    /// ([`Generations::change_ending`]): one at a time.
+    settling: Mutex<HashMap<u64, Arc<Mutex<()>>>>,
 }
 
 /// A change to a file, as [`Generations::change`] numbers it.
@@ -37,7 +40,40 @@ impl Generations {
         Generations {
             by_file: Mutex::new(HashMap::default()),
             next: AtomicU64::new(1),
+            settling: Mutex::new(HashMap::default()),
         }
+    }
+
+    /// Runs `f` while no change to `file` can be counted: a version settled in it (hashed,
+    /// copied and checked against the generation) is the file's content throughout.
+    pub fn settle<T>(&self, file: u64, f: impl FnOnce() -> T) -> T {
+        let lock = self
+            .settling
+            .lock()
+            .expect("settling lock")
+            .entry(file)
+            .or_default()
+            .clone();
+        let r = {
+            let _held = lock.lock().expect("settle lock");
+            f()
+        };
+        let mut settling = self.settling.lock().expect("settling lock");
+        // Nobody else holds or waits for it (the map's reference and ours): it can go.
+        if Arc::strong_count(&lock) == 2 {
+            settling.remove(&file);
+        }
+        r
+    }
+
+    /// Counts a change to `file` about to be made, once `end` has ended the versions other
+    /// writers left in it (it runs with the file's generation, settled: nothing else changes
+    /// the file or settles a version in it meanwhile).
+    pub fn change_ending(&self, file: u64, end: impl FnOnce(u64)) -> Change {
+        self.settle(file, || {
+            end(self.now(file));
+            self.change(file)
+        })
     }
 
     /// The generation of `file` now.
@@ -115,14 +151,30 @@ impl Stream {
         self.seen.is_some()
     }
 
+    /// The version this stream's handle left at its last change, with that change's generation:
+    /// while the stream is intact, its hash is the whole file's content at that generation,
+    /// whatever changed the file after it. What [`Stream::finish`] gives once the file is known
+    /// to be still at that generation; what a version ends with when another writer is about to
+    /// change the file (the mount seals it then, [`Generations::change`] not yet called).
+    pub fn version(&self) -> Option<(u64, roar_store::ContentHash)> {
+        self.seen.map(|seen| {
+            (
+                seen,
+                roar_store::ContentHash {
+                    blake3: self.hasher.finalize().to_hex().to_string(),
+                    sha256: None,
+                    size: self.next,
+                },
+            )
+        })
+    }
+
     /// The file's content as the stream saw it: only if the file is still at the generation of
     /// the stream's last change (`now`) and `size` bytes long, exactly what was hashed.
     pub fn finish(self, now: u64, size: u64) -> Option<roar_store::ContentHash> {
-        (self.seen == Some(now) && size == self.next).then(|| roar_store::ContentHash {
-            blake3: self.hasher.finalize().to_hex().to_string(),
-            sha256: None,
-            size: self.next,
-        })
+        self.version()
+            .filter(|(seen, v)| *seen == now && v.size == size)
+            .map(|(_, v)| v)
     }
 }
 
@@ -182,6 +234,52 @@ mod tests {
         assert!(s.intact());
         s.resized(1, g.change(2));
         assert!(!s.intact());
+    }
+
+    #[test]
+    fn the_version_a_stream_left_stays_known_after_another_writer_changes_the_file() {
+        let g = Generations::new();
+        let mut s = Stream::begin(g.change(1).after);
+        s.write(0, b"one\n", g.change(1));
+        let (at, left) = s.version().expect("intact");
+        assert_eq!(
+            (at, left.blake3.as_str()),
+            (g.now(1), b3(b"one\n").as_str())
+        );
+        g.change(1); // another job's O_TRUNC open
+        assert_eq!(s.version().map(|(_, v)| v.blake3), Some(b3(b"one\n")));
+        assert_eq!(s.finish(g.now(1), 0), None, "no longer the file's content");
+        let mut s = Stream::begin(g.change(2).after);
+        s.write(3, b"x", g.change(2));
+        assert_eq!(
+            s.version(),
+            None,
+            "a broken stream left no version it knows"
+        );
+    }
+
+    #[test]
+    fn a_change_waits_for_a_version_being_settled() {
+        let g = Arc::new(Generations::new());
+        let mut s = Stream::begin(g.change(1).after);
+        s.write(0, b"one", g.change(1));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let settled = std::thread::scope(|scope| {
+            let settler = scope.spawn(|| {
+                g.settle(1, || {
+                    tx.send(()).unwrap();
+                    let now = g.now(1);
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    // Copied in the meantime: the generation must not have moved.
+                    g.now(1) == now
+                })
+            });
+            rx.recv().unwrap();
+            g.change_ending(1, |_| {});
+            settler.join().unwrap()
+        });
+        assert!(settled, "a change was counted while a version was settled");
+        assert!(g.settling.lock().unwrap().is_empty(), "nothing left held");
     }
 
     #[test]

@@ -507,6 +507,12 @@ impl Inodes {
         Ok(keep)
     }
 
+    /// How many writable opens inode `ino` has now.
+    pub fn writers(&self, ino: u64) -> usize {
+        let nodes = self.nodes.read().expect("nodes lock");
+        nodes.get(&ino).map_or(0, |n| n.writers)
+    }
+
     /// One open fewer; drops the node once the kernel has forgotten it too. Returns how many
     /// writable opens the inode still has. `st`, the backing file's state at the close of a
     /// userspace writer: every write went through the kernel's page cache, so once the last

@@ -115,8 +115,10 @@ pub struct Traced {
     /// Events the kernel could not hand over (eBPF ring buffer full): the job is incomplete if
     /// non-zero.
     pub lost: usize,
-    /// Datagrams from outside the run (without its key), dropped unread: the record is not
-    /// affected, but someone on the machine sent them.
+    /// Datagrams refused unread: without the run's key, or from a sender the kernel does not
+    /// place in the run (preload's `Senders`). Nothing of them is in the record; since a process
+    /// of the run that became another user and was gone before its datagram was read cannot be
+    /// placed either, the job is incomplete if non-zero.
     pub forged: usize,
     /// Programs the job exec'd that the backend could not follow (preload: statically linked or
     /// setuid), each with why: their files are missing from the record, so the job is incomplete.
@@ -134,6 +136,7 @@ impl Traced {
             || self.lost > 0
             || !self.untraced.is_empty()
             || self.cut_short.is_some()
+            || self.forged > 0
     }
 }
 

@@ -2,10 +2,13 @@
 //! shared-memory ring owned by this run (see `roar_wire::ring`), plus datagrams on an abstract
 //! unix socket from processes that could not map the ring.
 //!
-//! Who may report: the ring is a memfd reached through `/proc/<roar>/fd/N`, which only processes
-//! allowed to ptrace roar can open. The socket is reachable by anyone, so every datagram must end
-//! with the run's random key, which the shim reads from its environment (readable only by the
-//! run's own processes and root); datagrams without it are dropped unparsed and counted.
+//! Who may report: the ring is a memfd reached through `/proc/<roar>/fd/N` or a 0600 file, which
+//! only processes of roar's user (and root) can open. The socket is reachable by anyone, so every
+//! datagram must end with the run's random key, which the shim reads from its environment; and
+//! since a process of the run that became another user can read that key from its own environ
+//! and hand it on, a datagram is taken only from a sender the kernel places in the run
+//! ([`Senders`]: its credentials, then its ancestry). Anything else is dropped unparsed and
+//! counted, and the job says so.
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStringExt;
@@ -79,6 +82,13 @@ fn bind() -> Result<Socket, TraceError> {
             return Err(err(std::io::Error::last_os_error()));
         }
         let sock = Socket { fd, name, key };
+        // Every datagram comes with its sender's pid and uid, as the kernel knows them.
+        let on: libc::c_int = 1;
+        let sz = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        let p = std::ptr::addr_of!(on).cast();
+        if libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_PASSCRED, p, sz) != 0 {
+            return Err(err(std::io::Error::last_os_error()));
+        }
         let (addr, len) = abstract_addr(&sock.name);
         if libc::bind(fd, std::ptr::addr_of!(addr).cast(), len) != 0 {
             return Err(err(std::io::Error::last_os_error()));
@@ -370,8 +380,88 @@ struct Received {
     malformed: usize,
     /// Events whose process was killed while writing them into the ring.
     cut_off: usize,
-    /// Datagrams without the run's key.
+    /// Datagrams without the run's key, or from a sender the kernel does not place in the run.
     forged: usize,
+}
+
+/// Who may add events to this run through the socket, by what the kernel says of the sender
+/// (`SCM_CREDENTIALS`, which a process cannot choose): a process of roar's own user — who could
+/// as well ptrace the run or open its ring, so no boundary is crossed — or one descended from
+/// roar. roar is its children's subreaper, so an orphaned process of the run still descends
+/// from it; a sender of another user that is gone before its datagram is read (and reaped)
+/// cannot be placed and is refused with the rest.
+pub(crate) struct Senders {
+    uid: u32,
+    roar: i32,
+    /// Processes placed in the run already, with their start times (a pid can be reused).
+    members: std::collections::HashMap<i32, u64>,
+}
+
+impl Senders {
+    pub(crate) fn new() -> Senders {
+        Senders {
+            // SAFETY: getuid cannot fail.
+            uid: unsafe { libc::getuid() },
+            roar: std::process::id() as i32,
+            members: Default::default(),
+        }
+    }
+
+    /// Whether a datagram from `pid`, running as `uid`, is the run's.
+    pub(crate) fn admit(&mut self, pid: i32, uid: u32) -> bool {
+        if uid == self.uid {
+            return true;
+        }
+        let stat = |pid: i32| {
+            procfs::process::Process::new(pid)
+                .and_then(|p| p.stat())
+                .ok()
+        };
+        let Some(sender) = stat(pid) else {
+            return false;
+        };
+        if self.members.get(&pid) == Some(&sender.starttime) {
+            return true;
+        }
+        let mut parent = sender.ppid;
+        // A chain of parents ends at pid 1 (or 0 past it); the bound only guards a loop.
+        for _ in 0..4096 {
+            if parent == self.roar {
+                self.members.insert(pid, sender.starttime);
+                return true;
+            }
+            match stat(parent) {
+                Some(s) if parent > 1 => parent = s.ppid,
+                _ => return false,
+            }
+        }
+        false
+    }
+}
+
+/// One datagram from the socket into `buf`, with the sender's pid and uid; `Ok(None)` when the
+/// queue is empty.
+fn recv_datagram(fd: libc::c_int, buf: &mut [u8]) -> std::io::Result<Option<(usize, i32, u32)>> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, UnixCredentials};
+    let mut cmsg = nix::cmsg_space!(UnixCredentials);
+    let mut iov = [std::io::IoSliceMut::new(buf)];
+    let msg = loop {
+        match recvmsg::<()>(fd, &mut iov, Some(&mut cmsg), MsgFlags::MSG_DONTWAIT) {
+            Ok(m) => break m,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(nix::errno::Errno::EAGAIN) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let mut sender = None;
+    for c in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmCredentials(c) = c {
+            sender = Some((c.pid(), c.uid()));
+        }
+    }
+    // Without credentials (which SO_PASSCRED always adds) no sender can be placed.
+    let (pid, uid) = sender.unwrap_or((0, u32::MAX));
+    Ok(Some((msg.bytes, pid, uid)))
 }
 
 /// What the receiver thread and, at the end, the run itself read the ring and the socket into.
@@ -387,6 +477,7 @@ struct Inbox {
     /// recv(2) failed other than for an empty queue: the socket is not read again (counted once
     /// as malformed), the ring still is.
     sock_failed: bool,
+    senders: Senders,
 }
 
 /// The receiver thread's side: what it reads from, and the inbox it shares with the run.
@@ -414,28 +505,17 @@ impl Inbox {
             &r.keep,
         );
         while !self.sock_failed {
-            let buf = &mut self.buf;
-            // SAFETY: buf is writable for its length.
-            let n = unsafe {
-                libc::recv(
-                    r.sock.fd,
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            if n < 0 {
-                match std::io::Error::last_os_error().raw_os_error() {
-                    Some(libc::EINTR) => continue,
-                    Some(libc::EAGAIN) => break,
-                    _ => {
-                        self.from_sock.malformed += 1;
-                        self.sock_failed = true;
-                        break;
-                    }
+            let (n, pid, uid) = match recv_datagram(r.sock.fd, &mut self.buf) {
+                Ok(Some(got)) => got,
+                Ok(None) => break,
+                Err(_) => {
+                    self.from_sock.malformed += 1;
+                    self.sock_failed = true;
+                    break;
                 }
-            }
-            let Some(body) = strip_key(&buf[..n as usize], &r.sock.key) else {
+            };
+            let keyed = strip_key(&self.buf[..n], &r.sock.key);
+            let Some(body) = keyed.filter(|_| self.senders.admit(pid, uid)) else {
                 self.from_sock.forged += 1;
                 continue;
             };
@@ -727,6 +807,7 @@ pub fn run(
         inbox: Arc::new(Mutex::new(Inbox {
             from_ring: Received::default(),
             from_sock: Received::default(),
+            senders: Senders::new(),
             stuck_since: None,
             buf: vec![0u8; RECV_BUF],
             top: None,

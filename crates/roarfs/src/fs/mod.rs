@@ -39,6 +39,7 @@ use fuser::{
     WriteFlags,
 };
 use roar_engine::content::{Generations, Stream};
+use roar_store::ContentHash;
 
 use crate::content::Content;
 use crate::inodes::{Inodes, Opened};
@@ -87,6 +88,10 @@ struct Handle {
     /// blake3 of everything written so far, while the writes are sequential from offset 0 and
     /// nothing else changed the file.
     stream: Option<Stream>,
+    /// The version this handle's job left, sealed when another job (or a process outside every
+    /// job) was about to change the file while this handle was still open ([`RoarFs::change`]):
+    /// the job's output, whatever the file holds by this handle's release.
+    left: Option<ContentHash>,
     /// The threads that wrote through it (a shell's `> out` is written by the command it ran).
     writers: Vec<u32>,
     _backing: Option<Arc<BackingId>>,
@@ -94,9 +99,19 @@ struct Handle {
 
 type DirEntry = (OsString, u64, FileType);
 
+/// An open handle in the daemon's table, with what never changes about it readable without its
+/// lock (which a request holds while it runs).
+#[derive(Clone)]
+struct Open {
+    ino: u64,
+    job: Option<JobKey>,
+    writable: bool,
+    handle: Arc<Mutex<Handle>>,
+}
+
 pub struct RoarFs {
     inodes: Inodes,
-    handles: RwLock<HashMap<u64, Arc<Mutex<Handle>>>>,
+    handles: RwLock<HashMap<u64, Open>>,
     /// Directory listings, read once per opendir (and again on rewind) and served by offset.
     dirs: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
     next_fh: AtomicU64,
@@ -199,8 +214,8 @@ impl Filesystem for RoarFs {
                 left.len()
             );
         }
-        for handle in left {
-            self.released(&handle);
+        for open in left {
+            self.released(&open.handle);
         }
     }
 
@@ -354,10 +369,11 @@ impl Filesystem for RoarFs {
                 as_caller(&mut || sys::chown_fd(fd, uid, gid))?;
             }
             if let Some(size) = size {
-                let change = self.gens.change(ino.0);
+                let change = self.change(ino.0, job, fh.map(|fh| fh.0));
                 match fh.and_then(|fh| self.handle(fh.0)) {
                     Some(h) => {
                         let mut h = h.lock().expect("handle lock");
+                        h.left = None;
                         let r = as_caller(&mut || h.file.set_len(size));
                         match (&r, h.stream.as_mut()) {
                             (Ok(()), Some(s)) => s.resized(size, change),
@@ -628,11 +644,11 @@ impl Filesystem for RoarFs {
             Ok(job) => job,
             Err(e) => return reply.error(e),
         };
-        let file = match self.open_existing(req, ino.0, flags.0) {
+        let (file, truncation) = match self.open_existing(req, job, ino.0, flags.0) {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
-        match self.open_node(req.pid(), job, ino.0, file, flags.0, false) {
+        match self.open_node(req.pid(), job, ino.0, file, flags.0, (false, truncation)) {
             Ok((fh, o)) if !o.passthrough => reply.opened(FileHandle(fh), open_flags(&o)),
             Ok((fh, _)) => match self.attach_backing(fh, ino.0, |f| reply.open_backing(f)) {
                 Ok(id) => reply.opened_passthrough(FileHandle(fh), OPEN_FLAGS, &id),
@@ -673,7 +689,9 @@ impl Filesystem for RoarFs {
                 return reply.error(e);
             }
         };
-        match self.open_node(req.pid(), job, a.ino.0, file, flags, true) {
+        // A new file: no other handle has a version of it to end.
+        let made = (flags & libc::O_ACCMODE != libc::O_RDONLY).then(|| self.gens.change(a.ino.0));
+        match self.open_node(req.pid(), job, a.ino.0, file, flags, (true, made)) {
             Ok((fh, o)) if !o.passthrough => {
                 reply.created(&TTL, &a, g, FileHandle(fh), open_flags(&o))
             }
@@ -744,6 +762,8 @@ impl Filesystem for RoarFs {
             return reply.error(Errno::EBADF);
         };
         let mut h = h.lock().expect("handle lock");
+        // Its job's version goes on (or is mixed with another's now): a sealed one is no more.
+        h.left = None;
         if let Some(job) = h.job.filter(|_| !h.writers.contains(&req.pid())) {
             h.writers.push(req.pid());
             self.jobs.writing(req.pid(), job);
@@ -759,7 +779,7 @@ impl Filesystem for RoarFs {
         };
         // Counted before the bytes land: a stream that reads the generation after them cannot
         // miss the change.
-        let change = self.gens.change(h.opened.ino);
+        let change = self.change(h.opened.ino, h.job, Some(fh.0));
         // A caller without CAP_FSETID writing to a setuid/setgid file: the bits it drops.
         let r = if wf.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
             && sys::stat_fd(h.file.as_fd()).is_ok_and(|st| has_sxid(&st))
@@ -799,18 +819,22 @@ impl Filesystem for RoarFs {
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let Some(handle) = self.handles.write().expect("handles lock").remove(&fh.0) else {
-            return reply.ok();
-        };
         reply.ok();
-        self.released(&handle);
+        // Settled as one: a change to the file waits, or finds the handle still open and seals
+        // what it left (`RoarFs::change`).
+        self.gens.settle(ino.0, || {
+            let open = self.handles.write().expect("handles lock").remove(&fh.0);
+            if let Some(open) = open {
+                self.released(&open.handle);
+            }
+        });
     }
 
     fn fsync(
@@ -1020,7 +1044,8 @@ impl Filesystem for RoarFs {
             return reply.error(Errno::EBADF);
         };
         let mut h = h.lock().expect("handle lock");
-        self.gens.change(h.opened.ino);
+        self.change(h.opened.ino, h.job, Some(fh.0));
+        h.left = None;
         match sys::fallocate(&h.file, mode, offset, length) {
             Ok(()) => {
                 h.stream = None;

@@ -13,11 +13,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use fuser::{BackingId, Errno, FileAttr, FileType, Generation, ReplyEntry, Request};
+use roar_engine::content::Change;
 use roar_store::ContentHash;
 
 use super::{
-    attr, dtype, errno, has_sxid, is_reg, log_once, DirEntry, Handle, RoarFs, ATTRIBUTION_FAILED,
-    FMODE_EXEC, TTL,
+    attr, dtype, errno, has_sxid, is_reg, log_once, DirEntry, Handle, Open, RoarFs,
+    ATTRIBUTION_FAILED, FMODE_EXEC, TTL,
 };
 use crate::content::{file_stat, Content};
 use crate::inodes::{Inodes, Opened, ROOT};
@@ -101,29 +102,116 @@ impl RoarFs {
         });
     }
 
-    /// Opens existing node `ino` for an open request. An `O_TRUNC` open truncates after the
-    /// open, as the caller when the file is setuid/setgid ([`super::has_sxid`]): an unprivileged
-    /// caller's truncate drops those bits on the backing filesystem, root's keeps them.
-    pub(super) fn open_existing(&self, req: &Request, ino: u64, flags: i32) -> Result<File, Errno> {
+    /// Opens existing node `ino` for an open request by `job`. An `O_TRUNC` open truncates
+    /// after the open, as the caller when the file is setuid/setgid ([`super::has_sxid`]): an
+    /// unprivileged caller's truncate drops those bits on the backing filesystem, root's keeps
+    /// them. The truncate is a change ([`RoarFs::change`]), returned with the file.
+    pub(super) fn open_existing(
+        &self,
+        req: &Request,
+        job: Option<JobKey>,
+        ino: u64,
+        flags: i32,
+    ) -> Result<(File, Option<Change>), Errno> {
         let trunc = flags & libc::O_TRUNC != 0 && flags & libc::O_ACCMODE != libc::O_RDONLY;
         if !trunc {
-            return self.inodes.open_file(ino, flags).map_err(errno);
+            let file = self.inodes.open_file(ino, flags).map_err(errno)?;
+            return Ok((file, None));
         }
         let file = self
             .inodes
             .open_file(ino, flags & !libc::O_TRUNC)
             .map_err(errno)?;
         let st = sys::stat_fd(file.as_fd()).map_err(errno)?;
-        if is_reg(&st) {
-            let truncate = || file.set_len(0);
-            if has_sxid(&st) {
-                sys::as_caller(self.caller(req, 0), truncate)
-            } else {
-                truncate()
-            }
-            .map_err(errno)?;
+        if !is_reg(&st) {
+            return Ok((file, None));
         }
-        Ok(file)
+        let change = self.change(ino, job, None);
+        let truncate = || file.set_len(0);
+        if has_sxid(&st) {
+            sys::as_caller(self.caller(req, 0), truncate)
+        } else {
+            truncate()
+        }
+        .map_err(errno)?;
+        Ok((file, Some(change)))
+    }
+
+    /// Counts a change to file `ino` that `by` is about to make (through its writable handle
+    /// `own`, if any): call it before the change is made. First the version each other job's
+    /// writer left there ends — the one rule for every change that goes through the mount (a
+    /// write, a truncate by path, handle or `O_TRUNC` open, an fallocate, a writer served by
+    /// passthrough): a handle whose write stream still names the whole file is sealed with that
+    /// hash as its job's output (and the bytes kept, `[keep] outputs`), since by its release
+    /// (which the kernel sends when it likes, perhaps after the next job's open) the file may
+    /// hold another job's content.
+    ///
+    /// A release settles its handle's version under the same per-file exclusion
+    /// ([`roar_engine::content::Generations::settle`]): a change either finds the handle still
+    /// open and seals it, or waits until its release has recorded and kept what it left.
+    pub(super) fn change(&self, ino: u64, by: Option<JobKey>, own: Option<u64>) -> Change {
+        self.gens.change_ending(ino, |now| {
+            if self.inodes.writers(ino) > usize::from(own.is_some()) {
+                self.seal_versions(ino, by, own, now);
+            }
+        })
+    }
+
+    /// Seals the version every other job's writable handle on `ino` left ([`RoarFs::change`]).
+    /// A handle busy with a request of its own is waited for briefly, never blocked on: two
+    /// writers changing each other's file at once must not wait on each other's handle.
+    fn seal_versions(&self, ino: u64, by: Option<JobKey>, own: Option<u64>, now: u64) {
+        let mut others: Vec<_> = {
+            let handles = self.handles.read().expect("handles lock");
+            handles
+                .iter()
+                .filter(|(fh, o)| {
+                    Some(**fh) != own
+                        && o.ino == ino
+                        && o.writable
+                        && o.job.is_some()
+                        && o.job != by
+                })
+                .map(|(_, o)| o.handle.clone())
+                .collect()
+        };
+        for _ in 0..64 {
+            others.retain(|handle| match handle.try_lock() {
+                Ok(mut h) => {
+                    self.seal(&mut h, now);
+                    false
+                }
+                Err(_) => true,
+            });
+            if others.is_empty() {
+                return;
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Ends the version handle `h` left, if its stream still names the file's whole content.
+    fn seal(&self, h: &mut Handle, now: u64) {
+        let Some((at, hash)) = h.stream.as_ref().and_then(|s| s.version()) else {
+            return;
+        };
+        if at != now || h.left.is_some() {
+            return;
+        }
+        h.stream = None;
+        let path = self.inodes.path(h.opened.ino);
+        if let Some(objects) = self.keeping(h, &path) {
+            self.keep_streamed(h, &path, &hash, now, objects);
+        }
+        h.left = Some(hash);
+    }
+
+    /// Where the version `h` leaves at `path` is kept, if it is (`[keep] outputs`).
+    fn keeping(&self, h: &Handle, path: &Path) -> Option<&roar_store::objects::Objects> {
+        self.keep
+            .as_ref()
+            .filter(|k| h.job.is_some() && !k.ignore.is_ignored(path))
+            .map(|k| &k.objects)
     }
 
     pub(super) fn caller(&self, req: &Request, umask: u32) -> sys::Caller {
@@ -182,7 +270,7 @@ impl RoarFs {
         ino: u64,
         file: File,
         flags: i32,
-        created: bool,
+        (created, emptied): (bool, Option<Change>),
     ) -> Result<(u64, Opened), Errno> {
         let acc = flags & libc::O_ACCMODE;
         let writable = acc != libc::O_RDONLY;
@@ -224,25 +312,30 @@ impl RoarFs {
             .open(ino, writable, may_pass, stat.as_ref().filter(|_| is_file))
             .map_err(errno)?;
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        let truncated = created || flags & libc::O_TRUNC != 0;
-        // The truncate (or creation) this open made is a change to the file; so is a writer the
-        // kernel serves by passthrough, whose writes never reach the daemon.
-        let change = (writable && (truncated || opened.passthrough)).then(|| self.gens.change(ino));
+        // The truncate (or creation) this open made was a change to the file (`emptied`); so is
+        // a writer the kernel serves by passthrough, whose writes never reach the daemon.
+        if writable && opened.passthrough && emptied.is_none() {
+            self.change(ino, job, Some(fh));
+        }
         let handle = Handle {
             file,
             opened,
             job,
             writable,
-            stream: change
-                .filter(|_| truncated && !opened.passthrough)
+            stream: emptied
+                .filter(|_| !opened.passthrough)
                 .map(|c| roar_engine::content::Stream::begin(c.after)),
+            left: None,
             writers: Vec::new(),
             _backing: None,
         };
-        self.handles
-            .write()
-            .expect("handles lock")
-            .insert(fh, Arc::new(Mutex::new(handle)));
+        let open = Open {
+            ino,
+            job,
+            writable,
+            handle: Arc::new(Mutex::new(handle)),
+        };
+        self.handles.write().expect("handles lock").insert(fh, open);
         Ok((fh, opened))
     }
 
@@ -264,10 +357,10 @@ impl RoarFs {
 
     /// Undoes `open_node` when the reply could not be sent as planned.
     pub(super) fn forget_handle(&self, fh: u64) {
-        let Some(handle) = self.handles.write().expect("handles lock").remove(&fh) else {
+        let Some(open) = self.handles.write().expect("handles lock").remove(&fh) else {
             return;
         };
-        let h = handle.lock().expect("handle lock");
+        let h = open.handle.lock().expect("handle lock");
         self.inodes.close(h.opened, None);
         if let (true, Some(job)) = (h.writable, h.job) {
             self.jobs.writer_released(job);
@@ -295,10 +388,23 @@ impl RoarFs {
         }
     }
 
+    /// How many of the `writers` writable handles still open on `ino` are `job`'s: those can
+    /// still change the version this job leaves; another job's writes make that job's version.
+    fn writers_of(&self, job: JobKey, ino: u64, writers: usize) -> usize {
+        if writers == 0 {
+            return 0;
+        }
+        let handles = self.handles.read().expect("handles lock");
+        handles
+            .values()
+            .filter(|o| o.ino == ino && o.writable && o.job == Some(job))
+            .count()
+    }
+
     /// A writer's release, for its job: the content of the file when it was the last writer.
     fn record_release(&self, h: &mut Handle, writers_left: usize, path: &Path, job: JobKey) {
-        // Another writable handle on the same file can still change it (and may be changing
-        // it now): the content is taken when the last one is released.
+        // Another writable handle of the same job on the same file can still change it (and
+        // may be changing it now): the content is taken when the job's last one is released.
         // A file unlinked before this (asynchronous) release by the job itself is not an
         // output (sqlite's journal, pwrite+close+unlink): its unlink already said so, it is not
         // hashed, and the name may already be a new file's (the next journal). One only another
@@ -308,7 +414,13 @@ impl RoarFs {
         let removed_by_job = !linked && self.jobs.unlinked(job, path);
         // Every writable open made the path an output (as under `roar run`, whose observers
         // see opens, not writes): one that wrote nothing leaves the content it found.
-        if writers_left == 0 && !removed_by_job {
+        if let Some(left) = h.left.take() {
+            // Sealed when another writer was about to change the file: what this job left.
+            if !removed_by_job {
+                self.jobs
+                    .found_in(job, h.opened.ino, left, self.jobs.mark(job));
+            }
+        } else if self.writers_of(job, h.opened.ino, writers_left) == 0 && !removed_by_job {
             // Content only, of this file under each name the job knows for it: whether a path
             // still exists, or names this file still, is the opens', renames' and unlinks' to say
             // (an unlink or rename racing this release on another thread must win).
@@ -321,7 +433,8 @@ impl RoarFs {
     }
 
     pub(super) fn handle(&self, fh: u64) -> Option<Arc<Mutex<Handle>>> {
-        self.handles.read().expect("handles lock").get(&fh).cloned()
+        let handles = self.handles.read().expect("handles lock");
+        handles.get(&fh).map(|o| o.handle.clone())
     }
 
     pub(super) fn list_dir(&self, ino: u64) -> Result<Arc<Vec<DirEntry>>, Errno> {
@@ -366,11 +479,7 @@ impl RoarFs {
             .take()
             .zip(size)
             .and_then(|(s, size)| s.finish(now, size));
-        let keep = self
-            .keep
-            .as_ref()
-            .filter(|k| h.job.is_some() && !k.ignore.is_ignored(path))
-            .map(|k| &k.objects);
+        let keep = self.keeping(h, path);
         match (streamed, keep) {
             (Some(hash), keep) => {
                 if let Ok(st) = sys::stat_fd(h.file.as_fd()) {
