@@ -44,13 +44,14 @@ pub fn export(what: Option<&OsStr>, format: Format) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     match format {
         Format::ProvJson => {
-            serde_json::to_writer(&mut out, &prov_json(&project, &steps, &envs))
+            roar_store::quote::write_json(&mut out, &prov_json(&project, &steps, &envs), false)
                 .map_err(std::io::Error::from)?;
             writeln!(out)?;
         }
         Format::Openlineage => {
             for event in openlineage(&project, &steps, &envs) {
-                serde_json::to_writer(&mut out, &event).map_err(std::io::Error::from)?;
+                roar_store::quote::write_json(&mut out, &event, false)
+                    .map_err(std::io::Error::from)?;
                 writeln!(out)?;
             }
         }

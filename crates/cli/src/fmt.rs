@@ -109,7 +109,7 @@ pub fn status(status: &str, exit_code: Option<i32>, signal: Option<i32>) -> Stri
 
 pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
-    serde_json::to_writer_pretty(&mut out, value)?;
+    roar_store::quote::write_json(&mut out, value, true)?;
     use std::io::Write;
     writeln!(out)?;
     Ok(())

@@ -216,7 +216,7 @@ pub fn print_steps(
 
 /// Graphviz source: jobs are boxes, file versions (or collapsed directories) are notes.
 pub fn dot(steps: &[Step], expand: &Expand, root: &Path) -> String {
-    let esc = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
+    let esc = roar_store::quote::dot_escaped;
     let dirs = collapsed(steps, expand);
     let mut s = String::from(
         "digraph roar {\n  rankdir=LR;\n  node [fontname=\"monospace\", fontsize=10];\n",

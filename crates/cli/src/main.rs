@@ -378,7 +378,11 @@ fn finish(result: anyhow::Result<ExitCode>) -> ExitCode {
         Ok(code) => code,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("roar: error: {e:#}");
+            // Whatever the message quotes (a path, an archive's bytes) acts on no terminal.
+            eprintln!(
+                "roar: error: {}",
+                roar_store::quote::visible(&format!("{e:#}"))
+            );
             ExitCode::from(exit_code(&e))
         }
     }

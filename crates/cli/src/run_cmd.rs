@@ -445,7 +445,7 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
                         "blake3": f.hash.as_ref().map(|h| h.blake3.clone()),
                     })).collect::<Vec<_>>()),
                 });
-                let _ = writeln!(err, "{summary}");
+                let _ = writeln!(err, "{}", roar_store::quote::json_string(&summary));
             } else {
                 let _ = writeln!(
                     err,
