@@ -136,12 +136,12 @@ impl<F: serde_json::ser::Formatter> serde_json::ser::Formatter for SafeJson<F> {
         let mut start = 0;
         for (at, c) in fragment.char_indices() {
             if unsafe_char(c) {
-                w.write_all(fragment[start..at].as_bytes())?;
+                w.write_all(&fragment.as_bytes()[start..at])?;
                 write!(w, "\\u{:04x}", c as u32)?;
                 start = at + c.len_utf8();
             }
         }
-        w.write_all(fragment[start..].as_bytes())
+        w.write_all(&fragment.as_bytes()[start..])
     }
 
     delegate!(

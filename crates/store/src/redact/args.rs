@@ -5,8 +5,8 @@
 
 use std::ops::Range;
 
-use super::names::{weak_secret, NameKind};
-use super::values::high_entropy;
+use super::names::{reference, weak_secret, NameKind};
+use super::values::{generated, high_entropy};
 use super::{Policy, REDACTED};
 
 /// How a tool's short option carries a password.
@@ -18,6 +18,9 @@ enum Carries {
     Either,
     /// `user:password` (or `user%password`), attached or next: only the password goes.
     UserPass(char),
+    /// Only in the next argument, after the flag exactly (`openssl enc -k PW`; `-kfile` names a
+    /// file).
+    Next,
 }
 
 /// (tools, short option, how) for the tools that take passwords on the command line.
@@ -61,6 +64,37 @@ const SHORT_OPTIONS: &[(&[&str], &str, Carries)] = &[
         Carries::Either,
     ),
     (&["redis-cli"], "-a", Carries::Either),
+    (&["openssl"], "-k", Carries::Next),
+    // New and old passphrase.
+    (&["ssh-keygen"], "-N", Carries::Either),
+    (&["ssh-keygen"], "-P", Carries::Either),
+    (
+        &[
+            "ldapsearch",
+            "ldapadd",
+            "ldapmodify",
+            "ldapdelete",
+            "ldapmodrdn",
+            "ldapcompare",
+            "ldapwhoami",
+            "ldappasswd",
+            "ldapexop",
+        ],
+        "-w",
+        Carries::Either,
+    ),
+    // ldappasswd's new and old password.
+    (&["ldappasswd"], "-s", Carries::Either),
+    (&["ldappasswd"], "-a", Carries::Either),
+    (
+        &["mosquitto_pub", "mosquitto_sub", "mosquitto_rr"],
+        "-P",
+        Carries::Either,
+    ),
+    // An encrypted password, still a credential to crack.
+    (&["useradd", "usermod"], "-p", Carries::Either),
+    (&["rabbitmqadmin"], "-p", Carries::Either),
+    (&["unrar", "rar"], "-p", Carries::Attached),
     (&["curl"], "-u", Carries::UserPass(':')),
     (&["curl"], "-U", Carries::UserPass(':')),
     (&["smbclient", "rpcclient"], "-U", Carries::UserPass('%')),
@@ -109,7 +143,12 @@ fn short_rule(words: &[&str], i: usize) -> Option<(&'static str, Carries)> {
     let w = words[i];
     for tool in tools_before(words, i) {
         for (tools, flag, how) in SHORT_OPTIONS {
-            if tools.contains(&tool) && w.starts_with(flag) {
+            let flag_fits = if *how == Carries::Next {
+                w == *flag
+            } else {
+                w.starts_with(flag)
+            };
+            if tools.contains(&tool) && flag_fits {
                 let docker_like =
                     matches!(*flag, "-p") && *how == Carries::Either && tools.contains(&"docker");
                 // `docker run -p 8080:80` publishes a port; only `docker login -p` is a password.
@@ -148,6 +187,7 @@ fn option_rules(policy: &Policy, words: &[&str]) -> Vec<Option<String>> {
                         out[i] = user_pass(value, ':').map(|v| format!("--{name}={v}"));
                     } else if policy.is_secret(name, NameKind::Option)
                         || (weak_secret(name) && high_entropy(value))
+                        || (!reference(name) && generated(value))
                     {
                         out[i] = Some(format!("--{name}={REDACTED}"));
                     }
@@ -156,6 +196,10 @@ fn option_rules(policy: &Policy, words: &[&str]) -> Vec<Option<String>> {
                 None if USER_PASS_OPTIONS.contains(&opt) => next = Some(Some(':')),
                 None if policy.is_secret(opt, NameKind::Option) => next = Some(None),
                 None if weak_secret(opt) && words.get(i + 1).is_some_and(|v| high_entropy(v)) => {
+                    next = Some(None)
+                }
+                // Whatever the option, a value that looks generated (`--cfg-x <AWS secret>`).
+                None if !reference(opt) && words.get(i + 1).is_some_and(|v| generated(v)) => {
                     next = Some(None)
                 }
                 None => {}
@@ -212,7 +256,73 @@ fn option_rules(policy: &Policy, words: &[&str]) -> Vec<Option<String>> {
         }
         i += 1;
     }
+    positional_rules(words, &mut out);
     out
+}
+
+/// The words of the command `words[i]` is the program of, up to the next separator.
+fn command_at<'a>(words: &'a [&'a str], i: usize) -> Range<usize> {
+    let end = words[i..]
+        .iter()
+        .position(|w| separator(w))
+        .map_or(words.len(), |p| i + p);
+    i + 1..end
+}
+
+/// Secrets that are positional arguments of well-known tools: `htpasswd -b FILE USER PW` (and
+/// `-nb USER PW`: the last argument), `vault login TOKEN`, `sqlplus USER/PW@DB`; and any bare
+/// argument of 32+ characters that looks generated.
+fn positional_rules(words: &[&str], out: &mut [Option<String>]) {
+    for (i, w) in words.iter().enumerate() {
+        let args = command_at(words, i);
+        match basename(w) {
+            "htpasswd" => {
+                let batch = words[args.clone()]
+                    .iter()
+                    .any(|a| a.starts_with('-') && !a.starts_with("--") && a.contains('b'));
+                if batch && args.len() >= 2 {
+                    out[args.end - 1] = Some(REDACTED.to_owned());
+                }
+            }
+            "vault" if words.get(i + 1) == Some(&"login") => {
+                if let Some(t) = (i + 2..args.end).find(|j| !words[*j].starts_with('-')) {
+                    if !words[t].contains('=') {
+                        out[t] = Some(REDACTED.to_owned());
+                    }
+                }
+            }
+            "sqlplus" | "sqlldr" | "expdp" | "impdp" | "exp" | "imp" => {
+                for j in args.clone() {
+                    let a = words[j].split_once('/').filter(|(u, _)| {
+                        !u.is_empty()
+                            && u.bytes()
+                                .all(|b| b.is_ascii_alphanumeric() || b"_$#.".contains(&b))
+                    });
+                    if let Some((user, rest)) = a {
+                        let (pass, db) = rest.split_once('@').map_or((rest, ""), |(p, d)| (p, d));
+                        if !pass.is_empty() && !rest.starts_with('/') {
+                            let db = if db.is_empty() {
+                                String::new()
+                            } else {
+                                format!("@{db}")
+                            };
+                            out[j] = Some(format!("{user}/{REDACTED}{db}"));
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        let of_reference = i > 0 && words[i - 1].strip_prefix("--").is_some_and(reference);
+        if out[i].is_none()
+            && !w.starts_with("--")
+            && !of_reference
+            && w.len() >= 32
+            && generated(w)
+        {
+            out[i] = Some(REDACTED.to_owned());
+        }
+    }
 }
 
 /// Whitespace-separated words of `s`, as byte ranges.
@@ -359,6 +469,58 @@ mod tests {
             red(&["docker", "login", "-p", "pw", "reg"]),
             ["docker", "login", "-p", REDACTED, "reg"]
         );
+    }
+
+    #[test]
+    fn positional_secrets_of_well_known_tools() {
+        let aws = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzq3m8Pq2Lk";
+        for (args, want) in [
+            (
+                &["openssl", "enc", "-k", "pw", "-in", "a"][..],
+                &["openssl", "enc", "-k", REDACTED, "-in", "a"][..],
+            ),
+            (
+                &["openssl", "enc", "-kfile", "k.txt"],
+                &["openssl", "enc", "-kfile", "k.txt"],
+            ),
+            (
+                &["ssh-keygen", "-N", "pw", "-f", "k"],
+                &["ssh-keygen", "-N", REDACTED, "-f", "k"],
+            ),
+            (
+                &["htpasswd", "-b", "f", "u", "pw"],
+                &["htpasswd", "-b", "f", "u", REDACTED],
+            ),
+            (
+                &["htpasswd", "-nbB", "u", "pw"],
+                &["htpasswd", "-nbB", "u", REDACTED],
+            ),
+            (&["htpasswd", "-c", "f", "u"], &["htpasswd", "-c", "f", "u"]),
+            (
+                &["ldapsearch", "-x", "-w", "pw"],
+                &["ldapsearch", "-x", "-w", REDACTED],
+            ),
+            (&["vault", "login", "tok"], &["vault", "login", REDACTED]),
+            (
+                &["vault", "login", "-method=userpass", "username=me"],
+                &["vault", "login", "-method=userpass", "username=me"],
+            ),
+            (
+                &["sqlplus", "scott/tiger@orcl", "@/x/y.sql"],
+                &["sqlplus", "scott/<redacted>@orcl", "@/x/y.sql"],
+            ),
+            (&["app", "--cfg", aws], &["app", "--cfg", REDACTED]),
+            (&["app", aws, "x"], &["app", REDACTED, "x"]),
+            (
+                &["app", "data/train-0001.parquet", "HelloWorld2024ProjectRun"],
+                &["app", "data/train-0001.parquet", "HelloWorld2024ProjectRun"],
+            ),
+            (&["app", "--version-id", aws], &["app", "--version-id", aws]),
+        ] {
+            assert_eq!(red(args), want, "{args:?}");
+        }
+        let long = "Zq8F3zT0bLx9vYp2RkWm4sNd7JhGc1Ae5Uo6Ii";
+        assert_eq!(red(&["app", long]), ["app", REDACTED]);
     }
 
     #[test]

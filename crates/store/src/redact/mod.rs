@@ -13,6 +13,7 @@
 
 mod args;
 mod names;
+mod rules;
 mod values;
 
 use std::collections::BTreeMap;
@@ -179,10 +180,10 @@ impl Policy {
     fn redact_env(&self, env: &mut BTreeMap<String, String>) -> usize {
         let mut changed = 0;
         for (k, v) in env.iter_mut() {
-            let new = if self.is_secret(k, NameKind::Env) {
-                (v != REDACTED).then(|| REDACTED.to_owned())
+            let new = if self.is_secret(k, NameKind::Env) || values::generated(v) {
+                (!redacted_already(v)).then(|| REDACTED.to_owned())
             } else {
-                values::scrub(v, self)
+                self.env_value(k, v)
             };
             if let Some(new) = new {
                 *v = new;
@@ -190,6 +191,18 @@ impl Policy {
             }
         }
         changed
+    }
+
+    /// A variable's value with what the value rules find in `NAME=value` redacted: the rules
+    /// that need a keyword before the secret (`TWILIO_SID=...`) see the name too.
+    fn env_value(&self, name: &str, value: &str) -> Option<String> {
+        let line = format!("{name}={value}");
+        let scrubbed = values::scrub(&line, self)?;
+        Some(match scrubbed.strip_prefix(&line[..name.len() + 1]) {
+            Some(rest) => rest.to_owned(),
+            // A rule took part of the name with the value: the whole value goes.
+            None => REDACTED.to_owned(),
+        })
     }
 
     /// Whether a patch (`git diff --binary`) adds a line holding a secret. Only added lines
@@ -250,6 +263,12 @@ impl Policy {
         }
         changed
     }
+}
+
+/// A value that is nothing but what redaction writes (`<redacted>`, or a redacted PEM block's
+/// `<redacted>` and newline): redacting it again changes nothing, and an audit finds nothing.
+fn redacted_already(v: &str) -> bool {
+    !v.trim().is_empty() && v.split(REDACTED).all(|rest| rest.trim().is_empty())
 }
 
 /// The environment as it is handed to the writer (which redacts it): without roar's own

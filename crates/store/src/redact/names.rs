@@ -107,6 +107,31 @@ const REFERENCE_WORDS: &[&str] = &[
     "LIMIT",
 ];
 
+/// The last word of a variable (or pair) name that says it holds where a secret is or a measure
+/// of one: `SSL_KEY_PATH`, `TOKEN_COUNT`, `SESSION_TIMEOUT`. Narrower than [`REFERENCE_WORDS`]:
+/// `VAULT_SECRET_ID` and `AUTH_HEADER` hold credentials.
+const ENV_REFERENCE_WORDS: &[&str] = &[
+    "FILE",
+    "PATH",
+    "DIR",
+    "COUNT",
+    "LEN",
+    "LENGTH",
+    "SIZE",
+    "LIMIT",
+    "TTL",
+    "TIMEOUT",
+    "EXPIRY",
+    "EXPIRES",
+    "LIFETIME",
+    "TYPE",
+    "MODE",
+    "ALGORITHM",
+    "REGION",
+    "MAX",
+    "MIN",
+];
+
 /// An option that starts with one of these is a switch about a secret, not one that takes it:
 /// `--no-password`, `--ask-pass`.
 const SWITCH_WORDS: &[&str] = &[
@@ -182,12 +207,12 @@ pub fn builtin_secret(name: &str, kind: NameKind) -> bool {
             if HARMLESS_ENV.contains(&name) {
                 return false;
             }
-            // `AWS_SHARED_CREDENTIALS_FILE`, `SSL_KEY_PATH`: where a secret is, not the secret.
+            // `AWS_SHARED_CREDENTIALS_FILE`, `SSL_KEY_PATH`: where a secret is, not the secret;
+            // `TOKEN_COUNT`, `SESSION_TIMEOUT`: a measure of one.
             if words.len() > 1
-                && matches!(
-                    words.last().map(String::as_str),
-                    Some("FILE" | "PATH" | "DIR")
-                )
+                && words
+                    .last()
+                    .is_some_and(|w| ENV_REFERENCE_WORDS.contains(&w.as_str()))
             {
                 return false;
             }
@@ -212,6 +237,14 @@ pub fn builtin_secret(name: &str, kind: NameKind) -> bool {
             })
         }
     }
+}
+
+/// Whether option `name` names where a value is, not a value (`--token-file`, `--version-id`):
+/// its value is never taken for a secret by its looks.
+pub fn reference(name: &str) -> bool {
+    words(name)
+        .last()
+        .is_some_and(|w| REFERENCE_WORDS.contains(&w.as_str()) || w == "HASH" || w == "DIGEST")
 }
 
 /// Names that hold a secret only sometimes (`--key` is an S3 key or an API key): their value is

@@ -110,20 +110,137 @@ pub(super) fn high_entropy(s: &str) -> bool {
     if b.len() >= 32 && b.iter().all(u8::is_ascii_hexdigit) {
         return true;
     }
-    let mut counts = [0u32; 256];
-    for c in b {
-        counts[*c as usize] += 1;
+    super::rules::entropy(b) >= 4.0 && random_enough(s)
+}
+
+/// A value that looks generated whatever name it has (an environment variable, the value of an
+/// option or a `name=value` pair): 20+ characters of a base64 alphabet holding upper case, lower
+/// case and digits at ~4 bits per character, as cloud secrets without a prefix are (AWS's 40).
+/// Hashes stay readable: hex (with or without dashes: UUIDs), and the base64 digests with their
+/// padding or an `sha256-` prefix (SRI, Docker); so do words, paths, numbers and versions.
+pub(super) fn generated(s: &str) -> bool {
+    let b = s.as_bytes();
+    if b.len() < 20
+        || b.len() > 4096
+        || !b
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || b"+/=_-".contains(c))
+        || b.iter().all(|c| c.is_ascii_hexdigit() || *c == b'-')
+        || base64_digest(s)
+    {
+        return false;
     }
-    let n = b.len() as f64;
-    let bits: f64 = counts
-        .iter()
-        .filter(|c| **c > 0)
-        .map(|c| {
-            let p = f64::from(*c) / n;
-            -p * p.log2()
-        })
+    let has = |f: fn(&u8) -> bool| b.iter().any(f);
+    let long = b.len() >= 32;
+    has(u8::is_ascii_uppercase)
+        && has(u8::is_ascii_lowercase)
+        && (long || has(u8::is_ascii_digit))
+        // `my-Model_v2-Final-2024-Run-17` is words, not a token; so is `ResNet50ImageNetV2`.
+        && !plain_words(b)
+        && !wordy(b)
+        // Below the 1-in-1,000 entropy of random base64 of that length (4.09 bits at 32
+        // characters, 3.74 at 24): a generated value is almost never missed for its entropy.
+        && super::rules::entropy(b) >= if long { 3.8 } else { 3.4 }
+}
+
+/// Whether most of `b` is words between separators: each part a word (`Final`, `model`), a
+/// number (`2024`), or a word and a number (`v2`, `Run17`) — as names are written and
+/// generated values (`Wn0WTsOvNK6kcQ_uQ-c_9_GF1iI0zhl`) are not.
+fn plain_words(b: &[u8]) -> bool {
+    let plain = |w: &[u8]| {
+        let letters = w.iter().take_while(|c| c.is_ascii_alphabetic()).count();
+        let (word, digits) = w.split_at(letters);
+        let capitalised = word.iter().skip(1).all(u8::is_ascii_lowercase)
+            || word.iter().all(u8::is_ascii_uppercase);
+        capitalised && digits.iter().all(u8::is_ascii_digit)
+    };
+    let in_plain: usize = b
+        .split(|c| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty() && plain(w))
+        .map(<[u8]>::len)
         .sum();
-    bits >= 4.0 && random_enough(s)
+    in_plain * 4 >= b.len() * 3
+}
+
+/// Whether `b` reads as words run together (`TrainingRun2024NovemberFinal`): nearly half of it
+/// in runs of 4+ lower-case letters, which random base64 of 20+ characters has about once in a
+/// thousand draws.
+pub(super) fn wordy(b: &[u8]) -> bool {
+    let mut in_words = 0;
+    for run in b.split(|c| !c.is_ascii_lowercase()) {
+        if run.len() >= 4 {
+            in_words += run.len();
+        }
+    }
+    in_words * 100 >= b.len() * 45
+}
+
+/// Names of hash algorithms: `sha256-...` and `md5_...` are digests, not tokens.
+const DIGEST_NAMES: &[&str] = &[
+    "md5", "sha", "sha1", "sha224", "sha256", "sha384", "sha512", "blake2b", "blake2s", "blake3",
+    "crc32", "xxh64", "xxh3", "git", "commit", "sum",
+];
+
+/// Tokens in the style most services mint them, whatever the service: a short word, a
+/// separator, and a long generated body (`sbp_<40 hex>`, `NRAK-<27>`, `sl.<135>`,
+/// `acme_live_<32>`), anywhere in a string. A new vendor needs no new rule. The body must be
+/// 24+ characters with a digit, ~3.5 bits per character and long runs between separators (so
+/// `my-Model_v2-Final-2024-Run-17` is words); a hex body counts only after `_` (`commit-<sha>`
+/// and UUIDs are hashes and ids), never after a digest's name.
+fn prefixed_spans(s: &str, spans: &mut Vec<Range<usize>>) {
+    let b = s.as_bytes();
+    let token_byte = |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-');
+    let mut at = 0;
+    while at < b.len() {
+        if !token_byte(b[at]) {
+            at += 1;
+            continue;
+        }
+        let start = at;
+        while at < b.len() && token_byte(b[at]) {
+            at += 1;
+        }
+        if prefixed_token(&s[start..at]) {
+            spans.push(start..at);
+        }
+    }
+}
+
+/// Whether `run` (a maximal run of letters, digits, `_`, `.` and `-`) is a prefixed token.
+fn prefixed_token(run: &str) -> bool {
+    let b = run.as_bytes();
+    let letters = b.iter().take_while(|c| c.is_ascii_alphabetic()).count();
+    if !(2..=12).contains(&letters) || letters >= b.len() || !b"_.-".contains(&b[letters]) {
+        return false;
+    }
+    if DIGEST_NAMES.contains(&run[..letters].to_ascii_lowercase().as_str()) {
+        return false;
+    }
+    let body = &b[letters + 1..];
+    let is_sep = |c: &u8| b"_.-".contains(c);
+    let segments = body.split(is_sep).filter(|w| !w.is_empty()).count().max(1);
+    let hex = body.iter().all(|c| c.is_ascii_hexdigit() || is_sep(c));
+    body.len() >= 24
+        && body.iter().any(u8::is_ascii_digit)
+        && body.iter().any(u8::is_ascii_alphabetic)
+        && body.len() / segments >= 8
+        && (!hex || b[letters] == b'_')
+        // Below the 1-in-1,000 entropy of random hex (3.27 bits at 40) and URL-safe base64
+        // (3.74 at 24) bodies.
+        && super::rules::entropy(body) >= if hex { 3.0 } else { 3.3 }
+}
+
+/// The base64 of a digest's bytes (MD5, SHA-1, SHA-256/384/512) with its padding, or a
+/// `sha256-`-style prefixed one.
+fn base64_digest(s: &str) -> bool {
+    let prefixed = ["sha1-", "sha256-", "sha384-", "sha512-", "md5-"]
+        .iter()
+        .any(|p| s.starts_with(p));
+    let padded = matches!(
+        (s.len(), s.trim_end_matches('=').len()),
+        (24, 22) | (28, 27) | (44, 43) | (88, 86)
+    );
+    prefixed || (padded && s.ends_with('='))
 }
 
 /// The byte ranges of `s` that hold secrets, unmerged.
@@ -143,6 +260,8 @@ fn secret_spans(s: &str, policy: &Policy) -> Vec<Range<usize>> {
     if s.contains("://") {
         url_spans(s, policy, &mut spans);
     }
+    super::rules::spans(s, &mut spans);
+    prefixed_spans(s, &mut spans);
     pair_spans(s, policy, &mut spans);
     let lower_has = |w: &str| {
         s.as_bytes()
@@ -164,9 +283,9 @@ fn name_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')
 }
 
-/// What may come before a pair's name.
+/// What may come before a pair's name (`--from-literal=password=x` has one after `=`).
 fn pair_start(b: u8) -> bool {
-    b.is_ascii_whitespace() || b";&,?{([".contains(&b)
+    b.is_ascii_whitespace() || b";&,?{([=".contains(&b)
 }
 
 /// What ends a pair's value.
@@ -194,10 +313,18 @@ fn pair_spans(s: &str, policy: &Policy, spans: &mut Vec<Range<usize>>) {
         while start > 0 && name_byte(b[start - 1]) {
             start -= 1;
         }
+        let dashes = start;
+        // `-Djavax.net.ssl.keyStorePassword=x`: the name after the option's dashes (and D).
+        while start < end && b[start] == b'-' {
+            start += 1;
+        }
+        if start == dashes + 1 && start + 1 < end && b[start] == b'D' {
+            start += 1;
+        }
         if start == end || !(b[start].is_ascii_alphabetic() || b[start] == b'_') {
             continue;
         }
-        let before = if quote(start) { start - 1 } else { start };
+        let before = if quote(dashes) { dashes - 1 } else { dashes };
         if before > 0 && !pair_start(b[before - 1]) {
             continue;
         }
@@ -212,7 +339,9 @@ fn pair_spans(s: &str, policy: &Policy, spans: &mut Vec<Range<usize>>) {
         while v < b.len() && !value_end(b[v]) {
             v += 1;
         }
-        if v == value_start || !policy.is_secret(&s[start..end], NameKind::Env) {
+        let value = &s[value_start..v];
+        let named = policy.is_secret(&s[start..end], NameKind::Env);
+        if v == value_start || !(named || generated(value)) {
             continue;
         }
         if SCHEMES.contains(&s[value_start..v].to_ascii_lowercase().as_str()) {
@@ -411,5 +540,72 @@ mod tests {
             scrubbed(r#"{"user": "me", "password": "hunter2"}"#),
             r#"{"user": "me", "password": "<redacted>"}"#
         );
+    }
+}
+
+#[cfg(test)]
+mod generated_tests {
+    use super::*;
+
+    struct Rng(u64);
+    impl Rng {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % n as u64) as usize
+        }
+    }
+
+    /// A generated key as the corpus test draws them: every class of the alphabet present,
+    /// not reading as words run together.
+    fn draw(rng: &mut Rng, alphabet: &[u8], n: usize) -> String {
+        loop {
+            let s: Vec<u8> = (0..n)
+                .map(|_| alphabet[rng.below(alphabet.len())])
+                .collect();
+            let has = |f: fn(&u8) -> bool| s.iter().any(f);
+            if has(u8::is_ascii_uppercase)
+                && has(u8::is_ascii_lowercase)
+                && has(u8::is_ascii_digit)
+                && !wordy(&s)
+            {
+                return String::from_utf8(s).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn generated_keys_of_every_length_are_found_and_names_are_not() {
+        let b64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let url = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let mut rng = Rng(0x9e3779b97f4a7c15);
+        let mut missed = Vec::new();
+        for round in 0..20_000 {
+            let alphabet: &[u8] = if round % 2 == 0 { b64 } else { url };
+            let len = 20 + round % 69;
+            let key = draw(&mut rng, alphabet, len);
+            if !generated(&key) && !base64_digest(&key) {
+                missed.push(key);
+            }
+        }
+        assert!(
+            missed.is_empty(),
+            "{} of 20000 missed: {:?}",
+            missed.len(),
+            &missed[..missed.len().min(8)]
+        );
+        for name in [
+            "HelloWorld2024ProjectRun",
+            "my-Model_v2-Final-2024-Run-17-x",
+            "TrainingRun2024NovemberFinal",
+            "DataPipelineV2ProductionCluster01",
+            "ResNet50ImageNetPretrainedWeightsV2",
+            "550e8400-e29b-41d4-a716-446655440000",
+            "9b74c9897bac770ffc029102a200c5de5d5b7e3f",
+            "sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=",
+        ] {
+            assert!(!generated(name), "{name}");
+        }
     }
 }

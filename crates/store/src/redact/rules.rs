@@ -1,0 +1,271 @@
+//! gitleaks' maintained rule set (`rules/gitleaks/`, compiled in by `build.rs`): vendor token
+//! formats and keyword-in-context assignments, applied to every string the value rules scan. A
+//! rule runs only on a string holding one of its keywords (one Aho-Corasick pass finds them all),
+//! and its regex is compiled the first time that happens. What a match redacts is its secret
+//! group, unless the rule's entropy floor or an allowlist (the rule's or the file's global one:
+//! stopwords, template placeholders, system paths) says it is not a secret — as gitleaks decides.
+
+use std::ops::Range;
+use std::sync::OnceLock;
+
+use aho_corasick::AhoCorasick;
+use regex::bytes::{Regex, RegexBuilder};
+
+pub(super) struct Rule {
+    pub id: &'static str,
+    regex: &'static str,
+    /// The capture group holding the secret; 0: the first that took part, else the match.
+    group: usize,
+    /// Shannon entropy (bits per byte) the secret must reach; 0: none.
+    entropy: f64,
+    keywords: &'static [&'static str],
+    allow: &'static [Allow],
+}
+
+pub(super) struct Allow {
+    regexes: &'static [&'static str],
+    /// What the regexes are matched against: `secret`, `match` or `line`.
+    target: &'static str,
+    stopwords: &'static [&'static str],
+    /// Every kind given must hold (gitleaks' `condition = "AND"`), not any.
+    all: bool,
+    /// Holds only for paths: never here.
+    never: bool,
+}
+
+include!(concat!(env!("OUT_DIR"), "/gitleaks_rules.rs"));
+
+struct Index {
+    keywords: AhoCorasick,
+    /// For each keyword, the rules it starts.
+    rules_of: Vec<Vec<usize>>,
+    /// Rules without keywords: tried on every string.
+    always: Vec<usize>,
+}
+
+fn index() -> &'static Index {
+    static INDEX: OnceLock<Index> = OnceLock::new();
+    INDEX.get_or_init(|| {
+        let mut words: Vec<&str> = Vec::new();
+        let mut rules_of: Vec<Vec<usize>> = Vec::new();
+        let mut always = Vec::new();
+        for (i, rule) in RULES.iter().enumerate() {
+            if rule.keywords.is_empty() {
+                always.push(i);
+            }
+            for k in rule.keywords {
+                match words.iter().position(|w| w == k) {
+                    Some(at) => rules_of[at].push(i),
+                    None => {
+                        words.push(k);
+                        rules_of.push(vec![i]);
+                    }
+                }
+            }
+        }
+        let keywords = AhoCorasick::builder()
+            .ascii_case_insensitive(true)
+            .build(&words)
+            .expect("keywords make an automaton");
+        Index {
+            keywords,
+            rules_of,
+            always,
+        }
+    })
+}
+
+fn build(pattern: &str) -> Option<Regex> {
+    // Rules are written for RE2 over bytes; ASCII classes keep each compiled rule small.
+    RegexBuilder::new(pattern)
+        .unicode(false)
+        .size_limit(8 << 20)
+        .build()
+        .ok()
+}
+
+/// Rule `i`'s regex, compiled on first use; None if it does not compile (the rule-file test
+/// keeps that from happening unnoticed).
+pub(super) fn regex(i: usize) -> Option<&'static Regex> {
+    static COMPILED: OnceLock<Vec<OnceLock<Option<Regex>>>> = OnceLock::new();
+    let cells = COMPILED.get_or_init(|| RULES.iter().map(|_| OnceLock::new()).collect());
+    cells[i]
+        .get_or_init(|| {
+            let re = build(RULES[i].regex);
+            if re.is_none() {
+                tracing::warn!("the secret rule {} does not compile; skipped", RULES[i].id);
+            }
+            re
+        })
+        .as_ref()
+}
+
+fn allow_regex(pattern: &'static str) -> Option<&'static Regex> {
+    static COMPILED: OnceLock<std::sync::Mutex<Vec<(&'static str, &'static Regex)>>> =
+        OnceLock::new();
+    let cache = COMPILED.get_or_init(Default::default);
+    let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, re)) = cache.iter().find(|(p, _)| *p == pattern) {
+        return Some(re);
+    }
+    let re: &'static Regex = Box::leak(Box::new(build(pattern)?));
+    cache.push((pattern, re));
+    Some(re)
+}
+
+/// Shannon entropy of `b`, in bits per byte.
+pub(super) fn entropy(b: &[u8]) -> f64 {
+    let mut counts = [0u32; 256];
+    for c in b {
+        counts[*c as usize] += 1;
+    }
+    let n = b.len() as f64;
+    counts
+        .iter()
+        .filter(|c| **c > 0)
+        .map(|c| {
+            let p = f64::from(*c) / n;
+            -p * p.log2()
+        })
+        .sum()
+}
+
+impl Allow {
+    fn holds(&self, secret: &[u8], matched: &[u8], line: &[u8]) -> bool {
+        if self.never {
+            return false;
+        }
+        let target = match self.target {
+            "match" => matched,
+            "line" => line,
+            _ => secret,
+        };
+        let by_regex = (!self.regexes.is_empty()).then(|| {
+            self.regexes
+                .iter()
+                .any(|r| allow_regex(r).is_some_and(|re| re.is_match(target)))
+        });
+        let by_word = (!self.stopwords.is_empty()).then(|| {
+            let lower = secret.to_ascii_lowercase();
+            self.stopwords
+                .iter()
+                .any(|w| lower.windows(w.len()).any(|x| x == w.as_bytes()))
+        });
+        let kinds = [by_regex, by_word].into_iter().flatten();
+        if self.all {
+            kinds.into_iter().all(|k| k)
+        } else {
+            kinds.into_iter().any(|k| k)
+        }
+    }
+}
+
+/// The secret of one match of `rule`: its group's range in the string.
+fn secret_of(rule: &Rule, caps: &regex::bytes::Captures<'_>) -> Option<Range<usize>> {
+    let m = if rule.group > 0 {
+        caps.get(rule.group)
+    } else {
+        (1..caps.len())
+            .find_map(|g| caps.get(g))
+            .or_else(|| caps.get(0))
+    }?;
+    Some(m.range())
+}
+
+/// Widens `r` to the characters of `s` it touches (rules match bytes).
+fn on_chars(s: &str, mut r: Range<usize>) -> Range<usize> {
+    while r.start > 0 && !s.is_char_boundary(r.start) {
+        r.start -= 1;
+    }
+    while r.end < s.len() && !s.is_char_boundary(r.end) {
+        r.end += 1;
+    }
+    r
+}
+
+/// The ranges of `s` that a rule of the set says are secrets.
+pub(super) fn spans(s: &str, out: &mut Vec<Range<usize>>) {
+    let index = index();
+    let mut hit = vec![false; RULES.len()];
+    for i in &index.always {
+        hit[*i] = true;
+    }
+    for m in index.keywords.find_overlapping_iter(s) {
+        for i in &index.rules_of[m.pattern().as_usize()] {
+            hit[*i] = true;
+        }
+    }
+    let bytes = s.as_bytes();
+    for (i, rule) in RULES.iter().enumerate().filter(|(i, _)| hit[*i]) {
+        let Some(re) = regex(i) else { continue };
+        for caps in re.captures_iter(bytes) {
+            let Some(range) = secret_of(rule, &caps) else {
+                continue;
+            };
+            let secret = &bytes[range.clone()];
+            if secret.is_empty() || (rule.entropy > 0.0 && entropy(secret) < rule.entropy) {
+                continue;
+            }
+            let matched = caps.get(0).map_or(secret, |m| m.as_bytes());
+            let allowed = std::iter::once(&GLOBAL)
+                .chain(rule.allow)
+                .any(|a| a.holds(secret, matched, bytes));
+            if !allowed {
+                out.push(on_chars(s, range));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rule_file_is_the_one_its_source_names_and_every_rule_compiles() {
+        use sha2::Digest;
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/rules/gitleaks");
+        let file = std::fs::read(format!("{dir}/gitleaks.toml")).unwrap();
+        let source = std::fs::read_to_string(format!("{dir}/SOURCE")).unwrap();
+        let sum: String = sha2::Sha256::digest(&file)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert!(
+            source.lines().any(|l| l == format!("sha256 {sum}")),
+            "rules/gitleaks/gitleaks.toml is not the file SOURCE names: run scripts/update-secret-rules.sh"
+        );
+        assert!(RULES.len() > 200, "{} rules", RULES.len());
+        let broken: Vec<&str> = (0..RULES.len())
+            .filter(|i| regex(*i).is_none())
+            .map(|i| RULES[i].id)
+            .collect();
+        assert!(broken.is_empty(), "rules that do not compile: {broken:?}");
+    }
+
+    fn found(s: &str) -> Vec<&str> {
+        let mut out = Vec::new();
+        spans(s, &mut out);
+        out.into_iter().map(|r| &s[r]).collect()
+    }
+
+    #[test]
+    fn vendor_formats_and_keyword_contexts() {
+        let age = "AGE-SECRET-KEY-1QQPZRY9X8GF2TVDW0S3JN54KHCE6MUA7LQPZRY9X8GF2TVDW0S3JN54KHC";
+        assert_eq!(found(age), [age]);
+        let pscale = "pscale_tkn_8fGh2JkL9mNpQ3rStUvWxYz4A5bCdEfGhIjKlMnOpQr";
+        assert!(!found(pscale).is_empty(), "{pscale}");
+        for harmless in [
+            "/usr/local/lib/python3.12/site-packages",
+            "sk-learn-baseline",
+            "9b74c9897bac770ffc029102a200c5de5d5b7e3f",
+            "token_count=12",
+        ] {
+            assert!(
+                found(harmless).is_empty(),
+                "{harmless}: {:?}",
+                found(harmless)
+            );
+        }
+    }
+}
