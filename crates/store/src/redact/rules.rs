@@ -1,6 +1,6 @@
 //! gitleaks' maintained rule set (`rules/gitleaks/`, compiled in by `build.rs`): vendor token
 //! formats and keyword-in-context assignments, applied to every string the value rules scan. A
-//! rule runs only on a string holding one of its keywords (one Aho-Corasick pass finds them all),
+//! rule runs only on a string holding one of its keywords (one pass over static tables finds them),
 //! and its regex is compiled the first time that happens. What a match redacts is its secret
 //! group, unless the rule's entropy floor or an allowlist (the rule's or the file's global one:
 //! stopwords, template placeholders, system paths) says it is not a secret — as gitleaks decides.
@@ -8,8 +8,9 @@
 use std::ops::Range;
 use std::sync::OnceLock;
 
-use aho_corasick::AhoCorasick;
-use regex::bytes::{Regex, RegexBuilder};
+use regex_automata::meta::Regex;
+use regex_automata::util::captures::Captures;
+use regex_automata::util::syntax;
 
 pub(super) struct Rule {
     pub id: &'static str,
@@ -18,7 +19,6 @@ pub(super) struct Rule {
     group: usize,
     /// Shannon entropy (bits per byte) the secret must reach; 0: none.
     entropy: f64,
-    keywords: &'static [&'static str],
     allow: &'static [Allow],
 }
 
@@ -35,52 +35,67 @@ pub(super) struct Allow {
 
 include!(concat!(env!("OUT_DIR"), "/gitleaks_rules.rs"));
 
-struct Index {
-    keywords: AhoCorasick,
-    /// For each keyword, the rules it starts.
-    rules_of: Vec<Vec<usize>>,
-    /// Rules without keywords: tried on every string.
-    always: Vec<usize>,
+/// The gate's hash of three lower-case bytes (the same as `build.rs`'s).
+fn gram_bit(g: u32) -> usize {
+    (g.wrapping_mul(2_654_435_761) >> 17) as usize & 0x7fff
 }
 
-fn index() -> &'static Index {
-    static INDEX: OnceLock<Index> = OnceLock::new();
-    INDEX.get_or_init(|| {
-        let mut words: Vec<&str> = Vec::new();
-        let mut rules_of: Vec<Vec<usize>> = Vec::new();
-        let mut always = Vec::new();
-        for (i, rule) in RULES.iter().enumerate() {
-            if rule.keywords.is_empty() {
-                always.push(i);
+/// Which rules `s` may hold a secret of: those with a keyword in `s` (ASCII case ignored), and
+/// those without keywords. One pass over `s` with static tables: nothing is built at run time.
+fn gated(s: &[u8]) -> Vec<bool> {
+    let mut hit = vec![false; RULES.len()];
+    for r in ALWAYS {
+        hit[usize::from(*r)] = true;
+    }
+    let mut mark = |k: usize| {
+        for r in KEYWORDS[k].1 {
+            hit[usize::from(*r)] = true;
+        }
+    };
+    let at = |i: usize, k: usize| {
+        let word = KEYWORDS[k].0;
+        s.len() - i >= word.len() && s[i..i + word.len()].eq_ignore_ascii_case(word)
+    };
+    for i in 0..s.len() {
+        for k in SHORT {
+            if at(i, usize::from(*k)) {
+                mark(usize::from(*k));
             }
-            for k in rule.keywords {
-                match words.iter().position(|w| w == k) {
-                    Some(at) => rules_of[at].push(i),
-                    None => {
-                        words.push(k);
-                        rules_of.push(vec![i]);
-                    }
+        }
+        if i + 3 > s.len() {
+            continue;
+        }
+        let lower = |b: u8| u32::from(b.to_ascii_lowercase());
+        let g = (lower(s[i]) << 16) | (lower(s[i + 1]) << 8) | lower(s[i + 2]);
+        let bit = gram_bit(g);
+        if GRAM_BITS[bit >> 6] & (1 << (bit & 63)) == 0 {
+            continue;
+        }
+        if let Ok(e) = BY_GRAM.binary_search_by_key(&g, |e| e.0) {
+            for k in BY_GRAM[e].1 {
+                if at(i, usize::from(*k)) {
+                    mark(usize::from(*k));
                 }
             }
         }
-        let keywords = AhoCorasick::builder()
-            .ascii_case_insensitive(true)
-            .build(&words)
-            .expect("keywords make an automaton");
-        Index {
-            keywords,
-            rules_of,
-            always,
-        }
-    })
+    }
+    hit
 }
 
+/// A rule's regex: Thompson NFA and PikeVM only. Building the faster engines too cost ~3x the
+/// time (~130 us a rule against ~45), paid in each run that needs the rule, for a search over a
+/// few hundred bytes.
 fn build(pattern: &str) -> Option<Regex> {
-    // Rules are written for RE2 over bytes; ASCII classes keep each compiled rule small.
-    RegexBuilder::new(pattern)
-        .unicode(false)
-        .size_limit(8 << 20)
-        .build()
+    Regex::builder()
+        .configure(
+            Regex::config()
+                .onepass(false)
+                .backtrack(false)
+                .dfa(false)
+                .hybrid(false),
+        )
+        .syntax(syntax::Config::new().unicode(false).utf8(false))
+        .build(pattern)
         .ok()
 }
 
@@ -100,6 +115,7 @@ pub(super) fn regex(i: usize) -> Option<&'static Regex> {
         .as_ref()
 }
 
+/// An allowlist's regex, compiled once.
 fn allow_regex(pattern: &'static str) -> Option<&'static Regex> {
     static COMPILED: OnceLock<std::sync::Mutex<Vec<(&'static str, &'static Regex)>>> =
         OnceLock::new();
@@ -161,13 +177,13 @@ impl Allow {
 }
 
 /// The secret of one match of `rule`: its group's range in the string.
-fn secret_of(rule: &Rule, caps: &regex::bytes::Captures<'_>) -> Option<Range<usize>> {
+fn secret_of(rule: &Rule, caps: &Captures) -> Option<Range<usize>> {
     let m = if rule.group > 0 {
-        caps.get(rule.group)
+        caps.get_group(rule.group)
     } else {
-        (1..caps.len())
-            .find_map(|g| caps.get(g))
-            .or_else(|| caps.get(0))
+        (1..caps.group_len())
+            .find_map(|g| caps.get_group(g))
+            .or_else(|| caps.get_group(0))
     }?;
     Some(m.range())
 }
@@ -183,19 +199,39 @@ fn on_chars(s: &str, mut r: Range<usize>) -> Range<usize> {
     r
 }
 
+/// A path or a list of them (`/etc/ssl/certs/ca.crt`, `PATH=/usr/bin:/bin`), alone or as the
+/// value of `NAME=`: no rule of the set is about one (gitleaks allows system paths globally),
+/// and environments are full of them — `SSL_CERT_FILE` would open the gate of `curl` and
+/// `vault` rules (`s.`) in every run. A part that looks generated is not a path's.
+fn path_like(b: &[u8]) -> bool {
+    let value = match b.iter().position(|c| *c == b'=') {
+        Some(eq)
+            if eq > 0
+                && b[..eq]
+                    .iter()
+                    .all(|c| c.is_ascii_alphanumeric() || *c == b'_') =>
+        {
+            &b[eq + 1..]
+        }
+        _ => b,
+    };
+    let rooted = value.starts_with(b"/") || value.starts_with(b"~/") || value.starts_with(b"./");
+    rooted
+        && value
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || b"/._:+,-".contains(c))
+        && value.split(|c| *c == b'/' || *c == b':').all(|part| {
+            part.len() < 20 || !std::str::from_utf8(part).is_ok_and(super::values::generated)
+        })
+}
+
 /// The ranges of `s` that a rule of the set says are secrets.
 pub(super) fn spans(s: &str, out: &mut Vec<Range<usize>>) {
-    let index = index();
-    let mut hit = vec![false; RULES.len()];
-    for i in &index.always {
-        hit[*i] = true;
-    }
-    for m in index.keywords.find_overlapping_iter(s) {
-        for i in &index.rules_of[m.pattern().as_usize()] {
-            hit[*i] = true;
-        }
-    }
     let bytes = s.as_bytes();
+    if path_like(bytes) {
+        return;
+    }
+    let hit = gated(bytes);
     for (i, rule) in RULES.iter().enumerate().filter(|(i, _)| hit[*i]) {
         let Some(re) = regex(i) else { continue };
         for caps in re.captures_iter(bytes) {
@@ -206,7 +242,7 @@ pub(super) fn spans(s: &str, out: &mut Vec<Range<usize>>) {
             if secret.is_empty() || (rule.entropy > 0.0 && entropy(secret) < rule.entropy) {
                 continue;
             }
-            let matched = caps.get(0).map_or(secret, |m| m.as_bytes());
+            let matched = caps.get_match().map_or(secret, |m| &bytes[m.range()]);
             let allowed = std::iter::once(&GLOBAL)
                 .chain(rule.allow)
                 .any(|a| a.holds(secret, matched, bytes));
@@ -236,6 +272,13 @@ mod tests {
             "rules/gitleaks/gitleaks.toml is not the file SOURCE names: run scripts/update-secret-rules.sh"
         );
         assert!(RULES.len() > 200, "{} rules", RULES.len());
+        for (k, (word, _)) in KEYWORDS.iter().enumerate() {
+            let hit = gated(word);
+            assert!(
+                KEYWORDS[k].1.iter().all(|r| hit[usize::from(*r)]),
+                "{word:?} opens no gate"
+            );
+        }
         let broken: Vec<&str> = (0..RULES.len())
             .filter(|i| regex(*i).is_none())
             .map(|i| RULES[i].id)
