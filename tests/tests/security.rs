@@ -756,6 +756,76 @@ fn the_key_handed_to_another_user_does_not_let_it_forge_events() {
     );
 }
 
+/// Under `--tracer ptrace` run by an unprivileged user, the kernel runs a setuid program without
+/// its privileges (it would not let the tracer control a process it could not otherwise): the
+/// job did not run as it would bare, and roar says so and marks it.
+#[test]
+fn a_setuid_program_that_loses_its_privileges_under_ptrace_is_said_and_marked() {
+    if !common::can_switch_user("running roar as user nobody needs root and setpriv") {
+        return;
+    }
+    let p = Project::new();
+    let suid = p.path().join("suid-id");
+    std::fs::copy("/usr/bin/id", &suid).unwrap();
+    std::fs::set_permissions(&suid, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let o = Command::new("chown")
+        .args(["-R", "65534:65534"])
+        .arg(p.path().join(".roar"))
+        .arg(p.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    // The program stays root's and setuid (chown dropped the bit on it; set it again).
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg("chown root:root \"$0\" && chmod 4755 \"$0\"")
+        .arg(&suid)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let as_nobody = |args: &[&std::ffi::OsStr]| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .args(args)
+            .current_dir(p.path())
+            .env("HOME", p.path())
+            .output()
+            .unwrap()
+    };
+    let bare = as_nobody(&[suid.as_os_str(), "-u".as_ref()]);
+    if stdout(&bare).trim() != "0" {
+        assert!(
+            !common::strict(),
+            "setuid has no effect here: {}",
+            stdout(&bare)
+        );
+        eprintln!("SKIPPED: setuid has no effect on this filesystem");
+        return;
+    }
+    let roar = common::roar_bin();
+    let o = as_nobody(&[
+        roar.as_os_str(),
+        "run".as_ref(),
+        "--tracer".as_ref(),
+        "ptrace".as_ref(),
+        "--".as_ref(),
+        suid.as_os_str(),
+        "-u".as_ref(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o).trim(),
+        "65534",
+        "the kernel ran it without its privileges"
+    );
+    let err = stderr(&o);
+    assert!(
+        err.contains("without its setuid/setgid privileges"),
+        "{err}"
+    );
+    assert_eq!(p.last_job()["incomplete"], true);
+}
+
 fn can_forge() -> bool {
     common::can_switch_user("sending datagrams as user nobody needs root and setpriv")
 }

@@ -414,6 +414,9 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
                 (0, 0) if !traced.untraced.is_empty() => {
                     ", incomplete (programs the tracer could not follow)".to_owned()
                 }
+                (0, 0) if !traced.unprivileged.is_empty() => {
+                    ", incomplete (setuid programs ran without their privileges)".to_owned()
+                }
                 (0, 0) if traced.forged > 0 => format!(
                     ", incomplete ({} event(s) refused: not from a process of this run)",
                     traced.forged
@@ -438,6 +441,7 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
                         "program": exe.to_string_lossy(), "why": why
                     })).collect::<Vec<_>>(),
                     "forged_datagrams": traced.forged,
+                    "unprivileged": traced.unprivileged.iter().map(|p| p.to_string_lossy()).collect::<Vec<_>>(),
                     "unhashed_inputs": hashed.unhashed_inputs,
                     "files": listing.as_ref().map(|files| files.iter().filter(|f| f.role != Role::Temp).map(|f| serde_json::json!({
                         "role": f.role.as_str(),
@@ -465,6 +469,13 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
                     err,
                     "roar: warning: ... and {} more programs the tracer could not follow",
                     traced.untraced.len() - 3
+                );
+            }
+            for exe in &traced.unprivileged {
+                let _ = writeln!(
+                    err,
+                    "roar: warning: the job ran {} without its setuid/setgid privileges (an unprivileged ptrace cannot keep them): it may have behaved otherwise than bare; use --tracer preload or ebpf",
+                    roar_store::shown(&exe.to_string_lossy())
                 );
             }
             if traced.forged > 0 {

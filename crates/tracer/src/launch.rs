@@ -41,7 +41,20 @@ impl Status {
 }
 
 static CHILD: AtomicI32 = AtomicI32::new(0);
-const FORWARDED: [libc::c_int; 4] = [libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2];
+/// Signals sent to roar that are the command's: passed on (SIGWINCH: a resize told to roar
+/// alone, as `kill -WINCH` or a terminal multiplexer does; SIGALRM, SIGVTALRM and SIGPWR: timers
+/// and notices; SIGCONT: roar continued alone).
+const FORWARDED: [libc::c_int; 9] = [
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGWINCH,
+    libc::SIGALRM,
+    libc::SIGVTALRM,
+    libc::SIGPWR,
+    libc::SIGCONT,
+];
 const IGNORED: [libc::c_int; 2] = [libc::SIGINT, libc::SIGQUIT];
 
 extern "C" fn forward(sig: libc::c_int) {
@@ -125,6 +138,10 @@ static CLOSED_STDIO: AtomicU8 = AtomicU8::new(0);
 /// `restore_signals=False`): read at the same time, before roar ignores it for itself.
 static STARTED_IGNORING_SIGPIPE: AtomicBool = AtomicBool::new(false);
 
+/// Which of glibc's own signals 32 (bit 0) and 33 (bit 1) roar was started with ignored (by a
+/// parent that used posix_spawn, which leaves them so): the command then starts so too.
+static STARTED_IGNORING_GLIBC_OWN: AtomicU8 = AtomicU8::new(0);
+
 extern "C" fn record_closed_stdio() {
     let mut closed = 0;
     for fd in 0..3 {
@@ -135,12 +152,30 @@ extern "C" fn record_closed_stdio() {
     }
     CLOSED_STDIO.store(closed, Ordering::Relaxed);
     // SAFETY: sigaction only reads the disposition into a zeroed struct.
-    let ignored = unsafe {
+    let ignored = |sig: libc::c_int| unsafe {
         let mut old: libc::sigaction = std::mem::zeroed();
-        libc::sigaction(libc::SIGPIPE, std::ptr::null(), &mut old) == 0
-            && old.sa_sigaction == libc::SIG_IGN
+        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
     };
-    STARTED_IGNORING_SIGPIPE.store(ignored, Ordering::Relaxed);
+    STARTED_IGNORING_SIGPIPE.store(ignored(libc::SIGPIPE), Ordering::Relaxed);
+    // glibc's sigaction refuses its own two signals: the kernel's, with its action layout
+    // (handler, flags, restorer, mask).
+    let ignored_raw = |sig: libc::c_long| {
+        let mut old = [0u64; 4];
+        // SAFETY: rt_sigaction only writes the current action into `old` (32 bytes, the
+        // kernel's struct for an 8-byte mask).
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                sig,
+                0usize,
+                old.as_mut_ptr(),
+                8usize,
+            )
+        };
+        r == 0 && old[0] as libc::sighandler_t == libc::SIG_IGN
+    };
+    let own = u8::from(ignored_raw(32)) | (u8::from(ignored_raw(33)) << 1);
+    STARTED_IGNORING_GLIBC_OWN.store(own, Ordering::Relaxed);
 }
 
 #[used]
@@ -302,6 +337,18 @@ impl SpawnAttr {
             libc::sigemptyset(&mut set);
             for sig in reset {
                 libc::sigaddset(&mut set, *sig);
+            }
+            // glibc's spawn child sets its two internal signals (32, 33: thread cancellation and
+            // setxid) to SIG_IGN unless they are in this set, so the command would start with
+            // them ignored where roar was started with them at their default (by a shell).
+            // sigaddset refuses them; the set is a bit mask (bit N-1 for signal N), which the
+            // child reads as such.
+            let ignored = STARTED_IGNORING_GLIBC_OWN.load(Ordering::Relaxed);
+            let words = std::ptr::addr_of_mut!(set).cast::<libc::c_ulong>();
+            for (bit, sig) in [(1, 32), (2, 33)] {
+                if ignored & bit == 0 {
+                    *words |= 1 << (sig - 1);
+                }
             }
             check(libc::posix_spawnattr_setsigdefault(&mut attr.0, &set))?;
             check(libc::posix_spawnattr_setflags(

@@ -123,6 +123,9 @@ pub struct Traced {
     /// Programs the job exec'd that the backend could not follow (preload: statically linked or
     /// setuid), each with why: their files are missing from the record, so the job is incomplete.
     pub untraced: Vec<(PathBuf, &'static str)>,
+    /// setuid/setgid programs the job ran without their privileges, as the kernel runs them
+    /// under an unprivileged ptrace: the job did not run as it would bare, so it is marked.
+    pub unprivileged: Vec<PathBuf>,
     /// Why the backend stopped seeing events before the command ended (the eBPF helper died),
     /// if it did: the job is incomplete.
     pub cut_short: Option<&'static str>,
@@ -135,6 +138,7 @@ impl Traced {
             || self.cut_off > 0
             || self.lost > 0
             || !self.untraced.is_empty()
+            || !self.unprivileged.is_empty()
             || self.cut_short.is_some()
             || self.forged > 0
     }

@@ -871,6 +871,7 @@ pub fn run(
         lost: 0,
         forged: received.forged,
         untraced,
+        unprivileged: Vec::new(),
         cut_short: None,
     })
 }

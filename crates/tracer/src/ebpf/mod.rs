@@ -356,6 +356,7 @@ pub fn run(
         lost,
         forged: 0,
         untraced: Vec::new(),
+        unprivileged: Vec::new(),
         cut_short: helper_died
             .then_some("the eBPF helper exited while the command ran: later events are missing"),
     })

@@ -355,6 +355,8 @@ pub fn run(
     let mut root_status = None;
     let mut options_set = false;
     let mut malformed = 0;
+    // The command's own exec happened before the first stop.
+    let mut unprivileged: Vec<PathBuf> = without_privileges(root).into_iter().collect();
     loop {
         let mut status = 0;
         // SAFETY: waitpid with a valid out-pointer.
@@ -477,6 +479,11 @@ pub fn run(
                     reopens.exited(former as i32);
                 }
                 known.insert(pid);
+                if let Some(exe) = without_privileges(pid) {
+                    if !unprivileged.contains(&exe) {
+                        unprivileged.push(exe);
+                    }
+                }
                 let ev = crate::from_proc::exec_event(pid);
                 reopens.exec(pid);
                 tap(&ev);
@@ -525,6 +532,23 @@ pub fn run(
         lost: 0,
         forged: 0,
         untraced: Vec::new(),
+        unprivileged,
         cut_short: None,
     })
+}
+
+/// The program `pid` just exec'd, if it is setuid (setgid) to a user (group) the process is not
+/// running as: the kernel runs it without those privileges under a tracer that lacks them.
+fn without_privileges(pid: i32) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    let meta = std::fs::metadata(&exe).ok()?;
+    let setuid = meta.mode() & libc::S_ISUID != 0;
+    let setgid = meta.mode() & libc::S_ISGID != 0;
+    if !setuid && !setgid {
+        return None;
+    }
+    let status = procfs::process::Process::new(pid).ok()?.status().ok()?;
+    let dropped = (setuid && status.euid != meta.uid()) || (setgid && status.egid != meta.gid());
+    dropped.then_some(exe)
 }
