@@ -404,7 +404,7 @@ fn a_binary_installed_alone_uses_the_shim_built_into_it() {
     let dir = tempfile::tempdir().unwrap();
     let alone = dir.path().join("bin/roar");
     std::fs::create_dir(dir.path().join("bin")).unwrap();
-    std::fs::copy(roar_bin(), &alone).unwrap();
+    common::copy_executable(&roar_bin(), &alone);
     let cache = dir.path().join("cache");
     let work = dir.path().join("work");
     std::fs::create_dir(&work).unwrap();

@@ -92,7 +92,7 @@ fn the_preflight_names_the_missing_capability() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let bin = dir.path().join("roar");
-    std::fs::copy(common::roar_bin(), &bin).unwrap();
+    common::copy_executable(&common::roar_bin(), &bin);
     for p in [dir.path(), bin.as_path()] {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
     }

@@ -766,7 +766,7 @@ fn a_setuid_program_that_loses_its_privileges_under_ptrace_is_said_and_marked() 
     }
     let p = Project::new();
     let suid = p.path().join("suid-id");
-    std::fs::copy("/usr/bin/id", &suid).unwrap();
+    common::copy_executable(Path::new("/usr/bin/id"), &suid);
     std::fs::set_permissions(&suid, std::fs::Permissions::from_mode(0o4755)).unwrap();
     let o = Command::new("chown")
         .args(["-R", "65534:65534"])

@@ -26,6 +26,14 @@ pub fn roar_bin() -> PathBuf {
     bin
 }
 
+/// Copies an executable by `cp`, not from this process: a file this (many-threaded) test process
+/// holds open for writing is inherited by whatever another test forks meanwhile, and exec of it
+/// fails with ETXTBSY until that child execs in turn.
+pub fn copy_executable(from: &Path, to: &Path) {
+    let o = Command::new("cp").arg(from).arg(to).output().unwrap();
+    assert!(o.status.success(), "cp: {}", stderr(&o));
+}
+
 /// A small deterministic generator (xorshift), so a failing sequence can be replayed from its
 /// seed.
 pub struct Rng(pub u64);
