@@ -306,8 +306,8 @@ impl std::error::Error for BadRequest {}
 fn api(project: &Project, path: &str, query: Option<&str>) -> anyhow::Result<Vec<u8>> {
     let store = open(project)?;
     let json = match path {
-        "/api/dag" => serde_json::to_vec(&store.dag(None)?)?,
-        "/api/status" => serde_json::to_vec(&crate::status_cmd::report(project, &store)?)?,
+        "/api/dag" => json(&store.dag(None)?),
+        "/api/status" => json(&crate::status_cmd::report(project, &store)?),
         "/api/diff" => {
             let arg = |n: &str| {
                 query_param(query, n).ok_or_else(|| {
@@ -315,18 +315,23 @@ fn api(project: &Project, path: &str, query: Option<&str>) -> anyhow::Result<Vec
                 })
             };
             let (a, b) = (arg("a")?, arg("b")?);
-            serde_json::to_vec(&crate::diff_cmd::compare_in(
+            json(&crate::diff_cmd::compare_in(
                 &store,
                 a.as_ref(),
                 b.as_ref(),
-            )?)?
+            )?)
         }
         _ => match path.strip_prefix("/api/job/").map(str::parse::<i64>) {
-            Some(Ok(id)) => serde_json::to_vec(&store.job(id)?)?,
+            Some(Ok(id)) => json(&store.job(id)?),
             _ => return Err(crate::NotFound(format!("no API at {path}")).into()),
         },
     };
     Ok(json)
+}
+
+/// JSON as every output writes it (`roar_store::quote::write_json`).
+fn json<T: serde::Serialize>(value: &T) -> Vec<u8> {
+    roar_store::quote::json_string(value).into_bytes()
 }
 
 /// `text/event-stream`: one `change` event per new revision of the jobs, a comment as heartbeat.

@@ -48,7 +48,7 @@ pub struct Embedded {
 
 /// JSON inside `<script type="application/json">`: `<` escaped so no string can close the tag.
 fn script_json<T: Serialize>(value: &T) -> anyhow::Result<String> {
-    Ok(serde_json::to_string(value)?.replace('<', "\\u003c"))
+    Ok(roar_store::quote::json_string(value).replace('<', "\\u003c"))
 }
 
 /// What the page may load. A written file may not connect anywhere at all.
