@@ -130,6 +130,23 @@ const ENV_REFERENCE_WORDS: &[&str] = &[
     "REGION",
     "MAX",
     "MIN",
+    "NAME",
+    "POLICY",
+    "ENDPOINT",
+    "ARN",
+    "HOST",
+    "PORT",
+    "USER",
+    "USERNAME",
+    "EMAIL",
+    "VERSION",
+    "ENABLED",
+    "REQUIRED",
+    "FORMAT",
+    "PROVIDER",
+    "BACKEND",
+    "SCOPE",
+    "SCOPES",
 ];
 
 /// An option that starts with one of these is a switch about a secret, not one that takes it:
@@ -316,6 +333,10 @@ mod tests {
             "AWS_SHARED_CREDENTIALS_FILE",
             "SSH_AUTH_SOCK",
             "KEYTIMEOUT",
+            "TOKEN_COUNT",
+            "PASSWORD_POLICY",
+            "SECRET_NAME",
+            "TOKEN_TYPE",
         ] {
             assert!(!builtin_secret(n, NameKind::Env), "{n}");
         }
