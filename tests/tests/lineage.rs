@@ -344,3 +344,43 @@ fn export_openlineage_events_are_accepted_by_the_openlineage_client() {
     let again = p.roar(["export", "--all", "--format", "openlineage"]);
     assert_eq!(again.stdout, out.stdout);
 }
+
+/// A job without `--name` goes by its script's name (`python3 train.py` is `train`): `show`,
+/// `diff` and `NAME~N` resolve it; a name nothing goes by is one line that says how jobs are named.
+#[test]
+fn jobs_go_by_their_scripts_name_and_name_n_steps_back() {
+    let p = Project::new();
+    p.write("a.txt", b"x\n");
+    p.write(
+        "train.py",
+        b"import sys\nopen('model.txt', 'w').write(sys.argv[-1])\n",
+    );
+    for lr in ["0.1", "0.01", "0.001"] {
+        let o = p.roar(["run", "--", "python3", "train.py", "--lr", lr]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let o = p.roar([
+        "run", "--name", "other", "--", "python3", "train.py", "--lr", "9",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let id = |what: &str| {
+        let o = p.roar(["--json", "show", what]);
+        assert!(o.status.success(), "show {what}: {}", stderr(&o));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["id"]
+            .as_i64()
+            .unwrap()
+    };
+    assert_eq!(id("train"), 3, "the latest job named by its script");
+    assert_eq!(id("train~1"), 2);
+    assert_eq!(id("train~2"), 1);
+    assert_eq!(id("other"), 4, "--name wins");
+    let diff = stdout(&p.roar(["diff", "train~1", "train"]));
+    assert!(diff.contains("lr: 0.01 -> 0.001"), "{diff}");
+    let o = p.roar(["show", "trian"]);
+    assert_eq!(o.status.code(), Some(4));
+    let err = stderr(&o);
+    assert!(
+        err.contains("no job named trian") && err.lines().count() == 1,
+        "{err}"
+    );
+}

@@ -92,7 +92,8 @@ pub(crate) enum Target {
 
 /// `123` or `@123` is a job id, `b3:…` or 4+ hex digits a hash prefix (unless a file of that name
 /// exists), `s3://bucket/key` an object, `ARCHIVE!/member` a member of an archive, `NAME` or
-/// `NAME~N` a job's `--name` (unless a file of that name exists), anything else a path.
+/// `NAME~N` a job's `--name`, else the name its script gives it (`python train.py` is `train`),
+/// unless a file of that name exists; anything else a path.
 pub(crate) fn classify(what: &OsStr, cwd: &Path) -> Target {
     classify_in(None, what, cwd)
 }
@@ -131,6 +132,10 @@ pub(crate) fn classify_in(store: Option<&Store>, what: &OsStr, cwd: &Path) -> Ta
             _ => (s.as_ref(), 0),
         };
         if let Ok(Some(id)) = store.job_named(name, back) {
+            return Target::Job(id);
+        }
+        if let Ok(Some(id)) = store.job_by_default_name(name, back, roar_env::params::default_name)
+        {
             return Target::Job(id);
         }
     }
@@ -196,8 +201,19 @@ pub fn show(what: &OsStr, all: bool, env: bool, patch: bool, json: bool) -> anyh
             print_artifact(&detail, &project.root)
         }
         Target::Path(path) => {
+            let bare_word = !name.contains('/') && !path.exists();
             let path = std::fs::canonicalize(&path).unwrap_or(path);
-            let detail = store.path(&path)?;
+            let detail = match store.path(&path) {
+                Err(roar_store::StoreError::UnknownPath { .. }) if bare_word => {
+                    return Err(crate::NotFound(format!(
+                        "no job named {} and no recorded file {}: a job goes by its --name or its script (`python train.py` is `train`, `train~1` the one before); `roar log` lists them",
+                        fmt::shown(&name),
+                        fmt::shown(&path.to_string_lossy())
+                    ))
+                    .into());
+                }
+                r => r?,
+            };
             if json {
                 return fmt::print_json(&detail);
             }

@@ -139,20 +139,56 @@ pub fn stable_name(argv: &[String]) -> Vec<String> {
     out
 }
 
+/// The name a job goes by without `--name`: its script's or module's (`python train.py` and
+/// `python -m pkg.train` → `train`, `bash pipeline.sh` → `pipeline`, `uv run train.py` →
+/// `train`), else its program's (`make`, `./prep.sh` → `prep`). None for a command line given to
+/// a shell (`sh -c '...'`), which has no name of its own.
+pub fn default_name(argv: &[String]) -> Option<String> {
+    let prog = argv.first()?;
+    let base = |s: &str| -> String {
+        let file = s.rsplit('/').next().unwrap_or(s);
+        let stem = match file.rsplit_once('.') {
+            Some((stem, ext)) if !stem.is_empty() && !ext.is_empty() => stem,
+            _ => file,
+        };
+        stem.to_owned()
+    };
+    let prog_base = prog.rsplit('/').next().unwrap_or(prog);
+    if prog_base == "uv" && argv.get(1).is_some_and(|a| a == "run") {
+        return default_name(&argv[2..]);
+    }
+    let start = interpreter_options_end(argv);
+    if !is_interpreter(prog) || start >= argv.len() {
+        return (!prog_base.is_empty()).then(|| base(prog));
+    }
+    if start > 1 && argv[start - 1] == "-c" {
+        return None;
+    }
+    if argv[start] == "-m" {
+        let module = argv.get(start + 1)?;
+        return Some(module.rsplit('.').next().unwrap_or(module).to_owned());
+    }
+    Some(base(&argv[start]))
+}
+
+/// Whether `prog` runs a script or module named in its arguments.
+fn is_interpreter(prog: &str) -> bool {
+    let base = prog.rsplit('/').next().unwrap_or(prog);
+    [
+        "python", "node", "ruby", "Rscript", "bash", "sh", "perl", "uv", "torchrun",
+    ]
+    .iter()
+    .any(|k| base.starts_with(k))
+}
+
 /// Where the arguments that are the job's own begin: after the program, and for an interpreter
 /// after its own options (`-m` stays: the module is the job's first argument).
 fn interpreter_options_end(argv: &[String]) -> usize {
     let Some(prog) = argv.first() else {
         return 0;
     };
-    let base = prog.rsplit('/').next().unwrap_or(prog);
-    let interp = [
-        "python", "node", "ruby", "Rscript", "bash", "sh", "perl", "uv", "torchrun",
-    ]
-    .iter()
-    .any(|k| base.starts_with(k));
     let mut start = 1;
-    if interp {
+    if is_interpreter(prog) {
         while start < argv.len() && argv[start].starts_with('-') && argv[start] != "-m" {
             start += 1;
         }
@@ -196,6 +232,24 @@ pub fn compare(a: &[Param], b: &[Param]) -> Vec<ParamChange> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_names_come_from_the_script_or_the_program() {
+        let name = |a: &[&str]| default_name(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(
+            name(&["python3", "-u", "train.py", "--lr", "0.1"]).as_deref(),
+            Some("train")
+        );
+        assert_eq!(
+            name(&["/usr/bin/python3", "-m", "pkg.evaluate"]).as_deref(),
+            Some("evaluate")
+        );
+        assert_eq!(name(&["bash", "pipeline.sh"]).as_deref(), Some("pipeline"));
+        assert_eq!(name(&["uv", "run", "src/prep.py"]).as_deref(), Some("prep"));
+        assert_eq!(name(&["./prep.sh", "x"]).as_deref(), Some("prep"));
+        assert_eq!(name(&["make", "-j2"]).as_deref(), Some("make"));
+        assert_eq!(name(&["sh", "-c", "make all"]), None);
+    }
 
     fn v(s: &[&str]) -> Vec<String> {
         s.iter().map(|x| x.to_string()).collect()

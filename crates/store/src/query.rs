@@ -283,6 +283,38 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
+    /// The latest job without a `--name` that `named` names `name` from its argv (the default
+    /// name: `python train.py` is `train`), or the `back`-th before it (`NAME~back`). Jobs that
+    /// never started have no name.
+    pub fn job_by_default_name(
+        &self,
+        name: &str,
+        back: usize,
+        named: impl Fn(&[String]) -> Option<String>,
+    ) -> Result<Option<i64>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT id, argv FROM jobs WHERE name IS NULL AND status != 'failed_to_start'
+                 ORDER BY started_ns DESC, id DESC",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?)))
+            .map_err(|e| self.err(e))?;
+        let mut seen = 0;
+        for row in rows {
+            let (id, argv) = row.map_err(|e| self.err(e))?;
+            if named(&lossy_argv(&argv)).as_deref() == Some(name) {
+                if seen == back {
+                    return Ok(Some(id));
+                }
+                seen += 1;
+            }
+        }
+        Ok(None)
+    }
+
     /// Removes a job's record (its processes and file records with it) and the content
     /// records nothing refers to any more. Files are never touched.
     pub fn delete_job(&self, id: i64) -> Result<bool> {
