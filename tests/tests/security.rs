@@ -728,13 +728,15 @@ fn the_key_handed_to_another_user_does_not_let_it_forge_events() {
     let shim = shared.join("shim.so");
     std::fs::copy(var("ROAR_INTERNAL_LIB"), &shim).unwrap();
     std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // As user nobody from the start (the shim comes in after the switch: a root process with
+    // it would be a process of roar's own user, whom roar does not guard against).
     let o = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "env"])
+        .arg(format!("LD_PRELOAD={}", shim.display()))
+        .arg(format!("ROAR_INTERNAL_LIB={}", shim.display()))
+        .arg(format!("ROAR_INTERNAL_SOCK={}", var("ROAR_INTERNAL_SOCK")))
         .args(["sh", "-c", "echo forged > shared/forged.txt"])
         .current_dir(p.path())
-        .env("LD_PRELOAD", &shim)
-        .env("ROAR_INTERNAL_LIB", &shim)
-        .env("ROAR_INTERNAL_SOCK", var("ROAR_INTERNAL_SOCK"))
         .output()
         .unwrap();
     assert!(o.status.success(), "the forger failed: {}", stderr(&o));

@@ -1427,6 +1427,10 @@ pub unsafe extern "C" fn posix_spawn(
     let r = unsafe { real!(posix_spawn: SpawnFn)(pid, path, actions, attr, argv, env) };
     if r == 0 {
         unsafe { report_spawn_opens(actions) };
+        if !pid.is_null() {
+            // SAFETY: posix_spawn wrote the child's pid there.
+            unsafe { vouch_for(*pid) };
+        }
     }
     r
 }
@@ -1447,15 +1451,34 @@ pub unsafe extern "C" fn posix_spawnp(
     let r = unsafe { real!(posix_spawnp: SpawnFn)(pid, file, actions, attr, argv, env) };
     if r == 0 {
         unsafe { report_spawn_opens(actions) };
+        if !pid.is_null() {
+            // SAFETY: posix_spawn wrote the child's pid there.
+            unsafe { vouch_for(*pid) };
+        }
     }
     r
 }
 
 // ---- processes and our own fd ------------------------------------------------------------------
 
+/// A shim without the ring (this process became another user than roar's) tells roar it started
+/// `child`: roar takes a datagram only from a process it can place in the run, and a child that
+/// exits before roar looks can be placed only by its parent's word.
+unsafe fn vouch_for(child: pid_t) {
+    if enabled() && RING_LEN.load(Ordering::Relaxed) == 0 && !ROAR_GONE.load(Ordering::Relaxed) {
+        let _errno = KeepErrno::new();
+        // SAFETY: no preconditions.
+        unsafe { send(Kind::Spawned, i64::from(child), -1, WireStat::default(), [&[]; 4]) };
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn fork() -> pid_t {
     let pid = unsafe { real!(fork: unsafe extern "C" fn() -> pid_t)() };
+    if pid > 0 {
+        // SAFETY: no preconditions.
+        unsafe { vouch_for(pid) };
+    }
     if pid == 0 && enabled() {
         let _errno = KeepErrno::new();
         // SAFETY: no preconditions.
@@ -1481,10 +1504,15 @@ pub unsafe extern "C" fn vfork() -> pid_t {
         "push rdi",
         "test eax, eax",
         "jz 2f",
-        // The parent, resumed once the child exec'd or exited.
+        // The parent, resumed once the child exec'd or exited: vouches for the child (the pid
+        // kept across the call, which the push also aligns to 16 bytes).
         "mov byte ptr [rip + {flag}], 0",
         "cmp rax, -4095",
         "jae 3f",
+        "push rax",
+        "mov edi, eax",
+        "call {vouch}",
+        "pop rax",
         "ret",
         "2:",
         "mov byte ptr [rip + {flag}], 1",
@@ -1501,7 +1529,14 @@ pub unsafe extern "C" fn vfork() -> pid_t {
         nr = const libc::SYS_vfork,
         flag = sym IN_VFORK,
         errno = sym libc::__errno_location,
+        vouch = sym vouch_for_vforked,
     )
+}
+
+/// [`vouch_for`], called from [`vfork`]'s parent path.
+extern "C" fn vouch_for_vforked(child: pid_t) {
+    // SAFETY: no preconditions.
+    unsafe { vouch_for(child) };
 }
 
 #[no_mangle]

@@ -386,15 +386,17 @@ struct Received {
 
 /// Who may add events to this run through the socket, by what the kernel says of the sender
 /// (`SCM_CREDENTIALS`, which a process cannot choose): a process of roar's own user — who could
-/// as well ptrace the run or open its ring, so no boundary is crossed — or one descended from
-/// roar. roar is its children's subreaper, so an orphaned process of the run still descends
-/// from it; a sender of another user that is gone before its datagram is read (and reaped)
-/// cannot be placed and is refused with the rest.
+/// as well ptrace the run or open its ring, so no boundary is crossed — or a process of the run:
+/// one the run's trusted reports named (every event from the ring, which only roar's user can
+/// write, and the events of senders already placed: a `setpriv --reuid` child was forked, and
+/// reported, before it changed user; a placed process's shim vouches for each child it starts,
+/// `Kind::Spawned`), or one whose live ancestry reaches roar (roar is its children's subreaper). A datagram from a sender not placed yet is held and looked at again
+/// after the next reports; what is still unplaced at the end is refused.
 pub(crate) struct Senders {
     uid: u32,
     roar: i32,
-    /// Processes placed in the run already, with their start times (a pid can be reused).
-    members: std::collections::HashMap<i32, u64>,
+    /// Processes of the run, by pid.
+    members: std::collections::HashSet<i32>,
 }
 
 impl Senders {
@@ -407,37 +409,55 @@ impl Senders {
         }
     }
 
-    /// Whether a datagram from `pid`, running as `uid`, is the run's.
+    /// A trusted report (the ring, or a sender already placed) names `ev`'s process, and a
+    /// forked child with it.
+    pub(crate) fn note(&mut self, ev: &Event) {
+        self.members.insert(ev.pid());
+        if let Event::Fork { pid, .. } = ev {
+            self.members.insert(*pid);
+        }
+    }
+
+    /// A process of the run started `child` (its own datagram said so).
+    pub(crate) fn vouched(&mut self, child: i32) {
+        self.members.insert(child);
+    }
+
+    /// Whether a datagram from `pid`, running as `uid`, is the run's now.
     pub(crate) fn admit(&mut self, pid: i32, uid: u32) -> bool {
-        if uid == self.uid {
+        if uid == self.uid || self.members.contains(&pid) || self.descends_from_roar(pid) {
+            self.members.insert(pid);
             return true;
         }
-        let stat = |pid: i32| {
+        false
+    }
+
+    /// Whether `pid` is alive and its chain of parents reaches roar or a process of the run.
+    fn descends_from_roar(&self, pid: i32) -> bool {
+        let ppid = |pid: i32| {
             procfs::process::Process::new(pid)
                 .and_then(|p| p.stat())
                 .ok()
+                .map(|s| s.ppid)
         };
-        let Some(sender) = stat(pid) else {
-            return false;
-        };
-        if self.members.get(&pid) == Some(&sender.starttime) {
-            return true;
-        }
-        let mut parent = sender.ppid;
+        let mut at = pid;
         // A chain of parents ends at pid 1 (or 0 past it); the bound only guards a loop.
         for _ in 0..4096 {
-            if parent == self.roar {
-                self.members.insert(pid, sender.starttime);
-                return true;
-            }
-            match stat(parent) {
-                Some(s) if parent > 1 => parent = s.ppid,
+            match ppid(at) {
+                Some(parent) if parent == self.roar || self.members.contains(&parent) => {
+                    return true
+                }
+                Some(parent) if parent > 1 => at = parent,
                 _ => return false,
             }
         }
         false
     }
 }
+
+/// Datagrams from senders not placed yet that are kept waiting; older ones beyond are refused
+/// (a flood from outside the run cannot grow roar without bound).
+const MAX_HELD: usize = 65_536;
 
 /// One datagram from the socket into `buf`, with the sender's pid and uid; `Ok(None)` when the
 /// queue is empty.
@@ -478,6 +498,10 @@ struct Inbox {
     /// as malformed), the ring still is.
     sock_failed: bool,
     senders: Senders,
+    /// How many of `from_ring.events` the senders have been told of.
+    noted: usize,
+    /// Keyed datagrams whose senders are not placed yet: (pid, uid, body).
+    held: Vec<(i32, u32, Vec<u8>)>,
 }
 
 /// The receiver thread's side: what it reads from, and the inbox it shares with the run.
@@ -496,14 +520,7 @@ impl Inbox {
     /// returns whether any datagram came. On the `last` pass, every traced process is gone.
     fn pass(&mut self, r: &Receiver, last: bool) -> bool {
         let before = self.from_sock.events.len() + self.from_sock.malformed + self.from_sock.forged;
-        drain_ring(
-            &r.map.ring,
-            &mut self.from_ring,
-            &mut self.stuck_since,
-            false,
-            &r.tap,
-            &r.keep,
-        );
+        self.drain(r, false);
         while !self.sock_failed {
             let (n, pid, uid) = match recv_datagram(r.sock.fd, &mut self.buf) {
                 Ok(Some(got)) => got,
@@ -514,32 +531,85 @@ impl Inbox {
                     break;
                 }
             };
-            let keyed = strip_key(&self.buf[..n], &r.sock.key);
-            let Some(body) = keyed.filter(|_| self.senders.admit(pid, uid)) else {
-                self.from_sock.forged += 1;
-                continue;
-            };
-            match Header::parse(body).and_then(|(h, parts)| decode(&h, parts)) {
-                Some(ev) => {
-                    (r.tap)(&ev);
-                    r.keep.event(&ev);
-                    self.from_sock.events.push(ev);
+            match strip_key(&self.buf[..n], &r.sock.key) {
+                Some(body) => {
+                    let body = body.to_vec();
+                    self.held.push((pid, uid, body));
                 }
-                None => self.from_sock.malformed += 1,
+                None => self.from_sock.forged += 1,
             }
         }
-        r.keep.commit(None);
         if last {
-            drain_ring(
-                &r.map.ring,
-                &mut self.from_ring,
-                &mut self.stuck_since,
-                true,
-                &r.tap,
-                &r.keep,
-            );
+            self.drain(r, true);
         }
+        self.settle_held(r, last);
+        r.keep.commit(None);
         self.from_sock.events.len() + self.from_sock.malformed + self.from_sock.forged > before
+    }
+
+    /// Reads the ring; every process it names is the run's.
+    fn drain(&mut self, r: &Receiver, last: bool) {
+        drain_ring(
+            &r.map.ring,
+            &mut self.from_ring,
+            &mut self.stuck_since,
+            last,
+            &r.tap,
+            &r.keep,
+        );
+        for ev in &self.from_ring.events[self.noted..] {
+            self.senders.note(ev);
+        }
+        self.noted = self.from_ring.events.len();
+    }
+
+    /// Takes the held datagrams whose senders are placed now, in the order they came (a
+    /// sender's own events place the ones it forked); on the `last` pass refuses the rest.
+    fn settle_held(&mut self, r: &Receiver, last: bool) {
+        loop {
+            let mut progressed = false;
+            let mut waiting = Vec::new();
+            for (pid, uid, body) in std::mem::take(&mut self.held) {
+                if !self.senders.admit(pid, uid) {
+                    waiting.push((pid, uid, body));
+                    continue;
+                }
+                progressed = true;
+                let parsed = Header::parse(&body);
+                if let Some((h, _)) = parsed
+                    .as_ref()
+                    .filter(|(h, _)| h.kind == Kind::Spawned as u16)
+                {
+                    self.senders.vouched(h.arg as i32);
+                    continue;
+                }
+                match parsed.and_then(|(h, parts)| decode(&h, parts)) {
+                    Some(ev) => {
+                        self.senders.note(&ev);
+                        (r.tap)(&ev);
+                        r.keep.event(&ev);
+                        self.from_sock.events.push(ev);
+                    }
+                    None => self.from_sock.malformed += 1,
+                }
+            }
+            self.held = waiting;
+            if !progressed || self.held.is_empty() {
+                break;
+            }
+        }
+        // Nothing more will place them (at the end), or too many wait: refused, oldest first.
+        let refused = if last {
+            self.held.len()
+        } else {
+            self.held.len().saturating_sub(MAX_HELD)
+        };
+        for (pid, uid, body) in &self.held[..refused] {
+            let kind = Header::parse(body).map(|(h, _)| h.kind);
+            tracing::debug!("refused a datagram from pid {pid} uid {uid} (kind {kind:?})");
+        }
+        self.held.drain(..refused);
+        self.from_sock.forged += refused;
     }
 }
 
@@ -681,6 +751,8 @@ fn decode(h: &Header, p: [&[u8]; 4]) -> Option<Event> {
             path: path(),
             ts_ns,
         },
+        // A parent's word about its child (`Senders`), not an event.
+        Kind::Spawned => return None,
         Kind::Exchange => Event::Exchange {
             pid,
             a: path(),
@@ -808,6 +880,8 @@ pub fn run(
             from_ring: Received::default(),
             from_sock: Received::default(),
             senders: Senders::new(),
+            noted: 0,
+            held: Vec::new(),
             stuck_since: None,
             buf: vec![0u8; RECV_BUF],
             top: None,

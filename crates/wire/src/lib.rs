@@ -78,6 +78,10 @@ pub enum Kind {
     Untraced = 12,
     /// `renameat2(RENAME_EXCHANGE)`: strings as for `Rename`.
     Exchange = 13,
+    /// The sender started a child (fork, posix_spawn): `arg` = the child's pid. Sent only by a
+    /// shim without the ring (a process of another user), over the socket: it places the child
+    /// among the run's processes before the child's own datagrams are judged; not an event.
+    Spawned = 14,
 }
 
 impl Kind {
@@ -96,6 +100,7 @@ impl Kind {
             11 => Kind::Symlink,
             12 => Kind::Untraced,
             13 => Kind::Exchange,
+            14 => Kind::Spawned,
             _ => return None,
         })
     }
