@@ -1468,7 +1468,15 @@ unsafe fn vouch_for(child: pid_t) {
     if enabled() && RING_LEN.load(Ordering::Relaxed) == 0 && !ROAR_GONE.load(Ordering::Relaxed) {
         let _errno = KeepErrno::new();
         // SAFETY: no preconditions.
-        unsafe { send(Kind::Spawned, i64::from(child), -1, WireStat::default(), [&[]; 4]) };
+        unsafe {
+            send(
+                Kind::Spawned,
+                i64::from(child),
+                -1,
+                WireStat::default(),
+                [&[]; 4],
+            )
+        };
     }
 }
 
