@@ -871,3 +871,28 @@ fn signals_sent_to_roar_reach_the_command() {
         assert_eq!(got, want, "[{backend}] the signals the command got");
     }
 }
+
+/// A Python started from a virtualenv reads its `pyvenv.cfg`: that is the environment the job ran
+/// in, not an input of every job run from a venv.
+#[test]
+fn a_venvs_settings_are_not_an_input() {
+    let p = Project::new();
+    let venv = p.path().join("venv");
+    let o = Command::new("python3")
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    p.write("in.txt", b"x");
+    let python = venv.join("bin/python");
+    let o = p
+        .cmd(["run", "--"])
+        .arg(&python)
+        .args(["-c", "open('out.txt', 'w').write(open('in.txt').read())"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let inputs = p.files(&p.last_job(), "input");
+    assert_eq!(inputs, ["in.txt"], "{inputs:?}");
+}

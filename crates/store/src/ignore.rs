@@ -45,6 +45,9 @@ pub const DEFAULT_IGNORES: &[&str] = &[
     "**/.pyenv/pyenv.d/**",
     "**/.pyenv/shims/**",
     "**/.pyenv/version",
+    // A virtualenv's interpreter settings, read by every Python start inside it: the
+    // environment, not a root input of every job run from a venv.
+    "**/pyvenv.cfg",
     "**/.roar/**",
     // roar's own per-user cache (package indexes; `roar_env::cache`), wherever it is put.
     "**/.cache/roar/**",
