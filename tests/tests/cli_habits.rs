@@ -612,3 +612,17 @@ fn roar_started_with_its_standard_fds_closed_writes_nothing_into_its_own_files()
         );
     }
 }
+
+/// A mistyped command is one line naming the command meant (swapped letters too), exit 2.
+#[test]
+fn a_mistyped_command_says_which_was_meant() {
+    for (typed, meant) in [("lgo", "log"), ("shwo", "show"), ("reproduec", "reproduce")] {
+        let o = Command::new(roar_bin()).arg(typed).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{typed}");
+        let err = stderr(&o);
+        assert!(
+            err.contains(&format!("did you mean `roar {meant}`")) && err.lines().count() == 1,
+            "{typed}: {err}"
+        );
+    }
+}

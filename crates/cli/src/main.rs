@@ -344,12 +344,27 @@ fn roar_main() -> ExitCode {
         );
         command = command.long_version(long_version);
     }
+    let names: Vec<String> = command
+        .get_subcommands()
+        .map(|c| c.get_name().to_owned())
+        .collect();
     let parsed = command
         .try_get_matches()
         .and_then(|mut m| Cli::from_arg_matches_mut(&mut m));
     let cli = match parsed {
         Ok(cli) => cli,
         Err(e) => {
+            if e.kind() == clap::error::ErrorKind::InvalidSubcommand {
+                if let Some(typed) = std::env::args().nth(1) {
+                    if let Some(meant) = nearest_command(&typed, &names) {
+                        eprintln!(
+                            "roar: error: no command {}; did you mean `roar {meant}`? (`roar --help` lists them)",
+                            fmt::shown(&typed)
+                        );
+                        return ExitCode::from(exit::USAGE);
+                    }
+                }
+            }
             let _ = e.print();
             return ExitCode::from(if e.use_stderr() { exit::USAGE } else { 0 });
         }
@@ -370,6 +385,19 @@ fn roar_main() -> ExitCode {
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
     finish(dispatch(cli))
+}
+
+/// The command `typed` was most likely meant to be: one edit away (a letter missing, extra,
+/// changed, or two swapped: `lgo`, `shwo`), or two for longer names. clap's own suggestion
+/// (Jaro similarity) misses swapped letters in short names.
+fn nearest_command<'a>(typed: &str, names: &'a [String]) -> Option<&'a str> {
+    let allowed = if typed.len() >= 5 { 2 } else { 1 };
+    names
+        .iter()
+        .map(|n| (strsim::damerau_levenshtein(typed, n), n))
+        .filter(|(d, _)| *d > 0 && *d <= allowed)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, n)| n.as_str())
 }
 
 /// A command's result as roar's exit: its code, or the error in one line and its code.
