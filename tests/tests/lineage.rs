@@ -384,3 +384,22 @@ fn jobs_go_by_their_scripts_name_and_name_n_steps_back() {
         "{err}"
     );
 }
+
+/// A root input (read, never produced) that a job copied elsewhere: its lineage has no maker —
+/// the job that read it came after its bytes — while the copy's lineage names that job.
+#[test]
+fn a_root_input_is_not_made_by_the_job_that_copied_it() {
+    let p = Project::new();
+    std::fs::create_dir_all(p.path().join("data")).unwrap();
+    p.write("data/remote.csv", b"a,b\n1,2\n");
+    let o = p.roar(["run", "--", "cp", "data/remote.csv", "data/local.csv"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let steps = |path: &str| {
+        let o = p.roar(["--json", "lineage", path]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["steps"].as_array().unwrap().len()
+    };
+    assert_eq!(steps("data/remote.csv"), 0, "a root input has no maker");
+    assert_eq!(steps("data/local.csv"), 1, "the copy was made by cp");
+}

@@ -4,7 +4,8 @@
 //! A node of the graph is a file version: a location (a path or `s3://bucket/key`) at a content.
 //! Content is an attribute, never the identity: the producer of an input is the last job, started
 //! before the reader, that wrote *that location* with *that content*. Only when no job ever wrote
-//! the location does content find a producer elsewhere, and the edge says so (`copy_of`). Since a
+//! the location does content find a producer elsewhere — one that started before any job read
+//! those bytes there — and the edge says so (`copy_of`). Since a
 //! producer always started strictly before its reader, the graph has no cycles by construction.
 //! The ranks of a distributed run are one computation: a rank in a lineage brings every other
 //! rank of its run with it (their inputs are the run's inputs).
@@ -196,11 +197,21 @@ impl Store {
             Some((_, false)) => return Ok(None),
             None => {}
         }
-        // No job wrote the path: the content, wherever a job wrote it (a copy roar did not see).
+        // No job wrote the path: the content, wherever a job wrote it (a copy roar did not see),
+        // by a job that started before any job found these bytes here — one that read them here
+        // (the `cp` that copied this dataset elsewhere) came after them, it did not make them.
         // Content no job ever wrote (a dataset every step reads) is remembered for the walk.
         if never_made.contains(&artifact) {
             return Ok(None);
         }
+        let first_read: Option<i64> = self
+            .conn
+            .prepare_cached(
+                "SELECT MIN(j.started_ns) FROM job_files f JOIN jobs j ON j.id = f.job_id
+                 WHERE f.path = ?1 AND f.artifact_id = ?2 AND f.role = 'input'",
+            )?
+            .query_row(params![path, artifact], |r| r.get(0))?;
+        let before_ns = first_read.map_or(before_ns, |t| t.min(before_ns));
         let found: Option<(i64, String, i64)> = self
             .conn
             .prepare_cached(
