@@ -300,12 +300,22 @@ fn stdout_stderr_and_stdin_pass_through_untouched() {
 }
 
 #[test]
-fn a_missing_command_exits_127_and_is_recorded_as_not_started() {
+fn a_missing_command_exits_127_and_leaves_no_job() {
     let p = Project::new();
     let out = p.roar(["run", "--", "definitely-not-a-command-roar"]);
     assert_eq!(out.status.code(), Some(127));
-    assert!(stderr(&out).contains("definitely-not-a-command-roar: command not found"));
-    assert_eq!(p.last_job()["status"], "failed_to_start");
+    let err = stderr(&out);
+    assert!(
+        err.contains("definitely-not-a-command-roar: command not found"),
+        "{err}"
+    );
+    assert_eq!(
+        err.lines().count(),
+        1,
+        "one line, as a shell says it: {err}"
+    );
+    let log: serde_json::Value = serde_json::from_slice(&p.roar(["--json", "log"]).stdout).unwrap();
+    assert_eq!(log, serde_json::json!([]), "nothing ran: no job");
     p.write("noexec", b"data");
     let out = p.roar(["run", "--", "./noexec"]);
     assert_eq!(out.status.code(), Some(126), "{}", stderr(&out));

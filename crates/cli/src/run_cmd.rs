@@ -703,7 +703,9 @@ fn drop_journal(keep: &roar_tracer::Keep) {
     }
 }
 
-/// The command never started: say so like a shell would, record the attempt, exit 127/126.
+/// The command never started: say so like a shell would, exit 127/126, and leave no job — the
+/// row written when the run began (for a crash's sake) is taken back, as nothing ran. A command
+/// roar itself could not trace is recorded as such (`roar log` says why).
 fn failed_to_start(
     project: &Project,
     mut job: JobRecord,
@@ -724,12 +726,15 @@ fn failed_to_start(
     };
     eprintln!("roar: {:#}", anyhow::Error::from(e));
     job.outcome = Outcome::FailedToStart(format!("exit {code}"));
-    match recording.finish(Some(job)).0 {
-        Ok(id) => eprintln!("roar: job {id} recorded as not started"),
-        Err(e) => eprintln!(
-            "roar: job could not be recorded: {:#}",
+    let taken_back = recording
+        .finish(Some(job))
+        .0
+        .and_then(|id| roar_store::Store::open(&project.db_path())?.delete_job(id));
+    if let Err(e) = taken_back {
+        eprintln!(
+            "roar: the run's row could not be taken back: {:#}",
             anyhow::Error::from(e)
-        ),
+        );
     }
     checkpoint_in_background(&project.db_path());
     Ok(ExitCode::from(code as u8))
