@@ -403,3 +403,29 @@ fn a_root_input_is_not_made_by_the_job_that_copied_it() {
     assert_eq!(steps("data/remote.csv"), 0, "a root input has no maker");
     assert_eq!(steps("data/local.csv"), 1, "the copy was made by cp");
 }
+
+/// A job two of whose inputs changed is stale for both reasons, and says both.
+#[test]
+fn status_gives_every_reason_a_job_is_stale() {
+    let p = Project::new();
+    p.write("a.txt", b"1\n");
+    p.write("b.txt", b"2\n");
+    let o = p.roar(["run", "--", "sh", "-c", "cat a.txt b.txt > out.txt"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    p.write("a.txt", b"11\n");
+    p.write("b.txt", b"22\n");
+    let text = stdout(&p.roar(["status"]));
+    assert!(
+        text.contains("a.txt modified (job 1), b.txt modified (job 1)"),
+        "{text}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&p.roar(["--json", "status"]).stdout).unwrap();
+    let causes: Vec<&str> = json["stale"][0]["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["path"].as_str().unwrap().rsplit('/').next().unwrap())
+        .collect();
+    assert_eq!(causes, ["a.txt", "b.txt"]);
+}

@@ -172,22 +172,31 @@ pub fn status(exit_code: bool, json: bool) -> anyhow::Result<ExitCode> {
             report.stale.len()
         )?;
         for s in &report.stale {
-            let chain = s
-                .because
-                .chain
+            let causes = s
+                .causes
                 .iter()
-                .map(|j| format!("job {j}"))
+                .map(|c| {
+                    let chain = c
+                        .chain
+                        .iter()
+                        .map(|j| format!("job {j}"))
+                        .collect::<Vec<_>>()
+                        .join(" → ");
+                    format!(
+                        "{} {} ({chain})",
+                        fmt::shown(&rel_exact(&c.path, root)),
+                        c.change
+                    )
+                })
                 .collect::<Vec<_>>()
-                .join(" → ");
+                .join(", ");
             writeln!(
                 out,
-                "  {}  {}  ({} file{}): {} {} ({chain})",
+                "  {}  {}  ({} file{}): {causes}",
                 crate::graph::title(s.job, s.step),
                 fmt::shown(&s.label),
                 s.outputs.len(),
                 if s.outputs.len() == 1 { "" } else { "s" },
-                fmt::shown(&rel_exact(&s.because.path, root)),
-                s.because.change,
             )?;
             let shown = 3;
             for o in s.outputs.iter().take(shown) {

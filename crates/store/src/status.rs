@@ -100,7 +100,11 @@ pub struct StaleJob {
     pub step: Option<u32>,
     pub label: String,
     pub outputs: Vec<String>,
+    /// The first of `causes`.
     pub because: Cause,
+    /// Every input that makes the outputs stale: each changed one, then each made by a stale
+    /// job (one per path).
+    pub causes: Vec<Cause>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -405,7 +409,7 @@ impl StatusPlan {
         }
         changed.sort_by(|a, b| a.path.cmp(&b.path));
 
-        let mut stale: HashMap<Node, Cause> = HashMap::new();
+        let mut stale: HashMap<Node, Vec<Cause>> = HashMap::new();
         // Jobs are in start order, so a producer is usually judged before its readers; the loop
         // repeats until nothing new is found for the rare reader recorded out of order.
         loop {
@@ -414,8 +418,9 @@ impl StatusPlan {
                 if stale.contains_key(&j.node()) {
                     continue;
                 }
-                if let Some(cause) = self.cause(j, now, &stale) {
-                    stale.insert(j.node(), cause);
+                let causes = self.causes(j, now, &stale);
+                if !causes.is_empty() {
+                    stale.insert(j.node(), causes);
                     found = true;
                 }
             }
@@ -427,7 +432,7 @@ impl StatusPlan {
             .jobs
             .iter()
             .filter_map(|j| {
-                let because = stale.get(&j.node())?.clone();
+                let causes = stale.get(&j.node())?.clone();
                 // An output changed by hand is reported as modified, not as stale.
                 let outputs: Vec<String> = j
                     .outputs
@@ -440,7 +445,8 @@ impl StatusPlan {
                     step: j.step,
                     label: j.label.clone(),
                     outputs,
-                    because,
+                    because: causes[0].clone(),
+                    causes,
                 })
             })
             .collect();
@@ -460,35 +466,41 @@ impl StatusPlan {
         now.get(path).cloned()
     }
 
-    fn cause(
+    fn causes(
         &self,
         j: &JobPlan,
         now: &HashMap<String, Now>,
-        stale: &HashMap<Node, Cause>,
-    ) -> Option<Cause> {
-        let mut inherited = None;
-        let through = |up: &Cause| {
-            let mut c = up.clone();
+        stale: &HashMap<Node, Vec<Cause>>,
+    ) -> Vec<Cause> {
+        let mut direct = Vec::new();
+        let mut inherited: Vec<Cause> = Vec::new();
+        let through = |up: &[Cause]| {
+            let mut c = up[0].clone();
             // The chain names jobs: a step after another of the same job adds nothing.
             if c.chain.last() != Some(&j.id) {
                 c.chain.push(j.id);
             }
             c
         };
+        let mut inherit = |c: Cause| {
+            if !inherited.iter().any(|i| i.path == c.path) {
+                inherited.push(c);
+            }
+        };
         for (path, read, within) in &j.inputs {
             // Made by another step of the same job, itself stale.
             if let Some(up) = within.and_then(|w| stale.get(&w)) {
-                inherited.get_or_insert_with(|| through(up));
+                inherit(through(up));
             }
             let Some(read) = read else { continue };
             // Unchanged, but made by a job (or another job's step) that is itself stale.
-            if inherited.is_none() && within.is_none() {
+            if within.is_none() {
                 let up = self
                     .made
                     .get(path)
                     .filter(|(w, c)| c == read && w.0 != j.id);
                 if let Some(up) = up.and_then(|(w, _)| stale.get(w)) {
-                    inherited = Some(through(up));
+                    inherit(through(up));
                 }
             }
             let last = self.last.get(path);
@@ -511,13 +523,14 @@ impl StatusPlan {
                 _ => None,
             };
             if let Some(change) = change {
-                return Some(Cause {
+                direct.push(Cause {
                     path: path.clone(),
                     change,
                     chain: vec![j.id],
                 });
             }
         }
-        inherited
+        direct.extend(inherited);
+        direct
     }
 }
