@@ -429,3 +429,46 @@ fn status_gives_every_reason_a_job_is_stale() {
         .collect();
     assert_eq!(causes, ["a.txt", "b.txt"]);
 }
+
+/// The param loop: edit params.yaml and argv, retrain; `roar diff` leads with the values that
+/// changed in the file and in argv, and `roar runs` has each run's parameters and metrics —
+/// the first run's read from the versions kept, though both files were overwritten since.
+#[test]
+fn the_param_loop_shows_parameter_and_metric_values() {
+    let p = Project::new();
+    p.write("params.yaml", b"model:\n  max_depth: 8\nseed: 1\n");
+    p.write(
+        "train.py",
+        b"import json\np = open('params.yaml').read()\nd = 8 if 'max_depth: 8' in p else 5\njson.dump({'acc': d / 10}, open('metrics.json', 'w'))\n",
+    );
+    let o = p.roar(["run", "--", "python3", "train.py", "--lr", "0.1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    p.write("params.yaml", b"model:\n  max_depth: 5\nseed: 1\n");
+    let o = p.roar(["run", "--", "python3", "train.py", "--lr", "0.01"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let diff = stdout(&p.roar(["diff", "train~1", "train"]));
+    let first = diff.lines().nth(2).unwrap_or_default();
+    assert!(
+        first.starts_with("parameters") && first.contains("params.yaml:model.max_depth: 8 -> 5"),
+        "{diff}"
+    );
+    assert!(diff.contains("lr: 0.1 -> 0.01"), "{diff}");
+    let o = p.roar(["--json", "runs", "train", "--sort", "acc"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let runs: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let row = |i: usize, k: &str, v: &str| runs[i][k][v].as_str().map(str::to_owned);
+    assert_eq!(runs.as_array().unwrap().len(), 2);
+    assert_eq!(
+        row(0, "params", "params.yaml:model.max_depth").as_deref(),
+        Some("8")
+    );
+    assert_eq!(
+        row(0, "metrics", "metrics.json:acc").as_deref(),
+        Some("0.8")
+    );
+    assert_eq!(row(0, "params", "lr").as_deref(), Some("0.1"));
+    assert_eq!(
+        row(1, "metrics", "metrics.json:acc").as_deref(),
+        Some("0.5")
+    );
+}

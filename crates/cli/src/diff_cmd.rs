@@ -212,10 +212,16 @@ fn diff_jobs(ja: &JobDetail, ra: Option<&Roots>, jb: &JobDetail, rb: Option<&Roo
         (Some(ra), Some(rb)) => compare(ra, rb).0,
         _ => Vec::new(),
     };
-    let parameters = params::compare(
+    // Values in the parameter files each read first (`params.yaml:max_depth: 8 -> 5`).
+    let objects = crate::values::objects_here();
+    let mut parameters = params::compare(
+        &crate::values::of_files(ja, Role::Input, objects.as_ref()),
+        &crate::values::of_files(jb, Role::Input, objects.as_ref()),
+    );
+    parameters.extend(params::compare(
         &params::of_argv(&ja.summary.argv),
         &params::of_argv(&jb.summary.argv),
-    );
+    ));
     let (steps, same_steps) = compare_steps(&ja.steps, &jb.steps);
     Diff {
         a_job: ja.summary.id,

@@ -77,6 +77,11 @@ impl roar_tracer::collect::KeepRule for Rule {
         if made {
             return self.outputs;
         }
+        // A parameter file the job read (`params.yaml`): tiny, and what `roar diff` and `roar
+        // runs` read values from, tracked by git or not.
+        if self.inputs != Inputs::None && roar_env::values::param_file(path).is_some() {
+            return true;
+        }
         match self.inputs {
             Inputs::None => false,
             Inputs::All => path.starts_with(&self.root),

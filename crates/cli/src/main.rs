@@ -30,9 +30,11 @@ mod remote_cmd;
 mod reproduce_cmd;
 mod reproduce_run;
 mod run_cmd;
+mod runs_cmd;
 mod shim;
 mod status_cmd;
 mod ui;
+mod values;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -100,6 +102,19 @@ enum Command {
     /// List recorded jobs, newest first.
     Log {
         /// Show at most this many jobs (0: all of them).
+        #[arg(short = 'n', long, default_value_t = 20)]
+        limit: usize,
+    },
+    /// The runs of one job name as a table: parameters (argv and parameter files such as
+    /// params.yaml) and metrics (metrics files such as metrics.json) as columns
+    Runs {
+        /// Only jobs of this name (their --name, else their script's: `python train.py` is
+        /// `train`); all jobs when absent.
+        name: Option<String>,
+        /// Order by this parameter or metric, highest first (numbers as numbers).
+        #[arg(long, value_name = "KEY")]
+        sort: Option<String>,
+        /// Show at most this many runs (0: all of them).
         #[arg(short = 'n', long, default_value_t = 20)]
         limit: usize,
     },
@@ -457,6 +472,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 return remote_cmd::push(Some(name), background, json)
             }
             Command::Log { .. }
+            | Command::Runs { .. }
             | Command::Show { .. }
             | Command::Lineage { .. }
             | Command::Dag { .. }
@@ -476,7 +492,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 remote_cmd::keep_reading(&local, name)?;
             }
             _ => anyhow::bail!(
-                "--remote is for the query commands (log, show, lineage, inputs, dag, diff, export, reproduce, checkout, status), ui and push"
+                "--remote is for the query commands (log, runs, show, lineage, inputs, dag, diff, export, reproduce, checkout, status), ui and push"
             ),
         }
     }
@@ -486,6 +502,9 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Init { dir } => query_cmd::init(dir, json)?,
         Command::Hash { paths, sha256 } => hash_cmd::hash(&paths, sha256, json)?,
         Command::Log { limit } => query_cmd::log(limit, json)?,
+        Command::Runs { name, sort, limit } => {
+            runs_cmd::runs(name.as_deref(), sort.as_deref(), limit, json)?
+        }
         Command::Show {
             what,
             all,

@@ -17,6 +17,7 @@ pub mod git;
 pub mod params;
 pub mod python;
 pub mod runtime;
+pub mod values;
 
 use std::collections::{BTreeSet, HashMap};
 use std::os::unix::ffi::OsStrExt;
