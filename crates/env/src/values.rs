@@ -208,7 +208,9 @@ fn read_ini(text: &str, out: &mut Vec<(String, String)>) {
 fn read_csv(text: &str, out: &mut Vec<(String, String)>) {
     let mut lines = text.lines().filter(|l| !l.trim().is_empty());
     let Some(header) = lines.next() else { return };
-    let Some(last) = lines.next_back() else { return };
+    let Some(last) = lines.next_back() else {
+        return;
+    };
     for (k, v) in header.split(',').zip(last.split(',')) {
         out.push((k.trim().to_owned(), v.trim().to_owned()));
     }
