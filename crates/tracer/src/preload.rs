@@ -390,8 +390,9 @@ struct Received {
 /// one the run's trusted reports named (every event from the ring, which only roar's user can
 /// write, and the events of senders already placed: a `setpriv --reuid` child was forked, and
 /// reported, before it changed user; a placed process's shim vouches for each child it starts,
-/// `Kind::Spawned`), or one whose live ancestry reaches roar (roar is its children's subreaper). A datagram from a sender not placed yet is held and looked at again
-/// after the next reports; what is still unplaced at the end is refused.
+/// `Kind::Spawned`), or one whose live ancestry reaches roar (roar is its children's subreaper).
+/// A datagram from a sender not placed yet is held and looked at again after the next reports;
+/// what is still unplaced at the end is refused.
 pub(crate) struct Senders {
     uid: u32,
     roar: i32,
