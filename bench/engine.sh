@@ -11,13 +11,8 @@ cd "$(dirname "$0")/.."
 REPO="$PWD"
 bash scripts/build.sh --release -q
 ROAR="${CARGO_TARGET_DIR:-$PWD/target}/release/roar"
-if [ -z "${ROAR_BEFORE:-}" ]; then
-    rev="${BEFORE_REV:-d77f60e}"
-    base="/tmp/roar-before-$rev"
-    [ -d "$base" ] || git worktree add -f "$base" "$rev" > /dev/null
-    (cd "$base" && CARGO_TARGET_DIR="$base/target" bash scripts/build.sh --release -q)
-    ROAR_BEFORE="$base/target/release/roar"
-fi
+source "$REPO/bench/lib/before.sh"
+roar_before d77f60e
 RUNS="${RUNS:-10}"
 N="${N:-2000}"
 W="${BENCH_DIR:-/tmp/roar-bench-engine}"

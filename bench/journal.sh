@@ -17,13 +17,8 @@ if [ -z "${ROAR_AFTER:-}" ]; then
     ROAR_AFTER="${CARGO_TARGET_DIR:-$PWD/target}/release/roar"
 fi
 ROAR="$ROAR_AFTER"
-if [ -z "${ROAR_BEFORE:-}" ]; then
-    rev="${BEFORE_REV:-8ca353e}"
-    base="/tmp/roar-before-$rev"
-    [ -d "$base" ] || git worktree add -f "$base" "$rev" > /dev/null
-    (cd "$base" && CARGO_TARGET_DIR="$base/target" bash scripts/build.sh --release -q)
-    ROAR_BEFORE="$base/target/release/roar"
-fi
+source "$REPO/bench/lib/before.sh"
+roar_before 8ca353e
 RUNS="${RUNS:-10}"
 N="${N:-2000}"
 W="${BENCH_DIR:-/tmp/roar-bench-journal}"

@@ -10,13 +10,8 @@ REPO="$PWD"
 [ "$(id -u)" = 0 ] || { echo "bench/mount_ab.sh needs root (FUSE mounts)" >&2; exit 1; }
 bash scripts/build.sh --release -q
 ROAR="${CARGO_TARGET_DIR:-$PWD/target}/release/roar"
-if [ -z "${ROAR_BEFORE:-}" ]; then
-    rev="${BEFORE_REV:-2c0c9aa}"
-    base="/tmp/roar-before-$rev"
-    [ -d "$base" ] || git worktree add -f "$base" "$rev" > /dev/null
-    (cd "$base" && CARGO_TARGET_DIR="$base/target" bash scripts/build.sh --release -q)
-    ROAR_BEFORE="$base/target/release/roar"
-fi
+source "$REPO/bench/lib/before.sh"
+roar_before 2c0c9aa
 W="${BENCH_DIR:-/tmp/roar-bench-mount-ab}"
 RUNS="${RUNS:-5}"
 for m in "$W/after/data" "$W/before/data"; do mountpoint -q "$m" 2>/dev/null && umount -l "$m"; done

@@ -73,13 +73,8 @@ PY
 echo "== the hostile job's secrets in the store's bytes (expect 0)"
 cat .roar/roar.db* | grep -a -c -E 'pw[0-9]+@|ghp_0|MIIE[0-9]|sig[0-9]+abcdefgh' || true
 
-if [ -z "${ROAR_BEFORE:-}" ]; then
-    rev="${BEFORE_REV:-2c0c9aa}"
-    base="/tmp/roar-before-$rev"
-    [ -d "$base" ] || git -C "$REPO" worktree add -f "$base" "$rev" > /dev/null
-    (cd "$base" && CARGO_TARGET_DIR="$base/target" bash scripts/build.sh --release -q)
-    ROAR_BEFORE="$base/target/release/roar"
-fi
+source "$REPO/bench/lib/before.sh"
+roar_before 2c0c9aa
 N="${N:-2000}"
 cc -O2 -o files "$REPO/bench/lib/files.c"
 BACKENDS=(preload ptrace)

@@ -371,32 +371,18 @@ fn everything(p: &Project) -> Vec<(String, Vec<u8>)> {
 
 /// What `roar ui`'s API answers for the graph, the job and the status.
 fn ui_api(p: &Project) -> Vec<(String, Vec<u8>)> {
-    use std::io::BufRead;
-    let mut ui = p
-        .cmd(["ui", "--port", "0"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    let mut out = std::io::BufReader::new(ui.stdout.take().unwrap());
-    out.read_line(&mut line).unwrap();
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://127.0.0.1:"))
-        .unwrap_or_else(|| panic!("roar ui printed {line:?}"))
-        .to_owned();
+    let ui = common::server::Server::spawn(p.cmd(["ui", "--port", "0"]), p.path().join("ui.log"));
+    let url = ui.endpoint();
     let (base, token) = url.split_once("/?token=").expect("a URL with its token");
     let mut seen = Vec::new();
     for api in ["/api/dag", "/api/job/1", "/api/status"] {
         let o = std::process::Command::new("curl")
-            .args(["-sf", &format!("{base}{api}?token={token}")])
+            .args(["-sS", "-f", &format!("{base}{api}?token={token}")])
             .output()
             .unwrap();
         assert!(o.status.success(), "roar ui {api}: {}", stderr(&o));
         seen.push((format!("roar ui {api}"), o.stdout));
     }
-    let _ = ui.kill();
-    let _ = ui.wait();
     seen
 }
 

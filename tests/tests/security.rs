@@ -655,19 +655,28 @@ s.sendto(hdr + path + b"\0" * 16, "\0" + name)
         .output()
         .unwrap();
     assert!(o.status.success(), "the forger failed: {}", stderr(&o));
+    refused_and_recorded(&p, job, "refused 3 event datagrams", "real.txt");
+}
+
+/// The run `job` ended well, said `said` on stderr, is marked incomplete (refused unread: what
+/// the forger said is not in the record, and the job says some events were), recorded its own
+/// output `kept`, and nothing the forger wrote.
+fn refused_and_recorded(p: &Project, job: std::process::Child, said: &str, kept: &str) {
     let out = job.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{err}");
-    assert!(err.contains("refused 3 event datagrams"), "{err}");
+    assert!(err.contains(said), "the refusal is said: {err}");
     let job = p.last_job();
-    // Refused unread: what they said is not in the record, and the job says some events were.
     assert_eq!(job["incomplete"], true, "{job}");
     let outputs = p.files(&job, "output");
     assert!(
-        outputs.iter().any(|f| f.ends_with("real.txt")),
-        "{outputs:?}"
+        outputs.iter().any(|f| f.ends_with(kept)),
+        "the run's own part is recorded: {outputs:?}"
     );
-    assert!(!outputs.iter().any(|f| f.contains("forged")), "{outputs:?}");
+    assert!(
+        !outputs.iter().any(|f| f.contains("forged")),
+        "a forged event was recorded: {outputs:?}"
+    );
 }
 
 /// A root job whose command drops to user nobody hands that user the run's key (in its own
@@ -741,21 +750,7 @@ fn the_key_handed_to_another_user_does_not_let_it_forge_events() {
         .unwrap();
     assert!(o.status.success(), "the forger failed: {}", stderr(&o));
     assert!(shared.join("forged.txt").exists());
-    let out = job.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{err}");
-    assert!(err.contains("refused"), "the refusal is said: {err}");
-    let job = p.last_job();
-    assert_eq!(job["incomplete"], true, "{job}");
-    let outputs = p.files(&job, "output");
-    assert!(
-        outputs.iter().any(|f| f.ends_with("legit.txt")),
-        "the dropped part of the job is recorded: {outputs:?}"
-    );
-    assert!(
-        !outputs.iter().any(|f| f.contains("forged")),
-        "a forged event was recorded: {outputs:?}"
-    );
+    refused_and_recorded(&p, job, "refused", "legit.txt");
 }
 
 /// Under `--tracer ptrace` run by an unprivileged user, the kernel runs a setuid program without

@@ -218,3 +218,39 @@ fn ui_refuses_a_port_in_use_with_one_line() {
     );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+/// `roar ui` outlives whoever started it stopping to read its output (a closed pipe is not a
+/// reason for a server to die of SIGPIPE): it goes on answering.
+#[test]
+fn the_server_outlives_a_closed_output() {
+    let p = Project::new();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = p
+        .cmd(["ui", "--port", &port.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Nobody will read what it prints.
+    drop(child.stdout.take());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut up = false;
+    while std::time::Instant::now() < deadline && !up {
+        up = std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let status = child.try_wait().unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        up && status.is_none(),
+        "roar ui died with its output closed: {status:?}"
+    );
+}

@@ -393,6 +393,7 @@ fn roar_main() -> ExitCode {
         Command::Run(_)
             | Command::Mount(_)
             | Command::Gateway(_)
+            | Command::Ui { .. }
             | Command::Unmount { .. }
             | Command::CheckpointStore { .. }
     ) {
