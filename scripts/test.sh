@@ -3,12 +3,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# The build takes ~7 GiB and the scale tests ~4 GiB more (a million-file tree) in the temp
+# A clean build takes ~4 GiB and the scale tests ~4 GiB more (a million-file tree) in the temp
 # directory: with less, failures would be ENOSPC in whichever test ran out first.
 for dir in . "${TMPDIR:-/tmp}"; do
     free_gib=$(df -Pk "$dir" | awk 'NR == 2 { printf "%d", $4 / 1048576 }')
-    if [ "$free_gib" -lt 12 ]; then
-        echo "scripts/test.sh: warning: only $free_gib GiB free on $(df -P "$dir" | awk 'NR == 2 { print $6 }') ($dir); the suite needs about 12 GiB: tests may fail with ENOSPC" >&2
+    if [ "$free_gib" -lt 9 ]; then
+        echo "scripts/test.sh: warning: only $free_gib GiB free on $(df -P "$dir" | awk 'NR == 2 { print $6 }') ($dir); the suite needs about 9 GiB: tests may fail with ENOSPC" >&2
     fi
 done
 cargo fmt --all --check
