@@ -254,3 +254,39 @@ fn the_server_outlives_a_closed_output() {
         "roar ui died with its output closed: {status:?}"
     );
 }
+
+/// 200 jobs (20 runs of a 10-stage pipeline, 1,000 file versions, tests/ui/reruns.sh): the page
+/// opens on the latest runs with each folded count, its labels legible (>= 11 px) at the default
+/// view, jobs counted as jobs, a job whose outputs are all deleted marked so; "all runs" draws
+/// all 200 (issue 60).
+#[test]
+fn two_hundred_jobs_open_on_the_latest_runs_and_stay_legible() {
+    if !browser_available() {
+        return;
+    }
+    let p = Project::new();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("ui/reruns.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .args(["20", "10", "5"])
+        .current_dir(p.path())
+        .env("ROAR", roar_bin())
+        .env("NO_COLOR", "1")
+        .env_remove("ROAR_DIR")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "reruns.sh: {}", stderr(&out));
+    // What the last stage made is gone: its job may not read "up to date".
+    for i in 1..=5 {
+        std::fs::remove_file(p.path().join(format!("s10/o{i}.txt"))).unwrap();
+    }
+    let (_server, url) = serve(&p);
+    let expect = json!({
+        "jobs": 200,
+        "latest_jobs": 10,
+        "earlier": 19,
+        "versions": 1000,
+        "outputs_deleted": 200,
+    });
+    drive("scale", &url, &p, &expect);
+}

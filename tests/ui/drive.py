@@ -12,6 +12,7 @@ import base64
 import json
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -244,6 +245,63 @@ def steps(path, expect, shot):
         browser.close()
 
 
+# Every label inside the graph's window, as rendered: font size times the view's scale.
+LABEL_SIZES = """() => {
+    const box = document.getElementById('svg').getBoundingClientRect(), out = [];
+    for (const t of document.querySelectorAll('g.node text')) {
+        const r = t.getBoundingClientRect();
+        if (r.right < box.left || r.left > box.right || r.bottom < box.top || r.top > box.bottom) continue;
+        out.push(parseFloat(getComputedStyle(t).fontSize) * t.getScreenCTM().a);
+    }
+    return out;
+}"""
+
+
+def scale(url, expect, shot):
+    """A store of many re-runs: the latest runs by default, legible, counted as jobs; all runs on
+    request. Prints the page's timings as JSON (bench/ui.sh reads them)."""
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 850})
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        start = time.monotonic()
+        page.goto(url)
+        page.wait_for_selector("body[data-ready]", timeout=120000)
+        loaded_ms = (time.monotonic() - start) * 1000
+        drawn_ms = float(page.get_attribute("body", "data-ready-ms"))
+        jobs = nodes(page, "job")
+        check(len(jobs) == expect["latest_jobs"], f"{len(jobs)} job nodes by default, expected the {expect['latest_jobs']} latest")
+        count = page.inner_text("#count")
+        check(f"{expect['latest_jobs']} of {expect['jobs']} jobs" in count, f"header says {count!r}")
+        sizes = page.evaluate(LABEL_SIZES)
+        check(len(sizes) >= 10, f"only {len(sizes)} labels in view")
+        check(min(sizes) >= 11, f"labels drawn at {min(sizes):.1f} px at the default view")
+        titles = page.eval_on_selector_all("g.node.job text.title", "els => els.map(e => e.textContent)")
+        folded = [t for t in titles if f"+{expect['earlier']} earlier" in t]
+        check(len(folded) == expect["latest_jobs"], f"folded counts on {titles}")
+        missing = nodes(page, "job.missing")
+        check(missing == [f"job {expect['outputs_deleted']}"], f"jobs marked outputs-deleted: {missing}")
+        png = page.screenshot(path=shot)
+        drawn = not_blank(page, png)
+        check(drawn["colours"] > 20 and drawn["ink"] > 0.005, f"screenshot looks blank: {drawn}")
+
+        start = time.monotonic()
+        page.check("#all-runs")
+        page.wait_for_selector(f'g.node.job[data-label="job 1"]', timeout=120000)
+        all_ms = (time.monotonic() - start) * 1000
+        jobs = nodes(page, "job")
+        check(len(jobs) == expect["jobs"], f"{len(jobs)} job nodes with all runs, expected {expect['jobs']}")
+        files = page.locator("g.node.file").count()
+        check(files >= expect["versions"], f"{files} file nodes with all runs, expected {expect['versions']}+")
+        count = page.inner_text("#count")
+        check(count.startswith(f"{expect['jobs']} jobs"), f"header says {count!r}")
+        page.screenshot(path=shot.replace(".png", "-all.png"))
+        check(not errors, f"page errors: {errors}")
+        browser.close()
+        print(json.dumps({"loaded_ms": round(loaded_ms, 1), "drawn_ms": drawn_ms, "all_runs_ms": round(all_ms, 1), "nodes_all": len(jobs) + files}))
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     target, project, roar = sys.argv[2], sys.argv[3], sys.argv[4]
@@ -254,6 +312,8 @@ if __name__ == "__main__":
         served(target, project, roar, expect, shot)
     elif mode == "steps":
         steps(target, expect, shot)
+    elif mode == "scale":
+        scale(target, expect, shot)
     else:
         from_disk(target, expect, shot)
     print("ok")

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use roar_store::{shell_join, Edge, Step};
+use roar_store::{shell_join, Dag, Edge, Step, Store};
 
 use crate::fmt::{self, bold, rel, short_hash};
 
@@ -18,6 +18,24 @@ pub const COLLAPSE_AT: usize = 6;
 /// Inputs and outputs a text listing shows per step before "... N more".
 const SHOWN_INPUTS: usize = 12;
 const SHOWN_OUTPUTS: usize = 6;
+
+/// The project's whole graph as `roar dag`, `roar ui` and `roar dag --html` show it: every step,
+/// re-runs marked by [`Dag::fold_reruns`] — the runs of one command are its steps of one name
+/// (`--name`, else the script's) in one directory; a step of a job goes by its own command.
+pub fn project_dag(store: &Store) -> anyhow::Result<Dag> {
+    let mut dag = store.dag(None)?;
+    dag.fold_reruns(|s| {
+        let argv: Vec<String> = s
+            .argv
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let name = if s.step.is_some() { None } else { s.name.as_deref() };
+        let run = roar_env::params::run_name(name, &argv).unwrap_or_else(|| shell_join(&s.argv));
+        format!("{run}\0{}", s.cwd)
+    });
+    Ok(dag)
+}
 
 /// Which directories are shown expanded.
 #[derive(Debug, Clone, Default)]
@@ -214,75 +232,112 @@ pub fn print_steps(
     Ok(())
 }
 
-/// Graphviz source: jobs are boxes, file versions (or collapsed directories) are notes.
+/// A label's longest line in a drawing (the whole text is the node's tooltip): a graph as wide
+/// as its longest command line cannot be read on a page.
+const DOT_LINE: usize = 44;
+
+fn clipped(s: &str) -> String {
+    match s.char_indices().nth(DOT_LINE - 1) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_owned(),
+    }
+}
+
+/// Graphviz source: jobs are boxes, file versions (or collapsed directories) are notes. Every
+/// edge joins two declared nodes (Graphviz would draw an undeclared end as a node labelled with
+/// its internal key).
 pub fn dot(steps: &[Step], expand: &Expand, root: &Path) -> String {
     let esc = roar_store::quote::dot_escaped;
     let dirs = collapsed(steps, expand);
     let mut s = String::from(
-        "digraph roar {\n  rankdir=LR;\n  node [fontname=\"monospace\", fontsize=10];\n",
+        "digraph roar {\n  rankdir=TB;\n  ranksep=0.3;\n  nodesep=0.2;\n  node [fontname=\"monospace\", fontsize=10];\n",
     );
+    let boxes: HashSet<String> = steps.iter().map(|st| box_key(st.job_id, st.step)).collect();
     let mut declared = HashSet::new();
-    let mut node = |s: &mut String, item: &Item, producer: Option<Node>| -> String {
-        let at = producer.map_or("0".into(), |(j, st)| roar_store::node_name(j, st));
-        let (key, label) = match item {
-            Item::File(e) => {
-                let hash = e
-                    .hash
-                    .as_ref()
-                    .map(short_hash)
-                    .unwrap_or_else(|| "?".into());
-                (
-                    format!("v{}@{at}", esc(&e.path)),
-                    format!("{}\\n{hash}", esc(&rel(&e.path, root))),
-                )
-            }
-            Item::Dir { dir, files, .. } => (
-                format!("d{}@{at}", esc(dir)),
-                format!("{}/\\n({files} files)", esc(&rel(dir, root))),
-            ),
-        };
-        if declared.insert(key.clone()) {
-            *s += &format!("  \"{key}\" [shape=note, label=\"{label}\"];\n");
-        }
-        key
-    };
     for st in steps {
         let me = box_key(st.job_id, st.step);
+        let earlier = match st.earlier_runs {
+            0 => String::new(),
+            n => format!("  (+{n} earlier runs)"),
+        };
+        let command = label(st, root);
         s += &format!(
-            "  \"{me}\" [shape=box, style=bold, label=\"{}\\n{}\"];\n",
+            "  \"{me}\" [shape=box, style=bold, label=\"{}{earlier}\\n{}\", tooltip=\"{}\"];\n",
             title(st.job_id, st.step),
-            esc(&label(st, root))
+            esc(&clipped(&command)),
+            esc(&command)
         );
-        // A step inside its parent step.
+        // A step inside its parent step, when the parent is drawn.
         if let (Some(_), Some(parent)) = (st.step, st.parent_step) {
-            s += &format!(
-                "  \"{}\" -> \"{me}\" [style=dotted, arrowhead=none];\n",
-                box_key(st.job_id, Some(parent))
-            );
+            let up = box_key(st.job_id, Some(parent));
+            if boxes.contains(&up) {
+                s += &format!("  \"{up}\" -> \"{me}\" [style=dotted, arrowhead=none];\n");
+            }
         }
         for item in items(&st.inputs, &dirs) {
             let producer = match &item {
                 Item::File(e) => producer(e),
                 Item::Dir { producer, .. } => *producer,
             };
-            let n = node(&mut s, &item, producer);
+            let n = dot_node(&mut s, &mut declared, &item, producer, root);
             s += &format!("  \"{n}\" -> \"{me}\";\n");
-            // The same bytes found at another location, where its producer wrote them.
+            // The same bytes found at another location, from where its producer wrote them
+            // (that version's node, or its collapsed directory's), when that node is drawn.
             if let (Item::File(e), Some((pj, ps))) = (&item, producer) {
                 if let Some(from) = &e.copy_of {
-                    s += &format!(
-                        "  \"v{}@{}\" -> \"{n}\" [style=dashed, label=\"copy\"];\n",
-                        esc(from),
-                        roar_store::node_name(pj, ps)
-                    );
+                    let at = roar_store::node_name(pj, ps);
+                    let source = [
+                        format!("v{}@{at}", esc(from)),
+                        format!("d{}@{at}", esc(parent(from))),
+                    ]
+                    .into_iter()
+                    .find(|k| declared.contains(k));
+                    if let Some(source) = source {
+                        s += &format!("  \"{source}\" -> \"{n}\" [style=dashed, label=\"copy\"];\n");
+                    }
                 }
             }
         }
         for item in items(&st.outputs, &dirs) {
-            let n = node(&mut s, &item, Some((st.job_id, st.step)));
+            let n = dot_node(&mut s, &mut declared, &item, Some((st.job_id, st.step)), root);
             s += &format!("  \"{me}\" -> \"{n}\";\n");
         }
     }
     s += "}\n";
     s
+}
+
+/// Declares a file version's (or a collapsed directory's) note once; returns its key.
+fn dot_node(
+    s: &mut String,
+    declared: &mut HashSet<String>,
+    item: &Item,
+    producer: Option<Node>,
+    root: &Path,
+) -> String {
+    let esc = roar_store::quote::dot_escaped;
+    let at = producer.map_or("0".into(), |(j, st)| roar_store::node_name(j, st));
+    let (key, path, second) = match item {
+        Item::File(e) => {
+            let hash = e
+                .hash
+                .as_ref()
+                .map(short_hash)
+                .unwrap_or_else(|| "?".into());
+            (format!("v{}@{at}", esc(&e.path)), rel(&e.path, root), hash)
+        }
+        Item::Dir { dir, files, .. } => (
+            format!("d{}@{at}", esc(dir)),
+            format!("{}/", rel(dir, root)),
+            format!("({files} files)"),
+        ),
+    };
+    if declared.insert(key.clone()) {
+        *s += &format!(
+            "  \"{key}\" [shape=note, label=\"{}\\n{second}\", tooltip=\"{}\"];\n",
+            esc(&clipped(&path)),
+            esc(&path)
+        );
+    }
+    key
 }

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use roar_store::hash::{hash_paths, HashOptions, Prior};
-use roar_store::{ContentHash, Project, Store, Version};
+use roar_store::{ContentHash, Project, Step, Store, Version};
 
 use crate::fmt::{self, bold, rel};
 use crate::graph::{self, Expand};
@@ -209,6 +209,7 @@ pub struct DagArgs {
     pub html: Option<PathBuf>,
     pub all: bool,
     pub expand: Expand,
+    pub all_runs: bool,
 }
 
 pub fn dag(args: DagArgs, json: bool) -> anyhow::Result<()> {
@@ -225,10 +226,27 @@ pub fn dag(args: DagArgs, json: bool) -> anyhow::Result<()> {
         println!("wrote {}", out.display());
         return Ok(());
     }
-    let dag = store.dag(target.as_ref())?;
+    let dag = match &target {
+        Some(t) => store.dag(Some(t))?,
+        None => graph::project_dag(&store)?,
+    };
     if json {
         return fmt::print_json(&dag);
     }
+    // Jobs, not steps: a job is folded when every step of it is.
+    let shown_jobs: std::collections::HashSet<i64> = dag
+        .steps
+        .iter()
+        .filter(|s| !s.superseded)
+        .map(|s| s.job_id)
+        .collect();
+    let all_jobs: std::collections::HashSet<i64> = dag.steps.iter().map(|s| s.job_id).collect();
+    let folded = all_jobs.len() - shown_jobs.len();
+    let steps: Vec<Step> = dag
+        .steps
+        .into_iter()
+        .filter(|s| args.all_runs || !s.superseded)
+        .collect();
     if let Some(svg) = args.svg {
         let mut child = std::process::Command::new("dot")
             .args(["-Tsvg", "-o"])
@@ -245,17 +263,17 @@ pub fn dag(args: DagArgs, json: bool) -> anyhow::Result<()> {
             .stdin
             .take()
             .expect("piped")
-            .write_all(graph::dot(&dag.steps, &args.expand, &project.root).as_bytes())?;
+            .write_all(graph::dot(&steps, &args.expand, &project.root).as_bytes())?;
         let status = child.wait()?;
         anyhow::ensure!(status.success(), "graphviz `dot` failed ({status})");
         println!("wrote {}", svg.display());
         return Ok(());
     }
     if args.dot {
-        print!("{}", graph::dot(&dag.steps, &args.expand, &project.root));
+        print!("{}", graph::dot(&steps, &args.expand, &project.root));
         return Ok(());
     }
-    if dag.steps.is_empty() {
+    if steps.is_empty() {
         match &target {
             Some(_) => println!("no recorded job made this content: it is a root input"),
             None => println!("no jobs recorded yet; try `roar run -- CMD`"),
@@ -264,10 +282,13 @@ pub fn dag(args: DagArgs, json: bool) -> anyhow::Result<()> {
     }
     graph::print_steps(
         &mut std::io::stdout().lock(),
-        &dag.steps,
+        &steps,
         &args.expand,
         &project.root,
     )?;
+    if folded > 0 && !args.all_runs {
+        println!("({folded} earlier runs folded into their latest; --all-runs shows them)");
+    }
     Ok(())
 }
 

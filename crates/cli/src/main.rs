@@ -183,6 +183,10 @@ enum Command {
         /// Do not collapse directories of many files (all, or the given directory).
         #[arg(long, value_name = "DIR", num_args = 0..=1, require_equals = true)]
         expand: Option<Vec<PathBuf>>,
+        /// Show every run, not only the latest: by default a run that a later run of the same
+        /// command replaced (and that nothing current read) is folded into that run's count.
+        #[arg(long)]
+        all_runs: bool,
     },
     /// The commands that rebuild an artifact, as a shell script; --run executes and verifies them.
     Reproduce {
@@ -532,6 +536,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             html,
             all,
             expand,
+            all_runs,
         } => lineage_cmd::dag(
             lineage_cmd::DagArgs {
                 target,
@@ -540,6 +545,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 html,
                 all,
                 expand: expand_dirs(expand),
+                all_runs,
             },
             json,
         )?,

@@ -20,12 +20,6 @@ struct Run {
     metrics: BTreeMap<String, String>,
 }
 
-/// The job's name: its `--name`, else its script's.
-fn name_of(name: Option<&str>, argv: &[String]) -> Option<String> {
-    name.map(str::to_owned)
-        .or_else(|| roar_env::params::default_name(argv))
-}
-
 /// `roar runs [NAME] [--sort KEY]`: newest first, or by KEY (a parameter or metric, whole or
 /// after its file's `FILE:`; numbers as numbers, descending).
 pub fn runs(
@@ -41,7 +35,7 @@ pub fn runs(
         if j.status == "failed_to_start" {
             continue;
         }
-        let job_name = name_of(j.name.as_deref(), &j.argv);
+        let job_name = roar_env::params::run_name(j.name.as_deref(), &j.argv);
         if name.is_some_and(|n| job_name.as_deref() != Some(n)) {
             continue;
         }

@@ -139,6 +139,11 @@ pub fn stable_name(argv: &[String]) -> Vec<String> {
     out
 }
 
+/// The name a job's runs go by: its `--name`, else its default name.
+pub fn run_name(name: Option<&str>, argv: &[String]) -> Option<String> {
+    name.map(str::to_owned).or_else(|| default_name(argv))
+}
+
 /// The name a job goes by without `--name`: its script's or module's (`python train.py` and
 /// `python -m pkg.train` → `train`, `bash pipeline.sh` → `pipeline`, `uv run train.py` →
 /// `train`), else its program's (`make`, `./prep.sh` → `prep`). None for a command line given to

@@ -58,6 +58,17 @@ pub struct Step {
     pub streams: Vec<crate::steps::Stream>,
     pub inputs: Vec<Edge>,
     pub outputs: Vec<Edge>,
+    /// Set on the project's whole graph by [`Dag::fold_reruns`]: a later run replaced what this
+    /// step did and nothing still current needs it. Views show the latest runs by default.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub superseded: bool,
+    /// The superseded runs of the same command this (current) step stands for.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub earlier_runs: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Step {
@@ -108,6 +119,72 @@ pub struct Lineage {
 #[derive(Debug, Clone, Serialize)]
 pub struct Dag {
     pub steps: Vec<Step>,
+}
+
+impl Dag {
+    /// Folds re-runs (SEMANTICS.md "Latest runs"): a step is *current* when it left the last
+    /// version recorded at one of the locations it wrote, or, writing nothing, when no later step
+    /// is the same command (`same` gives that identity: name and directory). Current steps, and
+    /// the producers of every version they read (transitively), are shown; the rest are
+    /// `superseded` and counted on the latest shown step of the same command as `earlier_runs`.
+    /// Steps are in the order they started (as [`Store::dag`] gives them).
+    pub fn fold_reruns(&mut self, same: impl Fn(&Step) -> String) {
+        let steps = &mut self.steps;
+        let mut last_writer: HashMap<&str, usize> = HashMap::new();
+        let mut last_of: HashMap<String, usize> = HashMap::new();
+        let identity: Vec<String> = steps.iter().map(&same).collect();
+        for (i, s) in steps.iter().enumerate() {
+            for o in &s.outputs {
+                last_writer.insert(o.path.as_str(), i);
+            }
+            last_of.insert(identity[i].clone(), i);
+        }
+        let mut shown: Vec<bool> = steps
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                if s.outputs.is_empty() {
+                    last_of[&identity[i]] == i
+                } else {
+                    s.outputs.iter().any(|o| last_writer[o.path.as_str()] == i)
+                }
+            })
+            .collect();
+        let index: HashMap<(i64, Option<u32>), usize> = steps
+            .iter()
+            .enumerate()
+            .map(|(i, s)| ((s.job_id, s.step), i))
+            .collect();
+        // Producers start before their readers: one pass from the end closes the set.
+        for i in (0..steps.len()).rev() {
+            if !shown[i] {
+                continue;
+            }
+            for e in &steps[i].inputs {
+                if let Some(&p) = e.producer.and_then(|j| index.get(&(j, e.producer_step))) {
+                    shown[p] = true;
+                }
+            }
+        }
+        let mut latest_shown: HashMap<&str, usize> = HashMap::new();
+        for (i, id) in identity.iter().enumerate() {
+            if shown[i] {
+                latest_shown.insert(id.as_str(), i);
+            }
+        }
+        let mut folded = vec![0u32; steps.len()];
+        for (i, id) in identity.iter().enumerate() {
+            if !shown[i] {
+                if let Some(&k) = latest_shown.get(id.as_str()).filter(|&&k| k > i) {
+                    folded[k] += 1;
+                }
+            }
+        }
+        for (i, s) in steps.iter_mut().enumerate() {
+            s.superseded = !shown[i];
+            s.earlier_runs = folded[i];
+        }
+    }
 }
 
 /// `3` for job 3, `3.2` for its step 2.
@@ -427,6 +504,8 @@ impl Store {
                     streams: Vec::new(),
                     inputs: Vec::new(),
                     outputs: Vec::new(),
+                    superseded: false,
+                    earlier_runs: 0,
                 })
             })
     }
@@ -573,5 +652,102 @@ impl Store {
             Ok(Dag { steps })
         };
         walk().map_err(|e| self.err(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn edge(path: &str, producer: Option<i64>) -> Edge {
+        Edge {
+            path: path.into(),
+            hash: None,
+            producer,
+            producer_step: None,
+            copy_of: None,
+        }
+    }
+
+    fn step(job_id: i64, name: &str, inputs: Vec<Edge>, outputs: &[&str]) -> Step {
+        Step {
+            job_id,
+            name: Some(name.into()),
+            argv: vec![name.into()],
+            cwd: "/p".into(),
+            started_ns: job_id,
+            ended_ns: None,
+            status: "exited".into(),
+            exit_code: Some(0),
+            git_commit: None,
+            git_dirty: None,
+            git_diff: None,
+            host: None,
+            backend: "preload".into(),
+            dist: None,
+            step: None,
+            parent_step: None,
+            streams: Vec::new(),
+            inputs,
+            outputs: outputs.iter().map(|p| edge(p, None)).collect(),
+            superseded: false,
+            earlier_runs: 0,
+        }
+    }
+
+    fn folded(steps: Vec<Step>) -> Vec<(i64, bool, u32)> {
+        let mut dag = Dag { steps };
+        dag.fold_reruns(|s| s.name.clone().unwrap_or_default());
+        dag.steps
+            .iter()
+            .map(|s| (s.job_id, s.superseded, s.earlier_runs))
+            .collect()
+    }
+
+    #[test]
+    fn a_rerun_folds_the_run_it_replaced_unless_a_current_job_read_it() {
+        // prep 1, train 2 (reads prep 1), prep 3 (rewrites data), train 4 (reads prep 3),
+        // train 5 (reads prep 3, rewrites the model): train 2 and 4 are replaced; prep 1 is
+        // read by nothing current any more.
+        let got = folded(vec![
+            step(1, "prep", vec![edge("/p/raw", None)], &["/p/data"]),
+            step(2, "train", vec![edge("/p/data", Some(1))], &["/p/model"]),
+            step(3, "prep", vec![edge("/p/raw", None)], &["/p/data"]),
+            step(4, "train", vec![edge("/p/data", Some(3))], &["/p/model"]),
+            step(5, "train", vec![edge("/p/data", Some(3))], &["/p/model"]),
+        ]);
+        assert_eq!(
+            got,
+            [
+                (1, true, 0),
+                (2, true, 0),
+                (3, false, 1),
+                (4, true, 0),
+                (5, false, 2)
+            ]
+        );
+    }
+
+    #[test]
+    fn what_the_current_model_was_made_from_stays_drawn() {
+        // prep ran again after train: train still holds the latest model, made from prep 1's
+        // data, so prep 1 stays (its data is an older version), and nothing is folded into it.
+        let got = folded(vec![
+            step(1, "prep", vec![], &["/p/data"]),
+            step(2, "train", vec![edge("/p/data", Some(1))], &["/p/model"]),
+            step(3, "prep", vec![], &["/p/data"]),
+            step(4, "eval", vec![edge("/p/model", Some(2))], &[]),
+            step(5, "eval", vec![edge("/p/model", Some(2))], &[]),
+        ]);
+        assert_eq!(
+            got,
+            [
+                (1, false, 0),
+                (2, false, 0),
+                (3, false, 0),
+                (4, true, 0),
+                (5, false, 1)
+            ]
+        );
     }
 }

@@ -59,7 +59,11 @@
   // ---- The graph model: job nodes and file-version nodes (a location at the content one
   // producer left there; root inputs keyed by content), directories of many files of one role of
   // one job collapsed into one node as `roar dag` does, unless expanded.
-  const state = { dag: { steps: [] }, status: null, expanded: new Set(), selected: null, highlight: null, compareFrom: null, view: null, model: null };
+  const state = { dag: { steps: [] }, status: null, expanded: new Set(), selected: null, highlight: null, compareFrom: null, view: null, model: null, allRuns: false };
+
+  // The steps drawn: the latest runs (a run a later run of the same command replaced, and that
+  // nothing current read, is `superseded` in the record: SEMANTICS.md "Latest runs"), or all.
+  const drawn = () => state.dag.steps.filter((s) => state.allRuns || !s.superseded);
 
   function collapsedDirs(steps) {
     const out = new Set();
@@ -87,7 +91,8 @@
     const link = (from, to, kind) => {
       if (!seen.has(from + "\n" + to)) { seen.add(from + "\n" + to); edges.push({ from, to, kind }); }
     };
-    const dirs = collapsedDirs(dag.steps);
+    const steps = drawn();
+    const dirs = collapsedDirs(steps);
     // `producer`: the job that made the version; `at`: that job or its step (the node's key).
     const addFile = (e, producer, at) => {
       const d = parentOf(e.path);
@@ -103,11 +108,11 @@
       if (!n) nodes.set(key, (n = { key, kind: "file", path: e.path, hash: e.hash, producer, copyOf: e.copy_of, readers: new Set() }));
       return n;
     };
-    for (const s of dag.steps) {
+    for (const s of steps) {
       const key = "j" + nodeOf(s.job_id, s.step);
       nodes.set(key, { key, kind: "job", step: s });
     }
-    for (const s of dag.steps) {
+    for (const s of steps) {
       const j = "j" + nodeOf(s.job_id, s.step);
       for (const e of s.inputs) {
         const at = e.producer ? nodeOf(e.producer, e.producer_step) : null;
@@ -150,7 +155,16 @@
   function statusOf(n) {
     if (!state.status) return null;
     const ix = statusIndex();
-    if (n.kind === "job") return ix.staleJobs.has(n.step.job_id) ? "stale" : "ok";
+    if (n.kind === "job") {
+      if (ix.staleJobs.has(n.step.job_id)) return "stale";
+      // Nor is it "up to date" when a version it made that is still the latest at its location
+      // is gone or changed.
+      const at = nodeOf(n.step.job_id, n.step.step);
+      const latest = n.step.outputs.filter((e) => { const f = state.model.nodes.get(fileKey(e, at)); return !f || !f.old; });
+      const change = latest.map((e) => ix.changed.get(e.path)).filter(Boolean);
+      if (!change.length) return "ok";
+      return change.length === latest.length && change.every((c) => c.state === "deleted") ? "missing" : "modified";
+    }
     if (n.kind === "file" && n.old) return "old";
     const paths = n.kind === "dir" ? [...n.files.keys()] : [n.path];
     for (const p of paths) {
@@ -161,12 +175,14 @@
     return "ok";
   }
   const STATUS_TEXT = { ok: "up to date", stale: "stale", modified: "modified since recorded", missing: "deleted since recorded", old: "an older version" };
+  const JOB_STATUS_TEXT = { ...STATUS_TEXT, modified: "outputs changed since recorded", missing: "outputs deleted since recorded" };
+  const statusText = (n, st) => (n.kind === "job" ? JOB_STATUS_TEXT : STATUS_TEXT)[st];
 
   // ---- Layout (Sugiyama's method, simply): layers by longest path with root inputs pulled next
   // to their first reader; an edge that spans layers gets a lane point in each layer it crosses;
   // order in each layer by barycentre sweeps; then each layer is placed near its neighbours
   // without overlap. Left to right, like `roar dag --dot`.
-  const W = 230, H_JOB = 46, H_FILE = 36, H_LANE = 4, GAP_X = 90, GAP_Y = 14;
+  const W = 260, H_JOB = 46, H_FILE = 36, H_LANE = 4, GAP_X = 90, GAP_Y = 14;
   function layout(model) {
     const { nodes, edges } = model;
     const succ = new Map(), pred = new Map();
@@ -271,11 +287,43 @@
   function label(n) {
     if (n.kind === "job") {
       const s = n.step;
-      const title = `job ${s.job_id}` + (s.step ? ` step ${s.step}` : "") + (s.name ? ` [${s.name}]` : "") + (s.status === "running" ? " (running)" : s.exit_code ? ` (exit ${s.exit_code})` : "");
+      const title = `job ${s.job_id}` + (s.step ? ` step ${s.step}` : "") + (s.name ? ` [${s.name}]` : "") + (s.status === "running" ? " (running)" : s.exit_code ? ` (exit ${s.exit_code})` : "") + (s.earlier_runs && !state.allRuns ? ` +${s.earlier_runs} earlier` : "");
       return [title, argvText(s.argv)];
     }
     if (n.kind === "dir") return [rel(n.dir) + "/", `${n.files.size} files` + (n.producer ? ` · job ${n.producer}` : "")];
     return [rel(n.path), short(n.hash) + (n.hash ? "  " + size(n.hash.size) : "")];
+  }
+
+  /** `8 of 200 jobs (latest runs) · 12 steps · 40 file nodes`: jobs are jobs, not steps. */
+  function counts(model) {
+    const all = new Set(state.dag.steps.map((s) => s.job_id)).size;
+    const steps = drawn();
+    const shown = new Set(steps.map((s) => s.job_id)).size;
+    const nsteps = steps.filter((s) => s.step).length;
+    const files = [...model.nodes.values()].filter((n) => n.kind !== "job").length;
+    const n = (k, one) => `${k} ${one}${k === 1 ? "" : "s"}`;
+    return (shown === all ? n(all, "job") : `${shown} of ${n(all, "job")} (latest runs)`) + (nsteps ? ` · ${n(nsteps, "step")}` : "") + ` · ${n(files, "file node")}`;
+  }
+
+  /** The steps of one job drawn together: a box behind them, named by the job. */
+  function groups(model) {
+    const g = $("groups");
+    g.replaceChildren();
+    const byJob = new Map();
+    for (const n of model.nodes.values()) if (n.kind === "job" && n.step.step) (byJob.get(n.step.job_id) || byJob.set(n.step.job_id, []).get(n.step.job_id)).push(n);
+    for (const [job, ns] of byJob) {
+      if (ns.length < 2) continue;
+      const x0 = Math.min(...ns.map((n) => n.x)) - 10, y0 = Math.min(...ns.map((n) => n.y)) - 24;
+      const x1 = Math.max(...ns.map((n) => n.x + n.w)) + 10, y1 = Math.max(...ns.map((n) => n.y + n.h)) + 10;
+      const box = svg("g", { class: "group" });
+      box.dataset.job = job;
+      box.append(svg("rect", { x: x0, y: y0, width: x1 - x0, height: y1 - y0, rx: 8 }));
+      const t = svg("text", { x: x0 + 8, y: y0 + 15 });
+      const top = state.dag.steps.find((s) => s.job_id === job);
+      t.textContent = `job ${job}` + (top && top.name ? ` [${top.name}]` : "") + ` · ${ns.length} steps`;
+      box.append(t);
+      g.append(box);
+    }
   }
 
   function draw() {
@@ -283,6 +331,7 @@
     const gE = $("edges"), gN = $("nodes");
     gE.replaceChildren();
     gN.replaceChildren();
+    groups(model);
     for (const e of model.edges) {
       const a = model.nodes.get(e.from), b = model.nodes.get(e.to);
       // Through the lane points of the layers it crosses, straight across each column.
@@ -309,9 +358,9 @@
       g.append(svg("rect", { width: n.w, height: n.h, rx: n.kind === "job" ? 5 : 2 }));
       const [l1, l2] = label(n);
       const t1 = svg("text", { x: 8, y: 15, class: "title" });
-      t1.textContent = clip(l1, 32);
+      t1.textContent = clip(l1, 33);
       const t2 = svg("text", { x: 8, y: n.kind === "job" ? 33 : 29, class: "sub" });
-      t2.textContent = clip(l2, 36);
+      t2.textContent = clip(l2, 35);
       const tip = svg("title");
       tip.textContent = `${l1}\n${l2}`;
       g.append(tip, t1, t2);
@@ -321,8 +370,7 @@
     }
     marks();
     $("empty").hidden = model.nodes.size > 0;
-    const files = [...model.nodes.values()].filter((n) => n.kind !== "job").length;
-    $("count").textContent = `${state.dag.steps.length} jobs · ${files} file nodes`;
+    $("count").textContent = counts(model);
     applyClasses();
   }
 
@@ -334,20 +382,35 @@
       n.el.classList.remove(...MARKS);
       if (st && st !== "ok") n.el.classList.add(st);
       const [l1, l2] = label(n);
-      n.el.querySelector("title").textContent = `${l1}\n${l2}` + (st && st !== "ok" ? `\n${STATUS_TEXT[st]}` : "");
+      n.el.querySelector("title").textContent = `${l1}\n${l2}` + (st && st !== "ok" ? `\n${statusText(n, st)}` : "");
     }
   }
 
   // ---- Pan and zoom: a transform on one group; wheel zooms about the pointer, drag pans.
   const view = { x: 20, y: 20, k: 1 };
   function applyView() { $("viewport").setAttribute("transform", `translate(${view.x},${view.y}) scale(${view.k})`); }
-  function fit() {
+  /** The whole graph in the window (Fit); `legible`: no smaller than 1:1, where labels are
+   * readable, showing the most recent job when the graph is larger than the window. */
+  function fit(legible) {
     const box = $("svg").getBoundingClientRect(), m = state.model;
     if (!m || !m.nodes.size || !box.width) return;
     view.k = Math.min(1.5, (box.width - 40) / Math.max(m.width, 1), (box.height - 40) / Math.max(m.height, 1));
     view.x = (box.width - m.width * view.k) / 2;
     view.y = (box.height - m.height * view.k) / 2;
+    const jobs = [...m.nodes.values()].filter((n) => n.kind === "job");
+    if (legible === true && view.k < 1 && jobs.length) {
+      const last = jobs.reduce((a, b) => (b.step.job_id > a.step.job_id || (b.step.job_id === a.step.job_id && (b.step.step || 0) > (a.step.step || 0)) ? b : a));
+      view.k = 1;
+      // The latest job two thirds across, what it made to its right; no blank margin past the graph's ends.
+      view.x = Math.min(20, Math.max(box.width - 20 - m.width, box.width * 0.6 - (last.x + last.w / 2)));
+      view.y = Math.min(20, Math.max(box.height - 20 - m.height, box.height / 2 - (last.y + last.h / 2)));
+    }
     applyView();
+  }
+  function setAllRuns(on) {
+    state.allRuns = on;
+    $("all-runs").checked = on;
+    rebuild(true);
   }
   /** Shows the given nodes whole (a highlighted lineage), zoomed no closer than 1:1. */
   function fitTo(keys) {
@@ -457,7 +520,7 @@
   // ---- The details panel.
   function row(name, ...value) { return el("tr", {}, el("th", {}, name), el("td", {}, ...value)); }
   function jobLink(id) { return el("a", { class: "link", onclick: () => { const n = state.model.nodes.get("j" + id); if (n) { select(n.key); centre(n); } } }, `job ${id}`); }
-  function badge(st) { return st ? el("span", { class: "badge " + st }, STATUS_TEXT[st]) : null; }
+  function badge(st, n) { return st ? el("span", { class: "badge " + st }, n ? statusText(n, st) : STATUS_TEXT[st]) : null; }
   function fileTable(files) {
     const t = el("table", {});
     for (const f of files) {
@@ -482,7 +545,8 @@
     const asked = state.selected;
     if (n.kind === "job") {
       const s = n.step;
-      panel.replaceChildren(el("h2", {}, `job ${s.job_id}`, s.name ? ` [${s.name}]` : "", badge(statusOf(n))), actions(n), el("p", { class: "muted" }, "loading…"));
+      panel.replaceChildren(el("h2", {}, `job ${s.job_id}`, s.name ? ` [${s.name}]` : "", badge(statusOf(n), n)), actions(n), el("p", { class: "muted" }, "loading…"));
+      if (s.earlier_runs && !state.allRuns) panel.insertBefore(el("p", { class: "hint" }, `${s.earlier_runs} earlier run${s.earlier_runs > 1 ? "s" : ""} of this command are folded into this one. `, el("a", { class: "link", onclick: () => setAllRuns(true) }, "Show all runs")), panel.children[2]);
       if (state.compareFrom === s.job_id) panel.insertBefore(el("p", { class: "hint" }, "Now click another job to compare it with this one."), panel.children[2]);
       let job;
       try { job = await source.job(s.job_id); } catch (e) { job = null; }
@@ -616,7 +680,8 @@
   });
   $("search").addEventListener("blur", () => { $("results").hidden = true; });
   $("search").addEventListener("focus", () => { if ($("search").value.trim()) search(); });
-  $("fit").addEventListener("click", fit);
+  $("fit").addEventListener("click", () => fit(false));
+  $("all-runs").addEventListener("change", (ev) => setAllRuns(ev.target.checked));
   $("clear").addEventListener("click", () => { $("search").value = ""; search(); state.compareFrom = null; select(null); });
   document.addEventListener("keydown", (ev) => { if (ev.key === "Escape") $("compare").hidden = true; });
 
@@ -625,7 +690,9 @@
     state.model = buildModel(state.dag);
     layout(state.model);
     draw();
-    if (refit) fit();
+    if (refit) fit(true);
+    const folded = state.dag.steps.some((s) => s.superseded);
+    $("runs").hidden = !folded;
     if (state.selected && !state.model.nodes.has(state.selected)) state.selected = null;
     applyClasses();
     if ($("search").value.trim()) { search(); $("results").hidden = true; }

@@ -306,7 +306,7 @@ impl std::error::Error for BadRequest {}
 fn api(project: &Project, path: &str, query: Option<&str>) -> anyhow::Result<Vec<u8>> {
     let store = open(project)?;
     let json = match path {
-        "/api/dag" => json(&store.dag(None)?),
+        "/api/dag" => json(&crate::graph::project_dag(&store)?),
         "/api/status" => json(&crate::status_cmd::report(project, &store)?),
         "/api/diff" => {
             let arg = |n: &str| {

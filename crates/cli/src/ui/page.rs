@@ -103,7 +103,10 @@ pub fn embed(
     store: &Store,
     target: Option<&Version>,
 ) -> anyhow::Result<Embedded> {
-    let dag = store.dag(target)?;
+    let dag = match target {
+        Some(t) => store.dag(Some(t))?,
+        None => crate::graph::project_dag(store)?,
+    };
     let mut jobs = BTreeMap::new();
     for s in &dag.steps {
         jobs.insert(s.job_id, store.job(s.job_id)?);
