@@ -7,12 +7,17 @@
 # - showing it in headless Chromium (Debian's), median of LOADS loads: time until the page is drawn
 #   and usable (data parsed, laid out, drawn) for the file, for `roar ui` (fetching the same JSON),
 #   against the Graphviz SVG opened in the same browser and a blank page (the browser's floor);
-#   then a search and a lineage highlight, timed in the page up to the next painted frame.
+#   then a search and a lineage highlight, timed in the page up to the next painted frame;
+# - a store of re-runs (tests/ui/reruns.sh: ROUNDS runs of a STAGES-stage pipeline writing FILES
+#   files a stage; 200 jobs and 1,000 versions by default): the page opened on the latest runs,
+#   then "all runs" drawn; and the width of `roar dag --svg` for both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$PWD"
-bash scripts/build.sh --release -q
-ROAR="$PWD/target/release/roar"
+if [ -z "${ROAR:-}" ]; then
+    bash scripts/build.sh --release -q
+    ROAR="${CARGO_TARGET_DIR:-$PWD/target}/release/roar"
+fi
 W="${BENCH_DIR:-/tmp/roar-bench-ui}"
 rm -rf "$W" && mkdir -p "$W/p"
 RUNS="${RUNS:-10}"
@@ -62,3 +67,19 @@ trap 'kill $UI 2> /dev/null || true' EXIT
 for _ in $(seq 1 50); do grep -q http "$W/ui.out" 2> /dev/null && break; sleep 0.1; done
 URL=$(grep -o 'http://[^ ]*' "$W/ui.out")
 python3 "$REPO/bench/lib/ui_bench.py" "$W" "$URL" "${LOADS:-7}"
+kill $UI 2> /dev/null || true
+
+ROUNDS="${ROUNDS:-20}" STAGES="${STAGES:-10}" FILES="${FILES:-5}"
+echo "== re-runs: $ROUNDS runs of a $STAGES-stage pipeline, $FILES files a stage"
+mkdir -p "$W/r" && cd "$W/r"
+"$ROAR" init > /dev/null
+ROAR="$ROAR" bash "$REPO/tests/ui/reruns.sh" "$ROUNDS" "$STAGES" "$FILES"
+for runs in "" --all-runs; do
+    "$ROAR" dag $runs --svg "$W/r.svg" > /dev/null
+    echo "  roar dag $runs --svg: $(grep -o '<svg width="[0-9]*pt" height="[0-9]*pt"' "$W/r.svg" | cut -c6-)"
+done
+"$ROAR" ui --port 0 > "$W/ui-r.out" &
+UI=$!
+for _ in $(seq 1 50); do grep -q http "$W/ui-r.out" 2> /dev/null && break; sleep 0.1; done
+URL=$(grep -o 'http://[^ ]*' "$W/ui-r.out")
+python3 "$REPO/bench/lib/ui_bench.py" --reruns "$URL" "${LOADS:-7}"

@@ -4,6 +4,7 @@ and of `roar ui`, against the Graphviz SVG and a blank page in the same browser;
 a lineage highlight, measured in the page up to the next painted frame.
 
 usage: ui_bench.py WORKDIR URL LOADS
+       ui_bench.py --reruns URL LOADS    (a store of re-runs: latest runs against all runs)
 """
 import statistics
 import sys
@@ -35,7 +36,40 @@ HIGHLIGHT = """async () => {
 }"""
 
 
+# From the "all runs" box ticked to the frame after the whole graph is drawn.
+ALL_RUNS = """async () => {
+    const t = performance.now(), box = document.getElementById('all-runs');
+    box.checked = true; box.dispatchEvent(new Event('change'));
+    await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+    return [performance.now() - t, document.querySelectorAll('g.node').length];
+}"""
+
+
+def reruns(url, loads):
+    """The page of a store of re-runs opened (latest runs, the default), then all runs drawn."""
+    latest, every, shown, drawn = [], [], 0, 0
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
+        for i in range(loads + 1):  # the first round warms the browser's caches
+            page = browser.new_page(viewport={"width": 1400, "height": 850})
+            page.goto(url)
+            page.wait_for_selector("body[data-ready-ms]")
+            t = page.evaluate(READY)
+            shown = page.evaluate("() => document.querySelectorAll('g.node').length")
+            a, drawn = page.evaluate(ALL_RUNS)
+            if i:
+                latest.append(t)
+                every.append(a)
+            page.close()
+        browser.close()
+    m, a = statistics.median(latest), statistics.median(every)
+    print(f"  opened (latest runs, {shown} nodes): usable after {m:8.1f} ms")
+    print(f"  all runs ({drawn} nodes): drawn {a:8.1f} ms after the click ({a / m:.2f}x the page's whole opening)")
+
+
 def main():
+    if sys.argv[1] == "--reruns":
+        return reruns(sys.argv[2], int(sys.argv[3]))
     w, url, loads = sys.argv[1], sys.argv[2], int(sys.argv[3])
     pages = {
         "blank page": ("data:text/html,<p>x</p>", LOADED),

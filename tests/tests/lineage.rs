@@ -472,3 +472,124 @@ fn the_param_loop_shows_parameter_and_metric_values() {
         Some("0.5")
     );
 }
+
+/// `roar run @N --set`: job N again with one value changed in its argv and one in the parameter
+/// file it read — the file itself never written (the re-run reads a changed copy at its path);
+/// the new job is N's name, labelled as N's re-run, and `roar diff` and `roar runs` show exactly
+/// the values set. A key no source has, or a flag, is refused before anything runs.
+#[test]
+fn a_job_runs_again_with_parameters_set_and_the_users_file_untouched() {
+    let p = Project::new();
+    let params = b"# tuned by hand\nmodel:\n  max_depth: 8\n  name: rf\nseed: 1\n";
+    p.write("params.yaml", params);
+    p.write(
+        "train.py",
+        b"import json, sys\nlr = float(sys.argv[sys.argv.index('--lr') + 1])\nd = [l for l in open('params.yaml') if 'max_depth' in l][0].split(':')[1].strip()\njson.dump({'acc': lr + int(d)}, open('metrics.json', 'w'))\n",
+    );
+    let o = p.roar([
+        "run", "--name", "train", "--", "python3", "train.py", "--lr", "0.1", "--amp",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = p.roar([
+        "run",
+        "@train",
+        "--set",
+        "lr=0.5",
+        "--set=model.max_depth=3",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read(p.path().join("params.yaml")).unwrap(),
+        params,
+        "the user's file was written"
+    );
+    let metrics = std::fs::read_to_string(p.path().join("metrics.json")).unwrap();
+    assert!(
+        metrics.contains("3.5"),
+        "the re-run did not see both values: {metrics}"
+    );
+    let show: serde_json::Value =
+        serde_json::from_slice(&p.roar(["--json", "show", "2"]).stdout).unwrap();
+    assert_eq!(show["name"], "train");
+    assert_eq!(show["labels"]["roar.rerun_of"], "1");
+    let diff = stdout(&p.roar(["diff", "1", "2"]));
+    assert!(
+        diff.contains("params.yaml:model.max_depth: 8 -> 3"),
+        "{diff}"
+    );
+    assert!(diff.contains("lr: 0.1 -> 0.5"), "{diff}");
+    let o = p.roar(["--json", "runs", "train", "--label", "roar.rerun_of=1"]);
+    let runs: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(runs.as_array().unwrap().len(), 1, "{runs}");
+    assert_eq!(runs[0]["params"]["params.yaml:model.max_depth"], "3");
+    assert_eq!(runs[0]["metrics"]["metrics.json:acc"], "3.5");
+    // Refused with one line, nothing run.
+    for (set, says) in [
+        ("batch=4", "has no parameter batch"),
+        ("amp=false", "flag"),
+        ("params.yaml:model.depth=4", "has no parameter"),
+    ] {
+        let o = p.roar(["run", "@1", "--set", set]);
+        assert!(!o.status.success(), "{set} was taken");
+        let err = stderr(&o);
+        assert!(
+            err.contains(says) && err.trim().lines().count() == 1,
+            "{set}: {err}"
+        );
+    }
+    let log: serde_json::Value = serde_json::from_slice(&p.roar(["--json", "log"]).stdout).unwrap();
+    assert_eq!(
+        log.as_array().unwrap().len(),
+        2,
+        "a refused re-run left a job"
+    );
+}
+
+/// Labels: set by `roar run --label` and `roar label`, removed with --rm, shown by `roar show`,
+/// filtered by `roar runs --label`; a malformed one is refused with one line.
+#[test]
+fn labels_are_set_shown_filtered_and_removed() {
+    let p = Project::new();
+    let o = p.roar([
+        "run",
+        "--label",
+        "stage=prep",
+        "--",
+        "sh",
+        "-c",
+        "echo 1 > a.txt",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = p.roar(["run", "--", "sh", "-c", "echo 2 > b.txt"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = p.roar(["label", "2", "baseline=true", "ticket=ML-42"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&p.roar(["show", "2"])).contains("labels   baseline=true ticket=ML-42"));
+    let count = |args: &[&str]| -> usize {
+        let mut a = vec!["--json", "runs"];
+        a.extend(args);
+        let v: serde_json::Value = serde_json::from_slice(&p.roar(&a).stdout).unwrap();
+        v.as_array().unwrap().len()
+    };
+    assert_eq!(count(&["--label", "baseline"]), 1);
+    assert_eq!(count(&["--label", "stage=prep"]), 1);
+    assert_eq!(count(&["--label", "stage=train"]), 0);
+    let o = p.roar(["label", "2", "--rm", "baseline"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(count(&["--label", "baseline"]), 0);
+    for bad in [
+        &["label", "2", "no-equals"][..],
+        &["label", "2", "bad key=1"],
+        &["label", "9", "a=1"],
+        &["run", "--label", "x", "--", "true"],
+    ] {
+        let o = p.roar(bad);
+        assert!(!o.status.success(), "{bad:?} was taken");
+        assert_eq!(
+            stderr(&o).trim().lines().count(),
+            1,
+            "{bad:?}: {}",
+            stderr(&o)
+        );
+    }
+}

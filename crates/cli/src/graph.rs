@@ -30,7 +30,11 @@ pub fn project_dag(store: &Store) -> anyhow::Result<Dag> {
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
             .collect();
-        let name = if s.step.is_some() { None } else { s.name.as_deref() };
+        let name = if s.step.is_some() {
+            None
+        } else {
+            s.name.as_deref()
+        };
         let run = roar_env::params::run_name(name, &argv).unwrap_or_else(|| shell_join(&s.argv));
         format!("{run}\0{}", s.cwd)
     });
@@ -293,13 +297,20 @@ pub fn dot(steps: &[Step], expand: &Expand, root: &Path) -> String {
                     .into_iter()
                     .find(|k| declared.contains(k));
                     if let Some(source) = source {
-                        s += &format!("  \"{source}\" -> \"{n}\" [style=dashed, label=\"copy\"];\n");
+                        s +=
+                            &format!("  \"{source}\" -> \"{n}\" [style=dashed, label=\"copy\"];\n");
                     }
                 }
             }
         }
         for item in items(&st.outputs, &dirs) {
-            let n = dot_node(&mut s, &mut declared, &item, Some((st.job_id, st.step)), root);
+            let n = dot_node(
+                &mut s,
+                &mut declared,
+                &item,
+                Some((st.job_id, st.step)),
+                root,
+            );
             s += &format!("  \"{me}\" -> \"{n}\";\n");
         }
     }

@@ -17,11 +17,13 @@ mod gateway_sessions;
 mod graph;
 mod hash_cmd;
 mod keep;
+mod labels;
 mod lineage_cmd;
 mod live;
 mod log;
 mod math;
 mod mount_cmd;
+mod namespace;
 mod query_cmd;
 mod recorder;
 mod recording;
@@ -29,6 +31,7 @@ mod recover;
 mod remote_cmd;
 mod reproduce_cmd;
 mod reproduce_run;
+mod rerun;
 mod run_cmd;
 mod runs_cmd;
 mod shim;
@@ -117,6 +120,20 @@ enum Command {
         /// Show at most this many runs (0: all of them).
         #[arg(short = 'n', long, default_value_t = 20)]
         limit: usize,
+        /// Only runs with this label (KEY=VALUE, or KEY for any value; repeatable: all must hold).
+        #[arg(long, value_name = "KEY[=VALUE]")]
+        label: Vec<String>,
+    },
+    /// Put labels on a job (`roar label train baseline=true`), remove them (--rm KEY), or list
+    /// them; `roar show` prints them, `roar runs --label KEY=VALUE` filters on them.
+    Label {
+        /// The job: its id (`3` or `@3`), its name, or `NAME~N`.
+        job: OsString,
+        /// Labels to set, as KEY=VALUE.
+        labels: Vec<String>,
+        /// Remove the label KEY (repeatable).
+        #[arg(long, value_name = "KEY")]
+        rm: Vec<String>,
     },
     /// Show a job, an artifact (by hash prefix) or a path with its history.
     Show {
@@ -507,15 +524,19 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Init { dir } => query_cmd::init(dir, json)?,
         Command::Hash { paths, sha256 } => hash_cmd::hash(&paths, sha256, json)?,
         Command::Log { limit } => query_cmd::log(limit, json)?,
-        Command::Runs { name, sort, limit } => {
-            runs_cmd::runs(name.as_deref(), sort.as_deref(), limit, json)?
-        }
+        Command::Runs {
+            name,
+            sort,
+            limit,
+            label,
+        } => runs_cmd::runs(name.as_deref(), sort.as_deref(), limit, &label, json)?,
         Command::Show {
             what,
             all,
             env,
             patch,
         } => query_cmd::show(&what, all, env, patch, json)?,
+        Command::Label { job, labels, rm } => labels::label(&job, &labels, &rm, json)?,
         Command::Db {
             secrets_scan,
             redact,

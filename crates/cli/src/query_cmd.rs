@@ -222,6 +222,21 @@ pub fn show(what: &OsStr, all: bool, env: bool, patch: bool, json: bool) -> anyh
     }
 }
 
+/// The recorded job `what` names (`3`, `@3`, a name, `NAME~N`); else a one-line error ending
+/// with `then`.
+pub(crate) fn job_ref(store: &Store, what: &OsStr, cwd: &Path, then: &str) -> anyhow::Result<i64> {
+    if let Target::Job(id) = classify_in(Some(store), what, cwd) {
+        if store.job(id).is_ok() {
+            return Ok(id);
+        }
+    }
+    Err(crate::NotFound(format!(
+        "{} is not a recorded job (give an id, `@ID`, a job name or `NAME~N`; `roar log` lists them){then}",
+        fmt::shown(&what.to_string_lossy())
+    ))
+    .into())
+}
+
 /// A file's short hash, or dashes of the same width when its content is unknown.
 fn hash_cell(h: Option<&roar_store::ContentHash>) -> String {
     h.map(short_hash)
@@ -288,6 +303,14 @@ fn print_job(job: &JobDetail, root: &Path) -> anyhow::Result<()> {
     )?;
     if let Some(n) = &s.name {
         writeln!(out, "  name     {}", fmt::shown(n))?;
+    }
+    if !job.labels.is_empty() {
+        let labels: Vec<String> = job
+            .labels
+            .iter()
+            .map(|(k, v)| format!("{}={}", fmt::shown(k), fmt::shown(v)))
+            .collect();
+        writeln!(out, "  labels   {}", labels.join(" "))?;
     }
     writeln!(
         out,
@@ -595,19 +618,7 @@ pub fn rm(jobs: &[std::ffi::OsString], json: bool) -> anyhow::Result<()> {
     let cwd = std::env::current_dir()?;
     let mut ids = Vec::new();
     for j in jobs {
-        match classify_in(Some(&store), j, &cwd) {
-            Target::Job(id) => {
-                store.job(id)?;
-                ids.push(id);
-            }
-            _ => {
-                return Err(crate::NotFound(format!(
-                    "{} is not a recorded job (give an id, `@ID`, a job name or `NAME~N`); nothing was removed",
-                    fmt::shown(&j.to_string_lossy())
-                ))
-                .into())
-            }
-        }
+        ids.push(job_ref(&store, j, &cwd, "; nothing was removed")?);
     }
     ids.dedup();
     for id in &ids {

@@ -10,9 +10,8 @@
 //! reach the working tree. Each output is then compared with the recorded hash.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::ffi::{CString, OsString};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::process::CommandExt;
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -455,47 +454,7 @@ fn rerun(
         .args(argv);
     // Started outside the tree: the mount below puts the job in its recorded directory.
     cmd.current_dir("/");
-    let c = |p: &Path| CString::new(p.as_os_str().as_bytes()).context("a path with a NUL byte");
-    let (dir, top, cwd) = (c(&wt.dir)?, c(&wt.top)?, c(Path::new(&s.cwd))?);
-    // SAFETY: getuid/getgid cannot fail.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-    let uid_map = format!("{uid} {uid} 1\n").into_bytes();
-    let gid_map = format!("{gid} {gid} 1\n").into_bytes();
-    // SAFETY: between fork and exec only system calls on memory prepared before the fork.
-    unsafe {
-        cmd.pre_exec(move || {
-            let own_users = uid != 0;
-            let flags = libc::CLONE_NEWNS | if own_users { libc::CLONE_NEWUSER } else { 0 };
-            if libc::unshare(flags) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if own_users {
-                write_proc(c"/proc/self/setgroups", b"deny");
-                write_proc(c"/proc/self/uid_map", &uid_map);
-                write_proc(c"/proc/self/gid_map", &gid_map);
-            }
-            let none = std::ptr::null();
-            if libc::mount(
-                none,
-                c"/".as_ptr(),
-                none,
-                libc::MS_REC | libc::MS_PRIVATE,
-                none.cast(),
-            ) != 0
-                || libc::mount(
-                    dir.as_ptr(),
-                    top.as_ptr(),
-                    none,
-                    libc::MS_BIND | libc::MS_REC,
-                    none.cast(),
-                ) != 0
-                || libc::chdir(cwd.as_ptr()) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    crate::namespace::with_binds(&mut cmd, &[(&wt.dir, &wt.top)], Some(Path::new(&s.cwd)))?;
     cmd.status().map_err(|e| {
         anyhow::anyhow!(
             "cannot re-run job {} in the worktree: {e} (the worktree is mounted over {} in a mount namespace; that needs root or unprivileged user namespaces)",
@@ -541,16 +500,4 @@ fn job_env(recorded: &BTreeMap<String, String>, job: i64) -> Vec<(String, OsStri
             .map(|(k, v)| (k.to_string_lossy().into_owned(), v)),
     );
     env
-}
-
-/// Writes `bytes` to a /proc file of this process (between fork and exec: no allocation).
-unsafe fn write_proc(path: &std::ffi::CStr, bytes: &[u8]) {
-    // SAFETY: open/write/close on a NUL-terminated path and a live buffer.
-    unsafe {
-        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-        if fd >= 0 {
-            libc::write(fd, bytes.as_ptr().cast(), bytes.len());
-            libc::close(fd);
-        }
-    }
 }

@@ -56,13 +56,65 @@ pub struct RunArgs {
     /// With --s3: forward to this S3 service instead of the embedded store in .roar/s3/.
     #[arg(long, value_name = "URL")]
     s3_upstream: Option<String>,
+    /// Put a label on the job (KEY=VALUE, repeatable); `roar label` changes them later.
+    #[arg(long, value_name = "KEY=VALUE")]
+    label: Vec<String>,
+    /// With `@N` for the command: run job N again with this parameter set (KEY=VALUE,
+    /// repeatable): in its argv (`lr` for `--lr 0.1`), else in a parameter file it read
+    /// (`model.max_depth`, or `params.yaml:model.max_depth`), through a scratch copy.
+    #[arg(long, value_name = "KEY=VALUE")]
+    set: Vec<String>,
     /// The command and its arguments. Options before it are roar's (an unknown one is an error,
     /// never the command); everything from the command's name on is the command's.
     #[arg(required = true, value_name = "CMD")]
     command: Vec<OsString>,
 }
 
+/// What `roar run @N` takes from its own options: the options a plain `roar run` of the same
+/// job gets, and the re-run's own.
+pub struct RerunArgs {
+    /// `--tracer`, `--group`, `-v`, `--trace`, `--trace-file`, `--summary`, `--timing`, `--s3`,
+    /// `--s3-upstream` as given.
+    pub forwarded: Vec<OsString>,
+    pub name: Option<String>,
+    pub label: Vec<String>,
+    pub set: Vec<String>,
+    pub command: Vec<OsString>,
+}
+
 impl RunArgs {
+    pub fn into_rerun(self) -> RerunArgs {
+        let mut f: Vec<OsString> = Vec::new();
+        let mut opt = |flag: &str, v: Option<OsString>| {
+            if let Some(v) = v {
+                f.push(flag.into());
+                f.push(v);
+            }
+        };
+        opt("--tracer", self.tracer.map(Into::into));
+        opt("--group", self.group.map(Into::into));
+        opt("--trace-file", self.trace_file.map(Into::into));
+        opt("--s3-upstream", self.s3_upstream.map(Into::into));
+        for (on, flag) in [
+            (self.verbose, "--verbose"),
+            (self.trace, "--trace"),
+            (self.summary, "--summary"),
+            (self.timing, "--timing"),
+            (self.s3, "--s3"),
+        ] {
+            if on {
+                f.push(flag.into());
+            }
+        }
+        RerunArgs {
+            forwarded: f,
+            name: self.name,
+            label: self.label,
+            set: self.set,
+            command: self.command,
+        }
+    }
+
     /// `roar run CMD...` with no option of roar's: what clap makes of it, without clap.
     pub fn command_only(command: Vec<OsString>) -> RunArgs {
         RunArgs {
@@ -76,6 +128,8 @@ impl RunArgs {
             timing: false,
             s3: false,
             s3_upstream: None,
+            label: Vec::new(),
+            set: Vec::new(),
             command,
         }
     }
@@ -176,6 +230,14 @@ fn signal_name(sig: i32) -> &'static str {
 }
 
 pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
+    if crate::rerun::is_rerun(&args.command) {
+        return crate::rerun::rerun(args, json);
+    }
+    anyhow::ensure!(
+        args.set.is_empty(),
+        "--set changes a recorded job's parameters: `roar run @N --set KEY=VALUE` (N a job id, name or NAME~K)"
+    );
+    let labels = crate::labels::parse_all(&args.label)?;
     let t0 = Instant::now();
     let timing = args.timing || std::env::var_os("ROAR_TIMING").is_some_and(|v| v == "1");
     // No project, bad config or an unusable backend: fail before anything runs.
@@ -401,6 +463,13 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     // Stderr is unbuffered: without a line buffer each piece of a line is a write of its own, and
     // output of the command's leftover background processes could land inside roar's line.
     let mut err = std::io::LineWriter::new(std::io::stderr().lock());
+    if let (Ok(id), false) = (&recorded, labels.is_empty()) {
+        if let Err(e) =
+            roar_store::Store::open(&project.db_path()).and_then(|s| s.set_labels(*id, &labels))
+        {
+            let _ = writeln!(err, "roar: warning: job {id}'s labels were not set: {e}");
+        }
+    }
     match recorded {
         Ok(id) => {
             let incomplete = match (traced.lost, traced.malformed) {

@@ -18,6 +18,8 @@ struct Run {
     status: String,
     params: BTreeMap<String, String>,
     metrics: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    labels: BTreeMap<String, String>,
 }
 
 /// `roar runs [NAME] [--sort KEY]`: newest first, or by KEY (a parameter or metric, whole or
@@ -26,8 +28,17 @@ pub fn runs(
     name: Option<&str>,
     sort: Option<&str>,
     limit: usize,
+    labels: &[String],
     json: bool,
 ) -> anyhow::Result<()> {
+    // `KEY=VALUE`, or `KEY` for any value: every one must hold.
+    let wanted: Vec<(String, Option<String>)> = labels
+        .iter()
+        .map(|l| match l.split_once('=') {
+            Some((k, v)) => crate::labels::check_key(k).map(|_| (k.to_owned(), Some(v.to_owned()))),
+            None => crate::labels::check_key(l).map(|_| (l.clone(), None)),
+        })
+        .collect::<anyhow::Result<_>>()?;
     let (_, store) = crate::lineage_cmd::open()?;
     let objects = crate::values::objects_here();
     let mut rows = Vec::new();
@@ -40,6 +51,14 @@ pub fn runs(
             continue;
         }
         let detail = store.job(j.id)?;
+        let labelled = wanted.iter().all(|(k, v)| match (detail.labels.get(k), v) {
+            (Some(have), Some(want)) => have == want,
+            (have, None) => have.is_some(),
+            (None, Some(_)) => false,
+        });
+        if !labelled {
+            continue;
+        }
         let mut params: BTreeMap<String, String> =
             crate::values::of_files(&detail, Role::Input, objects.as_ref())
                 .into_iter()
@@ -62,6 +81,7 @@ pub fn runs(
             status: fmt::status(&j.status, j.exit_code, j.signal),
             params,
             metrics,
+            labels: detail.labels,
         });
         if limit > 0 && rows.len() == limit && sort.is_none() {
             break;
@@ -118,7 +138,9 @@ fn print_table(rows: &[Run]) -> anyhow::Result<()> {
         k
     };
     let (pk, mk) = (keys(|r| &r.params), keys(|r| &r.metrics));
+    let with_labels = rows.iter().any(|r| !r.labels.is_empty());
     let mut header = vec!["job".to_owned(), "name".to_owned(), "status".to_owned()];
+    header.extend(with_labels.then(|| "labels".to_owned()));
     header.extend(pk.iter().cloned());
     header.extend(mk.iter().cloned());
     let mut table = vec![header];
@@ -128,6 +150,14 @@ fn print_table(rows: &[Run]) -> anyhow::Result<()> {
             r.name.clone().unwrap_or_default(),
             r.status.clone(),
         ];
+        line.extend(with_labels.then(|| {
+            let l: Vec<String> = r.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            if l.is_empty() {
+                "-".to_owned()
+            } else {
+                l.join(",")
+            }
+        }));
         line.extend(
             pk.iter()
                 .map(|k| r.params.get(k).cloned().unwrap_or_else(|| "-".into())),

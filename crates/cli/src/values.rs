@@ -49,7 +49,7 @@ pub fn of_files(job: &JobDetail, role: Role, objects: Option<&Objects>) -> Vec<P
 }
 
 /// The bytes of the version `blake3`: kept, or at `path` still.
-fn content(objects: Option<&Objects>, path: &Path, blake3: &str) -> Option<Vec<u8>> {
+pub fn content(objects: Option<&Objects>, path: &Path, blake3: &str) -> Option<Vec<u8>> {
     let kept = objects
         .filter(|o| o.has(blake3))
         .and_then(|o| std::fs::read(o.path(blake3)).ok());

@@ -35,33 +35,55 @@ fn hydra_key(k: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | '/' | '@'))
 }
 
+/// Where a parameter's value is in the arguments: the whole argument `i`, the end of argument `i`
+/// after `prefix` bytes (`--lr=0.1`, `lr=0.1`, `-n5`), or nowhere (a bare flag: `--amp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slot {
+    Whole(usize),
+    After(usize, usize),
+    Flag(usize),
+}
+
 /// The parameters in `args` (the arguments after the program; for an interpreter running a
 /// script, after the script too: `python train.py --lr 0.1` has `#1 = train.py` and `lr`).
 pub fn parse(args: &[String]) -> Vec<Param> {
+    parse_slots(args).into_iter().map(|(p, _)| p).collect()
+}
+
+/// [`parse`], with where each value is.
+pub fn parse_slots(args: &[String]) -> Vec<(Param, Slot)> {
     let mut out = Vec::new();
-    let mut push = |name: &str, value: &str| {
-        out.push(Param {
-            name: name.into(),
-            value: value.into(),
-        })
+    let mut push = |name: &str, value: &str, slot: Slot| {
+        out.push((
+            Param {
+                name: name.into(),
+                value: value.into(),
+            },
+            slot,
+        ))
     };
     let mut positional = 0;
     let mut i = 0;
     let mut only_positional = false;
     // The value of an option, if the next argument is one (it is then consumed).
-    let takes_value = |i: &mut usize, bare_pairs_too: bool| -> Option<String> {
+    let takes_value = |i: &mut usize, bare_pairs_too: bool| -> Option<(usize, String)> {
         let next = args.get(*i)?;
         (is_value(next) && (bare_pairs_too || !next.contains('='))).then(|| {
             *i += 1;
-            next.clone()
+            (*i - 1, next.clone())
         })
     };
+    let slot_of = |v: &Option<(usize, String)>, at: usize| match v {
+        Some((k, _)) => Slot::Whole(*k),
+        None => Slot::Flag(at),
+    };
     while i < args.len() {
+        let at = i;
         let a = &args[i];
         i += 1;
         if only_positional {
             positional += 1;
-            push(&format!("#{positional}"), a);
+            push(&format!("#{positional}"), a, Slot::Whole(at));
             continue;
         }
         if a == "--" {
@@ -70,10 +92,11 @@ pub fn parse(args: &[String]) -> Vec<Param> {
         }
         if let Some(body) = a.strip_prefix("--").filter(|b| !b.is_empty()) {
             match body.split_once('=') {
-                Some((k, v)) => push(k, v),
+                Some((k, v)) => push(k, v, Slot::After(at, a.len() - v.len())),
                 None => {
                     let v = takes_value(&mut i, false);
-                    push(body, v.as_deref().unwrap_or("true"));
+                    let value = v.as_ref().map_or("true", |(_, v)| v.as_str());
+                    push(body, value, slot_of(&v, at));
                 }
             }
             continue;
@@ -87,27 +110,53 @@ pub fn parse(args: &[String]) -> Vec<Param> {
             let rest = chars.as_str();
             if !rest.is_empty() && first.is_ascii_alphabetic() && rest.parse::<f64>().is_ok() {
                 // `-n5`
-                push(&first.to_string(), rest);
+                push(
+                    &first.to_string(),
+                    rest,
+                    Slot::After(at, a.len() - rest.len()),
+                );
             } else {
                 let v = (body.len() == 1)
                     .then(|| takes_value(&mut i, true))
                     .flatten();
-                push(body, v.as_deref().unwrap_or("true"));
+                let value = v.as_ref().map_or("true", |(_, v)| v.as_str());
+                push(body, value, slot_of(&v, at));
             }
             continue;
         }
         if let Some((k, v)) = a.split_once('=').filter(|(k, _)| hydra_key(k)) {
-            push(k, v);
+            push(k, v, Slot::After(at, a.len() - v.len()));
             continue;
         }
         if let Some(k) = a.strip_prefix('~').filter(|k| hydra_key(k)) {
-            push(&format!("~{k}"), "deleted");
+            push(&format!("~{k}"), "deleted", Slot::Flag(at));
             continue;
         }
         positional += 1;
-        push(&format!("#{positional}"), a);
+        push(&format!("#{positional}"), a, Slot::Whole(at));
     }
     out
+}
+
+/// `argv` with parameter `key` (as [`of_argv`] names it; `-` and `_` alike) set to `value`.
+/// Err: why not (no such parameter, or a bare flag, which has no value to change).
+pub fn set_in_argv(argv: &[String], key: &str, value: &str) -> Result<Vec<String>, String> {
+    let start = interpreter_options_end(argv);
+    let (_, slot) = parse_slots(&argv[start..])
+        .into_iter()
+        .find(|(p, _)| same_key(&p.name, key))
+        .ok_or_else(|| format!("the command has no parameter {key}"))?;
+    let mut out = argv.to_vec();
+    match slot {
+        Slot::Whole(i) => out[start + i] = value.to_owned(),
+        Slot::After(i, prefix) => out[start + i] = format!("{}{value}", &argv[start + i][..prefix]),
+        Slot::Flag(_) => {
+            return Err(format!(
+                "{key} is a flag without a value in the command; edit the command instead"
+            ))
+        }
+    }
+    Ok(out)
 }
 
 /// The parameters of a job's argv: the program itself is not one; for an interpreter the
@@ -264,6 +313,33 @@ mod tests {
         ps.iter()
             .map(|p| (p.name.clone(), p.value.clone()))
             .collect()
+    }
+
+    #[test]
+    fn a_parameter_is_set_where_it_is_written() {
+        let argv = v(&[
+            "python3",
+            "-u",
+            "train.py",
+            "--lr",
+            "0.1",
+            "--epochs=5",
+            "-n3",
+            "model.depth=4",
+            "data/",
+            "--amp",
+        ]);
+        let set = |k: &str, x: &str| set_in_argv(&argv, k, x);
+        assert_eq!(set("lr", "0.2").unwrap()[4], "0.2");
+        assert_eq!(set("epochs", "7").unwrap()[5], "--epochs=7");
+        assert_eq!(set("n", "4").unwrap()[6], "-n4");
+        assert_eq!(set("model.depth", "8").unwrap()[7], "model.depth=8");
+        assert_eq!(set("#2", "other/").unwrap()[8], "other/");
+        assert!(set("amp", "false").is_err());
+        assert!(set("batch", "8").is_err());
+        // Only the one value changes.
+        let out = set("lr", "0.2").unwrap();
+        assert_eq!(out.iter().zip(&argv).filter(|(a, b)| a != b).count(), 1);
     }
 
     #[test]

@@ -179,6 +179,157 @@ fn flatten_toml(prefix: &str, v: &toml::Value, out: &mut Vec<(String, String)>) 
     }
 }
 
+/// `bytes` (a parameter file in `format`) with the value at dotted `key` replaced by `value`:
+/// typed as the old value was (a string stays a string; otherwise read as the format reads a
+/// literal: `5` a number, `true` a boolean). Structured formats are parsed and written again
+/// (comments and layout are not kept: this writes a scratch copy); `key = value` files are
+/// edited in place. The result is read back: every other value must be as it was.
+pub fn set(bytes: &[u8], format: Format, key: &str, value: &str) -> Result<Vec<u8>, String> {
+    let text = std::str::from_utf8(bytes).map_err(|_| "the file is not UTF-8".to_owned())?;
+    let before = read(bytes, format);
+    if !before.iter().any(|(k, _)| k == key) {
+        return Err(format!("it has no value {key}"));
+    }
+    let path: Vec<&str> = key.split('.').collect();
+    let out = match format {
+        Format::Json => {
+            let mut v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+            let slot = json_slot(&mut v, &path).ok_or("the key names no scalar")?;
+            *slot = match slot {
+                serde_json::Value::String(_) => serde_json::Value::String(value.into()),
+                _ => serde_json::from_str(value)
+                    .unwrap_or_else(|_| serde_json::Value::String(value.into())),
+            };
+            serde_json::to_string_pretty(&v).map_err(|e| e.to_string())? + "\n"
+        }
+        Format::Yaml => {
+            let mut docs =
+                yaml_rust2::YamlLoader::load_from_str(text).map_err(|e| e.to_string())?;
+            let doc = docs.first_mut().ok_or("the file is empty")?;
+            let slot = yaml_slot(doc, &path).ok_or("the key names no scalar")?;
+            *slot = match slot {
+                yaml_rust2::Yaml::String(_) => yaml_rust2::Yaml::String(value.into()),
+                _ => yaml_rust2::Yaml::from_str(value),
+            };
+            let mut out = String::new();
+            yaml_rust2::YamlEmitter::new(&mut out)
+                .dump(doc)
+                .map_err(|e| e.to_string())?;
+            out.strip_prefix("---\n").unwrap_or(&out).to_owned() + "\n"
+        }
+        Format::Toml => {
+            // toml_edit keeps the file's layout and comments.
+            let mut doc: toml_edit::DocumentMut = text
+                .parse()
+                .map_err(|e: toml_edit::TomlError| e.to_string())?;
+            let mut item = doc.as_item_mut();
+            for p in &path {
+                item = item
+                    .as_table_like_mut()
+                    .and_then(|t| t.get_mut(p))
+                    .ok_or("the key names no scalar")?;
+            }
+            let old = item.as_value().ok_or("the key names no scalar")?;
+            let mut new = match old.is_str() {
+                true => toml_edit::Value::from(value),
+                false => value
+                    .parse::<toml_edit::Value>()
+                    .unwrap_or_else(|_| toml_edit::Value::from(value)),
+            };
+            *new.decor_mut() = old.decor().clone();
+            *item = toml_edit::Item::Value(new);
+            doc.to_string()
+        }
+        Format::Ini => set_ini(text, key, value).ok_or("the key names no line")?,
+        Format::Csv => return Err("a CSV file holds no parameters".into()),
+    };
+    let after = read(out.as_bytes(), format);
+    let expected: Vec<(String, String)> = before
+        .into_iter()
+        .map(|(k, v)| {
+            if k == key {
+                (k, value.to_owned())
+            } else {
+                (k, v)
+            }
+        })
+        .collect();
+    if after != expected {
+        return Err(format!("written again it would not read back as {key} = {value} with every other value as it was"));
+    }
+    Ok(out.into_bytes())
+}
+
+fn json_slot<'a>(v: &'a mut serde_json::Value, path: &[&str]) -> Option<&'a mut serde_json::Value> {
+    let Some((first, rest)) = path.split_first() else {
+        return (!v.is_object() && !v.is_array()).then_some(v);
+    };
+    let next = match v {
+        serde_json::Value::Object(m) => m.get_mut(*first)?,
+        serde_json::Value::Array(a) => a.get_mut(first.parse::<usize>().ok()?)?,
+        _ => return None,
+    };
+    json_slot(next, rest)
+}
+
+fn yaml_slot<'a>(v: &'a mut yaml_rust2::Yaml, path: &[&str]) -> Option<&'a mut yaml_rust2::Yaml> {
+    use yaml_rust2::Yaml;
+    let Some((first, rest)) = path.split_first() else {
+        return (!matches!(v, Yaml::Hash(_) | Yaml::Array(_))).then_some(v);
+    };
+    let next = match v {
+        Yaml::Hash(h) => h
+            .iter_mut()
+            .find(|(k, _)| match k {
+                Yaml::String(s) | Yaml::Real(s) => s == first,
+                Yaml::Integer(i) => i.to_string() == *first,
+                Yaml::Boolean(b) => b.to_string() == *first,
+                _ => false,
+            })
+            .map(|(_, v)| v)?,
+        Yaml::Array(a) => a.get_mut(first.parse::<usize>().ok()?)?,
+        _ => return None,
+    };
+    yaml_slot(next, rest)
+}
+
+/// The `key = value` line of `key` (under its `[section]`) with the new value, quoted as the old
+/// one was.
+fn set_ini(text: &str, key: &str, value: &str) -> Option<String> {
+    let mut section = String::new();
+    let mut out = String::with_capacity(text.len() + value.len());
+    let mut done = false;
+    for line in text.split_inclusive('\n') {
+        let t = line.trim();
+        if let Some(name) = t.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            section = name.trim().to_owned();
+        }
+        let body = t.strip_prefix("export ").unwrap_or(t);
+        let split = body.split_once('=').or_else(|| body.split_once(':'));
+        if let (false, Some((k, v))) = (done || t.starts_with('#') || t.starts_with(';'), split) {
+            if self::key(&section, k.trim()) == key {
+                let v = v.trim();
+                let quote = ['"', '\'']
+                    .into_iter()
+                    .find(|q| v.len() >= 2 && v.starts_with(*q) && v.ends_with(*q));
+                let at = line.find(body).unwrap_or(0) + (body.len() - body.trim_start().len());
+                let eq = line[at..].find(['=', ':']).map(|i| at + i + 1)?;
+                let lead = &line[..eq];
+                let space = if line[eq..].starts_with(' ') { " " } else { "" };
+                let end = if line.ends_with('\n') { "\n" } else { "" };
+                out.push_str(&match quote {
+                    Some(q) => format!("{lead}{space}{q}{value}{q}{end}"),
+                    None => format!("{lead}{space}{value}{end}"),
+                });
+                done = true;
+                continue;
+            }
+        }
+        out.push_str(line);
+    }
+    done.then_some(out)
+}
+
 /// `[section]` headers prefix the keys under them; `export KEY=value` and quotes as in `.env`.
 fn read_ini(text: &str, out: &mut Vec<(String, String)>) {
     let mut section = String::new();
@@ -219,6 +370,59 @@ fn read_csv(text: &str, out: &mut Vec<(String, String)>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_value_is_set_in_every_format_and_reads_back() {
+        let cases: [(&[u8], Format); 4] = [
+            (
+                b"model:\n  max_depth: 8\n  name: rf\nlr: 0.1\n",
+                Format::Yaml,
+            ),
+            (
+                br#"{"model": {"max_depth": 8, "name": "rf"}, "lr": 0.1}"#,
+                Format::Json,
+            ),
+            (
+                b"lr = 0.1\n[model]\nmax_depth = 8\nname = \"rf\"\n",
+                Format::Toml,
+            ),
+            (
+                b"# comment\nlr=0.1\n[model]\nmax_depth = 8\nname = 'rf'\n",
+                Format::Ini,
+            ),
+        ];
+        for (bytes, format) in cases {
+            let out = set(bytes, format, "model.max_depth", "5").unwrap();
+            let values = read(&out, format);
+            assert!(
+                values.contains(&("model.max_depth".into(), "5".into())),
+                "{format:?}: {values:?}"
+            );
+            assert!(
+                values.contains(&("lr".into(), "0.1".into())),
+                "{format:?}: {values:?}"
+            );
+            let out = set(bytes, format, "model.name", "gbm").unwrap();
+            assert!(
+                read(&out, format).contains(&("model.name".into(), "gbm".into())),
+                "{format:?}"
+            );
+            assert!(
+                set(bytes, format, "model.depth", "5").is_err(),
+                "{format:?}"
+            );
+        }
+        // A line edit keeps everything else byte for byte.
+        let ini = b"# comment\nexport LR=0.1\nN = \"3\"\n";
+        assert_eq!(
+            set(ini, Format::Ini, "N", "4").unwrap(),
+            b"# comment\nexport LR=0.1\nN = \"4\"\n"
+        );
+        assert_eq!(
+            set(ini, Format::Ini, "LR", "0.2").unwrap(),
+            b"# comment\nexport LR=0.2\nN = \"3\"\n"
+        );
+    }
 
     #[test]
     fn files_are_told_by_name() {

@@ -237,6 +237,18 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     r#"
     CREATE INDEX jobs_started ON jobs(started_ns, id);
     "#,
+    // 12: labels people put on jobs (`roar label`, `roar run --label`), and roar's own under
+    // `roar.` (`roar.rerun_of`: the job `roar run @N` ran again). Not part of what was observed:
+    // set and removed at any time.
+    r#"
+    CREATE TABLE labels (
+        job_id  INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+        key     TEXT NOT NULL,
+        value   TEXT NOT NULL,
+        PRIMARY KEY (job_id, key)
+    ) WITHOUT ROWID;
+    CREATE INDEX labels_key ON labels(key, value);
+    "#,
 ];
 
 /// The schema version this build writes.

@@ -64,6 +64,9 @@ pub struct JobDetail {
     pub steps: Vec<crate::steps::StepDetail>,
     /// Packages used and the machine (schema 8 on; empty for jobs recorded before).
     pub environment: crate::environment::EnvironmentDetail,
+    /// Labels put on the job (schema 12).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 /// One job's use of an artifact or path.
@@ -361,6 +364,7 @@ impl Store {
             packages: crate::environment::packages_of(&self.conn, id).map_err(|e| self.err(e))?,
             runtime: crate::environment::runtime_of(&self.conn, id).map_err(|e| self.err(e))?,
         };
+        let labels = self.labels(id)?;
         Ok(JobDetail {
             summary,
             host,
@@ -369,7 +373,49 @@ impl Store {
             files,
             steps,
             environment,
+            labels,
         })
+    }
+
+    /// Job `id`'s labels.
+    pub fn labels(&self, id: i64) -> Result<BTreeMap<String, String>> {
+        let read = || -> rusqlite::Result<BTreeMap<String, String>> {
+            self.conn
+                .prepare_cached("SELECT key, value FROM labels WHERE job_id = ?1")?
+                .query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect()
+        };
+        read().map_err(|e| self.err(e))
+    }
+
+    /// Sets (`Some`) or removes (`None`) labels of job `id`, in one transaction.
+    pub fn set_labels(&self, id: i64, labels: &[(String, Option<String>)]) -> Result<()> {
+        let write = || -> rusqlite::Result<bool> {
+            let tx = self.conn.unchecked_transaction()?;
+            let exists = tx
+                .query_row("SELECT 1 FROM jobs WHERE id = ?1", [id], |_| Ok(()))
+                .optional()?
+                .is_some();
+            for (k, v) in labels.iter().filter(|_| exists) {
+                match v {
+                    Some(v) => tx.execute(
+                        "INSERT INTO labels (job_id, key, value) VALUES (?1, ?2, ?3)
+                         ON CONFLICT (job_id, key) DO UPDATE SET value = excluded.value",
+                        rusqlite::params![id, k, v],
+                    )?,
+                    None => tx.execute(
+                        "DELETE FROM labels WHERE job_id = ?1 AND key = ?2",
+                        rusqlite::params![id, k],
+                    )?,
+                };
+            }
+            tx.commit()?;
+            Ok(exists)
+        };
+        match write().map_err(|e| self.err(e))? {
+            true => Ok(()),
+            false => Err(StoreError::UnknownJob { id }),
+        }
     }
 
     /// The uncommitted changes job `id` ran with (`git diff HEAD --binary`), when kept.
