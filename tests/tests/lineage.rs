@@ -593,3 +593,38 @@ fn labels_are_set_shown_filtered_and_removed() {
         );
     }
 }
+
+/// `roar diff` of two artifacts each made by one step of a pipeline job compares those steps —
+/// their commands and files — not the whole jobs with everything else they made.
+#[test]
+fn diff_of_two_artifacts_compares_the_steps_that_made_them() {
+    let p = Project::new();
+    let raw: String = (1..=20).map(|i| format!("{i}\n")).collect();
+    p.write("raw.txt", raw.as_bytes());
+    p.write(
+        "pipeline.sh",
+        b"sort -n raw.txt > clean.txt\nfor i in 1 2 3 4 5 6; do head -n $i clean.txt > part$i.txt; done\ntail -n \"$1\" clean.txt > model.txt\n",
+    );
+    for n in ["3", "5"] {
+        let o = p.roar(["run", "--", "bash", "pipeline.sh", n]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let o = p.roar(["--json", "diff", "model.txt@1", "model.txt"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let d: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let argv = |side: &str| d["argv"][side].as_array().map(|a| a.len());
+    assert_eq!(argv("a"), Some(4), "A is not the tail step: {d}");
+    assert_eq!(d["argv"]["b"][2], "5");
+    let outputs: Vec<&str> = d["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap().rsplit('/').next().unwrap())
+        .collect();
+    assert_eq!(outputs, ["model.txt"], "outputs beyond the step's: {d}");
+    let text = stdout(&p.roar(["diff", "model.txt@1", "model.txt"]));
+    assert!(
+        text.contains("step") && text.contains("bash pipeline.sh 3"),
+        "{text}"
+    );
+}

@@ -108,9 +108,30 @@ fn side(store: &Store, what: &OsStr) -> anyhow::Result<Side> {
             short_hash(&target.hash)
         );
     };
+    let mut job = store.job(producer)?;
+    // Made by one step of a job that has steps (`make`, `bash pipeline.sh`): that step is the
+    // side, not the whole job and every other thing it made.
+    let step = lineage.steps.iter().find(|s| {
+        s.job_id == producer
+            && s.step.is_some()
+            && s.outputs.iter().any(|o| {
+                o.hash
+                    .as_ref()
+                    .is_some_and(|h| h.blake3 == target.hash.blake3)
+                    && target.path.as_ref().is_none_or(|p| *p == o.path)
+            })
+    });
+    let made_by = match step {
+        Some(s) => {
+            let whole = fmt::argv(&job.summary.argv);
+            narrow_to_step(&mut job, s);
+            format!("{} of {whole}", crate::graph::title(producer, s.step))
+        }
+        None => format!("job {producer}"),
+    };
     Ok(Side {
-        label: format!("{label} (job {producer})"),
-        job: store.job(producer)?,
+        label: format!("{label} ({made_by})"),
+        job,
         roots: Some(
             lineage
                 .roots
@@ -119,6 +140,33 @@ fn side(store: &Store, what: &OsStr) -> anyhow::Result<Side> {
                 .collect(),
         ),
     })
+}
+
+/// `job` as its step `s` alone: the step's command, directory and files; the job's code,
+/// packages, machine and environment.
+fn narrow_to_step(job: &mut JobDetail, s: &roar_store::Step) {
+    job.summary.argv = s
+        .argv
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    job.summary.cwd = s.cwd.clone();
+    let row = |role: Role, e: &roar_store::Edge| roar_store::FileRow {
+        role,
+        kind: "file".into(),
+        path: e.path.clone(),
+        hash: e.hash.clone(),
+        before: None,
+        ops: Vec::new(),
+        s3: None,
+    };
+    job.files = s
+        .inputs
+        .iter()
+        .map(|e| row(Role::Input, e))
+        .chain(s.outputs.iter().map(|e| row(Role::Output, e)))
+        .collect();
+    job.steps.clear();
 }
 
 fn files(job: &JobDetail, role: Role) -> BTreeMap<String, Option<ContentHash>> {
