@@ -257,8 +257,9 @@ fn the_server_outlives_a_closed_output() {
 
 /// 200 jobs (20 runs of a 10-stage pipeline, 1,000 file versions, tests/ui/reruns.sh): the page
 /// opens on the latest runs with each folded count, its labels legible (>= 11 px) at the default
-/// view, jobs counted as jobs, a job whose outputs are all deleted marked so; "all runs" draws
-/// all 200 (issue 60).
+/// view, jobs counted as jobs, a job whose outputs are all deleted marked so; a job is found by
+/// its label, its name's runs open as a table that filters, sorts and compares two rows; "all
+/// runs" draws all 200 (issue 60).
 #[test]
 fn two_hundred_jobs_open_on_the_latest_runs_and_stay_legible() {
     if !browser_available() {
@@ -280,8 +281,14 @@ fn two_hundred_jobs_open_on_the_latest_runs_and_stay_legible() {
     for i in 1..=5 {
         std::fs::remove_file(p.path().join(format!("s10/o{i}.txt"))).unwrap();
     }
+    let o = p.roar(["label", "200", "best=yes"]);
+    assert!(o.status.success(), "{}", stderr(&o));
     let (_server, url) = serve(&p);
     let expect = json!({
+        "label": "best=yes",
+        "labelled": "job 200",
+        "runs_name": "stage10",
+        "runs": 20,
         "jobs": 200,
         "latest_jobs": 10,
         "earlier": 19,

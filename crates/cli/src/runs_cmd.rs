@@ -11,7 +11,7 @@ use serde::Serialize;
 use crate::fmt::{self, bold};
 
 #[derive(Serialize)]
-struct Run {
+pub struct Run {
     job: i64,
     name: Option<String>,
     started_ns: i64,
@@ -31,7 +31,26 @@ pub fn runs(
     labels: &[String],
     json: bool,
 ) -> anyhow::Result<()> {
-    // `KEY=VALUE`, or `KEY` for any value: every one must hold.
+    let (_, store) = crate::lineage_cmd::open()?;
+    let objects = crate::values::objects_here();
+    let rows = rows(&store, objects.as_ref(), name, sort, limit, labels)?;
+    if json {
+        return fmt::print_json(&rows);
+    }
+    print_table(&rows)
+}
+
+/// The runs of `name` (all jobs when None) with label filters (`KEY=VALUE`, or `KEY` for any
+/// value: every one must hold), newest first or by `sort`; at most `limit` (0: all). What
+/// `roar runs` prints and `roar ui` shows.
+pub fn rows(
+    store: &roar_store::Store,
+    objects: Option<&roar_store::objects::Objects>,
+    name: Option<&str>,
+    sort: Option<&str>,
+    limit: usize,
+    labels: &[String],
+) -> anyhow::Result<Vec<Run>> {
     let wanted: Vec<(String, Option<String>)> = labels
         .iter()
         .map(|l| match l.split_once('=') {
@@ -39,8 +58,6 @@ pub fn runs(
             None => crate::labels::check_key(l).map(|_| (l.clone(), None)),
         })
         .collect::<anyhow::Result<_>>()?;
-    let (_, store) = crate::lineage_cmd::open()?;
-    let objects = crate::values::objects_here();
     let mut rows = Vec::new();
     for j in store.jobs(usize::MAX)? {
         if j.status == "failed_to_start" {
@@ -60,7 +77,7 @@ pub fn runs(
             continue;
         }
         let mut params: BTreeMap<String, String> =
-            crate::values::of_files(&detail, Role::Input, objects.as_ref())
+            crate::values::of_files(&detail, Role::Input, objects)
                 .into_iter()
                 .map(|p| (p.name, p.value))
                 .collect();
@@ -70,7 +87,7 @@ pub fn runs(
                 .filter(|p| !p.name.starts_with('#'))
                 .map(|p| (p.name, p.value)),
         );
-        let metrics = crate::values::of_files(&detail, Role::Output, objects.as_ref())
+        let metrics = crate::values::of_files(&detail, Role::Output, objects)
             .into_iter()
             .map(|p| (p.name, p.value))
             .collect();
@@ -95,10 +112,23 @@ pub fn runs(
     if limit > 0 {
         rows.truncate(limit);
     }
-    if json {
-        return fmt::print_json(&rows);
-    }
-    print_table(&rows)
+    Ok(rows)
+}
+
+/// The runs of job `id`'s name (its `--name`, else its default name), for the page: None when
+/// the job has no name of either kind.
+pub fn runs_of_job(
+    store: &roar_store::Store,
+    objects: Option<&roar_store::objects::Objects>,
+    id: i64,
+) -> anyhow::Result<Option<(String, Vec<Run>)>> {
+    let job = store.job(id)?;
+    let Some(name) = roar_env::params::run_name(job.summary.name.as_deref(), &job.summary.argv)
+    else {
+        return Ok(None);
+    };
+    let rows = rows(store, objects, Some(&name), None, 0, &[])?;
+    Ok(Some((name, rows)))
 }
 
 /// The value of `key` in `m`: by its whole name, or by the part after its file's `FILE:`.

@@ -65,6 +65,9 @@ pub struct Step {
     /// The superseded runs of the same command this (current) step stands for.
     #[serde(skip_serializing_if = "is_zero")]
     pub earlier_runs: u32,
+    /// The job's labels (`roar label`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -506,7 +509,16 @@ impl Store {
                     outputs: Vec::new(),
                     superseded: false,
                     earlier_runs: 0,
+                    labels: BTreeMap::new(),
                 })
+            })
+            .and_then(|mut step| {
+                step.labels = self
+                    .conn
+                    .prepare_cached("SELECT key, value FROM labels WHERE job_id = ?1")?
+                    .query_map([job_id], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect::<rusqlite::Result<_>>()?;
+                Ok(step)
             })
     }
 
@@ -692,6 +704,7 @@ mod tests {
             outputs: outputs.iter().map(|p| edge(p, None)).collect(),
             superseded: false,
             earlier_runs: 0,
+            labels: BTreeMap::new(),
         }
     }
 

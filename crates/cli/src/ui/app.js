@@ -23,12 +23,14 @@
         status: async () => embedded.status,
         job: async (id) => embedded.jobs[id] || null,
         diff: async (a, b) => embedded.diffs[pair(a, b).join("-")] || null,
+        runs: async (id) => { const name = (embedded.run_of || {})[id]; return { name: name || null, runs: name ? embedded.runs[name] : [] }; },
       }
     : {
         dag: () => get("/api/dag"),
         status: () => get("/api/status").catch(() => null),
         job: (id) => get("/api/job/" + id),
         diff: (a, b) => { const [x, y] = pair(a, b); return get(`/api/diff?a=${x}&b=${y}`); },
+        runs: (id) => get(`/api/runs?job=${id}`),
       };
 
   // ---- Small helpers.
@@ -577,6 +579,14 @@
   function renderJob(panel, s, job) {
     const t = el("table", {});
     t.append(row("argv", el("pre", { class: "argv" }, argvText(s.argv))));
+    const labels = Object.entries((job && job.labels) || s.labels || {});
+    if (labels.length) t.append(row("labels", ...labels.map(([k, v]) => el("span", { class: "label" }, `${k}=${v}`))));
+    // The runs of its name, as `roar runs NAME` lists them.
+    source.runs(s.job_id).then((r) => {
+      if (!r || !r.runs || r.runs.length < 2 || state.selected !== "j" + nodeOf(s.job_id, s.step)) return;
+      const acts = panel.querySelector(".actions");
+      if (acts) acts.append(el("button", { id: "show-runs", onclick: () => showRuns(r.name, r.runs) }, `Runs of ${r.name} (${r.runs.length})`));
+    }).catch(() => {});
     t.append(row("cwd", el("span", { class: "mono" }, s.cwd)));
     t.append(row("status", s.status + (s.exit_code !== null && s.exit_code !== undefined ? ` (exit ${s.exit_code})` : "")));
     t.append(row("started", time(s.started_ns)));
@@ -638,13 +648,57 @@
     box.append(el("p", { class: "muted" }, `${d.same_inputs} inputs with the same path and content on both sides.`));
   }
 
+  // ---- The runs of one name as a table (`roar runs NAME`): parameters and metrics as columns,
+  // sorted by any column, filtered by text; two rows ticked are compared.
+  function showRuns(name, runs) {
+    const box = $("runs-table");
+    box.hidden = false;
+    const keys = (f) => [...new Set(runs.flatMap((r) => Object.keys(r[f] || {})))].sort();
+    const cols = [
+      { title: "job", get: (r) => r.job },
+      { title: "status", get: (r) => r.status },
+      { title: "labels", get: (r) => Object.entries(r.labels || {}).map(([k, v]) => `${k}=${v}`).join(" ") },
+      ...keys("params").map((k) => ({ title: k, kind: "param", get: (r) => (r.params || {})[k] })),
+      ...keys("metrics").map((k) => ({ title: k, kind: "metric", get: (r) => (r.metrics || {})[k] })),
+    ];
+    const st = { sort: null, desc: true, filter: "", picked: [] };
+    const num = (v) => (v === undefined || v === null || v === "" || isNaN(Number(v)) ? null : Number(v));
+    function render() {
+      let rows = runs.filter((r) => !st.filter || cols.some((c) => String(c.get(r) ?? "").toLowerCase().includes(st.filter)));
+      if (st.sort !== null) {
+        const c = cols[st.sort];
+        rows = [...rows].sort((a, b) => {
+          const [x, y] = [c.get(a), c.get(b)], [nx, ny] = [num(x), num(y)];
+          const o = nx !== null && ny !== null ? nx - ny : x === undefined ? -1 : y === undefined ? 1 : String(x).localeCompare(String(y));
+          return st.desc ? -o : o;
+        });
+      }
+      const head = el("tr", {}, el("th", {}, ""), ...cols.map((c, i) => el("th", { class: c.kind || null, onclick: () => { st.desc = st.sort === i ? !st.desc : true; st.sort = i; render(); } }, c.title + (st.sort === i ? (st.desc ? " ▾" : " ▴") : ""))));
+      const body = rows.map((r) => {
+        const tick = el("input", { type: "checkbox" });
+        tick.checked = st.picked.includes(r.job);
+        tick.addEventListener("change", () => { st.picked = tick.checked ? [...st.picked, r.job].slice(-2) : st.picked.filter((j) => j !== r.job); render(); });
+        return el("tr", { "data-job": r.job }, el("td", {}, tick), ...cols.map((c) => el("td", { class: c.kind || null }, c.title === "job" ? jobLink(r.job) : String(c.get(r) ?? "-"))));
+      });
+      const filter = el("input", { type: "search", id: "runs-filter", placeholder: "Filter rows", value: st.filter });
+      filter.addEventListener("input", () => { st.filter = filter.value.trim().toLowerCase(); render(); const f = $("runs-filter"); f.focus(); f.setSelectionRange(f.value.length, f.value.length); });
+      const cmp = el("button", { id: "runs-compare", onclick: () => compare(st.picked[0], st.picked[1]) }, "Compare the two ticked");
+      if (st.picked.length !== 2) cmp.setAttribute("disabled", "");
+      box.replaceChildren(el("button", { class: "close", onclick: () => { box.hidden = true; } }, "Close"),
+        el("h2", {}, `Runs of ${name} (${runs.length})`), el("div", { class: "actions" }, filter, cmp),
+        el("table", { class: "runs" }, head, ...body));
+    }
+    render();
+  }
+
   // ---- Search: path, hash prefix, job id, name or argv.
   function matches(n, q) {
     const hash = (h) => h && (h.blake3.startsWith(q) || (h.sha256 && h.sha256.startsWith(q)));
     const path = (p) => p.toLowerCase().includes(q) || rel(p).toLowerCase().includes(q);
     if (n.kind === "job") {
       const s = n.step;
-      return `job ${s.job_id}` === q || String(s.job_id) === q || (s.name || "").toLowerCase().includes(q) || argvText(s.argv).toLowerCase().includes(q);
+      const labels = Object.entries(s.labels || {}).map(([k, v]) => `${k}=${v}`.toLowerCase());
+      return `job ${s.job_id}` === q || String(s.job_id) === q || (s.name || "").toLowerCase().includes(q) || argvText(s.argv).toLowerCase().includes(q) || labels.some((l) => l.includes(q));
     }
     if (n.kind === "dir") return path(n.dir + "/") || [...n.files.values()].some((e) => path(e.path) || hash(e.hash));
     return path(n.path) || hash(n.hash);
@@ -683,7 +737,7 @@
   $("fit").addEventListener("click", () => fit(false));
   $("all-runs").addEventListener("change", (ev) => setAllRuns(ev.target.checked));
   $("clear").addEventListener("click", () => { $("search").value = ""; search(); state.compareFrom = null; select(null); });
-  document.addEventListener("keydown", (ev) => { if (ev.key === "Escape") $("compare").hidden = true; });
+  document.addEventListener("keydown", (ev) => { if (ev.key === "Escape") { if (!$("compare").hidden) $("compare").hidden = true; else $("runs-table").hidden = true; } });
 
   // ---- Loading, and live updates while the page is open.
   function rebuild(refit) {

@@ -321,6 +321,14 @@ fn api(project: &Project, path: &str, query: Option<&str>) -> anyhow::Result<Vec
                 b.as_ref(),
             )?)
         }
+        "/api/runs" => {
+            let job = query_param(query, "job")
+                .and_then(|j| j.parse::<i64>().ok())
+                .ok_or_else(|| BadRequest("/api/runs needs ?job=JOB".into()))?;
+            let runs = crate::runs_cmd::runs_of_job(&store, Some(&project.objects()), job)?;
+            let (name, runs) = runs.unwrap_or_default();
+            json(&serde_json::json!({ "name": name, "runs": runs }))
+        }
         _ => match path.strip_prefix("/api/job/").map(str::parse::<i64>) {
             Some(Ok(id)) => json(&store.job(id)?),
             _ => return Err(crate::NotFound(format!("no API at {path}")).into()),

@@ -44,6 +44,9 @@ pub struct Embedded {
     pub jobs: BTreeMap<i64, roar_store::JobDetail>,
     /// `roar diff A B --json` keyed `"A-B"` (A < B).
     pub diffs: BTreeMap<String, crate::diff_cmd::Diff>,
+    /// `roar runs NAME --json` of each job name with more than one run, and each job's name.
+    pub runs: BTreeMap<String, Vec<crate::runs_cmd::Run>>,
+    pub run_of: BTreeMap<i64, String>,
 }
 
 /// JSON inside `<script type="application/json">`: `<` escaped so no string can close the tag.
@@ -129,11 +132,28 @@ pub fn embed(
             }
         }
     }
+    let mut run_of = BTreeMap::new();
+    let mut count: BTreeMap<String, usize> = BTreeMap::new();
+    for (id, j) in &jobs {
+        if let Some(n) = roar_env::params::run_name(j.summary.name.as_deref(), &j.summary.argv) {
+            *count.entry(n.clone()).or_default() += 1;
+            run_of.insert(*id, n);
+        }
+    }
+    let objects = project.objects();
+    let mut runs = BTreeMap::new();
+    for (name, _) in count.into_iter().filter(|(_, n)| *n > 1) {
+        let rows = crate::runs_cmd::rows(store, Some(&objects), Some(&name), None, 0, &[])?;
+        runs.insert(name, rows);
+    }
+    run_of.retain(|_, n| runs.contains_key(n));
     Ok(Embedded {
         dag,
         status,
         jobs,
         diffs,
+        runs,
+        run_of,
     })
 }
 
