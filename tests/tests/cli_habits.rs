@@ -626,3 +626,41 @@ fn a_mistyped_command_says_which_was_meant() {
         );
     }
 }
+
+/// Hashing that takes long shows a progress line on a terminal (`script` gives roar one), cleared
+/// before the job's summary; without a terminal, nothing (issue 60: a 2 GiB output was hashed in
+/// silence). The line's delay is 0 here (ROAR_PROGRESS_AFTER_MS), a second otherwise.
+#[test]
+fn long_hashing_shows_progress_on_a_terminal_only() {
+    if !common::require_tool("script") {
+        return;
+    }
+    let p = Project::new();
+    let cmd = format!(
+        "{} run -- sh -c 'head -c 64M /dev/zero > big.bin'",
+        roar_bin().display()
+    );
+    let out = std::process::Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .current_dir(p.path())
+        .env("ROAR_PROGRESS_AFTER_MS", "0")
+        .env_remove("ROAR_DIR")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let tty = String::from_utf8_lossy(&out.stdout);
+    let line = tty.find("roar: hashing the job's files: ");
+    let summary = tty.find("roar: job 1,");
+    assert!(line.is_some() && summary.is_some(), "{tty:?}");
+    assert!(
+        tty[..summary.unwrap()].ends_with("\r\x1b[2K"),
+        "the progress line was not cleared: {tty:?}"
+    );
+    let o = p
+        .cmd(["run", "--", "sh", "-c", "head -c 64M /dev/zero > big2.bin"])
+        .env("ROAR_PROGRESS_AFTER_MS", "0")
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    assert!(!stderr(&o).contains("hashing"), "{}", stderr(&o));
+}

@@ -24,6 +24,7 @@ mod log;
 mod math;
 mod mount_cmd;
 mod namespace;
+mod progress;
 mod query_cmd;
 mod recorder;
 mod recording;

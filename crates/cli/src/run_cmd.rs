@@ -435,19 +435,21 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     // gets the job whole.
     let mut job = Some(job);
     versions.learn_tracked(&classified);
-    let hashed = collect::hash(
-        classified,
-        opts,
-        &cache,
-        &early,
-        versions.versions().as_ref(),
-        &mut |chunk| {
-            if let Some(listing) = listing.as_mut() {
-                listing.extend(chunk.files.iter().cloned());
-            }
-            recording.files(&mut job, chunk);
-        },
-    );
+    let hashed = crate::progress::while_hashing("the job's files", || {
+        collect::hash(
+            classified,
+            opts,
+            &cache,
+            &early,
+            versions.versions().as_ref(),
+            &mut |chunk| {
+                if let Some(listing) = listing.as_mut() {
+                    listing.extend(chunk.files.iter().cloned());
+                }
+                recording.files(&mut job, chunk);
+            },
+        )
+    });
     n_in += hashed.inputs;
     n_out += hashed.outputs;
     let t_hashed = t0.elapsed();

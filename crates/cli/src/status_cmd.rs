@@ -23,13 +23,15 @@ fn look(project: &Project, store: &Store, paths: &[String]) -> HashMap<String, N
         .partition(|p| roar_archive::split_member_path(Path::new(p)).is_some());
     let mut now = look_members(project, &members);
     let bufs: Vec<PathBuf> = paths.iter().map(PathBuf::from).collect();
-    let batch = hash_paths(
-        &bufs,
-        HashOptions { sha256: false },
-        &|_| Prior::MayBeCached,
-        &|| Some(store.conn()),
-        &|_| {},
-    );
+    let batch = crate::progress::while_hashing("the recorded files", || {
+        hash_paths(
+            &bufs,
+            HashOptions { sha256: false },
+            &|_| Prior::MayBeCached,
+            &|| Some(store.conn()),
+            &|_| {},
+        )
+    });
     now.extend(paths.iter().zip(batch.results).map(|(p, r)| {
         let n = match r {
             Ok(h) => Now::Content(h.hash.blake3),

@@ -188,6 +188,15 @@ fn keep_failed(e: io::Error) {
     ONCE.call_once(|| tracing::warn!("cannot keep a version in the object store: {e}"));
 }
 
+/// Bytes of big files (more than one read buffer) this process has hashed so far, counted per
+/// chunk as they are read: what a progress line shows while one big file takes seconds.
+static BIG_BYTES_READ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// See [`BIG_BYTES_READ`].
+pub fn big_bytes_read() -> u64 {
+    BIG_BYTES_READ.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Hashes `file`, known (by a stat taken after `read_ns`) to have identity `stat`. Reads exactly
 /// `stat.size` bytes and re-checks the identity afterwards: open, read, fstat, close per small file.
 /// `tee` gets a copy of what is read (or a clone made now, after the stat).
@@ -249,6 +258,9 @@ fn hash_as(
                 t.write(&buf[..n]);
             }
             size += n as u64;
+            if big {
+                BIG_BYTES_READ.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+            }
             if n < want {
                 break;
             }
