@@ -83,3 +83,23 @@ UI=$!
 for _ in $(seq 1 50); do grep -q http "$W/ui-r.out" 2> /dev/null && break; sleep 0.1; done
 URL=$(grep -o 'http://[^ ]*' "$W/ui-r.out")
 python3 "$REPO/bench/lib/ui_bench.py" --reruns "$URL" "${LOADS:-7}"
+kill $UI 2> /dev/null || true
+
+# The graph's query after/before (every lineage node now carries its job's labels, and the whole
+# graph folds re-runs): the same re-runs recorded by each roar in its own store, `roar dag --json`
+# of each, interleaved. ROAR_BEFORE=/path/to/older/roar.
+if [ -n "${ROAR_BEFORE:-}" ]; then
+    echo "== roar dag --json on the re-runs store, after/before ($RUNS rounds)"
+    mkdir -p "$W/rb" && cd "$W/rb"
+    "$ROAR_BEFORE" init > /dev/null
+    ROAR="$ROAR_BEFORE" bash "$REPO/tests/ui/reruns.sh" "$ROUNDS" "$STAGES" "$FILES"
+    $CMP "$W/dag-ab.json" "$RUNS" \
+        "after=sh -c 'cd $W/r && $ROAR dag --json > /dev/null'" \
+        "before=sh -c 'cd $W/rb && $ROAR_BEFORE dag --json > /dev/null'"
+    python3 - "$W/dag-ab.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+a, b = r["after"]["median"], r["before"]["median"]
+print(f"  roar dag --json: after {a * 1e3:.1f} ms, before {b * 1e3:.1f} ms: {a / b:.2f}x")
+PY
+fi
