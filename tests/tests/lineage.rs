@@ -628,3 +628,59 @@ fn diff_of_two_artifacts_compares_the_steps_that_made_them() {
         "{text}"
     );
 }
+
+/// Every edge of `roar dag --dot` joins two declared nodes (Graphviz draws an undeclared end as a
+/// node named by its internal key, `j6.1`), for the latest runs and for all runs of pipelines with
+/// steps, copies made outside roar's view, collapsed directories and re-runs.
+#[test]
+fn every_dot_edge_joins_declared_nodes() {
+    let p = Project::new();
+    p.write("raw.txt", b"3\n1\n2\n");
+    p.write(
+        "pipeline.sh",
+        b"sort raw.txt > clean.txt\nmkdir -p parts\nfor i in 1 2 3 4 5 6 7; do cp clean.txt parts/p$i.txt; done\nwc -l parts/*.txt > count.txt\n",
+    );
+    for _ in 0..2 {
+        let o = p.roar(["run", "--", "bash", "pipeline.sh"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    // A copy no job made: its reader's input is `copy_of` the version job 2 wrote.
+    std::fs::copy(p.path().join("count.txt"), p.path().join("copy.txt")).unwrap();
+    let o = p.roar([
+        "run",
+        "--",
+        "sh",
+        "-c",
+        "cat copy.txt parts/p1.txt > final.txt",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for args in [
+        &["dag", "--dot"][..],
+        &["dag", "--dot", "--all-runs"],
+        &["dag", "--dot", "--expand"],
+        &["dag", "final.txt", "--dot"],
+    ] {
+        let dot = stdout(&p.roar(args));
+        let mut declared = std::collections::HashSet::new();
+        let mut ends = Vec::new();
+        for line in dot.lines().map(str::trim) {
+            let quoted: Vec<&str> = line.split('"').collect();
+            if line.contains(" -> ") {
+                ends.push(quoted[1].to_owned());
+                ends.push(quoted[3].to_owned());
+            } else if line.starts_with('"') {
+                declared.insert(quoted[1].to_owned());
+            }
+        }
+        assert!(!ends.is_empty(), "{args:?}: {dot}");
+        for e in &ends {
+            assert!(
+                declared.contains(e),
+                "{args:?}: edge end {e} is not a declared node:\n{dot}"
+            );
+        }
+        if args.len() == 2 {
+            assert!(dot.contains("copy"), "the copy edge is missing: {dot}");
+        }
+    }
+}
