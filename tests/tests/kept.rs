@@ -433,6 +433,43 @@ fn gc_never_takes_a_kept_version() {
     assert!(!stray.exists(), "an unneeded blob goes");
 }
 
+/// `roar gc --grace 0` while a job runs takes none of the versions it has kept so far (they are
+/// recorded only when it ends): every blob written since the oldest running job began stays.
+/// (The job's end also checks each kept version and keeps it again if it is gone; the rule closes
+/// the moment between that check and the record.)
+#[test]
+fn gc_at_no_grace_keeps_what_a_running_job_has_kept() {
+    let p = Project::new();
+    // Written, closed, then two seconds of the job still running: the version is hashed and
+    // kept while the job runs.
+    let mut job = p
+        .cmd([
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "echo made while running > out.txt; sleep 2",
+        ])
+        .spawn()
+        .unwrap();
+    let blob = {
+        let h = blake3::hash(b"made while running\n").to_hex().to_string();
+        p.path().join(".roar/s3/blobs").join(&h[..2]).join(&h)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !blob.is_file() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(blob.is_file(), "the output was not kept while the job ran");
+    let o = p.roar(["gc", "--grace", "0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(job.wait().unwrap().success());
+    assert!(blob.is_file(), "gc took a version a running job had kept");
+    std::fs::write(p.path().join("out.txt"), b"changed\n").unwrap();
+    let o = p.roar(["checkout", "out.txt@1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
 /// Through `roar mount`, each version a job leaves is kept as the last writer lets go of it
 /// (streamed writes, and a rewrite in place that is hashed by reading), and comes back.
 #[test]

@@ -508,6 +508,7 @@ fn a_store_of_the_previous_schema_migrates_with_every_job() {
              DROP TABLE pushed;
              DROP TABLE fetched;
              DROP INDEX jobs_started;
+             DROP TABLE labels;
              PRAGMA user_version = 5;",
         )
         .unwrap();

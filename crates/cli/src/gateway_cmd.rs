@@ -95,7 +95,11 @@ pub fn gc(grace_secs: u64, json: bool) -> anyhow::Result<()> {
             })
         })
         .transpose()?;
-    let done = roar_gateway::Embedded::open(&root)?.gc(&keep, grace_secs, budget.as_ref())?;
+    let young_after = store
+        .running_since()?
+        .map(|ns| std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns.max(0) as u64));
+    let done =
+        roar_gateway::Embedded::open(&root)?.gc(&keep, grace_secs, budget.as_ref(), young_after)?;
     if json {
         return crate::fmt::print_json(&serde_json::json!({
             "blobs": done.blobs, "bytes": done.bytes, "temps": done.temps,

@@ -642,6 +642,33 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
+    /// When the oldest job still running began (ns since the epoch), if any: its kept versions
+    /// are recorded only when it ends (`roar gc` keeps every blob written since).
+    pub fn running_since(&self) -> Result<Option<i64>> {
+        let read = || -> rusqlite::Result<Option<i64>> {
+            let mut st = self.conn.prepare(
+                "SELECT started_ns, status, recorder, host FROM jobs WHERE status = 'running'",
+            )?;
+            let rows = st.query_map([], |r| {
+                let status = crate::model::live_status(
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get::<_, Option<String>>(3)?.as_deref(),
+                );
+                Ok((r.get::<_, i64>(0)?, status))
+            })?;
+            let mut oldest: Option<i64> = None;
+            for row in rows {
+                let (started, status) = row?;
+                if status == "running" {
+                    oldest = Some(oldest.map_or(started, |o| o.min(started)));
+                }
+            }
+            Ok(oldest)
+        };
+        read().map_err(|e| self.err(e))
+    }
+
     /// Every content hash the record holds (file versions and S3 objects alike): the versions
     /// `roar gc` never takes from the object store.
     pub fn recorded_hashes(&self) -> Result<std::collections::HashSet<String>> {

@@ -7,8 +7,12 @@
 //! happens to the key. Two objects with the same content share one blob.
 //!
 //! Nothing here deletes a blob; `gc` (explicit, `roar gc`) removes the ones no object version,
-//! multipart part or recorded lineage needs, and only past a grace period, so a body renamed into
-//! place a moment before its index row is committed is never taken.
+//! multipart part or recorded lineage needs. A body's rename into place and the commit of the
+//! index row that names it happen under a shared lock (`committing`), which `gc` takes
+//! exclusively while it reads what is referenced and deletes (`collecting`): at any grace, a blob
+//! gc looks at is either named by a committed row or not being committed by anyone — a body
+//! renamed into place and not yet named cannot be taken, and a writer whose content gc has just
+//! deleted renames its own copy into place after.
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
@@ -25,7 +29,39 @@ pub(crate) struct Blobs {
     tmp: PathBuf,
 }
 
+/// A held lock on the store's `blobs.lock` (see the module's doc); released when dropped.
+pub(crate) struct BlobLock(#[allow(dead_code)] File);
+
 impl Blobs {
+    /// Held from a body's rename into place until the index row naming it is committed; any
+    /// number of writers at once, in any number of processes.
+    pub(crate) fn committing(&self) -> io::Result<BlobLock> {
+        self.lock(libc::LOCK_SH)
+    }
+
+    /// Held by `gc` while it decides what is referenced and deletes: no commit is half-way.
+    pub(crate) fn collecting(&self) -> io::Result<BlobLock> {
+        self.lock(libc::LOCK_EX)
+    }
+
+    fn lock(&self, how: libc::c_int) -> io::Result<BlobLock> {
+        let root = self.dir.parent().unwrap_or(&self.dir);
+        let file = File::options()
+            .create(true)
+            .append(true)
+            .open(root.join("blobs.lock"))?;
+        loop {
+            // SAFETY: flock on an fd this function owns.
+            if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&file), how) } == 0 {
+                return Ok(BlobLock(file));
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+
     pub(crate) fn open(root: &Path) -> io::Result<Blobs> {
         let blobs = Blobs {
             dir: root.join("blobs"),

@@ -145,12 +145,30 @@ impl Embedded {
         keep: &std::collections::HashSet<String>,
         grace_secs: u64,
         budget: Option<&Budget>,
+        young_after: Option<std::time::SystemTime>,
     ) -> anyhow::Result<Collected> {
+        // Listed first: a blob put in place after this is not a candidate. Then, with no commit
+        // half-way (`Blobs::collecting`), what is referenced now decides.
+        let listed = self.blobs.list()?;
+        let _collecting = self.blobs.collecting()?;
         let referenced = self.index.referenced_blobs().map_err(db_error)?;
+        // A version kept by a job still running is recorded when the job ends: a blob written
+        // since the oldest running job began may be one.
+        let young = |age: std::time::Duration| {
+            young_after.is_some_and(|t| {
+                std::time::SystemTime::now()
+                    .checked_sub(age)
+                    .is_some_and(|written| written >= t)
+            })
+        };
         let mut done = Collected::default();
         let mut left = Vec::new();
-        for (blob, age, size) in self.blobs.list()? {
-            if age.as_secs() < grace_secs || referenced.contains(&blob) || keep.contains(&blob) {
+        for (blob, age, size) in listed {
+            if age.as_secs() < grace_secs
+                || young(age)
+                || referenced.contains(&blob)
+                || keep.contains(&blob)
+            {
                 left.push((blob, age, size));
                 continue;
             }
@@ -163,11 +181,11 @@ impl Embedded {
             let mut total: u64 = left.iter().map(|(_, _, size)| size).sum();
             // Oldest first.
             left.sort_by_key(|b| std::cmp::Reverse(b.1));
-            for (blob, _, size) in left {
+            for (blob, age, size) in left {
                 if total <= budget.bytes {
                     break;
                 }
-                if referenced.contains(&blob) || budget.protected.contains(&blob) {
+                if referenced.contains(&blob) || budget.protected.contains(&blob) || young(age) {
                     continue;
                 }
                 self.blobs.remove(&blob)?;
@@ -244,6 +262,7 @@ fn import_old_layout(root: &Path, buckets: &[PathBuf], store: &Embedded) -> anyh
                 let written = w.finish()?;
                 let etag = written.md5_hex();
                 let size = written.size;
+                let _committing = store.blobs.committing()?;
                 let new = index::NewVersion {
                     etag,
                     size,

@@ -190,6 +190,7 @@ impl Embedded {
         checksums: Checksums,
     ) -> S3Result<Part> {
         let (size, etag, md5) = (written.size, written.md5_hex(), written.md5.to_vec());
+        let committing = self.blobs.committing().map_err(internal)?;
         let blob = blocking(|| written.keep(&self.blobs)).map_err(internal)?;
         let part = Part {
             number,
@@ -202,6 +203,7 @@ impl Embedded {
         };
         blocking(|| self.index.put_part(bucket, key, upload_id, &part))
             .map_err(|e| refused(e, bucket, Some(key)))?;
+        drop(committing);
         Ok(part)
     }
 
@@ -388,6 +390,7 @@ impl Embedded {
         }
         let etag = format!("{}-{}", super::blobs::hex(&md5s.finalize()), parts.len());
         let cond = write_if(i.if_match.as_ref(), i.if_none_match.as_ref())?;
+        let committing = self.blobs.committing().map_err(internal)?;
         let blob = blocking(|| written.keep(&self.blobs)).map_err(internal)?;
         let new = NewVersion {
             blob,
@@ -403,6 +406,7 @@ impl Embedded {
                 .complete(&i.bucket, &i.key, &i.upload_id, &new, &cond)
         })
         .map_err(|e| refused(e, &i.bucket, Some(&i.key)))?;
+        drop(committing);
         let c = &v.checksums;
         let out = S3Response::new(CompleteMultipartUploadOutput {
             bucket: Some(i.bucket.clone()),

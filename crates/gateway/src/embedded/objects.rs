@@ -60,10 +60,13 @@ impl Embedded {
             blob: String::new(),
         };
         let cond = write_if(input.if_match.as_ref(), input.if_none_match.as_ref())?;
+        // The body in place and the row naming it, with no `roar gc` in between.
+        let committing = self.blobs.committing().map_err(internal)?;
         let blob = blocking(|| written.keep(&self.blobs)).map_err(internal)?;
         let new = NewVersion { blob, ..new };
         let v = blocking(|| self.index.put(&bucket, &key, &new, &cond))
             .map_err(|e| refused(e, &bucket, Some(&key)))?;
+        drop(committing);
         let c = &v.checksums;
         let out = S3Response::new(PutObjectOutput {
             e_tag: Some(ETag::Strong(v.etag.clone())),
