@@ -386,6 +386,33 @@ def errors_name_their_request(s3):
     expect_error(lambda: s3.head_bucket(Bucket=BUCKET + "-nope"), {"404", "NoSuchBucket"})
 
 
+@check
+def listing_edges_answer_as_s3(s3):
+    s3.put_object(Bucket=BUCKET, Key="edge/a", Body=b"x")
+    # MaxKeys=0 asks for nothing: nothing is cut short.
+    for r in [s3.list_objects_v2(Bucket=BUCKET, Prefix="edge/", MaxKeys=0),
+              s3.list_objects(Bucket=BUCKET, Prefix="edge/", MaxKeys=0)]:
+        assert r["IsTruncated"] is False and not r.get("Contents"), r
+    # An empty delimiter is no delimiter: not echoed.
+    for r in [s3.list_objects_v2(Bucket=BUCKET, Prefix="edge/", Delimiter=""),
+              s3.list_objects(Bucket=BUCKET, Prefix="edge/", Delimiter="")]:
+        assert "Delimiter" not in r and [o["Key"] for o in r["Contents"]] == ["edge/a"], r
+
+
+@check
+def error_bodies_name_the_request_of_their_header(s3):
+    import urllib.error
+    import urllib.request
+    # Unsigned: refused with an error body, as any client's mistake is.
+    try:
+        urllib.request.urlopen(f"{ENDPOINT}/{BUCKET}/no-such-key-unsigned", timeout=10)
+    except urllib.error.HTTPError as e:
+        body, header = e.read().decode(), e.headers.get("x-amz-request-id")
+    else:
+        raise AssertionError("an unsigned GET was served")
+    assert header and f"<RequestId>{header}</RequestId>" in body, (header, body)
+
+
 def main():
     s3 = client()
     try:

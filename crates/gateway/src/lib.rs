@@ -261,13 +261,7 @@ async fn serve(
         let reply = async move { service.call(req).await };
         async move {
             let mut resp = reply.await?;
-            // Every answer names its request (S3 clients log it; support asks for it), errors
-            // included; an upstream's own id is kept.
-            if !resp.headers().contains_key("x-amz-request-id") {
-                if let Ok(v) = http::HeaderValue::from_str(&request_id()) {
-                    resp.headers_mut().insert("x-amz-request-id", v);
-                }
-            }
+            name_request(&mut resp);
             Ok::<_, s3s::HttpError>(resp.map(|body| Counted {
                 body,
                 _guard: guard,
@@ -307,6 +301,49 @@ async fn serve(
         .is_err()
     {
         tracing::warn!("requests still in flight after {DRAIN:?}; stopping anyway");
+    }
+}
+
+/// Every answer names its request (S3 clients log it; support asks for it) with one id, in its
+/// `x-amz-request-id` header and, for an error, in its body's `<RequestId>`: the id an
+/// upstream's error body names, else the upstream's header, else a new one.
+fn name_request(resp: &mut http::Response<s3s::Body>) {
+    const HEADER: &str = "x-amz-request-id";
+    let error = resp.status().as_u16() >= 400;
+    let body = error.then(|| resp.body().bytes()).flatten();
+    let text = body.as_deref().and_then(|b| std::str::from_utf8(b).ok());
+    let in_body = text.and_then(|t| {
+        let start = t.find("<RequestId>")? + "<RequestId>".len();
+        let len = t[start..].find("</RequestId>")?;
+        Some(t[start..start + len].to_owned())
+    });
+    let in_header = resp
+        .headers()
+        .get(HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let id = in_body
+        .clone()
+        .or(in_header)
+        .filter(|id| !id.is_empty())
+        .unwrap_or_else(request_id);
+    if let Ok(v) = http::HeaderValue::from_str(&id) {
+        resp.headers_mut().insert(HEADER, v);
+    }
+    if let (None, Some(t)) = (&in_body, text) {
+        if let Some(end) = t.rfind("</Error>") {
+            let escaped = id
+                .replace('&', "&amp;")
+                .replace('<', "&lt;")
+                .replace('>', "&gt;");
+            let new = format!("{}<RequestId>{escaped}</RequestId>{}", &t[..end], &t[end..]);
+            if let Ok(v) = http::HeaderValue::from_str(&new.len().to_string()) {
+                if resp.headers().contains_key(http::header::CONTENT_LENGTH) {
+                    resp.headers_mut().insert(http::header::CONTENT_LENGTH, v);
+                }
+            }
+            *resp.body_mut() = s3s::Body::from(new);
+        }
     }
 }
 

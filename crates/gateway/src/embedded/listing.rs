@@ -52,6 +52,10 @@ pub(crate) fn page(
         truncated: false,
         last: None,
     };
+    // No keys asked for: none given, and nothing cut short (S3 answers IsTruncated=false).
+    if max == 0 {
+        return Ok(page);
+    }
     let mut cursor = after.as_bytes().to_vec();
     // A marker that is itself a common prefix: its keys were all returned with it.
     if let Some(cp) = rolled_up(after, prefix, delimiter) {
@@ -174,7 +178,7 @@ impl Embedded {
         Ok(S3Response::new(ListObjectsV2Output {
             name: Some(i.bucket),
             prefix: Some(enc.apply(&prefix)),
-            delimiter: enc.opt(i.delimiter.as_deref()),
+            delimiter: enc.opt(i.delimiter.as_deref().filter(|d| !d.is_empty())),
             start_after: enc.opt(i.start_after.as_deref()),
             max_keys: Some(max as i32),
             key_count: Some(key_count),
@@ -214,7 +218,7 @@ impl Embedded {
         Ok(S3Response::new(ListObjectsOutput {
             name: Some(i.bucket),
             prefix: Some(enc.apply(&prefix)),
-            delimiter: enc.opt(i.delimiter.as_deref()),
+            delimiter: enc.opt(i.delimiter.as_deref().filter(|d| !d.is_empty())),
             marker: Some(enc.apply(&after)),
             max_keys: Some(max as i32),
             is_truncated: Some(page.truncated),
@@ -266,7 +270,8 @@ impl Embedded {
             let full = batch.len() == 1000;
             for v in batch {
                 if versions.len() + markers.len() + prefixes.len() >= max {
-                    truncated = true;
+                    // MaxKeys=0 asks for nothing: nothing was cut short.
+                    truncated = max > 0;
                     break 'batches;
                 }
                 if let Some(cp) = rolled_up(&v.key, &prefix, delimiter) {
@@ -297,7 +302,7 @@ impl Embedded {
         Ok(S3Response::new(ListObjectVersionsOutput {
             name: Some(i.bucket),
             prefix: Some(enc.apply(&prefix)),
-            delimiter: enc.opt(delimiter),
+            delimiter: enc.opt(delimiter.filter(|d| !d.is_empty())),
             key_marker: i.key_marker.as_deref().map(|k| enc.apply(k)),
             version_id_marker: i.version_id_marker,
             max_keys: Some(max as i32),
