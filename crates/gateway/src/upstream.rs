@@ -216,8 +216,8 @@ impl Direct {
             Some((blob, length)) => {
                 headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
                 let (tx, rx) = oneshot::channel();
-                // A checksum announced as an aws-chunked trailer is checked here, before the
-                // upstream has the last byte (the trailer itself is not forwarded).
+                // A checksum announced as an aws-chunked trailer (the trailer itself is not
+                // forwarded) is checked before the upstream gets any of the body.
                 let trailer = match &req.trailing_headers {
                     Some(t) if req.headers.contains_key("x-amz-trailer") => Some((
                         crate::embedded::wanted_checksums(
@@ -229,13 +229,13 @@ impl Direct {
                     )),
                     _ => None,
                 };
+                // Checked whole before any of it goes up (`streams::spooled` says why).
+                let blob = match trailer {
+                    Some(t) => streams::spooled(blob, t).await?,
+                    None => blob,
+                };
                 (
-                    Body::from(StreamingBlob::new(Sent::new(
-                        blob,
-                        tx,
-                        fault.clone(),
-                        trailer,
-                    ))),
+                    Body::from(StreamingBlob::new(Sent::new(blob, tx, fault.clone()))),
                     Some(rx),
                 )
             }

@@ -1,6 +1,6 @@
 //! The bodies the upstream path wraps: a request body on its way up (`Sent`: fully handed over,
-//! the client's faults, trailer checksums) and a response body on its way down (`Idle`: an
-//! upstream that goes silent).
+//! the client's faults; `spooled`: a body checked whole before it goes up) and a response body
+//! on its way down (`Idle`: an upstream that goes silent).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -21,32 +21,19 @@ type Body = s3s::Body;
 pub(super) type Fault = Arc<Mutex<Option<S3Error>>>;
 
 /// A request body on its way to the upstream: reports, once, that it was handed over in full (or
-/// dropped); notes in `fault` why it failed when that is the client's doing; and with a trailer
-/// checksum to verify, holds its last chunk back until the trailer matched, so that an upstream
-/// never has a whole body the client's checksum refused.
+/// dropped), and notes in `fault` why it failed when that is the client's doing.
 pub(super) struct Sent {
     inner: StreamingBlob,
     done: Option<oneshot::Sender<()>>,
     fault: Fault,
-    trailer: Option<(s3s::checksum::ChecksumHasher, s3s::TrailingHeaders)>,
-    held: Option<Bytes>,
-    finished: bool,
 }
 
 impl Sent {
-    pub(super) fn new(
-        inner: StreamingBlob,
-        done: oneshot::Sender<()>,
-        fault: Fault,
-        trailer: Option<(s3s::checksum::ChecksumHasher, s3s::TrailingHeaders)>,
-    ) -> Sent {
+    pub(super) fn new(inner: StreamingBlob, done: oneshot::Sender<()>, fault: Fault) -> Sent {
         Sent {
             inner,
             done: Some(done),
             fault,
-            trailer,
-            held: None,
-            finished: false,
         }
     }
 
@@ -55,82 +42,167 @@ impl Sent {
     }
 }
 
-/// Signals `done` when it goes out of scope, after whatever was noted before.
-struct SignalOnDrop(Option<oneshot::Sender<()>>);
-
-impl Drop for SignalOnDrop {
-    fn drop(&mut self) {
-        self.0.take().map(|d| d.send(()));
-    }
-}
-
 impl Stream for Sent {
     type Item = Result<Bytes, StdError>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        loop {
-            if this.finished {
-                return Poll::Ready(this.held.take().map(Ok));
+        match Pin::new(&mut this.inner).poll_next(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some(Ok(chunk))) => Poll::Ready(Some(Ok(chunk))),
+            Poll::Ready(Some(Err(e))) => {
+                // The fault is noted before `done` is signalled: the waiter reads it then.
+                *this.fault.lock().unwrap() = Some(crate::body::client_body_error(&*e));
+                this.signal();
+                Poll::Ready(Some(Err(e)))
             }
-            match Pin::new(&mut this.inner).poll_next(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Some(Ok(chunk))) => {
-                    let Some((hasher, _)) = &mut this.trailer else {
-                        return Poll::Ready(Some(Ok(chunk)));
-                    };
-                    hasher.update(&chunk);
-                    if let Some(previous) = this.held.replace(chunk) {
-                        return Poll::Ready(Some(Ok(previous)));
-                    }
-                }
-                Poll::Ready(Some(Err(e))) => {
-                    *this.fault.lock().unwrap() = Some(crate::body::client_body_error(&*e));
-                    this.signal();
-                    return Poll::Ready(Some(Err(e)));
-                }
-                Poll::Ready(None) => {
-                    this.finished = true;
-                    // The fault is noted before `done` is signalled: the waiter reads it then.
-                    let _signal = SignalOnDrop(this.done.take());
-                    if let Some((hasher, trailers)) = this.trailer.take() {
-                        let mut claimed = crate::embedded::Checksums::default();
-                        let computed = crate::embedded::Checksums::from_dto(hasher.finalize());
-                        let checked = claimed
-                            .add_trailers(Some(&trailers))
-                            .and_then(|()| claimed.verify(&computed));
-                        if let Err(e) = checked {
-                            *this.fault.lock().unwrap() = Some(e);
-                            this.held = None;
-                            return Poll::Ready(Some(Err(
-                                "the trailer checksum does not match the body".into(),
-                            )));
-                        }
-                    }
-                }
+            Poll::Ready(None) => {
+                this.signal();
+                Poll::Ready(None)
             }
         }
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let (low, high) = self.inner.size_hint();
-        let held = usize::from(self.held.is_some());
-        (low + held, high.map(|h| h + held))
+        self.inner.size_hint()
     }
 }
 
 impl ByteStream for Sent {
-    /// The inner stream's, plus a chunk held back: a body that reported 0 while it still holds
-    /// its last chunk would be taken as ended and never polled again.
     fn remaining_length(&self) -> RemainingLength {
-        let held = self.held.as_ref().map_or(0, Bytes::len);
-        if held == 0 {
-            return self.inner.remaining_length();
+        self.inner.remaining_length()
+    }
+}
+
+/// A body whose trailer checksum is only known at its end, taken whole (into an unnamed temp
+/// file) and checked before the upstream gets a byte of it. Holding back the last chunk is not
+/// enough: an upstream may keep what it got of a body whose connection dropped (versitygw commits
+/// it), so a body roar refuses must never start on its way up. Err: the client's error (its body
+/// failed, or its checksum does not match). The cost is the overlap of the client's upload with
+/// the upstream's (bench/s3.sh measures it); memory stays one chunk.
+pub(super) async fn spooled(
+    mut blob: StreamingBlob,
+    (mut hasher, trailers): (s3s::checksum::ChecksumHasher, s3s::TrailingHeaders),
+) -> Result<StreamingBlob, S3Error> {
+    use futures::StreamExt;
+    use tokio::io::{AsyncSeekExt, AsyncWriteExt};
+    // Up to IN_MEMORY bytes are held in memory; past it, everything goes to the file.
+    const IN_MEMORY: usize = 1 << 20;
+    let mut held: Vec<Bytes> = Vec::new();
+    let mut held_len = 0;
+    let mut file: Option<tokio::fs::File> = None;
+    while let Some(chunk) = blob.next().await {
+        let chunk = chunk.map_err(|e| crate::body::client_body_error(&*e))?;
+        hasher.update(&chunk);
+        if file.is_none() && held_len + chunk.len() <= IN_MEMORY {
+            held_len += chunk.len();
+            held.push(chunk);
+            continue;
         }
-        match self.inner.remaining_length().exact() {
-            Some(n) => RemainingLength::new_exact(n + held),
-            None => RemainingLength::unknown(),
+        if file.is_none() {
+            let std_file = tokio::task::spawn_blocking(tempfile::tempfile)
+                .await
+                .map_err(S3Error::internal_error)?
+                .map_err(S3Error::internal_error)?;
+            let mut f = tokio::fs::File::from_std(std_file);
+            for c in held.drain(..) {
+                f.write_all(&c).await.map_err(S3Error::internal_error)?;
+            }
+            file = Some(f);
         }
+        let f = file.as_mut().expect("made above");
+        f.write_all(&chunk).await.map_err(S3Error::internal_error)?;
+    }
+    let mut claimed = crate::embedded::Checksums::default();
+    let computed = crate::embedded::Checksums::from_dto(hasher.finalize());
+    claimed.add_trailers(Some(&trailers))?;
+    claimed.verify(&computed)?;
+    let Some(mut file) = file else {
+        let chunks = futures::stream::iter(held.into_iter().map(Ok::<_, StdError>));
+        return Ok(StreamingBlob::new(Held {
+            inner: Box::pin(chunks),
+            left: held_len,
+        }));
+    };
+    file.flush().await.map_err(S3Error::internal_error)?;
+    let length = file
+        .seek(std::io::SeekFrom::End(0))
+        .await
+        .map_err(S3Error::internal_error)?;
+    file.seek(std::io::SeekFrom::Start(0))
+        .await
+        .map_err(S3Error::internal_error)?;
+    Ok(StreamingBlob::new(FromFile { file, left: length }))
+}
+
+/// A spooled body held in memory.
+struct Held {
+    inner: Pin<Box<dyn Stream<Item = Result<Bytes, StdError>> + Send + Sync>>,
+    left: usize,
+}
+
+impl Stream for Held {
+    type Item = Result<Bytes, StdError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        let item = this.inner.as_mut().poll_next(cx);
+        if let Poll::Ready(Some(Ok(c))) = &item {
+            this.left -= c.len();
+        }
+        item
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl ByteStream for Held {
+    fn remaining_length(&self) -> RemainingLength {
+        RemainingLength::new_exact(self.left)
+    }
+}
+
+/// A spooled body read back, in chunks of up to 1 MiB.
+struct FromFile {
+    file: tokio::fs::File,
+    left: u64,
+}
+
+impl Stream for FromFile {
+    type Item = Result<Bytes, StdError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.left == 0 {
+            return Poll::Ready(None);
+        }
+        let mut buf = vec![0u8; this.left.min(1 << 20) as usize];
+        let mut read = tokio::io::ReadBuf::new(&mut buf);
+        match tokio::io::AsyncRead::poll_read(Pin::new(&mut this.file), cx, &mut read) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e.into()))),
+            Poll::Ready(Ok(())) => {
+                let n = read.filled().len();
+                if n == 0 {
+                    return Poll::Ready(Some(Err("the spooled body ended early".into())));
+                }
+                this.left -= n as u64;
+                buf.truncate(n);
+                Poll::Ready(Some(Ok(Bytes::from(buf))))
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left as usize, Some(self.left as usize))
+    }
+}
+
+impl ByteStream for FromFile {
+    fn remaining_length(&self) -> RemainingLength {
+        RemainingLength::new_exact(self.left as usize)
     }
 }
 
