@@ -548,7 +548,7 @@
     if (n.kind === "job") {
       const s = n.step;
       panel.replaceChildren(el("h2", {}, `job ${s.job_id}`, s.name ? ` [${s.name}]` : "", badge(statusOf(n), n)), actions(n), el("p", { class: "muted" }, "loading…"));
-      if (s.earlier_runs && !state.allRuns) panel.insertBefore(el("p", { class: "hint" }, `${s.earlier_runs} earlier run${s.earlier_runs > 1 ? "s" : ""} of this command are folded into this one. `, el("a", { class: "link", onclick: () => setAllRuns(true) }, "Show all runs")), panel.children[2]);
+      if (s.earlier_runs && !state.allRuns) panel.insertBefore(el("p", { class: "hint" }, `${s.earlier_runs > 1 ? `${s.earlier_runs} earlier runs of this command are` : "An earlier run of this command is"} folded into this one. `, el("a", { class: "link", onclick: () => setAllRuns(true) }, "Show all runs")), panel.children[2]);
       if (state.compareFrom === s.job_id) panel.insertBefore(el("p", { class: "hint" }, "Now click another job to compare it with this one."), panel.children[2]);
       let job;
       try { job = await source.job(s.job_id); } catch (e) { job = null; }
