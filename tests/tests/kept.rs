@@ -435,20 +435,20 @@ fn gc_never_takes_a_kept_version() {
 
 /// `roar gc --grace 0` while a job runs takes none of the versions it has kept so far (they are
 /// recorded only when it ends): every blob written since the oldest running job began stays.
-/// (The job's end also checks each kept version and keeps it again if it is gone; the rule closes
-/// the moment between that check and the record.)
+/// (The job's end also checks each kept version and keeps it again if it is gone, so the blob is
+/// looked at while the job runs; the rule closes the moment between that check and the record.)
 #[test]
 fn gc_at_no_grace_keeps_what_a_running_job_has_kept() {
     let p = Project::new();
-    // Written, closed, then two seconds of the job still running: the version is hashed and
-    // kept while the job runs.
+    // Written, closed, then the job runs on until the test says `go` (at most a minute): the
+    // version is hashed and kept while it runs.
     let mut job = p
         .cmd([
             "run",
             "--",
             "sh",
             "-c",
-            "echo made while running > out.txt; sleep 2",
+            "echo made while running > out.txt; for i in $(seq 1200); do [ -e go ] && break; sleep 0.05; done",
         ])
         .spawn()
         .unwrap();
@@ -463,8 +463,12 @@ fn gc_at_no_grace_keeps_what_a_running_job_has_kept() {
     assert!(blob.is_file(), "the output was not kept while the job ran");
     let o = p.roar(["gc", "--grace", "0"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(job.wait().unwrap().success());
+    // Looked at while the job still runs: its end would keep the version again.
+    assert!(job.try_wait().unwrap().is_none(), "the job ended early");
     assert!(blob.is_file(), "gc took a version a running job had kept");
+    std::fs::write(p.path().join("go"), b"").unwrap();
+    assert!(job.wait().unwrap().success());
+    assert!(blob.is_file(), "the version is gone after the job ended");
     std::fs::write(p.path().join("out.txt"), b"changed\n").unwrap();
     let o = p.roar(["checkout", "out.txt@1"]);
     assert!(o.status.success(), "{}", stderr(&o));

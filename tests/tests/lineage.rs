@@ -574,6 +574,22 @@ fn labels_are_set_shown_filtered_and_removed() {
     assert_eq!(count(&["--label", "baseline"]), 1);
     assert_eq!(count(&["--label", "stage=prep"]), 1);
     assert_eq!(count(&["--label", "stage=train"]), 0);
+    // A secret in a label is redacted like one in the environment.
+    let token = format!(
+        "ghp_{}",
+        &blake3::hash(b"a label's token").to_hex().as_str()[..36]
+    );
+    let o = p.roar(["label", "2", &format!("api_token={token}")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&p.roar(["show", "2"])).contains("api_token=<redacted>"));
+    let db = std::fs::read(p.path().join(".roar/roar.db")).unwrap();
+    let wal = std::fs::read(p.path().join(".roar/roar.db-wal")).unwrap_or_default();
+    for bytes in [&db, &wal] {
+        assert!(
+            !bytes.windows(token.len()).any(|w| w == token.as_bytes()),
+            "the token reached the store"
+        );
+    }
     let o = p.roar(["label", "2", "--rm", "baseline"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(count(&["--label", "baseline"]), 0);

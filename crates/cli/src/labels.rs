@@ -3,9 +3,11 @@
 //! what people say about a job (`baseline=true`, `ticket=ML-42`), never what was observed, so
 //! they can be set and removed at any time. roar's own live under `roar.` (`roar.rerun_of`).
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 
-use roar_store::Store;
+use roar_store::redact::Policy;
+use roar_store::{Project, Store};
 
 use crate::fmt;
 
@@ -42,6 +44,31 @@ pub fn parse_all(labels: &[String]) -> anyhow::Result<Vec<(String, Option<String
         .collect()
 }
 
+/// Sets (`Some`) or removes (`None`) labels of job `id`. A value passes the store's redaction as an
+/// environment variable of the label's name would: a label is no way around it
+/// (`api_token=ghp_...` is stored `<redacted>`).
+pub fn apply(
+    project: &Project,
+    store: &Store,
+    id: i64,
+    changes: Vec<(String, Option<String>)>,
+) -> anyhow::Result<()> {
+    let mut values: BTreeMap<String, String> = changes
+        .iter()
+        .filter_map(|(k, v)| Some((k.clone(), v.clone()?)))
+        .collect();
+    Policy::for_config(&project.config_path()).env(&mut values);
+    let changes: Vec<(String, Option<String>)> = changes
+        .into_iter()
+        .map(|(k, v)| {
+            let v = v.map(|given| values.get(&k).cloned().unwrap_or(given));
+            (k, v)
+        })
+        .collect();
+    store.set_labels(id, &changes)?;
+    Ok(())
+}
+
 /// `roar label REF [KEY=VALUE...] [--rm KEY...]`; with neither, lists the job's labels.
 pub fn label(what: &OsString, set: &[String], rm: &[String], json: bool) -> anyhow::Result<()> {
     let project = crate::project()?;
@@ -54,7 +81,7 @@ pub fn label(what: &OsString, set: &[String], rm: &[String], json: bool) -> anyh
         changes.push((k.clone(), None));
     }
     if !changes.is_empty() {
-        store.set_labels(id, &changes)?;
+        apply(&project, &store, id, changes)?;
     }
     let labels = store.labels(id)?;
     if json {

@@ -107,7 +107,7 @@ pub fn rerun(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     eprintln!(
         "roar: running job {id} again{}{}",
         if plan.said.is_empty() { "" } else { " with " },
-        plan.said.join(", ")
+        fmt::shown(&plan.said.join(", "))
     );
     let status = cmd.status();
     let _ = std::fs::remove_dir_all(&scratch);

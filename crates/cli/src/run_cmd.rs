@@ -466,9 +466,10 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     // output of the command's leftover background processes could land inside roar's line.
     let mut err = std::io::LineWriter::new(std::io::stderr().lock());
     if let (Ok(id), false) = (&recorded, labels.is_empty()) {
-        if let Err(e) =
-            roar_store::Store::open(&project.db_path()).and_then(|s| s.set_labels(*id, &labels))
-        {
+        let set = roar_store::Store::open(&project.db_path())
+            .map_err(anyhow::Error::from)
+            .and_then(|s| crate::labels::apply(&project, &s, *id, labels));
+        if let Err(e) = set {
             let _ = writeln!(err, "roar: warning: job {id}'s labels were not set: {e}");
         }
     }
