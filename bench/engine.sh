@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 REPO="$PWD"
 bash scripts/build.sh --release -q
 ROAR="${CARGO_TARGET_DIR:-$PWD/target}/release/roar"
-source "$REPO/bench/lib/before.sh"
+source "$REPO/bench/lib/builds.sh"
 roar_before d77f60e
 RUNS="${RUNS:-10}"
 N="${N:-2000}"

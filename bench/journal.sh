@@ -17,7 +17,7 @@ if [ -z "${ROAR_AFTER:-}" ]; then
     ROAR_AFTER="${CARGO_TARGET_DIR:-$PWD/target}/release/roar"
 fi
 ROAR="$ROAR_AFTER"
-source "$REPO/bench/lib/before.sh"
+source "$REPO/bench/lib/builds.sh"
 roar_before 8ca353e
 RUNS="${RUNS:-10}"
 N="${N:-2000}"

@@ -10,7 +10,7 @@ REPO="$PWD"
 [ "$(id -u)" = 0 ] || { echo "bench/mount_ab.sh needs root (FUSE mounts)" >&2; exit 1; }
 bash scripts/build.sh --release -q
 ROAR="${CARGO_TARGET_DIR:-$PWD/target}/release/roar"
-source "$REPO/bench/lib/before.sh"
+source "$REPO/bench/lib/builds.sh"
 roar_before 2c0c9aa
 W="${BENCH_DIR:-/tmp/roar-bench-mount-ab}"
 RUNS="${RUNS:-5}"

@@ -6,11 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$PWD"
-if [ -z "${ROAR:-}" ]; then
-    bash scripts/build.sh --release -q
-    ROAR="${CARGO_TARGET_DIR:-$PWD/target}/release/roar"
-fi
-source "$REPO/bench/lib/before.sh"
+source "$REPO/bench/lib/builds.sh"
+roar_after
 roar_before aec66cd
 ROUNDS="${ROUNDS:-3}"
 W="${BENCH_DIR:-/tmp/roar-bench-s3-rss}"

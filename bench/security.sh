@@ -73,7 +73,7 @@ PY
 echo "== the hostile job's secrets in the store's bytes (expect 0)"
 cat .roar/roar.db* | grep -a -c -E 'pw[0-9]+@|ghp_0|MIIE[0-9]|sig[0-9]+abcdefgh' || true
 
-source "$REPO/bench/lib/before.sh"
+source "$REPO/bench/lib/builds.sh"
 roar_before 2c0c9aa
 N="${N:-2000}"
 cc -O2 -o files "$REPO/bench/lib/files.c"

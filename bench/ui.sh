@@ -14,10 +14,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$PWD"
-if [ -z "${ROAR:-}" ]; then
-    bash scripts/build.sh --release -q
-    ROAR="${CARGO_TARGET_DIR:-$PWD/target}/release/roar"
-fi
+source "$REPO/bench/lib/builds.sh"
+roar_after
 W="${BENCH_DIR:-/tmp/roar-bench-ui}"
 rm -rf "$W" && mkdir -p "$W/p"
 RUNS="${RUNS:-10}"

@@ -7,42 +7,19 @@ Prints one line per endpoint: the median time, its IQR, and the ratio to the fir
 """
 import base64
 import hashlib
-import http.client
+import os
 import random
 import statistics
 import sys
-import time
-import urllib.parse
 import zlib
 
-from botocore.auth import S3SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials
-
-CHUNK = 64 * 1024
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/s3"))
+from chunked import put_with_trailer  # noqa: E402
 
 
 def put(url, access, secret, payload, crc):
-    body = b"".join(f"{len(c):x}\r\n".encode() + c + b"\r\n"
-                    for c in (payload[i:i + CHUNK] for i in range(0, len(payload), CHUNK)))
-    body += f"0\r\nx-amz-checksum-crc32:{crc}\r\n\r\n".encode()
-    req = AWSRequest(method="PUT", url=url, data=body, headers={
-        "Content-Encoding": "aws-chunked",
-        "X-Amz-Decoded-Content-Length": str(len(payload)),
-        "X-Amz-Trailer": "x-amz-checksum-crc32",
-        "Content-Length": str(len(body)),
-    })
-    req.context["checksum"] = {"request_algorithm": {"in": "trailer"}}
-    S3SigV4Auth(Credentials(access, secret), "s3", "us-east-1").add_auth(req)
-    u = urllib.parse.urlsplit(url)
-    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=300)
-    start = time.perf_counter()
-    conn.request("PUT", u.path, body=body, headers=dict(req.headers.items()))
-    r = conn.getresponse()
-    r.read()
-    took = time.perf_counter() - start
-    conn.close()
-    assert r.status == 200, (url, r.status)
+    status, text, took = put_with_trailer(url, access, secret, payload, crc, timeout=300)
+    assert status == 200, (url, status, text)
     return took
 
 

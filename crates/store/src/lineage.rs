@@ -741,6 +741,104 @@ mod tests {
         );
     }
 
+    /// Seeded random histories of runs (a few names, a few paths, each run reading the latest
+    /// version of some paths and writing others): the fold keeps every path's last writer, is
+    /// closed under producers, hides only runs whose every output was written again (or, writing
+    /// nothing, a later run of the name), and counts each hidden run on at most one later run of
+    /// its name. Replay one with ROAR_FOLD_SEED.
+    #[test]
+    fn the_fold_holds_its_rules_on_generated_histories() {
+        let seeds: Vec<u64> = match std::env::var("ROAR_FOLD_SEED") {
+            Ok(s) => vec![s.parse().expect("ROAR_FOLD_SEED is a number")],
+            Err(_) => (1..=500).collect(),
+        };
+        for seed in seeds {
+            let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            let mut next = |n: u64| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x % n
+            };
+            let names = ["prep", "train", "eval", "report"];
+            let paths = ["/p/a", "/p/b", "/p/c", "/p/d", "/p/e"];
+            let mut writer: HashMap<&str, i64> = HashMap::new();
+            let mut steps = Vec::new();
+            for job in 1..=(3 + next(20) as i64) {
+                let inputs: Vec<Edge> = (0..next(3))
+                    .map(|_| paths[next(5) as usize])
+                    .map(|p| edge(p, writer.get(p).copied()))
+                    .collect();
+                let outputs: Vec<&str> = (0..next(3)).map(|_| paths[next(5) as usize]).collect();
+                for o in &outputs {
+                    writer.insert(o, job);
+                }
+                steps.push(step(job, names[next(4) as usize], inputs, &outputs));
+            }
+            let mut dag = Dag { steps };
+            dag.fold_reruns(|s| s.name.clone().unwrap_or_default());
+            let st = &dag.steps;
+            let at = |job: i64| st.iter().find(|s| s.job_id == job).expect("a step per job");
+            let why = format!(
+                "seed {seed} (ROAR_FOLD_SEED={seed}): {:?}",
+                st.iter()
+                    .map(|s| (
+                        s.job_id,
+                        s.name.clone(),
+                        s.outputs.iter().map(|o| o.path.clone()).collect::<Vec<_>>(),
+                        s.superseded,
+                        s.earlier_runs
+                    ))
+                    .collect::<Vec<_>>()
+            );
+            for (_, job) in &writer {
+                assert!(
+                    !at(*job).superseded,
+                    "a path's last writer is hidden; {why}"
+                );
+            }
+            for (i, s) in st.iter().enumerate() {
+                if !s.superseded {
+                    for e in &s.inputs {
+                        if let Some(p) = e.producer {
+                            assert!(!at(p).superseded, "a shown run's producer is hidden; {why}");
+                        }
+                    }
+                    continue;
+                }
+                let later = &st[i + 1..];
+                if s.outputs.is_empty() {
+                    assert!(
+                        later.iter().any(|l| l.name == s.name),
+                        "a latest run hidden; {why}"
+                    );
+                } else {
+                    assert!(
+                        s.outputs.iter().all(|o| later
+                            .iter()
+                            .any(|l| l.outputs.iter().any(|lo| lo.path == o.path))),
+                        "a run hidden with an output nobody wrote again; {why}"
+                    );
+                }
+            }
+            for (i, s) in st.iter().enumerate() {
+                let hidden_before = st[..i]
+                    .iter()
+                    .filter(|h| h.superseded && h.name == s.name)
+                    .count();
+                assert!(
+                    s.earlier_runs as usize <= hidden_before,
+                    "counted more runs than were hidden; {why}"
+                );
+            }
+            let counted: u32 = st.iter().map(|s| s.earlier_runs).sum();
+            assert!(
+                counted as usize <= st.iter().filter(|s| s.superseded).count(),
+                "{why}"
+            );
+        }
+    }
+
     #[test]
     fn what_the_current_model_was_made_from_stays_drawn() {
         // prep ran again after train: train still holds the latest model, made from prep 1's
