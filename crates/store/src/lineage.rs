@@ -791,7 +791,7 @@ mod tests {
                     ))
                     .collect::<Vec<_>>()
             );
-            for (_, job) in &writer {
+            for job in writer.values() {
                 assert!(
                     !at(*job).superseded,
                     "a path's last writer is hidden; {why}"
