@@ -9,7 +9,7 @@
 #     every read(2)/pread64(2) on those files under `strace -f -y`, against the bytes kept;
 #  3. the object store's size on disk against the bytes it keeps;
 #  4. the same bytes ratio through `roar mount` (the daemon under strace, a job writing the files
-#     through the mount).
+#     through the mount), and for untracked inputs a job reads through the mount.
 # Every figure is a ratio. ROAR=/path/to/roar measures a roar built already.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -84,6 +84,18 @@ for _ in $(seq 100); do mountpoint -q data && break; sleep 0.1; done
 "$ROAR" unmount data > /dev/null 2>&1
 wait
 ratio mount "$W/mnt" trace.mount /data/b
+echo "== inputs read through roar mount: $BIG_FILES x $BIG_MIB MiB untracked files a job reads"
+mkdir -p "$W/mnt-in/data" && cd "$W/mnt-in"
+git init -q . && "$ROAR" init > /dev/null
+for i in $(seq "$BIG_FILES"); do head -c $((BIG_MIB << 20)) /dev/urandom > "data/b$i"; done
+rm -f trace.mount.*
+strace -ff -qq -y -e trace=read,pread64,copy_file_range -e signal=none -o trace.mount \
+    "$ROAR" mount --foreground data > /dev/null 2>&1 &
+for _ in $(seq 100); do mountpoint -q data && break; sleep 0.1; done
+(cd data && setsid -w sh -c 'cat b* > /dev/null')
+"$ROAR" unmount data > /dev/null 2>&1
+wait
+ratio "mount input" "$W/mnt-in" trace.mount /data/b
 cd "$W/big"
 disk=$(du -sk .roar/s3/blobs | cut -f1)
 kept=$(find .roar/s3/blobs -type f -printf '%s\n' | awk '{s += $1} END {print s}')

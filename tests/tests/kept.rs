@@ -511,6 +511,70 @@ fn the_mount_keeps_the_versions_its_jobs_leave() {
     );
 }
 
+/// Through `roar mount`, inputs are kept by the rule `roar run` keeps by: a file git does not
+/// track is kept by the read that hashes it (and comes back after it is overwritten), one git
+/// tracks is not (git gives it back) until `git rm --cached` makes it untracked.
+#[test]
+fn the_mount_keeps_the_untracked_inputs_its_jobs_read() {
+    if !common::mount::require_fuse() {
+        return;
+    }
+    let blob = |root: &Path, content: &[u8]| {
+        let h = blake3::hash(content).to_hex().to_string();
+        root.join(".roar/s3/blobs").join(&h[..2]).join(&h)
+    };
+    let git_in = |root: &Path, args: &[&str]| {
+        let o = Command::new("git")
+            .args(["-c", "user.email=t@example.com", "-c", "user.name=t"])
+            .args(args)
+            .current_dir(root)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "git {args:?}: {}", stderr(&o));
+    };
+    let mut m = common::mount::Mounted::new(|data| {
+        let root = data.parent().unwrap();
+        std::fs::write(data.join("raw.csv"), b"1,2\n3,4\n").unwrap();
+        std::fs::write(data.join("code.txt"), b"tracked by git\n").unwrap();
+        git_in(root, &["init", "-q"]);
+        git_in(root, &["add", "data/code.txt"]);
+        git_in(root, &["commit", "-q", "-m", "code"]);
+    });
+    let root = m.p.path().to_owned();
+    assert!(m
+        .run(&["sh", "-c", "cat raw.csv code.txt > out.txt"])
+        .success());
+    // The dataset refreshed in place by the next job; the old version must still come back.
+    assert!(m
+        .run(&[
+            "sh",
+            "-c",
+            "printf '5,6\\n' > raw.csv; cat raw.csv > out2.txt"
+        ])
+        .success());
+    assert_eq!(
+        std::fs::read(blob(&root, b"1,2\n3,4\n")).ok().as_deref(),
+        Some(&b"1,2\n3,4\n"[..]),
+        "the untracked input read through the mount is kept"
+    );
+    assert!(
+        !blob(&root, b"tracked by git\n").exists(),
+        "a tracked input is not kept"
+    );
+    // Untracked now (the index changed): the daemon asks git again.
+    git_in(&root, &["rm", "-q", "--cached", "data/code.txt"]);
+    assert!(m.run(&["sh", "-c", "cat code.txt > out3.txt"]).success());
+    m.unmount();
+    assert!(
+        blob(&root, b"tracked by git\n").exists(),
+        "an input git stopped tracking is kept"
+    );
+    let h = blake3::hash(b"1,2\n3,4\n").to_hex().to_string();
+    let o = m.p.roar(["checkout", &h[..12], "-o", "old.csv"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(root.join("old.csv")).unwrap(), b"1,2\n3,4\n");
+}
+
 /// The kernel sends a writer's RELEASE when it likes — here a forked child holds the descriptor
 /// while the next job overwrites the file: the first job's output is still the version it wrote
 /// (recorded and kept), never the content the file holds by the time its writer lets go.

@@ -30,9 +30,25 @@ pub struct Rule {
     root: PathBuf,
     store_dir: PathBuf,
     ignore: Ignore,
-    /// Inputs inside the project that git tracks (asked once per job, [`Rule::learn_tracked`]).
-    tracked: HashSet<PathBuf>,
+    tracked: Tracked,
     pub objects: Objects,
+}
+
+/// Which inputs inside the project git tracks.
+enum Tracked {
+    /// A job's, asked once as it ends ([`Rule::learn_tracked`]).
+    Learned(HashSet<PathBuf>),
+    /// The mount daemon's: every tracked file, listed again when git's index changes.
+    Live(Option<roar_env::git::TrackedFiles>),
+}
+
+impl Tracked {
+    fn contains(&self, path: &Path) -> bool {
+        match self {
+            Tracked::Learned(set) => set.contains(path),
+            Tracked::Live(files) => files.as_ref().is_some_and(|f| f.contains(path)),
+        }
+    }
 }
 
 impl Rule {
@@ -47,9 +63,23 @@ impl Rule {
             root: project.root.clone(),
             store_dir: project.dir(),
             ignore: Ignore::new(&config.ignore),
-            tracked: HashSet::new(),
+            tracked: Tracked::Learned(HashSet::new()),
             objects: project.objects().with_max(config.max_file_bytes),
         }
+    }
+
+    /// The rule for every job of a mount: the mount asks it as each version is read or left, so
+    /// git's answer is the daemon's own, kept until the index changes. None when nothing is kept.
+    pub fn for_mount(mut self) -> Option<roar_roarfs::Keep> {
+        if !self.outputs && self.inputs == Inputs::None {
+            return None;
+        }
+        let repo = roar_env::git::Repo::find(&self.root);
+        self.tracked = Tracked::Live(repo.map(roar_env::git::TrackedFiles::new));
+        Some(roar_roarfs::Keep {
+            objects: self.objects.clone(),
+            rule: Box::new(self),
+        })
     }
 
     /// What hashing a job's files keeps, if anything.
@@ -115,7 +145,7 @@ impl Rule {
         }
         if let Some(repo) = roar_env::git::Repo::find(&self.root) {
             let cache = self.store_dir.join("git-tracked");
-            self.tracked = roar_env::git::tracked_cached(&repo, &inputs, &cache);
+            self.tracked = Tracked::Learned(roar_env::git::tracked_cached(&repo, &inputs, &cache));
         }
     }
 }

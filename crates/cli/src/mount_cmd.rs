@@ -422,8 +422,8 @@ fn foreground(
     let db = project.db_path();
     crate::remote_cmd::push_as_jobs_end(project, &config);
     let journals = Some((project.journal_dir(), config.policy()));
-    // The versions jobs leave are kept as `roar run` keeps them (`[keep] outputs`).
-    let keep = crate::keep::Rule::new(&config.keep, project).early();
+    // The versions jobs read and leave are kept by the rule `roar run` keeps by (`[keep]`).
+    let keep = crate::keep::Rule::new(&config.keep, project).for_mount();
     let mount = || {
         if archives.is_empty() {
             let steps =

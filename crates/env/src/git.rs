@@ -408,41 +408,99 @@ fn before_the_job(
 /// stdin). Unknown (git missing, or failing): none, so the caller treats them as untracked (it
 /// keeps more, never less).
 pub fn tracked(root: &Path, paths: &[&Path]) -> std::collections::HashSet<PathBuf> {
-    use std::os::unix::ffi::OsStringExt;
     let mut found = std::collections::HashSet::new();
     let rel: Vec<&Path> = paths
         .iter()
         .filter_map(|p| p.strip_prefix(root).ok())
         .collect();
     for chunk in rel.chunks(1000) {
-        let out = Command::new("git")
-            .args([
-                "--no-optional-locks",
-                "--literal-pathspecs",
-                "ls-files",
-                "-z",
-                "--cached",
-                "--",
-            ])
-            .args(chunk)
-            .current_dir(root)
-            .env_remove("GIT_DIR")
-            .env_remove("GIT_WORK_TREE")
-            .stdin(Stdio::null())
-            .stderr(Stdio::null())
-            .output();
-        let Ok(out) = out else {
-            return found;
-        };
-        // A subreaper's tracer may have reaped git: its output is whole (the pipe closed).
-        if !out.status.success() && out.status.code().is_some() {
-            return found;
-        }
-        for name in out.stdout.split(|b| *b == 0).filter(|n| !n.is_empty()) {
-            found.insert(root.join(std::ffi::OsString::from_vec(name.to_vec())));
+        match ls_files(root, chunk) {
+            Some(names) => found.extend(names),
+            None => return found,
         }
     }
     found
+}
+
+/// `git ls-files --cached` of `pathspecs` (literal; every tracked file when empty), as paths
+/// under `root`. None when git is missing or fails.
+fn ls_files(root: &Path, pathspecs: &[&Path]) -> Option<Vec<PathBuf>> {
+    use std::os::unix::ffi::OsStringExt;
+    let out = Command::new("git")
+        .args([
+            "--no-optional-locks",
+            "--literal-pathspecs",
+            "ls-files",
+            "-z",
+            "--cached",
+            "--",
+        ])
+        .args(pathspecs)
+        .current_dir(root)
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE")
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    // A subreaper's tracer may have reaped git: its output is whole (the pipe closed).
+    if !out.status.success() && out.status.code().is_some() {
+        return None;
+    }
+    let names = out.stdout.split(|b| *b == 0).filter(|n| !n.is_empty());
+    Some(
+        names
+            .map(|n| root.join(std::ffi::OsString::from_vec(n.to_vec())))
+            .collect(),
+    )
+}
+
+/// The identity of `repo`'s index file: it changes with `git add`, `commit`, `checkout`...
+fn index_key(repo: &Repo) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let index = std::fs::metadata(repo.git_dir.join("index")).ok()?;
+    Some(format!(
+        "{} {} {} {}.{}",
+        index.dev(),
+        index.ino(),
+        index.size(),
+        index.mtime(),
+        index.mtime_nsec()
+    ))
+}
+
+/// Every file git tracks in a repository, listed again when its index changes: what a
+/// long-lived process (the mount daemon) asks "is this tracked?" of, a `git ls-files` per change
+/// of the index rather than per question.
+pub struct TrackedFiles {
+    repo: Repo,
+    listed: std::sync::Mutex<Option<(String, std::collections::HashSet<PathBuf>)>>,
+}
+
+impl TrackedFiles {
+    pub fn new(repo: Repo) -> TrackedFiles {
+        TrackedFiles {
+            repo,
+            listed: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Whether git tracks `path`. Unknown (no index, git failing): false, so the caller treats it
+    /// as untracked (it keeps more, never less).
+    pub fn contains(&self, path: &Path) -> bool {
+        if !path.starts_with(&self.repo.root) {
+            return false;
+        }
+        let Some(key) = index_key(&self.repo) else {
+            return false;
+        };
+        let mut listed = self.listed.lock().unwrap_or_else(|e| e.into_inner());
+        if listed.as_ref().is_none_or(|(k, _)| *k != key) {
+            let all = ls_files(&self.repo.root, &[]).unwrap_or_default();
+            *listed = Some((key, all.into_iter().collect()));
+        }
+        listed.as_ref().is_some_and(|(_, all)| all.contains(path))
+    }
 }
 
 /// [`tracked`], answered from `cache` (a file of the caller's) while the repository's index is
@@ -455,18 +513,9 @@ pub fn tracked_cached(
     cache: &Path,
 ) -> std::collections::HashSet<PathBuf> {
     use std::os::unix::ffi::{OsStrExt, OsStringExt};
-    use std::os::unix::fs::MetadataExt;
-    let Ok(index) = std::fs::metadata(repo.git_dir.join("index")) else {
+    let Some(key) = index_key(repo) else {
         return tracked(&repo.root, paths);
     };
-    let key = format!(
-        "{} {} {} {}.{}",
-        index.dev(),
-        index.ino(),
-        index.size(),
-        index.mtime(),
-        index.mtime_nsec()
-    );
     // The key's line, then one entry per path: `T` (tracked) or `U`, the path, a NUL.
     let text = std::fs::read(cache).unwrap_or_default();
     let mut known: std::collections::HashMap<PathBuf, bool> = Default::default();

@@ -75,11 +75,10 @@ impl Content {
     /// The content of an open file: from the caches, else hashed now (and remembered).
     pub fn of(&self, file: &File, path: &Path) -> Option<ContentHash> {
         let st = sys::stat_fd(file.as_fd()).ok()?;
-        self.at(file, &st, path)
+        self.at(file, &st, path, None)
     }
 
-    /// [`Content::of_path_fd`], the version kept in `objects` by the read that hashes it (a
-    /// content known already is kept by a read of its own, unless kept before).
+    /// [`Content::of_path_fd`], the version kept in `objects` by the read that hashes it.
     pub fn of_path_fd_keeping(
         &self,
         fd: std::os::fd::BorrowedFd<'_>,
@@ -88,27 +87,32 @@ impl Content {
     ) -> Option<ContentHash> {
         let file = sys::reopen(fd, libc::O_RDONLY).ok()?;
         let st = sys::stat_fd(file.as_fd()).ok()?;
-        if let Some(h) = self.cached(&file_stat(&st)) {
-            if objects.fits(h.size) && !objects.has(&h.blake3) {
-                if let Err(e) = objects.keep_open(&file, path, false) {
+        self.at(&file, &st, path, Some(objects))
+    }
+
+    /// [`Content::of`] for a file already stat'ed as `st`, kept in `keep` (if given) by the read
+    /// that hashes it; a content known already is kept by a read of its own (named by what that
+    /// read found), unless kept before. A file that changes while it is hashed has no content to
+    /// give (None), as when it could not be read.
+    pub fn at(
+        &self,
+        file: &File,
+        st: &libc::stat,
+        path: &Path,
+        keep: Option<&Objects>,
+    ) -> Option<ContentHash> {
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return None;
+        }
+        if let Some(h) = self.cached(&file_stat(st)) {
+            if let Some(objects) = keep.filter(|o| o.fits(h.size) && !o.has(&h.blake3)) {
+                if let Err(e) = objects.keep_open(file, path, false) {
                     tracing::debug!("roarfs: {} not kept: {e}", path.display());
                 }
             }
             return Some(h);
         }
-        self.hash_now(&file, path, Some(objects))
-    }
-
-    /// [`Content::of`] for a file already stat'ed as `st`. A file that changes while it is
-    /// hashed has no content to give (None), as when it could not be read.
-    pub fn at(&self, file: &File, st: &libc::stat, path: &Path) -> Option<ContentHash> {
-        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-            return None;
-        }
-        if let Some(h) = self.cached(&file_stat(st)) {
-            return Some(h);
-        }
-        self.hash_now(file, path, None)
+        self.hash_now(file, path, keep)
     }
 
     /// Hashes `file` now (kept in `keep` as it is read), remembers it and tells the store's

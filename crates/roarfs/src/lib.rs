@@ -58,10 +58,17 @@ pub struct Mounted {
     transport: &'static str,
 }
 
+/// Which versions of the files jobs read and leave are kept (`[keep]`), and where: the rule
+/// `roar run` keeps by.
+pub struct Keep {
+    pub objects: roar_store::objects::Objects,
+    pub rule: Box<dyn roar_tracer::collect::KeepRule + Send>,
+}
+
 /// Mounts roarfs in place over `dir`, recording into the store at `db`; paths `ignore` matches
 /// are never inputs or outputs (the rule `roar run` applies). `machine` is recorded with every
 /// job (the mount sees no packages: only its own files); `steps` cuts jobs into steps; each live
-/// job is kept in a journal in `journals`; the versions jobs leave are kept in `keep`.
+/// job is kept in a journal in `journals`; the versions jobs read and leave are kept by `keep`.
 pub fn mount(
     dir: &Path,
     db: &Path,
@@ -69,7 +76,7 @@ pub fn mount(
     machine: Option<roar_store::Runtime>,
     steps: roar_tracer::steps::Rule,
     journals: Journals,
-    keep: Option<roar_tracer::early::KeepOutputs>,
+    keep: Option<Keep>,
 ) -> Result<Mounted, MountError> {
     let root_fd: OwnedFd = std::fs::File::open(dir)
         .and_then(|f| sys::open_path(std::os::fd::AsFd::as_fd(&f), ".".as_ref()))

@@ -117,8 +117,8 @@ pub struct RoarFs {
     next_fh: AtomicU64,
     jobs: Arc<Jobs>,
     content: Content,
-    /// Where the versions jobs leave are kept (`[keep] outputs`), if they are.
-    keep: Option<roar_tracer::early::KeepOutputs>,
+    /// Which versions jobs read and leave are kept, and where (`[keep]`).
+    keep: Option<crate::Keep>,
     /// Every change to a file's content through the mount, counted (what a write stream's hash
     /// is checked against).
     gens: Generations,

@@ -32,7 +32,7 @@ impl RoarFs {
         root: PathBuf,
         jobs: Arc<Jobs>,
         db: Option<&Path>,
-        keep: Option<roar_tracer::early::KeepOutputs>,
+        keep: Option<crate::Keep>,
     ) -> io::Result<RoarFs> {
         Ok(RoarFs {
             inodes: Inodes::new(root_fd, root)?,
@@ -210,7 +210,15 @@ impl RoarFs {
     fn keeping(&self, h: &Handle, path: &Path) -> Option<&roar_store::objects::Objects> {
         self.keep
             .as_ref()
-            .filter(|k| h.job.is_some() && !k.ignore.is_ignored(path))
+            .filter(|k| h.job.is_some() && k.rule.wants(path, true))
+            .map(|k| &k.objects)
+    }
+
+    /// Where the version a job reads at `path` is kept, if it is (`[keep] inputs`).
+    fn keeping_input(&self, path: &Path) -> Option<&roar_store::objects::Objects> {
+        self.keep
+            .as_ref()
+            .filter(|k| k.rule.wants(path, false))
             .map(|k| &k.objects)
     }
 
@@ -301,7 +309,8 @@ impl RoarFs {
                 self.content.forget(st);
             } else if self.jobs.wants_input(job, &path) {
                 let mark = self.jobs.mark(job);
-                if let Some(content) = self.content.at(&file, st, &path) {
+                let keep = self.keeping_input(&path);
+                if let Some(content) = self.content.at(&file, st, &path, keep) {
                     self.jobs.found(job, &path, ino, content, mark);
                 }
             }
