@@ -247,6 +247,61 @@ fn no_secret_from_any_backend_reaches_the_store_or_an_output() {
     }
 }
 
+/// A journal is on disk while its job runs (and after a kill, until it is recovered): every
+/// record in it — the job's header with its environment, each exec's argv — is redacted as the
+/// store would redact it. Read while the command is still running, under every backend.
+#[test]
+fn no_secret_reaches_a_running_jobs_journal() {
+    let mut backends = vec!["preload", "ptrace"];
+    if common::ebpf_available() {
+        backends.push("ebpf");
+    }
+    for backend in backends {
+        let p = Project::new();
+        let mut argv = all_argv();
+        // The command (exec'd with every secret in its argv) waits until the journal was read.
+        argv[2] = "touch started; while [ ! -e go ]; do sleep 0.01; done".into();
+        let mut cmd = p.cmd(["run", "--tracer", backend, "--"]);
+        cmd.args(&argv).stdout(Stdio::null()).stderr(Stdio::null());
+        for (k, v, _) in env_secrets() {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !p.path().join("started").exists() {
+            assert!(
+                Instant::now() < deadline,
+                "{backend}: the command never started"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // The exec's event is journaled before the program runs (ptrace), or within the
+        // shim's first report: give the backends a moment to have written it.
+        std::thread::sleep(Duration::from_millis(300));
+        let journals: Vec<_> = std::fs::read_dir(p.path().join(".roar/journal"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        assert!(
+            !journals.is_empty(),
+            "{backend}: no journal while the job runs"
+        );
+        for j in &journals {
+            let bytes = std::fs::read(j).unwrap();
+            for n in needles() {
+                assert!(
+                    !contains(&bytes, &n),
+                    "{backend}: secret {n:?} is in {}",
+                    j.display()
+                );
+            }
+        }
+        std::fs::write(p.path().join("go"), b"").unwrap();
+        assert!(child.wait().unwrap().success(), "{backend}");
+    }
+}
+
 #[test]
 fn the_projects_own_rules_add_and_allow() {
     let p = Project::new();

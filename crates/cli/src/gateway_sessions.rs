@@ -6,11 +6,12 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use roar_engine::journal::{self, Journal, Record};
 use roar_gateway::{Access, Sink};
+use roar_store::redact::Policy;
 use roar_store::{JobRecord, Outcome, Project};
 
 use crate::gateway_cmd::Known;
@@ -22,11 +23,13 @@ pub(crate) struct Session {
     uid: String,
     /// None where it cannot be made (a warning, once): then only as durable as memory.
     journal: Option<Journal>,
+    /// What of a record may be on disk: the store's redaction rules.
+    policy: Arc<Policy>,
 }
 
 impl Session {
     /// A session of `key` begun now, its journal holding its header.
-    fn begin(dir: Option<&Path>, root: &Path, key: &str) -> Session {
+    fn begin(dir: Option<&Path>, policy: &Arc<Policy>, root: &Path, key: &str) -> Session {
         let uid = journal::new_uid();
         let journal = dir.and_then(|dir| {
             Journal::create(dir, &uid, journal::Writer::Gateway)
@@ -43,6 +46,7 @@ impl Session {
             last: Instant::now(),
             uid,
             journal,
+            policy: policy.clone(),
         };
         let header = session.header(root, key, roar_store::now_ns());
         session.write(&[Record::Job(Box::new(header))]);
@@ -59,7 +63,7 @@ impl Session {
 
     fn write(&self, records: &[Record]) {
         if let Some(j) = &self.journal {
-            if let Err(e) = j.append(records) {
+            if let Err(e) = j.append(&self.policy, records) {
                 static ONCE: std::sync::Once = std::sync::Once::new();
                 ONCE.call_once(|| tracing::warn!("cannot write a session's journal: {e}"));
             }
@@ -134,6 +138,7 @@ pub(crate) struct Sessions {
     known: Known,
     journals: Option<PathBuf>,
     root: PathBuf,
+    policy: Arc<Policy>,
 }
 
 impl Sink for Sessions {
@@ -149,7 +154,7 @@ impl Sink for Sessions {
         let mut open = self.open.lock().unwrap();
         let session = open
             .entry(key)
-            .or_insert_with_key(|key| Session::begin(self.journals.as_deref(), &self.root, key));
+            .or_insert_with_key(|key| self.begin(self.journals.as_deref(), key));
         session.add(vec![access]);
     }
 
@@ -166,12 +171,17 @@ impl Sessions {
             known,
             journals: Some(project.journal_dir()),
             root: project.root.clone(),
+            policy: Arc::new(Policy::for_config(&project.config_path())),
         }
+    }
+
+    fn begin(&self, journals: Option<&Path>, key: &str) -> Session {
+        Session::begin(journals, &self.policy, &self.root, key)
     }
 
     /// From now on the accesses made with `key` belong to a run.
     pub(crate) fn lend(&self, key: &str) {
-        let session = Session::begin(self.journals.as_deref(), &self.root, key);
+        let session = self.begin(self.journals.as_deref(), key);
         self.lent.lock().unwrap().insert(key.to_owned(), session);
     }
 
@@ -181,7 +191,7 @@ impl Sessions {
             .lock()
             .unwrap()
             .remove(key)
-            .unwrap_or_else(|| Session::begin(None, &self.root, key))
+            .unwrap_or_else(|| self.begin(None, key))
     }
 
     /// Accesses a run did not collect become the key's session, recorded like any other.
@@ -277,7 +287,7 @@ mod tests {
 
     #[test]
     fn a_killed_session_is_the_keys_job_and_an_unreadable_access_makes_it_incomplete() {
-        let session = Session::begin(None, Path::new("/p"), "AK");
+        let session = Session::begin(None, &Arc::default(), Path::new("/p"), "AK");
         let header = Record::Job(Box::new(session.header(Path::new("/p"), "AK", 5)));
         let whole = vec![
             header.clone(),

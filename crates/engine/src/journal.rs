@@ -264,16 +264,18 @@ impl Journal {
         }))
     }
 
-    /// Appends `records` with one write.
-    pub fn append(&self, records: &[Record]) -> io::Result<()> {
+    /// Appends `records` with one write, each redacted by `policy` as the store would redact it:
+    /// a journal is on disk (the only other way in is bytes framed the same way).
+    pub fn append(&self, policy: &Policy, records: &[Record]) -> io::Result<()> {
         let mut buf = Vec::with_capacity(128 * records.len());
         for r in records {
-            frame(r, &mut buf);
+            frame_redacted_record(policy, r, &mut buf);
         }
         self.append_framed(&buf)
     }
 
-    /// Appends bytes made by [`frame`]: an observer that batches frames them as events arrive.
+    /// Appends bytes made by [`frame_redacted_record`] or [`frame_redacted`]: an observer that
+    /// batches frames them as events arrive.
     pub fn append_framed(&self, bytes: &[u8]) -> io::Result<()> {
         if bytes.is_empty() {
             return Ok(());
@@ -408,17 +410,10 @@ fn lock(file: &File, wait: bool) -> io::Result<()> {
     Ok(())
 }
 
-/// `record` framed into `out`.
-pub fn frame(record: &Record, out: &mut Vec<u8>) {
+/// `record` framed into `out` as it is: only through [`frame_redacted_record`] (and the tests),
+/// so that nothing reaches a journal unredacted.
+fn frame(record: &Record, out: &mut Vec<u8>) {
     frame_with(out, |out| record.put(out));
-}
-
-/// `Record::Event(ev)` framed into `out`, without a copy of the event.
-pub fn frame_event(ev: &Event, out: &mut Vec<u8>) {
-    frame_with(out, |out| {
-        out.push(EVENT_TAG);
-        ev.put(out);
-    });
 }
 
 const EVENT_TAG: u8 = 4;

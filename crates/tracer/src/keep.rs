@@ -78,8 +78,7 @@ impl Keep {
     /// The job's header, redacted as the store would redact it, joins the batch.
     pub fn job(&self, job: &roar_store::JobRecord) {
         if self.journal.is_some() {
-            let header = Record::Job(Box::new(job.clone()));
-            journal::frame_redacted_record(&self.policy, &header, &mut self.lock());
+            self.record(&Record::Job(Box::new(job.clone())));
         }
     }
 
@@ -87,17 +86,18 @@ impl Keep {
     /// job: the S3 accesses of the run's own gateway).
     pub fn now(&self, r: &Record) {
         if let Some(j) = &self.journal {
-            if let Err(e) = j.append(std::slice::from_ref(r)) {
+            if let Err(e) = j.append(&self.policy, std::slice::from_ref(r)) {
                 static ONCE: std::sync::Once = std::sync::Once::new();
                 ONCE.call_once(|| tracing::warn!("cannot write the job's journal: {e}"));
             }
         }
     }
 
-    /// Other records join the batch (the run's set-up: its ring, the ctime floor).
+    /// Other records join the batch (the run's set-up: its ring, the ctime floor; a job's
+    /// header), redacted as the store would redact them.
     pub fn record(&self, r: &Record) {
         if self.journal.is_some() {
-            journal::frame(r, &mut self.lock());
+            journal::frame_redacted_record(&self.policy, r, &mut self.lock());
         }
     }
 
@@ -110,7 +110,7 @@ impl Keep {
         };
         let mut batch = self.lock();
         if let Some(pos) = ring_pos {
-            journal::frame(&Record::RingPos(pos), &mut batch);
+            journal::frame_redacted_record(&self.policy, &Record::RingPos(pos), &mut batch);
         }
         if let Err(e) = j.append_framed(&batch) {
             static ONCE: std::sync::Once = std::sync::Once::new();

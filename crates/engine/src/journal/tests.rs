@@ -214,7 +214,7 @@ fn a_journal_is_an_orphan_only_once_its_writer_let_go() {
     let dir = tempfile::tempdir().unwrap();
     let jdir = dir.path().join("journal");
     let j = Journal::create(&jdir, "job1", Writer::Mount).unwrap();
-    j.append(&every_record()[..3]).unwrap();
+    j.append(&Policy::default(), &every_record()[..3]).unwrap();
     // Another process's view: a lock taken through another open file description.
     assert!(orphans(&jdir).is_empty(), "its writer still holds it");
     drop(j);
@@ -416,7 +416,7 @@ fn a_big_journal_reads_back_whole_and_is_taken_over_at_its_end() {
     let mut n = 1;
     while i < records.len() {
         let end = (i + n).min(records.len());
-        j.append(&records[i..end]).unwrap();
+        j.append(&Policy::default(), &records[i..end]).unwrap();
         i = end;
         n = n % 7 + 1;
     }
@@ -428,7 +428,9 @@ fn a_big_journal_reads_back_whole_and_is_taken_over_at_its_end() {
     let taken = Journal::adopt(&path, std::time::Duration::from_secs(1))
         .unwrap()
         .unwrap();
-    taken.append(&[Record::RootGone]).unwrap();
+    taken
+        .append(&Policy::default(), &[Record::RootGone])
+        .unwrap();
     drop(taken);
     let orphan = open_orphan(&path).unwrap().unwrap();
     assert_eq!(orphan.records.len(), records.len() + 1);

@@ -156,7 +156,7 @@ fn follow(
     }
     drop(rb);
     if maps.lost(key) == Some(0) && malformed == 0 {
-        journal.append(&[Record::RootGone])?;
+        journal.append(&policy, &[Record::RootGone])?;
     }
     Ok(())
 }
