@@ -652,7 +652,7 @@ impl roar_tracer::Beside for Around<'_> {
         // command execs. The writer redacts it, with the project's `[redact]` rules.
         self.job.env = roar_store::redact::collect_env(std::env::vars_os());
         self.job.started_ns = started_ns;
-        self.keep.job(&self.job);
+        self.keep.job(self.job);
         self.keep.commit(None);
         // The job's row is written (running) while the command runs, by the resident recorder
         // or a writer of this run's: a roar killed before the end leaves a job that says so. The
