@@ -55,6 +55,7 @@ fn seed() -> u64 {
 fn run_work(p: &Project, backend: &str, dir: &str, files: u64) -> std::process::Child {
     p.cmd(["run", "--tracer", backend, "--", "bash", "work.sh", dir])
         .arg(files.to_string())
+        .env("ROAR_CRASH_MARK", "kept")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -202,6 +203,16 @@ fn kill_during_runs(backend: &str, n: usize, strict: bool, victim: Victim) -> Ta
             // command started is a header alone, incomplete).
             if backend != "ptrace" && victim == Victim::Roar && !written.is_empty() {
                 assert_eq!(job["incomplete"], false, "{backend} kill {i}: {job}");
+            }
+            // Its environment, from the row written as the command started (the journal never
+            // holds it): certain once the command has been writing for a while.
+            let first = written.iter().map(|(_, t)| *t).min();
+            if first.is_some_and(|t| t + 50_000 < killed_at) {
+                let shown = p.job_json(job["id"].as_i64().unwrap());
+                assert_eq!(
+                    shown["env"]["ROAR_CRASH_MARK"], "kept",
+                    "{backend} kill {i}: the environment was lost"
+                );
             }
             // Found as a finished run's: the machine, and bash's package.
             let env = &job["environment"];

@@ -28,8 +28,9 @@ pub fn run_keep(project: &Project, config: &Config, job: &JobRecord) -> Arc<roar
     match Journal::create(&project.journal_dir(), uid, journal::Writer::Run) {
         Ok(j) => {
             let keep = roar_tracer::Keep::new(Arc::new(j), &project.config_path(), config.policy());
+            // Written with the backend's set-up, which every backend commits before it starts
+            // the command: one write fewer, and nothing observed before it.
             keep.job(job);
-            keep.commit(None);
             keep
         }
         Err(e) => {
@@ -144,6 +145,11 @@ fn run(
     if done {
         remove_run(orphan, j.ring.as_deref());
         return Ok(None);
+    }
+    // The environment is in the job's row (the journal never holds it), unless roar died before
+    // the row was written: then it is unknown.
+    if let Some(row) = begun.and_then(|id| Store::open(&project.db_path()).ok()?.job(id).ok()) {
+        job.env = row.env;
     }
     let ignore = roar_tracer::ignore::Ignore::new(&config.ignore);
     let classified =

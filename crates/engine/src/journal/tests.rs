@@ -436,3 +436,31 @@ fn a_big_journal_reads_back_whole_and_is_taken_over_at_its_end() {
     assert_eq!(orphan.records.len(), records.len() + 1);
     assert!(matches!(orphan.records.last(), Some(Record::RootGone)));
 }
+
+/// A journal an older roar wrote (format 1: blake3 checksums) is still recovered after an upgrade,
+/// and its damage is still found.
+#[test]
+fn a_journal_of_format_1_is_still_read() {
+    let records = every_record();
+    let mut bytes = MAGIC_V1.to_vec();
+    bytes.push(Writer::Mount as u8);
+    for r in &records {
+        let mut body = Vec::new();
+        r.put(&mut body);
+        bytes.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(&checksum_as(Sum::Blake3, &body).to_le_bytes());
+        bytes.extend_from_slice(&body);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.journal");
+    std::fs::write(&path, &bytes).unwrap();
+    let found = orphans(dir.path());
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].writer, Writer::Mount);
+    assert_eq!(dbg(&found[0].records), dbg(&records));
+    drop(found);
+    // The same bytes under this format's magic: every checksum is wrong, nothing is read.
+    bytes[..MAGIC.len()].copy_from_slice(MAGIC);
+    std::fs::write(&path, &bytes).unwrap();
+    assert!(orphans(dir.path())[0].records.is_empty());
+}
