@@ -5,7 +5,8 @@
 # ring a file in /dev/shm) and the roar before journals, interleaved round by round with bare
 # execution (bench/lib/compare.py); the same through `roar mount` (each access journaled before it
 # is answered, a journal file per job); then what a recovery costs: `roar log` right after a
-# `roar run` of N files killed mid-command, against `roar log` with nothing to recover.
+# `roar run` of N files killed mid-command, against `roar log` with nothing to recover. This
+# roar's versions kept (issue 58) are off: they are measured by bench/keep.sh.
 # Every figure is a ratio (to bare, or after/before). The older roar is ROAR_BEFORE=/path/to/roar
 # (its shim beside it), or built from BEFORE_REV (default: the commit before journals, 8ca353e).
 set -euo pipefail
@@ -31,6 +32,9 @@ mkdir -p "$W/plain/out"
 cp files "$W/plain/"
 git init -q "$W/after" && git init -q "$W/before"
 (cd "$W/after" && "$ROAR" init > /dev/null)
+# What the journal costs, not the versions kept since (issue 58, measured by bench/keep.sh).
+KEEP_OFF=$'\n[keep]\noutputs = false\ninputs = "none"\n'
+printf '%s' "$KEEP_OFF" >> "$W/after/.roar/config.toml"
 (cd "$W/before" && "$ROAR_BEFORE" init > /dev/null)
 
 echo "== P1: roar run true in a git repo (after = this checkout, before = $ROAR_BEFORE)"
@@ -41,15 +45,15 @@ for b in "${BACKENDS[@]}"; do
 done
 $CMP p1.json "$RUNS" "bare=sh -c 'cd $W/after && exec true'" "${rows[@]}"
 
-echo "== P2: write+read $N x 4 KiB under roar run (a fresh store every run)"
+echo "== P2: write+read $N x 4 KiB under roar run (a fresh store every run; each command ends with sync, so its writeback is its own)"
 rows=()
 for b in "${BACKENDS[@]}"; do
-    rows+=("$b after=env ROAR_DIR=$W/after/.roar $ROAR run --tracer $b -- ./files $N"
-           "$b before=env ROAR_DIR=$W/before/.roar $ROAR_BEFORE run --tracer $b -- ./files $N")
+    rows+=("$b after=sh -c 'ROAR_DIR=$W/after/.roar $ROAR run --tracer $b -- ./files $N && sync'"
+           "$b before=sh -c 'ROAR_DIR=$W/before/.roar $ROAR_BEFORE run --tracer $b -- ./files $N && sync'")
 done
 (cd "$W/plain" && $CMP "$W/p2.json" "$RUNS" \
-    --prepare "rm -rf out $W/after/.roar $W/before/.roar; mkdir out; $ROAR init $W/after > /dev/null; $ROAR_BEFORE init $W/before > /dev/null" \
-    "bare=./files $N" "${rows[@]}")
+    --prepare "rm -rf out $W/after/.roar $W/before/.roar; mkdir out; $ROAR init $W/after > /dev/null; printf '%s' '$KEEP_OFF' >> $W/after/.roar/config.toml; $ROAR_BEFORE init $W/before > /dev/null; sync" \
+    "bare=sh -c './files $N && sync'" "${rows[@]}")
 
 echo "== recovery: roar log after a preload run of $N files killed mid-command, against roar log with nothing to recover"
 cat > "$W/slow.sh" <<'SH'
@@ -67,7 +71,7 @@ for side in after before; do
     cp files "$W/m$side/data/"
 done
 mkdir -p "$W/mplain" && cp files "$W/mplain/"
-(cd "$W/mafter" && "$ROAR" init > /dev/null && "$ROAR" mount data 2> /dev/null)
+(cd "$W/mafter" && "$ROAR" init > /dev/null && printf '%s' "$KEEP_OFF" >> .roar/config.toml && "$ROAR" mount data 2> /dev/null)
 (cd "$W/mbefore" && "$ROAR_BEFORE" init > /dev/null && "$ROAR_BEFORE" mount data 2> /dev/null)
 unmount_all() {
     (cd "$W/mafter" && "$ROAR" unmount data > /dev/null 2>&1) || true

@@ -24,7 +24,7 @@ RUNS="${RUNS:-3}"
 # ~4 s, ~0.65 s per epoch); EPOCHS=3 gives a 6 s version for a quick look.
 EPOCHS="${EPOCHS:-40}"
 mountpoint -q "$W/data" 2>/dev/null && { "$ROAR" unmount "$W/data" 2>/dev/null || umount -l "$W/data"; }
-rm -rf "$W" "$W-peer" "$W-nokeep" && mkdir -p "$W/data/shards" && cd "$W"
+rm -rf "$W" "$W-peer" "$W-nokeep" "$W-before" && mkdir -p "$W/data/shards" && cd "$W"
 git init -q . && git config user.email b@b && git config user.name b
 
 python3 - <<'PY'
@@ -115,9 +115,12 @@ if [ -n "${NOT_KEPT:-}" ]; then
 fi
 BEFORE=()
 if [ -n "${ROAR_BEFORE:-}" ]; then
-    BEFORE=("roar run (preload, before)=sh steps.sh '$ROAR_BEFORE run --tracer preload --'"
-            "roar run (ptrace, before)=sh steps.sh '$ROAR_BEFORE run --tracer ptrace --'"
-            "roar mount (before)=sh mounted.sh '$ROAR_BEFORE'")
+    # Its own copy of the project and a store it made: an older roar refuses a newer schema.
+    rm -rf "$W-before" && cp -r "$W" "$W-before" && rm -rf "$W-before/.roar"
+    (cd "$W-before" && "$ROAR_BEFORE" init > /dev/null)
+    BEFORE=("roar run (preload, before)=sh -c 'cd $W-before && sh steps.sh \"$ROAR_BEFORE run --tracer preload --\"'"
+            "roar run (ptrace, before)=sh -c 'cd $W-before && sh steps.sh \"$ROAR_BEFORE run --tracer ptrace --\"'"
+            "roar mount (before)=sh -c 'cd $W-before && sh mounted.sh $ROAR_BEFORE'")
 fi
 python3 "$REPO/bench/lib/compare.py" pipeline.json "$RUNS" --cpu \
     "bare=sh steps.sh" \
