@@ -8,7 +8,8 @@
 //! The operations are the ones that broke hashes before: several handles on one file at once,
 //! positional writes through a second handle, truncates by path and by handle, `O_TRUNC` reopens,
 //! appends, mmap writes, hard links written through either name, renames, unlinks and re-creates,
-//! writable opens that write nothing, and a forked child doing its share.
+//! writable opens that write nothing, a forked child and a thread doing their share, and files
+//! made nameless (`O_TMPFILE`) then linked into place.
 //!
 //! `ROAR_GEN_PROGRAMS` sets how many programs each observer runs (the suite: 100 on the mount, 40
 //! under each backend, 30 under all of them compared); the suite's seed is fixed, so its programs
@@ -106,6 +107,15 @@ enum Op {
     },
     /// A forked child runs these, the parent waits for it.
     Fork(Vec<Op>),
+    /// A thread of the program runs these, the program waits for it.
+    Thread(Vec<Op>),
+    /// A file made nameless (`O_TMPFILE` in the program's directory), written, then given a
+    /// name with `linkat` through `/proc/self/fd`.
+    Tmpfile {
+        name: usize,
+        len: usize,
+        byte: u8,
+    },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -140,7 +150,7 @@ fn random_op(rng: &mut Rng, depth: u32) -> Op {
     let len = |rng: &mut Rng| [0, 1, 100, 4096, 5000, 70_000][rng.below(6) as usize];
     let byte = |rng: &mut Rng| b'A' + rng.below(26) as u8;
     let off = |rng: &mut Rng| [0, 1, 5, 4095, 6000][rng.below(5) as usize];
-    match rng.below(if depth == 0 { 16 } else { 15 }) {
+    match rng.below(if depth == 0 { 18 } else { 16 }) {
         0 | 1 => Op::WriteNew {
             name: name(rng),
             len: len(rng),
@@ -205,7 +215,13 @@ fn random_op(rng: &mut Rng, depth: u32) -> Op {
             off: off(rng),
             byte: byte(rng),
         },
-        _ => Op::Fork((0..1 + rng.below(4)).map(|_| random_op(rng, 1)).collect()),
+        15 => Op::Tmpfile {
+            name: name(rng),
+            len: len(rng),
+            byte: byte(rng),
+        },
+        16 => Op::Fork((0..1 + rng.below(4)).map(|_| random_op(rng, 1)).collect()),
+        _ => Op::Thread((0..1 + rng.below(4)).map(|_| random_op(rng, 1)).collect()),
     }
 }
 
@@ -221,7 +237,7 @@ fn generate(rng: &mut Rng) -> Program {
     Program { before, ops }
 }
 
-const PRELUDE: &str = r#"import ctypes, mmap, os
+const PRELUDE: &str = r#"import ctypes, mmap, os, threading
 fds = {}
 libc = ctypes.CDLL(None, use_errno=True)
 def exchange(a, b):
@@ -246,6 +262,14 @@ def mm(n, o, b):
     if size:
         m = mmap.mmap(fd, size); m[o % size] = b; m.flush(); m.close()
     os.close(fd)
+def tmpfile(n, d):
+    fd = os.open('.', os.O_TMPFILE | os.O_WRONLY, 0o644)
+    try:
+        os.write(fd, d); os.link('/proc/self/fd/%d' % fd, n)
+    finally:
+        os.close(fd)
+def thread(f):
+    t = threading.Thread(target=f); t.start(); t.join()
 def do(f, *a):
     try: f(*a)
     except (OSError, KeyError, ValueError): pass
@@ -282,6 +306,18 @@ fn line(op: &Op, indent: &str, out: &mut String) {
         Op::Link { from, to } => format!("os.link, {}, {}", n(from), n(to)),
         Op::Unlink { name } => format!("os.unlink, {}", n(name)),
         Op::Mmap { name, off, byte } => format!("mm, {}, {off}, {}", n(name), byte),
+        Op::Tmpfile { name, len, byte } => format!("tmpfile, {}, {}", n(name), data(len, byte)),
+        Op::Thread(ops) => {
+            // A function of its own (its name unique by indentation depth and position).
+            let f = format!("t{}_{}", indent.len(), out.len());
+            let _ = writeln!(out, "{indent}def {f}():");
+            let inner = format!("{indent}    ");
+            for op in ops {
+                line(op, &inner, out);
+            }
+            let _ = writeln!(out, "{inner}pass\n{indent}thread({f})");
+            return;
+        }
         Op::Fork(ops) => {
             let _ = writeln!(out, "{indent}pid = os.fork()\n{indent}if pid == 0:");
             let inner = format!("{indent}    ");
@@ -512,8 +548,8 @@ fn shrink_by(fails: impl Fn(&Program) -> bool, mut p: Program) -> Program {
                 changed = true;
                 continue;
             }
-            if let Op::Fork(inner) = &p.ops[i] {
-                // The fork's operations in the parent, then each of them removed.
+            if let Op::Fork(inner) | Op::Thread(inner) = &p.ops[i] {
+                // The fork's (or thread's) operations in the program itself, then each removed.
                 let mut flat = p.clone();
                 flat.ops.splice(i..=i, inner.clone());
                 tries += 1;
