@@ -308,6 +308,79 @@ impl Journal {
     }
 }
 
+/// Journals made ahead, one at a time, by a thread of their own: an observer that begins a job
+/// while it answers a request (the mount daemon, under its lock of the live jobs) takes a journal
+/// with no file made on its path — making a file on ext4 costs tens of µs. A journal made ahead
+/// and never taken is removed when the `Ahead` is dropped (a killed observer's holds its header
+/// alone: a recovery finds nothing in it and removes it).
+pub struct Ahead {
+    made: Mutex<Option<std::sync::mpsc::Receiver<(String, Journal)>>>,
+    maker: Option<std::thread::JoinHandle<()>>,
+    dir: PathBuf,
+    writer: Writer,
+}
+
+impl Ahead {
+    /// Starts making journals of `writer` in `dir`, each named by a fresh uid.
+    pub fn new(dir: &Path, writer: Writer) -> Ahead {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<(String, Journal)>(1);
+        let into = dir.to_owned();
+        let maker = move || loop {
+            let uid = new_uid();
+            let Ok(journal) = Journal::create(&into, &uid, writer) else {
+                return;
+            };
+            // Taken by no one: the observer is gone.
+            if let Err(std::sync::mpsc::SendError((_, journal))) = tx.send((uid, journal)) {
+                journal.remove();
+                return;
+            }
+        };
+        let maker = std::thread::Builder::new()
+            .name("roar-journal-ahead".into())
+            .spawn(maker)
+            .map_err(|e| tracing::debug!("journals are made as jobs begin ({e})"))
+            .ok();
+        Ahead {
+            made: Mutex::new(Some(rx)),
+            maker,
+            dir: dir.to_owned(),
+            writer,
+        }
+    }
+
+    /// A journal and its uid: one made ahead, else one made now.
+    pub fn take(&self) -> io::Result<(String, Journal)> {
+        let made = self.made.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(ready) = made.as_ref().and_then(|rx| rx.try_recv().ok()) {
+            return Ok(ready);
+        }
+        drop(made);
+        let uid = new_uid();
+        Journal::create(&self.dir, &uid, self.writer).map(|j| (uid, j))
+    }
+}
+
+impl Drop for Ahead {
+    /// Removes the journals made and not taken: the one waiting, and the one the thread holds
+    /// (its hand-over fails once no one can take it; it removes that one and ends).
+    fn drop(&mut self) {
+        let made = self
+            .made
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(rx) = made {
+            while let Ok((_, journal)) = rx.try_recv() {
+                journal.remove();
+            }
+        }
+        if let Some(maker) = self.maker.take() {
+            let _ = maker.join();
+        }
+    }
+}
+
 impl Rules {
     /// Applies a journal record that is a call into the rule (an event, a fact, a moved
     /// directory); any other record is left to its observer (false). The live observer calls the

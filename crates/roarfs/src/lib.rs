@@ -286,6 +286,7 @@ impl Mounted {
 
     /// Records every job still live (the mount is gone).
     fn record_rest(&mut self) -> Vec<i64> {
+        self.jobs.stop_journals_ahead();
         let ids = self.jobs.finish(true);
         self.jobs.flush();
         ids

@@ -464,3 +464,28 @@ fn a_journal_of_format_1_is_still_read() {
     std::fs::write(&path, &bytes).unwrap();
     assert!(orphans(dir.path())[0].records.is_empty());
 }
+
+/// Journals made ahead come with fresh uids, each locked by its taker; the ones never taken are
+/// gone once the `Ahead` is dropped, and those taken stay until their jobs remove them.
+#[test]
+fn journals_made_ahead_are_taken_once_and_the_rest_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let ahead = Ahead::new(dir.path(), Writer::Mount);
+    let taken: Vec<(String, Journal)> = (0..5).map(|_| ahead.take().unwrap()).collect();
+    let uids: std::collections::HashSet<&String> = taken.iter().map(|(u, _)| u).collect();
+    assert_eq!(uids.len(), 5);
+    for (uid, j) in &taken {
+        assert_eq!(j.path(), dir.path().join(format!("{uid}.journal")));
+    }
+    // Give the thread time to make the next one, then stop.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    drop(ahead);
+    let left = std::fs::read_dir(dir.path()).unwrap().count();
+    assert_eq!(left, 5, "only the journals taken are left");
+    // Every one taken is its taker's: no recovery can take it while it is held.
+    assert!(orphans(dir.path()).is_empty());
+    for (_, j) in taken {
+        j.remove();
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}

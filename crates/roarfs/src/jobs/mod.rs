@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use roar_engine::classify::Context;
-use roar_engine::journal::{Journal, Journaled, Record};
+use roar_engine::journal::{Journaled, Record};
 use roar_engine::{Event, Fact, Judge, Version};
 use roar_store::{now_ns, ContentHash, JobRecord, Ops, Outcome, ProcessRecord, Writer};
 
@@ -183,6 +183,8 @@ pub struct Jobs {
     placing: Mutex<()>,
     /// Where each live job's journal goes, and what of a command line it may keep.
     journals: crate::Journals,
+    /// Journals made ahead in that directory: a job begins with no file made under `inner`.
+    ahead: Mutex<Option<roar_engine::journal::Ahead>>,
     /// Where the mount is, for its journals.
     mounted_on: PathBuf,
 }
@@ -232,6 +234,7 @@ impl Jobs {
             mount: std::sync::OnceLock::new(),
             placing: Mutex::new(()),
             journals: None,
+            ahead: Mutex::new(None),
             mounted_on: PathBuf::new(),
         }
     }
@@ -240,6 +243,9 @@ impl Jobs {
     /// in the directory `journals` names, redacted by its policy: a daemon killed at any moment
     /// loses none of it. `dir`: where the mount is.
     pub fn with_journals(mut self, journals: crate::Journals, dir: &Path) -> Jobs {
+        self.ahead = Mutex::new(journals.as_ref().map(|(d, _)| {
+            roar_engine::journal::Ahead::new(d, roar_engine::journal::Writer::Mount)
+        }));
         self.journals = journals;
         self.mounted_on = dir.to_owned();
         self
@@ -247,19 +253,19 @@ impl Jobs {
 
     /// A job first seen now, with its journal begun: its header and where the mount is.
     fn live_job(&self, key: JobKey) -> LiveJob {
-        let uid = roar_engine::journal::new_uid();
-        let (journal, policy) = match &self.journals {
-            Some((dir, policy)) => {
-                let j = Journal::create(dir, &uid, roar_engine::journal::Writer::Mount)
-                    .map_err(|e| {
-                        static ONCE: std::sync::Once = std::sync::Once::new();
-                        ONCE.call_once(|| tracing::warn!("roarfs: no journal for a job ({e}): a daemon killed now loses its events"));
-                    })
-                    .ok();
-                (j, policy.clone())
-            }
-            None => (None, Default::default()),
+        let ahead = self.ahead.lock().expect("journals made ahead");
+        let (uid, journal, policy) = match (ahead.as_ref(), &self.journals) {
+            (Some(ahead), Some((_, policy))) => match ahead.take() {
+                Ok((uid, j)) => (uid, Some(j), policy.clone()),
+                Err(e) => {
+                    static ONCE: std::sync::Once = std::sync::Once::new();
+                    ONCE.call_once(|| tracing::warn!("roarfs: no journal for a job ({e}): a daemon killed now loses its events"));
+                    (roar_engine::journal::new_uid(), None, policy.clone())
+                }
+            },
+            _ => (roar_engine::journal::new_uid(), None, Default::default()),
         };
+        drop(ahead);
         let mut job = LiveJob {
             argv: cmdline(key.pid),
             cwd: std::fs::read_link(format!("/proc/{}/cwd", key.pid)).unwrap_or_default(),
@@ -621,6 +627,11 @@ impl Jobs {
 
     /// Records every job whose root process has exited (and whose writers are all released);
     /// with `all`, every job: only after the unmount (see [`Jobs::record`]). Returns the store ids of the jobs recorded.
+    /// No more jobs begin: the journals made ahead and not taken are removed.
+    pub fn stop_journals_ahead(&self) {
+        drop(self.ahead.lock().expect("journals made ahead").take());
+    }
+
     pub fn finish(&self, all: bool) -> Vec<i64> {
         let done: Vec<(JobKey, LiveJob)> = {
             let mut inner = self.inner.lock().expect("jobs lock");
