@@ -323,7 +323,9 @@ pub struct Ahead {
 impl Ahead {
     /// Starts making journals of `writer` in `dir`, each named by a fresh uid.
     pub fn new(dir: &Path, writer: Writer) -> Ahead {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<(String, Journal)>(1);
+        // A rendezvous: the one made waits in the thread's hand, never in a buffer a drop would
+        // lose it in.
+        let (tx, rx) = std::sync::mpsc::sync_channel::<(String, Journal)>(0);
         let into = dir.to_owned();
         let maker = move || loop {
             let uid = new_uid();
@@ -362,19 +364,15 @@ impl Ahead {
 }
 
 impl Drop for Ahead {
-    /// Removes the journals made and not taken: the one waiting, and the one the thread holds
-    /// (its hand-over fails once no one can take it; it removes that one and ends).
+    /// Removes the journal made and not taken: the thread's hand-over fails once no one can
+    /// take it, and it removes that one and ends.
     fn drop(&mut self) {
-        let made = self
-            .made
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(rx) = made {
-            while let Ok((_, journal)) = rx.try_recv() {
-                journal.remove();
-            }
-        }
+        drop(
+            self.made
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        );
         if let Some(maker) = self.maker.take() {
             let _ = maker.join();
         }
