@@ -73,29 +73,28 @@ for mode in early end; do
         > /dev/null 2>&1
     ratio "hashed $mode" "$W/big" "trace.$mode" /out/b
 done
+# through_mount LABEL DIR JOB: a project in DIR (made by the caller, its files in DIR/data), the
+# daemon mounting DIR/data under strace, JOB run in data/ as one job of its own; then the ratio.
+through_mount() {
+    local label=$1 dir=$2 job=$3
+    cd "$dir"
+    rm -f trace.mount.*
+    strace -ff -qq -y -e trace=read,pread64,copy_file_range -e signal=none -o trace.mount \
+        "$ROAR" mount --foreground data > /dev/null 2>&1 &
+    for _ in $(seq 100); do mountpoint -q data && break; sleep 0.1; done
+    (cd data && setsid -w sh -c "$job")
+    "$ROAR" unmount data > /dev/null 2>&1
+    wait
+    ratio "$label" "$dir" trace.mount /data/b
+}
 echo "== the same through roar mount: $BIG_FILES x $BIG_MIB MiB written through the mount"
-mkdir -p "$W/mnt/data" && cd "$W/mnt"
-git init -q . && "$ROAR" init > /dev/null
-rm -f trace.mount.*
-strace -ff -qq -y -e trace=read,pread64,copy_file_range -e signal=none -o trace.mount \
-    "$ROAR" mount --foreground data > /dev/null 2>&1 &
-for _ in $(seq 100); do mountpoint -q data && break; sleep 0.1; done
-(cd data && setsid -w sh -c "for i in \$(seq $BIG_FILES); do head -c $((BIG_MIB << 20)) /dev/urandom > b\$i; done")
-"$ROAR" unmount data > /dev/null 2>&1
-wait
-ratio mount "$W/mnt" trace.mount /data/b
+mkdir -p "$W/mnt/data" && (cd "$W/mnt" && git init -q . && "$ROAR" init > /dev/null)
+through_mount mount "$W/mnt" \
+    "for i in \$(seq $BIG_FILES); do head -c $((BIG_MIB << 20)) /dev/urandom > b\$i; done"
 echo "== inputs read through roar mount: $BIG_FILES x $BIG_MIB MiB untracked files a job reads"
-mkdir -p "$W/mnt-in/data" && cd "$W/mnt-in"
-git init -q . && "$ROAR" init > /dev/null
-for i in $(seq "$BIG_FILES"); do head -c $((BIG_MIB << 20)) /dev/urandom > "data/b$i"; done
-rm -f trace.mount.*
-strace -ff -qq -y -e trace=read,pread64,copy_file_range -e signal=none -o trace.mount \
-    "$ROAR" mount --foreground data > /dev/null 2>&1 &
-for _ in $(seq 100); do mountpoint -q data && break; sleep 0.1; done
-(cd data && setsid -w sh -c 'cat b* > /dev/null')
-"$ROAR" unmount data > /dev/null 2>&1
-wait
-ratio "mount input" "$W/mnt-in" trace.mount /data/b
+mkdir -p "$W/mnt-in/data" && (cd "$W/mnt-in" && git init -q . && "$ROAR" init > /dev/null)
+for i in $(seq "$BIG_FILES"); do head -c $((BIG_MIB << 20)) /dev/urandom > "$W/mnt-in/data/b$i"; done
+through_mount "mount input" "$W/mnt-in" 'cat b* > /dev/null'
 cd "$W/big"
 disk=$(du -sk .roar/s3/blobs | cut -f1)
 kept=$(find .roar/s3/blobs -type f -printf '%s\n' | awk '{s += $1} END {print s}')

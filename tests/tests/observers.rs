@@ -766,14 +766,13 @@ fn a_job_is_recorded_as_running_and_a_killed_roar_leaves_a_killed_job() {
         );
         // Killed once the command has made its file (the row can be written before the command
         // starts: killing at once could come before the write, and then nothing was observed).
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !p.path().join("made").exists() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{backend}: the command never wrote"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
+        assert!(
+            common::wait_for(std::time::Duration::from_secs(10), || p
+                .path()
+                .join("made")
+                .exists()),
+            "{backend}: the command never wrote"
+        );
         // SAFETY: signalling our own child.
         unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
         child.wait().unwrap();

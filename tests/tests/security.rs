@@ -221,11 +221,7 @@ fn run_both(p: &Project, backend: &str) {
 
 #[test]
 fn no_secret_from_any_backend_reaches_the_store_or_an_output() {
-    let mut backends = vec!["preload", "ptrace"];
-    if common::ebpf_available() {
-        backends.push("ebpf");
-    }
-    for backend in backends {
+    for backend in common::backends() {
         let p = Project::new();
         run_both(&p, backend);
         assert_no_secret(&p, "2", backend);
@@ -252,43 +248,46 @@ fn no_secret_from_any_backend_reaches_the_store_or_an_output() {
 /// store would redact it. Read while the command is still running, under every backend.
 #[test]
 fn no_secret_reaches_a_running_jobs_journal() {
-    let mut backends = vec!["preload", "ptrace"];
-    if common::ebpf_available() {
-        backends.push("ebpf");
-    }
-    for backend in backends {
+    for backend in common::backends() {
         let p = Project::new();
         let mut argv = all_argv();
-        // The command (exec'd with every secret in its argv) waits until the journal was read.
-        argv[2] = "touch started; while [ ! -e go ]; do sleep 0.01; done".into();
+        // The command (exec'd with every secret in its argv) then execs `/bin/true mark<its pid>`,
+        // which only an exec event (never the header) names; it waits until the journal was read.
+        argv[2] =
+            "/bin/true mark$$; echo $$ > started; while [ ! -e go ]; do sleep 0.01; done".into();
         let mut cmd = p.cmd(["run", "--tracer", backend, "--"]);
         cmd.args(&argv).stdout(Stdio::null()).stderr(Stdio::null());
         for (k, v, _) in env_secrets() {
             cmd.env(k, v);
         }
         let mut child = cmd.spawn().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !p.path().join("started").exists() {
-            assert!(
-                Instant::now() < deadline,
-                "{backend}: the command never started"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        // The exec's event is journaled before the program runs (ptrace), or within the
-        // shim's first report: give the backends a moment to have written it.
-        std::thread::sleep(Duration::from_millis(300));
-        let journals: Vec<_> = std::fs::read_dir(p.path().join(".roar/journal"))
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .collect();
+        let started = p.path().join("started");
+        let pid = || {
+            std::fs::read_to_string(&started)
+                .ok()
+                .filter(|s| s.ends_with('\n'))
+        };
         assert!(
-            !journals.is_empty(),
-            "{backend}: no journal while the job runs"
+            common::wait_for(Duration::from_secs(30), || pid().is_some()),
+            "{backend}: the command never started"
         );
-        for j in &journals {
-            let bytes = std::fs::read(j).unwrap();
+        let mark = format!("mark{}", pid().unwrap().trim());
+        let journals = || -> Vec<(std::path::PathBuf, Vec<u8>)> {
+            std::fs::read_dir(p.path().join(".roar/journal"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|e| Some((e.path(), std::fs::read(e.path()).ok()?)))
+                .collect()
+        };
+        // Every exec before the mark's is in the journal once the mark's is.
+        assert!(
+            common::wait_for(Duration::from_secs(10), || journals()
+                .iter()
+                .any(|(_, b)| contains(b, &mark))),
+            "{backend}: the command's execs never reached its journal"
+        );
+        for (j, bytes) in journals() {
             for n in needles() {
                 assert!(
                     !contains(&bytes, &n),

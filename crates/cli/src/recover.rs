@@ -146,9 +146,10 @@ fn run(
         remove_run(orphan, j.ring.as_deref());
         return Ok(None);
     }
+    let store = Store::open(&project.db_path()).ok();
     // The environment is in the job's row (the journal never holds it), unless roar died before
     // the row was written: then it is unknown.
-    if let Some(row) = begun.and_then(|id| Store::open(&project.db_path()).ok()?.job(id).ok()) {
+    if let Some(row) = begun.and_then(|id| store.as_ref()?.job(id).ok()) {
         job.env = row.env;
     }
     let ignore = roar_tracer::ignore::Ignore::new(&config.ignore);
@@ -168,7 +169,6 @@ fn run(
     let opts = roar_store::hash::HashOptions {
         sha256: config.sha256(),
     };
-    let store = Store::open(&project.db_path()).ok();
     let cache = || store.as_ref().map(Store::conn);
     let mut files = Vec::new();
     // A recovered job keeps its versions as a finished one does.

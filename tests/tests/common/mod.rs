@@ -345,6 +345,18 @@ pub fn recorders(p: &Project) -> Vec<i32> {
     pids
 }
 
+/// Waits until `ready` holds (polled every 10 ms); false if it still does not after `within`.
+pub fn wait_for(within: std::time::Duration, mut ready: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    while !ready() {
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    true
+}
+
 /// Waits until no process's command line matches `pattern` (`pgrep -f`); false if one still
 /// does after `within`.
 pub fn wait_until_gone(pattern: &str, within: std::time::Duration) -> bool {
