@@ -2,15 +2,16 @@
 """The record a job should have, from strace's view of it: an oracle for the differential suite
 (tests/tests/observers.rs) that shares no code with roar.
 
-    strace_model.py DIR PRE LOG...
+    strace_model.py [--ctime-blind] DIR PRE LOG...
 
 LOG: the per-process files of `strace -ff -ttt -y -o PREFIX` of the bare command (no roar),
 started in DIR; PRE: the files under DIR before it ran, relative, comma-separated. Prints a JSON list of [role, path relative to DIR] for files under DIR, by the
 rules of docs/SEMANTICS.md, applied to files as objects (inodes), names bound to them:
 
 - input: a file that existed before the job, under its name then, if the job read it, opened it
-  for writing without truncating it (the bytes it kept are an input), or took its name away (a
-  rename over it, an exchange);
+  for writing without truncating it (the bytes it kept are an input), or moved it away (a rename
+  of it, an exchange); a file another was renamed over is superseded, as by a truncating open,
+  not consumed;
 - output: a name that exists at the end and is bound to a file the job wrote, or that the job
   bound (a rename, a link, a symlink, an O_TMPFILE linked into place); also the name of a file
   that existed before and that the job deleted without reading it (recorded without content);
@@ -18,6 +19,10 @@ rules of docs/SEMANTICS.md, applied to files as objects (inodes), names bound to
   the end (deleted, renamed away); the old names of files moved with their directory are not
   separate temps.
 Directories are not files of a job.
+
+--ctime-blind reads the job as roar must (SEMANTICS.md, "Whether a file the job opened existed
+before it"): an open with O_CREAT|O_TRUNC of a file the job had not touched leaves it what a file
+created then looks like, so what the name held before is forgotten, not consumed.
 """
 
 import json
@@ -74,8 +79,9 @@ def fd_path(arg):
 
 
 class Model:
-    def __init__(self, root, pre):
+    def __init__(self, root, pre, ctime_blind=False):
         self.root = root
+        self.ctime_blind = ctime_blind
         self.cwd = root
         self.names = {}  # path -> object id
         self.objects = {}  # id -> dict
@@ -119,15 +125,22 @@ class Model:
                 return
             oid = self.new(name)
         o = self.objects[oid]
+        creat = flags & FLAGS["O_CREAT"]
+        if self.ctime_blind and write and trunc and creat and o["pre"] and name not in self.bound \
+                and not (o["read"] or o["written"]):
+            # Indistinguishable from a file made now: the name is bound to a new file.
+            self.names.pop(name)
+            oid = self.new(name)
+            o = self.objects[oid]
         if o["pre"] and not o["written"] and not (write and trunc):
             o["read"] = True
         if write:
             o["written"] = True
             self.ever[name] = oid
 
-    def unbind(self, name, deleted=False):
+    def unbind(self, name, deleted=False, replaced=False):
         oid = self.names.pop(name, None)
-        if oid is not None:
+        if oid is not None and not replaced:
             o = self.objects[oid]
             if o["pre"] and name in o["pre_names"]:
                 if deleted:
@@ -136,11 +149,11 @@ class Model:
                     if not o["read"]:
                         self.deleted.add(name)
                 else:
-                    o["read"] = True  # its name taken by another file: its content is consumed
+                    o["read"] = True  # moved away (or exchanged): its content is consumed
 
     def bind(self, name, oid):
         if self.names.get(name) != oid:
-            self.unbind(name)
+            self.unbind(name, replaced=True)
         self.names[name] = oid
         self.bound.add(name)
         self.ever[name] = oid
@@ -155,6 +168,8 @@ class Model:
             self.bound = {move(n) for n in self.bound}
             return
         a, b = self.names.get(old), self.names.get(new)
+        if a is not None and a == b:
+            return  # one file at both names: a rename or an exchange changes nothing
         if exchange:
             for name, oid in ((old, b), (new, a)):
                 self.unbind(name)
@@ -232,7 +247,10 @@ def parse_flags(arg):
 
 
 def main():
-    root, pre, logs = os.path.realpath(sys.argv[1]), sys.argv[2], sys.argv[3:]
+    args = sys.argv[1:]
+    ctime_blind = "--ctime-blind" in args
+    args = [a for a in args if a != "--ctime-blind"]
+    root, pre, logs = os.path.realpath(args[0]), args[1], args[2:]
     calls = []
     for log in logs:
         for line in open(log, errors="replace"):
@@ -240,7 +258,7 @@ def main():
             if m and int(m.group(4)) >= 0:
                 calls.append((float(m.group(1)), m.group(2), m.group(3), m.group(4), m.group(5)))
     calls.sort(key=lambda c: c[0])
-    model = Model(root, [n for n in pre.split(",") if n])
+    model = Model(root, [n for n in pre.split(",") if n], ctime_blind)
     for _, call, args, ret, ret_path in calls:
         model.apply(call, args_of(args), ret, ret_path)
     print(json.dumps(model.record()))

@@ -19,6 +19,7 @@
 mod common;
 
 use std::collections::HashMap;
+use std::ffi::OsStr;
 use std::fmt::Write as _;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -31,6 +32,9 @@ use common::{stderr, Project, Rng};
 const NAMES: usize = 4;
 /// Handles a program holds open at once.
 const SLOTS: usize = 3;
+/// Symbolic links a program makes (`l0`, `l1`: their own names, pointing at `f`-names; the
+/// program reads and writes only through `f`-names, see [`Op::Symlink`]).
+const LINKS: usize = 2;
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -109,6 +113,30 @@ enum Op {
     Fork(Vec<Op>),
     /// A thread of the program runs these, the program waits for it.
     Thread(Vec<Op>),
+    /// A forked child exec's a new Python that runs these; the program waits for it.
+    Exec(Vec<Op>),
+    /// A daemon runs these: a child calls `setsid` and forks again, the grandchild does them and
+    /// closes what it holds, then tells the program (through a pipe) that it is done. The
+    /// program waits for that, not for the daemon's exit. SEMANTICS.md: a fork that did not exec
+    /// stays in its parent's job, even in a session of its own.
+    Daemon(Vec<Op>),
+    /// `symlink('f<target>', 'l<link>')`. The program never reads or writes through a link: a
+    /// path is the name the program gave under `roar run` and the name the kernel resolved on
+    /// the mount (SEMANTICS.md), so I/O through a link is named differently by design; making,
+    /// renaming, replacing and removing links, and what a kept link's target holds, are not.
+    Symlink {
+        link: usize,
+        target: usize,
+    },
+    /// `rename('l<from>', 'l<to>')`.
+    RenameLink {
+        from: usize,
+        to: usize,
+    },
+    /// `unlink('l<link>')`.
+    UnlinkLink {
+        link: usize,
+    },
     /// A file made nameless (`O_TMPFILE` in the program's directory), written, then given a
     /// name with `linkat` through `/proc/self/fd`.
     Tmpfile {
@@ -150,7 +178,8 @@ fn random_op(rng: &mut Rng, depth: u32) -> Op {
     let len = |rng: &mut Rng| [0, 1, 100, 4096, 5000, 70_000][rng.below(6) as usize];
     let byte = |rng: &mut Rng| b'A' + rng.below(26) as u8;
     let off = |rng: &mut Rng| [0, 1, 5, 4095, 6000][rng.below(5) as usize];
-    match rng.below(if depth == 0 { 18 } else { 16 }) {
+    let link = |rng: &mut Rng| rng.below(LINKS as u64) as usize;
+    match rng.below(if depth == 0 { 22 } else { 17 }) {
         0 | 1 => Op::WriteNew {
             name: name(rng),
             len: len(rng),
@@ -220,8 +249,26 @@ fn random_op(rng: &mut Rng, depth: u32) -> Op {
             len: len(rng),
             byte: byte(rng),
         },
-        16 => Op::Fork((0..1 + rng.below(4)).map(|_| random_op(rng, 1)).collect()),
-        _ => Op::Thread((0..1 + rng.below(4)).map(|_| random_op(rng, 1)).collect()),
+        16 => match rng.below(4) {
+            0 | 1 => Op::Symlink {
+                link: link(rng),
+                target: name(rng),
+            },
+            2 => Op::RenameLink {
+                from: link(rng),
+                to: link(rng),
+            },
+            _ => Op::UnlinkLink { link: link(rng) },
+        },
+        n => {
+            let ops = (0..1 + rng.below(4)).map(|_| random_op(rng, 1)).collect();
+            match n {
+                17 => Op::Fork(ops),
+                18 => Op::Thread(ops),
+                19 => Op::Exec(ops),
+                _ => Op::Daemon(ops),
+            }
+        }
     }
 }
 
@@ -237,7 +284,7 @@ fn generate(rng: &mut Rng) -> Program {
     Program { before, ops }
 }
 
-const PRELUDE: &str = r#"import ctypes, mmap, os, threading
+const PRELUDE: &str = r#"import ctypes, mmap, os, sys, threading
 fds = {}
 libc = ctypes.CDLL(None, use_errno=True)
 def exchange(a, b):
@@ -270,6 +317,25 @@ def tmpfile(n, d):
         os.close(fd)
 def thread(f):
     t = threading.Thread(target=f); t.start(); t.join()
+def run_exec(code):
+    pid = os.fork()
+    if pid == 0:
+        try: os.execv(sys.executable, [sys.executable, '-c', code])
+        finally: os._exit(1)
+    os.waitpid(pid, 0)
+def daemon(f):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r); os.setsid()
+            if os.fork() == 0:
+                try: f()
+                finally:
+                    for k in list(fds): os.close(fds.pop(k))
+                    os.write(w, b'x'); os._exit(0)
+        finally: os._exit(0)
+    os.close(w); os.waitpid(pid, 0); os.read(r, 1); os.close(r)
 def do(f, *a):
     try: f(*a)
     except (OSError, KeyError, ValueError): pass
@@ -307,7 +373,19 @@ fn line(op: &Op, indent: &str, out: &mut String) {
         Op::Unlink { name } => format!("os.unlink, {}", n(name)),
         Op::Mmap { name, off, byte } => format!("mm, {}, {off}, {}", n(name), byte),
         Op::Tmpfile { name, len, byte } => format!("tmpfile, {}, {}", n(name), data(len, byte)),
-        Op::Thread(ops) => {
+        Op::Symlink { link, target } => format!("os.symlink, {}, 'l{link}'", n(target)),
+        Op::RenameLink { from, to } => format!("os.rename, 'l{from}', 'l{to}'"),
+        Op::UnlinkLink { link } => format!("os.unlink, 'l{link}'"),
+        Op::Exec(ops) => {
+            let mut code = PRELUDE.to_owned();
+            for op in ops {
+                line(op, "", &mut code);
+            }
+            code.push_str("for k in list(fds): os.close(fds.pop(k))\n");
+            // A JSON string of ASCII text is a Python string literal.
+            format!("run_exec, {}", serde_json::to_string(&code).unwrap())
+        }
+        Op::Thread(ops) | Op::Daemon(ops) => {
             // A function of its own (its name unique by indentation depth and position).
             let f = format!("t{}_{}", indent.len(), out.len());
             let _ = writeln!(out, "{indent}def {f}():");
@@ -315,7 +393,12 @@ fn line(op: &Op, indent: &str, out: &mut String) {
             for op in ops {
                 line(op, &inner, out);
             }
-            let _ = writeln!(out, "{inner}pass\n{indent}thread({f})");
+            let how = if matches!(op, Op::Thread(_)) {
+                "thread"
+            } else {
+                "daemon"
+            };
+            let _ = writeln!(out, "{inner}pass\n{indent}{how}({f})");
             return;
         }
         Op::Fork(ops) => {
@@ -385,6 +468,24 @@ fn wrong_hashes(job: &serde_json::Value, before: &HashMap<PathBuf, Vec<u8>>) -> 
                 )),
                 _ => {}
             },
+            // A kept symbolic link: recorded without content (the mount), or with its target's
+            // (`roar run`), never anything else; a dangling one has none.
+            "output" if path.is_symlink() => {
+                if let Some(h) = hash {
+                    match std::fs::read(&path) {
+                        Ok(now) if h != b3(&now) => wrong.push(format!(
+                            "link {}: recorded {h}, its target holds {}",
+                            path.display(),
+                            b3(&now)
+                        )),
+                        Err(_) => wrong.push(format!(
+                            "link {}: recorded {h}, but its target does not exist",
+                            path.display()
+                        )),
+                        Ok(_) => {}
+                    }
+                }
+            }
             "output" => match (hash, std::fs::read(&path)) {
                 (Some(h), Ok(now)) if h != b3(&now) => wrong.push(format!(
                     "output {}: recorded {h}, the file holds {}",
@@ -412,6 +513,8 @@ fn wrong_hashes(job: &serde_json::Value, before: &HashMap<PathBuf, Vec<u8>>) -> 
 enum Observer {
     Mount,
     Run(&'static str),
+    /// The oracle: the program run bare under strace, read by an independent model.
+    Strace,
 }
 
 /// What one observer recorded of one program: each file below the program's directory as
@@ -446,8 +549,34 @@ fn run_all(observer: Observer, programs: &[Program]) -> Vec<Seen> {
     match observer {
         Observer::Mount => run_mounted(programs),
         Observer::Run(backend) => run_traced(backend, programs),
+        Observer::Strace => programs.iter().map(oracle).collect(),
     }
 }
+
+/// What the oracle says of `p`: its files' roles as an independent model of SEMANTICS.md reads
+/// `strace -ff` of the program run bare (common::strace), with roar's documented blind spots
+/// ([`BLIND_SPOTS`]) taken into its reading.
+fn oracle(p: &Program) -> Seen {
+    let root = tempfile::tempdir().unwrap();
+    let (dir, script) = (root.path().join("w"), root.path().join("prog.py"));
+    lay_out(p, &dir, &script);
+    std::thread::sleep(std::time::Duration::from_millis(12));
+    let argv = [OsStr::new("python3"), script.as_os_str()];
+    let mut files: Vec<(String, String)> = common::strace::record(&dir, &argv, BLIND_SPOTS)
+        .into_iter()
+        .map(|(role, name)| (name, role))
+        .collect();
+    files.sort();
+    Seen {
+        files,
+        wrong: Vec::new(),
+    }
+}
+
+/// Where `roar run` and the mount cannot see what the oracle sees, documented in SEMANTICS.md
+/// and proven by tests/tests/observers.rs (its `oracle_exception` list): the model's switches
+/// that read a program as roar must.
+const BLIND_SPOTS: &[&str] = &["--ctime-blind"];
 
 /// The programs whose hashes are wrong, by index.
 fn wrong(seen: &[Seen]) -> Vec<(usize, Vec<String>)> {
@@ -548,7 +677,9 @@ fn shrink_by(fails: impl Fn(&Program) -> bool, mut p: Program) -> Program {
                 changed = true;
                 continue;
             }
-            if let Op::Fork(inner) | Op::Thread(inner) = &p.ops[i] {
+            if let Op::Fork(inner) | Op::Thread(inner) | Op::Exec(inner) | Op::Daemon(inner) =
+                &p.ops[i]
+            {
                 // The fork's (or thread's) operations in the program itself, then each removed.
                 let mut flat = p.clone();
                 flat.ops.splice(i..=i, inner.clone());
@@ -726,6 +857,9 @@ fn generated_programs_give_every_observer_the_same_record() {
     let mut observers: Vec<Observer> = common::backends().into_iter().map(Observer::Run).collect();
     if require_fuse() {
         observers.push(Observer::Mount);
+    }
+    if common::require_tool("strace") {
+        observers.push(Observer::Strace);
     }
     let all = programs(count, seed);
     let first = observers[0];

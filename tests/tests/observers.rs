@@ -575,44 +575,11 @@ fn oracle_exception(script: &str) -> Option<&'static str> {
 /// (tests/data/strace_model.py): [(role, path)] of files under the workload's directory.
 fn strace_oracle(script: &str, setup: &dyn Fn(&std::path::Path)) -> Vec<(String, String)> {
     let dir = tempfile::tempdir().unwrap();
-    let w = std::fs::canonicalize(dir.path()).unwrap().join("w");
+    let w = dir.path().join("w");
     std::fs::create_dir(&w).unwrap();
     setup(&w);
-    let mut pre: Vec<String> = std::fs::read_dir(&w)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    pre.sort();
-    let log = dir.path().join("log");
-    let calls = "trace=open,openat,creat,rename,renameat,renameat2,link,linkat,symlink,symlinkat,unlink,unlinkat,mkdir,mkdirat,truncate,ftruncate";
-    let st = std::process::Command::new("strace")
-        .args(["-ff", "-ttt", "-y", "-qq", "-e", calls, "-o"])
-        .arg(&log)
-        .args(["sh", "-c", script])
-        .current_dir(&w)
-        .output()
-        .unwrap();
-    assert!(st.status.success(), "strace {script}: {}", stderr(&st));
-    let logs: Vec<std::path::PathBuf> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("log."))
-        .collect();
-    let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/strace_model.py");
-    let out = std::process::Command::new("python3")
-        .arg(model)
-        .arg(&w)
-        .arg(pre.join(","))
-        .args(&logs)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "strace model {script}: {}",
-        stderr(&out)
-    );
-    let rec: Vec<(String, String)> = serde_json::from_slice(&out.stdout).unwrap();
-    rec
+    let argv = ["sh", "-c", script].map(std::ffi::OsStr::new);
+    common::strace::record(&w, &argv, &[])
 }
 
 /// Where a record may know less than another, and why (docs/SEMANTICS.md):

@@ -721,8 +721,9 @@ pub fn as_caller<T>(caller: Caller, f: impl FnOnce() -> io::Result<T>) -> io::Re
 }
 
 /// The kernel's process events (the netlink proc connector), read for thread exits (what lets
-/// the mount keep a thread's job cached without re-reading /proc on every request) and execs
-/// (what cuts a job into steps). Needs CAP_NET_ADMIN.
+/// the mount keep a thread's job cached without re-reading /proc on every request), execs (what
+/// cuts a job into steps) and forks (which process made which, when its parent is gone). Needs
+/// CAP_NET_ADMIN.
 pub struct ExitEvents {
     sock: OwnedFd,
 }
@@ -735,12 +736,27 @@ pub struct Exit {
     pub at_ns: u64,
 }
 
+/// A process's fork as the kernel reported it (threads are not forks here).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fork {
+    /// The process (thread group) that forked.
+    pub parent: i32,
+    pub child: i32,
+    /// When: CLOCK_MONOTONIC, ns.
+    pub at_ns: u64,
+}
+
 /// What [`ExitEvents::wait`] saw.
 pub enum Exits {
-    /// These threads exited, and these processes (by pid) exec'd a new program. Reported late
-    /// when the reader lags (a machine busy with other processes): an exited thread's id may
-    /// already belong to a new thread, which started after `at_ns`.
-    Seen { exits: Vec<Exit>, execs: Vec<i32> },
+    /// These processes were forked, these threads exited, and these processes (by pid) exec'd a
+    /// new program (with when, CLOCK_MONOTONIC ns). Reported late when the reader lags (a
+    /// machine busy with other processes): an exited thread's id may already belong to a new
+    /// thread, which started after `at_ns`.
+    Seen {
+        forks: Vec<Fork>,
+        exits: Vec<Exit>,
+        execs: Vec<(i32, u64)>,
+    },
     /// Events were lost (the socket's buffer overflowed): any cached thread may have exited.
     Lost,
 }
@@ -748,6 +764,7 @@ pub enum Exits {
 const CN_IDX_PROC: u32 = 1;
 const CN_VAL_PROC: u32 = 1;
 const PROC_CN_MCAST_LISTEN: u32 = 1;
+const PROC_EVENT_FORK: u32 = 0x0000_0001;
 const PROC_EVENT_EXEC: u32 = 0x0000_0002;
 const PROC_EVENT_EXIT: u32 = 0x8000_0000;
 /// sizeof(struct nlmsghdr) and sizeof(struct cn_msg).
@@ -816,10 +833,12 @@ impl ExitEvents {
         if from.nl_pid != 0 {
             // Only the kernel speaks for the proc connector; anything else is dropped unread.
             return Ok(Exits::Seen {
+                forks: Vec::new(),
                 exits: Vec::new(),
                 execs: Vec::new(),
             });
         }
+        let mut forks = Vec::new();
         let mut exits = Vec::new();
         let mut execs = Vec::new();
         let mut rest = &buf[..n as usize];
@@ -838,19 +857,36 @@ impl ExitEvents {
             let at_ns = ev
                 .get(8..16)
                 .map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")));
-            // exit: {pid, tgid, ...}; exec: {pid, tgid}. Forks are not needed: a thread id is
-            // reused only after its exit, which the socket delivers first.
+            // exit: {pid, tgid, ...}; exec: {pid, tgid}; fork: {parent pid, parent tgid, child
+            // pid, child tgid}, a thread when the child's pid is not its tgid.
             match (word(0), word(16), word(20), at_ns) {
                 (Some(PROC_EVENT_EXIT), Some(tid), _, Some(at_ns)) => exits.push(Exit {
                     tid: tid as i32,
                     at_ns,
                 }),
-                (Some(PROC_EVENT_EXEC), _, Some(tgid), _) => execs.push(tgid as i32),
+                (Some(PROC_EVENT_EXEC), _, Some(tgid), Some(at_ns)) => {
+                    execs.push((tgid as i32, at_ns))
+                }
+                (Some(PROC_EVENT_FORK), _, Some(parent), Some(at_ns)) => {
+                    if let (Some(child), Some(child_tgid)) = (word(24), word(28)) {
+                        if child == child_tgid {
+                            forks.push(Fork {
+                                parent: parent as i32,
+                                child: child as i32,
+                                at_ns,
+                            });
+                        }
+                    }
+                }
                 _ => {}
             }
             rest = &rest[((len + 3) & !3).min(rest.len())..];
         }
-        Ok(Exits::Seen { exits, execs })
+        Ok(Exits::Seen {
+            forks,
+            exits,
+            execs,
+        })
     }
 }
 

@@ -4,6 +4,7 @@
 pub mod mount;
 pub mod postgres;
 pub mod server;
+pub mod strace;
 pub mod workloads;
 
 use std::ffi::OsStr;

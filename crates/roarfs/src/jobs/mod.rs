@@ -8,6 +8,7 @@
 //! when the root exits. Processes under `roar run` are left to that run's tracer, which records
 //! them in its own job.
 
+mod births;
 mod steps;
 
 pub(crate) use steps::Access;
@@ -204,6 +205,7 @@ struct Cached {
 struct Inner {
     by_tid: HashMap<i32, Cached>,
     jobs: HashMap<JobKey, LiveJob>,
+    births: births::Births,
 }
 
 fn boot_ns() -> i64 {
@@ -329,6 +331,19 @@ impl Jobs {
         Ok(job)
     }
 
+    /// The start-time clock's tick of a kernel event stamped `at_ns` (CLOCK_MONOTONIC), given
+    /// how long the machine was `suspended` (CLOCK_BOOTTIME minus CLOCK_MONOTONIC).
+    fn tick(&self, at_ns: u64, suspended: i64) -> i64 {
+        (at_ns as i64 + suspended) / self.tick_ns
+    }
+
+    fn now_tick(&self) -> i64 {
+        self.tick(
+            crate::sys::monotonic_ns(),
+            crate::sys::boottime_minus_monotonic_ns(),
+        )
+    }
+
     /// Follows the kernel's process events, dropping a thread id from the cache when its thread
     /// exits, so that a request from a cached thread needs no /proc read and a reused id is
     /// never taken for the old thread. An exit removes the entry only if the cached thread had
@@ -348,6 +363,11 @@ impl Jobs {
             }
         };
         let jobs = std::sync::Arc::downgrade(self);
+        self.inner
+            .lock()
+            .expect("jobs lock")
+            .births
+            .listening(self.now_tick());
         self.exits_watched
             .store(true, std::sync::atomic::Ordering::Release);
         let spawned = std::thread::Builder::new()
@@ -362,9 +382,21 @@ impl Jobs {
                     let suspended = crate::sys::boottime_minus_monotonic_ns();
                     let mut inner = jobs.inner.lock().expect("jobs lock");
                     match seen {
-                        Ok(crate::sys::Exits::Seen { exits, execs }) => {
+                        Ok(crate::sys::Exits::Seen {
+                            forks,
+                            exits,
+                            execs,
+                        }) => {
+                            for f in forks {
+                                let at = jobs.tick(f.at_ns, suspended);
+                                inner.births.forked(f.parent, f.child, at);
+                            }
+                            for &(pid, at_ns) in &execs {
+                                inner.births.execd(pid, jobs.tick(at_ns, suspended));
+                            }
                             for e in exits {
-                                let tick = (e.at_ns as i64 + suspended) / jobs.tick_ns;
+                                let tick = jobs.tick(e.at_ns, suspended);
+                                inner.births.read(tick);
                                 let gone = inner
                                     .by_tid
                                     .get(&e.tid)
@@ -378,7 +410,7 @@ impl Jobs {
                                 }
                             }
                             drop(inner);
-                            for pid in execs {
+                            for (pid, _) in execs {
                                 jobs.exec_seen(pid);
                             }
                         }
@@ -388,9 +420,12 @@ impl Jobs {
                         // alive with the same start time. Clearing the cache instead forgot a
                         // job's members, and a forked worker outliving its root then had its
                         // job recorded early and its later writes made a job of their own.
-                        Ok(crate::sys::Exits::Lost) => inner.by_tid.retain(|tid, c| {
-                            matches!(read_proc_stat(*tid), Ok(Some(p)) if p.start == c.start)
-                        }),
+                        Ok(crate::sys::Exits::Lost) => {
+                            inner.births.lost(jobs.now_tick());
+                            inner.by_tid.retain(|tid, c| {
+                                matches!(read_proc_stat(*tid), Ok(Some(p)) if p.start == c.start)
+                            })
+                        }
                         Err(e) => {
                             // Without events the cache cannot be trusted: back to /proc.
                             jobs.exits_watched
@@ -434,6 +469,10 @@ impl Jobs {
             // stays in its parent's job, as forked workers stay in their parent's process.
             let regrouped = parent.pgid != cur.pgid && !same_program(parent.pid, cur.pid);
             if regrouped || is_boundary(&parent) {
+                // Its parent now may not be the one that forked it (a daemon's double fork).
+                if let Some(forker) = self.forked_from(&cur, &parent)? {
+                    return self.attribute(forker);
+                }
                 // Still look above for a `roar run` that owns this process group's session.
                 let mut up = parent;
                 while up.pid > 1 {
@@ -453,6 +492,55 @@ impl Jobs {
             pid: cur.pid,
             start: cur.start,
         }))
+    }
+
+    /// The live process whose fork made `cur`, when `cur`'s parent now (`parent`) is not the one
+    /// that forked it: the forks between them were made by processes gone since, and neither
+    /// they nor `cur` exec'd a program (a daemonized copy of a job's process, which stays in the
+    /// job). None when `parent` forked it, when a program was exec'd on the way, or when what
+    /// forked it is not known (no process events, or events lost).
+    fn forked_from(&self, cur: &ProcInfo, parent: &ProcInfo) -> io::Result<Option<i32>> {
+        let Some(birth) = self.birth_of(cur) else {
+            return Ok(None);
+        };
+        if birth.parent == parent.pid || birth.execd {
+            return Ok(None);
+        }
+        let mut p = birth.parent;
+        for _ in 0..steps::MAX_DEPTH {
+            if let Some(alive) = read_proc_stat(p)? {
+                if alive.start <= cur.start {
+                    return Ok(Some(p));
+                }
+            }
+            let inner = self.inner.lock().expect("jobs lock");
+            match inner.births.of_gone(p, cur.start as i64) {
+                Some(b) if !b.execd => p = b.parent,
+                _ => return Ok(None),
+            }
+        }
+        Ok(None)
+    }
+
+    /// `cur`'s fork as the kernel reported it, waiting (at most 20 ms) for the reader of its
+    /// events when it has not read that far yet.
+    fn birth_of(&self, cur: &ProcInfo) -> Option<births::Birth> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(20);
+        while self
+            .exits_watched
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            let known =
+                (self.inner.lock().expect("jobs lock").births).of(cur.pid, cur.start as i64);
+            match known {
+                births::Known::Born(b) => return Some(b),
+                births::Known::NotYet if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_micros(50))
+                }
+                _ => return None,
+            }
+        }
+        None
     }
 
     /// Calls `job`'s rule with `record` (written to its journal first); the job's row is begun
@@ -636,7 +724,7 @@ impl Jobs {
         let done: Vec<(JobKey, LiveJob)> = {
             let mut inner = self.inner.lock().expect("jobs lock");
             let mut keys = Vec::new();
-            let Inner { jobs, by_tid } = &mut *inner;
+            let Inner { jobs, by_tid, .. } = &mut *inner;
             for (key, job) in jobs.iter_mut() {
                 if !job.root_gone {
                     // An unreadable /proc (descriptors exhausted) is not an exit.
@@ -926,7 +1014,7 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut buf = vec![0u8; 64 * 1024];
-            while let Ok(crate::sys::Exits::Seen { exits, execs }) = events.wait(&mut buf) {
+            while let Ok(crate::sys::Exits::Seen { exits, execs, .. }) = events.wait(&mut buf) {
                 if tx.send((exits, execs)).is_err() {
                     return;
                 }
@@ -943,7 +1031,7 @@ mod tests {
         let exit = loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             let (exits, execs) = rx.recv_timeout(left).expect("the child's exit");
-            execd |= execs.contains(&pid);
+            execd |= execs.iter().any(|&(p, _)| p == pid);
             if let Some(e) = exits.into_iter().find(|e| e.tid == pid) {
                 break e;
             }

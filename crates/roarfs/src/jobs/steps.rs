@@ -30,7 +30,7 @@ use super::{read_proc_stat, JobKey, Jobs};
 const MAX_EVENTS: usize = 1 << 20;
 
 /// Deepest chain of processes between a job's root and a process read at once.
-const MAX_DEPTH: usize = 64;
+pub(super) const MAX_DEPTH: usize = 64;
 
 /// One job's processes and accesses, as events. What the mount learns of its processes (forks,
 /// execs, exits) is written to the job's journal as it is pushed ([`Record::Step`]); its accesses

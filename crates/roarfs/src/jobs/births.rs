@@ -1,0 +1,149 @@
+//! Which process forked which, as the kernel reported it (the proc connector's fork and exec
+//! events). A process's parent in /proc is the one it has now: a daemon's double fork (fork,
+//! `setsid`, fork again, the middle one exits) leaves the grandchild re-parented to init, with
+//! nothing in /proc saying whose it was. SEMANTICS.md keeps a fork that did not exec in its
+//! parent's job, so attribution asks here for the parent that forked it.
+//!
+//! Times are clock ticks of the start-time clock (`/proc/PID/stat` field 22), so a birth can be
+//! matched to the process /proc shows now (a pid is reused only after its process is gone).
+
+use std::collections::HashMap;
+
+/// Births remembered at most: past this the oldest are forgotten all at once (and a process
+/// forked before then is attributed by /proc alone, as without events).
+const MAX_BIRTHS: usize = 1 << 16;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Birth {
+    /// The process (thread group) that forked it.
+    pub parent: i32,
+    /// When, in ticks.
+    pub tick: i64,
+    /// It exec'd a program since (it is no longer a copy of its parent).
+    pub execd: bool,
+}
+
+/// What is known of one process's birth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Known {
+    Born(Birth),
+    /// Its fork event has not been read yet (it will be: the process started after events were
+    /// complete, and the reader has not passed its start).
+    NotYet,
+    /// It will never be known (it started before events were complete).
+    Never,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Births {
+    by_pid: HashMap<i32, Birth>,
+    /// The newest event read, in ticks.
+    read_to: i64,
+    /// Every fork since this tick is known (listening began, or events were lost or forgotten).
+    /// `i64::MAX` until events are read at all.
+    complete_since: Option<i64>,
+}
+
+impl Births {
+    /// Events are read from now (`tick`) on.
+    pub fn listening(&mut self, tick: i64) {
+        self.complete_since = Some(tick + 1);
+        self.read_to = tick;
+    }
+
+    /// Process `parent` forked process `child` at `tick`.
+    pub fn forked(&mut self, parent: i32, child: i32, tick: i64) {
+        if self.by_pid.len() >= MAX_BIRTHS {
+            self.lost(tick);
+        }
+        self.by_pid.insert(
+            child,
+            Birth {
+                parent,
+                tick,
+                execd: false,
+            },
+        );
+        self.read(tick);
+    }
+
+    /// Process `pid` exec'd a new program at `tick`.
+    pub fn execd(&mut self, pid: i32, tick: i64) {
+        if let Some(b) = self.by_pid.get_mut(&pid) {
+            b.execd = true;
+        }
+        self.read(tick);
+    }
+
+    /// An event of `tick` was read.
+    pub fn read(&mut self, tick: i64) {
+        self.read_to = self.read_to.max(tick);
+    }
+
+    /// Events were lost (or forgotten) at `tick`: only forks after it are known.
+    pub fn lost(&mut self, tick: i64) {
+        self.by_pid.clear();
+        self.complete_since = Some(tick + 1);
+        self.read_to = self.read_to.max(tick);
+    }
+
+    /// The birth of `pid`, which /proc shows started at `start`.
+    pub fn of(&self, pid: i32, start: i64) -> Known {
+        match self.by_pid.get(&pid) {
+            // A fork event is stamped in its child's first tick (or the next, read across a
+            // tick's edge): an older entry is an earlier process that had this pid.
+            Some(b) if (start..=start + 1).contains(&b.tick) => Known::Born(*b),
+            _ if self.complete_since.is_none_or(|since| start < since) => Known::Never,
+            // The reader has passed the process's start tick: its fork would have been read.
+            _ if self.read_to > start + 1 => Known::Never,
+            _ => Known::NotYet,
+        }
+    }
+
+    /// The birth of a process gone now (`pid`, known to have started at or before `before`).
+    pub fn of_gone(&self, pid: i32, before: i64) -> Option<Birth> {
+        self.by_pid.get(&pid).copied().filter(|b| b.tick <= before)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_birth_is_matched_to_the_process_of_its_tick() {
+        let mut b = Births::default();
+        assert_eq!(b.of(10, 100), Known::Never, "no events read at all");
+        b.listening(50);
+        assert_eq!(b.of(10, 40), Known::Never, "started before listening");
+        assert_eq!(b.of(10, 100), Known::NotYet);
+        b.forked(3, 10, 100);
+        let born = Birth {
+            parent: 3,
+            tick: 100,
+            execd: false,
+        };
+        assert_eq!(b.of(10, 100), Known::Born(born));
+        // A later process with the same pid whose fork is not read yet.
+        assert_eq!(b.of(10, 200), Known::NotYet);
+        b.read(300);
+        assert_eq!(b.of(10, 200), Known::Never);
+        b.execd(10, 300);
+        assert!(matches!(
+            b.of(10, 100),
+            Known::Born(Birth { execd: true, .. })
+        ));
+        assert_eq!(b.of_gone(10, 99), None, "born after the descendant");
+        assert!(b.of_gone(10, 100).is_some());
+    }
+
+    #[test]
+    fn lost_events_forget_what_was_known() {
+        let mut b = Births::default();
+        b.listening(0);
+        b.forked(3, 10, 100);
+        b.lost(150);
+        assert_eq!(b.of(10, 100), Known::Never);
+        assert_eq!(b.of(11, 151), Known::NotYet);
+    }
+}

@@ -1,0 +1,52 @@
+//! The oracle of the differential tests: what `strace -ff` sees a bare command do (no roar),
+//! read through an independent model of docs/SEMANTICS.md's rules (tests/data/strace_model.py,
+//! which shares no code with roar).
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::process::Command;
+
+use super::stderr;
+
+/// The calls the model reads.
+const CALLS: &str = "trace=open,openat,creat,rename,renameat,renameat2,link,linkat,symlink,symlinkat,unlink,unlinkat,mkdir,mkdirat,truncate,ftruncate";
+
+/// What the model says of `argv` run bare in `dir` (laid out as it is before the command):
+/// `[(role, path relative to dir)]` of the files under `dir`, sorted. `flags` go to the model.
+pub fn record(dir: &Path, argv: &[&OsStr], flags: &[&str]) -> Vec<(String, String)> {
+    let dir = std::fs::canonicalize(dir).unwrap();
+    let mut pre: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    pre.sort();
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("log");
+    let st = Command::new("strace")
+        .args(["-ff", "-ttt", "-y", "-qq", "-e", CALLS, "-o"])
+        .arg(&log)
+        .args(argv)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "strace {argv:?}: {}", stderr(&st));
+    let logs: Vec<std::path::PathBuf> = std::fs::read_dir(logs.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/strace_model.py");
+    let out = Command::new("python3")
+        .arg(model)
+        .args(flags)
+        .arg(&dir)
+        .arg(pre.join(","))
+        .args(&logs)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "strace model {argv:?}: {}",
+        stderr(&out)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
