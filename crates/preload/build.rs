@@ -9,9 +9,12 @@ fn main() {
         script.display()
     );
     let c = dir.join("src/execl.c");
+    let sys = dir.join("src/syscall.c");
     println!("cargo:rerun-if-changed={}", c.display());
+    println!("cargo:rerun-if-changed={}", sys.display());
     cc::Build::new()
         .file(&c)
+        .file(&sys)
         .warnings(true)
         .extra_warnings(true)
         .cargo_metadata(false)

@@ -320,6 +320,75 @@ fn a_static_program_below_the_top_command_is_followed_or_reported() {
     }
 }
 
+/// A blind spot of every tracer, said and marked: a program that opens, writes and closes a file
+/// only through io_uring requests (tests/data/ring.c) makes no system call a tracer sees for
+/// them. Each backend reports that the program set up a ring and records the job incomplete —
+/// and the file is indeed missing, so the mark is needed; the program's output and exit status
+/// are its own. The mount, where the requests reach the filesystem, records the file.
+#[test]
+fn a_program_writing_through_io_uring_is_marked_incomplete_and_the_mount_records_it() {
+    if !common::require_tool("cc") {
+        return;
+    }
+    let bin = tempfile::tempdir().unwrap();
+    let ring = bin.path().join("ring");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/ring.c");
+    let cc = std::process::Command::new("cc")
+        .arg("-O2")
+        .arg("-o")
+        .arg(&ring)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(cc.status.success(), "cc ring.c: {}", stderr(&cc));
+    let written = b"written through the ring\n";
+    for backend in common::backends() {
+        let p = Project::new();
+        let o = p
+            .cmd(["run", "--tracer", backend, "--"])
+            .arg(&ring)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{backend}: {}", stderr(&o));
+        assert_eq!(
+            std::fs::read(p.path().join("ring-out.txt")).unwrap(),
+            written
+        );
+        let said = stderr(&o);
+        assert!(
+            said.contains("set up io_uring") && said.contains("roar mount"),
+            "{backend}: {said}"
+        );
+        let job = p.last_job();
+        assert_eq!(job["incomplete"], true, "{backend}");
+        let outputs = p.files(&job, "output");
+        assert!(
+            !outputs.iter().any(|f| f.ends_with("ring-out.txt")),
+            "{backend}: a tracer saw the ring's file ({outputs:?}): the blind spot is gone, update SEMANTICS.md"
+        );
+    }
+    if !common::mount::require_fuse() {
+        return;
+    }
+    let mut m = common::mount::Mounted::new(|_| {});
+    let copy = m.data.join("ring");
+    common::copy_executable(&ring, &copy);
+    assert!(m.run(&["./ring"]).success());
+    m.unmount();
+    let job = m.job_with_argv(&[copy.to_str().unwrap()]);
+    let out = job["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"].as_str().unwrap().ends_with("/ring-out.txt"))
+        .unwrap_or_else(|| panic!("the mount did not record ring-out.txt: {job}"));
+    assert_eq!(out["role"], "output");
+    assert_eq!(
+        out["hash"]["blake3"].as_str().unwrap(),
+        blake3::hash(written).to_hex().as_str()
+    );
+}
+
 #[test]
 fn an_o_tmpfile_linked_into_place_is_the_output_and_its_directory_is_not() {
     // linkat(fd, "", ..., AT_EMPTY_PATH), as glibc and systemd name an O_TMPFILE (the /proc/self/fd

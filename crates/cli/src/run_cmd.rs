@@ -484,7 +484,7 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
                     traced.cut_off
                 ),
                 (0, 0) if !traced.untraced.is_empty() => {
-                    ", incomplete (programs the tracer could not follow)".to_owned()
+                    ", incomplete (programs whose files the tracer could not see)".to_owned()
                 }
                 (0, 0) if !traced.unprivileged.is_empty() => {
                     ", incomplete (setuid programs ran without their privileges)".to_owned()
@@ -532,8 +532,9 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
             for (exe, why) in traced.untraced.iter().take(3) {
                 let _ = writeln!(
                     err,
-                    "roar: warning: the job ran {} ({why}): its files are not in the record; use --tracer ebpf or ptrace",
-                    roar_store::shown(&exe.to_string_lossy())
+                    "roar: warning: the job ran {} ({why}): its files are not in the record; {}",
+                    roar_store::shown(&exe.to_string_lossy()),
+                    roar_tracer::remedy(why)
                 );
             }
             if traced.untraced.len() > 3 {

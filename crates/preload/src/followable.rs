@@ -15,6 +15,8 @@ use crate::{cstr, PATH_MAX};
 pub(crate) enum Unfollowable {
     Static = 1,
     SetId = 2,
+    /// Not a program: the process set up io_uring (src/syscall.c).
+    Ring = 3,
 }
 
 /// ELF64 program header type of the interpreter (the dynamic loader).

@@ -573,6 +573,38 @@ unsafe fn report_path(kind: Kind, dirfd: c_int, path: *const c_char) {
     unsafe { send(kind, 0, -1, WireStat::default(), [b, p, &[], &[]]) };
 }
 
+/// This process set up an io_uring instance (src/syscall.c): its program is reported as one
+/// whose files the shim cannot see, and the job is recorded incomplete.
+#[no_mangle]
+pub extern "C" fn roar_shim_ring_set_up() {
+    if !enabled() {
+        return;
+    }
+    let _errno = KeepErrno::new();
+    let mut buf = [0u8; PATH_MAX];
+    // SAFETY: readlink writes at most buf.len() - 1 bytes into buf, a live local.
+    let n = unsafe {
+        libc::syscall(
+            libc::SYS_readlink,
+            c"/proc/self/exe".as_ptr(),
+            buf.as_mut_ptr(),
+            buf.len() - 1,
+        )
+    };
+    let exe = &buf[..n.max(0) as usize];
+    let why = followable::Unfollowable::Ring as i64;
+    // SAFETY: plain byte slices; send copies them.
+    unsafe {
+        send(
+            Kind::Untraced,
+            why,
+            -1,
+            WireStat::default(),
+            [&[], exe, &[], &[]],
+        )
+    };
+}
+
 /// Reports an exec of a program the shim will not be loaded into (see `followable`). `search`:
 /// `file` is looked up in the PATH of `envp` as execvp does.
 unsafe fn check_exec(file: *const c_char, search: bool, envp: *const *const c_char) {

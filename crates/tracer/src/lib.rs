@@ -156,6 +156,38 @@ pub type Tap = Arc<dyn Fn(&Event) + Send + Sync>;
 /// caller's ([`Beside::running_on`]: the dirty check). Most commands roar runs end sooner, and a
 /// thread started for them costs its start, a wake-up and its exit, ~0.1 ms of a short run
 /// (bench/NOTES.md, "Two shared libraries fewer, threads only for commands that run on").
+/// Why a process's files may be missing although the backend followed it: it set up io_uring,
+/// whose opens, reads and writes are requests in shared memory the kernel runs for it, never
+/// system calls a tracer sees (SEMANTICS.md, blind spots). `roar mount` sees them: they reach
+/// the filesystem like any other.
+pub const IO_URING: &str = "it set up io_uring, whose file operations no tracer sees";
+
+/// What to do about a program the backend could not follow, by why.
+pub fn remedy(why: &str) -> &'static str {
+    if why == IO_URING {
+        "record it through `roar mount`, which sees io_uring's file operations"
+    } else {
+        "use --tracer ebpf or ptrace"
+    }
+}
+
+/// The programs of `events` the backend could not follow (or whose files it could not see),
+/// once each, after `top` (the command itself, judged before it ran).
+pub fn untraced_in(
+    top: Option<(PathBuf, &'static str)>,
+    events: &[Event],
+) -> Vec<(PathBuf, &'static str)> {
+    let mut out: Vec<(PathBuf, &'static str)> = top.into_iter().collect();
+    for e in events {
+        if let Event::Untraced { path, why, .. } = e {
+            if !out.iter().any(|(p, w)| p == path && w == why) {
+                out.push((path.clone(), why));
+            }
+        }
+    }
+    out
+}
+
 pub const BESIDE_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// The caller's work around its command, done on the run's thread while the command runs. Each

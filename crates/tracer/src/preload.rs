@@ -770,7 +770,11 @@ fn decode(h: &Header, p: [&[u8]; 4]) -> Option<Event> {
         Kind::Untraced => Event::Untraced {
             pid,
             path: path(),
-            why: if h.arg == 2 { SETID } else { STATIC },
+            why: match h.arg {
+                2 => SETID,
+                3 => crate::IO_URING,
+                _ => STATIC,
+            },
             ts_ns,
         },
     })
@@ -789,22 +793,6 @@ fn top_untraced(argv0: &OsStr) -> Option<(PathBuf, &'static str)> {
         crate::check::Linkage::SetId => Some((exe, SETID)),
         _ => None,
     }
-}
-
-/// The programs of `events` the shim could not follow, once each, after the top command.
-fn untraced(
-    top: Option<(PathBuf, &'static str)>,
-    events: &[Event],
-) -> Vec<(PathBuf, &'static str)> {
-    let mut out: Vec<(PathBuf, &'static str)> = top.into_iter().collect();
-    for e in events {
-        if let Event::Untraced { path, why, .. } = e {
-            if !out.iter().any(|(p, _)| p == path) {
-                out.push((path.clone(), why));
-            }
-        }
-    }
-    out
 }
 
 /// Waits for the command, started at `started_ns`. The events wait in the ring (16 MiB) and the
@@ -935,7 +923,7 @@ pub fn run(
         let _ = std::fs::remove_file(ring);
         let _ = std::fs::remove_file(late_path(ring));
     }
-    let untraced = untraced(top, &received.events);
+    let untraced = crate::untraced_in(top, &received.events);
     let status = status?;
     Ok(Traced {
         events: received.events,

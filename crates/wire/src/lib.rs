@@ -74,7 +74,9 @@ pub enum Kind {
     /// A symbolic link was created. s0 = base, s1 = the link's path.
     Symlink = 11,
     /// The process is about to exec a program the shim cannot follow. s0 = base, s1 = path;
-    /// `arg` = 1 statically linked, 2 setuid/setgid (the loader drops `LD_PRELOAD`).
+    /// `arg` = 1 statically linked, 2 setuid/setgid (the loader drops `LD_PRELOAD`); 3: the
+    /// process itself (s1 = its program) set up io_uring, whose file operations the shim never
+    /// sees.
     Untraced = 12,
     /// `renameat2(RENAME_EXCHANGE)`: strings as for `Rename`.
     Exchange = 13,

@@ -467,7 +467,7 @@ impl Jobs {
             // A new process group (setsid, a daemon's double fork) starts a new job only where a
             // program was exec'd: a fork that did not exec (multiprocessing, a daemonized copy)
             // stays in its parent's job, as forked workers stay in their parent's process.
-            let regrouped = parent.pgid != cur.pgid && !same_program(parent.pid, cur.pid);
+            let regrouped = parent.pgid != cur.pgid && !self.is_copy(&parent, &cur);
             if regrouped || is_boundary(&parent) {
                 // Its parent now may not be the one that forked it (a daemon's double fork).
                 if let Some(forker) = self.forked_from(&cur, &parent)? {
@@ -492,6 +492,16 @@ impl Jobs {
             pid: cur.pid,
             start: cur.start,
         }))
+    }
+
+    /// Whether `cur` is a fork of `parent` that did not exec: by the kernel's events when they
+    /// say, else by /proc (the same program with the same arguments; a parent that is exiting
+    /// shows neither).
+    fn is_copy(&self, parent: &ProcInfo, cur: &ProcInfo) -> bool {
+        match self.birth_of(cur) {
+            Some(b) if b.parent == parent.pid => !b.execd,
+            _ => same_program(parent.pid, cur.pid),
+        }
     }
 
     /// The live process whose fork made `cur`, when `cur`'s parent now (`parent`) is not the one

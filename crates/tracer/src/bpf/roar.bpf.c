@@ -64,6 +64,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define NR_linkat 265
 #define NR_symlinkat 266
 #define NR_renameat2 316
+#define NR_io_uring_setup 425
 #define NR_openat2 437
 
 struct scratch {
@@ -190,6 +191,7 @@ static __always_inline bool traced_nr(long nr)
 	case NR_unlinkat:
 	case NR_symlink:
 	case NR_symlinkat:
+	case NR_io_uring_setup:
 		return true;
 	}
 	return false;
@@ -458,6 +460,9 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	case NR_symlinkat:
 		kind = ROAR_SYMLINK;
 		break;
+	case NR_io_uring_setup:
+		kind = ROAR_IO_URING;
+		break;
 	default:
 		kind = ROAR_UNLINK;
 	}
@@ -505,6 +510,16 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	case NR_symlinkat:
 		off = put_at(s, 0, t, p.a[1], p.a[2], 0);
 		break;
+	/* The program that set the ring up, as its exec named it. */
+	case NR_io_uring_setup: {
+		struct file *exe = BPF_CORE_READ(t, mm, exe_file);
+
+		if (!exe)
+			return 0;
+		off = put_dir(s, 0, __builtin_preserve_access_index(&exe->f_path));
+		s->ev.len[0] = off;
+		break;
+	}
 	case NR_ftruncate: {
 		struct file *f = fd_file(t, (int)p.a[0]);
 

@@ -17,6 +17,8 @@ enum roar_kind {
 	ROAR_TRUNCATE = 8,
 	ROAR_SYMLINK = 9,
 	ROAR_EXCHANGE = 10,
+	/* io_uring_setup succeeded: the process's files may reach no tracer. */
+	ROAR_IO_URING = 11,
 };
 
 /* Header flags. */

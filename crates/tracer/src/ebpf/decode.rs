@@ -19,6 +19,7 @@ const KIND_UNLINK: u32 = 7;
 const KIND_TRUNCATE: u32 = 8;
 const KIND_SYMLINK: u32 = 9;
 const KIND_EXCHANGE: u32 = 10;
+const KIND_IO_URING: u32 = 11;
 const HAS_STAT: u32 = 1;
 const TRUNCATED: u32 = 2;
 pub(super) const HEADER: usize = std::mem::size_of::<roar_event>();
@@ -159,6 +160,12 @@ pub(super) fn decode(rec: &[u8], offset: i64, gen: u32) -> Result<Option<Event>,
         KIND_SYMLINK => Event::Symlink {
             pid,
             path: path(strs[0], strs[1]),
+            ts_ns,
+        },
+        KIND_IO_URING => Event::Untraced {
+            pid,
+            path: PathBuf::from(OsString::from_vec(dir_path(strs[0]))),
+            why: crate::IO_URING,
             ts_ns,
         },
         _ => return Err(()),

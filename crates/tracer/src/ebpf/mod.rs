@@ -345,6 +345,7 @@ pub fn run(
     let lost = maps.lost(key).unwrap_or(0) as usize;
     maps.close_run(key.slot);
     let status: Status = status.map_err(|source| TraceError::Wait { source })?;
+    let untraced = crate::untraced_in(None, &events);
     Ok(Traced {
         events,
         status,
@@ -355,7 +356,7 @@ pub fn run(
         cut_off: 0,
         lost,
         forged: 0,
-        untraced: Vec::new(),
+        untraced,
         unprivileged: Vec::new(),
         cut_short: helper_died
             .then_some("the eBPF helper exited while the command ran: later events are missing"),

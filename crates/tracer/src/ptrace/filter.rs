@@ -18,8 +18,9 @@ pub const SYS_RENAMEAT: u64 = 264;
 pub const SYS_LINKAT: u64 = 265;
 pub const SYS_SYMLINKAT: u64 = 266;
 pub const SYS_RENAMEAT2: u64 = 316;
+pub const SYS_IO_URING_SETUP: u64 = 425;
 pub const SYS_OPENAT2: u64 = 437;
-pub const TRACED_SYSCALLS: [u64; 18] = [
+pub const TRACED_SYSCALLS: [u64; 19] = [
     SYS_OPEN,
     SYS_TRUNCATE,
     SYS_FTRUNCATE,
@@ -38,6 +39,7 @@ pub const TRACED_SYSCALLS: [u64; 18] = [
     SYS_OPENAT2,
     SYS_SYMLINK,
     SYS_SYMLINKAT,
+    SYS_IO_URING_SETUP,
 ];
 
 pub const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;

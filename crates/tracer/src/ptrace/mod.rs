@@ -43,6 +43,8 @@ enum Pending {
         from: PathBuf,
         to: PathBuf,
     },
+    /// io_uring_setup: if it succeeds, the process's files may reach no tracer.
+    Ring,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -210,6 +212,7 @@ fn on_entry(pid: i32, r: &libc::user_regs_struct) -> Option<Pending> {
                 ))),
             }
         }
+        SYS_IO_URING_SETUP => Pending::Ring,
         _ => return None,
     })
 }
@@ -220,6 +223,12 @@ fn on_exit(pid: i32, pending: Pending, result: i64) -> Option<Event> {
     }
     let ts_ns = now_ns();
     Some(match pending {
+        Pending::Ring => Event::Untraced {
+            pid,
+            path: PathBuf::from(OsString::from_vec(proc_link(pid, "exe"))),
+            why: crate::IO_URING,
+            ts_ns,
+        },
         Pending::Open { path, flags } => {
             let meta = std::fs::metadata(format!("/proc/{pid}/fd/{result}")).ok()?;
             if !meta.is_file() {
@@ -521,6 +530,7 @@ pub fn run(
     }
     let ended_ns = now_ns();
     drop(guard);
+    let untraced = crate::untraced_in(None, &events);
     Ok(Traced {
         events,
         status: root_status.unwrap_or(Status::Exited(0)),
@@ -531,7 +541,7 @@ pub fn run(
         cut_off: 0,
         lost: 0,
         forged: 0,
-        untraced: Vec::new(),
+        untraced,
         unprivileged,
         cut_short: None,
     })
