@@ -17,7 +17,8 @@ rules of docs/SEMANTICS.md, applied to files as objects (inodes), names bound to
   that existed before and that the job deleted without reading it (recorded without content);
 - temp: a name the job bound (a file it made or wrote there, a rename or link onto it), gone at
   the end (deleted, renamed away); the old names of files moved with their directory are not
-  separate temps.
+  separate temps, nor is a file that was there before, written in place under its own name and
+  then deleted (an input the job consumed).
 Directories are not files of a job.
 
 --ctime-blind reads the job as roar must (SEMANTICS.md, "Whether a file the job opened existed
@@ -136,7 +137,10 @@ class Model:
             o["read"] = True
         if write:
             o["written"] = True
-            self.ever[name] = oid
+            # A file that was there before, changed in place under its own name, was not made
+            # by the job: gone at the end, it is an input the job consumed, not a temp.
+            if not (o["pre"] and name in o["pre_names"]):
+                self.ever[name] = oid
 
     def unbind(self, name, deleted=False, replaced=False):
         oid = self.names.pop(name, None)
@@ -166,6 +170,10 @@ class Model:
             self.names = {move(n): o for n, o in self.names.items()}
             self.ever = {move(n): o for n, o in self.ever.items()}
             self.bound = {move(n) for n in self.bound}
+            # What was there before moves too: the record names a file below a moved directory
+            # by where it is now (SEMANTICS.md: files recorded below it move with it).
+            for o in self.objects.values():
+                o["pre_names"] = {move(n) for n in o["pre_names"]}
             return
         a, b = self.names.get(old), self.names.get(new)
         if a is not None and a == b:

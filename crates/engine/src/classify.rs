@@ -45,6 +45,10 @@ pub struct PathState {
     /// The job's own events showed content here it had not made (it linked from the path): that
     /// content predates the job whatever the file's ctime says.
     pub existed: bool,
+    /// A file the job had not made was here when the job first touched the path, as its own
+    /// events show: an open without `O_CREAT`, an `O_CREAT` open of a file older than the job, a
+    /// truncate by path, a link from it ([`PathUse::found`]).
+    pub found: bool,
     /// A pre-existing file moved away from here, unread, now lives at this path (since `.1`).
     pub moved_to: Option<(PathBuf, i64)>,
     /// When the job last opened the path for writing or truncated it.
@@ -84,6 +88,7 @@ impl PathState {
             job_made: self.job_made,
             exists: self.exists,
             unlinked: self.ops.contains(Ops::UNLINK),
+            found: self.found,
         }
     }
 
@@ -454,6 +459,8 @@ impl Rules {
                 names.push(path.clone());
                 for name in names {
                     if let Some(st) = self.paths.get(&name, *ts_ns, cx.ignore) {
+                        // truncate(2) makes no file: on first touch, it found one here.
+                        st.found |= st.ops == Ops::default() && !st.job_made;
                         st.ops.insert(Ops::TRUNCATE | Ops::WRITE);
                         st.written_ns = Some(*ts_ns);
                         st.job_made = true;
@@ -659,6 +666,10 @@ impl Rules {
         let no_prior =
             (!first_access && !st.exists) || (first_access && (truncates || created_now));
         let prior_is_foreign = !st.job_made && !no_prior;
+        if first_access && !st.job_made && !created_now {
+            let older = stat.is_some_and(|s| s.ctime_ns < floor);
+            st.found |= flags & libc::O_CREAT == 0 || st.existed || older;
+        }
         if let Some(s) = stat {
             st.file = Some((s.dev, s.ino));
         }
@@ -832,6 +843,7 @@ impl Rules {
             } else if !st.job_made {
                 // Linked from: the name held content the job had not made, and still does.
                 st.existed = true;
+                st.found = true;
                 st.exists = true;
             }
             snapshot

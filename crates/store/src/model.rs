@@ -99,6 +99,9 @@ pub struct PathUse {
     pub exists: bool,
     /// The job deleted it.
     pub unlinked: bool,
+    /// A file the job had not made was there when the job first touched the path (its own
+    /// events show it): what the job removed there is that file, never a temporary of its own.
+    pub found: bool,
 }
 
 /// What a job left at a path, besides reading it.
@@ -106,7 +109,8 @@ pub struct PathUse {
 pub enum Made {
     /// Content the job made is there: an output with that content.
     Output,
-    /// The job made it and removed it: a temporary.
+    /// The job made it and removed it: a temporary (made: not a file that was there before,
+    /// changed in place and then removed).
     Temp,
     /// A pre-existing path the job deleted: an output with no content.
     Deleted,
@@ -118,7 +122,7 @@ impl PathUse {
     pub fn records(self) -> (bool, Option<Made>) {
         let made = if self.exists && self.job_made {
             Some(Made::Output)
-        } else if self.job_made && !self.read_prior {
+        } else if self.job_made && !self.read_prior && !self.found {
             Some(Made::Temp)
         } else if !self.exists && !self.read_prior && self.unlinked {
             Some(Made::Deleted)

@@ -12,13 +12,16 @@ use super::stderr;
 const CALLS: &str = "trace=open,openat,creat,rename,renameat,renameat2,link,linkat,symlink,symlinkat,unlink,unlinkat,mkdir,mkdirat,truncate,ftruncate";
 
 /// What the model says of `argv` run bare in `dir` (laid out as it is before the command):
-/// `[(role, path relative to dir)]` of the files under `dir`, sorted. `flags` go to the model.
-pub fn record(dir: &Path, argv: &[&OsStr], flags: &[&str]) -> Vec<(String, String)> {
+/// `[(role, path relative to dir)]` of the files under `dir`, sorted.
+pub fn record(dir: &Path, argv: &[&OsStr]) -> Vec<(String, String)> {
+    readings(dir, argv, &[&[]]).remove(0)
+}
+
+/// The same, read by the model once per set of `flags` (from one strace run).
+pub fn readings(dir: &Path, argv: &[&OsStr], flags: &[&[&str]]) -> Vec<Vec<(String, String)>> {
     let dir = std::fs::canonicalize(dir).unwrap();
-    let mut pre: Vec<String> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
+    let mut pre = Vec::new();
+    files_below(&dir, &dir, &mut pre);
     pre.sort();
     let logs = tempfile::tempdir().unwrap();
     let log = logs.path().join("log");
@@ -35,18 +38,34 @@ pub fn record(dir: &Path, argv: &[&OsStr], flags: &[&str]) -> Vec<(String, Strin
         .map(|e| e.unwrap().path())
         .collect();
     let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/strace_model.py");
-    let out = Command::new("python3")
-        .arg(model)
-        .args(flags)
-        .arg(&dir)
-        .arg(pre.join(","))
-        .args(&logs)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "strace model {argv:?}: {}",
-        stderr(&out)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    let read = |flags: &[&str]| {
+        let out = Command::new("python3")
+            .arg(&model)
+            .args(flags)
+            .arg(&dir)
+            .arg(pre.join(","))
+            .args(&logs)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "strace model {argv:?}: {}",
+            stderr(&out)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    flags.iter().map(|f| read(f)).collect()
+}
+
+/// The files (not directories) below `at`, as paths relative to `root`.
+fn files_below(root: &Path, at: &Path, out: &mut Vec<String>) {
+    for e in std::fs::read_dir(at).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            files_below(root, &e.path(), out);
+        } else {
+            let rel = e.path().strip_prefix(root).unwrap().to_owned();
+            out.push(rel.to_string_lossy().into_owned());
+        }
+    }
 }

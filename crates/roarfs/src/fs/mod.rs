@@ -558,7 +558,9 @@ impl Filesystem for RoarFs {
         if st.st_mode & libc::S_IFMT == libc::S_IFDIR && !exchange {
             self.jobs.moved_dir(&from, &to);
         }
-        if let (true, Some(job)) = (is_reg(&st), job) {
+        // A symbolic link the job made moves as a file does (`roar run` records its rename too).
+        let symlink = st.st_mode & libc::S_IFMT == libc::S_IFLNK;
+        if let (true, Some(job)) = (is_reg(&st) || symlink, job) {
             let back = exchange
                 .then(|| self.with_fd(parent.0, |dir| sys::open_path(dir, name)).ok())
                 .flatten();
@@ -573,6 +575,7 @@ impl Filesystem for RoarFs {
                 (&to, back.as_ref().map(|b| b.as_fd()), back_st.as_ref()),
             ];
             for (path, fd, st) in held {
+                let st = st.filter(|st| is_reg(st));
                 let (Some(fd), Some(id)) = (fd, st.and_then(|st| self.inodes.id_of(st))) else {
                     continue;
                 };

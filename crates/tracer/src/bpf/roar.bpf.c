@@ -54,11 +54,14 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define NR_truncate 76
 #define NR_ftruncate 77
 #define NR_rename 82
+#define NR_mkdir 83
+#define NR_rmdir 84
 #define NR_creat 85
 #define NR_link 86
 #define NR_unlink 87
 #define NR_symlink 88
 #define NR_openat 257
+#define NR_mkdirat 258
 #define NR_unlinkat 263
 #define NR_renameat 264
 #define NR_linkat 265
@@ -192,6 +195,9 @@ static __always_inline bool traced_nr(long nr)
 	case NR_symlink:
 	case NR_symlinkat:
 	case NR_io_uring_setup:
+	case NR_mkdir:
+	case NR_mkdirat:
+	case NR_rmdir:
 		return true;
 	}
 	return false;
@@ -463,6 +469,16 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	case NR_io_uring_setup:
 		kind = ROAR_IO_URING;
 		break;
+	case NR_mkdir:
+	case NR_mkdirat:
+		kind = ROAR_MKDIR;
+		break;
+	case NR_rmdir:
+		kind = ROAR_RMDIR;
+		break;
+	case NR_unlinkat:
+		kind = (p.a[2] & AT_REMOVEDIR) ? ROAR_RMDIR : ROAR_UNLINK;
+		break;
 	default:
 		kind = ROAR_UNLINK;
 	}
@@ -496,11 +512,12 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 		break;
 	case NR_unlink:
 	case NR_truncate:
+	case NR_mkdir:
+	case NR_rmdir:
 		off = put_at(s, 0, t, AT_FDCWD, p.a[0], 0);
 		break;
 	case NR_unlinkat:
-		if (p.a[2] & AT_REMOVEDIR)
-			return 0;
+	case NR_mkdirat:
 		off = put_at(s, 0, t, p.a[0], p.a[1], 0);
 		break;
 	/* symlink(target, linkpath), symlinkat(target, newdirfd, linkpath): the link's path. */

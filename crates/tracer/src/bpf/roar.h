@@ -19,6 +19,9 @@ enum roar_kind {
 	ROAR_EXCHANGE = 10,
 	/* io_uring_setup succeeded: the process's files may reach no tracer. */
 	ROAR_IO_URING = 11,
+	/* Directories made and removed: no role, but they tell a directory's rename from a file's. */
+	ROAR_MKDIR = 12,
+	ROAR_RMDIR = 13,
 };
 
 /* Header flags. */

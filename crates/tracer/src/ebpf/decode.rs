@@ -20,6 +20,8 @@ const KIND_TRUNCATE: u32 = 8;
 const KIND_SYMLINK: u32 = 9;
 const KIND_EXCHANGE: u32 = 10;
 const KIND_IO_URING: u32 = 11;
+const KIND_MKDIR: u32 = 12;
+const KIND_RMDIR: u32 = 13;
 const HAS_STAT: u32 = 1;
 const TRUNCATED: u32 = 2;
 pub(super) const HEADER: usize = std::mem::size_of::<roar_event>();
@@ -158,6 +160,16 @@ pub(super) fn decode(rec: &[u8], offset: i64, gen: u32) -> Result<Option<Event>,
             ts_ns,
         },
         KIND_SYMLINK => Event::Symlink {
+            pid,
+            path: path(strs[0], strs[1]),
+            ts_ns,
+        },
+        KIND_MKDIR => Event::Mkdir {
+            pid,
+            path: path(strs[0], strs[1]),
+            ts_ns,
+        },
+        KIND_RMDIR => Event::Rmdir {
             pid,
             path: path(strs[0], strs[1]),
             ts_ns,
