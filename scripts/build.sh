@@ -6,5 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-$PWD/target}"
+source scripts/preflight.sh
+roar_preflight
 cargo build --locked -p roar-cli "$@"
 cargo build --locked --manifest-path crates/preload/Cargo.toml --target-dir "$target" "$@"

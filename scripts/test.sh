@@ -3,6 +3,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# What setup could not install is named here, before any compiling.
+source scripts/preflight.sh
+roar_preflight
 # A clean build takes ~4 GiB and the scale tests ~4 GiB more (a million-file tree) in the temp
 # directory: with less, failures would be ENOSPC in whichever test ran out first.
 for dir in . "${TMPDIR:-/tmp}"; do
