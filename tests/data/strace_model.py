@@ -2,7 +2,7 @@
 """The record a job should have, from strace's view of it: an oracle for the differential suite
 (tests/tests/observers.rs) that shares no code with roar.
 
-    strace_model.py [--ctime-blind] DIR PRE LOG...
+    strace_model.py DIR PRE LOG...
 
 LOG: the per-process files of `strace -ff -ttt -y -o PREFIX` of the bare command (no roar),
 started in DIR; PRE: the files under DIR before it ran, relative, comma-separated. Prints a JSON list of [role, path relative to DIR] for files under DIR, by the
@@ -20,10 +20,6 @@ rules of docs/SEMANTICS.md, applied to files as objects (inodes), names bound to
   separate temps, nor is a file that was there before, written in place under its own name and
   then deleted (an input the job consumed).
 Directories are not files of a job.
-
---ctime-blind reads the job as roar must (SEMANTICS.md, "Whether a file the job opened existed
-before it"): an open with O_CREAT|O_TRUNC of a file the job had not touched leaves it what a file
-created then looks like, so what the name held before is forgotten, not consumed.
 """
 
 import json
@@ -80,9 +76,8 @@ def fd_path(arg):
 
 
 class Model:
-    def __init__(self, root, pre, ctime_blind=False):
+    def __init__(self, root, pre):
         self.root = root
-        self.ctime_blind = ctime_blind
         self.cwd = root
         self.names = {}  # path -> object id
         self.objects = {}  # id -> dict
@@ -126,13 +121,6 @@ class Model:
                 return
             oid = self.new(name)
         o = self.objects[oid]
-        creat = flags & FLAGS["O_CREAT"]
-        if self.ctime_blind and write and trunc and creat and o["pre"] and name not in self.bound \
-                and not (o["read"] or o["written"]):
-            # Indistinguishable from a file made now: the name is bound to a new file.
-            self.names.pop(name)
-            oid = self.new(name)
-            o = self.objects[oid]
         if o["pre"] and not o["written"] and not (write and trunc):
             o["read"] = True
         if write:
@@ -255,10 +243,7 @@ def parse_flags(arg):
 
 
 def main():
-    args = sys.argv[1:]
-    ctime_blind = "--ctime-blind" in args
-    args = [a for a in args if a != "--ctime-blind"]
-    root, pre, logs = os.path.realpath(args[0]), args[1], args[2:]
+    root, pre, logs = os.path.realpath(sys.argv[1]), sys.argv[2], sys.argv[3:]
     calls = []
     for log in logs:
         for line in open(log, errors="replace"):
@@ -266,7 +251,7 @@ def main():
             if m and int(m.group(4)) >= 0:
                 calls.append((float(m.group(1)), m.group(2), m.group(3), m.group(4), m.group(5)))
     calls.sort(key=lambda c: c[0])
-    model = Model(root, [n for n in pre.split(",") if n], ctime_blind)
+    model = Model(root, [n for n in pre.split(",") if n])
     for _, call, args, ret, ret_path in calls:
         model.apply(call, args_of(args), ret, ret_path)
     print(json.dumps(model.record()))

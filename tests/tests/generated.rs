@@ -15,9 +15,8 @@
 //!
 //! The same programs also run bare under `strace -ff`, read by an independent model of
 //! SEMANTICS.md (tests/data/strace_model.py, common::strace): every `roar run` backend must give
-//! the first backend's record, that record the model's (with `roar run`'s one documented blind
-//! spot in its reading), and the mount the model's as it happened. What the generator found is
-//! kept, shrunk, in `shrunk_programs_the_generator_found_...`.
+//! the first backend's record, and that record and the mount's the model's. What the generator
+//! found is kept, shrunk, in `shrunk_programs_the_generator_found_...`.
 //!
 //! `ROAR_GEN_PROGRAMS` sets how many programs each observer runs (the suite: 100 on the mount, 40
 //! under each backend, 30 under all of them compared); the suite's seed is fixed, so its programs
@@ -563,13 +562,8 @@ fn wrong_hashes(job: &serde_json::Value, before: &HashMap<PathBuf, Vec<u8>>) -> 
 enum Observer {
     Mount,
     Run(&'static str),
-    /// The oracle: the program run bare under strace, read by an independent model — `blind`:
-    /// with roar's documented blind spots under `roar run` ([`BLIND_SPOTS`]) in its reading
-    /// (what `roar run` must record), else as it happened (what the mount, which sees them,
-    /// must record).
-    Strace {
-        blind: bool,
-    },
+    /// The oracle: the program run bare under strace, read by an independent model.
+    Strace,
 }
 
 /// What one observer recorded of one program: each file below the program's directory as
@@ -604,44 +598,28 @@ fn run_all(observer: Observer, programs: &[Program]) -> Vec<Seen> {
     match observer {
         Observer::Mount => run_mounted(programs),
         Observer::Run(backend) => run_traced(backend, programs),
-        Observer::Strace { blind } => programs
-            .iter()
-            .map(|p| oracle(p).swap_remove(blind as usize))
-            .collect(),
+        Observer::Strace => programs.iter().map(oracle).collect(),
     }
 }
 
 /// What the oracle says of `p`: its files' roles as an independent model of SEMANTICS.md reads
-/// `strace -ff` of the program run bare (common::strace): `[as it happened, with roar run's
-/// blind spots]`, from one run.
-fn oracle(p: &Program) -> Vec<Seen> {
+/// `strace -ff` of the program run bare (common::strace).
+fn oracle(p: &Program) -> Seen {
     let root = tempfile::tempdir().unwrap();
     let (dir, script) = (root.path().join("w"), root.path().join("prog.py"));
     lay_out(p, &dir, &script);
     std::thread::sleep(std::time::Duration::from_millis(12));
     let argv = [OsStr::new("python3"), script.as_os_str()];
-    common::strace::readings(&dir, &argv, &[&[], BLIND_SPOTS])
+    let mut files: Vec<(String, String)> = common::strace::record(&dir, &argv)
         .into_iter()
-        .map(|reading| {
-            let mut files: Vec<(String, String)> = reading
-                .into_iter()
-                .map(|(role, name)| (name, role))
-                .collect();
-            files.sort();
-            Seen {
-                files,
-                wrong: Vec::new(),
-            }
-        })
-        .collect()
+        .map(|(role, name)| (name, role))
+        .collect();
+    files.sort();
+    Seen {
+        files,
+        wrong: Vec::new(),
+    }
 }
-
-/// What `roar run` cannot see that the oracle does, documented in SEMANTICS.md and proven by
-/// tests/tests/observers.rs (its `oracle_exception` list): the model's switches that read a
-/// program as `roar run` must. (A truncating `O_CREAT` open of a file the job had not touched
-/// leaves what a file created then looks like; the mount, which knew the file before the open,
-/// is held to the reading without them.)
-const BLIND_SPOTS: &[&str] = &["--ctime-blind"];
 
 /// The programs whose hashes are wrong, by index.
 fn wrong(seen: &[Seen]) -> Vec<(usize, Vec<String>)> {
@@ -911,8 +889,8 @@ fn differences(a: &Seen, b: &Seen) -> Vec<String> {
 
 /// The same programs under every observer: the records must name the same files in the same
 /// roles (the engine's rule is one; observers differ only in what they can see): every `roar run`
-/// backend the first's, the first the oracle's (read with `roar run`'s documented blind spots),
-/// the mount the oracle's as it happened. A disagreement is shrunk like a wrong hash.
+/// backend the first's, the first and the mount the oracle's. A disagreement is shrunk like a
+/// wrong hash.
 #[test]
 fn generated_programs_give_every_observer_the_same_record() {
     let seed = seed();
@@ -968,6 +946,19 @@ fn shrunk_programs_the_generator_found_give_every_observer_the_same_record() {
                 Op::Unlink { name: f(0) },
             ],
         },
+        // A file there before, truncated by an `O_CREAT` open and deleted: a deletion under
+        // every observer (each says whether its `O_CREAT` open made the file).
+        Program {
+            before: vec![(f(3), vec![b'a'; 10])],
+            ops: vec![
+                Op::WriteNew {
+                    name: f(3),
+                    len: 1,
+                    byte: b'W',
+                },
+                Op::Unlink { name: f(3) },
+            ],
+        },
         // A directory moved, then removed with what it held (eBPF reports rmdir now).
         Program {
             before: vec![(d1g1, vec![b'a'; 5000])],
@@ -991,9 +982,9 @@ fn agree(all: &[Program], label: &str) {
     let runs: Vec<Observer> = common::backends().into_iter().map(Observer::Run).collect();
     let mut pairs: Vec<(Observer, Observer)> = runs[1..].iter().map(|&o| (runs[0], o)).collect();
     if common::require_tool("strace") {
-        pairs.push((runs[0], Observer::Strace { blind: true }));
+        pairs.push((runs[0], Observer::Strace));
         if require_fuse() {
-            pairs.push((Observer::Mount, Observer::Strace { blind: false }));
+            pairs.push((Observer::Mount, Observer::Strace));
         }
     }
     let mut seen: HashMap<String, Vec<Seen>> = HashMap::new();

@@ -630,17 +630,6 @@ const DIFFERENTIAL: &[&str] = &[
     "python3 -c \"import os\nr = lambda p: open(p).read()\nr('pre.txt')\npid = os.fork()\nif pid == 0:\n    r('pre.txt'); open('pre.txt', 'a').write('w'); r('pre.txt'); os._exit(0)\nos.waitpid(pid, 0)\nr('pre.txt')\"",
 ];
 
-/// Where roar's record may differ from the strace oracle, and why: the one list.
-fn oracle_exception(script: &str) -> Option<&'static str> {
-    // `>` opens with O_CREAT|O_TRUNC: what the tracer sees after the open (an empty file with a
-    // new ctime) is what a file created then looks like, so `roar run` cannot tell the job
-    // deleted a file that was there before: it records a temp, the oracle (which knows the
-    // directory before) a deletion. Telling them apart needs the file's birth time. The mount,
-    // which knew the file before the open, records the deletion, as the oracle does.
-    (script == "echo x > pre.txt; rm pre.txt")
-        .then_some("a truncated then deleted pre-existing file is a temp")
-}
-
 /// What strace sees the bare command do, through an independent model of the rules
 /// (tests/data/strace_model.py): [(role, path)] of files under the workload's directory.
 fn strace_oracle(script: &str, setup: &dyn Fn(&std::path::Path)) -> Vec<(String, String)> {
@@ -729,12 +718,7 @@ fn every_observer_records_the_same_files_for_the_same_workload() {
             }
         }
         let (first, rest) = records.split_first().unwrap();
-        let excepted = oracle_exception(script);
         for (who, rec) in rest {
-            if excepted.is_some() && who.starts_with("mount") {
-                // `roar run`'s blind spot, not the mount's: held to strace's view below.
-                continue;
-            }
             assert!(
                 same_record(rec, &first.1, content_may_be_unknown(script)),
                 "`{script}`: {who} recorded differently from {}:\n{rec:?}\n{:?}",
@@ -750,17 +734,14 @@ fn every_observer_records_the_same_files_for_the_same_workload() {
                 .iter()
                 .map(|(role, path, _)| (role.clone(), path.clone()))
                 .collect();
+            // A pre-existing file truncated by `>` and then deleted was a temp under `roar run`
+            // until every observer said whether an `O_CREAT` open made its file (2026-11-29):
+            // no exception is left.
             let oracle = strace_oracle(script, &setup);
-            match excepted {
-                None => assert_eq!(roles, oracle, "`{script}`: roar's record against strace's view"),
-                Some(why) => assert_ne!(roles, oracle, "`{script}` is listed as an exception ({why}) but now agrees with strace: take it off the list"),
-            }
-            // The mount knew the file before the open: it sees what strace sees.
-            for (who, rec) in rest.iter().filter(|(who, _)| who.starts_with("mount")) {
-                let roles: Vec<(String, String)> =
-                    rec.iter().map(|(r, p, _)| (r.clone(), p.clone())).collect();
-                assert_eq!(roles, oracle, "`{script}`: {who} against strace's view");
-            }
+            assert_eq!(
+                roles, oracle,
+                "`{script}`: roar's record against strace's view"
+            );
         }
     }
 }

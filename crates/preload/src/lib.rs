@@ -538,6 +538,35 @@ fn wire_stat(st: &libc::stat) -> WireStat {
 }
 
 /// Reports a successful open of a regular file; directories, devices and pipes are of no interest.
+/// The flags an open of `path` is reported with. An `O_CREAT` open without `O_EXCL` is looked at
+/// first (one `fstatat`, as the open will resolve the path) so the report says whether the open
+/// made the file: without `O_CREAT` when the path was there (the open could not have made it),
+/// with `O_EXCL` added when it was not (the open made it, or failed). The engine reads those as
+/// it reads any open with such flags; an open of a file that was there before is never taken for
+/// one the job made, whatever its ctime (SEMANTICS.md: whether a file existed before the job).
+unsafe fn seen_flags(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    let creates = flags & (libc::O_CREAT | libc::O_EXCL) == libc::O_CREAT;
+    if !creates || flags & libc::O_TMPFILE == libc::O_TMPFILE || path.is_null() || !enabled() {
+        return flags;
+    }
+    let _errno = KeepErrno::new();
+    let follow = if flags & libc::O_NOFOLLOW != 0 {
+        libc::AT_SYMLINK_NOFOLLOW
+    } else {
+        0
+    };
+    // SAFETY: fstatat into a zeroed struct, `path` the caller's C string.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    let r = unsafe { libc::syscall(libc::SYS_newfstatat, dirfd, path, &mut st, follow) };
+    // SAFETY: this thread's errno.
+    let err = unsafe { *libc::__errno_location() };
+    match (r, err) {
+        (0, _) => flags & !libc::O_CREAT,
+        (_, libc::ENOENT) => flags | libc::O_EXCL,
+        _ => flags,
+    }
+}
+
 unsafe fn after_open(dirfd: c_int, path: *const c_char, flags: c_int, fd: c_int) {
     if fd < 0 || !enabled() {
         return;
@@ -659,39 +688,43 @@ unsafe fn report_pair(kind: Kind, fd1: c_int, p1: *const c_char, fd2: c_int, p2:
 
 #[no_mangle]
 pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    let seen = unsafe { seen_flags(libc::AT_FDCWD, path, flags) };
     let fd = unsafe {
         real!(open: unsafe extern "C" fn(*const c_char, c_int, c_uint) -> c_int)(path, flags, mode)
     };
-    unsafe { after_open(libc::AT_FDCWD, path, flags, fd) };
+    unsafe { after_open(libc::AT_FDCWD, path, seen, fd) };
     fd
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    let seen = unsafe { seen_flags(libc::AT_FDCWD, path, flags) };
     let fd = unsafe {
         real!(open64: unsafe extern "C" fn(*const c_char, c_int, c_uint) -> c_int)(
             path, flags, mode,
         )
     };
-    unsafe { after_open(libc::AT_FDCWD, path, flags, fd) };
+    unsafe { after_open(libc::AT_FDCWD, path, seen, fd) };
     fd
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
+    let seen = unsafe { seen_flags(libc::AT_FDCWD, path, flags) };
     let fd = unsafe {
         real!(__open_2: unsafe extern "C" fn(*const c_char, c_int) -> c_int)(path, flags)
     };
-    unsafe { after_open(libc::AT_FDCWD, path, flags, fd) };
+    unsafe { after_open(libc::AT_FDCWD, path, seen, fd) };
     fd
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
+    let seen = unsafe { seen_flags(libc::AT_FDCWD, path, flags) };
     let fd = unsafe {
         real!(__open64_2: unsafe extern "C" fn(*const c_char, c_int) -> c_int)(path, flags)
     };
-    unsafe { after_open(libc::AT_FDCWD, path, flags, fd) };
+    unsafe { after_open(libc::AT_FDCWD, path, seen, fd) };
     fd
 }
 
@@ -702,12 +735,13 @@ pub unsafe extern "C" fn openat(
     flags: c_int,
     mode: c_uint,
 ) -> c_int {
+    let seen = unsafe { seen_flags(dirfd, path, flags) };
     let fd = unsafe {
         real!(openat: unsafe extern "C" fn(c_int, *const c_char, c_int, c_uint) -> c_int)(
             dirfd, path, flags, mode,
         )
     };
-    unsafe { after_open(dirfd, path, flags, fd) };
+    unsafe { after_open(dirfd, path, seen, fd) };
     fd
 }
 
@@ -718,64 +752,57 @@ pub unsafe extern "C" fn openat64(
     flags: c_int,
     mode: c_uint,
 ) -> c_int {
+    let seen = unsafe { seen_flags(dirfd, path, flags) };
     let fd = unsafe {
         real!(openat64: unsafe extern "C" fn(c_int, *const c_char, c_int, c_uint) -> c_int)(
             dirfd, path, flags, mode,
         )
     };
-    unsafe { after_open(dirfd, path, flags, fd) };
+    unsafe { after_open(dirfd, path, seen, fd) };
     fd
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    let seen = unsafe { seen_flags(dirfd, path, flags) };
     let fd = unsafe {
         real!(__openat_2: unsafe extern "C" fn(c_int, *const c_char, c_int) -> c_int)(
             dirfd, path, flags,
         )
     };
-    unsafe { after_open(dirfd, path, flags, fd) };
+    unsafe { after_open(dirfd, path, seen, fd) };
     fd
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    let seen = unsafe { seen_flags(dirfd, path, flags) };
     let fd = unsafe {
         real!(__openat64_2: unsafe extern "C" fn(c_int, *const c_char, c_int) -> c_int)(
             dirfd, path, flags,
         )
     };
-    unsafe { after_open(dirfd, path, flags, fd) };
+    unsafe { after_open(dirfd, path, seen, fd) };
     fd
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn creat(path: *const c_char, mode: mode_t) -> c_int {
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC;
+    let seen = unsafe { seen_flags(libc::AT_FDCWD, path, flags) };
     let fd =
         unsafe { real!(creat: unsafe extern "C" fn(*const c_char, mode_t) -> c_int)(path, mode) };
-    unsafe {
-        after_open(
-            libc::AT_FDCWD,
-            path,
-            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
-            fd,
-        )
-    };
+    unsafe { after_open(libc::AT_FDCWD, path, seen, fd) };
     fd
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC;
+    let seen = unsafe { seen_flags(libc::AT_FDCWD, path, flags) };
     let fd =
         unsafe { real!(creat64: unsafe extern "C" fn(*const c_char, mode_t) -> c_int)(path, mode) };
-    unsafe {
-        after_open(
-            libc::AT_FDCWD,
-            path,
-            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
-            fd,
-        )
-    };
+    unsafe { after_open(libc::AT_FDCWD, path, seen, fd) };
     fd
 }
 
@@ -851,31 +878,42 @@ unsafe fn fopen_flags(mode: *const c_char) -> c_int {
     }
 }
 
-unsafe fn after_fopen(path: *const c_char, mode: *const c_char, f: *mut FILE) {
+/// The flags an fopen with `mode` of `path` is reported with ([`seen_flags`]), looked at before
+/// the call.
+unsafe fn before_fopen(path: *const c_char, mode: *const c_char) -> c_int {
+    if path.is_null() || mode.is_null() || !enabled() {
+        return 0;
+    }
+    unsafe { seen_flags(libc::AT_FDCWD, path, fopen_flags(mode)) }
+}
+
+unsafe fn after_fopen(path: *const c_char, seen: c_int, f: *mut FILE) {
     if f.is_null() || !enabled() {
         return;
     }
     let _errno = KeepErrno::new();
     // SAFETY: f is a stream fopen just returned.
     let fd = unsafe { libc::fileno(f) };
-    unsafe { after_open(libc::AT_FDCWD, path, fopen_flags(mode), fd) };
+    unsafe { after_open(libc::AT_FDCWD, path, seen, fd) };
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut FILE {
+    let seen = unsafe { before_fopen(path, mode) };
     let f = unsafe {
         real!(fopen: unsafe extern "C" fn(*const c_char, *const c_char) -> *mut FILE)(path, mode)
     };
-    unsafe { after_fopen(path, mode, f) };
+    unsafe { after_fopen(path, seen, f) };
     f
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut FILE {
+    let seen = unsafe { before_fopen(path, mode) };
     let f = unsafe {
         real!(fopen64: unsafe extern "C" fn(*const c_char, *const c_char) -> *mut FILE)(path, mode)
     };
-    unsafe { after_fopen(path, mode, f) };
+    unsafe { after_fopen(path, seen, f) };
     f
 }
 
@@ -885,13 +923,14 @@ pub unsafe extern "C" fn freopen(
     mode: *const c_char,
     s: *mut FILE,
 ) -> *mut FILE {
+    let seen = unsafe { before_fopen(path, mode) };
     let f = unsafe {
         real!(freopen: unsafe extern "C" fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE)(
             path, mode, s,
         )
     };
     if !path.is_null() {
-        unsafe { after_fopen(path, mode, f) };
+        unsafe { after_fopen(path, seen, f) };
     }
     f
 }
@@ -902,13 +941,14 @@ pub unsafe extern "C" fn freopen64(
     mode: *const c_char,
     s: *mut FILE,
 ) -> *mut FILE {
+    let seen = unsafe { before_fopen(path, mode) };
     let f = unsafe {
         real!(freopen64: unsafe extern "C" fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE)(
             path, mode, s,
         )
     };
     if !path.is_null() {
-        unsafe { after_fopen(path, mode, f) };
+        unsafe { after_fopen(path, seen, f) };
     }
     f
 }

@@ -14,11 +14,6 @@ const CALLS: &str = "trace=open,openat,creat,rename,renameat,renameat2,link,link
 /// What the model says of `argv` run bare in `dir` (laid out as it is before the command):
 /// `[(role, path relative to dir)]` of the files under `dir`, sorted.
 pub fn record(dir: &Path, argv: &[&OsStr]) -> Vec<(String, String)> {
-    readings(dir, argv, &[&[]]).remove(0)
-}
-
-/// The same, read by the model once per set of `flags` (from one strace run).
-pub fn readings(dir: &Path, argv: &[&OsStr], flags: &[&[&str]]) -> Vec<Vec<(String, String)>> {
     let dir = std::fs::canonicalize(dir).unwrap();
     let mut pre = Vec::new();
     files_below(&dir, &dir, &mut pre);
@@ -38,23 +33,19 @@ pub fn readings(dir: &Path, argv: &[&OsStr], flags: &[&[&str]]) -> Vec<Vec<(Stri
         .map(|e| e.unwrap().path())
         .collect();
     let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/strace_model.py");
-    let read = |flags: &[&str]| {
-        let out = Command::new("python3")
-            .arg(&model)
-            .args(flags)
-            .arg(&dir)
-            .arg(pre.join(","))
-            .args(&logs)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "strace model {argv:?}: {}",
-            stderr(&out)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
-    };
-    flags.iter().map(|f| read(f)).collect()
+    let out = Command::new("python3")
+        .arg(&model)
+        .arg(&dir)
+        .arg(pre.join(","))
+        .args(&logs)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "strace model {argv:?}: {}",
+        stderr(&out)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// The files (not directories) below `at`, as paths relative to `root`.

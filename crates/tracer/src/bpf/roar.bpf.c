@@ -42,6 +42,10 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define RENAME_EXCHANGE (1 << 1)
 #define O_WRONLY 01
 #define O_CREAT 0100
+#define O_EXCL 0200
+/* Set in f_mode by the open that created the file (include/linux/fs.h: 1 << 20 since 4.19, also
+ * after the bits were renumbered in 6.9). */
+#define FMODE_CREATED (1U << 20)
 #define O_TRUNC 01000
 #define O_DIRECTORY 0200000
 #define S_IFMT 0170000
@@ -405,6 +409,15 @@ static __always_inline int on_open(struct scratch *s, struct task_struct *t, int
 	ino = BPF_CORE_READ(f, f_inode);
 	if ((BPF_CORE_READ(ino, i_mode) & S_IFMT) != S_IFREG)
 		return 0;
+	/* Whether an O_CREAT open made the file, as the kernel knows it: said as O_EXCL (made), or
+	 * as an open without O_CREAT (it found one), so that a file there before the job is never
+	 * taken for one the job made, whatever its ctime (the shim and ptrace say the same). */
+	if ((flags & (O_CREAT | O_EXCL)) == O_CREAT) {
+		if (BPF_CORE_READ(f, f_mode) & FMODE_CREATED)
+			flags |= O_EXCL;
+		else
+			flags &= ~O_CREAT;
+	}
 	s->ev.open_flags = flags;
 	s->ev.flags |= ROAR_HAS_STAT;
 	s->ev.dev = BPF_CORE_READ(ino, i_sb, s_dev);

@@ -140,6 +140,31 @@ fn regs(pid: i32) -> io::Result<libc::user_regs_struct> {
     }
 }
 
+/// An open about to run (the tracee is stopped at its entry), with the flags it is reported
+/// with: an `O_CREAT` open without `O_EXCL` is looked at first, so the report says whether it made
+/// the file — without `O_CREAT` when the path is there (the open cannot make it), with `O_EXCL`
+/// when it is not (it makes it, or fails). The shim and eBPF say the same; the engine reads them
+/// as any open with those flags, and a file there before the job is never taken for one the job
+/// made, whatever its ctime.
+fn opening(path: PathBuf, flags: i32) -> Pending {
+    let creates = flags & (libc::O_CREAT | libc::O_EXCL) == libc::O_CREAT;
+    let flags = if !creates || flags & libc::O_TMPFILE == libc::O_TMPFILE {
+        flags
+    } else {
+        let there = if flags & libc::O_NOFOLLOW != 0 {
+            std::fs::symlink_metadata(&path)
+        } else {
+            std::fs::metadata(&path)
+        };
+        match there {
+            Ok(_) => flags & !libc::O_CREAT,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => flags | libc::O_EXCL,
+            Err(_) => flags,
+        }
+    };
+    Pending::Open { path, flags }
+}
+
 fn on_entry(pid: i32, r: &libc::user_regs_struct) -> Option<Pending> {
     let (a0, a1, a2, a3, a4) = (r.rdi, r.rsi, r.rdx, r.r10, r.r8);
     let one = |kind, dirfd: i64, addr| Pending::One {
@@ -147,22 +172,16 @@ fn on_entry(pid: i32, r: &libc::user_regs_struct) -> Option<Pending> {
         path: resolve(pid, dirfd, addr),
     };
     Some(match r.orig_rax {
-        SYS_OPEN => Pending::Open {
-            path: resolve(pid, AT_FDCWD, a0),
-            flags: a1 as i32,
-        },
-        SYS_OPENAT => Pending::Open {
-            path: resolve(pid, a0 as i64, a1),
-            flags: a2 as i32,
-        },
-        SYS_OPENAT2 => Pending::Open {
-            path: resolve(pid, a0 as i64, a1),
-            flags: read_u64(pid, a2).unwrap_or(0) as i32,
-        },
-        SYS_CREAT => Pending::Open {
-            path: resolve(pid, AT_FDCWD, a0),
-            flags: libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
-        },
+        SYS_OPEN => opening(resolve(pid, AT_FDCWD, a0), a1 as i32),
+        SYS_OPENAT => opening(resolve(pid, a0 as i64, a1), a2 as i32),
+        SYS_OPENAT2 => opening(
+            resolve(pid, a0 as i64, a1),
+            read_u64(pid, a2).unwrap_or(0) as i32,
+        ),
+        SYS_CREAT => opening(
+            resolve(pid, AT_FDCWD, a0),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+        ),
         SYS_RENAME | SYS_LINK => Pending::Two {
             kind: if r.orig_rax == SYS_RENAME {
                 TwoKind::Rename
