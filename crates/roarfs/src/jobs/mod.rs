@@ -119,9 +119,14 @@ fn is_interactive_shell(info: &ProcInfo) -> bool {
 /// Whether `a` and `b` run the same program with the same arguments: `b` forked from `a` (or a
 /// copy of it) without exec.
 fn same_program(a: i32, b: i32) -> bool {
+    same_program_seen(a, b).unwrap_or(false)
+}
+
+/// [`same_program`], or None when /proc cannot tell (a process exiting shows no exe).
+fn same_program_seen(a: i32, b: i32) -> Option<bool> {
     let exe = |pid: i32| std::fs::read_link(format!("/proc/{pid}/exe")).ok();
-    let (ea, eb) = (exe(a), exe(b));
-    ea.is_some() && ea == eb && cmdline_bytes(a).is_some_and(|c| Some(c) == cmdline_bytes(b))
+    let (ea, eb) = (exe(a)?, exe(b)?);
+    Some(ea == eb && cmdline_bytes(a).is_some_and(|c| Some(c) == cmdline_bytes(b)))
 }
 
 fn cmdline_bytes(pid: i32) -> Option<Vec<u8>> {
@@ -494,13 +499,17 @@ impl Jobs {
         }))
     }
 
-    /// Whether `cur` is a fork of `parent` that did not exec: by the kernel's events when they
-    /// say, else by /proc (the same program with the same arguments; a parent that is exiting
-    /// shows neither).
+    /// Whether `cur` is a fork of `parent` that did not exec: by /proc (the same program with the
+    /// same arguments), else — a parent that is exiting shows no exe — by the kernel's events. Not
+    /// the events first: an exec their reader has not read yet would make a program exec'd from a
+    /// job's process look like a copy of it (and its own job part of the job above).
     fn is_copy(&self, parent: &ProcInfo, cur: &ProcInfo) -> bool {
+        if let Some(same) = same_program_seen(parent.pid, cur.pid) {
+            return same;
+        }
         match self.birth_of(cur) {
             Some(b) if b.parent == parent.pid => !b.execd,
-            _ => same_program(parent.pid, cur.pid),
+            _ => false,
         }
     }
 
@@ -520,7 +529,8 @@ impl Jobs {
         for _ in 0..steps::MAX_DEPTH {
             if let Some(alive) = read_proc_stat(p)? {
                 if alive.start <= cur.start {
-                    return Ok(Some(p));
+                    // Still a copy of it (an exec not read yet would show here).
+                    return Ok(same_program(p, cur.pid).then_some(p));
                 }
             }
             let inner = self.inner.lock().expect("jobs lock");
