@@ -140,6 +140,9 @@ class Model:
                     # content); read first, it is an input that the job consumed.
                     if not o["read"]:
                         self.deleted.add(name)
+                elif o["written"] and not o["read"]:
+                    # Truncated unread, then moved away: what was there before is gone.
+                    self.deleted.add(name)
                 else:
                     o["read"] = True  # moved away (or exchanged): its content is consumed
 

@@ -959,6 +959,20 @@ fn shrunk_programs_the_generator_found_give_every_observer_the_same_record() {
                 Op::Unlink { name: f(3) },
             ],
         },
+        // A file there before, truncated unread, then renamed away: what was there is gone.
+        Program {
+            before: vec![(f(0), vec![b'a'; 10])],
+            ops: vec![
+                Op::Truncate {
+                    name: f(0),
+                    size: 1,
+                },
+                Op::Rename {
+                    from: f(0),
+                    to: f(1),
+                },
+            ],
+        },
         // A directory moved, then removed with what it held (eBPF reports rmdir now).
         Program {
             before: vec![(d1g1, vec![b'a'; 5000])],

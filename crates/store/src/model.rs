@@ -124,7 +124,9 @@ impl PathUse {
             Some(Made::Output)
         } else if self.job_made && !self.read_prior && !self.found {
             Some(Made::Temp)
-        } else if !self.exists && !self.read_prior && self.unlinked {
+        } else if !self.exists && !self.read_prior && (self.unlinked || self.found) {
+            // Removed, or (a file found here, its content replaced unread) moved away: what was
+            // there before the job is gone.
             Some(Made::Deleted)
         } else {
             None
