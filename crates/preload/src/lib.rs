@@ -537,7 +537,6 @@ fn wire_stat(st: &libc::stat) -> WireStat {
     }
 }
 
-/// Reports a successful open of a regular file; directories, devices and pipes are of no interest.
 /// The flags an open of `path` is reported with. An `O_CREAT` open without `O_EXCL` is looked at
 /// first (one `fstatat`, as the open will resolve the path) so the report says whether the open
 /// made the file: without `O_CREAT` when the path was there (the open could not have made it),
@@ -567,6 +566,7 @@ unsafe fn seen_flags(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
     }
 }
 
+/// Reports a successful open of a regular file; directories, devices and pipes are of no interest.
 unsafe fn after_open(dirfd: c_int, path: *const c_char, flags: c_int, fd: c_int) {
     if fd < 0 || !enabled() {
         return;

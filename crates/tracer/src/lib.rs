@@ -152,10 +152,6 @@ pub type EnvChanges = [(OsString, Option<OsString>)];
 /// must be quick; events from processes without the preload ring may come slightly out of order.
 pub type Tap = Arc<dyn Fn(&Event) + Send + Sync>;
 
-/// How long a command runs before work beside it starts: the preload receiver's thread, and the
-/// caller's ([`Beside::running_on`]: the dirty check). Most commands roar runs end sooner, and a
-/// thread started for them costs its start, a wake-up and its exit, ~0.1 ms of a short run
-/// (bench/NOTES.md, "Two shared libraries fewer, threads only for commands that run on").
 /// Why a process's files may be missing although the backend followed it: it set up io_uring,
 /// whose opens, reads and writes are requests in shared memory the kernel runs for it, never
 /// system calls a tracer sees (SEMANTICS.md, blind spots). `roar mount` sees them: they reach
@@ -188,6 +184,10 @@ pub fn untraced_in(
     out
 }
 
+/// How long a command runs before work beside it starts: the preload receiver's thread, and the
+/// caller's ([`Beside::running_on`]: the dirty check). Most commands roar runs end sooner, and a
+/// thread started for them costs its start, a wake-up and its exit, ~0.1 ms of a short run
+/// (bench/NOTES.md, "Two shared libraries fewer, threads only for commands that run on").
 pub const BESIDE_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// The caller's work around its command, done on the run's thread while the command runs. Each
