@@ -14,7 +14,8 @@ rules of docs/SEMANTICS.md, applied to files as objects (inodes), names bound to
   not consumed;
 - output: a name that exists at the end and is bound to a file the job wrote, or that the job
   bound (a rename, a link, a symlink, an O_TMPFILE linked into place); also the name of a file
-  that existed before and that the job deleted without reading it (recorded without content);
+  that existed before and that the job deleted without reading it, or truncated unread and moved
+  away (recorded without content: what was there is gone);
 - temp: a name the job bound (a file it made or wrote there, a rename or link onto it), gone at
   the end (deleted, renamed away); the old names of files moved with their directory are not
   separate temps, nor is a file that was there before, written in place under its own name and
