@@ -978,6 +978,15 @@ fn shrunk_programs_the_generator_found_give_every_observer_the_same_record() {
             before: vec![(d1g1, vec![b'a'; 5000])],
             ops: vec![Op::RenameDir { from: 1, to: 0 }, Op::Rmtree { dir: 0 }],
         },
+        // A directory moved away and back: nothing below it touched, nothing recorded (the
+        // names it passed through are a directory's: it is one where it ended up).
+        Program {
+            before: vec![(d0g1, vec![b'a'; 5000])],
+            ops: vec![
+                Op::RenameDir { from: 0, to: 1 },
+                Op::RenameDir { from: 1, to: 0 },
+            ],
+        },
         // A symbolic link renamed (the mount reports it as `roar run` does).
         Program {
             before: Vec::new(),

@@ -302,15 +302,31 @@ pub fn classify(events: &[Event], ctime_floor_ns: i64, ignore: &Ignore) -> Class
     )
 }
 
-/// Directories the job made or removed, by name: a rename of one moves what is below it.
+/// Directories the job made or removed, by name, and the names a directory was renamed through
+/// on its way to a name that is a directory after the job (`mv d0 d1; mv d1 d0` shows nothing
+/// else): a rename of one moves what is below it. Asks the filesystem, so only after the job.
 pub fn made_dirs(events: &[Event]) -> HashSet<&Path> {
-    events
+    let mut dirs: HashSet<&Path> = events
         .iter()
         .filter_map(|e| match e {
             Event::Mkdir { path, .. } | Event::Rmdir { path, .. } => Some(path.as_path()),
             _ => None,
         })
-        .collect()
+        .collect();
+    // Where what each rename moved ended up: later renames first, so `ends[name]` is where what
+    // stood at `name` then went by the end of the job.
+    let mut ends: HashMap<&Path, &Path> = HashMap::default();
+    for e in events.iter().rev() {
+        if let Event::Rename { from, to, .. } = e {
+            let end = ends.get(to.as_path()).copied().unwrap_or(to.as_path());
+            // A rename straight to its end is asked about by the rule itself (`is_dir`).
+            if end != to.as_path() && end.is_dir() {
+                dirs.extend([from.as_path(), to.as_path()]);
+            }
+            ends.insert(from.as_path(), end);
+        }
+    }
+    dirs
 }
 
 /// [`classify`] of some of a job's events (one step's), with the directories the whole job made.
