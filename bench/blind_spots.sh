@@ -68,12 +68,12 @@ unmount_all() {
     (cd "$W/mbefore" && "$ROAR_BEFORE" unmount data > /dev/null 2>&1) || true
 }
 trap unmount_all EXIT
-jobs() { echo "cd $1/data && for i in \$(seq 100); do setsid -w python3 $W/daemon.py d\$i.txt; done"; }
+daemon_jobs() { echo "cd $1/data && for i in \$(seq 100); do setsid -w python3 $W/daemon.py d\$i.txt; done"; }
 $CMP mount.json "$RUNS" \
     --prepare "rm -f $W/mafter/data/d*.txt $W/mbefore/data/d*.txt $W/mplain/data/d*.txt" \
-    "bare=sh -c '$(jobs "$W/mplain")'" \
-    "mount after=sh -c '$(jobs "$W/mafter")'" \
-    "mount before=sh -c '$(jobs "$W/mbefore")'"
+    "bare=sh -c '$(daemon_jobs "$W/mplain")'" \
+    "mount after=sh -c '$(daemon_jobs "$W/mafter")'" \
+    "mount before=sh -c '$(daemon_jobs "$W/mbefore")'"
 python3 - "$W/mount.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))

@@ -40,7 +40,7 @@ pub(super) struct Births {
     /// The newest event read, in ticks.
     read_to: i64,
     /// Every fork since this tick is known (listening began, or events were lost or forgotten).
-    /// `i64::MAX` until events are read at all.
+    /// None until events are read at all.
     complete_since: Option<i64>,
 }
 

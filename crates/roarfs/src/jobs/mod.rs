@@ -507,7 +507,7 @@ impl Jobs {
         if let Some(same) = same_program_seen(parent.pid, cur.pid) {
             return same;
         }
-        match self.birth_of(cur) {
+        match self.birth_of(cur, true) {
             Some(b) if b.parent == parent.pid => !b.execd,
             _ => false,
         }
@@ -519,7 +519,10 @@ impl Jobs {
     /// job). None when `parent` forked it, when a program was exec'd on the way, or when what
     /// forked it is not known (no process events, or events lost).
     fn forked_from(&self, cur: &ProcInfo, parent: &ProcInfo) -> io::Result<Option<i32>> {
-        let Some(birth) = self.birth_of(cur) else {
+        // Waiting for the reader only where an orphan lands (init, systemd): a command started
+        // from a shell, the common first request of a job, never waits.
+        let adopted = parent.pid == 1 || ["init", "systemd"].contains(&parent.comm.as_str());
+        let Some(birth) = self.birth_of(cur, adopted) else {
             return Ok(None);
         };
         if birth.parent == parent.pid || birth.execd {
@@ -542,9 +545,9 @@ impl Jobs {
         Ok(None)
     }
 
-    /// `cur`'s fork as the kernel reported it, waiting (at most 20 ms) for the reader of its
-    /// events when it has not read that far yet.
-    fn birth_of(&self, cur: &ProcInfo) -> Option<births::Birth> {
+    /// `cur`'s fork as the kernel reported it; with `wait`, waiting (at most 20 ms) for the
+    /// reader of its events when it has not read that far yet.
+    fn birth_of(&self, cur: &ProcInfo, wait: bool) -> Option<births::Birth> {
         let deadline = std::time::Instant::now() + std::time::Duration::from_millis(20);
         while self
             .exits_watched
@@ -554,7 +557,7 @@ impl Jobs {
                 (self.inner.lock().expect("jobs lock").births).of(cur.pid, cur.start as i64);
             match known {
                 births::Known::Born(b) => return Some(b),
-                births::Known::NotYet if std::time::Instant::now() < deadline => {
+                births::Known::NotYet if wait && std::time::Instant::now() < deadline => {
                     std::thread::sleep(std::time::Duration::from_micros(50))
                 }
                 _ => return None,
