@@ -22,8 +22,17 @@ cargo fmt "${shim[@]}" --check
 cargo clippy "${shim[@]}" --all-targets --locked --target-dir "${CARGO_TARGET_DIR:-target}" -- -D warnings
 # The integration tests drive the real `roar` binary and the preload shim: build them first (the
 # shim beside roar, as an install has it).
+# The lean build (no eBPF) first, kept aside: the full build below then puts roar back.
+target="${CARGO_TARGET_DIR:-$PWD/target}"
+case "$target" in /*) ;; *) target="$PWD/$target" ;; esac
+bash scripts/build.sh --lean --locked
+cp "$target/debug/roar" "$target/roar-lean"
+export ROAR_LEAN_BIN="$target/roar-lean"
 cargo build --workspace --locked
 bash scripts/build.sh
+# What users install (a wheel, a .deb), from a release build, for tests/tests/dist.rs.
+bash scripts/dist.sh --out "$target/dist"
+export ROAR_DIST_DIR="$target/dist"
 # FUSE over io_uring (Linux 6.14+) is off until this module parameter turns it on: on for the
 # suite, so the mount tests that ask for it (ROAR_MOUNT_URING=1) run over it, and put back as it
 # was afterwards.

@@ -373,9 +373,14 @@ fn roar_main() -> ExitCode {
     if std::env::args_os().nth(1).is_some_and(|a| a == "--version") {
         let long_version: &'static str = Box::leak(
             format!(
-                "{}\npreload shim: {}\neBPF programs: built into the binary (CO-RE)",
+                "{}\npreload shim: {}\neBPF programs: {}",
                 env!("CARGO_PKG_VERSION"),
                 shim::describe(),
+                if cfg!(feature = "ebpf") {
+                    "built into the binary (CO-RE)"
+                } else {
+                    "none (a lean build, without the eBPF backend)"
+                },
             )
             .into_boxed_str(),
         );

@@ -20,11 +20,13 @@ pub enum Source {
 
 fn installed() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
+    // current_exe is the resolved path (/proc/self/exe): its parent's parent is `..` exactly.
     let dir = exe.parent()?;
+    let prefix = dir.parent().unwrap_or(dir);
     [
         dir.join("libroar_preload.so"),
-        dir.join("../lib/roar/libroar_preload.so"),
-        dir.join("../lib/libroar_preload.so"),
+        prefix.join("lib/roar/libroar_preload.so"),
+        prefix.join("lib/libroar_preload.so"),
     ]
     .into_iter()
     .find(|p| p.is_file())

@@ -104,6 +104,7 @@ pub(crate) fn unavailable_reason(e: crate::TraceError) -> String {
 }
 
 /// Effective capabilities of this process, from /proc/self/status.
+#[cfg(feature = "ebpf")]
 fn effective_caps() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -118,6 +119,14 @@ fn effective_caps() -> u64 {
 
 /// Why eBPF cannot work here, from what the system says without loading anything.
 fn ebpf_blocker() -> Option<String> {
+    #[cfg(not(feature = "ebpf"))]
+    return Some(crate::ebpf::ABSENT.into());
+    #[cfg(feature = "ebpf")]
+    ebpf_blocker_here()
+}
+
+#[cfg(feature = "ebpf")]
+fn ebpf_blocker_here() -> Option<String> {
     const CAP_SYS_ADMIN: u32 = 21;
     const CAP_PERFMON: u32 = 38;
     const CAP_BPF: u32 = 39;

@@ -9,6 +9,10 @@
 pub mod check;
 pub mod collect;
 pub mod early;
+#[cfg(feature = "ebpf")]
+mod ebpf;
+#[cfg(not(feature = "ebpf"))]
+#[path = "ebpf_absent.rs"]
 mod ebpf;
 pub mod event;
 pub mod keep;
