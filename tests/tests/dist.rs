@@ -56,7 +56,9 @@ fn glibc_needed(files: &[&Path]) -> u32 {
 fn records_with(roar: &Path, shim: &Path, home: &Path) {
     let roar_cmd = |dir: &Path| {
         let mut c = Command::new(roar);
-        c.current_dir(dir).env("HOME", home).env_remove("ROAR_PRELOAD_LIB");
+        c.current_dir(dir)
+            .env("HOME", home)
+            .env_remove("ROAR_PRELOAD_LIB");
         c
     };
     let version = ok(roar_cmd(home).arg("--version"));
@@ -73,7 +75,10 @@ fn records_with(roar: &Path, shim: &Path, home: &Path) {
     assert_eq!(inputs.trim(), format!("{want}  in.txt"), "{inputs}");
     let made = ok(roar_cmd(p).args(["show", "out.txt"]));
     let out_hash = blake3::hash(b"HELLO\n").to_hex().to_string();
-    assert!(made.contains(&out_hash[..12]) && made.contains("output job 1"), "{made}");
+    assert!(
+        made.contains(&out_hash[..12]) && made.contains("output job 1"),
+        "{made}"
+    );
 
     if !Path::new("/dev/fuse").exists() {
         assert!(!strict(), "/dev/fuse is there under CI=true");
@@ -90,7 +95,10 @@ fn records_with(roar: &Path, shim: &Path, home: &Path) {
         assert!(unmounted.status.success(), "{}", stderr(&unmounted));
         let shown = ok(roar_cmd(p).args(["show", "data/m.txt"]));
         let m_hash = blake3::hash(b"mounted\n").to_hex().to_string();
-        assert!(shown.contains(&m_hash[..12]) && shown.contains("output job 2"), "{shown}");
+        assert!(
+            shown.contains(&m_hash[..12]) && shown.contains("output job 2"),
+            "{shown}"
+        );
     }
     // The shim was found where it was installed: no copy written out at run time.
     let cached: Vec<_> = std::fs::read_dir(home.join(".cache/roar"))
@@ -99,7 +107,10 @@ fn records_with(roar: &Path, shim: &Path, home: &Path) {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|name| name.starts_with("libroar_preload"))
         .collect();
-    assert!(cached.is_empty(), "a shim was written to the cache: {cached:?}");
+    assert!(
+        cached.is_empty(),
+        "a shim was written to the cache: {cached:?}"
+    );
 }
 
 #[test]
@@ -111,10 +122,22 @@ fn the_wheel_installs_into_a_fresh_venv_and_its_roar_records() {
     let venv = tmp.path().join("venv");
     ok(Command::new("python3").arg("-m").arg("venv").arg(&venv));
     ok(Command::new(venv.join("bin/pip"))
-        .args(["install", "--quiet", "--no-index", "--no-deps", "--disable-pip-version-check"])
+        .args([
+            "install",
+            "--quiet",
+            "--no-index",
+            "--no-deps",
+            "--disable-pip-version-check",
+        ])
         .arg(&wheel));
-    let (roar, shim) = (venv.join("bin/roar"), venv.join("lib/roar/libroar_preload.so"));
-    for f in ["share/man/man1/roar.1", "share/bash-completion/completions/roar"] {
+    let (roar, shim) = (
+        venv.join("bin/roar"),
+        venv.join("lib/roar/libroar_preload.so"),
+    );
+    for f in [
+        "share/man/man1/roar.1",
+        "share/bash-completion/completions/roar",
+    ] {
         assert!(venv.join(f).is_file(), "the wheel did not install {f}");
     }
     // Tagged with the oldest glibc both the binary and the shim run on.
@@ -134,7 +157,9 @@ fn the_debian_package_installs_into_a_fresh_root_and_its_roar_records() {
     let control = ok(Command::new("dpkg-deb").arg("-f").arg(&deb).arg("Depends"));
     assert!(control.starts_with("libc6 (>= 2."), "{control}");
     // apt takes it as it is (what `apt install ./roar_*.deb` does, without doing it).
-    let sim = ok(Command::new("apt-get").args(["install", "--simulate", "-q"]).arg(&deb));
+    let sim = ok(Command::new("apt-get")
+        .args(["install", "--simulate", "-q"])
+        .arg(&deb));
     assert!(sim.contains("Inst roar"), "{sim}");
 
     let tmp = tempfile::tempdir().unwrap();
@@ -147,7 +172,9 @@ fn the_debian_package_installs_into_a_fresh_root_and_its_roar_records() {
     // An empty root has no libc6 package to depend on; the host's libc is the one that runs it.
     let dpkg = |args: &[&str]| {
         let mut c = Command::new("dpkg");
-        c.arg(format!("--root={}", root.display())).arg("--force-depends").args(args);
+        c.arg(format!("--root={}", root.display()))
+            .arg("--force-depends")
+            .args(args);
         c
     };
     ok(dpkg(&["-i"]).arg(&deb));
@@ -160,7 +187,10 @@ fn the_debian_package_installs_into_a_fresh_root_and_its_roar_records() {
         "/usr/share/zsh/vendor-completions/_roar",
         "/usr/share/fish/vendor_completions.d/roar.fish",
     ] {
-        assert!(listed.lines().any(|l| l == f), "{f} not in the package:\n{listed}");
+        assert!(
+            listed.lines().any(|l| l == f),
+            "{f} not in the package:\n{listed}"
+        );
     }
     let home = tmp.path().join("home");
     std::fs::create_dir(&home).unwrap();
@@ -174,7 +204,10 @@ fn the_debian_package_installs_into_a_fresh_root_and_its_roar_records() {
 #[test]
 fn the_lean_build_has_no_ebpf_and_says_so() {
     let Some(lean) = std::env::var_os("ROAR_LEAN_BIN") else {
-        assert!(!strict(), "ROAR_LEAN_BIN must name a lean build under CI=true");
+        assert!(
+            !strict(),
+            "ROAR_LEAN_BIN must name a lean build under CI=true"
+        );
         eprintln!("SKIPPED: ROAR_LEAN_BIN is not set (scripts/test.sh builds it)");
         return;
     };
@@ -182,9 +215,17 @@ fn the_lean_build_has_no_ebpf_and_says_so() {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let tree = |lean: bool| {
         let mut c = Command::new(&cargo);
-        c.args(["tree", "--offline", "--locked", "-p", "roar-cli", "-e", "normal,build"])
-            .args(["--prefix", "none"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        c.args([
+            "tree",
+            "--offline",
+            "--locked",
+            "-p",
+            "roar-cli",
+            "-e",
+            "normal,build",
+        ])
+        .args(["--prefix", "none"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
         if lean {
             c.arg("--no-default-features");
         }
@@ -195,7 +236,10 @@ fn the_lean_build_has_no_ebpf_and_says_so() {
     assert!(!lean_tree.contains("libbpf"), "{lean_tree}");
 
     let version = ok(Command::new(&lean).arg("--version"));
-    assert!(version.contains("eBPF programs: none (a lean build"), "{version}");
+    assert!(
+        version.contains("eBPF programs: none (a lean build"),
+        "{version}"
+    );
     let check = Command::new(&lean)
         .args(["tracer", "check", "ebpf"])
         .output()

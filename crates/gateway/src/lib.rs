@@ -4,9 +4,10 @@
 //! SigV4 signature (streaming aws-chunked and unsigned-payload uploads included) against the
 //! gateway's credentials; a wrong signature is answered 403 before the backend sees anything. The
 //! backend is either the embedded object store (`embedded/`: content-addressed blobs and a SQLite
-//! index on a directory, `.roar/s3/` in a project) or an upstream S3 service (`upstream.rs`: object GET/HEAD/PUT over a pooled hyper client,
-//! re-signed with aws-sigv4 and the upstream credentials from the environment or an AWS profile;
-//! other operations through aws-sdk-s3 via s3s-aws). Between the two sits `record::Recorder`,
+//! index on a directory, `.roar/s3/` in a project) or an upstream S3 service (`upstream.rs`: every
+//! request over one pooled hyper client, re-signed with aws-sigv4 and the upstream credentials
+//! from the environment or an AWS profile (`credentials.rs`); the operations with nothing to
+//! record go through as they came, `upstream/plain.rs`). Between the two sits `record::Recorder`,
 //! which hashes bodies as they stream and reports completed accesses to a `Sink`;
 //! `files::job_files` turns them into a job's inputs and outputs. `control.rs` holds the keys the
 //! gateway accepts (changeable while it serves) and counts requests in flight per key.
@@ -17,13 +18,14 @@ pub mod objects_remote;
 
 mod body;
 mod control;
+mod credentials;
 mod embedded;
 mod files;
 mod host;
 mod parts;
 mod pending;
 mod record;
-mod upstream;
+pub(crate) mod upstream;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -229,15 +231,16 @@ async fn build(
     control: &Control,
     pending: &Arc<Pending>,
 ) -> anyhow::Result<s3s::service::S3Service> {
-    let (backend, store): (Box<dyn s3s::S3>, Option<Embedded>) = match &config.backend {
+    let (backend, store, plain): (Box<dyn s3s::S3>, Option<Embedded>, _) = match &config.backend {
         Backend::Embedded(root) => {
             let store = Embedded::open(root)?;
-            (Box::new(store.clone()), Some(store))
+            (Box::new(store.clone()), Some(store), None)
         }
-        Backend::Upstream { url } => (
-            Box::new(upstream::connect(url, &config.region, config.upstream_timeout).await?),
-            None,
-        ),
+        Backend::Upstream { url } => {
+            let up = upstream::connect(url, &config.region, config.upstream_timeout).await?;
+            let plain = up.plain_route(host::Hosts::new(&config.domains));
+            (Box::new(up), None, Some(plain))
+        }
     };
     let recorder = record::Recorder::new(
         backend,
@@ -249,6 +252,9 @@ async fn build(
     let mut b = S3ServiceBuilder::new(recorder);
     b.set_auth(control.keys.clone());
     b.set_host(host::Hosts::new(&config.domains));
+    if let Some(plain) = plain {
+        b.set_route(plain);
+    }
     Ok(b.build())
 }
 

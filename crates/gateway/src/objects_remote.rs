@@ -5,22 +5,24 @@
 //! Credentials come from the environment or the AWS profile, never from the config.
 
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::Context;
-use aws_config::environment::credentials::EnvironmentVariableCredentialsProvider;
-use aws_config::meta::credentials::CredentialsProviderChain;
-use aws_config::profile::ProfileFileCredentialsProvider;
-use aws_credential_types::provider::SharedCredentialsProvider;
-use aws_sdk_s3::config::{BehaviorVersion, Region};
+use http::Method;
 use roar_store::objects::Objects;
+
+use crate::upstream::Direct;
 
 /// A bucket (and prefix) holding a team's blobs.
 pub struct ObjectRemote {
-    client: aws_sdk_s3::Client,
+    client: Direct,
     bucket: String,
     prefix: String,
     rt: tokio::runtime::Runtime,
 }
+
+/// How long the storage may stay silent (connecting, or between two chunks of a body).
+const TIMEOUT: Duration = Duration::from_secs(60);
 
 impl ObjectRemote {
     /// `url` is `s3://BUCKET[/PREFIX]`; `endpoint` an S3-compatible service's URL (none: AWS).
@@ -30,26 +32,27 @@ impl ObjectRemote {
             .with_context(|| format!("objects = {url:?} is not an s3://BUCKET/PREFIX URL"))?;
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         anyhow::ensure!(!bucket.is_empty(), "objects = {url:?} names no bucket");
-        let credentials = SharedCredentialsProvider::new(
-            CredentialsProviderChain::first_try(
-                "Environment",
-                EnvironmentVariableCredentialsProvider::new(),
-            )
-            .or_else("Profile", ProfileFileCredentialsProvider::builder().build()),
-        );
-        let mut config = aws_sdk_s3::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new(region.to_owned()))
-            .force_path_style(true)
-            .credentials_provider(credentials);
-        if let Some(e) = endpoint {
-            config = config.endpoint_url(e);
-        }
+        let credentials = crate::credentials::load().with_context(|| {
+            format!("no credentials for {url}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE")
+        })?;
+        let endpoint = match endpoint {
+            Some(e) => e.to_owned(),
+            None => format!("https://s3.{region}.amazonaws.com"),
+        };
+        let base: http::Uri = endpoint
+            .parse()
+            .ok()
+            .filter(|u: &http::Uri| {
+                matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some()
+            })
+            .with_context(|| format!("objects endpoint {endpoint:?} is not an http(s) URL"))?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
+        // The client's connection pool belongs to the runtime it first runs on: made inside it.
+        let client = rt.block_on(async { Direct::new(&base, region, TIMEOUT, credentials) })?;
         Ok(ObjectRemote {
-            client: aws_sdk_s3::Client::from_conf(config.build()),
+            client,
             bucket: bucket.to_owned(),
             prefix: prefix.trim_end_matches('/').to_owned(),
             rt,
@@ -70,19 +73,12 @@ impl ObjectRemote {
         self.rt.block_on(async {
             match self
                 .client
-                .head_object()
-                .bucket(&self.bucket)
-                .key(&key)
-                .send()
+                .own(Method::HEAD, &self.bucket, &key, None)
                 .await
             {
                 Ok(_) => Ok(true),
-                Err(e) if e.as_service_error().is_some_and(|s| s.is_not_found()) => Ok(false),
-                Err(e) => Err(anyhow::anyhow!(
-                    "cannot reach s3://{}/{key}: {}",
-                    self.bucket,
-                    aws_sdk_s3::error::DisplayErrorContext(e)
-                )),
+                Err(e) if e.status_code() == Some(http::StatusCode::NOT_FOUND) => Ok(false),
+                Err(e) => Err(failed("reach", &self.bucket, &key, e)),
             }
         })
     }
@@ -91,21 +87,12 @@ impl ObjectRemote {
     pub fn put(&self, blake3: &str, path: &Path) -> anyhow::Result<()> {
         let key = self.key(blake3);
         self.rt.block_on(async {
-            let body = aws_sdk_s3::primitives::ByteStream::from_path(path).await?;
+            let file = tokio::fs::File::open(path).await?;
+            let len = file.metadata().await?.len();
             self.client
-                .put_object()
-                .bucket(&self.bucket)
-                .key(&key)
-                .body(body)
-                .send()
+                .own(Method::PUT, &self.bucket, &key, Some((file, len)))
                 .await
-                .map_err(|e| {
-                    anyhow::anyhow!(
-                        "cannot send s3://{}/{key}: {}",
-                        self.bucket,
-                        aws_sdk_s3::error::DisplayErrorContext(e)
-                    )
-                })?;
+                .map_err(|e| failed("send", &self.bucket, &key, e))?;
             Ok(())
         })
     }
@@ -113,31 +100,21 @@ impl ObjectRemote {
     /// Fetches blob `blake3` into `objects`, checked against its name. False: the bucket does
     /// not hold it.
     pub fn fetch(&self, objects: &Objects, blake3: &str) -> anyhow::Result<bool> {
+        use futures::StreamExt;
         let key = self.key(blake3);
         self.rt.block_on(async {
-            let got = self
-                .client
-                .get_object()
-                .bucket(&self.bucket)
-                .key(&key)
-                .send()
-                .await;
-            let mut body = match got {
-                Ok(o) => o.body,
-                Err(e) if e.as_service_error().is_some_and(|s| s.is_no_such_key()) => {
-                    return Ok(false)
-                }
-                Err(e) => {
-                    return Err(anyhow::anyhow!(
-                        "cannot fetch s3://{}/{key}: {}",
-                        self.bucket,
-                        aws_sdk_s3::error::DisplayErrorContext(e)
-                    ))
-                }
+            let response = match self.client.own(Method::GET, &self.bucket, &key, None).await {
+                Ok(r) => r,
+                Err(e) if e.status_code() == Some(http::StatusCode::NOT_FOUND) => return Ok(false),
+                Err(e) => return Err(failed("fetch", &self.bucket, &key, e)),
             };
+            let mut body = self.client.body(response.into_body());
             let mut taking = objects.begin()?;
             let mut hasher = blake3::Hasher::new();
-            while let Some(chunk) = body.try_next().await? {
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk.map_err(|e| {
+                    anyhow::anyhow!("fetching s3://{}/{key} failed half-way: {e}", self.bucket)
+                })?;
                 hasher.update(&chunk);
                 taking.write(&chunk);
             }
@@ -151,4 +128,9 @@ impl ObjectRemote {
             Ok(true)
         })
     }
+}
+
+fn failed(what: &str, bucket: &str, key: &str, e: s3s::S3Error) -> anyhow::Error {
+    let said = e.message().unwrap_or_else(|| e.code().as_str());
+    anyhow::anyhow!("cannot {what} s3://{bucket}/{key}: {said}")
 }

@@ -1,9 +1,9 @@
-//! The S3 operations that neither the recorder nor the upstream's direct path handle themselves:
-//! one list, so that every operation s3s knows is forwarded by both (none answers NotImplemented
-//! because a list missed it). Left out: the object reads and writes the recorder observes
-//! (PUT, GET, HEAD, DELETE, DeleteObjects, CopyObject, UploadPart, UploadPartCopy,
-//! AbortMultipartUpload, CompleteMultipartUpload)
-//! and browser POST uploads, which the SDK proxy cannot forward.
+//! The S3 operations the recorder passes to its backend unchanged: one list, so that every
+//! operation s3s knows reaches the embedded store (none answers NotImplemented because a list
+//! missed it). Left out: the object reads and writes the recorder observes (PUT, GET, HEAD,
+//! DELETE, DeleteObjects, CopyObject, UploadPart, UploadPartCopy, AbortMultipartUpload,
+//! CompleteMultipartUpload) and browser POST uploads. In front of an upstream these never reach
+//! the recorder: `upstream/plain.rs` sends them on as they came.
 
 /// Invokes `$m! { passthrough { EXTRA... ALL-PLAIN-OPS... } REST... }`.
 macro_rules! with_plain_ops {

@@ -1,29 +1,22 @@
-//! The upstream backend. Object GET, HEAD and PUT — the requests data jobs make by the thousand —
-//! go straight to the upstream over one pooled hyper client, re-signed with aws-sigv4 and the
-//! upstream's own credentials (never the client's, never logged); every other operation goes
-//! through s3s-aws's proxy over an aws-sdk-s3 client, which maps the whole S3 API.
+//! The upstream backend: every request goes straight to the upstream over one pooled hyper
+//! client, re-signed with aws-sigv4 and the upstream's own credentials (never the client's, never
+//! logged). The operations the recorder observes are forwarded here one by one (their answers
+//! read into s3s's types: `answers.rs`); every other operation — bucket settings, listings,
+//! ACLs, tags, multipart bookkeeping — goes through as it came (`plain.rs`), the upstream's
+//! answer handed back byte for byte.
 //!
-//! The direct path forwards the client's own request headers (ranges, conditions, metadata,
-//! checksums) and hands every response header back unchanged, so what the client sees is what the
-//! upstream said; only the fields the recorder reads are parsed. Upstream errors keep their
-//! status, code and message. A silent upstream fails the request after `--upstream-timeout`:
-//! waiting for a response (once the request body is sent) and between two chunks of a body.
+//! Forwarding keeps the client's own request headers (ranges, conditions, metadata, checksums)
+//! and hands every response header back unchanged, so what the client sees is what the upstream
+//! said; only the fields the recorder reads are parsed. Upstream errors keep their status, code
+//! and message. A silent upstream fails the request after `--upstream-timeout`: waiting for a
+//! response (once the request body is sent) and between two chunks of a body.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
-use aws_config::environment::credentials::EnvironmentVariableCredentialsProvider;
-use aws_config::meta::credentials::CredentialsProviderChain;
-use aws_config::profile::ProfileFileCredentialsProvider;
-use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
 use aws_credential_types::Credentials;
-use aws_sdk_s3::config::retry::RetryConfig;
-use aws_sdk_s3::config::timeout::TimeoutConfig;
-use aws_sdk_s3::config::{
-    BehaviorVersion, Region, RequestChecksumCalculation, ResponseChecksumValidation,
-    StalledStreamProtectionConfig,
-};
+use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode};
 use hyper_rustls::HttpsConnector;
@@ -35,14 +28,15 @@ use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, S3};
 use tokio::sync::oneshot;
 
+mod answers;
+pub(crate) mod plain;
 mod streams;
 
 use streams::{Fault, Idle, Sent};
 
-/// The upstream as the recorder sees it: direct object reads and writes, the SDK for the rest.
+/// The upstream as the recorder sees it.
 pub(crate) struct Upstream {
-    direct: Direct,
-    sdk: s3s_aws::Proxy,
+    direct: Arc<Direct>,
 }
 
 pub(crate) async fn connect(
@@ -59,50 +53,43 @@ pub(crate) async fn connect(
         .with_context(|| {
             format!("--upstream {url:?} is not an http(s) URL; give one like http://127.0.0.1:9000")
         })?;
-    // The usual sources, in the usual order; nothing that would wait on a metadata endpoint.
-    let credentials = SharedCredentialsProvider::new(
-        CredentialsProviderChain::first_try(
-            "Environment",
-            EnvironmentVariableCredentialsProvider::new(),
-        )
-        .or_else("Profile", ProfileFileCredentialsProvider::builder().build()),
-    );
-    let first = credentials.provide_credentials().await.map_err(|_| {
-        anyhow::anyhow!(
+    let credentials = crate::credentials::load().with_context(|| {
+        format!(
             "no credentials for the upstream {base}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE"
         )
     })?;
-    let direct = Direct::new(&base, region, timeout, credentials.clone(), first)?;
-    let config = aws_sdk_s3::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new(region.to_owned()))
-        .endpoint_url(url)
-        .force_path_style(true)
-        .credentials_provider(credentials)
-        .timeout_config(
-            TimeoutConfig::builder()
-                .connect_timeout(timeout.min(Duration::from_secs(5)))
-                .read_timeout(timeout)
-                .build(),
-        )
-        // Streamed bodies cannot be replayed; one retry covers a dropped idle connection.
-        .retry_config(RetryConfig::standard().with_max_attempts(2))
-        // The client's own checksums travel as headers; the SDK adds none of its own.
-        .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
-        .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
-        // The read timeout above already bounds a silent upstream; the SDK's own throughput
-        // monitor would add a timer check to every chunk of every body.
-        .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
-        .build();
+    let direct = Direct::new(&base, region, timeout, credentials)?;
     Ok(Upstream {
-        direct,
-        sdk: s3s_aws::Proxy::from(aws_sdk_s3::Client::from_conf(config)),
+        direct: Arc::new(direct),
     })
+}
+
+impl Upstream {
+    /// The route that takes every operation the recorder has nothing to record for.
+    pub(crate) fn plain_route(&self, hosts: crate::host::Hosts) -> plain::Plain {
+        plain::Plain::new(Arc::clone(&self.direct), hosts)
+    }
 }
 
 type Body = s3s::Body;
 
-struct Direct {
+/// What a forwarded request carries.
+enum Payload {
+    None,
+    /// The client's body, of this length, streamed through unread (its aws-chunked trailer's
+    /// checksum checked first).
+    Client(StreamingBlob, u64),
+    /// A body made here (an XML document s3s parsed and wrote again): its own Content-MD5;
+    /// with `body_checksums`, the client's `x-amz-checksum-*` headers described the client's
+    /// body and are dropped (DeleteObjects), else they are the operation's own parameters
+    /// (CompleteMultipartUpload's whole-object checksum) and stay.
+    Made {
+        body: Bytes,
+        body_checksums: bool,
+    },
+}
+
+pub(crate) struct Direct {
     client: Client<HttpsConnector<HttpConnector>, Body>,
     /// `scheme://authority`, and the path prefix objects live under (empty, or `/prefix`).
     origin: String,
@@ -110,20 +97,15 @@ struct Direct {
     host: HeaderValue,
     region: String,
     timeout: Duration,
-    credentials: SharedCredentialsProvider,
-    cached: Mutex<Credentials>,
+    credentials: Credentials,
 }
 
-/// Credentials that expire within this are fetched again before signing.
-const REFRESH_BEFORE: Duration = Duration::from_secs(60);
-
 impl Direct {
-    fn new(
+    pub(crate) fn new(
         base: &http::Uri,
         region: &str,
         timeout: Duration,
-        credentials: SharedCredentialsProvider,
-        first: Credentials,
+        credentials: Credentials,
     ) -> anyhow::Result<Direct> {
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let tls = rustls::ClientConfig::builder_with_provider(provider)
@@ -165,55 +147,56 @@ impl Direct {
             region: region.to_owned(),
             timeout,
             credentials,
-            cached: Mutex::new(first),
         })
     }
 
-    async fn credentials(&self) -> S3Result<Credentials> {
-        let cached = self.cached.lock().unwrap().clone();
-        let fresh = cached
-            .expiry()
-            .is_none_or(|at| at > SystemTime::now() + REFRESH_BEFORE);
-        if fresh {
-            return Ok(cached);
+    /// The upstream URL of `bucket` (and `key`), path style, with the client's `query` minus
+    /// what belonged to its own signature.
+    fn url(&self, bucket: Option<&str>, key: Option<&str>, query: Option<&str>) -> String {
+        let mut url = format!("{}{}/", self.origin, self.prefix);
+        if let Some(bucket) = bucket {
+            url.push_str(&encode(bucket, false));
+            if let Some(key) = key {
+                url.push('/');
+                url.push_str(&encode(key, true));
+            }
         }
-        let renewed = self.credentials.provide_credentials().await.map_err(|e| {
-            S3Error::with_message(
-                S3ErrorCode::InternalError,
-                format!("the gateway's upstream credentials expired and could not be renewed: {e}"),
-            )
-        })?;
-        *self.cached.lock().unwrap() = renewed.clone();
-        Ok(renewed)
+        if let Some(query) = forwarded_query(query) {
+            url.push('?');
+            url.push_str(&query);
+        }
+        url
     }
 
-    /// Sends one object request upstream: the client's forwardable headers and query, signed
-    /// for the upstream, with `body` (of `length` bytes) for a PUT. Returns the response once
-    /// its headers arrived with a success status; an error status becomes that S3 error.
+    /// The client's headers that go upstream, with the upstream's Host.
+    fn headers(&self, client: &HeaderMap) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, self.host.clone());
+        for (name, value) in client {
+            if let Some(value) = forwarded_header(name, value) {
+                headers.append(name.clone(), value);
+            }
+        }
+        headers
+    }
+
+    /// Sends one recorded operation's request upstream (`key` None: the bucket itself).
+    /// Returns the response once its headers arrived with a success status; an error status
+    /// becomes that S3 error.
     async fn send<T>(
         &self,
         method: Method,
         req: &S3Request<T>,
         bucket: &str,
-        key: &str,
-        body: Option<(StreamingBlob, u64)>,
+        key: Option<&str>,
+        payload: Payload,
     ) -> S3Result<http::Response<hyper::body::Incoming>> {
-        let mut url = format!("{}{}/{}/", self.origin, self.prefix, encode(bucket, false));
-        url.push_str(&encode(key, true));
-        if let Some(query) = forwarded_query(req.uri.query()) {
-            url.push('?');
-            url.push_str(&query);
-        }
-        let mut headers = HeaderMap::new();
-        headers.insert(header::HOST, self.host.clone());
-        for (name, value) in &req.headers {
-            if let Some(value) = forwarded_header(name, value) {
-                headers.append(name.clone(), value);
-            }
-        }
+        let url = self.url(Some(bucket), key, req.uri.query());
+        let mut headers = self.headers(&req.headers);
         let fault = Fault::default();
-        let (body, sent) = match body {
-            Some((blob, length)) => {
+        let (body, sent) = match payload {
+            Payload::None => (Body::empty(), None),
+            Payload::Client(blob, length) => {
                 headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
                 let (tx, rx) = oneshot::channel();
                 // A checksum announced as an aws-chunked trailer (the trailer itself is not
@@ -239,9 +222,49 @@ impl Direct {
                     Some(rx),
                 )
             }
-            None => (Body::empty(), None),
+            Payload::Made {
+                body,
+                body_checksums,
+            } => {
+                if body_checksums {
+                    let client_checksums: Vec<HeaderName> = headers
+                        .keys()
+                        .filter(|n| {
+                            n.as_str().starts_with("x-amz-checksum-")
+                                || n.as_str() == "x-amz-sdk-checksum-algorithm"
+                        })
+                        .cloned()
+                        .collect();
+                    for n in client_checksums {
+                        headers.remove(n);
+                    }
+                }
+                let md5 = <md5::Md5 as md5::Digest>::digest(&body);
+                let md5 = base64_simd::STANDARD.encode_to_string(md5);
+                headers.insert("content-md5", HeaderValue::from_str(&md5).unwrap());
+                headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+                (Body::from(body), None)
+            }
         };
-        self.sign(&method, &url, &mut headers).await?;
+        let response = self
+            .exchange(&method, &url, headers, body, sent, fault)
+            .await?;
+        self.checked(&method, response).await
+    }
+
+    /// Signs and sends one request and waits for its response's headers (whatever the status).
+    /// `sent` fires when a streamed client body is all sent; `fault` then holds the client's
+    /// own error, if its body failed.
+    async fn exchange(
+        &self,
+        method: &Method,
+        url: &str,
+        mut headers: HeaderMap,
+        body: Body,
+        sent: Option<oneshot::Receiver<()>>,
+        fault: Fault,
+    ) -> S3Result<http::Response<hyper::body::Incoming>> {
+        self.sign(method, url, &mut headers)?;
         let mut request = http::Request::new(body);
         *request.method_mut() = method.clone();
         *request.uri_mut() = url.parse().map_err(|e| invalid(format!("{e}")))?;
@@ -253,7 +276,7 @@ impl Direct {
         let result = async {
             if let Some(sent) = sent {
                 tokio::select! {
-                    r = &mut response => return self.checked(&method, r).await,
+                    r = &mut response => return connected(r),
                     _ = sent => {}
                 }
                 // The client's body failed: drop the upstream request (the upstream never gets
@@ -263,7 +286,7 @@ impl Direct {
                 }
             }
             match tokio::time::timeout(self.timeout, response).await {
-                Ok(r) => self.checked(&method, r).await,
+                Ok(r) => connected(r),
                 Err(_) => Err(unavailable(format!(
                     "the upstream did not answer within {:?}",
                     self.timeout
@@ -279,12 +302,59 @@ impl Direct {
         }
     }
 
-    async fn sign(&self, method: &Method, url: &str, headers: &mut HeaderMap) -> S3Result<()> {
+    /// One object request of roar's own, not a client's (`objects_remote`): GET, HEAD, or PUT
+    /// of a file's first `len` bytes. The answer's headers, or the upstream's error.
+    pub(crate) async fn own(
+        &self,
+        method: Method,
+        bucket: &str,
+        key: &str,
+        file: Option<(tokio::fs::File, u64)>,
+    ) -> S3Result<http::Response<hyper::body::Incoming>> {
+        let url = self.url(Some(bucket), Some(key), None);
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, self.host.clone());
+        let body = match file {
+            Some((file, len)) => {
+                headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+                Body::from(streams::file_body(file, len))
+            }
+            None => Body::empty(),
+        };
+        let response = self
+            .exchange(&method, &url, headers, body, None, Fault::default())
+            .await?;
+        self.checked(&method, response).await
+    }
+
+    /// A response body that fails when the upstream stays silent past the timeout.
+    pub(crate) fn body(&self, body: hyper::body::Incoming) -> StreamingBlob {
+        Idle::wrap(body, self.timeout)
+    }
+
+    /// The whole body of a (small) answer, within the upstream timeout between chunks.
+    async fn read_body(&self, body: hyper::body::Incoming, limit: usize) -> S3Result<Vec<u8>> {
+        use futures::StreamExt;
+        let mut stream = Idle::wrap(body, self.timeout);
+        let mut all = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| unavailable(format!("lost the upstream: {e}")))?;
+            all.extend_from_slice(&chunk);
+            if all.len() > limit {
+                return Err(unavailable(format!(
+                    "the upstream's answer is larger than {limit} bytes"
+                )));
+            }
+        }
+        Ok(all)
+    }
+
+    fn sign(&self, method: &Method, url: &str, headers: &mut HeaderMap) -> S3Result<()> {
         use aws_sigv4::http_request::{
             sign, PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest,
             SigningSettings, UriPathNormalizationMode,
         };
-        let identity = self.credentials().await?.into();
+        let identity = self.credentials.clone().into();
         let mut settings = SigningSettings::default();
         settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
         // The path is encoded once, here; S3 signs it as sent.
@@ -331,16 +401,8 @@ impl Direct {
     async fn checked(
         &self,
         method: &Method,
-        result: Result<http::Response<hyper::body::Incoming>, hyper_util::client::legacy::Error>,
+        response: http::Response<hyper::body::Incoming>,
     ) -> S3Result<http::Response<hyper::body::Incoming>> {
-        let response = result.map_err(|e| {
-            let what = if e.is_connect() {
-                "cannot connect to"
-            } else {
-                "lost"
-            };
-            unavailable(format!("{what} the upstream: {}", error_chain(&e)))
-        })?;
         let status = response.status();
         if status.is_success() {
             return Ok(response);
@@ -353,6 +415,20 @@ impl Direct {
         };
         Err(upstream_error(status, &parts.headers, &text))
     }
+}
+
+/// A response's headers, or why there is none.
+fn connected(
+    result: Result<http::Response<hyper::body::Incoming>, hyper_util::client::legacy::Error>,
+) -> S3Result<http::Response<hyper::body::Incoming>> {
+    result.map_err(|e| {
+        let what = if e.is_connect() {
+            "cannot connect to"
+        } else {
+            "lost"
+        };
+        unavailable(format!("{what} the upstream: {}", error_chain(&e)))
+    })
 }
 
 /// Percent-encodes an S3 bucket or key for a path: everything but RFC 3986 unreserved
@@ -541,97 +617,239 @@ fn upstream_error(status: StatusCode, headers: &HeaderMap, body: &[u8]) -> S3Err
     e
 }
 
-/// The operations that go through the SDK, unchanged.
-macro_rules! via_sdk {
-    ( passthrough { $( $op:ident : $input:ident => $output:ident ; )* } ) => {
-        #[async_trait::async_trait]
-        impl S3 for Upstream {
-            $(
-                async fn $op(&self, req: S3Request<$input>) -> S3Result<S3Response<$output>> {
-                    self.sdk.$op(req).await
-                }
-            )*
-
-            async fn get_object(
-                &self,
-                req: S3Request<GetObjectInput>,
-            ) -> S3Result<S3Response<GetObjectOutput>> {
-                let (bucket, key) = (&req.input.bucket, &req.input.key);
-                let resp = self.direct.send(Method::GET, &req, bucket, key, None).await?;
-                let (parts, body) = resp.into_parts();
-                let h = &parts.headers;
-                let output = GetObjectOutput {
-                    body: Some(Idle::wrap(body, self.direct.timeout)),
-                    content_length: content_length(h),
-                    content_range: header_str(h, "content-range").map(str::to_owned),
-                    e_tag: etag(h),
-                    version_id: header_str(h, "x-amz-version-id").map(str::to_owned),
-                    ..Default::default()
-                };
-                let mut resp = S3Response::new(output);
-                resp.status = Some(parts.status);
-                resp.headers = returned_headers(h);
-                Ok(resp)
-            }
-
-            async fn head_object(
-                &self,
-                req: S3Request<HeadObjectInput>,
-            ) -> S3Result<S3Response<HeadObjectOutput>> {
-                let (bucket, key) = (&req.input.bucket, &req.input.key);
-                let resp = self.direct.send(Method::HEAD, &req, bucket, key, None).await?;
-                let h = resp.headers();
-                let output = HeadObjectOutput {
-                    content_length: content_length(h),
-                    e_tag: etag(h),
-                    version_id: header_str(h, "x-amz-version-id").map(str::to_owned),
-                    ..Default::default()
-                };
-                let mut out = S3Response::new(output);
-                out.status = Some(resp.status());
-                out.headers = returned_headers(h);
-                Ok(out)
-            }
-
-            async fn put_object(
-                &self,
-                mut req: S3Request<PutObjectInput>,
-            ) -> S3Result<S3Response<PutObjectOutput>> {
-                // S3 needs the length up front; a body of unknown length goes the SDK's way,
-                // which refuses it as S3 would.
-                let Some(length) = req.input.content_length.and_then(|n| u64::try_from(n).ok())
-                else {
-                    return self.sdk.put_object(req).await;
-                };
-                let body = req.input.body.take().unwrap_or_else(|| Body::empty().into());
-                let (bucket, key) = (&req.input.bucket, &req.input.key);
-                let resp = self
-                    .direct
-                    .send(Method::PUT, &req, bucket, key, Some((body, length)))
-                    .await?;
-                let h = resp.headers();
-                let output = PutObjectOutput {
-                    e_tag: etag(h),
-                    version_id: header_str(h, "x-amz-version-id").map(str::to_owned),
-                    ..Default::default()
-                };
-                let mut out = S3Response::new(output);
-                out.headers = returned_headers(h);
-                Ok(out)
-            }
-        }
-    };
+fn header_of(h: &HeaderMap, name: &str) -> Option<String> {
+    header_str(h, name).map(str::to_owned)
 }
 
-with_plain_ops!(via_sdk {
-    complete_multipart_upload: CompleteMultipartUploadInput => CompleteMultipartUploadOutput;
-    delete_object: DeleteObjectInput => DeleteObjectOutput;
-    delete_objects: DeleteObjectsInput => DeleteObjectsOutput;
-    copy_object: CopyObjectInput => CopyObjectOutput;
-    upload_part_copy: UploadPartCopyInput => UploadPartCopyOutput;
-    upload_part: UploadPartInput => UploadPartOutput;
-    abort_multipart_upload: AbortMultipartUploadInput => AbortMultipartUploadOutput;
-});
+/// An answer with the upstream's status and every one of its headers.
+fn answer<T>(output: T, parts: &http::response::Parts) -> S3Response<T> {
+    let mut out = S3Response::new(output);
+    out.status = Some(parts.status);
+    out.headers = returned_headers(&parts.headers);
+    out
+}
+
+/// XML answers are small; anything past this is not an answer to these operations.
+const ANSWER_LIMIT: usize = 16 << 20;
+
+#[async_trait::async_trait]
+impl S3 for Upstream {
+    async fn get_object(
+        &self,
+        req: S3Request<GetObjectInput>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
+        let (bucket, key) = (&req.input.bucket, &req.input.key);
+        let resp = self
+            .direct
+            .send(Method::GET, &req, bucket, Some(key), Payload::None)
+            .await?;
+        let (parts, body) = resp.into_parts();
+        let h = &parts.headers;
+        let output = GetObjectOutput {
+            body: Some(Idle::wrap(body, self.direct.timeout)),
+            content_length: content_length(h),
+            content_range: header_of(h, "content-range"),
+            e_tag: etag(h),
+            version_id: header_of(h, "x-amz-version-id"),
+            ..Default::default()
+        };
+        Ok(answer(output, &parts))
+    }
+
+    async fn head_object(
+        &self,
+        req: S3Request<HeadObjectInput>,
+    ) -> S3Result<S3Response<HeadObjectOutput>> {
+        let (bucket, key) = (&req.input.bucket, &req.input.key);
+        let resp = self
+            .direct
+            .send(Method::HEAD, &req, bucket, Some(key), Payload::None)
+            .await?;
+        let (parts, _) = resp.into_parts();
+        let h = &parts.headers;
+        let output = HeadObjectOutput {
+            content_length: content_length(h),
+            e_tag: etag(h),
+            version_id: header_of(h, "x-amz-version-id"),
+            ..Default::default()
+        };
+        Ok(answer(output, &parts))
+    }
+
+    async fn put_object(
+        &self,
+        mut req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        let body = req
+            .input
+            .body
+            .take()
+            .unwrap_or_else(|| Body::empty().into());
+        let payload = Payload::Client(body, length_of(req.input.content_length)?);
+        let (bucket, key) = (&req.input.bucket, &req.input.key);
+        let resp = self
+            .direct
+            .send(Method::PUT, &req, bucket, Some(key), payload)
+            .await?;
+        let (parts, _) = resp.into_parts();
+        let h = &parts.headers;
+        let output = PutObjectOutput {
+            e_tag: etag(h),
+            version_id: header_of(h, "x-amz-version-id"),
+            ..Default::default()
+        };
+        Ok(answer(output, &parts))
+    }
+
+    async fn upload_part(
+        &self,
+        mut req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        let body = req
+            .input
+            .body
+            .take()
+            .unwrap_or_else(|| Body::empty().into());
+        let payload = Payload::Client(body, length_of(req.input.content_length)?);
+        let (bucket, key) = (&req.input.bucket, &req.input.key);
+        let resp = self
+            .direct
+            .send(Method::PUT, &req, bucket, Some(key), payload)
+            .await?;
+        let (parts, _) = resp.into_parts();
+        let output = UploadPartOutput {
+            e_tag: etag(&parts.headers),
+            ..Default::default()
+        };
+        Ok(answer(output, &parts))
+    }
+
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        let (bucket, key) = (&req.input.bucket, &req.input.key);
+        let resp = self
+            .direct
+            .send(Method::PUT, &req, bucket, Some(key), Payload::None)
+            .await?;
+        let (parts, body) = resp.into_parts();
+        let xml = self.direct.read_body(body, ANSWER_LIMIT).await?;
+        let output = UploadPartCopyOutput {
+            copy_part_result: Some(answers::copy_part_result(&xml)?),
+            copy_source_version_id: header_of(&parts.headers, "x-amz-copy-source-version-id"),
+            ..Default::default()
+        };
+        Ok(answer(output, &parts))
+    }
+
+    async fn copy_object(
+        &self,
+        req: S3Request<CopyObjectInput>,
+    ) -> S3Result<S3Response<CopyObjectOutput>> {
+        let (bucket, key) = (&req.input.bucket, &req.input.key);
+        let resp = self
+            .direct
+            .send(Method::PUT, &req, bucket, Some(key), Payload::None)
+            .await?;
+        let (parts, body) = resp.into_parts();
+        let xml = self.direct.read_body(body, ANSWER_LIMIT).await?;
+        let h = &parts.headers;
+        let output = CopyObjectOutput {
+            copy_object_result: Some(answers::copy_object_result(&xml)?),
+            version_id: header_of(h, "x-amz-version-id"),
+            copy_source_version_id: header_of(h, "x-amz-copy-source-version-id"),
+            ..Default::default()
+        };
+        Ok(answer(output, &parts))
+    }
+
+    async fn delete_object(
+        &self,
+        req: S3Request<DeleteObjectInput>,
+    ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        let (bucket, key) = (&req.input.bucket, &req.input.key);
+        let resp = self
+            .direct
+            .send(Method::DELETE, &req, bucket, Some(key), Payload::None)
+            .await?;
+        let (parts, _) = resp.into_parts();
+        let h = &parts.headers;
+        let output = DeleteObjectOutput {
+            delete_marker: header_str(h, "x-amz-delete-marker").map(|v| v == "true"),
+            version_id: header_of(h, "x-amz-version-id"),
+            ..Default::default()
+        };
+        Ok(answer(output, &parts))
+    }
+
+    async fn delete_objects(
+        &self,
+        req: S3Request<DeleteObjectsInput>,
+    ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        let payload = Payload::Made {
+            body: answers::body_of(&req.input.delete)?,
+            body_checksums: true,
+        };
+        let bucket = &req.input.bucket;
+        let resp = self
+            .direct
+            .send(Method::POST, &req, bucket, None, payload)
+            .await?;
+        let (parts, body) = resp.into_parts();
+        let xml = self.direct.read_body(body, ANSWER_LIMIT).await?;
+        Ok(answer(answers::delete_result(&xml)?, &parts))
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        let (bucket, key) = (&req.input.bucket, &req.input.key);
+        let resp = self
+            .direct
+            .send(Method::DELETE, &req, bucket, Some(key), Payload::None)
+            .await?;
+        let (parts, _) = resp.into_parts();
+        Ok(answer(AbortMultipartUploadOutput::default(), &parts))
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        let body = match &req.input.multipart_upload {
+            Some(parts) => answers::body_of(parts)?,
+            None => Bytes::new(),
+        };
+        let payload = Payload::Made {
+            body,
+            body_checksums: false,
+        };
+        let (bucket, key) = (&req.input.bucket, &req.input.key);
+        let resp = self
+            .direct
+            .send(Method::POST, &req, bucket, Some(key), payload)
+            .await?;
+        let (parts, body) = resp.into_parts();
+        let xml = self.direct.read_body(body, ANSWER_LIMIT).await?;
+        let mut output = answers::complete_result(&xml)?;
+        output.version_id = header_of(&parts.headers, "x-amz-version-id");
+        Ok(answer(output, &parts))
+    }
+}
+
+/// A streamed body's length: S3 needs it up front, and refuses a body without one.
+fn length_of(content_length: Option<i64>) -> S3Result<u64> {
+    content_length
+        .and_then(|n| u64::try_from(n).ok())
+        .ok_or_else(|| {
+            S3Error::with_message(
+                S3ErrorCode::MissingContentLength,
+                "You must provide the Content-Length HTTP header.",
+            )
+        })
+}
 
 #[cfg(test)]
 mod tests {

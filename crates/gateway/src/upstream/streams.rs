@@ -255,3 +255,8 @@ impl ByteStream for Idle {
         self.inner.remaining_length()
     }
 }
+
+/// A file's first `len` bytes as a request body (roar's own uploads: `objects_remote`).
+pub(super) fn file_body(file: tokio::fs::File, len: u64) -> StreamingBlob {
+    StreamingBlob::new(FromFile { file, left: len })
+}
