@@ -406,6 +406,27 @@ def error_bodies_name_the_request_of_their_header(s3):
     assert header and f"<RequestId>{header}</RequestId>" in body, (header, body)
 
 
+
+@check
+def operations_with_nothing_to_record_answer_as_the_server(s3):
+    """Bucket tags, object attributes and object tags with a body: through a forwarding gateway
+    these go upstream as they came, so they answer as the server itself does."""
+    s3.put_object(Bucket=BUCKET, Key="attr/x", Body=b"12345")
+    attrs = s3.get_object_attributes(Bucket=BUCKET, Key="attr/x",
+                                     ObjectAttributes=["ETag", "ObjectSize"])
+    assert attrs.get("ObjectSize") == 5, attrs
+    assert attrs.get("ETag", "").strip('"') == hashlib.md5(b"12345").hexdigest(), attrs
+    tags = {"TagSet": [{"Key": "team", "Value": "a b+=._:/@"}, {"Key": "k2", "Value": "v2"}]}
+    s3.put_bucket_tagging(Bucket=BUCKET, Tagging=tags)
+    got = s3.get_bucket_tagging(Bucket=BUCKET)["TagSet"]
+    assert sorted((t["Key"], t["Value"]) for t in got) == [("k2", "v2"), ("team", "a b+=._:/@")], got
+    s3.delete_bucket_tagging(Bucket=BUCKET)
+    expect_error(lambda: s3.get_object_attributes(Bucket=BUCKET, Key="attr/missing",
+                                                  ObjectAttributes=["ETag"]),
+                 {"NoSuchKey", "404"})
+    s3.delete_object(Bucket=BUCKET, Key="attr/x")
+
+
 def main():
     s3 = client()
     try:

@@ -157,6 +157,17 @@ impl S3Route for Plain {
             .direct
             .url(bucket.as_deref(), key.as_deref(), req.uri.query());
         let mut headers = self.direct.headers(&req.headers);
+        // A checksum the client sent as an aws-chunked trailer goes up as a header: the
+        // upstream checks the body it describes.
+        if let Some(trailer) = &req.trailing_headers {
+            trailer.read(|t| {
+                for (name, value) in t {
+                    if name.as_str().starts_with("x-amz-checksum-") {
+                        headers.insert(name.clone(), value.clone());
+                    }
+                }
+            });
+        }
         headers.insert(http::header::CONTENT_LENGTH, body.len().into());
         let empty = body.is_empty();
         let body = if empty {
