@@ -22,10 +22,11 @@ cargo fmt "${shim[@]}" --check
 cargo clippy "${shim[@]}" --all-targets --locked --target-dir "${CARGO_TARGET_DIR:-target}" -- -D warnings
 # The integration tests drive the real `roar` binary and the preload shim: build them first (the
 # shim beside roar, as an install has it).
-# The lean build (no eBPF) first, kept aside: the full build below then puts roar back.
+# The lean build (no eBPF) first, kept aside: the full build below then puts roar back. Built
+# for the whole workspace, so its dependencies are the full build's (the same features).
 target="${CARGO_TARGET_DIR:-$PWD/target}"
 case "$target" in /*) ;; *) target="$PWD/$target" ;; esac
-bash scripts/build.sh --lean --locked
+cargo build --workspace --locked --no-default-features
 cp "$target/debug/roar" "$target/roar-lean"
 export ROAR_LEAN_BIN="$target/roar-lean"
 cargo build --workspace --locked
