@@ -12,10 +12,10 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit 1
 OUT="${BENCH_OUT:-/tmp/roar-bench-results}"
 rm -rf "$OUT" && mkdir -p "$OUT"
-ALL=(hash.sh run.sh engine.sh journal.sh blind_spots.sh recorder.sh ebpf.sh query.sh mount.sh mount_ab.sh archive.sh s3.sh s3_put.sh security.sh cli.sh env.sh ui.sh pipeline.sh steps.sh team.sh wakeup.sh)
+ALL=(hash.sh run.sh engine.sh journal.sh blind_spots.sh dist.sh s3_ops.sh recorder.sh ebpf.sh query.sh mount.sh mount_ab.sh archive.sh s3.sh s3_put.sh security.sh cli.sh env.sh ui.sh pipeline.sh steps.sh team.sh wakeup.sh)
 if [ $# -gt 0 ]; then SELECTED=("$@"); else SELECTED=("${ALL[@]}"); fi
 # The knobs a benchmark reads, recorded with its command when they are set.
-KNOBS=(RUNS BEFORE_REV FIND_RUNS FILE_RUNS PEER_RUNS REPS EPOCHS TREE_FILES ROUNDS MEMBERS READ ROAR_BEFORE ROAR_BEFORE_BIN N HALT_POLL_NS URING)
+KNOBS=(RUNS BEFORE_REV FIND_RUNS FILE_RUNS PEER_RUNS REPS EPOCHS TREE_FILES ROUNDS MEMBERS READ ROAR_BEFORE ROAR_BEFORE_BIN N HALT_POLL_NS URING BUILD)
 failed=0
 for b in "${SELECTED[@]}"; do
     [ -f "bench/$b" ] || { echo "bench/all.sh: no benchmark bench/$b; choose from ${ALL[*]}" >&2; exit 2; }

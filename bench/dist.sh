@@ -63,7 +63,8 @@ if [ "${BUILD:-0}" = 1 ]; then
         start=$(date +%s)
         CARGO_TARGET_DIR="$W/target-$kind" bash scripts/build.sh "${flag[@]}" --release -q
         took=$(( $(date +%s) - start ))
-        size="$(strip -o - "$W/target-$kind/release/roar" | wc -c)"
+        strip -o "$W/roar-$kind" "$W/target-$kind/release/roar"
+        size="$(stat -c %s "$W/roar-$kind")"
         printf '  %-5s %5d s   stripped binary %10d bytes\n' "$kind" "$took" "$size"
         rm -rf "$W/target-$kind"
     done
