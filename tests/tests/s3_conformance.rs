@@ -9,7 +9,7 @@ mod common;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use common::server::{start_versitygw, versitygw, Server};
+use common::server::{start_versitygw, start_versitygw_iam, versitygw, Server};
 use common::{stderr, Project};
 
 const ACCESS: &str = "CONFKEY0000000000001";
@@ -118,6 +118,103 @@ fn versitygw_and_the_gateway_in_front_of_it_pass_the_same_checks() {
     conformance(&upstream, "VGWKEY00000000000001", SECRET, "direct", &skip);
     let (_gw, endpoint) = roar_gateway(&p, Some((&upstream, "VGWKEY00000000000001", SECRET)));
     conformance(&endpoint, ACCESS, SECRET, "forwarded", &skip);
+}
+
+/// `tests/s3/two_clients.py` against `endpoint`; panics with its report if a check failed.
+fn two_clients(endpoint: &str, a: (&str, &str), b: (&str, &str), suffix: &str, none: &[&str]) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("s3/two_clients.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .args([endpoint, a.0, a.1, b.0, b.1, suffix])
+        .args(none)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "two clients through {endpoint}:\n{}\n{}",
+        common::stdout(&out),
+        stderr(&out)
+    );
+}
+
+#[test]
+fn two_clients_of_one_gateway_each_go_upstream_as_themselves() {
+    if !common::require_python_modules(&["boto3"]) {
+        return;
+    }
+    let Some(bin) = versitygw() else { return };
+    let p = Project::new();
+    const ROOT: &str = "VGWROOT0000000000001";
+    let (_server, upstream) = start_versitygw_iam(&bin, &p.path().join("vgw"), ROOT, SECRET);
+    let users = [
+        (
+            "VGWUSERA000000000001",
+            "user-a-secret-user-a-secret-user-a-000",
+        ),
+        (
+            "VGWUSERB000000000001",
+            "user-b-secret-user-b-secret-user-b-000",
+        ),
+    ];
+    for (access, secret) in users {
+        let out = Command::new(&bin)
+            .args([
+                "admin",
+                "--access",
+                ROOT,
+                "--secret",
+                SECRET,
+                "--endpoint-url",
+            ])
+            .arg(&upstream)
+            .args(["create-user", "--access", access, "--secret", secret])
+            .args(["--role", "userplus"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "create-user: {}", stderr(&out));
+    }
+    // The checks hold directly between the two users...
+    two_clients(&upstream, users[0], users[1], "direct", &[]);
+    // ...and through one gateway whose keys map to them; the gateway has no identity of its own
+    // (no keys in its environment or profile), so a third key, mapped to none, gets nothing.
+    let (ca, cb, cn) = (
+        (
+            "CLIENTA0000000000001",
+            "client-a-secret-client-a-secret-000000",
+        ),
+        (
+            "CLIENTB0000000000001",
+            "client-b-secret-client-b-secret-000000",
+        ),
+        (
+            "CLIENTN0000000000001",
+            "client-n-secret-client-n-secret-000000",
+        ),
+    );
+    p.write(
+        "keys",
+        format!(
+            "{} {} {} {}\n{} {} {} {}\n{} {}\n",
+            ca.0, ca.1, users[0].0, users[0].1, cb.0, cb.1, users[1].0, users[1].1, cn.0, cn.1
+        )
+        .as_bytes(),
+    );
+    let mut cmd = p.cmd([
+        "gateway",
+        "--listen",
+        "127.0.0.1:0",
+        "--credentials",
+        "keys",
+    ]);
+    cmd.args(["--upstream", &upstream])
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .env_remove("AWS_PROFILE")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+        .env("AWS_CONFIG_FILE", "/nonexistent");
+    let gw = Server::spawn(cmd, p.path().join("gateway.log"));
+    let endpoint = gw.endpoint();
+    two_clients(&endpoint, ca, cb, "gateway", &[cn.0, cn.1]);
 }
 
 #[test]

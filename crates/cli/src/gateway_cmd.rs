@@ -11,6 +11,7 @@
 //!   run go to that run instead; if the run vanishes without collecting them (killed), they become
 //!   a session like any other, so nothing is lost.
 
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
@@ -44,7 +45,9 @@ pub struct GatewayArgs {
     #[arg(long)]
     region: Option<String>,
     /// File of `ACCESS_KEY SECRET_KEY` lines clients may sign with; each access key gets jobs of
-    /// its own (default: one generated pair, printed at start).
+    /// its own (default: one generated pair, printed at start). With --upstream, a line may add
+    /// `UPSTREAM_ACCESS_KEY UPSTREAM_SECRET_KEY`: that client's requests go upstream as that
+    /// identity, never as the gateway's own.
     #[arg(long, value_name = "FILE")]
     credentials: Option<PathBuf>,
     /// Base domain for virtual-hosted-style requests (BUCKET.DOMAIN); repeatable.
@@ -344,29 +347,39 @@ impl RunGateway {
 
 // ---- roar gateway ----
 
-fn load_credentials(path: &Path) -> anyhow::Result<Vec<(String, String)>> {
+/// The keys clients sign with, and the upstream identity of each key that has its own.
+type Keys = (Vec<(String, String)>, HashMap<String, (String, String)>);
+
+/// `--credentials FILE`: `ACCESS SECRET` lines, or `ACCESS SECRET UPSTREAM_ACCESS
+/// UPSTREAM_SECRET` for a client that goes upstream as itself.
+fn load_credentials(path: &Path) -> anyhow::Result<Keys> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read --credentials {}", path.display()))?;
-    let mut pairs = Vec::new();
+    let (mut pairs, mut identities) = (Vec::new(), HashMap::new());
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        match line.split_whitespace().collect::<Vec<_>>()[..] {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        match fields[..] {
             [access, secret] => pairs.push((access.to_owned(), secret.to_owned())),
+            [access, secret, up_access, up_secret] => {
+                pairs.push((access.to_owned(), secret.to_owned()));
+                identities.insert(access.to_owned(), (up_access.to_owned(), up_secret.to_owned()));
+            }
             _ => anyhow::bail!(
-                "{}:{}: expected `ACCESS_KEY SECRET_KEY`, found {} fields",
+                "{}:{}: expected `ACCESS_KEY SECRET_KEY [UPSTREAM_ACCESS_KEY UPSTREAM_SECRET_KEY]`, found {} fields",
                 path.display(),
                 n + 1,
-                line.split_whitespace().count()
+                fields.len()
             ),
         }
     }
     if pairs.is_empty() {
         anyhow::bail!("{} has no `ACCESS_KEY SECRET_KEY` line", path.display());
     }
-    Ok(pairs)
+    Ok((pairs, identities))
 }
 
 pub fn serve(args: GatewayArgs, json: bool) -> anyhow::Result<ExitCode> {
@@ -378,9 +391,9 @@ pub fn serve(args: GatewayArgs, json: bool) -> anyhow::Result<ExitCode> {
             args.listen
         );
     }
-    let credentials = match &args.credentials {
+    let (credentials, identities) = match &args.credentials {
         Some(path) => load_credentials(path)?,
-        None => vec![roar_gateway::random_credentials()?],
+        None => (vec![roar_gateway::random_credentials()?], HashMap::new()),
     };
     let backend = backend(&project, &config.s3, args.upstream.as_deref());
     let region = args.region.clone().unwrap_or(config.s3.region.clone());
@@ -388,6 +401,7 @@ pub fn serve(args: GatewayArgs, json: bool) -> anyhow::Result<ExitCode> {
     gw.listen = args.listen;
     gw.region = region.clone();
     gw.credentials = credentials.clone();
+    gw.identities = identities;
     gw.domains = args.domains.clone();
     gw.upstream_timeout = Duration::from_secs(args.upstream_timeout);
     gw.client_timeout = Duration::from_secs(args.client_timeout);

@@ -27,6 +27,7 @@ mod pending;
 mod record;
 pub(crate) mod upstream;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::mpsc;
@@ -66,6 +67,10 @@ pub struct Config {
     pub region: String,
     /// (access key, secret key) pairs clients may sign with.
     pub credentials: Vec<(String, String)>,
+    /// Forwarding to an upstream: the upstream (access key, secret key) each client access key
+    /// goes there as; a key not here goes as the gateway itself (the environment's or the
+    /// profile's credentials).
+    pub identities: HashMap<String, (String, String)>,
     /// Base domains for virtual-hosted-style addressing (`BUCKET.localhost`).
     pub domains: Vec<String>,
     /// How long an upstream may stay silent (connect, or between bytes) before the request fails.
@@ -82,6 +87,7 @@ impl Config {
             backend,
             region: "us-east-1".into(),
             credentials: Vec::new(),
+            identities: HashMap::new(),
             domains: vec!["localhost".into()],
             upstream_timeout: Duration::from_secs(30),
             client_timeout: Duration::from_secs(30),
@@ -106,6 +112,11 @@ impl Gateway {
     pub fn start(config: Config, sink: Arc<dyn Sink>) -> anyhow::Result<Gateway> {
         if config.credentials.is_empty() {
             anyhow::bail!("the gateway needs at least one access key to verify signatures with");
+        }
+        if !config.identities.is_empty() && matches!(config.backend, Backend::Embedded(_)) {
+            anyhow::bail!(
+                "upstream identities in the credentials need an upstream (--upstream URL)"
+            );
         }
         // glibc gives each thread that allocates an arena of its own and keeps what is freed in
         // it: ten uploads at once over the runtime's and the blocking pool's threads left a
@@ -237,7 +248,13 @@ async fn build(
             (Box::new(store.clone()), Some(store), None)
         }
         Backend::Upstream { url } => {
-            let up = upstream::connect(url, &config.region, config.upstream_timeout).await?;
+            let up = upstream::connect(
+                url,
+                &config.region,
+                config.upstream_timeout,
+                &config.identities,
+            )
+            .await?;
             let plain = up.plain_route(host::Hosts::new(&config.domains));
             (Box::new(up), None, Some(plain))
         }

@@ -50,7 +50,8 @@ impl ObjectRemote {
             .enable_all()
             .build()?;
         // The client's connection pool belongs to the runtime it first runs on: made inside it.
-        let client = rt.block_on(async { Direct::new(&base, region, TIMEOUT, credentials) })?;
+        let client =
+            rt.block_on(async { Direct::new(&base, region, TIMEOUT, Some(credentials)) })?;
         Ok(ObjectRemote {
             client,
             bucket: bucket.to_owned(),

@@ -11,6 +11,7 @@
 //! and message. A silent upstream fails the request after `--upstream-timeout`: waiting for a
 //! response (once the request body is sent) and between two chunks of a body.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -39,10 +40,13 @@ pub(crate) struct Upstream {
     direct: Arc<Direct>,
 }
 
+/// `identities`: the upstream keys each client access key signs with (`--credentials` lines of
+/// four fields); a key without one uses the gateway's own, from the environment or a profile.
 pub(crate) async fn connect(
     url: &str,
     region: &str,
     timeout: Duration,
+    identities: &HashMap<String, (String, String)>,
 ) -> anyhow::Result<Upstream> {
     let base: http::Uri = url
         .parse()
@@ -53,12 +57,20 @@ pub(crate) async fn connect(
         .with_context(|| {
             format!("--upstream {url:?} is not an http(s) URL; give one like http://127.0.0.1:9000")
         })?;
-    let credentials = crate::credentials::load().with_context(|| {
-        format!(
+    let own = crate::credentials::load();
+    if own.is_none() && identities.is_empty() {
+        anyhow::bail!(
             "no credentials for the upstream {base}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE"
-        )
-    })?;
-    let direct = Direct::new(&base, region, timeout, credentials)?;
+        );
+    }
+    let mut direct = Direct::new(&base, region, timeout, own)?;
+    direct.identities = identities
+        .iter()
+        .map(|(client, (access, secret))| {
+            let c = Credentials::new(access, secret, None, None, "roar-gateway");
+            (client.clone(), c)
+        })
+        .collect();
     Ok(Upstream {
         direct: Arc::new(direct),
     })
@@ -97,7 +109,10 @@ pub(crate) struct Direct {
     host: HeaderValue,
     region: String,
     timeout: Duration,
-    credentials: Credentials,
+    /// The gateway's own upstream identity, if it has one.
+    own: Option<Credentials>,
+    /// Each client access key's own upstream identity, where it has one.
+    identities: HashMap<String, Credentials>,
 }
 
 impl Direct {
@@ -105,7 +120,7 @@ impl Direct {
         base: &http::Uri,
         region: &str,
         timeout: Duration,
-        credentials: Credentials,
+        own: Option<Credentials>,
     ) -> anyhow::Result<Direct> {
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let tls = rustls::ClientConfig::builder_with_provider(provider)
@@ -146,7 +161,20 @@ impl Direct {
             host: HeaderValue::from_str(authority.as_str())?,
             region: region.to_owned(),
             timeout,
-            credentials,
+            own,
+            identities: HashMap::new(),
+        })
+    }
+
+    /// Who a request goes upstream as: the client key's own identity, else the gateway's. A
+    /// client never acts upstream with another client's rights.
+    fn identity(&self, client: Option<&s3s::auth::Credentials>) -> S3Result<Credentials> {
+        let own = client.and_then(|c| self.identities.get(&c.access_key));
+        own.or(self.own.as_ref()).cloned().ok_or_else(|| {
+            S3Error::with_message(
+                S3ErrorCode::AccessDenied,
+                "this access key has no upstream identity at this gateway (give it one in --credentials: ACCESS SECRET UPSTREAM_ACCESS UPSTREAM_SECRET)",
+            )
         })
     }
 
@@ -246,8 +274,9 @@ impl Direct {
                 (Body::from(body), None)
             }
         };
+        let identity = self.identity(req.credentials.as_ref())?;
         let response = self
-            .exchange(&method, &url, headers, body, sent, fault)
+            .exchange(&identity, &method, &url, headers, body, sent, fault)
             .await?;
         self.checked(&method, response).await
     }
@@ -255,8 +284,10 @@ impl Direct {
     /// Signs and sends one request and waits for its response's headers (whatever the status).
     /// `sent` fires when a streamed client body is all sent; `fault` then holds the client's
     /// own error, if its body failed.
+    #[allow(clippy::too_many_arguments)]
     async fn exchange(
         &self,
+        identity: &Credentials,
         method: &Method,
         url: &str,
         mut headers: HeaderMap,
@@ -264,7 +295,7 @@ impl Direct {
         sent: Option<oneshot::Receiver<()>>,
         fault: Fault,
     ) -> S3Result<http::Response<hyper::body::Incoming>> {
-        self.sign(method, url, &mut headers)?;
+        self.sign(identity, method, url, &mut headers)?;
         let mut request = http::Request::new(body);
         *request.method_mut() = method.clone();
         *request.uri_mut() = url.parse().map_err(|e| invalid(format!("{e}")))?;
@@ -321,8 +352,17 @@ impl Direct {
             }
             None => Body::empty(),
         };
+        let identity = self.identity(None)?;
         let response = self
-            .exchange(&method, &url, headers, body, None, Fault::default())
+            .exchange(
+                &identity,
+                &method,
+                &url,
+                headers,
+                body,
+                None,
+                Fault::default(),
+            )
             .await?;
         self.checked(&method, response).await
     }
@@ -349,12 +389,18 @@ impl Direct {
         Ok(all)
     }
 
-    fn sign(&self, method: &Method, url: &str, headers: &mut HeaderMap) -> S3Result<()> {
+    fn sign(
+        &self,
+        identity: &Credentials,
+        method: &Method,
+        url: &str,
+        headers: &mut HeaderMap,
+    ) -> S3Result<()> {
         use aws_sigv4::http_request::{
             sign, PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest,
             SigningSettings, UriPathNormalizationMode,
         };
-        let identity = self.credentials.clone().into();
+        let identity = identity.clone().into();
         let mut settings = SigningSettings::default();
         settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
         // The path is encoded once, here; S3 signs it as sent.

@@ -98,12 +98,37 @@ pub fn versitygw() -> Option<PathBuf> {
 
 /// versitygw's posix backend on `dir` with versioning; waits until it answers.
 pub fn start_versitygw(bin: &Path, dir: &Path, access: &str, secret: &str) -> (Server, String) {
+    start_versitygw_with(bin, dir, access, secret, &[])
+}
+
+/// The same with users of its own (its internal IAM in `dir/iam`; `access` is the root's key,
+/// which creates users with `versitygw admin`).
+pub fn start_versitygw_iam(bin: &Path, dir: &Path, access: &str, secret: &str) -> (Server, String) {
+    let iam = dir.join("iam");
+    std::fs::create_dir_all(&iam).unwrap();
+    start_versitygw_with(
+        bin,
+        dir,
+        access,
+        secret,
+        &["--iam-dir", iam.to_str().unwrap()],
+    )
+}
+
+fn start_versitygw_with(
+    bin: &Path,
+    dir: &Path,
+    access: &str,
+    secret: &str,
+    global: &[&str],
+) -> (Server, String) {
     let (root, versions) = (dir.join("root"), dir.join("versions"));
     std::fs::create_dir_all(&root).unwrap();
     std::fs::create_dir_all(&versions).unwrap();
     let port = super::free_port();
     let child = Command::new(bin)
         .args(["--access", access, "--secret", secret])
+        .args(global)
         .args([
             "--port",
             &format!("127.0.0.1:{port}"),

@@ -152,6 +152,7 @@ impl S3Route for Plain {
                 "the request's path is not valid UTF-8".into(),
             ));
         };
+        let identity = self.direct.identity(req.credentials.as_ref())?;
         let body = collect(req.input).await?;
         let url = self
             .direct
@@ -177,7 +178,15 @@ impl S3Route for Plain {
         };
         let resp = self
             .direct
-            .exchange(&req.method, &url, headers, body, None, Default::default())
+            .exchange(
+                &identity,
+                &req.method,
+                &url,
+                headers,
+                body,
+                None,
+                Default::default(),
+            )
             .await?;
         let (parts, body) = resp.into_parts();
         let mut out = S3Response::new(Body::from(Idle::wrap(body, self.direct.timeout)));
