@@ -63,6 +63,9 @@ def main():
     refused("b deletes a's object", lambda: b.delete_object(Bucket=alpha, Key="x"))
     bulk_delete_refused(b, alpha)
     refused("a reads b's object", lambda: a.get_object(Bucket=beta, Key="own")["Body"].read())
+    listed = {x["Name"] for x in b.list_buckets()["Buckets"]}
+    assert beta in listed and alpha not in listed, listed
+    print("ok b lists its own bucket, not a's")
     assert a.get_object(Bucket=alpha, Key="x")["Body"].read() == b"a's data"
     assert b.get_object(Bucket=beta, Key="own")["Body"].read() == b"b's data"
     print("ok each keeps its own")

@@ -227,7 +227,8 @@ fn embedded_store_serves_and_records_every_operation_per_access_key() {
         "keys.txt",
         b"# two clients, two jobs\nALICEKEY0000000000001 alice-secret-alice-secret-alice-secret-0\nBOBKEY00000000000002 bob-secret-bob-secret-bob-secret-bob-sec\n",
     );
-    let gw = gateway(&p, &["--credentials", "keys.txt"], &[]);
+    // Bob reads what Alice writes: the bucket is shared (else it would be hers alone).
+    let gw = gateway(&p, &["--credentials", "keys.txt", "--share", BUCKET], &[]);
     let endpoint = gw.endpoint();
     let alice = client(
         &endpoint,

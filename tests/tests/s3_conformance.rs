@@ -218,6 +218,60 @@ fn two_clients_of_one_gateway_each_go_upstream_as_themselves() {
 }
 
 #[test]
+fn two_clients_of_the_embedded_store_each_own_their_buckets() {
+    if !common::require_python_modules(&["boto3"]) || !common::require_tool("aws") {
+        return;
+    }
+    let p = Project::new();
+    let (ca, cb) = (
+        (
+            "MEMBERA0000000000001",
+            "member-a-secret-member-a-secret-000000",
+        ),
+        (
+            "MEMBERB0000000000001",
+            "member-b-secret-member-b-secret-000000",
+        ),
+    );
+    // A bucket the project made (a `roar run --s3`'s own gateway, a project key): every key's.
+    let project = p
+        .cmd(["run", "--s3", "--", "aws", "s3", "mb", "s3://shared"])
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .output()
+        .unwrap();
+    assert!(project.status.success(), "{}", stderr(&project));
+    p.write(
+        "keys",
+        format!("{} {}\n{} {}\n", ca.0, ca.1, cb.0, cb.1).as_bytes(),
+    );
+    let gw = Server::spawn(
+        p.cmd([
+            "gateway",
+            "--listen",
+            "127.0.0.1:0",
+            "--credentials",
+            "keys",
+        ]),
+        p.path().join("gateway.log"),
+    );
+    let endpoint = gw.endpoint();
+    two_clients(&endpoint, ca, cb, "embedded", &[]);
+    // The project's bucket stays every key's.
+    for (access, secret) in [ca, cb] {
+        let out = Command::new("aws")
+            .args(["s3", "cp", "-", &format!("s3://shared/{access}")])
+            .env("AWS_ACCESS_KEY_ID", access)
+            .env("AWS_SECRET_ACCESS_KEY", secret)
+            .env("AWS_DEFAULT_REGION", "us-east-1")
+            .env("AWS_ENDPOINT_URL", &endpoint)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{access}: {}", stderr(&out));
+    }
+}
+
+#[test]
 fn concurrent_roar_runs_write_whole_objects_and_record_what_is_stored() {
     if !common::require_python_modules(&["boto3"]) {
         return;

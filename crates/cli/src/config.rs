@@ -108,6 +108,9 @@ pub struct S3Config {
     pub upstream: Option<String>,
     /// The region clients sign for, and the upstream's.
     pub region: String,
+    /// Buckets of the embedded store every `--credentials` key may use, whoever made them
+    /// (otherwise a bucket a key made is that key's alone).
+    pub shared: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -134,6 +137,7 @@ impl Default for S3Config {
             enabled: false,
             upstream: None,
             region: "us-east-1".into(),
+            shared: Vec::new(),
         }
     }
 }

@@ -50,6 +50,10 @@ pub struct GatewayArgs {
     /// identity, never as the gateway's own.
     #[arg(long, value_name = "FILE")]
     credentials: Option<PathBuf>,
+    /// A bucket of the embedded store every --credentials key may use, whoever made it
+    /// (otherwise a bucket a key made is that key's alone); repeatable, added to `[s3] shared`.
+    #[arg(long, value_name = "BUCKET")]
+    share: Vec<String>,
     /// Base domain for virtual-hosted-style requests (BUCKET.DOMAIN); repeatable.
     #[arg(long = "domain", default_value = "localhost")]
     domains: Vec<String>,
@@ -401,6 +405,14 @@ pub fn serve(args: GatewayArgs, json: bool) -> anyhow::Result<ExitCode> {
     gw.listen = args.listen;
     gw.region = region.clone();
     gw.credentials = credentials.clone();
+    // Keys given in a file are people's: each owns the buckets it makes in the embedded store.
+    gw.members = args.credentials.is_some();
+    gw.shared = args
+        .share
+        .iter()
+        .chain(&config.s3.shared)
+        .cloned()
+        .collect();
     gw.identities = identities;
     gw.domains = args.domains.clone();
     gw.upstream_timeout = Duration::from_secs(args.upstream_timeout);

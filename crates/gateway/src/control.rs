@@ -12,16 +12,38 @@ use std::time::{Duration, Instant};
 use s3s::auth::{S3Auth, SecretKey};
 use s3s::{s3_error, S3Result};
 
-/// The access keys clients may sign with; changeable while the gateway serves.
+/// The access keys clients may sign with; changeable while the gateway serves. A key is the
+/// project's (the one the gateway made, the ones lent to `roar run --s3`: the store's owner,
+/// who may use every bucket) or a *member's* (a `--credentials` key: a principal of its own,
+/// `access.rs`).
 #[derive(Clone, Default)]
-pub(crate) struct Keys(Arc<RwLock<HashMap<String, SecretKey>>>);
+pub(crate) struct Keys(Arc<RwLock<HashMap<String, (SecretKey, bool)>>>);
 
 impl Keys {
+    /// A project key.
     pub(crate) fn add(&self, access: &str, secret: &str) {
+        self.insert(access, secret, false);
+    }
+
+    /// A member's key.
+    pub(crate) fn add_member(&self, access: &str, secret: &str) {
+        self.insert(access, secret, true);
+    }
+
+    fn insert(&self, access: &str, secret: &str, member: bool) {
         self.0
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(access.to_owned(), secret.into());
+            .insert(access.to_owned(), (secret.into(), member));
+    }
+
+    /// Whether `access` is a member's key (an unknown key is no one's).
+    pub(crate) fn is_member(&self, access: &str) -> bool {
+        self.0
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(access)
+            .is_some_and(|(_, member)| *member)
     }
 
     fn remove(&self, access: &str) {
@@ -41,7 +63,7 @@ impl S3Auth for Keys {
             .unwrap_or_else(|e| e.into_inner())
             .get(access_key)
         {
-            Some(s) => Ok(s.clone()),
+            Some((s, _)) => Ok(s.clone()),
             None => Err(s3_error!(
                 InvalidAccessKeyId,
                 "this gateway does not know the key"

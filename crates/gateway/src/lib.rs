@@ -16,6 +16,7 @@
 mod ops;
 pub mod objects_remote;
 
+mod access;
 mod body;
 mod control;
 mod credentials;
@@ -67,6 +68,12 @@ pub struct Config {
     pub region: String,
     /// (access key, secret key) pairs clients may sign with.
     pub credentials: Vec<(String, String)>,
+    /// Whether those keys are people's (`--credentials`): on the embedded store each is then a
+    /// principal of its own, owning the buckets it makes (`access.rs`); else they are the
+    /// project's, like the keys lent to runs.
+    pub members: bool,
+    /// Buckets every member key may use, whoever made them.
+    pub shared: Vec<String>,
     /// Forwarding to an upstream: the upstream (access key, secret key) each client access key
     /// goes there as; a key not here goes as the gateway itself (the environment's or the
     /// profile's credentials).
@@ -87,6 +94,8 @@ impl Config {
             backend,
             region: "us-east-1".into(),
             credentials: Vec::new(),
+            members: false,
+            shared: Vec::new(),
             identities: HashMap::new(),
             domains: vec!["localhost".into()],
             upstream_timeout: Duration::from_secs(30),
@@ -130,7 +139,11 @@ impl Gateway {
         let addr = listener.local_addr()?;
         let keys = Keys::default();
         for (access, secret) in &config.credentials {
-            keys.add(access, secret);
+            if config.members {
+                keys.add_member(access, secret);
+            } else {
+                keys.add(access, secret);
+            }
         }
         let control = Control {
             keys,
@@ -259,6 +272,8 @@ async fn build(
             (Box::new(up), None, Some(plain))
         }
     };
+    // Bucket ownership is the embedded store's to enforce; an upstream enforces its own.
+    let access_store = store.clone();
     let recorder = record::Recorder::new(
         backend,
         store,
@@ -271,6 +286,10 @@ async fn build(
     b.set_host(host::Hosts::new(&config.domains));
     if let Some(plain) = plain {
         b.set_route(plain);
+    }
+    if let Some(store) = access_store {
+        let shared = config.shared.iter().cloned().collect();
+        b.set_access(access::Owners::new(control.keys.clone(), store, shared));
     }
     Ok(b.build())
 }

@@ -23,7 +23,8 @@ const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS buckets (
     name TEXT PRIMARY KEY,
     created_ns INTEGER NOT NULL,
-    versioning TEXT
+    versioning TEXT,
+    owner TEXT
 );
 CREATE TABLE IF NOT EXISTS versions (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -171,6 +172,9 @@ pub(crate) struct Bucket {
     pub name: String,
     pub created_ns: i64,
     pub versioning: Option<String>,
+    /// The member key that made it; None: the project's (made with a project key, or before
+    /// buckets had owners).
+    pub owner: Option<String>,
 }
 
 /// What a delete did.
@@ -280,6 +284,13 @@ impl Index {
         // and get SQLITE_BUSY at once (a read snapshot cannot wait for a lock).
         let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
         tx.execute_batch(SCHEMA)?;
+        // Stores made before buckets had owners: every bucket the project's.
+        let has_owner: bool = tx
+            .prepare("SELECT 1 FROM pragma_table_info('buckets') WHERE name = 'owner'")?
+            .exists([])?;
+        if !has_owner {
+            tx.execute_batch("ALTER TABLE buckets ADD COLUMN owner TEXT")?;
+        }
         tx.commit()?;
         Ok(Index { db: Mutex::new(db) })
     }
@@ -299,11 +310,11 @@ impl Index {
 
     // ---- buckets ----
 
-    pub(crate) fn create_bucket(&self, name: &str) -> Result<()> {
+    pub(crate) fn create_bucket(&self, name: &str, owner: Option<&str>) -> Result<()> {
         self.write(|tx| {
             let n = tx.execute(
-                "INSERT OR IGNORE INTO buckets (name, created_ns) VALUES (?1, ?2)",
-                params![name, roar_store::now_ns()],
+                "INSERT OR IGNORE INTO buckets (name, created_ns, owner) VALUES (?1, ?2, ?3)",
+                params![name, roar_store::now_ns(), owner],
             )?;
             if n == 0 {
                 return Err(Refused::BucketExists.into());
@@ -318,15 +329,9 @@ impl Index {
 
     pub(crate) fn buckets(&self) -> Result<Vec<Bucket>> {
         self.read(|db| {
-            let mut st =
-                db.prepare("SELECT name, created_ns, versioning FROM buckets ORDER BY name")?;
-            let rows = st.query_map([], |r| {
-                Ok(Bucket {
-                    name: r.get(0)?,
-                    created_ns: r.get(1)?,
-                    versioning: r.get(2)?,
-                })
-            })?;
+            let mut st = db
+                .prepare("SELECT name, created_ns, versioning, owner FROM buckets ORDER BY name")?;
+            let rows = st.query_map([], bucket_row)?;
             Ok(rows.collect::<rusqlite::Result<_>>()?)
         })
     }
@@ -585,18 +590,21 @@ impl Index {
 
 fn bucket_in(db: &Connection, name: &str) -> Result<Bucket> {
     db.query_row(
-        "SELECT name, created_ns, versioning FROM buckets WHERE name = ?1",
+        "SELECT name, created_ns, versioning, owner FROM buckets WHERE name = ?1",
         [name],
-        |r| {
-            Ok(Bucket {
-                name: r.get(0)?,
-                created_ns: r.get(1)?,
-                versioning: r.get(2)?,
-            })
-        },
+        bucket_row,
     )
     .optional()?
     .ok_or(Error::Refused(Refused::NoSuchBucket))
+}
+
+fn bucket_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Bucket> {
+    Ok(Bucket {
+        name: r.get(0)?,
+        created_ns: r.get(1)?,
+        versioning: r.get(2)?,
+        owner: r.get(3)?,
+    })
 }
 
 fn version_in(

@@ -85,6 +85,11 @@ pub struct Budget {
 const INDEX: &str = "objects.db";
 
 impl Embedded {
+    /// Who owns `bucket`: None when there is no such bucket, Some(None) when the project does.
+    pub(crate) fn owner_of(&self, bucket: &str) -> Option<Option<String>> {
+        blocking(|| self.index.bucket(bucket)).ok().map(|b| b.owner)
+    }
+
     pub fn open(root: &Path) -> anyhow::Result<Embedded> {
         std::fs::create_dir_all(root)
             .with_context(|| format!("cannot create the object store {}", root.display()))?;
@@ -227,7 +232,7 @@ fn import_old_layout(root: &Path, buckets: &[PathBuf], store: &Embedded) -> anyh
             .and_then(|n| n.to_str())
             .unwrap_or_default()
             .to_owned();
-        match store.index.create_bucket(&bucket) {
+        match store.index.create_bucket(&bucket, None) {
             Ok(()) | Err(index::Error::Refused(Refused::BucketExists)) => {}
             Err(e) => return Err(db_error(e)),
         }
@@ -374,7 +379,13 @@ impl S3 for Embedded {
                 "{name:?} is not a valid bucket name (3-63 lowercase letters, digits, '.' and '-')"
             ));
         }
-        blocking(|| self.index.create_bucket(name)).map_err(|e| refused(e, name, None))?;
+        // A member's key owns what it makes (`access.rs` put its name here); a project key's
+        // bucket is the project's.
+        let owner = req
+            .extensions
+            .get::<crate::access::Member>()
+            .map(|m| m.key.as_str());
+        blocking(|| self.index.create_bucket(name, owner)).map_err(|e| refused(e, name, None))?;
         Ok(S3Response::new(CreateBucketOutput {
             location: Some(format!("/{name}")),
         }))
@@ -400,9 +411,13 @@ impl S3 for Embedded {
 
     async fn list_buckets(
         &self,
-        _req: S3Request<ListBucketsInput>,
+        req: S3Request<ListBucketsInput>,
     ) -> S3Result<S3Response<ListBucketsOutput>> {
-        let buckets = blocking(|| self.index.buckets()).map_err(|e| refused(e, "", None))?;
+        let mut buckets = blocking(|| self.index.buckets()).map_err(|e| refused(e, "", None))?;
+        // A member sees the buckets it may use.
+        if let Some(member) = req.extensions.get::<crate::access::Member>() {
+            buckets.retain(|b| member.may_use(&b.name, b.owner.as_deref()));
+        }
         Ok(S3Response::new(ListBucketsOutput {
             buckets: Some(
                 buckets
