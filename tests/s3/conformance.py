@@ -390,6 +390,11 @@ def listing_edges_answer_as_s3(s3):
     for r in [s3.list_objects_v2(Bucket=BUCKET, Prefix="edge/", Delimiter=""),
               s3.list_objects(Bucket=BUCKET, Prefix="edge/", Delimiter="")]:
         assert "Delimiter" not in r and [o["Key"] for o in r["Contents"]] == ["edge/a"], r
+    # FetchOwner names each object's owner; without it ListObjectsV2 names none.
+    owned = s3.list_objects_v2(Bucket=BUCKET, Prefix="edge/", FetchOwner=True)["Contents"]
+    assert all(o.get("Owner", {}).get("ID") for o in owned), owned
+    plain = s3.list_objects_v2(Bucket=BUCKET, Prefix="edge/")["Contents"]
+    assert all("Owner" not in o for o in plain), plain
 
 
 @check

@@ -175,6 +175,10 @@ impl Embedded {
         .map_err(|e| refused(e, &i.bucket, None))?;
         let enc = Encoding::of(i.encoding_type.as_ref());
         let key_count = (page.objects.len() + page.prefixes.len()) as i32;
+        let owner = i
+            .fetch_owner
+            .unwrap_or(false)
+            .then(|| self.owner(&i.bucket));
         Ok(S3Response::new(ListObjectsV2Output {
             name: Some(i.bucket),
             prefix: Some(enc.apply(&prefix)),
@@ -188,11 +192,29 @@ impl Embedded {
                 .truncated
                 .then(|| page.last.as_deref().map(token))
                 .flatten(),
-            contents: Some(page.objects.iter().map(|v| object_entry(v, &enc)).collect()),
+            contents: Some(
+                page.objects
+                    .iter()
+                    .map(|v| object_entry(v, &enc, owner.as_ref()))
+                    .collect(),
+            ),
             common_prefixes: Some(prefixes_out(&page.prefixes, &enc)),
             encoding_type: i.encoding_type,
             ..Default::default()
         }))
+    }
+
+    /// Who owns the objects of `bucket`: its owner (S3's "bucket owner enforced"), the member key
+    /// that made it, else the project.
+    fn owner(&self, bucket: &str) -> Owner {
+        let id = self
+            .owner_of(bucket)
+            .flatten()
+            .unwrap_or_else(|| PROJECT_OWNER.to_owned());
+        Owner {
+            display_name: Some(id.clone()),
+            id: Some(id),
+        }
     }
 
     pub(super) async fn list_v1(
@@ -215,6 +237,8 @@ impl Embedded {
         })
         .map_err(|e| refused(e, &i.bucket, None))?;
         let enc = Encoding::of(i.encoding_type.as_ref());
+        // ListObjects (v1) names every object's owner.
+        let owner = self.owner(&i.bucket);
         Ok(S3Response::new(ListObjectsOutput {
             name: Some(i.bucket),
             prefix: Some(enc.apply(&prefix)),
@@ -226,7 +250,12 @@ impl Embedded {
                 .truncated
                 .then(|| page.last.as_deref().map(|l| enc.apply(l)))
                 .flatten(),
-            contents: Some(page.objects.iter().map(|v| object_entry(v, &enc)).collect()),
+            contents: Some(
+                page.objects
+                    .iter()
+                    .map(|v| object_entry(v, &enc, Some(&owner)))
+                    .collect(),
+            ),
             common_prefixes: Some(prefixes_out(&page.prefixes, &enc)),
             encoding_type: i.encoding_type,
             ..Default::default()
@@ -349,8 +378,12 @@ fn max_keys(asked: Option<i32>) -> usize {
     asked.map_or(1000, |n| n.clamp(0, 1000) as usize)
 }
 
-fn object_entry(v: &Version, enc: &Encoding) -> Object {
+/// The owner named for the project's buckets (made with a project key).
+const PROJECT_OWNER: &str = "roar-project";
+
+fn object_entry(v: &Version, enc: &Encoding, owner: Option<&Owner>) -> Object {
     Object {
+        owner: owner.cloned(),
         key: Some(enc.apply(&v.key)),
         e_tag: Some(ETag::Strong(v.etag.clone())),
         size: Some(v.size as i64),
