@@ -355,7 +355,7 @@ fn the_install_command_installs_and_uninstalls_without_leftovers() {
             "{} (installed)",
             prefix
                 .path()
-                .join("bin/../lib/roar/libroar_preload.so")
+                .join("lib/roar/libroar_preload.so")
                 .display()
         )),
         "{}",
