@@ -353,10 +353,7 @@ fn the_install_command_installs_and_uninstalls_without_leftovers() {
     assert!(
         stdout(&v).contains(&format!(
             "{} (installed)",
-            prefix
-                .path()
-                .join("lib/roar/libroar_preload.so")
-                .display()
+            prefix.path().join("lib/roar/libroar_preload.so").display()
         )),
         "{}",
         stdout(&v)

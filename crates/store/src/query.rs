@@ -318,11 +318,18 @@ impl Store {
         Ok(None)
     }
 
+    /// A transaction that takes the write lock at once (waiting up to the busy timeout for it):
+    /// one that read first and wrote after would fail at once when another process (a run's
+    /// recorder finishing its job) committed in between, as "database is locked".
+    fn write_transaction(&self) -> rusqlite::Result<rusqlite::Transaction<'_>> {
+        rusqlite::Transaction::new_unchecked(&self.conn, rusqlite::TransactionBehavior::Immediate)
+    }
+
     /// Removes a job's record (its processes and file records with it) and the content
     /// records nothing refers to any more. Files are never touched.
     pub fn delete_job(&self, id: i64) -> Result<bool> {
         let delete = || -> rusqlite::Result<bool> {
-            let tx = self.conn.unchecked_transaction()?;
+            let tx = self.write_transaction()?;
             let n = tx.execute("DELETE FROM jobs WHERE id = ?1", [id])?;
             // A dirty tree's diff no job refers to any more goes too (it may be megabytes).
             tx.execute(
@@ -391,7 +398,7 @@ impl Store {
     /// Sets (`Some`) or removes (`None`) labels of job `id`, in one transaction.
     pub fn set_labels(&self, id: i64, labels: &[(String, Option<String>)]) -> Result<()> {
         let write = || -> rusqlite::Result<bool> {
-            let tx = self.conn.unchecked_transaction()?;
+            let tx = self.write_transaction()?;
             let exists = tx
                 .query_row("SELECT 1 FROM jobs WHERE id = ?1", [id], |_| Ok(()))
                 .optional()?
