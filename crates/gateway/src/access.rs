@@ -65,23 +65,11 @@ impl Owners {
 fn copy_source_bucket(value: &str) -> Option<String> {
     let path = value.split('?').next()?.trim_start_matches('/');
     let bucket = path.split('/').next()?;
-    let decoded = urlencoding_decode(bucket)?;
+    let decoded = percent_encoding::percent_decode_str(bucket)
+        .decode_utf8()
+        .ok()?
+        .into_owned();
     (!decoded.is_empty()).then_some(decoded)
-}
-
-fn urlencoding_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let (mut out, mut i) = (Vec::with_capacity(b.len()), 0);
-    while i < b.len() {
-        if b[i] == b'%' {
-            out.push(u8::from_str_radix(std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 #[async_trait::async_trait]

@@ -194,28 +194,11 @@ fn query_param(query: Option<&str>, name: &str) -> Option<String> {
     })
 }
 
+/// A query value as a form encodes it: `+` is a space, `%XX` a byte.
 fn percent_decode(s: &str) -> String {
-    let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match (
-            b[i],
-            b.get(i + 1).copied().and_then(hex),
-            b.get(i + 2).copied().and_then(hex),
-        ) {
-            (b'%', Some(h), Some(l)) => {
-                out.push(h << 4 | l);
-                i += 3;
-                continue;
-            }
-            (b'+', ..) => out.push(b' '),
-            (c, ..) => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(&s.replace('+', " "))
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 /// Compares without an early exit, so the time taken does not tell how much of a guess was right.
