@@ -223,6 +223,10 @@ fn boot_ns() -> i64 {
     btime * 1_000_000_000
 }
 
+/// The longest an orphan's first request waits for the kernel's word on its fork
+/// (`Jobs::birth_of`).
+const BIRTH_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
 impl Jobs {
     pub fn new(writer: Writer, ignore: Ignore) -> Jobs {
         let hz = crate::sys::clock_ticks_per_second();
@@ -545,10 +549,13 @@ impl Jobs {
         Ok(None)
     }
 
-    /// `cur`'s fork as the kernel reported it; with `wait`, waiting (at most 20 ms) for the
-    /// reader of its events when it has not read that far yet.
+    /// `cur`'s fork as the kernel reported it; with `wait`, waiting for the reader of its
+    /// events when it has not read that far yet — until it has (microseconds on an idle
+    /// machine), or at most `BIRTH_WAIT`: on a loaded machine the reader thread can be scheduled
+    /// tens of milliseconds late (20 ms was too short: the generator's daemons under a loaded
+    /// CI became jobs of their own), and only an orphan's first request ever waits.
     fn birth_of(&self, cur: &ProcInfo, wait: bool) -> Option<births::Birth> {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(20);
+        let deadline = std::time::Instant::now() + BIRTH_WAIT;
         while self
             .exits_watched
             .load(std::sync::atomic::Ordering::Acquire)
