@@ -726,12 +726,7 @@ impl S3 for Upstream {
         &self,
         mut req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
-        let body = req
-            .input
-            .body
-            .take()
-            .unwrap_or_else(|| Body::empty().into());
-        let payload = Payload::Client(body, length_of(req.input.content_length)?);
+        let payload = Payload::client(req.input.body.take(), req.input.content_length)?;
         let (bucket, key) = (&req.input.bucket, &req.input.key);
         let resp = self
             .direct
@@ -751,12 +746,7 @@ impl S3 for Upstream {
         &self,
         mut req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
-        let body = req
-            .input
-            .body
-            .take()
-            .unwrap_or_else(|| Body::empty().into());
-        let payload = Payload::Client(body, length_of(req.input.content_length)?);
+        let payload = Payload::client(req.input.body.take(), req.input.content_length)?;
         let (bucket, key) = (&req.input.bucket, &req.input.key);
         let resp = self
             .direct
@@ -885,16 +875,23 @@ impl S3 for Upstream {
     }
 }
 
-/// A streamed body's length: S3 needs it up front, and refuses a body without one.
-fn length_of(content_length: Option<i64>) -> S3Result<u64> {
-    content_length
-        .and_then(|n| u64::try_from(n).ok())
-        .ok_or_else(|| {
-            S3Error::with_message(
-                S3ErrorCode::MissingContentLength,
-                "You must provide the Content-Length HTTP header.",
-            )
-        })
+impl Payload {
+    /// A client's streamed body (PutObject, UploadPart). S3 needs its length up front, and
+    /// refuses a body without one.
+    fn client(body: Option<StreamingBlob>, content_length: Option<i64>) -> S3Result<Payload> {
+        let length = content_length
+            .and_then(|n| u64::try_from(n).ok())
+            .ok_or_else(|| {
+                S3Error::with_message(
+                    S3ErrorCode::MissingContentLength,
+                    "You must provide the Content-Length HTTP header.",
+                )
+            })?;
+        Ok(Payload::Client(
+            body.unwrap_or_else(|| Body::empty().into()),
+            length,
+        ))
+    }
 }
 
 #[cfg(test)]
