@@ -116,13 +116,8 @@ fn is_interactive_shell(info: &ProcInfo) -> bool {
         .all(|a| a.to_string_lossy().starts_with('-') && a != "-c")
 }
 
-/// Whether `a` and `b` run the same program with the same arguments: `b` forked from `a` (or a
-/// copy of it) without exec.
-fn same_program(a: i32, b: i32) -> bool {
-    same_program_seen(a, b).unwrap_or(false)
-}
-
-/// [`same_program`], or None when /proc cannot tell (a process exiting shows no exe).
+/// Whether `a` and `b` run the same program with the same arguments (`b` forked from `a`, or a
+/// copy of it, without exec), or None when /proc cannot tell (a process exiting shows no exe).
 fn same_program_seen(a: i32, b: i32) -> Option<bool> {
     let exe = |pid: i32| std::fs::read_link(format!("/proc/{pid}/exe")).ok();
     let (ea, eb) = (exe(a)?, exe(b)?);
@@ -523,9 +518,12 @@ impl Jobs {
     /// job). None when `parent` forked it, when a program was exec'd on the way, or when what
     /// forked it is not known (no process events, or events lost).
     fn forked_from(&self, cur: &ProcInfo, parent: &ProcInfo) -> io::Result<Option<i32>> {
-        // Waiting for the reader only where an orphan lands (init, systemd): a command started
-        // from a shell, the common first request of a job, never waits.
-        let adopted = parent.pid == 1 || ["init", "systemd"].contains(&parent.comm.as_str());
+        // Waiting for the reader only where an orphan may land (init, systemd, or a subreaper:
+        // any parent that is not a shell, terminal or login): a command started from a shell,
+        // the common first request of a job, never waits.
+        let adopted = parent.pid == 1
+            || ["init", "systemd"].contains(&parent.comm.as_str())
+            || !is_boundary(parent);
         let Some(birth) = self.birth_of(cur, adopted) else {
             return Ok(None);
         };
@@ -535,9 +533,14 @@ impl Jobs {
         let mut p = birth.parent;
         for _ in 0..steps::MAX_DEPTH {
             if let Some(alive) = read_proc_stat(p)? {
-                if alive.start <= cur.start {
-                    // Still a copy of it (an exec not read yet would show here).
-                    return Ok(same_program(p, cur.pid).then_some(p));
+                // Still a copy of it (an exec not read yet would show here). An exited process
+                // not yet reaped (the daemon's middle fork, until its parent waits for it)
+                // shows no program: the events say what it was, as for one gone.
+                let seen = (alive.start <= cur.start)
+                    .then(|| same_program_seen(p, cur.pid))
+                    .flatten();
+                if let Some(same) = seen {
+                    return Ok(same.then_some(p));
                 }
             }
             let inner = self.inner.lock().expect("jobs lock");
