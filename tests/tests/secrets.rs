@@ -398,6 +398,62 @@ fn record(p: &Project, backend: &str, c: &Corpus) {
     assert!(o.status.success(), "{backend}: {}", stderr(&o));
 }
 
+/// The redaction policy alone, over many corpora (200 seeds from a new one each run, in ~10 s
+/// of a debug build, where the end-to-end test below records one): the argv `roar run` records
+/// (`sh -c SCRIPT sh ARGS`) and the environment, redacted as the recorder redacts them, hold no
+/// secret and keep every look-alike. `ROAR_SECRET_SEEDS` sets how many (the long mode:
+/// `ROAR_SECRET_SEEDS=100000`); a failure names its seed, which the test below replays end to
+/// end.
+#[test]
+fn the_redaction_policy_keeps_no_secret_and_every_look_alike_of_many_corpora() {
+    let seeds: u64 = std::env::var("ROAR_SECRET_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200);
+    let policy = roar_store::redact::Policy::builtin();
+    let first = std::env::var("ROAR_SECRET_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5ec2e75 ^ std::process::id() as u64);
+    for seed in first..first + seeds {
+        let c = corpus(seed);
+        let mut argv: Vec<std::ffi::OsString> = ["sh", "-c", &c.script, "sh"]
+            .iter()
+            .map(Into::into)
+            .chain(c.args.iter().map(Into::into))
+            .collect();
+        policy.argv(&mut argv);
+        let mut env: std::collections::BTreeMap<String, String> = c.env.iter().cloned().collect();
+        policy.env(&mut env);
+        let kept: Vec<String> = argv
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .chain(env.into_values())
+            .collect();
+        let kept = kept.join("\n");
+        let leaked: Vec<String> = c
+            .secrets
+            .iter()
+            .filter(|(s, _)| kept.contains(s.as_str()))
+            .map(|(s, what)| format!("{what}: {s}"))
+            .collect();
+        assert!(
+            leaked.is_empty(),
+            "seed {seed} (ROAR_SECRET_SEED={seed}): kept {leaked:?}"
+        );
+        let lost: Vec<&String> = c
+            .harmless
+            .iter()
+            .filter(|(v, _)| !kept.contains(v.as_str()))
+            .map(|(v, _)| v)
+            .collect();
+        assert!(
+            lost.is_empty(),
+            "seed {seed} (ROAR_SECRET_SEED={seed}): look-alikes redacted: {lost:?}"
+        );
+    }
+}
+
 /// Every secret of the corpus, gone from the store, every output and what was pushed to the
 /// team store; every look-alike there as it was given; and `db --secrets-scan` agrees with
 /// what roar wrote (it finds nothing).

@@ -271,7 +271,9 @@ fn command_at<'a>(words: &'a [&'a str], i: usize) -> Range<usize> {
 
 /// Secrets that are positional arguments of well-known tools: `htpasswd -b FILE USER PW` (and
 /// `-nb USER PW`: the last argument), `vault login TOKEN`, `sqlplus USER/PW@DB`; and any bare
-/// argument of 32+ characters that looks generated.
+/// argument of 32+ characters that looks generated — even one that starts with dashes, as
+/// URL-safe base64 can (`--AN0-hQzN1a...`): no option's name looks generated (an option with a
+/// value, `--name=VALUE`, is the option rules' to judge).
 fn positional_rules(words: &[&str], out: &mut [Option<String>]) {
     for (i, w) in words.iter().enumerate() {
         let args = command_at(words, i);
@@ -313,9 +315,15 @@ fn positional_rules(words: &[&str], out: &mut [Option<String>]) {
             }
             _ => {}
         }
-        let of_reference = i > 0 && words[i - 1].strip_prefix("--").is_some_and(reference);
+        // The value of an option naming where a value is (`--version-id X`); not the word after
+        // `--name=VALUE`, which has its value already (and whose value's last letters may spell
+        // `Id` by chance).
+        let of_reference = i > 0
+            && words[i - 1]
+                .strip_prefix("--")
+                .is_some_and(|o| !o.contains('=') && reference(o));
         if out[i].is_none()
-            && !w.starts_with("--")
+            && !(w.starts_with("--") && w.contains('='))
             && !of_reference
             && w.len() >= 32
             && generated(w)
@@ -521,6 +529,13 @@ mod tests {
         }
         let long = "Zq8F3zT0bLx9vYp2RkWm4sNd7JhGc1Ae5Uo6Ii";
         assert_eq!(red(&["app", long]), ["app", REDACTED]);
+        // URL-safe base64 may begin with dashes; an option's name is never generated.
+        let dashed = "--AN0-hQzN1aXXwnzYHAXGytQofYjuQm";
+        assert_eq!(red(&["app", "--cfg", dashed]), ["app", "--cfg", REDACTED]);
+        let after_pair = ["app", "--endpoint-cfg=sq0atp-x0Rm3vQ_p7LkId", long];
+        assert_eq!(red(&after_pair)[2], REDACTED);
+        let named = ["app", "--enable-experimental-feature-XYZ-2024", "--fp16"];
+        assert_eq!(red(&named), named);
     }
 
     #[test]

@@ -340,6 +340,10 @@ fn pair_spans(s: &str, policy: &Policy, spans: &mut Vec<Range<usize>>) {
             v += 1;
         }
         let value = &s[value_start..v];
+        // Base64's padding (`...SG46C==`) is no pair: a generated "name" is no name.
+        if value.bytes().all(|c| c == b'=') || generated(&s[start..end]) {
+            continue;
+        }
         let named = policy.is_secret(&s[start..end], NameKind::Env);
         if v == value_start || !(named || generated(value)) {
             continue;
@@ -607,5 +611,36 @@ mod generated_tests {
         ] {
             assert!(!generated(name), "{name}");
         }
+    }
+
+    /// A base64 digest's padding is not `NAME=VALUE`, whatever the digest spells (`...MckPwSG46C==`
+    /// holds `Pw`, a password's name).
+    #[test]
+    fn base64_digests_are_kept_whatever_they_spell() {
+        let b64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let policy = Policy::builtin();
+        let mut rng = Rng(0x5ec2e75);
+        let mut redacted = Vec::new();
+        for round in 0..20_000 {
+            let digest = match round % 3 {
+                0 => format!("{}==", draw(&mut rng, b64, 22)),
+                1 => format!("{}=", draw(&mut rng, b64, 43)),
+                _ => format!("sha256-{}=", draw(&mut rng, b64, 43)),
+            };
+            if scrub(&digest, &policy).is_some() {
+                redacted.push(digest);
+            }
+        }
+        assert!(
+            redacted.is_empty(),
+            "{} of 20000 redacted: {:?}",
+            redacted.len(),
+            &redacted[..redacted.len().min(8)]
+        );
+        assert_eq!(scrub("RSAcfXTCEyCaMckPwSG46C==", &policy), None);
+        assert_eq!(
+            scrub("DB_Pw=hunter2", &policy).as_deref(),
+            Some("DB_Pw=<redacted>")
+        );
     }
 }
