@@ -463,6 +463,8 @@ fn a_generated_corpus_of_secrets_never_reaches_the_store_and_look_alikes_stay() 
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0x5ec2e75 ^ std::process::id() as u64);
+    // Shown with any failure (a test's output is printed when it fails): the seed replays it.
+    println!("corpus of ROAR_SECRET_SEED={seed}");
     let c = corpus(seed);
     assert!(c.secrets.len() >= 300, "{} secrets", c.secrets.len());
     assert!(c.harmless.len() >= 100, "{} look-alikes", c.harmless.len());
