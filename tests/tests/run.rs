@@ -29,11 +29,7 @@ fn python_has_numpy() -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        assert!(
-            !common::strict(),
-            "numpy is required under CI=true (scripts/setup.sh installs it)"
-        );
-        eprintln!("SKIPPED: numpy is not installed");
+        common::skip("numpy is not installed (scripts/setup.sh installs it)");
     }
     ok
 }

@@ -532,8 +532,7 @@ fn every_output_is_terminal_safe(p: &Project, names: &[Vec<u8>]) {
             stderr(&parsed)
         );
     } else {
-        assert!(!common::strict(), "dag --svg (Graphviz): {}", stderr(&o));
-        eprintln!("SKIPPED: dag --svg needs Graphviz: {}", stderr(&o));
+        common::skip(&format!("dag --svg needs Graphviz: {}", stderr(&o)));
     }
 }
 
@@ -845,12 +844,10 @@ fn a_setuid_program_that_loses_its_privileges_under_ptrace_is_said_and_marked() 
     };
     let bare = as_nobody(&[suid.as_os_str(), "-u".as_ref()]);
     if stdout(&bare).trim() != "0" {
-        assert!(
-            !common::strict(),
-            "setuid has no effect here: {}",
+        common::skip(&format!(
+            "setuid has no effect on this filesystem: {}",
             stdout(&bare)
-        );
-        eprintln!("SKIPPED: setuid has no effect on this filesystem");
+        ));
         return;
     }
     let roar = common::roar_bin();

@@ -15,11 +15,7 @@ pub fn require_fuse() -> bool {
         .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
     let ok = root && Path::new("/dev/fuse").exists();
     if !ok {
-        assert!(
-            !super::strict(),
-            "FUSE tests need root and /dev/fuse under CI=true"
-        );
-        eprintln!("SKIPPED: FUSE mount tests need root and /dev/fuse");
+        super::skip("FUSE mount tests need root and /dev/fuse");
     }
     ok
 }
@@ -30,11 +26,7 @@ pub fn require_uring() -> bool {
     let on = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
         .is_ok_and(|v| v.trim() == "Y");
     if !on {
-        assert!(
-            !super::strict(),
-            "FUSE over io_uring is required under CI=true: scripts/test.sh sets /sys/module/fuse/parameters/enable_uring (Linux 6.14+)"
-        );
-        eprintln!("SKIPPED: the kernel does not offer FUSE over io_uring (enable_uring is not Y)");
+        super::skip("FUSE over io_uring: /sys/module/fuse/parameters/enable_uring is not Y (scripts/test.sh sets it; Linux 6.14+)");
     }
     on
 }
