@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Archives as datasets (issue 33), the method of the ratarmount benchmark post: MEMBERS files in a
-# tar and a tar.gz, READ of them picked at random and md5summed, side by side with ratarmount
+# Archives as datasets (issues 33, 63), the method of the ratarmount benchmark post: MEMBERS files
+# in a tar, tar.gz, tar.zst, tar.xz (one block, as `xz` alone writes it; and 1 MiB blocks, as
+# pixz and `xz -T0` do), tar.bz2 and zip (FORMATS picks some), READ of them picked at random and
+# md5summed, side by side with ratarmount
 # (pip, in a venv cached outside the repository) and with the extracted files; interleaved,
 # page cache dropped before each measurement (root). Prints the first mount (index build) and
 # read times as ratios; bench/lib/archive_bench.py checks the three md5sum outputs are equal.
@@ -45,7 +47,24 @@ for i in range(n):
         data = bytes(out[:size])
     open(f"{d}/{i:06d}.{'jpg' if i % 2 else 'txt'}", "wb").write(data)
 PY
-(cd src && tar -cf ../data.tar . && tar -czf ../data.tar.gz .)
+FORMATS="${FORMATS:-tar tar.gz tar.zst tar.xz blocks.tar.xz tar.bz2 zip}"
+archives=()
+for f in $FORMATS; do
+    case "$f" in
+        tar) (cd src && tar -cf ../data.tar .) ;;
+        tar.gz) (cd src && tar -czf ../data.tar.gz .) ;;
+        tar.zst) (cd src && tar -I 'zstd -q -T0' -cf ../data.tar.zst .) ;;
+        tar.xz) (cd src && tar -I 'xz -T1' -cf ../data.tar.xz .) ;;
+        blocks.tar.xz) (cd src && tar -I 'xz -T0 --block-size=1MiB' -cf ../data.blocks.tar.xz .) ;;
+        tar.bz2) (cd src && tar -cjf ../data.tar.bz2 .) ;;
+        zip) (cd src && zip -q -r ../data.zip .) ;;
+        *) echo "bench/archive.sh: unknown format $f" >&2; exit 2 ;;
+    esac
+    name="data.$f"
+    [ "$f" = blocks.tar.xz ] && name=data.blocks.tar.xz
+    archives+=("$name")
+    echo "  $name $(du -m "$name" | cut -f1) MiB"
+done
 (cd src && find . -type f | shuf -n "$READ" --random-source=<(yes 33)) > "$W/members.txt"
-echo "  data.tar $(du -m data.tar | cut -f1) MiB, data.tar.gz $(du -m data.tar.gz | cut -f1) MiB; $(nproc) CPUs"
-python3 "$REPO/bench/lib/archive_bench.py" "$W" "$ROAR" "$RATARMOUNT" "$ROUNDS"
+echo "  $(nproc) CPUs"
+ARCHIVES="${archives[*]}" python3 "$REPO/bench/lib/archive_bench.py" "$W" "$ROAR" "$RATARMOUNT" "$ROUNDS"

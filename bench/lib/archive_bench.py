@@ -3,8 +3,9 @@
 
 usage: archive_bench.py W ROAR RATARMOUNT ROUNDS
 
-W holds a roar project `p/` with data.tar and data.tar.gz made from `p/src/` (and an extraction of
-it), and `members.txt` (the members to read, one per line). For each archive, interleaved in
+W holds a roar project `p/` with the archives ARCHIVES names (data.tar, data.tar.gz, ...) made
+from `p/src/` (the extraction), and `members.txt` (the members to read, one per line). For each
+archive, interleaved in
 shuffled order each round, with the page cache dropped before every measurement:
 - first mount: the index built from nothing (roar's index deleted; ratarmount --recreate-index),
   timed until the mount command returns (both return once the mount serves);

@@ -1,5 +1,5 @@
 //! `roar mount ARCHIVE... DIR` with real FUSE mounts of archives made by the real tools (tar,
-//! gzip, zstd, zip): every member's bytes through the mount equal extraction, every recorded
+//! gzip, zstd, xz, bzip2, zip): every member's bytes through the mount equal extraction, every recorded
 //! member hash equals `b3sum` of the extracted file, jobs record exactly the members they read
 //! (through the mount's own attribution and under `roar run` with every backend), the index is
 //! reused across mounts and rebuilt when the archive changes, and `roar status` sees a changed
@@ -81,7 +81,7 @@ impl Archives {
         std::fs::canonicalize(self.p.path()).unwrap()
     }
 
-    /// Makes `name` with `tool`: tar, tar.gz, tar.zst or zip.
+    /// Makes `name` with `tool`: tar, tar.gz, tar.zst, tar.xz, tar.bz2 or zip.
     fn make(&self, name: &str) -> PathBuf {
         let out = self.root().join(name);
         let mut cmd = match name.rsplit_once('.').map(|(_, e)| e) {
@@ -107,6 +107,20 @@ impl Archives {
                     .arg("-cf")
                     .arg(&out)
                     .arg(".");
+                c
+            }
+            // xz in 1 MiB blocks, as `xz -T0` and pixz write it (an access point at each).
+            Some("xz") => {
+                let mut c = Command::new("tar");
+                c.args(["-I", "xz -T2 --block-size=1MiB"])
+                    .arg("-cf")
+                    .arg(&out)
+                    .arg(".");
+                c
+            }
+            Some("bz2") => {
+                let mut c = Command::new("tar");
+                c.arg("-cjf").arg(&out).arg(".");
                 c
             }
             _ => panic!("unknown archive kind {name}"),
@@ -235,14 +249,21 @@ fn b3sum_of_extraction(archive: &Path, scratch: &Path) -> BTreeMap<String, Strin
 #[test]
 fn every_member_through_the_mount_equals_extraction_in_every_format() {
     if !require_fuse()
-        || !["tar", "pzstd", "zip", "python3", "b3sum"]
+        || !["tar", "pzstd", "xz", "bzip2", "zip", "python3", "b3sum"]
             .iter()
             .all(|t| common::require_tool(t))
     {
         return;
     }
     let a = Archives::new();
-    for name in ["data.tar", "data.tar.gz", "data.tar.zst", "data.zip"] {
+    for name in [
+        "data.tar",
+        "data.tar.gz",
+        "data.tar.zst",
+        "data.tar.xz",
+        "data.tar.bz2",
+        "data.zip",
+    ] {
         let archive = a.make(name);
         let dir = format!("mnt-{name}");
         let out = a.mount(&[&archive], &dir);
@@ -574,6 +595,28 @@ fn bad_archives_and_mount_points_are_refused_in_one_line() {
         .arg(p.path().join("ok.tar"))
         .arg("notes.txt")
         .current_dir(p.path()));
+    // Damaged: compressed archives cut short, and a tar whose first header is valid and whose
+    // second is control characters and invalid UTF-8 (what the reader says may quote them).
+    for (name, flag) in [("damaged.tar.xz", "-J"), ("damaged.tar.bz2", "-j")] {
+        let made = p.path().join(name);
+        run(Command::new("tar")
+            .arg(flag)
+            .arg("-cf")
+            .arg(&made)
+            .arg("notes.txt")
+            .current_dir(p.path()));
+        let bytes = std::fs::read(&made).unwrap();
+        std::fs::write(&made, &bytes[..bytes.len() * 2 / 3]).unwrap();
+    }
+    let mut garbage = std::fs::read(p.path().join("ok.tar")).unwrap();
+    garbage.truncate(1024);
+    let mut bad: Vec<u8> = (0..512u32)
+        .map(|i| [0x1b, 0x07, 0xff, b'\n'][i as usize % 4])
+        .collect();
+    bad[148..156].copy_from_slice(b"0000000\0");
+    garbage.extend(bad);
+    garbage.extend(vec![0u8; 1024]);
+    std::fs::write(p.path().join("garbage.tar"), garbage).unwrap();
     for (args, says) in [
         (
             vec!["mount", "notes.txt", "m"],
@@ -583,6 +626,9 @@ fn bad_archives_and_mount_points_are_refused_in_one_line() {
         (vec!["mount", "ok.tar", "full"], "not empty"),
         (vec!["mount", "full", "m"], "is not a file"),
         (vec!["mount", "ok.tar"], "roar mount ARCHIVE DIR"),
+        (vec!["mount", "damaged.tar.xz", "m"], "is damaged"),
+        (vec!["mount", "damaged.tar.bz2", "m"], "is damaged"),
+        (vec!["mount", "garbage.tar", "m"], "is damaged"),
     ] {
         let out = p.roar(&args);
         assert!(!out.status.success(), "{args:?} succeeded");
@@ -592,6 +638,12 @@ fn bad_archives_and_mount_points_are_refused_in_one_line() {
             err.trim_end().lines().count(),
             1,
             "{args:?}: one line: {err}"
+        );
+        assert!(
+            !err.trim_end()
+                .chars()
+                .any(|c| c.is_control() || c == '\u{fffd}'),
+            "{args:?}: printable: {err:?}"
         );
     }
 }

@@ -1,5 +1,5 @@
-//! Archives as datasets: tar, tar.gz, tar.zst and zip read as trees of members, each with its
-//! content hash, for `roar mount ARCHIVE DIR`.
+//! Archives as datasets: tar, tar.gz, tar.zst, tar.xz, tar.bz2 and zip read as trees of members,
+//! each with its content hash, for `roar mount ARCHIVE DIR`.
 //!
 //! - [`scan`]: one pass over an archive lists its members, hashes each (blake3) and records
 //!   where its bytes are, plus access points into compressed streams.
@@ -8,14 +8,18 @@
 //! - [`read`]: a member's bytes at any offset: `pread` for stored members, decoding from the
 //!   nearest access point for compressed ones.
 //! - [`gz`], [`zst`], [`inflate`]: random access into gzip (zran) and zstd (frames).
+//! - [`blocks`], [`xz`], [`bz2`]: random access into xz and bzip2 (their blocks).
 //! - [`mounted`]: how a mounted member tells `roar run` what it is (an extended attribute).
 
+pub mod blocks;
+pub mod bz2;
 pub mod cache;
 pub mod gz;
 pub mod inflate;
 pub mod mounted;
 pub mod read;
 pub mod scan;
+pub mod xz;
 pub mod zst;
 
 use std::path::{Path, PathBuf};
@@ -31,7 +35,7 @@ pub enum ArchiveError {
         source: std::io::Error,
     },
     #[error(
-        "{path} is not an archive roar can mount ({why}); it mounts tar, tar.gz, tar.zst and zip"
+        "{path} is not an archive roar can mount ({why}); it mounts tar, tar.gz, tar.zst, tar.xz, tar.bz2 and zip"
     )]
     Unsupported { path: PathBuf, why: String },
     #[error("{path} is damaged: {why}")]
@@ -50,6 +54,8 @@ pub enum Format {
     Tar,
     TarGz,
     TarZst,
+    TarXz,
+    TarBz2,
     Zip,
 }
 
@@ -59,14 +65,23 @@ impl Format {
             Format::Tar => "tar",
             Format::TarGz => "tar.gz",
             Format::TarZst => "tar.zst",
+            Format::TarXz => "tar.xz",
+            Format::TarBz2 => "tar.bz2",
             Format::Zip => "zip",
         }
     }
 
     fn from_name(s: &str) -> Option<Format> {
-        [Format::Tar, Format::TarGz, Format::TarZst, Format::Zip]
-            .into_iter()
-            .find(|f| f.name() == s)
+        [
+            Format::Tar,
+            Format::TarGz,
+            Format::TarZst,
+            Format::TarXz,
+            Format::TarBz2,
+            Format::Zip,
+        ]
+        .into_iter()
+        .find(|f| f.name() == s)
     }
 
     /// Reads the first bytes of `path`. A gzip or zstd file is taken for a compressed tar; the
@@ -96,14 +111,11 @@ impl Format {
             Ok(Format::Zip)
         } else if head.len() == 512 && (&head[257..262] == b"ustar" || tar_checksum_ok(&head)) {
             Ok(Format::Tar)
-        } else if head.starts_with(b"BZh") {
-            Err(unsupported(
-                "bzip2 is not supported: recompress with gzip or zstd",
-            ))
+        } else if head.starts_with(b"BZh") && head.get(3).is_some_and(|l| (b'1'..=b'9').contains(l))
+        {
+            Ok(Format::TarBz2)
         } else if head.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0]) {
-            Err(unsupported(
-                "xz is not supported: recompress with gzip or zstd",
-            ))
+            Ok(Format::TarXz)
         } else if head.is_empty() {
             Err(unsupported("the file is empty"))
         } else {
@@ -150,7 +162,7 @@ pub enum Kind {
 pub enum Data {
     /// Stored as they are at this offset of the archive file (tar; zip without compression).
     Raw { offset: u64 },
-    /// At this offset of the archive's decompressed stream (tar.gz, tar.zst).
+    /// At this offset of the archive's decompressed stream (tar.gz, tar.zst, tar.xz, tar.bz2).
     Stream { offset: u64 },
     /// A zip member compressed with deflate: `csize` bytes at `offset` of the archive file.
     Deflate { offset: u64, csize: u64 },
@@ -245,8 +257,13 @@ impl Index {
 
     /// The last access point at or before `uoff`.
     pub fn point_before(&self, uoff: u64) -> Option<&Point> {
+        self.points_from(uoff).first()
+    }
+
+    /// The access points from the last one at or before `uoff` on (empty if there is none).
+    pub fn points_from(&self, uoff: u64) -> &[Point] {
         let i = self.points.partition_point(|p| p.uoff <= uoff);
-        i.checked_sub(1).map(|i| &self.points[i])
+        i.checked_sub(1).map_or(&[], |i| &self.points[i..])
     }
 }
 

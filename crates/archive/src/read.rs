@@ -8,7 +8,7 @@ use std::io::{self, Read};
 use std::sync::{Arc, Mutex};
 
 use crate::gz::{self, read_at_retry};
-use crate::{zst, Data, Format, Identity, Index, Member};
+use crate::{blocks, zst, Data, Format, Identity, Index, Member};
 
 /// An indexed archive, open for reading members.
 pub struct Source {
@@ -78,8 +78,10 @@ impl Source {
 
     /// Takes back a reader that is done, keeping its decoder for a later member.
     pub fn park(&self, reader: MemberReader) {
-        if !matches!(reader.decoder, Decoder::Inflate(_) | Decoder::Zstd(_))
-            || !matches!(reader.member.data, Data::Stream { .. })
+        if !matches!(
+            reader.decoder,
+            Decoder::Inflate(_) | Decoder::Zstd(_) | Decoder::Blocks(_)
+        ) || !matches!(reader.member.data, Data::Stream { .. })
         {
             return;
         }
@@ -106,6 +108,7 @@ enum Decoder {
     None,
     Inflate(gz::Cursor),
     Zstd(zst::Cursor),
+    Blocks(blocks::Cursor),
 }
 
 impl Decoder {
@@ -113,6 +116,7 @@ impl Decoder {
         match self {
             Decoder::Inflate(c) => c.offset(),
             Decoder::Zstd(c) => c.offset(),
+            Decoder::Blocks(c) => c.offset(),
             Decoder::None => 0,
         }
     }
@@ -158,6 +162,14 @@ impl MemberReader {
                         Format::TarZst => {
                             Decoder::Zstd(zst::Cursor::at_point(file.clone(), point)?)
                         }
+                        Format::TarXz | Format::TarBz2 => {
+                            let codec = match src.index.format {
+                                Format::TarXz => blocks::Codec::Xz,
+                                _ => blocks::Codec::Bz2,
+                            };
+                            let points = src.index.points_from(target);
+                            Decoder::Blocks(blocks::Cursor::at_point(codec, file.clone(), points)?)
+                        }
                         _ => Decoder::Inflate(gz::Cursor::at_point(file, point)?),
                     };
                 }
@@ -191,6 +203,15 @@ fn fill(decoder: &mut Decoder, file: &File, target: u64, buf: &mut [u8]) -> io::
             }
         }
         Decoder::Zstd(c) => {
+            c.skip(target - c.offset())?;
+            while n < buf.len() {
+                match c.read(&mut buf[n..])? {
+                    0 => break,
+                    k => n += k,
+                }
+            }
+        }
+        Decoder::Blocks(c) => {
             c.skip(target - c.offset())?;
             while n < buf.len() {
                 match c.read(&mut buf[n..])? {

@@ -9,7 +9,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::{gz, normalize, zst, ArchiveError, Data, Format, Identity, Index, Kind, Member};
+use crate::{
+    blocks, gz, normalize, zst, ArchiveError, Data, Format, Identity, Index, Kind, Member,
+};
 
 /// Reports how many bytes of the archive file have been read (for a progress bar).
 pub type Progress<'a> = &'a (dyn Fn(u64) + Sync);
@@ -32,7 +34,7 @@ pub fn scan(archive: &Path, progress: Progress) -> Result<Index, ArchiveError> {
         io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof | io::ErrorKind::Other => {
             ArchiveError::Corrupt {
                 path: archive.clone(),
-                why: e.to_string(),
+                why: printable(&e.to_string()),
             }
         }
         _ => ArchiveError::Io {
@@ -72,6 +74,22 @@ pub fn scan(archive: &Path, progress: Progress) -> Result<Index, ArchiveError> {
     })
 }
 
+/// `s` on one line of printable characters: what a damaged archive makes a decoder or the tar
+/// reader say can quote its bytes (a member name of garbage, control characters).
+fn printable(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            let escape = c.is_control() || c == '\u{fffd}';
+            let shown: Vec<char> = if escape {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            shown
+        })
+        .collect()
+}
+
 /// Entries not shown, with why.
 type Skipped = Vec<(Vec<u8>, String)>;
 type Listed = (Vec<Member>, Vec<gz::Point>, Skipped);
@@ -99,6 +117,16 @@ fn list(file: &File, format: Format, progress: Progress) -> io::Result<Listed> {
         }
         Format::TarZst => {
             let mut scan = zst::Scan::new(Arc::new(file.try_clone()?), read.clone())?;
+            let (m, s) = list_tar(BufReader::with_capacity(1 << 20, &mut scan), true, &report)?;
+            io::copy(&mut scan, &mut io::sink())?;
+            Ok((m, scan.into_points(), s))
+        }
+        Format::TarXz | Format::TarBz2 => {
+            let codec = match format {
+                Format::TarXz => blocks::Codec::Xz,
+                _ => blocks::Codec::Bz2,
+            };
+            let mut scan = blocks::Scan::new(codec, Arc::new(file.try_clone()?), read.clone())?;
             let (m, s) = list_tar(BufReader::with_capacity(1 << 20, &mut scan), true, &report)?;
             io::copy(&mut scan, &mut io::sink())?;
             Ok((m, scan.into_points(), s))

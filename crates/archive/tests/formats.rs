@@ -1,4 +1,4 @@
-//! Archives made by the real tools (tar, gzip, zstd, zip): every member indexed with the hash of
+//! Archives made by the real tools (tar, gzip, zstd, xz, bzip2, zip): every member indexed with the hash of
 //! its bytes, and every byte readable at random offsets, equal to the files archived.
 
 use std::collections::BTreeMap;
@@ -85,17 +85,30 @@ fn two_parts(plain: &Path, out: &Path, tool: &str) {
         let p = out.with_extension(format!("part{k}"));
         std::fs::write(&p, part).unwrap();
         run(Command::new(tool).arg("-q").arg("-f").arg(&p));
-        let z = PathBuf::from(format!(
-            "{}.{}",
-            p.display(),
-            if tool == "gzip" { "gz" } else { "zst" }
-        ));
+        let ext = match tool {
+            "gzip" => "gz",
+            "bzip2" => "bz2",
+            "xz" => "xz",
+            _ => "zst",
+        };
+        let z = PathBuf::from(format!("{}.{ext}", p.display()));
         joined.extend(std::fs::read(&z).unwrap());
     }
     std::fs::write(out, joined).unwrap();
 }
 
 fn check(archive: &Path, format: Format, files: &BTreeMap<String, Vec<u8>>, seed: u64) {
+    check_reads(archive, format, files, seed, 400)
+}
+
+/// [`check`] with `reads` random slices (a file of one xz block decodes from its start for each).
+fn check_reads(
+    archive: &Path,
+    format: Format,
+    files: &BTreeMap<String, Vec<u8>>,
+    seed: u64,
+    reads: usize,
+) {
     assert_eq!(
         Format::detect(archive).unwrap(),
         format,
@@ -146,9 +159,11 @@ fn check(archive: &Path, format: Format, files: &BTreeMap<String, Vec<u8>>, seed
             "{}: {name} read back differs",
             archive.display()
         );
+        // As the mount does: the next member starts from where this one's decoder stopped.
+        source.park(r);
     }
     let names: Vec<&String> = got.keys().collect();
-    for _ in 0..400 {
+    for _ in 0..reads {
         let name = names[rng.below(names.len() as u64) as usize];
         let want = &files[name];
         let off = rng.below(want.len() as u64 + 10);
@@ -209,6 +224,43 @@ fn every_format_indexes_and_reads_back_every_member() {
     two_parts(&tar, &frames, "zstd");
     check(&frames, Format::TarZst, &files, 5);
     assert_eq!(scan::scan(&frames, &|_| {}).unwrap().points.len(), 2);
+
+    // xz as `xz` alone writes it (one block), as `xz -T0` and pixz do (many), and two streams.
+    let txz = out.join("t.tar.xz");
+    run(Command::new("sh")
+        .arg("-c")
+        .arg("xz -q -c \"$0\" > \"$1\"")
+        .arg(&tar)
+        .arg(&txz));
+    check_reads(&txz, Format::TarXz, &files, 8, 40);
+    assert_eq!(scan::scan(&txz, &|_| {}).unwrap().points.len(), 1);
+    let blocks = out.join("blocks.tar.xz");
+    run(Command::new("sh")
+        .arg("-c")
+        .arg("xz -q -T2 --block-size=1MiB -c \"$0\" > \"$1\"")
+        .arg(&tar)
+        .arg(&blocks));
+    check(&blocks, Format::TarXz, &files, 9);
+    assert!(scan::scan(&blocks, &|_| {}).unwrap().points.len() >= 16);
+    let streams = out.join("streams.tar.xz");
+    two_parts(&tar, &streams, "xz");
+    check(&streams, Format::TarXz, &files, 10);
+
+    // bzip2: 100 kB blocks at -1, 900 kB at -9; two streams as pbzip2 writes them.
+    for (level, seed) in [("-1", 11), ("-9", 12)] {
+        let tbz = out.join(format!("t{level}.tar.bz2"));
+        run(Command::new("sh")
+            .arg("-c")
+            .arg(format!("bzip2 -q {level} -c \"$0\" > \"$1\""))
+            .arg(&tar)
+            .arg(&tbz));
+        check(&tbz, Format::TarBz2, &files, seed);
+        let points = scan::scan(&tbz, &|_| {}).unwrap().points.len();
+        assert!(points >= 16, "{points} blocks at {level}");
+    }
+    let bz_streams = out.join("streams.tar.bz2");
+    two_parts(&tar, &bz_streams, "bzip2");
+    check(&bz_streams, Format::TarBz2, &files, 13);
 
     let zip = out.join("t.zip");
     run(Command::new("zip")

@@ -25,7 +25,8 @@ use crate::entry::ExitCode;
 pub struct MountArgs {
     /// `DIR`: mount over that directory in place (its contents stay where they are) and record
     /// every file read and written under it. `ARCHIVE... DIR`: mount archives (tar, tar.gz,
-    /// tar.zst, zip) read-only on DIR as one tree, recording which members each job reads.
+    /// tar.zst, tar.xz, tar.bz2, zip) read-only on DIR as one tree, recording which members each
+    /// job reads.
     #[arg(required_unless_present = "list", value_name = "[ARCHIVE...] DIR")]
     paths: Vec<PathBuf>,
     /// Stay in the foreground (for debugging); Ctrl-C unmounts.
@@ -394,13 +395,18 @@ fn index_archives(
                 crate::fmt::duration_ns(started.elapsed().as_nanos() as i64)
             );
         }
-        // gzip gets an access point every MiB; zstd only has its frames.
+        // gzip gets an access point every MiB; zstd only has its frames, xz its blocks.
         let stretch = index.longest_stretch();
-        if stretch > 64 << 20 {
+        let unit = match index.format {
+            roar_archive::Format::TarXz => Some(("xz", "block", "`xz -T0` and pixz make")),
+            roar_archive::Format::TarZst => Some(("zstd", "frame", "`pzstd` makes")),
+            _ => None,
+        };
+        if let Some((codec, unit, remedy)) = unit.filter(|_| stretch > 64 << 20) {
             eprintln!(
-                "roar: note: {} has zstd frames of up to {} decompressed: a member read out of archive order decodes its frame from the start; `pzstd` makes archives with small frames",
+                "roar: note: {} has {codec} {unit}s of up to {} decompressed: a member read out of archive order decodes its {unit} from the start; {remedy} archives with small {unit}s",
                 index.archive.display(),
-                crate::fmt::size(stretch)
+                crate::fmt::size(stretch),
             );
         }
         indexes.push(index);

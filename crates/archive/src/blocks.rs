@@ -1,0 +1,208 @@
+//! Compressed streams made of blocks that decode on their own — xz blocks (`xz -T0`, pixz),
+//! bzip2 blocks (every bzip2 file: 100–900 kB of input each) — read with random access: every
+//! block start is an access point, and a block is decoded as a complete stream of its own
+//! ([`crate::xz`], [`crate::bz2`] write that stream around the block's bytes, so the codec's own
+//! integrity checks run on every block read). An access point's `window` holds what decoding
+//! its block alone needs (its codec's [`Block::meta`]).
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::gz::Point;
+
+/// A block of the file, before decoding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Block {
+    /// Where it starts in the file, in bits (xz blocks start on a byte).
+    pub start_bit: u64,
+    /// Its decoded size when the file says so before decoding (xz's index), else None.
+    pub size: Option<u64>,
+    /// What decoding it alone needs, kept as the access point's `window`.
+    pub meta: Vec<u8>,
+}
+
+/// One codec of blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Codec {
+    Xz,
+    Bz2,
+}
+
+impl Codec {
+    /// The file's blocks, in order.
+    pub fn blocks(self, file: &File) -> io::Result<Vec<Block>> {
+        match self {
+            Codec::Xz => crate::xz::blocks(file),
+            Codec::Bz2 => crate::bz2::blocks(file),
+        }
+    }
+
+    /// The decoded bytes of the block at `point`, alone.
+    fn open(self, file: &Arc<File>, point: &Point) -> io::Result<Box<dyn Read + Send>> {
+        match self {
+            Codec::Xz => crate::xz::open(file, point.coff, &point.window),
+            Codec::Bz2 => crate::bz2::open(file, &point.window),
+        }
+    }
+}
+
+fn point(block: &Block, uoff: u64) -> Point {
+    Point {
+        uoff,
+        coff: block.start_bit / 8,
+        bits: (block.start_bit % 8) as u8,
+        window: block.meta.clone(),
+    }
+}
+
+/// The decompressed stream, block by block, recording each block's start as an access point.
+pub struct Scan {
+    codec: Codec,
+    file: Arc<File>,
+    blocks: Vec<Block>,
+    next: usize,
+    cur: Option<(Box<dyn Read + Send>, Option<u64>, u64)>,
+    uoff: u64,
+    points: Vec<Point>,
+    /// How much of the file has been read, updated at each block.
+    read: Arc<AtomicU64>,
+}
+
+impl Scan {
+    pub fn new(codec: Codec, file: Arc<File>, read: Arc<AtomicU64>) -> io::Result<Scan> {
+        let blocks = codec.blocks(&file)?;
+        Ok(Scan {
+            codec,
+            file,
+            blocks,
+            next: 0,
+            cur: None,
+            uoff: 0,
+            points: Vec::new(),
+            read,
+        })
+    }
+
+    pub fn into_points(self) -> Vec<Point> {
+        self.points
+    }
+}
+
+impl Read for Scan {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if self.cur.is_none() {
+                let Some(block) = self.blocks.get(self.next) else {
+                    return Ok(0);
+                };
+                self.next += 1;
+                self.read.store(block.start_bit / 8, Ordering::Relaxed);
+                let point = point(block, self.uoff);
+                let dec = self.codec.open(&self.file, &point)?;
+                self.cur = Some((dec, block.size, 0));
+                self.points.push(point);
+            }
+            let (dec, size, got) = self.cur.as_mut().expect("a block is open");
+            let n = dec.read(out)?;
+            if n == 0 && !out.is_empty() {
+                if size.is_some_and(|s| s != *got) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "block {} decodes to {got} bytes where the index says {}",
+                            self.next - 1,
+                            size.unwrap_or(0)
+                        ),
+                    ));
+                }
+                self.cur = None;
+                continue;
+            }
+            *got += n as u64;
+            self.uoff += n as u64;
+            return Ok(n);
+        }
+    }
+}
+
+/// Decoding positioned at a block start, reading on through the blocks after it.
+pub struct Cursor {
+    codec: Codec,
+    file: Arc<File>,
+    /// The access points from the one decoding started at; `next` indexes the block after the
+    /// current one.
+    points: Vec<Point>,
+    next: usize,
+    dec: Option<Box<dyn Read + Send>>,
+    uoff: u64,
+}
+
+impl Cursor {
+    /// At the access point `points[0]`, the points after it the blocks to read on into.
+    pub fn at_point(codec: Codec, file: Arc<File>, points: &[Point]) -> io::Result<Cursor> {
+        let first = points.first().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidData, "no access point in the index")
+        })?;
+        Ok(Cursor {
+            codec,
+            dec: Some(codec.open(&file, first)?),
+            uoff: first.uoff,
+            file,
+            points: points.to_vec(),
+            next: 1,
+        })
+    }
+
+    pub fn offset(&self) -> u64 {
+        self.uoff
+    }
+
+    pub fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        loop {
+            let Some(dec) = self.dec.as_mut() else {
+                return Ok(0);
+            };
+            let n = dec.read(out)?;
+            if n == 0 && !out.is_empty() {
+                self.dec = match self.points.get(self.next) {
+                    Some(p) => Some(self.codec.open(&self.file, p)?),
+                    None => None,
+                };
+                self.next += 1;
+                continue;
+            }
+            self.uoff += n as u64;
+            return Ok(n);
+        }
+    }
+
+    pub fn skip(&mut self, mut n: u64) -> io::Result<()> {
+        // Whole blocks are passed over without decoding: the next access point says where the
+        // stream is after them.
+        while let Some(p) = self.points.get(self.next) {
+            if p.uoff > self.uoff + n {
+                break;
+            }
+            n -= p.uoff - self.uoff;
+            self.uoff = p.uoff;
+            self.dec = Some(self.codec.open(&self.file, p)?);
+            self.next += 1;
+        }
+        let mut buf = vec![0u8; 64 * 1024];
+        while n > 0 {
+            let want = buf.len().min(n as usize);
+            match self.read(&mut buf[..want])? {
+                0 => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the compressed data ends before the member does",
+                    ))
+                }
+                k => n -= k as u64,
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,284 @@
+//! bzip2 with random access by blocks. Every bzip2 block (100–900 kB of input) decodes on its
+//! own, but blocks start at any bit, marked only by a 48-bit magic number (and the stream's end
+//! by another), with no index: the file is searched for both magics at every bit offset
+//! (`memchr`'s SIMD search for the five bytes a magic fixes at each of the eight shifts, then
+//! the bits at either end checked). A block is decoded alone as a one-block stream: the stream
+//! header, the block's bits shifted onto a byte, the end-of-stream magic and, as the stream's
+//! CRC, the block's own — so the codec checks every block it decodes, and a magic number that
+//! merely occurs inside compressed data (about once in 2^48 bits) cannot pass for a block
+//! boundary unnoticed: the block it would cut fails its check. Concatenated streams (pbzip2,
+//! lbzip2) are followed from one to the next.
+
+use std::fs::File;
+use std::io::{self, Read};
+
+use crate::blocks::Block;
+use crate::gz::read_at_retry;
+
+const BLOCK_MAGIC: u64 = 0x3141_5926_5359;
+const END_MAGIC: u64 = 0x1772_4538_5090;
+/// The meta of a block: the stream's level ('1'..'9'), its first and its end bit.
+const META: usize = 17;
+/// Bytes searched at a time.
+const CHUNK: usize = 8 << 20;
+
+fn bad(what: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.into())
+}
+
+/// A magic number placed at bit shift `s` of a 7-byte window: the five bytes it fixes
+/// (window bytes 1 to 5), and the bits it fixes of bytes 0 and 6 (value, mask).
+struct Shifted {
+    needle: [u8; 5],
+    first: (u8, u8),
+    last: (u8, u8),
+}
+
+fn shifted(magic: u64, s: u32) -> Shifted {
+    let v = magic << (8 - s);
+    let byte = |k: u32| (v >> (8 * (6 - k))) as u8;
+    Shifted {
+        needle: [byte(1), byte(2), byte(3), byte(4), byte(5)],
+        first: (byte(0), 0xffu8 >> s),
+        // The top `s` bits of byte 6.
+        last: (byte(6), (0xff00u16 >> s) as u8),
+    }
+}
+
+/// Every bit offset in the file where `BLOCK_MAGIC` (false) or `END_MAGIC` (true) starts, in
+/// order.
+fn magics(file: &File) -> io::Result<Vec<(u64, bool)>> {
+    let pats: Vec<(Shifted, u32, bool)> = [(BLOCK_MAGIC, false), (END_MAGIC, true)]
+        .into_iter()
+        .flat_map(|(m, end)| (0..8).map(move |s| (shifted(m, s), s, end)))
+        .collect();
+    let finders: Vec<memchr::memmem::Finder> = pats
+        .iter()
+        .map(|(p, ..)| memchr::memmem::Finder::new(&p.needle).into_owned())
+        .collect();
+    let len = file.metadata()?.len();
+    let mut found = Vec::new();
+    // `buf[0]` is the byte at file offset `base`; windows that cross a chunk's end are found
+    // in the next chunk, which starts 6 bytes before it.
+    let mut buf = vec![0u8; CHUNK + 6];
+    let mut base = 0u64;
+    while base < len {
+        let want = buf.len().min((len - base) as usize);
+        let n = read_at_retry(file, &mut buf[..want], base)?;
+        if n < want {
+            return Err(bad("bzip2: the file shrank while it was read"));
+        }
+        let chunk = &buf[..n];
+        for ((p, s, end), finder) in pats.iter().zip(&finders) {
+            for j in finder.find_iter(chunk) {
+                // Window byte 1 is at j: byte 0 at j - 1, byte 6 at j + 5.
+                let Some(b0) = j.checked_sub(1).map(|i| chunk[i]) else {
+                    continue;
+                };
+                let b6 = chunk.get(j + 5).copied().unwrap_or(0);
+                if b0 & p.first.1 == p.first.0 & p.first.1
+                    && (p.last.1 == 0 || (j + 5 < n && b6 & p.last.1 == p.last.0 & p.last.1))
+                {
+                    found.push(((base + j as u64 - 1) * 8 + u64::from(*s), *end));
+                }
+            }
+        }
+        if base + (n as u64) >= len {
+            break;
+        }
+        base += (n - 6) as u64;
+    }
+    found.sort_unstable();
+    found.dedup();
+    Ok(found)
+}
+
+/// The blocks of every stream of the file, in order.
+pub fn blocks(file: &File) -> io::Result<Vec<Block>> {
+    let len = file.metadata()?.len();
+    let marks = magics(file)?;
+    let mut blocks = Vec::new();
+    let mut at = 0u64;
+    let mut m = 0;
+    while at < len {
+        let mut head = [0u8; 4];
+        if read_at_retry(file, &mut head, at)? < 4
+            || &head[..3] != b"BZh"
+            || !(b'1'..=b'9').contains(&head[3])
+        {
+            return Err(bad(format!("bzip2: no stream header at byte {at}")));
+        }
+        let mut bit = (at + 4) * 8;
+        loop {
+            while marks.get(m).is_some_and(|&(b, _)| b < bit) {
+                m += 1;
+            }
+            match marks.get(m) {
+                Some(&(b, false)) if b == bit => {
+                    // The block runs to the next mark: its own magic is 48 bits long.
+                    let end = marks[m + 1..]
+                        .iter()
+                        .find(|&&(b, _)| b >= bit + 48)
+                        .map(|&(b, _)| b)
+                        .ok_or_else(|| bad("bzip2: the last stream has no end"))?;
+                    let mut meta = Vec::with_capacity(META);
+                    meta.push(head[3]);
+                    meta.extend_from_slice(&bit.to_le_bytes());
+                    meta.extend_from_slice(&end.to_le_bytes());
+                    blocks.push(Block {
+                        start_bit: bit,
+                        size: None,
+                        meta,
+                    });
+                    bit = end;
+                }
+                Some(&(b, true)) if b == bit => {
+                    // The end magic, the stream's CRC, then padding to a byte.
+                    at = (bit + 80).div_ceil(8);
+                    break;
+                }
+                _ => return Err(bad(format!("bzip2: no block at bit {bit}"))),
+            }
+        }
+    }
+    Ok(blocks)
+}
+
+/// Bits appended to a byte vector, most significant first.
+#[derive(Default)]
+struct Bits {
+    out: Vec<u8>,
+    /// Bits used of the last byte (0: it is full, or there is none).
+    used: u32,
+}
+
+impl Bits {
+    fn push(&mut self, v: u64, n: u32) {
+        for i in (0..n).rev() {
+            let bit = (v >> i) & 1 == 1;
+            if self.used == 0 {
+                self.out.push(0);
+            }
+            if bit {
+                *self.out.last_mut().expect("pushed above") |= 0x80 >> self.used;
+            }
+            self.used = (self.used + 1) % 8;
+        }
+    }
+
+    /// `n` bits of `src`, starting at its bit `shift` (0 to 7).
+    fn copy(&mut self, src: &[u8], shift: u32, n: u64) {
+        debug_assert_eq!(self.used, 0, "copied onto a byte boundary");
+        let whole = (n / 8) as usize;
+        self.out.reserve(whole + 1);
+        for i in 0..whole {
+            let hi = src[i] << shift;
+            let lo = if shift == 0 {
+                0
+            } else {
+                src[i + 1] >> (8 - shift)
+            };
+            self.out.push(hi | lo);
+        }
+        let rest = (n % 8) as u32;
+        if rest > 0 {
+            let at = whole * 8 + shift as usize;
+            let word = u16::from(src[at / 8]) << 8 | u16::from(*src.get(at / 8 + 1).unwrap_or(&0));
+            let v = (word << (at % 8)) >> (16 - rest);
+            self.push(u64::from(v), rest);
+        }
+    }
+}
+
+/// The block whose meta is `meta`, decoded alone.
+pub fn open(file: &File, meta: &[u8]) -> io::Result<Box<dyn Read + Send>> {
+    if meta.len() != META {
+        return Err(bad("bzip2: the access point does not describe a block"));
+    }
+    let level = meta[0];
+    let start = u64::from_le_bytes(meta[1..9].try_into().expect("8 bytes"));
+    let end = u64::from_le_bytes(meta[9..17].try_into().expect("8 bytes"));
+    if end < start + 80 || end - start > 8 * (64 << 20) {
+        return Err(bad("bzip2: the access point describes no block"));
+    }
+    let first = start / 8;
+    let mut src = vec![0u8; (end.div_ceil(8) - first) as usize + 1];
+    let n = read_at_retry(file, &mut src, first)?;
+    if (n as u64) < end.div_ceil(8) - first {
+        return Err(bad("bzip2: the file ends inside a block"));
+    }
+    let shift = (start % 8) as u32;
+    let mut bits = Bits::default();
+    bits.out.extend_from_slice(b"BZh");
+    bits.out.push(level);
+    bits.copy(&src, shift, end - start);
+    // The block's CRC follows its magic: a one-block stream's CRC is the block's.
+    let mut crc = Bits::default();
+    crc.copy(&src, shift, 80);
+    let crc = u32::from_be_bytes(crc.out[6..10].try_into().expect("4 bytes"));
+    bits.push(END_MAGIC, 48);
+    bits.push(u64::from(crc), 32);
+    Ok(Box::new(Checked {
+        dec: bzip2::read::BzDecoder::new(io::Cursor::new(bits.out)),
+        start,
+    }))
+}
+
+/// A block's decoder whose errors say which block could not be decoded.
+struct Checked {
+    dec: bzip2::read::BzDecoder<io::Cursor<Vec<u8>>>,
+    start: u64,
+}
+
+impl Read for Checked {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.dec.read(buf).map_err(|e| {
+            bad(format!(
+                "bzip2: the block at bit {} does not decode ({e})",
+                self.start
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bits_are_copied_from_any_shift() {
+        let src = [0b1010_1100, 0b0101_0011, 0b1111_0000];
+        for shift in 0..8 {
+            for n in 0..(24 - u64::from(shift)) {
+                let mut b = Bits::default();
+                b.copy(&src, shift, n);
+                let mut want = Bits::default();
+                for i in 0..n {
+                    let at = u64::from(shift) + i;
+                    let bit = (src[(at / 8) as usize] >> (7 - at % 8)) & 1;
+                    want.push(u64::from(bit), 1);
+                }
+                assert_eq!(b.out, want.out, "shift {shift}, {n} bits");
+            }
+        }
+    }
+
+    #[test]
+    fn a_magic_is_found_at_every_bit_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        for at in [8u64, 13, 100, 8 * 1000 + 7] {
+            let mut bits = Bits::default();
+            bits.push(0x5a5a, (at as u32).min(16));
+            for _ in 16..at {
+                bits.push(0, 1);
+            }
+            bits.push(BLOCK_MAGIC, 48);
+            // Ones after it: a check of bits the magic does not fix would fail on them.
+            bits.push(0xffff, 16);
+            let path = dir.path().join("f");
+            std::fs::write(&path, &bits.out).unwrap();
+            let found = magics(&File::open(&path).unwrap()).unwrap();
+            assert_eq!(found, [(at, false)], "at bit {at}");
+        }
+    }
+}
