@@ -109,7 +109,7 @@ impl Format {
             Ok(Format::TarZst)
         } else if head.starts_with(b"PK\x03\x04") || head.starts_with(b"PK\x05\x06") {
             Ok(Format::Zip)
-        } else if head.len() == 512 && (&head[257..262] == b"ustar" || tar_checksum_ok(&head)) {
+        } else if head.len() == 512 && tar_header(&head) {
             Ok(Format::Tar)
         } else if head.starts_with(b"BZh") && head.get(3).is_some_and(|l| (b'1'..=b'9').contains(l))
         {
@@ -127,6 +127,11 @@ impl Format {
 /// A zstd skippable frame (magic 0x184D2A50 to 0x184D2A5F, little-endian).
 fn starts_skippable(h: &[u8]) -> bool {
     h.len() >= 8 && h[1..4] == [0x2a, 0x4d, 0x18] && h[0] & 0xf0 == 0x50
+}
+
+/// A tar header: POSIX's magic, or (pre-POSIX, v7) its checksum field matches its bytes.
+fn tar_header(h: &[u8]) -> bool {
+    &h[257..262] == b"ustar" || tar_checksum_ok(h)
 }
 
 /// A pre-POSIX (v7) tar header: its checksum field matches the sum of its bytes.

@@ -48,7 +48,7 @@ pub fn scan(archive: &Path, progress: Progress) -> Result<Index, ArchiveError> {
             h.update_reader(File::open(&archive)?)?;
             Ok(*h.finalize().as_bytes())
         });
-        let listed = list(&file, format, progress);
+        let listed = list(&file, &archive, format, progress);
         (
             listed,
             whole.join().expect("the archive hash thread panicked"),
@@ -94,13 +94,15 @@ fn printable(s: &str) -> String {
 type Skipped = Vec<(Vec<u8>, String)>;
 type Listed = (Vec<Member>, Vec<gz::Point>, Skipped);
 
-fn list(file: &File, format: Format, progress: Progress) -> io::Result<Listed> {
+fn list(file: &File, archive: &Path, format: Format, progress: Progress) -> io::Result<Listed> {
     let read = Arc::new(AtomicU64::new(0));
     let counted = Counted {
         inner: file.try_clone()?,
         read: read.clone(),
     };
     let report = || progress(read.load(Ordering::Relaxed));
+    let meta = file.metadata()?;
+    let stream = |scan: &mut dyn Read| list_stream(scan, archive, &meta, &report);
     match format {
         Format::Tar => {
             let (m, s) = list_tar(BufReader::with_capacity(1 << 20, counted), false, &report)?;
@@ -108,17 +110,12 @@ fn list(file: &File, format: Format, progress: Progress) -> io::Result<Listed> {
         }
         Format::TarGz => {
             let mut scan = gz::Scan::new(counted)?;
-            // Buffered: the tar reader asks for 512-byte headers, each a call into zlib otherwise.
-            let (m, s) = list_tar(BufReader::with_capacity(1 << 20, &mut scan), true, &report)?;
-            // The rest of the stream (zero blocks after the end of the tar) holds no member,
-            // but the scan checks it is well formed.
-            io::copy(&mut scan, &mut io::sink())?;
+            let (m, s) = stream(&mut scan)?;
             Ok((m, scan.into_points(), s))
         }
         Format::TarZst => {
             let mut scan = zst::Scan::new(Arc::new(file.try_clone()?), read.clone())?;
-            let (m, s) = list_tar(BufReader::with_capacity(1 << 20, &mut scan), true, &report)?;
-            io::copy(&mut scan, &mut io::sink())?;
+            let (m, s) = stream(&mut scan)?;
             Ok((m, scan.into_points(), s))
         }
         Format::TarXz | Format::TarBz2 => {
@@ -127,8 +124,7 @@ fn list(file: &File, format: Format, progress: Progress) -> io::Result<Listed> {
                 _ => blocks::Codec::Bz2,
             };
             let mut scan = blocks::Scan::new(codec, Arc::new(file.try_clone()?), read.clone())?;
-            let (m, s) = list_tar(BufReader::with_capacity(1 << 20, &mut scan), true, &report)?;
-            io::copy(&mut scan, &mut io::sink())?;
+            let (m, s) = stream(&mut scan)?;
             Ok((m, scan.into_points(), s))
         }
         Format::Zip => {
@@ -136,6 +132,57 @@ fn list(file: &File, format: Format, progress: Progress) -> io::Result<Listed> {
             Ok((m, Vec::new(), s))
         }
     }
+}
+
+/// The members of a compressed stream, read to its end: a tar's, or — a stream that is not a
+/// tar (`data.csv.xz`) — one member, the decompressed file, named as the archive without its
+/// compression suffix (`data.csv`), with the archive file's owner, mode and time.
+fn list_stream(
+    scan: &mut dyn Read,
+    archive: &Path,
+    meta: &std::fs::Metadata,
+    report: &dyn Fn(),
+) -> io::Result<(Vec<Member>, Skipped)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut head = Vec::with_capacity(512);
+    (&mut *scan).take(512).read_to_end(&mut head)?;
+    let tar = head.len() == 512 && (head.iter().all(|&b| b == 0) || crate::tar_header(&head));
+    let mut whole = io::Cursor::new(head).chain(scan);
+    if tar {
+        // Buffered: the tar reader asks for 512-byte headers, each a call into the codec
+        // otherwise.
+        let listed = list_tar(BufReader::with_capacity(1 << 20, &mut whole), true, report)?;
+        // The rest of the stream (zero blocks after the end of the tar) holds no member, but
+        // decoding it checks it is well formed.
+        io::copy(&mut whole, &mut io::sink())?;
+        return Ok(listed);
+    }
+    let (blake3, size) = hash_reader(&mut whole)?;
+    let member = Member {
+        path: plain_name(archive),
+        kind: Kind::File,
+        mode: meta.mode() & 0o7777,
+        uid: meta.uid(),
+        gid: meta.gid(),
+        mtime: meta.mtime(),
+        size,
+        data: Data::Stream { offset: 0 },
+        blake3,
+        link: None,
+    };
+    Ok((vec![member], Vec::new()))
+}
+
+/// The name of the file a compressed file holds: its own without the compression suffix.
+fn plain_name(archive: &Path) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt;
+    let name = archive.file_name().map_or(&b"data"[..], |n| n.as_bytes());
+    for suffix in [&b".gz"[..], b".xz", b".bz2", b".zst", b".zstd"] {
+        if let Some(stem) = name.strip_suffix(suffix).filter(|s| !s.is_empty()) {
+            return stem.to_vec();
+        }
+    }
+    [name, b".decompressed"].concat()
 }
 
 struct Counted {

@@ -396,3 +396,47 @@ fn what_is_not_an_archive_is_said_in_one_line() {
     let e = scan::scan(&truncated, &|_| {}).unwrap_err().to_string();
     assert!(e.contains("damaged"), "{e}");
 }
+
+/// A compressed file that is not a tar (`data.csv.xz`) mounts as the one file it holds, named
+/// without the suffix, readable at random offsets, in every compressed format.
+#[test]
+fn a_compressed_file_that_is_not_a_tar_is_one_member() {
+    let scratch = tempfile::tempdir().unwrap();
+    let mut rng = Rng(0x5eed);
+    // Several MiB of text (1 MiB xz blocks, 100 kB bzip2 blocks: many access points).
+    let csv: Vec<u8> = (0..3_000_000)
+        .map(|_| b"0123456789,.abc\n"[rng.below(16) as usize])
+        .collect();
+    let plain = scratch.path().join("data.csv");
+    std::fs::write(&plain, &csv).unwrap();
+    for (tool, args, suffix, format) in [
+        ("gzip", "-c", "gz", Format::TarGz),
+        ("zstd", "-q -c", "zst", Format::TarZst),
+        ("xz", "-T2 --block-size=1MiB -c", "xz", Format::TarXz),
+        ("bzip2", "-1 -c", "bz2", Format::TarBz2),
+    ] {
+        let packed = scratch.path().join(format!("data.csv.{suffix}"));
+        run(Command::new("sh")
+            .arg("-c")
+            .arg(format!("{tool} {args} \"$0\" > \"$1\""))
+            .arg(&plain)
+            .arg(&packed));
+        let index = scan::scan(&packed, &|_| {}).unwrap();
+        assert_eq!(index.format, format);
+        assert_eq!(index.members.len(), 1, "{suffix}");
+        let m = &index.members[0];
+        assert_eq!(m.path, b"data.csv", "{suffix}");
+        assert_eq!(m.size, csv.len() as u64, "{suffix}");
+        assert_eq!(m.blake3, *blake3::hash(&csv).as_bytes(), "{suffix}");
+        let source = Source::open(index.clone()).unwrap();
+        for _ in 0..50 {
+            let off = rng.below(csv.len() as u64 + 10);
+            let mut buf = vec![0u8; rng.below(300_000) as usize];
+            let n = source.reader(0).read_at(&source, off, &mut buf).unwrap();
+            let from = (off as usize).min(csv.len());
+            let to = (from + buf.len()).min(csv.len());
+            assert_eq!(n, to - from, "{suffix} at {off}");
+            assert!(buf[..n] == csv[from..to], "{suffix} at {off}");
+        }
+    }
+}
