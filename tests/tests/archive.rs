@@ -1,5 +1,5 @@
 //! `roar mount ARCHIVE... DIR` with real FUSE mounts of archives made by the real tools (tar,
-//! gzip, zstd, xz, bzip2, zip): every member's bytes through the mount equal extraction, every recorded
+//! gzip, zstd, xz, zip): every member's bytes through the mount equal extraction, every recorded
 //! member hash equals `b3sum` of the extracted file, jobs record exactly the members they read
 //! (through the mount's own attribution and under `roar run` with every backend), the index is
 //! reused across mounts and rebuilt when the archive changes, and `roar status` sees a changed
@@ -109,10 +109,11 @@ impl Archives {
                     .arg(".");
                 c
             }
-            // xz in 1 MiB blocks, as `xz -T0` and pixz write it (an access point at each).
+            // xz in 1 MiB blocks, as `xz -T0` and pixz write it (an access point at each); the
+            // fastest preset (-6 takes a minute on this data set).
             Some("xz") => {
                 let mut c = Command::new("tar");
-                c.args(["-I", "xz -T2 --block-size=1MiB"])
+                c.args(["-I", "xz -0 -T2 --block-size=1MiB"])
                     .arg("-cf")
                     .arg(&out)
                     .arg(".");
@@ -249,7 +250,7 @@ fn b3sum_of_extraction(archive: &Path, scratch: &Path) -> BTreeMap<String, Strin
 #[test]
 fn every_member_through_the_mount_equals_extraction_in_every_format() {
     if !require_fuse()
-        || !["tar", "pzstd", "xz", "bzip2", "zip", "python3", "b3sum"]
+        || !["tar", "pzstd", "xz", "zip", "python3", "b3sum"]
             .iter()
             .all(|t| common::require_tool(t))
     {
@@ -260,8 +261,9 @@ fn every_member_through_the_mount_equals_extraction_in_every_format() {
         "data.tar",
         "data.tar.gz",
         "data.tar.zst",
+        // bzip2 (a block codec read as xz is, ~10 MB/s to make) is in the library's tests and
+        // bench/archive.sh, which checks every member it reads against the extraction.
         "data.tar.xz",
-        "data.tar.bz2",
         "data.zip",
     ] {
         let archive = a.make(name);
