@@ -21,6 +21,11 @@ if [ ! -x "$VENV/bin/ratarmount" ]; then
     "$VENV/bin/pip" install --quiet --disable-pip-version-check ratarmount==1.3.0
 fi
 RATARMOUNT="$VENV/bin/ratarmount"
+# ratarmount's FUSE binding (mfusepy) loads libfuse at run time; roar needs none.
+if ! dpkg -s libfuse3-3 > /dev/null 2>&1; then
+    echo "installing libfuse3 for ratarmount (once)" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libfuse3-3 > /dev/null
+fi
 
 for d in "$W/p/m-roar" "$W/m-rat"; do
     fusermount -u "$d" 2> /dev/null || umount -l "$d" 2> /dev/null || true
@@ -53,7 +58,8 @@ for f in $FORMATS; do
     case "$f" in
         tar) (cd src && tar -cf ../data.tar .) ;;
         tar.gz) (cd src && tar -czf ../data.tar.gz .) ;;
-        tar.zst) (cd src && tar -I 'zstd -q -T0' -cf ../data.tar.zst .) ;;
+        # pzstd: frames of a few MiB (plain `zstd` writes one frame, read from its start each time).
+        tar.zst) (cd src && tar -I 'pzstd -q -p 2' -cf ../data.tar.zst .) ;;
         tar.xz) (cd src && tar -I 'xz -T1' -cf ../data.tar.xz .) ;;
         blocks.tar.xz) (cd src && tar -I 'xz -T0 --block-size=1MiB' -cf ../data.blocks.tar.xz .) ;;
         tar.bz2) (cd src && tar -cjf ../data.tar.bz2 .) ;;
