@@ -31,6 +31,15 @@ pub enum Codec {
 }
 
 impl Codec {
+    /// The block codec of an archive format, if it has one.
+    pub fn of(format: crate::Format) -> Option<Codec> {
+        match format {
+            crate::Format::TarXz => Some(Codec::Xz),
+            crate::Format::TarBz2 => Some(Codec::Bz2),
+            _ => None,
+        }
+    }
+
     /// The file's blocks, in order.
     pub fn blocks(self, file: &File) -> io::Result<Vec<Block>> {
         match self {

@@ -163,10 +163,7 @@ impl MemberReader {
                             Decoder::Zstd(zst::Cursor::at_point(file.clone(), point)?)
                         }
                         Format::TarXz | Format::TarBz2 => {
-                            let codec = match src.index.format {
-                                Format::TarXz => blocks::Codec::Xz,
-                                _ => blocks::Codec::Bz2,
-                            };
+                            let codec = blocks::Codec::of(src.index.format).expect("a block codec");
                             let points = src.index.points_from(target);
                             Decoder::Blocks(blocks::Cursor::at_point(codec, file.clone(), points)?)
                         }

@@ -77,17 +77,15 @@ pub fn scan(archive: &Path, progress: Progress) -> Result<Index, ArchiveError> {
 /// `s` on one line of printable characters: what a damaged archive makes a decoder or the tar
 /// reader say can quote its bytes (a member name of garbage, control characters).
 fn printable(s: &str) -> String {
-    s.chars()
-        .flat_map(|c| {
-            let escape = c.is_control() || c == '\u{fffd}';
-            let shown: Vec<char> = if escape {
-                c.escape_default().collect()
-            } else {
-                vec![c]
-            };
-            shown
-        })
-        .collect()
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_control() || c == '\u{fffd}' {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Entries not shown, with why.
@@ -119,10 +117,7 @@ fn list(file: &File, archive: &Path, format: Format, progress: Progress) -> io::
             Ok((m, scan.into_points(), s))
         }
         Format::TarXz | Format::TarBz2 => {
-            let codec = match format {
-                Format::TarXz => blocks::Codec::Xz,
-                _ => blocks::Codec::Bz2,
-            };
+            let codec = blocks::Codec::of(format).expect("a block codec");
             let mut scan = blocks::Scan::new(codec, Arc::new(file.try_clone()?), read.clone())?;
             let (m, s) = stream(&mut scan)?;
             Ok((m, scan.into_points(), s))
