@@ -91,10 +91,15 @@ pub fn blocks(file: &File) -> io::Result<Vec<Block>> {
         let mut index = vec![0u8; index_len as usize];
         read_exact_at(file, &mut index, index_at)?;
         let records = parse_index(&index)?;
-        let padded: u64 = records.iter().map(|(u, _)| u.div_ceil(4) * 4).sum();
-        let start = index_at
-            .checked_sub(padded + 12)
-            .ok_or_else(|| bad("xz: the blocks run before the start of the file"))?;
+        // Checked: a damaged index's sizes are any numbers.
+        let before_file = || bad("xz: the blocks run before the start of the file");
+        let padded = records
+            .iter()
+            .try_fold(12u64, |sum, (u, _)| {
+                sum.checked_add(u.checked_next_multiple_of(4)?)
+            })
+            .ok_or_else(before_file)?;
+        let start = index_at.checked_sub(padded).ok_or_else(before_file)?;
         let mut header = [0u8; 12];
         read_exact_at(file, &mut header, start)?;
         if header[..6] != HEADER_MAGIC
