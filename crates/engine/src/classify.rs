@@ -67,6 +67,10 @@ pub struct PathState {
     pub input: Option<ContentHash>,
     /// The latest content an observer saw at the path, with the version it saw.
     pub known: Option<(u64, ContentHash)>,
+    /// A directory the job moved landed where this name's directory was: the name now holds
+    /// what the moved directory held under it — a file the job never saw, or nothing — until an
+    /// event or the observer says which ([`PathState::refill`]).
+    pub refilled: bool,
 }
 
 /// Which version of a path a record names.
@@ -239,6 +243,14 @@ impl Paths {
     /// replaces one already at the new name (it is what lives there now) and keeps the earlier of
     /// the two places in the order.
     fn move_children(&mut self, from: &Path, to: &Path) {
+        // The names already below `to`: each now holds what `from` held under it (the job's
+        // state moved there if it had one, else something it never saw, or nothing).
+        let mut displaced: Vec<usize> = (0..self.list.len())
+            .filter(|&j| {
+                let (p, st) = &self.list[j];
+                st.is_some() && p != to && p.starts_with(to)
+            })
+            .collect();
         for i in 0..self.list.len() {
             let (p, st) = &mut self.list[i];
             let Ok(rest) = p.strip_prefix(from) else {
@@ -255,10 +267,12 @@ impl Paths {
             match self.seen.get(new.as_os_str()) {
                 Some(Seen::At(j)) if *j < i => {
                     let j = *j;
+                    displaced.retain(|&d| d != j);
                     self.list[j].1 = Some(moved);
                 }
                 Some(Seen::At(j)) => {
                     let j = *j;
+                    displaced.retain(|&d| d != j);
                     self.list[j].1 = None;
                     self.list[i].1 = Some(moved);
                     self.seen.insert(new.into_os_string(), Seen::At(i));
@@ -269,6 +283,19 @@ impl Paths {
                 }
             }
         }
+        for j in displaced {
+            if let Some(st) = self.list[j].1.as_mut() {
+                st.refilled = true;
+            }
+        }
+    }
+
+    /// The names a directory move refilled that no event has settled yet.
+    fn refilled(&self) -> impl Iterator<Item = &Path> {
+        self.list
+            .iter()
+            .filter(|(_, st)| st.as_ref().is_some_and(|st| st.refilled))
+            .map(|(p, _)| p.as_path())
     }
 }
 
@@ -345,6 +372,13 @@ pub fn classify_part<'e>(
     let mut rules = Rules::default();
     for ev in events {
         rules.apply(&cx, ev);
+    }
+    // A name a directory move refilled and no later event touched holds at the end what the
+    // move put there: the filesystem says whether that is a file.
+    let refilled: Vec<PathBuf> = rules.paths.refilled().map(Path::to_owned).collect();
+    for path in refilled {
+        let holds = path.symlink_metadata().is_ok_and(|m| !m.is_dir());
+        rules.holds(&path, holds);
     }
     rules.finish()
 }
@@ -426,6 +460,9 @@ impl Rules {
     }
 
     fn decide(&mut self, cx: &Context, ev: &Event) {
+        for (path, holds) in evidence(cx, ev).into_iter().flatten() {
+            self.holds(path, holds);
+        }
         match ev {
             Event::Exec {
                 pid,
@@ -516,9 +553,31 @@ impl Rules {
     }
 
     /// A directory moved from `from` to `to` (an observer that tells directories from files when
-    /// they move: the mount): what the job did below it now lives below the new name.
+    /// they move: the mount): what the job did below it now lives below the new name. The names
+    /// already below `to` are refilled: the observer says what each holds ([`Rules::holds`],
+    /// [`Rules::refilled_below`]).
     pub fn moved_dir(&mut self, from: &Path, to: &Path) {
         self.paths.move_children(from, to);
+    }
+
+    /// The names below `dir` a directory move refilled and nothing has settled yet.
+    pub fn refilled_below(&self, dir: &Path) -> Vec<PathBuf> {
+        self.paths
+            .refilled()
+            .filter(|p| p.starts_with(dir))
+            .map(Path::to_owned)
+            .collect()
+    }
+
+    /// Whether `path`, refilled by a directory move, holds a file (one the job never saw): its
+    /// earlier history there ends (what the job read of the old file stays an input; a deletion
+    /// or a temporary of the old name is superseded by the file now there). Holding nothing, the
+    /// earlier history stands. A name not refilled is left alone.
+    pub fn holds(&mut self, path: &Path, holds: bool) {
+        let seq = self.seq;
+        if let Some(st) = self.paths.state_mut(path) {
+            st.refill(holds, seq);
+        }
     }
 
     /// An observer that sees content found `content` at `path`, which names `file` now (it just
@@ -968,6 +1027,30 @@ pub struct Fact {
     pub mark: u64,
 }
 
+/// What an event shows of the names it touches, for names a directory move refilled: whether a
+/// file was there (an open that did not make its file, an unlink, a truncate by path, a rename or
+/// link from it, an exchange) or not (an open that made it). A rename, link or symlink onto a
+/// name replaces whatever was there: the name's history goes on as if nothing had been.
+fn evidence<'e>(cx: &Context, ev: &'e Event) -> [Option<(&'e Path, bool)>; 2] {
+    match ev {
+        Event::Open {
+            path, flags, stat, ..
+        } if flags & libc::O_TMPFILE != libc::O_TMPFILE => {
+            let made = flags & libc::O_EXCL != 0
+                || (flags & libc::O_CREAT != 0
+                    && stat.is_some_and(|s| s.size == 0 && s.ctime_ns >= cx.ctime_floor_ns));
+            [Some((path, !made)), None]
+        }
+        Event::Unlink { path, .. } | Event::Truncate { path, .. } => [Some((path, true)), None],
+        Event::Rename { from, to, .. } | Event::Link { from, to, .. } => {
+            [Some((from, true)), Some((to, false))]
+        }
+        Event::Symlink { path, .. } => [Some((path, false)), None],
+        Event::Exchange { a, b, .. } => [Some((a, true)), Some((b, true))],
+        _ => [None, None],
+    }
+}
+
 /// An open under one name, as the file's other names see it.
 struct Through<'a> {
     truncates: bool,
@@ -980,6 +1063,23 @@ struct Through<'a> {
 }
 
 impl PathState {
+    /// A refilled name settled ([`Rules::holds`]), by event `seq`.
+    fn refill(&mut self, holds: bool, seq: u64) {
+        if !std::mem::take(&mut self.refilled) || !holds {
+            return;
+        }
+        // A file the job did not make, there before the job under the moved directory.
+        self.job_made = false;
+        self.exists = true;
+        self.found = true;
+        self.existed = true;
+        self.moved_to = None;
+        self.written_ns = None;
+        self.alias_of = None;
+        self.file = None;
+        self.changed(seq);
+    }
+
     /// The content at the path changed (or the path now names something else), by event `seq`.
     fn changed(&mut self, seq: u64) {
         self.version = seq;
@@ -1514,5 +1614,87 @@ mod tests {
         };
         assert_eq!(records(f1), records(f2));
         assert!(records(f1).contains(&(f2.to_owned(), Role::Input)));
+    }
+
+    /// Found by the generator: `rm -rf d0; mv d1 d0` — a directory moved onto a name whose files
+    /// the job had deleted. Each name below it now holds what the moved directory held there:
+    /// a file read there is an input, a file left there is no deletion; a name left empty is.
+    #[test]
+    fn a_directory_moved_onto_removed_names_refills_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let (d0, d1) = (dir.path().join("d0"), dir.path().join("d1"));
+        let (g0, g1) = (d0.join("g0"), d0.join("g1"));
+        // After the job: the moved directory held g0, not g1.
+        std::fs::create_dir(&d0).unwrap();
+        std::fs::write(&g0, "moved in").unwrap();
+        let records = |read: bool| {
+            let mut events = vec![
+                open_as(&g0, libc::O_RDONLY, 2, 101),
+                mv(&g0, &dir.path().join("away"), 102),
+                Event::Unlink {
+                    pid: 1,
+                    path: g1.clone(),
+                    ts_ns: 104,
+                },
+                Event::Rmdir {
+                    pid: 1,
+                    path: d0.clone(),
+                    ts_ns: 105,
+                },
+                mv(&d1, &d0, 106),
+            ];
+            if read {
+                events.push(open_as(&g0, libc::O_RDONLY, 4, 107));
+            }
+            let mut got: Vec<(PathBuf, Role, bool)> = classify(&events, 100, &Ignore::new(&[]))
+                .paths
+                .iter()
+                .flat_map(|(p, st)| {
+                    st.roles()
+                        .map(move |(role, v)| (p.clone(), role, v == Version::Gone))
+                })
+                .collect();
+            got.sort_by_key(|(p, role, gone)| (p.clone(), format!("{role:?}"), *gone));
+            got
+        };
+        let away = dir.path().join("away");
+        for read in [false, true] {
+            assert_eq!(
+                records(read),
+                [
+                    (away.clone(), Role::Output, false),
+                    // Read, then moved away: an input; the file now at its name is no output.
+                    (g0.clone(), Role::Input, false),
+                    // Deleted, and nothing moved in: the deletion stands.
+                    (g1.clone(), Role::Output, true),
+                ],
+                "read after the move: {read}"
+            );
+        }
+        // Deleted unread, and a file moved in then read: an input, no deletion.
+        let events = [
+            Event::Unlink {
+                pid: 1,
+                path: g0.clone(),
+                ts_ns: 101,
+            },
+            Event::Rmdir {
+                pid: 1,
+                path: d0.clone(),
+                ts_ns: 102,
+            },
+            mv(&d1, &d0, 103),
+            open_as(&g0, libc::O_RDONLY, 4, 104),
+        ];
+        let c = classify(&events, 100, &Ignore::new(&[]));
+        let roles: Vec<(PathBuf, Role)> = c
+            .paths
+            .iter()
+            .flat_map(|(p, st)| st.roles().map(move |(role, _)| (p.clone(), role)))
+            .collect();
+        assert_eq!(roles, [(g0.clone(), Role::Input)]);
+        // Untouched after the move: the file there at the end is what the move put there.
+        let c = classify(&events[..3], 100, &Ignore::new(&[]));
+        assert_eq!(c.paths.iter().flat_map(|(_, st)| st.roles()).count(), 0);
     }
 }

@@ -99,6 +99,11 @@ pub enum Record {
     Step(Event),
     /// Where the mount that wrote this journal was mounted.
     Mounted(PathBuf),
+    /// [`crate::Rules::holds`]: whether a name a directory move refilled holds a file.
+    Holds {
+        path: PathBuf,
+        holds: bool,
+    },
 }
 
 /// An open journal, appended to by one observer.
@@ -395,6 +400,7 @@ impl Rules {
                 ts,
             } => self.found_named(cx, path, content.clone(), *mark, *ts),
             Record::MovedDir { from, to } => self.moved_dir(from, to),
+            Record::Holds { path, holds } => self.holds(path, *holds),
             _ => return false,
         }
         true
@@ -877,6 +883,11 @@ impl Bytes for Record {
                 out.push(12);
                 dir.put(out);
             }
+            Record::Holds { path, holds } => {
+                out.push(13);
+                path.put(out);
+                out.push(u8::from(*holds));
+            }
         }
     }
 
@@ -914,6 +925,10 @@ impl Bytes for Record {
             10 => Record::RootGone,
             STEP_TAG => Record::Step(Event::get(input)?),
             12 => Record::Mounted(PathBuf::get(input)?),
+            13 => Record::Holds {
+                path: PathBuf::get(input)?,
+                holds: byte(input)? != 0,
+            },
             _ => return Err(Malformed("journal record")),
         })
     }

@@ -556,7 +556,13 @@ impl Filesystem for RoarFs {
         let fd = moved.as_ref().expect("stat'ed").as_fd();
         self.inodes.moved(&st, newparent.0, newname);
         if st.st_mode & libc::S_IFMT == libc::S_IFDIR && !exchange {
-            self.jobs.moved_dir(&from, &to);
+            // What the moved directory holds below each name, asked of it (not of the mount).
+            let holds = |rest: &Path| {
+                sys::open_path(fd, rest.as_os_str())
+                    .and_then(|f| sys::stat_fd(f.as_fd()))
+                    .is_ok_and(|st| st.st_mode & libc::S_IFMT != libc::S_IFDIR)
+            };
+            self.jobs.moved_dir(&from, &to, holds);
         }
         // A symbolic link the job made moves as a file does (`roar run` records its rename too).
         let symlink = st.st_mode & libc::S_IFMT == libc::S_IFLNK;

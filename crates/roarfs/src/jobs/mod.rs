@@ -715,8 +715,10 @@ impl Jobs {
         }
     }
 
-    /// A directory moved: every live job's files below it now live below its new name.
-    pub fn moved_dir(&self, from: &Path, to: &Path) {
+    /// A directory moved: every live job's files below it now live below its new name, and
+    /// each name a job knew below the new name holds what the moved directory held there:
+    /// `holds` says whether that is a file, by the name's place below `to`.
+    pub fn moved_dir(&self, from: &Path, to: &Path, holds: impl Fn(&Path) -> bool) {
         let mut inner = self.inner.lock().expect("jobs lock");
         let moved = Record::MovedDir {
             from: from.to_owned(),
@@ -724,7 +726,13 @@ impl Jobs {
         };
         let judge = Judge::Globs(&self.ignore);
         for job in inner.jobs.values_mut() {
-            job.rules.call(&context(&judge, job.started_ns), &moved);
+            let cx = context(&judge, job.started_ns);
+            job.rules.call(&cx, &moved);
+            for path in job.rules.rules().refilled_below(to) {
+                let rest = path.strip_prefix(to).expect("below the new name");
+                let holds = holds(rest);
+                job.rules.call(&cx, &Record::Holds { path, holds });
+            }
         }
     }
 
