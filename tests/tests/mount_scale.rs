@@ -521,8 +521,9 @@ fn the_mount_log_does_not_grow_per_request_needs_root() {
 /// Free bytes of the filesystem holding `dir`.
 fn free_bytes(dir: &Path) -> u64 {
     let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: statvfs fills the struct we own; the path is a valid C string.
+    // SAFETY: statvfs is plain integers: all zeroes is a valid value.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statvfs fills the struct we own; the path is a valid C string.
     assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
     st.f_bavail * st.f_frsize
 }

@@ -501,6 +501,7 @@ pub fn dup_stderr_to_stdout() {
 
 /// The unit of process start times in /proc/PID/stat.
 fn clock_ns(clock: libc::clockid_t) -> i64 {
+    // SAFETY: timespec is plain integers: all zeroes is a valid value.
     let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
     // SAFETY: clock_gettime writes one timespec we own; both clocks exist on every Linux.
     unsafe { libc::clock_gettime(clock, &mut ts) };

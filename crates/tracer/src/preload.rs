@@ -181,6 +181,7 @@ pub fn late_path(ring: &Path) -> PathBuf {
 // SAFETY: the mapping is only touched through `Ring`, whose shared state is atomic, and is
 // unmapped only on drop, when the run and the receiver thread have both let go of it.
 unsafe impl Send for RingMap {}
+// SAFETY: as for Send: shared use goes through `Ring`'s atomics only.
 unsafe impl Sync for RingMap {}
 
 impl Drop for RingMap {

@@ -86,6 +86,7 @@ pub struct Ring {
 // SAFETY: all shared state is reached through atomics; slot bytes are written only by the producer
 // that reserved them and read only after their committed bit is seen with Acquire.
 unsafe impl Send for Ring {}
+// SAFETY: as for Send: shared use goes through the atomics, slots by the protocol above.
 unsafe impl Sync for Ring {}
 
 /// What the consumer finds at `tail`.
@@ -581,7 +582,9 @@ mod tests {
             }
         }
         assert_eq!(wakes, 1, "one wake-up for the batch");
-        assert_ne!(unsafe { *r.wake_word() }, seen, "the futex word moved");
+        // SAFETY: the word lies in the ring's mapping, alive while `r` is.
+        let word = unsafe { *r.wake_word() };
+        assert_ne!(word, seen, "the futex word moved");
         assert!(r.sleep_begin().is_none(), "an eighth unread: no sleeping");
         r.sleep_end();
         // A full ring wakes a sleeper whatever the threshold.

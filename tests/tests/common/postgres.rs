@@ -38,6 +38,7 @@ impl Postgres {
             super::skip("PostgreSQL is not installed (scripts/setup.sh installs it)");
             return None;
         };
+        // SAFETY: geteuid takes nothing and cannot fail.
         let root = unsafe { libc::geteuid() } == 0;
         let dir = tempfile::Builder::new()
             .prefix("roar-pg-")

@@ -541,6 +541,7 @@ pub fn run(
                 // A signal for the tracee: deliver it, unless this is a group-stop report.
                 // SAFETY: siginfo_t is plain data; GETSIGINFO fails (EINVAL) for group-stops.
                 let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+                // SAFETY: the tracee is stopped; GETSIGINFO writes one siginfo_t we own.
                 let real = unsafe { libc::ptrace(libc::PTRACE_GETSIGINFO, pid, 0, &mut info) } == 0;
                 cont(libc::PTRACE_CONT, pid, if real { s } else { 0 });
             }
