@@ -5,10 +5,11 @@
 //! integrity checks run on every block read). An access point's `window` holds what decoding
 //! its block alone needs (its codec's [`Block::meta`]).
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Read};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, Mutex};
 
 use crate::gz::Point;
 
@@ -67,6 +68,8 @@ fn point(block: &Block, uoff: u64) -> Point {
 }
 
 /// The decompressed stream, block by block, recording each block's start as an access point.
+/// Blocks are decoded ahead on worker threads where each fits in memory ([`Ahead`]): the index
+/// pass is bound by decoding, and blocks decode independently.
 pub struct Scan {
     codec: Codec,
     file: Arc<File>,
@@ -77,11 +80,23 @@ pub struct Scan {
     points: Vec<Point>,
     /// How much of the file has been read, updated at each block.
     read: Arc<AtomicU64>,
+    ahead: Option<Ahead>,
 }
+
+/// The most one block may decode to for it to be decoded ahead, whole, in memory: an xz block
+/// says its size in the index (`xz -T0` writes 3x the dictionary: 24 MiB at -6, pixz 8 MiB); a
+/// bzip2 block decodes to at most ~46 MB (900 kB of runs of 4 expanded to 255 each).
+const AHEAD_MAX_BLOCK: u64 = 64 << 20;
 
 impl Scan {
     pub fn new(codec: Codec, file: Arc<File>, read: Arc<AtomicU64>) -> io::Result<Scan> {
         let blocks = codec.blocks(&file)?;
+        let bounded = blocks
+            .iter()
+            .all(|b| b.size.map_or(codec == Codec::Bz2, |s| s <= AHEAD_MAX_BLOCK));
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+        let ahead = (bounded && blocks.len() > 1 && workers > 1)
+            .then(|| Ahead::start(codec, &file, &blocks, workers));
         Ok(Scan {
             codec,
             file,
@@ -91,11 +106,99 @@ impl Scan {
             uoff: 0,
             points: Vec::new(),
             read,
+            ahead,
         })
     }
 
     pub fn into_points(self) -> Vec<Point> {
         self.points
+    }
+
+    /// The decoded bytes of the next block (at `point`): from the workers, or decoded here.
+    fn open_block(&mut self, point: &Point) -> io::Result<Box<dyn Read + Send>> {
+        match self.ahead.as_mut() {
+            Some(ahead) => Ok(Box::new(io::Cursor::new(ahead.next()?))),
+            None => self.codec.open(&self.file, point),
+        }
+    }
+}
+
+/// A block's decoded bytes, from a worker.
+type Decoded = io::Result<Vec<u8>>;
+/// A worker's job: a block's access point, and where its bytes go.
+type Job = (Point, mpsc::SyncSender<Decoded>);
+
+/// Blocks decoded on worker threads, each whole into memory, handed over in file order; at most
+/// `workers + 1` are in flight (decoding or decoded and not yet taken). Dropped, the workers end
+/// after the block each is decoding.
+struct Ahead {
+    /// Jobs for the workers.
+    work: Option<mpsc::Sender<Job>>,
+    /// The blocks not yet handed out, each with its result to come, in order.
+    pending: VecDeque<mpsc::Receiver<Decoded>>,
+    /// Access points of the blocks not yet given to a worker.
+    queue: VecDeque<Point>,
+}
+
+impl Ahead {
+    fn start(codec: Codec, file: &Arc<File>, blocks: &[Block], workers: usize) -> Ahead {
+        let (work, jobs) = mpsc::channel::<Job>();
+        let jobs = Arc::new(Mutex::new(jobs));
+        for _ in 0..workers {
+            let (jobs, file) = (jobs.clone(), file.clone());
+            std::thread::spawn(move || loop {
+                let job = jobs.lock().expect("the block queue").recv();
+                let Ok((point, done)) = job else {
+                    return;
+                };
+                let decoded = codec.open(&file, &point).and_then(|mut dec| {
+                    let mut out = Vec::new();
+                    dec.read_to_end(&mut out).map(|_| out)
+                });
+                // The scan may be gone (an error elsewhere): nothing is waiting then.
+                let _ = done.send(decoded);
+            });
+        }
+        let mut ahead = Ahead {
+            work: Some(work),
+            pending: VecDeque::new(),
+            // The uncompressed offset is the scan's to set: a worker needs only where the block
+            // is and how to decode it.
+            queue: blocks.iter().map(|b| point(b, 0)).collect(),
+        };
+        for _ in 0..=workers {
+            ahead.hand_out();
+        }
+        ahead
+    }
+
+    /// Gives the next block to a worker, if any is left.
+    fn hand_out(&mut self) {
+        let (Some(point), Some(work)) = (self.queue.pop_front(), self.work.as_ref()) else {
+            return;
+        };
+        let (done, result) = mpsc::sync_channel(1);
+        if work.send((point, done)).is_ok() {
+            self.pending.push_back(result);
+        }
+    }
+
+    /// The next block's decoded bytes, in file order.
+    fn next(&mut self) -> io::Result<Vec<u8>> {
+        let result = self.pending.pop_front().ok_or_else(|| {
+            io::Error::other("a block was asked for beyond the last one handed out")
+        })?;
+        self.hand_out();
+        result
+            .recv()
+            .map_err(|_| io::Error::other("a block decoder thread ended without its block"))?
+    }
+}
+
+impl Drop for Ahead {
+    fn drop(&mut self) {
+        // Closing the queue ends each worker at its next job.
+        self.work = None;
     }
 }
 
@@ -106,11 +209,12 @@ impl Read for Scan {
                 let Some(block) = self.blocks.get(self.next) else {
                     return Ok(0);
                 };
+                let size = block.size;
                 self.next += 1;
                 self.read.store(block.start_bit / 8, Ordering::Relaxed);
                 let point = point(block, self.uoff);
-                let dec = self.codec.open(&self.file, &point)?;
-                self.cur = Some((dec, block.size, 0));
+                let dec = self.open_block(&point)?;
+                self.cur = Some((dec, size, 0));
                 self.points.push(point);
             }
             let (dec, size, got) = self.cur.as_mut().expect("a block is open");

@@ -78,11 +78,22 @@ impl Source {
 
     /// Takes back a reader that is done, keeping its decoder for a later member.
     pub fn park(&self, reader: MemberReader) {
+        if matches!(reader.member.data, Data::Stream { .. }) {
+            self.park_decoder(reader.decoder);
+        }
+    }
+
+    /// How many decoders are parked for later members.
+    pub fn parked(&self) -> usize {
+        self.parked.lock().expect("parked decoders").len()
+    }
+
+    /// Keeps a decoder of the compressed stream for a later member.
+    fn park_decoder(&self, decoder: Decoder) {
         if !matches!(
-            reader.decoder,
+            decoder,
             Decoder::Inflate(_) | Decoder::Zstd(_) | Decoder::Blocks(_)
-        ) || !matches!(reader.member.data, Data::Stream { .. })
-        {
+        ) {
             return;
         }
         let mut parked = self.parked.lock().expect("parked decoders");
@@ -92,7 +103,7 @@ impl Source {
                 parked.swap_remove(i);
             }
         }
-        parked.push(reader.decoder);
+        parked.push(decoder);
     }
 
     /// Whether decoding on from `decoder` to `target` costs less than from the access point
@@ -170,7 +181,14 @@ impl MemberReader {
                         _ => Decoder::Inflate(gz::Cursor::at_point(file, point)?),
                     };
                 }
-                fill(&mut self.decoder, file, target, buf)
+                let n = fill(&mut self.decoder, file, target, buf)?;
+                if off + n as u64 == m.size {
+                    // Read to its end: the decoder is parked now, not when the handle is released
+                    // (a release comes late, after the next member's open, as FUSE sends it), so
+                    // the next member read in archive order decodes on from here.
+                    src.park_decoder(std::mem::replace(&mut self.decoder, Decoder::None));
+                }
+                Ok(n)
             }
             Data::Deflate { offset, csize } => {
                 let restart = match &self.decoder {
