@@ -476,6 +476,76 @@ fn an_unreachable_team_store_never_changes_a_run_and_loses_no_job() {
     assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
 }
 
+/// A role that may not read the team store gets the server's reason and fails (never an answer
+/// from a copy that was never read); one that may read but not write gets the server's reason
+/// from `roar push`, with what to ask for.
+#[test]
+fn a_role_without_rights_is_told_why_and_answered_nothing() {
+    let Some(pg) = Postgres::start() else {
+        return;
+    };
+    let owner = Project::new();
+    add_remote(&owner, &pg, false);
+    ok(&owner.roar(["run", "--", "true"]), "run");
+    ok(&owner.roar(["push"]), "push as the owner");
+    pg.query("CREATE ROLE nobody LOGIN");
+    pg.query("CREATE ROLE looker LOGIN");
+    pg.query("GRANT SELECT ON ALL TABLES IN SCHEMA public TO looker");
+    let as_role = |role: &str| {
+        let p = Project::new();
+        let url = pg.url().replace("roar@", &format!("{role}@"));
+        ok(
+            &p.roar(["remote", "add", "origin", &url, "--no-auto-push"]),
+            "remote add",
+        );
+        p
+    };
+    let nobody = as_role("nobody");
+    let out = nobody.roar(["--remote", "origin", "log"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("cannot read the team store origin")
+            && err.contains("permission denied")
+            && err.contains("nobody needs SELECT")
+            && !err.contains("db error"),
+        "{err}"
+    );
+    assert!(
+        !nobody.path().join(".roar/remotes/origin.db").exists(),
+        "no copy is made of a store that could not be read"
+    );
+    // Asked again, still the reason, never an empty answer from a copy.
+    let again = nobody.roar(["--remote", "origin", "log"]);
+    assert_eq!(again.status.code(), Some(1), "{}", stderr(&again));
+
+    let looker = as_role("looker");
+    let log = looker.roar(["--remote", "origin", "log", "--json"]);
+    ok(&log, "log --remote as a reader");
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&log.stdout)
+            .unwrap()
+            .as_array()
+            .map_or(0, Vec::len),
+        1,
+        "{}",
+        stdout(&log)
+    );
+    ok(&looker.roar(["run", "--", "true"]), "run");
+    let push = looker.roar(["push"]);
+    let err = stderr(&push);
+    assert_eq!(push.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("cannot write to the team store origin")
+            && err.contains("permission denied for table")
+            && err.contains("looker needs INSERT")
+            && !err.contains("db error"),
+        "{err}"
+    );
+    assert_eq!(pg.count("SELECT count(*) FROM jobs"), 1);
+}
+
 /// Jobs `roar mount` records while it runs are pushed as they end, without any `roar run`.
 #[test]
 fn jobs_the_mount_records_are_pushed_as_they_end_needs_root() {

@@ -420,12 +420,16 @@ pub fn keep_reading(project: &Project, name: &str) -> anyhow::Result<()> {
 }
 
 /// `--remote NAME` on a query command: the mirror of that team store, brought up to date. If
-/// the team store cannot be reached, a mirror read before answers, with a warning saying so.
+/// the team store cannot be reached, a mirror read before answers, with a warning saying so;
+/// never one that was not read (or a store that refused to be read: that is no outage).
 pub fn reading_remote(project: Project, name: &str) -> anyhow::Result<Project> {
     let config = Config::load(&project)?;
     let r = chosen(&config, Some(name))?.remove(0);
     let mirror = team::mirror_path(&project.dir(), &r);
     if let Err(e) = team::fetch(&mirror, &r) {
+        if matches!(e, roar_store::StoreError::Team(_)) && !team::was_read(&mirror, &r) {
+            anyhow::bail!("{e}; no copy of it was read before, so nothing can answer");
+        }
         // Written at every read: the database, or its WAL until a checkpoint.
         let synced = ["", "-wal"]
             .iter()

@@ -57,6 +57,10 @@ pub enum StoreError {
     /// Reaching, reading or writing the team store (PostgreSQL): the text says which and why.
     #[error("{0}")]
     Team(String),
+    /// The team store answered, and refused (no right to read or write it, a constraint): the
+    /// text gives the server's reason and what to do. Not an outage: no older copy answers.
+    #[error("{0}")]
+    TeamRefused(String),
 }
 
 impl StoreError {

@@ -52,6 +52,37 @@ fn team_err(remote: &Remote, what: &str, e: impl std::fmt::Display) -> StoreErro
     ))
 }
 
+/// A PostgreSQL error of `what` (reading, writing, setting up) the team store: the server's
+/// refusal, with its reason and what to do, or (no answer from the server) why it could not be
+/// reached.
+fn db_err(remote: &Remote, what: &str, e: postgres::Error) -> StoreError {
+    let Some(db) = e.as_db_error() else {
+        return team_err(remote, what, with_causes(&e));
+    };
+    let role = postgres::Config::from_str(&remote.url)
+        .ok()
+        .and_then(|c| c.get_user().map(str::to_owned))
+        .or_else(|| std::env::var("PGUSER").ok())
+        .unwrap_or_else(|| "this role".into());
+    let todo = if *db.code() == postgres::error::SqlState::INSUFFICIENT_PRIVILEGE {
+        let right = if what.contains("write") || what.contains("set up") {
+            "INSERT and SELECT on the team store's tables (and CREATE on its schema for its first push)"
+        } else {
+            "SELECT on the team store's tables"
+        };
+        format!("; {role} needs {right}: ask the database's owner to GRANT them")
+    } else {
+        db.hint().map(|h| format!("; {h}")).unwrap_or_default()
+    };
+    StoreError::TeamRefused(format!(
+        "{what} the team store {} ({}): the server refused: {} (SQLSTATE {}){todo}",
+        remote.name,
+        remote.key(),
+        db.message(),
+        db.code().code()
+    ))
+}
+
 /// An error with its causes, `a: b: c` (postgres errors keep the why in their sources: the
 /// certificate a TLS handshake refused, the refused connection).
 fn with_causes(e: &dyn std::error::Error) -> String {
@@ -215,7 +246,7 @@ pub struct Pushed {
 }
 
 fn open_schema(remote: &Remote, client: &mut postgres::Client) -> Result<()> {
-    let version = schema::schema_version(client).map_err(|e| team_err(remote, "cannot read", e))?;
+    let version = schema::schema_version(client).map_err(|e| db_err(remote, "cannot read", e))?;
     if version > schema::SCHEMA_VERSION {
         return Err(StoreError::Team(format!(
             "the team store {} has schema version {version}, newer than this roar ({}); upgrade roar",
@@ -224,7 +255,7 @@ fn open_schema(remote: &Remote, client: &mut postgres::Client) -> Result<()> {
         )));
     }
     if version < schema::SCHEMA_VERSION {
-        schema::migrate(client).map_err(|e| team_err(remote, "cannot set up", e))?;
+        schema::migrate(client).map_err(|e| db_err(remote, "cannot set up", e))?;
     }
     Ok(())
 }
@@ -284,7 +315,7 @@ fn write_with_retry(
             {
                 attempt += 1;
             }
-            Err(e) => return Err(team_err(remote, "cannot write to", e)),
+            Err(e) => return Err(db_err(remote, "cannot write to", e)),
         }
     }
 }
@@ -303,18 +334,26 @@ pub fn mirror_path(roar_dir: &Path, remote: &Remote) -> PathBuf {
 /// Brings the mirror at `mirror` up to date with `remote`: reads the jobs the team store
 /// received since the last fetch (see [`read::read_since`]) and adds those the mirror lacks.
 pub fn fetch(mirror: &Path, remote: &Remote) -> Result<Fetched> {
-    // Reached first: a mirror exists only once the team store has been read.
+    // Reached and read first: a mirror exists only once the team store has been read, so an
+    // answer from it is never one from a store roar could not read.
     let mut client = remote.connect()?;
+    let version =
+        schema::schema_version(&mut client).map_err(|e| db_err(remote, "cannot read", e))?;
     if let Some(dir) = mirror.parent() {
         crate::private::create_dir(dir).map_err(|e| StoreError::io("create", dir, e))?;
     }
     let mut conn = crate::db::open(mirror, true)?;
-    if schema::schema_version(&mut client).map_err(|e| team_err(remote, "cannot read", e))? == 0 {
-        // Nothing was ever pushed there: an empty team store.
-        return Ok(Fetched::default());
-    }
     let key = remote.key();
     let sqlite = |e: rusqlite::Error| crate::db::classify(mirror, e);
+    if version == 0 {
+        // Nothing was ever pushed there: an empty team store, read.
+        conn.execute(
+            "INSERT INTO fetched (remote, xid_horizon) VALUES (?1, 0) ON CONFLICT (remote) DO NOTHING",
+            [&key],
+        )
+        .map_err(sqlite)?;
+        return Ok(Fetched::default());
+    }
     let from: u64 = conn
         .query_row(
             "SELECT xid_horizon FROM fetched WHERE remote = ?1",
@@ -329,8 +368,8 @@ pub fn fetch(mirror: &Path, remote: &Remote) -> Result<Fetched> {
         .isolation_level(postgres::IsolationLevel::RepeatableRead)
         .read_only(true)
         .start()
-        .map_err(|e| team_err(remote, "cannot read", e))?;
-    let horizon = read::horizon(&mut tx).map_err(|e| team_err(remote, "cannot read", e))?;
+        .map_err(|e| db_err(remote, "cannot read", e))?;
+    let horizon = read::horizon(&mut tx).map_err(|e| db_err(remote, "cannot read", e))?;
     // What others pushed passes this project's redaction too before it is stored here.
     let policy = crate::redact::Policy::for_config(
         &mirror
@@ -343,7 +382,7 @@ pub fn fetch(mirror: &Path, remote: &Remote) -> Result<Fetched> {
     let mut after = 0;
     loop {
         let mut page = read::read_since(&mut tx, from, after, FETCH_PAGE)
-            .map_err(|e| team_err(remote, "cannot read", e))?;
+            .map_err(|e| db_err(remote, "cannot read", e))?;
         let n = page.jobs.len() as i64;
         after = page.last_seq;
         for job in &mut page.jobs {
@@ -354,8 +393,7 @@ pub fn fetch(mirror: &Path, remote: &Remote) -> Result<Fetched> {
             break;
         }
     }
-    tx.commit()
-        .map_err(|e| team_err(remote, "cannot read", e))?;
+    tx.commit().map_err(|e| db_err(remote, "cannot read", e))?;
     conn.execute(
         "INSERT INTO fetched (remote, xid_horizon) VALUES (?1, ?2)
          ON CONFLICT (remote) DO UPDATE SET xid_horizon = excluded.xid_horizon",
@@ -363,6 +401,24 @@ pub fn fetch(mirror: &Path, remote: &Remote) -> Result<Fetched> {
     )
     .map_err(sqlite)?;
     Ok(report)
+}
+
+/// Whether the mirror at `mirror` holds a completed read of `remote` (one it may answer from when
+/// the team store cannot be reached).
+pub fn was_read(mirror: &Path, remote: &Remote) -> bool {
+    if !mirror.is_file() {
+        return false;
+    }
+    let Ok(conn) = crate::db::open(mirror, false) else {
+        return false;
+    };
+    conn.query_row(
+        "SELECT 1 FROM fetched WHERE remote = ?1",
+        [remote.key()],
+        |_| Ok(()),
+    )
+    .optional()
+    .is_ok_and(|row| row.is_some())
 }
 
 /// Local jobs `remote` does not hold yet (finished ones: running jobs are pushed once they end).
