@@ -59,17 +59,12 @@ impl MemberRef {
 }
 
 pub fn hex(b: &[u8; 32]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    hex::encode(b)
 }
 
 fn unhex(s: &[u8]) -> Option<[u8; 32]> {
-    if s.len() != 64 {
-        return None;
-    }
     let mut out = [0u8; 32];
-    for (i, pair) in s.chunks(2).enumerate() {
-        out[i] = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
-    }
+    hex::decode_to_slice(s, &mut out).ok()?;
     Some(out)
 }
 

@@ -102,10 +102,11 @@ fn launcher(
 /// unique among the runs of every machine (the start time, in clock ticks since boot, tells a
 /// reused pid apart).
 pub fn parent_id() -> Option<String> {
+    use procfs::FromRead;
     let ppid = std::os::unix::process::parent_id();
-    let stat = std::fs::read_to_string(format!("/proc/{ppid}/stat")).ok()?;
-    // Field 22 (starttime), counted after the command name's closing parenthesis.
-    let start = stat.rsplit_once(") ")?.1.split(' ').nth(19)?.to_owned();
+    let start = procfs::process::Stat::from_file(format!("/proc/{ppid}/stat"))
+        .ok()?
+        .starttime;
     let host = crate::run_cmd::hostname().unwrap_or_default();
     Some(format!("none@{host}:{ppid}:{start}"))
 }

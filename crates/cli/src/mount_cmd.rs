@@ -112,12 +112,9 @@ fn alive(pid: i32) -> bool {
 
 /// Whether process `pid` is over: gone, or a zombie (its files closed).
 fn exited(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
-        Err(_) => true,
-    }
+    use procfs::FromRead;
+    procfs::process::Stat::from_file(format!("/proc/{pid}/stat"))
+        .map_or(true, |stat| matches!(stat.state, 'Z' | 'X'))
 }
 
 /// The kernel's "this task is exiting" flag (include/linux/sched.h).

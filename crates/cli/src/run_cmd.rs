@@ -215,18 +215,9 @@ pub(crate) fn hostname() -> Option<String> {
     Some(u.nodename().to_string_lossy().trim().to_owned())
 }
 
+/// `SIGTERM` for 15 (nix's names: every signal Linux has), `signal` for a number it has none for.
 fn signal_name(sig: i32) -> &'static str {
-    match sig {
-        1 => "SIGHUP",
-        2 => "SIGINT",
-        3 => "SIGQUIT",
-        6 => "SIGABRT",
-        9 => "SIGKILL",
-        11 => "SIGSEGV",
-        13 => "SIGPIPE",
-        15 => "SIGTERM",
-        _ => "signal",
-    }
+    nix::sys::signal::Signal::try_from(sig).map_or("signal", |s| s.as_str())
 }
 
 pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {

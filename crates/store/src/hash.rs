@@ -305,14 +305,9 @@ pub fn hash_path(path: &Path, opts: HashOptions) -> Result<Hashed, HashError> {
     hash_open_file(&file, path, opts)
 }
 
+/// Lowercase hex of `bytes` (the `hex` crate's).
 pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[(b >> 4) as usize] as char);
-        s.push(DIGITS[(b & 15) as usize] as char);
-    }
-    s
+    hex::encode(bytes)
 }
 
 /// Looks `stat` up in the hash cache; a hit must also carry sha256 if the caller needs it.

@@ -478,9 +478,9 @@ pub(crate) fn recorder_alive(id: &str) -> bool {
     proc_start(pid) == Some(start)
 }
 
-/// Field 22 of /proc/PID/stat (after the command name, which may hold spaces and parentheses).
+/// A process's start time (clock ticks since boot), from /proc/PID/stat.
 fn proc_start(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split(' ').nth(19)?.parse().ok()
+    use procfs::FromRead;
+    let stat = procfs::process::Stat::from_file(format!("/proc/{pid}/stat")).ok()?;
+    Some(stat.starttime)
 }

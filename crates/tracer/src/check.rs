@@ -273,14 +273,13 @@ pub fn inside_roar() -> Option<String> {
         if pid <= 1 {
             return None;
         }
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let comm_end = stat.rfind(')')?;
-        let comm = &stat[stat.find('(')? + 1..comm_end];
+        use procfs::FromRead;
+        let stat = procfs::process::Stat::from_file(format!("/proc/{pid}/stat")).ok()?;
         let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
-        if comm == "roar" || exe.as_deref() == Some(me.as_path()) {
+        if stat.comm == "roar" || exe.as_deref() == Some(me.as_path()) {
             return Some(format!("process {pid} is a roar"));
         }
-        pid = stat[comm_end + 2..].split(' ').nth(1)?.parse().ok()?;
+        pid = stat.ppid;
     }
     None
 }

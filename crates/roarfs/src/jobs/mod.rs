@@ -53,18 +53,17 @@ fn read_proc_stat(pid: i32) -> io::Result<Option<ProcInfo>> {
     Ok(parse_stat(pid, &s))
 }
 
+/// A stat line read above, parsed by procfs (read here: an unreadable /proc is an error the
+/// caller must see, and procfs's own open would fold it into its errors).
 fn parse_stat(pid: i32, s: &str) -> Option<ProcInfo> {
-    // comm is in parentheses and may itself contain spaces or parentheses.
-    let (open, close) = (s.find('(')?, s.rfind(')')?);
-    let comm = s[open + 1..close].to_owned();
-    let rest: Vec<&str> = s.get(close + 2..)?.split(' ').collect();
-    // Fields after comm: state(0) ppid(1) pgrp(2) ... starttime is field 22 overall => rest[19].
+    use procfs::FromRead;
+    let stat = procfs::process::Stat::from_read(s.as_bytes()).ok()?;
     Some(ProcInfo {
         pid,
-        ppid: rest.get(1)?.parse().ok()?,
-        pgid: rest.get(2)?.parse().ok()?,
-        start: rest.get(19)?.parse().ok()?,
-        comm,
+        ppid: stat.ppid,
+        pgid: stat.pgrp,
+        start: stat.starttime,
+        comm: stat.comm,
     })
 }
 
