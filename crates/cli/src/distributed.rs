@@ -107,7 +107,7 @@ pub fn parent_id() -> Option<String> {
     let start = procfs::process::Stat::from_file(format!("/proc/{ppid}/stat"))
         .ok()?
         .starttime;
-    let host = crate::run_cmd::hostname().unwrap_or_default();
+    let host = roar_env::runtime::hostname().unwrap_or_default();
     Some(format!("none@{host}:{ppid}:{start}"))
 }
 

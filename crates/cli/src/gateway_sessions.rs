@@ -83,7 +83,7 @@ impl Session {
             backend: "gateway".into(),
             git: None,
             env: Default::default(),
-            host: crate::run_cmd::hostname(),
+            host: roar_env::runtime::hostname(),
             processes: Vec::new(),
             steps: Vec::new(),
             files: Vec::new(),

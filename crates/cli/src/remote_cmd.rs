@@ -286,7 +286,7 @@ fn push_once(
     json: bool,
     out: &mut Vec<serde_json::Value>,
 ) -> Option<roar_store::StoreError> {
-    let host = crate::run_cmd::hostname();
+    let host = roar_env::runtime::hostname();
     let mut failed = None;
     for r in remotes {
         if background && !config.remotes[&r.name].auto_push {

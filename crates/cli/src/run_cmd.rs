@@ -208,13 +208,6 @@ pub fn git_head(dir: &Path) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
-/// The machine's name (this UTS namespace's): uname(2), one syscall where
-/// /proc/sys/kernel/hostname is four.
-pub(crate) fn hostname() -> Option<String> {
-    let u = nix::sys::utsname::uname().ok()?;
-    Some(u.nodename().to_string_lossy().trim().to_owned())
-}
-
 /// `SIGTERM` for 15 (nix's names: every signal Linux has), `signal` for a number it has none for.
 fn signal_name(sig: i32) -> &'static str {
     nix::sys::signal::Signal::try_from(sig).map_or("signal", |s| s.as_str())
@@ -309,7 +302,7 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         git,
         // Read once the command has started (`Around::started`).
         env: Default::default(),
-        host: hostname(),
+        host: roar_env::runtime::hostname(),
         processes: Vec::new(),
         steps: Vec::new(),
         files: Vec::new(),

@@ -12,8 +12,12 @@ pub fn boot_id() -> Option<String> {
     read("/", "proc/sys/kernel/random/boot_id")
 }
 
+/// The machine's name (this UTS namespace's): uname(2), one syscall where
+/// /proc/sys/kernel/hostname is four. None if it is empty.
 pub fn hostname() -> Option<String> {
-    read("/", "proc/sys/kernel/hostname")
+    let u = nix::sys::utsname::uname().ok()?;
+    let name = u.nodename().to_string_lossy().trim().to_owned();
+    (!name.is_empty()).then_some(name)
 }
 
 fn read(root: impl AsRef<Path>, rel: &str) -> Option<String> {
