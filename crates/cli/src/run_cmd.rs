@@ -213,6 +213,43 @@ fn signal_name(sig: i32) -> &'static str {
     nix::sys::signal::Signal::try_from(sig).map_or("signal", |s| s.as_str())
 }
 
+/// The backend a run traces with, and whether `auto` chose it; an error, before anything runs,
+/// when it cannot run here.
+fn choose_backend(
+    args: &RunArgs,
+    config: &Config,
+    lib: Option<&Path>,
+) -> anyhow::Result<(Backend, bool)> {
+    let requested = args.tracer.clone().unwrap_or_else(|| config.tracer.clone());
+    let auto = requested == "auto";
+    let (backend, why) = match requested.as_str() {
+        "auto" => roar_tracer::choose(&args.command[0], lib),
+        name => {
+            let b = Backend::parse(name).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "unknown tracer {name:?} in config; use auto, preload, ptrace or ebpf"
+                )
+            })?;
+            (b, "requested".to_owned())
+        }
+    };
+    let verdict = roar_tracer::quick_check(backend, lib);
+    if !verdict.ok {
+        anyhow::bail!(
+            "the {} tracer cannot run here: {}; see `roar tracer check`",
+            backend.name(),
+            verdict.reason
+        );
+    }
+    tracing::debug!("tracer {} ({why})", backend.name());
+    if backend == Backend::Preload && roar_tracer::check::inside_preload_run() {
+        eprintln!(
+            "roar: warning: this run is inside another `roar run` tracing with preload; with --tracer preload the outer job does not see this command's files (use --tracer ptrace or ebpf, as auto does)"
+        );
+    }
+    Ok((backend, auto))
+}
+
 pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     if crate::rerun::is_rerun(&args.command) {
         return crate::rerun::rerun(args, json);
@@ -228,33 +265,7 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     let project = crate::project()?;
     let config = Config::load(&project)?;
     let lib = preload_lib();
-    let requested = args.tracer.clone().unwrap_or_else(|| config.tracer.clone());
-    let auto = requested == "auto";
-    let (mut backend, why) = match requested.as_str() {
-        "auto" => roar_tracer::choose(&args.command[0], lib.as_deref()),
-        name => {
-            let b = Backend::parse(name).ok_or_else(|| {
-                anyhow::anyhow!(
-                    "unknown tracer {name:?} in config; use auto, preload, ptrace or ebpf"
-                )
-            })?;
-            (b, "requested".to_owned())
-        }
-    };
-    let verdict = roar_tracer::quick_check(backend, lib.as_deref());
-    if !verdict.ok {
-        anyhow::bail!(
-            "the {} tracer cannot run here: {}; see `roar tracer check`",
-            backend.name(),
-            verdict.reason
-        );
-    }
-    tracing::debug!("tracer {} ({why})", backend.name());
-    if backend == Backend::Preload && roar_tracer::check::inside_preload_run() {
-        eprintln!(
-            "roar: warning: this run is inside another `roar run` tracing with preload; with --tracer preload the outer job does not see this command's files (use --tracer ptrace or ebpf, as auto does)"
-        );
-    }
+    let (mut backend, auto) = choose_backend(&args, &config, lib.as_deref())?;
     let cwd = std::env::current_dir()?;
     // Commit, branch and remote from the repository's files; whether the tree is dirty (and
     // how) from a `git diff` that runs alongside the command (see roar_env::git).
@@ -290,32 +301,7 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     if args.trace || args.trace_file.is_some() {
         tap = crate::live::trace_tap(args.trace_file.as_deref(), cwd.clone(), tap)?;
     }
-    let mut job = JobRecord {
-        name: args.name.clone(),
-        argv: args.command.clone(),
-        cwd: cwd.clone(),
-        started_ns: now_ns(),
-        ended_ns: None,
-        outcome: Outcome::Running,
-        incomplete: false,
-        backend: backend.name().to_owned(),
-        git,
-        // Read once the command has started (`Around::started`).
-        env: Default::default(),
-        host: roar_env::runtime::hostname(),
-        processes: Vec::new(),
-        steps: Vec::new(),
-        files: Vec::new(),
-        environment: None,
-        // The job's name in its journal and its row: a recovery finds the row by it.
-        uid: Some(crate::recover::new_uid()),
-        dist: crate::distributed::detect(
-            &|k| std::env::var(k).ok(),
-            &args.command,
-            args.group.as_deref(),
-            &crate::distributed::parent_id,
-        ),
-    };
+    let mut job = new_job(&args, &cwd, backend, git);
     let mut diff = repo.as_ref().zip(job.git.as_ref()).and_then(|(r, g)| {
         config
             .env
@@ -459,96 +445,18 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     }
     match recorded {
         Ok(id) => {
-            let incomplete = match (traced.lost, traced.malformed) {
-                _ if traced.cut_short.is_some() => {
-                    format!(", incomplete ({})", traced.cut_short.unwrap_or_default())
-                }
-                (0, 0) if traced.cut_off > 0 => format!(
-                    ", incomplete ({} event(s) cut off: a process was killed while reporting them)",
-                    traced.cut_off
-                ),
-                (0, 0) if !traced.untraced.is_empty() => {
-                    ", incomplete (programs whose files the tracer could not see)".to_owned()
-                }
-                (0, 0) if !traced.unprivileged.is_empty() => {
-                    ", incomplete (setuid programs ran without their privileges)".to_owned()
-                }
-                (0, 0) if traced.forged > 0 => format!(
-                    ", incomplete ({} event(s) refused: not from a process of this run)",
-                    traced.forged
-                ),
-                (0, 0) => String::new(),
-                (0, bad) => format!(", incomplete ({bad} undecodable events)"),
-                (lost, _) => format!(
-                    ", incomplete ({lost} events lost: the eBPF ring buffer was full; raise ROAR_EBPF_RING_KB)"
-                ),
+            let summary = Summary {
+                id,
+                inputs: n_in,
+                outputs: n_out,
+                backend,
+                recorded_by,
+                overhead_ms,
+                unhashed_inputs: hashed.unhashed_inputs,
+                listing: listing.as_deref(),
             };
-            if json {
-                // One object on stderr: stdout is the command's.
-                let summary = serde_json::json!({
-                    "job": id,
-                    "inputs": n_in,
-                    "outputs": n_out,
-                    "backend": backend.name(),
-                    "recorded_by": recorded_by,
-                    "overhead_ms": (overhead_ms * 100.0).round() / 100.0,
-                    "incomplete": !incomplete.is_empty(),
-                    "untraced": traced.untraced.iter().map(|(exe, why)| serde_json::json!({
-                        "program": exe.to_string_lossy(), "why": why
-                    })).collect::<Vec<_>>(),
-                    "forged_datagrams": traced.forged,
-                    "unprivileged": traced.unprivileged.iter().map(|p| p.to_string_lossy()).collect::<Vec<_>>(),
-                    "unhashed_inputs": hashed.unhashed_inputs,
-                    "files": listing.as_ref().map(|files| files.iter().filter(|f| f.role != Role::Temp).map(|f| serde_json::json!({
-                        "role": f.role.as_str(),
-                        "path": f.path.to_string_lossy(),
-                        "blake3": f.hash.as_ref().map(|h| h.blake3.clone()),
-                    })).collect::<Vec<_>>()),
-                });
-                let _ = writeln!(err, "{}", roar_store::quote::json_string(&summary));
-            } else {
-                let _ = writeln!(
-                    err,
-                    "roar: job {id}, {n_in} inputs, {n_out} outputs, {}, +{overhead_ms:.0} ms{incomplete}",
-                    backend.name()
-                );
-            }
-            for (exe, why) in traced.untraced.iter().take(3) {
-                let _ = writeln!(
-                    err,
-                    "roar: warning: the job ran {} ({why}): its files are not in the record; {}",
-                    roar_store::shown(&exe.to_string_lossy()),
-                    roar_tracer::remedy(why)
-                );
-            }
-            if traced.untraced.len() > 3 {
-                let _ = writeln!(
-                    err,
-                    "roar: warning: ... and {} more programs the tracer could not follow",
-                    traced.untraced.len() - 3
-                );
-            }
-            for exe in &traced.unprivileged {
-                let _ = writeln!(
-                    err,
-                    "roar: warning: the job ran {} without its setuid/setgid privileges (an unprivileged ptrace cannot keep them): it may have behaved otherwise than bare; use --tracer preload or ebpf",
-                    roar_store::shown(&exe.to_string_lossy())
-                );
-            }
-            if traced.forged > 0 {
-                let _ = writeln!(
-                    err,
-                    "roar: warning: refused {} event datagrams the kernel does not place in this run (another process on this machine sent them, or one of the run's that became another user and was gone before they were read); none of them is in the record",
-                    traced.forged
-                );
-            }
-            if hashed.unhashed_inputs > 0 {
-                let _ = writeln!(
-                    err,
-                    "roar: {} inputs changed before they could be hashed; their content is unknown",
-                    hashed.unhashed_inputs
-                );
-            }
+            summary.print(&mut err, &traced, json);
+            warnings(&mut err, &traced, hashed.unhashed_inputs);
         }
         Err(e) => {
             let _ = writeln!(
@@ -559,38 +467,21 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         }
     }
     if let Some(files) = listing.filter(|_| !json) {
-        for f in files.iter().filter(|f| f.role != Role::Temp) {
-            let hash = f
-                .hash
-                .as_ref()
-                .map(fmt::short_hash)
-                .unwrap_or_else(|| "-".repeat(fmt::SHORT_HASH));
-            let _ = writeln!(
-                err,
-                "  {:<6} {hash}  {}",
-                f.role.as_str(),
-                rel(&f.path.to_string_lossy(), &project.root)
-            );
-        }
+        print_listing(&mut err, &files, &project.root);
     }
     if args.summary {
         let _ = crate::live::summary(&traced.events, &cwd, &mut err);
     }
     if timing {
-        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
-        let _ = writeln!(
-            err,
-            "roar: timing: setup {:.2} ms, traced run {:.2} ms (command {:.2} ms), classify {:.2} ms, environment {:.2} ms, hash {:.2} ms ({} files hashed during the run) with recording alongside, record {:.2} ms after the last file was hashed; roar's own CPU {:.2} ms",
-            ms(t_setup),
-            ms(t_traced - t_setup),
-            child_ns as f64 / 1e6,
-            ms(t_classified - t_traced),
-            ms(t_environment - t_classified),
-            ms(t_hashed - t_environment),
-            hashed.hashed_early,
-            ms(t_recorded - t_hashed),
-            own_cpu_ms(),
-        );
+        let phases = [
+            t_setup,
+            t_traced,
+            t_classified,
+            t_environment,
+            t_hashed,
+            t_recorded,
+        ];
+        print_timing(&mut err, phases, child_ns, hashed.hashed_early);
     }
     checkpoint_in_background(&project.db_path());
     crate::keep::budget_in_background(&config);
@@ -600,6 +491,220 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     // which the user waits for; the kernel takes it back at once.
     let _ = err.flush();
     std::process::exit(code.clamp(0, 255))
+}
+
+/// The line a recorded run closes with, on stderr (stdout is the command's): `roar: job N, ...`,
+/// or with `--json` one object.
+struct Summary<'a> {
+    id: i64,
+    inputs: usize,
+    outputs: usize,
+    backend: Backend,
+    recorded_by: crate::recording::By,
+    overhead_ms: f64,
+    unhashed_inputs: usize,
+    /// The job's files, with `--verbose`.
+    listing: Option<&'a [roar_store::FileRecord]>,
+}
+
+impl Summary<'_> {
+    fn print(&self, err: &mut impl Write, traced: &roar_tracer::Traced, json: bool) {
+        let incomplete = incomplete_reason(traced);
+        let Summary {
+            id,
+            inputs,
+            outputs,
+            overhead_ms,
+            ..
+        } = *self;
+        if !json {
+            let _ = writeln!(
+                err,
+                "roar: job {id}, {inputs} inputs, {outputs} outputs, {}, +{overhead_ms:.0} ms{incomplete}",
+                self.backend.name()
+            );
+            return;
+        }
+        let files = self.listing.map(|files| {
+            files
+                .iter()
+                .filter(|f| f.role != Role::Temp)
+                .map(|f| {
+                    serde_json::json!({
+                        "role": f.role.as_str(),
+                        "path": f.path.to_string_lossy(),
+                        "blake3": f.hash.as_ref().map(|h| h.blake3.clone()),
+                    })
+                })
+                .collect::<Vec<_>>()
+        });
+        let untraced: Vec<_> = traced
+            .untraced
+            .iter()
+            .map(|(exe, why)| serde_json::json!({"program": exe.to_string_lossy(), "why": why}))
+            .collect();
+        let summary = serde_json::json!({
+            "job": id,
+            "inputs": inputs,
+            "outputs": outputs,
+            "backend": self.backend.name(),
+            "recorded_by": self.recorded_by,
+            "overhead_ms": (overhead_ms * 100.0).round() / 100.0,
+            "incomplete": !incomplete.is_empty(),
+            "untraced": untraced,
+            "forged_datagrams": traced.forged,
+            "unprivileged": traced.unprivileged.iter().map(|p| p.to_string_lossy()).collect::<Vec<_>>(),
+            "unhashed_inputs": self.unhashed_inputs,
+            "files": files,
+        });
+        let _ = writeln!(err, "{}", roar_store::quote::json_string(&summary));
+    }
+}
+
+/// The job's record as it starts: the command, where, which backend, the commit; a new uid (its
+/// name in its journal and its row: a recovery finds the row by it); the distributed run it is
+/// a rank of, if any.
+fn new_job(
+    args: &RunArgs,
+    cwd: &Path,
+    backend: Backend,
+    git: Option<roar_store::GitState>,
+) -> JobRecord {
+    JobRecord {
+        name: args.name.clone(),
+        argv: args.command.clone(),
+        cwd: cwd.to_owned(),
+        started_ns: now_ns(),
+        ended_ns: None,
+        outcome: Outcome::Running,
+        incomplete: false,
+        backend: backend.name().to_owned(),
+        git,
+        // Read once the command has started (`Around::started`).
+        env: Default::default(),
+        host: roar_env::runtime::hostname(),
+        processes: Vec::new(),
+        steps: Vec::new(),
+        files: Vec::new(),
+        environment: None,
+        uid: Some(crate::recover::new_uid()),
+        dist: crate::distributed::detect(
+            &|k| std::env::var(k).ok(),
+            &args.command,
+            args.group.as_deref(),
+            &crate::distributed::parent_id,
+        ),
+    }
+}
+
+/// `--timing` (or `ROAR_TIMING=1`): where a run's time went. `at`: the times since the start at
+/// which setup, the traced run, classification, the environment, hashing and recording ended.
+fn print_timing(
+    err: &mut impl Write,
+    at: [std::time::Duration; 6],
+    child_ns: i64,
+    hashed_early: usize,
+) {
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let [setup, traced, classified, environment, hashed, recorded] = at;
+    let _ = writeln!(
+        err,
+        "roar: timing: setup {:.2} ms, traced run {:.2} ms (command {:.2} ms), classify {:.2} ms, environment {:.2} ms, hash {:.2} ms ({} files hashed during the run) with recording alongside, record {:.2} ms after the last file was hashed; roar's own CPU {:.2} ms",
+        ms(setup),
+        ms(traced - setup),
+        child_ns as f64 / 1e6,
+        ms(classified - traced),
+        ms(environment - classified),
+        ms(hashed - environment),
+        hashed_early,
+        ms(recorded - hashed),
+        own_cpu_ms(),
+    );
+}
+
+/// `--verbose`: each input and output, its short hash and its path from the project's root.
+fn print_listing(err: &mut impl Write, files: &[roar_store::FileRecord], root: &Path) {
+    for f in files.iter().filter(|f| f.role != Role::Temp) {
+        let hash = f
+            .hash
+            .as_ref()
+            .map(fmt::short_hash)
+            .unwrap_or_else(|| "-".repeat(fmt::SHORT_HASH));
+        let _ = writeln!(
+            err,
+            "  {:<6} {hash}  {}",
+            f.role.as_str(),
+            rel(&f.path.to_string_lossy(), root)
+        );
+    }
+}
+
+/// `, incomplete (why)` for a job the tracer could not see whole, else nothing.
+fn incomplete_reason(traced: &roar_tracer::Traced) -> String {
+    match (traced.lost, traced.malformed) {
+        _ if traced.cut_short.is_some() => {
+            format!(", incomplete ({})", traced.cut_short.unwrap_or_default())
+        }
+        (0, 0) if traced.cut_off > 0 => format!(
+            ", incomplete ({} event(s) cut off: a process was killed while reporting them)",
+            traced.cut_off
+        ),
+        (0, 0) if !traced.untraced.is_empty() => {
+            ", incomplete (programs whose files the tracer could not see)".to_owned()
+        }
+        (0, 0) if !traced.unprivileged.is_empty() => {
+            ", incomplete (setuid programs ran without their privileges)".to_owned()
+        }
+        (0, 0) if traced.forged > 0 => format!(
+            ", incomplete ({} event(s) refused: not from a process of this run)",
+            traced.forged
+        ),
+        (0, 0) => String::new(),
+        (0, bad) => format!(", incomplete ({bad} undecodable events)"),
+        (lost, _) => format!(
+            ", incomplete ({lost} events lost: the eBPF ring buffer was full; raise ROAR_EBPF_RING_KB)"
+        ),
+    }
+}
+
+/// The warnings a recorded run prints under its summary line: programs the tracer could not
+/// follow, setuid programs run without privileges, refused datagrams, inputs changed unhashed.
+fn warnings(err: &mut impl Write, traced: &roar_tracer::Traced, unhashed_inputs: usize) {
+    for (exe, why) in traced.untraced.iter().take(3) {
+        let _ = writeln!(
+            err,
+            "roar: warning: the job ran {} ({why}): its files are not in the record; {}",
+            roar_store::shown(&exe.to_string_lossy()),
+            roar_tracer::remedy(why)
+        );
+    }
+    if traced.untraced.len() > 3 {
+        let _ = writeln!(
+            err,
+            "roar: warning: ... and {} more programs the tracer could not follow",
+            traced.untraced.len() - 3
+        );
+    }
+    for exe in &traced.unprivileged {
+        let _ = writeln!(
+            err,
+            "roar: warning: the job ran {} without its setuid/setgid privileges (an unprivileged ptrace cannot keep them): it may have behaved otherwise than bare; use --tracer preload or ebpf",
+            roar_store::shown(&exe.to_string_lossy())
+        );
+    }
+    if traced.forged > 0 {
+        let _ = writeln!(
+            err,
+            "roar: warning: refused {} event datagrams the kernel does not place in this run (another process on this machine sent them, or one of the run's that became another user and was gone before they were read); none of them is in the record",
+            traced.forged
+        );
+    }
+    if unhashed_inputs > 0 {
+        let _ = writeln!(
+            err,
+            "roar: {unhashed_inputs} inputs changed before they could be hashed; their content is unknown"
+        );
+    }
 }
 
 /// What a run does around its command ([`roar_tracer::Beside`]): its job's row, written once the
