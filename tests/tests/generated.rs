@@ -835,6 +835,8 @@ fn check(observer: Observer, count: usize) {
         .and_then(|s| s.parse().ok())
         .unwrap_or(count);
     let all = programs(count, seed);
+    // Said first: a long run stopped half-way is replayable from its seed.
+    eprintln!("{observer:?}: {count} generated programs, seed {seed} (ROAR_GEN_SEED={seed})");
     // Long runs go in batches: one project (or mount) per batch.
     for (b, batch) in all.chunks(200).enumerate() {
         let failed = wrong(&run_all(observer, batch));
@@ -1070,6 +1072,8 @@ fn shrunk_programs_the_generator_found_give_every_observer_the_same_record() {
 /// Runs `all` under every observer pair of the agreement test; panics with the first
 /// disagreement, shrunk.
 fn agree(all: &[Program], label: &str) {
+    // Said first: a long run stopped half-way is replayable from its seed.
+    eprintln!("{} programs of {label}", all.len());
     let runs: Vec<Observer> = common::backends().into_iter().map(Observer::Run).collect();
     let mut pairs: Vec<(Observer, Observer)> = runs[1..].iter().map(|&o| (runs[0], o)).collect();
     if common::require_tool("strace") {
