@@ -175,6 +175,9 @@ struct Paths {
     list: Vec<(PathBuf, Option<PathState>)>,
     /// Ignored paths, at first sight.
     ignored: Vec<PathBuf>,
+    /// How many paths a directory move refilled are not settled yet ([`PathState::refilled`]):
+    /// while none is, events are not looked at for what they show of one.
+    unsettled: usize,
 }
 
 impl Paths {
@@ -285,7 +288,9 @@ impl Paths {
         }
         for j in displaced {
             if let Some(st) = self.list[j].1.as_mut() {
-                st.refilled = true;
+                if !std::mem::replace(&mut st.refilled, true) {
+                    self.unsettled += 1;
+                }
             }
         }
     }
@@ -375,7 +380,10 @@ pub fn classify_part<'e>(
     }
     // A name a directory move refilled and no later event touched holds at the end what the
     // move put there: the filesystem says whether that is a file.
-    let refilled: Vec<PathBuf> = rules.paths.refilled().map(Path::to_owned).collect();
+    let refilled: Vec<PathBuf> = match rules.paths.unsettled {
+        0 => Vec::new(),
+        _ => rules.paths.refilled().map(Path::to_owned).collect(),
+    };
     for path in refilled {
         let holds = path.symlink_metadata().is_ok_and(|m| !m.is_dir());
         rules.holds(&path, holds);
@@ -460,8 +468,10 @@ impl Rules {
     }
 
     fn decide(&mut self, cx: &Context, ev: &Event) {
-        for (path, holds) in evidence(cx, ev).into_iter().flatten() {
-            self.holds(path, holds);
+        if self.paths.unsettled > 0 {
+            for (path, holds) in evidence(cx, ev).into_iter().flatten() {
+                self.holds(path, holds);
+            }
         }
         match ev {
             Event::Exec {
@@ -575,8 +585,13 @@ impl Rules {
     /// earlier history stands. A name not refilled is left alone.
     pub fn holds(&mut self, path: &Path, holds: bool) {
         let seq = self.seq;
-        if let Some(st) = self.paths.state_mut(path) {
-            st.refill(holds, seq);
+        let Some(st) = self.paths.state_mut(path) else {
+            return;
+        };
+        let was = st.refilled;
+        st.refill(holds, seq);
+        if was {
+            self.paths.unsettled -= 1;
         }
     }
 
