@@ -152,6 +152,10 @@ fn every_record() -> Vec<Record> {
             from: p("/x"),
             to: p("/y"),
         },
+        Record::Holds {
+            path: p("/y/g0"),
+            holds: true,
+        },
         Record::Extra(vec![0, 255, 3]),
         Record::RootGone,
     ];
@@ -265,7 +269,11 @@ fn random_call(x: &mut u64, rules: &Rules) -> Record {
         content: hash(&format!("h{}", n(6))),
         mark: rules.mark().saturating_sub(n(3)),
     };
-    match next(10) {
+    match next(11) {
+        9 => Record::Holds {
+            path,
+            holds: next(2) == 0,
+        },
         0 => Record::Event(Event::Open {
             pid: 1,
             path,
