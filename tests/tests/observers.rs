@@ -800,7 +800,7 @@ fn a_job_is_recorded_as_running_and_a_killed_roar_leaves_a_killed_job() {
                 "-c",
                 "echo x > made; sleep 30.17",
             ])
-            .stderr(std::process::Stdio::null())
+            .stderr(std::fs::File::create(p.path().join("run.err")).unwrap())
             .spawn()
             .unwrap();
         // The row is committed while the command runs.
@@ -831,6 +831,9 @@ fn a_job_is_recorded_as_running_and_a_killed_roar_leaves_a_killed_job() {
                 .exists()),
             "{backend}: the command never wrote"
         );
+        let journals_at_kill: Vec<_> = std::fs::read_dir(p.path().join(".roar/journal"))
+            .map(|d| d.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
         // SAFETY: signalling our own child.
         unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
         child.wait().unwrap();
@@ -878,8 +881,11 @@ fn a_job_is_recorded_as_running_and_a_killed_roar_leaves_a_killed_job() {
         // Once the command is gone, the next roar command recovers the job from its journal:
         // what the command did before (and, under preload, after) roar died is in it.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut said = Vec::new();
         let job = loop {
-            let job = p.job_json(1);
+            let out = p.roar(["show", "1", "--json"]);
+            said.push(common::stderr(&out));
+            let job: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
             if job["files"].as_array().is_some_and(|f| !f.is_empty())
                 || std::time::Instant::now() > deadline
             {
@@ -887,8 +893,22 @@ fn a_job_is_recorded_as_running_and_a_killed_roar_leaves_a_killed_job() {
             }
             std::thread::sleep(std::time::Duration::from_millis(50));
         };
-        assert_eq!(job["status"], "killed", "{backend}: {job}");
-        assert_eq!(p.files(&job, "output"), ["made"], "{backend}: {job}");
+        let journals: Vec<_> = std::fs::read_dir(p.path().join(".roar/journal"))
+            .map(|d| d.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        let why = format!(
+            "{backend}: {job}\nwhat each show said: {:?}\njournals at the kill: {journals_at_kill:?}, left: {journals:?}\nroar run said: {:?}\nprocesses: {}",
+            said.iter().filter(|s| !s.is_empty()).collect::<Vec<_>>(),
+            std::fs::read_to_string(p.path().join("run.err")).unwrap_or_default(),
+            common::stdout(
+                &std::process::Command::new("sh")
+                    .args(["-c", "ps -eo pid,ppid,stat,args | grep -F 30.17 | grep -v grep"])
+                    .output()
+                    .unwrap()
+            )
+        );
+        assert_eq!(job["status"], "killed", "{why}");
+        assert_eq!(p.files(&job, "output"), ["made"], "{why}");
     }
 }
 
