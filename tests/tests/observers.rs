@@ -870,7 +870,11 @@ fn a_job_is_recorded_as_running_and_a_killed_roar_leaves_a_killed_job() {
         };
         assert_eq!(
             status["unfinished"][0]["status"], unfinished,
-            "{backend}: {status}; what each status said: {said:?}"
+            "{backend}: {status}; what each status said: {said:?}; journals at the kill: {journals_at_kill:?}, now: {:?}; roar run said: {:?}",
+            std::fs::read_dir(p.path().join(".roar/journal"))
+                .map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>())
+                .unwrap_or_default(),
+            std::fs::read_to_string(p.path().join("run.err")).unwrap_or_default()
         );
         // The command itself: preload leaves it running (it is not roar's child to kill);
         // ptrace's tracees die with their tracer (PTRACE_O_EXITKILL: without a tracer, its
