@@ -205,9 +205,15 @@ fn reserve(file: &File, size: usize) -> io::Result<bool> {
 
 impl Journal {
     /// Creates the journal `name` in `dir` (made 0700 if missing), written by `writer`, and
-    /// takes its lock for this process's lifetime.
+    /// takes its lock for this process's lifetime. The file is made under a name recoveries pass
+    /// over (`.NAME.journal.new`) and renamed into place only once locked and headed: a journal
+    /// under its own name is never one whose writer has not locked it yet, so a recovery that
+    /// finds it unlocked knows its writer is gone (before, a recovery running in the instant
+    /// between the file's making and its lock took a live run's empty journal for a dead one's
+    /// and removed it, and the run journaled into an unlinked file).
     pub fn create(dir: &Path, name: &str, writer: Writer) -> io::Result<Journal> {
         let path = dir.join(format!("{name}.journal"));
+        let new = dir.join(format!(".{name}.journal{NEW}"));
         let open = || {
             std::fs::OpenOptions::new()
                 .read(true)
@@ -215,7 +221,7 @@ impl Journal {
                 .create_new(true)
                 .mode(0o600)
                 .custom_flags(libc::O_CLOEXEC)
-                .open(&path)
+                .open(&new)
         };
         // The directory is made only when missing: one system call less on every run.
         let file = match open() {
@@ -232,6 +238,7 @@ impl Journal {
         head.extend_from_slice(MAGIC);
         head.push(writer as u8);
         (&file).write_all(&head)?;
+        std::fs::rename(&new, &path)?;
         Ok(Journal {
             path,
             file: Mutex::new(Appender::new(file, head.len())),
@@ -664,6 +671,31 @@ impl Orphan {
     }
 }
 
+/// The suffix of a journal being made (`.NAME.journal.new`), not yet locked and headed.
+const NEW: &str = ".new";
+
+/// A journal left half-made (its writer died between making the file and renaming it into
+/// place) is removed once it is this old: it holds nothing observed.
+const STALE_NEW_SECS: u64 = 3600;
+
+/// Removes the half-made journals in `dir` older than [`STALE_NEW_SECS`].
+fn remove_stale_new(dir: &Path, entries: &[PathBuf]) {
+    for p in entries {
+        let name = p.file_name().unwrap_or_default().to_string_lossy();
+        if !(name.starts_with('.') && name.ends_with(&format!(".journal{NEW}"))) {
+            continue;
+        }
+        let old = std::fs::metadata(p)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age.as_secs() > STALE_NEW_SECS);
+        if old {
+            let _ = std::fs::remove_file(dir.join(p));
+        }
+    }
+}
+
 /// Removes the journal at `path`, and the claim on it that a killed claimant left.
 pub fn remove(path: &Path) {
     let _ = std::fs::remove_file(claim_path(path));
@@ -677,9 +709,10 @@ pub fn orphans(dir: &Path) -> Vec<Orphan> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
+    let entries: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+    remove_stale_new(dir, &entries);
     let mut found: Vec<Orphan> = entries
-        .flatten()
-        .map(|e| e.path())
+        .into_iter()
         .filter(|p| p.extension().is_some_and(|x| x == "journal"))
         .filter_map(|p| match open_orphan(&p) {
             Ok(o) => o,

@@ -497,3 +497,45 @@ fn journals_made_ahead_are_taken_once_and_the_rest_removed() {
     }
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
+
+/// Recoveries running while journals are made (every `roar` command recovers what it finds):
+/// none may take a journal whose writer is alive — before, one running in the instant between a
+/// journal's making and its lock took the empty file for a dead writer's and removed it (seen as
+/// a killed `roar run` with nothing to recover, in CI).
+#[test]
+fn a_journal_being_made_is_never_taken_for_an_orphan() {
+    let dir = tempfile::tempdir().unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let mut lost = Vec::new();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for orphan in orphans(dir.path()) {
+                    orphan.remove();
+                }
+            }
+        });
+        let mut live = Vec::new();
+        for i in 0..2000 {
+            let j = Journal::create(dir.path(), &format!("j{i}"), Writer::Run).unwrap();
+            if !j.path().exists() {
+                lost.push(i);
+            }
+            live.push(j);
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        lost.extend(
+            live.iter()
+                .enumerate()
+                .filter(|(_, j)| !j.path().exists())
+                .map(|(i, _)| i),
+        );
+    });
+    assert!(lost.is_empty(), "live journals removed: {lost:?}");
+    // A half-made journal (its writer died before renaming it) is passed over, and kept while
+    // young.
+    let other = tempfile::tempdir().unwrap();
+    std::fs::write(other.path().join(".dead.journal.new"), b"").unwrap();
+    assert!(orphans(other.path()).is_empty());
+    assert!(other.path().join(".dead.journal.new").exists());
+}
