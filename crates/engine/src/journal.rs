@@ -678,11 +678,14 @@ const NEW: &str = ".new";
 /// place) is removed once it is this old: it holds nothing observed.
 const STALE_NEW_SECS: u64 = 3600;
 
-/// Removes the half-made journals in `dir` older than [`STALE_NEW_SECS`].
-fn remove_stale_new(dir: &Path, entries: &[PathBuf]) {
+/// Removes the half-made journals among `entries` older than [`STALE_NEW_SECS`].
+fn remove_stale_new(entries: &[PathBuf]) {
     for p in entries {
         let name = p.file_name().unwrap_or_default().to_string_lossy();
-        if !(name.starts_with('.') && name.ends_with(&format!(".journal{NEW}"))) {
+        let half_made = name
+            .strip_suffix(NEW)
+            .is_some_and(|n| n.ends_with(".journal"));
+        if !(name.starts_with('.') && half_made) {
             continue;
         }
         let old = std::fs::metadata(p)
@@ -691,7 +694,7 @@ fn remove_stale_new(dir: &Path, entries: &[PathBuf]) {
             .and_then(|t| t.elapsed().ok())
             .is_some_and(|age| age.as_secs() > STALE_NEW_SECS);
         if old {
-            let _ = std::fs::remove_file(dir.join(p));
+            let _ = std::fs::remove_file(p);
         }
     }
 }
@@ -710,7 +713,7 @@ pub fn orphans(dir: &Path) -> Vec<Orphan> {
         return Vec::new();
     };
     let entries: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
-    remove_stale_new(dir, &entries);
+    remove_stale_new(&entries);
     let mut found: Vec<Orphan> = entries
         .into_iter()
         .filter(|p| p.extension().is_some_and(|x| x == "journal"))
