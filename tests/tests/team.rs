@@ -740,3 +740,182 @@ fn runs_in_a_row_share_one_background_pusher() {
         "one lingering pusher, not one per run: {pushers:?}"
     );
 }
+
+/// `roar log -n 0 --json` of a project, by uid, each job without its store-local `id`.
+fn log_by_uid(out: &Output) -> std::collections::BTreeMap<String, serde_json::Value> {
+    let log: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    log.as_array()
+        .unwrap()
+        .iter()
+        .map(|j| {
+            let mut j = j.clone();
+            j.as_object_mut().unwrap().remove("id");
+            (j["uid"].as_str().unwrap().to_owned(), j)
+        })
+        .collect()
+}
+
+/// Fails naming the first place where two JSON values differ (not the whole of each: a job
+/// can hold thousands of files).
+fn same_json(remote: &serde_json::Value, local: &serde_json::Value, what: &str) {
+    use serde_json::Value;
+    fn first_difference(a: &Value, b: &Value, at: String) -> Option<String> {
+        match (a, b) {
+            (Value::Object(x), Value::Object(y)) => {
+                let keys: BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+                keys.into_iter().find_map(|k| match (x.get(k), y.get(k)) {
+                    (Some(a), Some(b)) => first_difference(a, b, format!("{at}.{k}")),
+                    (a, b) => Some(format!("{at}.{k}: {a:?} against {b:?}")),
+                })
+            }
+            (Value::Array(x), Value::Array(y)) if x.len() == y.len() => x
+                .iter()
+                .zip(y)
+                .enumerate()
+                .find_map(|(i, (a, b))| first_difference(a, b, format!("{at}[{i}]"))),
+            _ if a == b => None,
+            _ => Some(format!("{at}: {a} against {b}")),
+        }
+    }
+    if let Some(d) = first_difference(remote, local, String::new()) {
+        panic!("{what} differs (team store against local): {d}");
+    }
+}
+
+/// A small fleet (crates/fleet: 8 nodes of about 500 jobs, each node its own project store and
+/// host name, with pipelines with steps, a shared dataset, overwritten checkpoints and runs of 8
+/// to 64 ranks across nodes) pushes concurrently: the team store holds every job and file record
+/// once, and `--remote` answers as the union of the nodes' stores — every job's summary, a sample
+/// of jobs whole, and the lineage of a checkpoint made by a chain of distributed runs.
+#[test]
+fn a_fleet_pushes_concurrently_and_answers_as_the_union_of_its_nodes() {
+    let Some(pg) = Postgres::start() else {
+        return;
+    };
+    let shape = roar_fleet::Shape::new(8, 500, 66);
+    let nodes: Vec<Project> = (0..shape.nodes).map(|_| Project::new()).collect();
+    std::thread::scope(|s| {
+        for (n, p) in nodes.iter().enumerate() {
+            let shape = &shape;
+            s.spawn(move || roar_fleet::write_node(shape, n as u32, p.path()).unwrap());
+        }
+    });
+    for p in &nodes {
+        add_remote(p, &pg, false);
+    }
+    // Two pushers per node at once: 16 concurrent pushers racing over the same jobs.
+    let pushers: Vec<_> = (0..16)
+        .map(|i| nodes[i % nodes.len()].cmd(["push"]).spawn().unwrap())
+        .collect();
+    for mut child in pushers {
+        assert!(child.wait().unwrap().success());
+    }
+    let sum = |sql: &str| nodes.iter().map(|p| local_count(p, sql)).sum::<i64>();
+    for table in ["jobs", "job_files", "steps", "step_files"] {
+        let sql = format!("SELECT count(*) FROM {table}");
+        assert_eq!(
+            pg.count(&sql),
+            sum(&sql),
+            "{table}: lost or duplicated rows"
+        );
+    }
+    assert_eq!(
+        pg.count("SELECT count(DISTINCT uid) FROM jobs"),
+        sum("SELECT count(*) FROM jobs")
+    );
+    // Every job's summary, as the union of the nodes' own logs.
+    let analyst = Project::new();
+    add_remote(&analyst, &pg, false);
+    let out = analyst.roar(["--remote", "origin", "log", "-n", "0", "--json"]);
+    ok(&out, "log --remote");
+    let team = log_by_uid(&out);
+    let mut union = std::collections::BTreeMap::new();
+    let mut local_ids = Vec::new();
+    for p in &nodes {
+        let out = p.roar(["log", "-n", "0", "--json"]);
+        ok(&out, "log");
+        let log: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        for j in log.as_array().unwrap() {
+            local_ids.push((
+                p,
+                j["id"].as_i64().unwrap(),
+                j["uid"].as_str().unwrap().to_owned(),
+            ));
+        }
+        union.extend(log_by_uid(&out));
+    }
+    assert_eq!(union.len(), local_ids.len(), "a uid on two nodes");
+    assert_eq!(team.len(), union.len());
+    for (uid, job) in &union {
+        same_json(&team[uid], job, &format!("job {uid} in the log"));
+    }
+    // A sample of jobs whole (files, steps, environment), every 97th.
+    let team_ids: std::collections::BTreeMap<String, i64> = {
+        let log: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        log.as_array()
+            .unwrap()
+            .iter()
+            .map(|j| {
+                (
+                    j["uid"].as_str().unwrap().to_owned(),
+                    j["id"].as_i64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let show = |p: &Project, id: i64, remote: bool| {
+        let id = id.to_string();
+        let mut args = if remote {
+            vec!["--remote", "origin"]
+        } else {
+            vec![]
+        };
+        args.extend(["show", &id, "--json"]);
+        let out = p.roar(&args);
+        ok(&out, "show");
+        let mut job: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        job.as_object_mut().unwrap().remove("id");
+        job
+    };
+    for (p, id, uid) in local_ids.iter().step_by(97) {
+        same_json(
+            &show(&analyst, team_ids[uid], true),
+            &show(p, *id, false),
+            &format!("job {uid} over the team store"),
+        );
+    }
+    // The lineage of the last run's checkpoint: rank 0 of each run of its chain, on its node,
+    // and the ingest jobs, on theirs, that wrote the shards those ranks read.
+    let last = shape.runs - 1;
+    let ckpt = shape.run_checkpoint(last).0;
+    let out = analyst.roar([
+        "--remote",
+        "origin",
+        "lineage",
+        ckpt.to_str().unwrap(),
+        "--json",
+    ]);
+    ok(&out, "lineage --remote");
+    let lineage: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let steps: BTreeSet<(String, String)> = lineage["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["host"].as_str().unwrap().to_owned(),
+                s["name"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(steps, shape.run_lineage(last), "{lineage:#}");
+    assert!(
+        steps
+            .iter()
+            .map(|(host, _)| host)
+            .collect::<BTreeSet<_>>()
+            .len()
+            > 1,
+        "the lineage crosses nodes"
+    );
+}

@@ -470,15 +470,18 @@ impl Store {
              FROM job_files f
              LEFT JOIN artifacts a ON a.id = f.artifact_id
              LEFT JOIN s3_objects o ON o.id = f.s3_object_id
+             JOIN jobs j ON j.id = f.job_id
              -- The previous content: recorded by the producer, else the path's last record that
-             -- began before this one did (by time: jobs are written when they end, so a reader
-             -- of this output can have the smaller row id; by row id where a time is missing).
+             -- began before this one did, by time — the record's first access, else its job's
+             -- start; row ids only break ties. Never by row id alone: jobs are written when they
+             -- end, so a reader of this output can have the smaller id, and a team store's mirror
+             -- numbers jobs in the order they were pushed, not run.
              LEFT JOIN artifacts b ON b.id = coalesce(f.before_artifact_id, (
-                 SELECT p.artifact_id FROM job_files p
+                 SELECT p.artifact_id FROM job_files p JOIN jobs pj ON pj.id = p.job_id
                  WHERE p.path = f.path AND p.id != f.id AND p.role != 'temp' AND f.role = 'output'
-                   AND CASE WHEN p.first_ns IS NULL OR f.first_ns IS NULL THEN p.id < f.id
-                            ELSE p.first_ns < f.first_ns END
-                 ORDER BY coalesce(p.first_ns, 0) DESC, p.id DESC LIMIT 1))
+                   AND (coalesce(p.first_ns, pj.started_ns), p.id)
+                       < (coalesce(f.first_ns, j.started_ns), f.id)
+                 ORDER BY coalesce(p.first_ns, pj.started_ns) DESC, p.id DESC LIMIT 1))
              WHERE f.job_id = ?1 AND NOT roar_noise(f.path)
              ORDER BY CASE f.role WHEN 'input' THEN 0 WHEN 'output' THEN 1 ELSE 2 END, f.path",
         )?;
