@@ -389,7 +389,7 @@ fn a_push_cut_by_a_server_stop_loses_and_duplicates_nothing() {
         (JOBS * FILES) as i64
     );
     assert_eq!(
-        pg.count("SELECT count(*) FROM (SELECT job_seq, path FROM job_files GROUP BY 1, 2 HAVING count(*) > 1) d"),
+        pg.count("SELECT count(*) FROM (SELECT job_seq, path_id FROM job_files GROUP BY 1, 2 HAVING count(*) > 1) d"),
         0
     );
     let local_uids: BTreeSet<String> = {
@@ -917,5 +917,110 @@ fn a_fleet_pushes_concurrently_and_answers_as_the_union_of_its_nodes() {
             .len()
             > 1,
         "the lineage crosses nodes"
+    );
+}
+
+/// Turns a team store of schema 2 back into schema 1 (file records naming their path, role,
+/// contents and ops in full, with the two indexes schema 1 had), independently of the migration.
+const BACK_TO_SCHEMA_1: &str = r#"
+BEGIN;
+CREATE TABLE job_files_old (
+    job_seq BIGINT NOT NULL REFERENCES jobs (seq) ON DELETE CASCADE, ord INT NOT NULL,
+    role TEXT NOT NULL CHECK (role IN ('input', 'output', 'temp')), path BYTEA NOT NULL,
+    blake3 TEXT REFERENCES artifacts (blake3), before_blake3 TEXT REFERENCES artifacts (blake3),
+    ops TEXT NOT NULL, first_ns BIGINT, last_ns BIGINT, s3_bucket TEXT, s3_key TEXT,
+    s3_version_id TEXT, s3_etag TEXT, s3_size BIGINT, s3_range TEXT,
+    PRIMARY KEY (job_seq, ord));
+INSERT INTO job_files_old
+SELECT f.job_seq, f.ord,
+       CASE f.role WHEN 'i' THEN 'input' WHEN 'o' THEN 'output' ELSE 'temp' END, p.path,
+       a.blake3, b.blake3,
+       array_to_string(ARRAY(SELECT v.name FROM (VALUES (1, 'read'), (2, 'write'), (4, 'create'),
+           (8, 'truncate'), (16, 'rename'), (32, 'unlink')) AS v (bit, name)
+           WHERE f.ops & v.bit != 0 ORDER BY v.bit), ','),
+       f.first_ns, f.last_ns, f.s3_bucket, f.s3_key, f.s3_version_id, f.s3_etag, f.s3_size,
+       f.s3_range
+FROM job_files f JOIN paths p ON p.id = f.path_id
+LEFT JOIN artifacts a ON a.id = f.content_id LEFT JOIN artifacts b ON b.id = f.before_id;
+DROP TABLE job_files;
+DROP TABLE paths;
+ALTER TABLE artifacts DROP COLUMN id;
+ALTER TABLE job_files_old RENAME TO job_files;
+ALTER TABLE job_files RENAME CONSTRAINT job_files_old_pkey TO job_files_pkey;
+CREATE INDEX job_files_version ON job_files (path, role, blake3);
+CREATE INDEX job_files_producer ON job_files (blake3, role);
+UPDATE roar_schema SET version = 1;
+COMMIT;
+"#;
+
+/// A team store of schema 1 (file records in full) is migrated by the next reader, and every
+/// job reads back as before: files with their roles, contents, previous contents and ops, steps.
+#[test]
+fn a_team_store_of_schema_1_is_migrated_and_reads_back_the_same() {
+    let Some(pg) = Postgres::start() else {
+        return;
+    };
+    assert_eq!(
+        roar_store::team::MIGRATIONS.len(),
+        2,
+        "this test knows schema 2"
+    );
+    let p = Project::new();
+    let shape = roar_fleet::Shape::new(3, 40, 2);
+    for n in 0..shape.nodes {
+        roar_fleet::write_node(&shape, n, p.path()).unwrap();
+    }
+    add_remote(&p, &pg, false);
+    ok(&p.roar(["push"]), "push");
+    let files = pg.count("SELECT count(*) FROM job_files");
+    pg.query(BACK_TO_SCHEMA_1);
+    assert_eq!(pg.count("SELECT version FROM roar_schema"), 1);
+    assert_eq!(pg.count("SELECT count(*) FROM job_files WHERE ops = ''"), 0);
+    // A reader brings it up to date and answers as the store it was pushed from.
+    let reader = Project::new();
+    add_remote(&reader, &pg, false);
+    let out = reader.roar(["--remote", "origin", "log", "-n", "0", "--json"]);
+    ok(&out, "log --remote");
+    assert_eq!(pg.count("SELECT version FROM roar_schema"), 2);
+    assert_eq!(pg.count("SELECT count(*) FROM job_files"), files);
+    let team = log_by_uid(&out);
+    let local = p.roar(["log", "-n", "0", "--json"]);
+    let local_log: serde_json::Value = serde_json::from_slice(&local.stdout).unwrap();
+    assert_eq!(team.len(), local_log.as_array().unwrap().len());
+    let remote_id: std::collections::BTreeMap<String, i64> = {
+        let log: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        log.as_array()
+            .unwrap()
+            .iter()
+            .map(|j| {
+                (
+                    j["uid"].as_str().unwrap().to_owned(),
+                    j["id"].as_i64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    for j in local_log.as_array().unwrap() {
+        let uid = j["uid"].as_str().unwrap();
+        let (id, rid) = (j["id"].to_string(), remote_id[uid].to_string());
+        let show = |p: &Project, args: &[&str]| {
+            let out = p.roar(args);
+            ok(&out, "show");
+            let mut v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            v.as_object_mut().unwrap().remove("id");
+            v
+        };
+        same_json(
+            &show(&reader, &["--remote", "origin", "show", &rid, "--json"]),
+            &show(&p, &["show", &id, "--json"]),
+            &format!("job {uid} after the migration"),
+        );
+    }
+    // And pushes go on into the migrated store.
+    roar_fleet::write_node(&roar_fleet::Shape::new(1, 10, 3), 0, p.path()).unwrap();
+    ok(&p.roar(["push"]), "push after the migration");
+    assert_eq!(
+        pg.count("SELECT count(*) FROM jobs"),
+        local_count(&p, "SELECT count(*) FROM jobs")
     );
 }

@@ -1,7 +1,7 @@
 //! `roar-fleet`: one simulated node's project store, or what the fleet's lineage targets are.
 //!
 //!     roar-fleet node --nodes 100 --jobs 2000 --seed 1 --node 7 DIR   # writes node 7 into DIR
-//!     roar-fleet targets --nodes 100 --jobs 2000 --seed 1             # paths to ask lineage of
+//!     roar-fleet targets --nodes 100 --jobs 2000 --seed 1             # a path to ask lineage of
 //!
 //! bench/team.sh runs one `node` process per node, then `roar push` in each project.
 
@@ -49,8 +49,8 @@ enum Command {
         node: u32,
         dir: PathBuf,
     },
-    /// Print the paths whose lineage the benchmark asks: the last run's checkpoint (a chain of
-    /// runs over the dataset) and the last run that started a chain.
+    /// Print the path whose lineage the benchmark asks: the checkpoint of the last of the widest
+    /// runs (64 ranks in a fleet of 8 nodes or more), with the chain of runs it resumed.
     Targets {
         #[command(flatten)]
         shape: ShapeArgs,
@@ -79,8 +79,11 @@ fn run(cli: Cli) -> Result<(), String> {
         }
         Command::Targets { shape } => {
             let shape = shape.shape()?;
-            let last = shape.runs - 1;
-            println!("{}", shape.run_checkpoint(last).0.display());
+            // The last of the runs of most ranks (max_by_key keeps the last of equals).
+            let widest = (0..shape.runs)
+                .max_by_key(|&g| shape.world_size(g))
+                .expect("a fleet has a run");
+            println!("{}", shape.run_checkpoint(widest).0.display());
         }
     }
     Ok(())

@@ -1,5 +1,5 @@
 //! How a job's values are kept in both kinds of store: paths as their exact bytes, roles and
-//! outcomes as their names.
+//! outcomes as their names (a file record's role as one byte in the team store).
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -19,6 +19,23 @@ pub(crate) fn role(s: &str) -> Role {
     match s {
         "input" => Role::Input,
         "output" => Role::Output,
+        _ => Role::Temp,
+    }
+}
+
+/// A file record's role as the team store's one-byte code (schema 2).
+pub(crate) fn role_code(role: Role) -> i8 {
+    (match role {
+        Role::Input => b'i',
+        Role::Output => b'o',
+        Role::Temp => b't',
+    }) as i8
+}
+
+pub(crate) fn role_of_code(code: i8) -> Role {
+    match code as u8 {
+        b'i' => Role::Input,
+        b'o' => Role::Output,
         _ => Role::Temp,
     }
 }

@@ -21,6 +21,7 @@ mod codec;
 mod local;
 mod read;
 mod schema;
+pub use schema::MIGRATIONS;
 mod tls;
 mod write;
 
@@ -345,6 +346,11 @@ pub fn fetch(mirror: &Path, remote: &Remote) -> Result<Fetched> {
     let mut conn = crate::db::open(mirror, true)?;
     let key = remote.key();
     let sqlite = |e: rusqlite::Error| crate::db::classify(mirror, e);
+    if version != 0 {
+        // A team store of an older schema is brought up to date by its first reader too (one
+        // without the rights to is told so); a newer one is refused.
+        open_schema(remote, &mut client)?;
+    }
     if version == 0 {
         // Nothing was ever pushed there: an empty team store, read.
         conn.execute(

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use postgres::GenericClient;
 
-use super::codec::{outcome, path, role};
+use super::codec::{outcome, path, role, role_of_code};
 use crate::environment::{Environment, Package, Runtime};
 use crate::model::{
     argv_from_blob, ContentHash, Distributed, FileRecord, GitState, JobRecord, Ops, ProcessRecord,
@@ -116,12 +116,13 @@ pub(crate) fn read_since(
             });
     }
     for r in client.query(
-        "SELECT f.job_seq, f.role, f.path, f.ops, f.first_ns, f.last_ns,
+        "SELECT f.job_seq, f.role, p.path, f.ops, f.first_ns, f.last_ns,
                 a.blake3, a.sha256, a.size, b.blake3, b.sha256, b.size,
                 f.s3_bucket, f.s3_key, f.s3_version_id, f.s3_etag, f.s3_size, f.s3_range
          FROM job_files f
-         LEFT JOIN artifacts a ON a.blake3 = f.blake3
-         LEFT JOIN artifacts b ON b.blake3 = f.before_blake3
+         JOIN paths p ON p.id = f.path_id
+         LEFT JOIN artifacts a ON a.id = f.content_id
+         LEFT JOIN artifacts b ON b.id = f.before_id
          WHERE f.job_seq = ANY($1) ORDER BY f.job_seq, f.ord",
         &[&seqs],
     )? {
@@ -141,11 +142,11 @@ pub(crate) fn read_since(
             range: r.get(17),
         });
         jobs[index[&r.get::<_, i64>(0)]].files.push(FileRecord {
-            role: role(r.get(1)),
+            role: role_of_code(r.get(1)),
             path: path(r.get(2)),
             hash: hash(6),
             before: hash(9),
-            ops: Ops::parse(r.get(3)),
+            ops: Ops::from_bits(r.get::<_, i16>(3) as u8),
             first_ns: r.get(4),
             last_ns: r.get(5),
             s3,

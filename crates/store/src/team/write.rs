@@ -7,15 +7,18 @@
 //! is stored once. Shared rows (artifacts, blobs, packages) are inserted in sorted order before
 //! the jobs, so concurrent pushers never deadlock on them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::Hash;
+use std::os::unix::ffi::OsStrExt;
 
+use postgres::types::{FromSql, ToSql};
 use postgres::Transaction;
 
-use super::codec::bytes;
+use super::codec::{bytes, role_code};
 use crate::environment::Package;
 use crate::model::{
-    argv_to_blob, Distributed, FileRecord, GitState, JobRecord, Outcome, ProcessRecord, S3Object,
-    StepFile, StepRecord,
+    argv_to_blob, ContentHash, Distributed, FileRecord, GitState, JobRecord, Outcome,
+    ProcessRecord, S3Object, StepFile, StepRecord,
 };
 
 /// Writes `jobs` (each with its uid) in one transaction; returns how many were new. Shared rows
@@ -43,16 +46,10 @@ pub(crate) fn write_jobs(
             }
         }
     }
-    let (a_b3, a_sha, a_size): (Vec<&str>, Vec<Option<&str>>, Vec<i64>) = artifacts
-        .values()
-        .map(|h| (h.blake3.as_str(), h.sha256.as_deref(), h.size as i64))
-        .collect();
-    tx.execute(
-        "INSERT INTO artifacts (blake3, sha256, size)
-         SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) ORDER BY 1
-         ON CONFLICT (blake3) DO NOTHING",
-        &[&a_b3, &a_sha, &a_size],
-    )?;
+    let dictionaries = Dictionaries {
+        contents: contents(tx, &artifacts)?,
+        paths: paths(tx, jobs)?,
+    };
     for (hash, data) in &blobs {
         tx.execute(
             "INSERT INTO blobs (blake3, data) VALUES ($1, $2) ON CONFLICT DO NOTHING",
@@ -81,9 +78,99 @@ pub(crate) fn write_jobs(
         .filter_map(|j| Some((*seqs.get(j.uid.as_deref()?)?, j)))
         .collect();
     if !new.is_empty() {
-        insert_children(tx, &new)?;
+        insert_children(tx, &new, &dictionaries)?;
     }
     Ok(new.len())
+}
+
+/// Where the batch's file records point: the ids of their paths and contents in the team store's
+/// dictionaries (`paths`, `artifacts`).
+struct Dictionaries {
+    paths: HashMap<Vec<u8>, i64>,
+    contents: HashMap<String, i64>,
+}
+
+/// The ids of `keys` in a dictionary, by a query with the keys as `$1`.
+fn ids<P, K>(tx: &mut Transaction, sql: &str, keys: &P) -> Result<HashMap<K, i64>, postgres::Error>
+where
+    P: ToSql + Sync,
+    K: for<'a> FromSql<'a> + Hash + Eq,
+{
+    Ok(tx
+        .query(sql, &[keys])?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect())
+}
+
+/// The ids of the batch's contents, adding those the team store lacks (in sorted order, so that
+/// concurrent pushers never deadlock; one that raced another pusher's is read after).
+fn contents(
+    tx: &mut Transaction,
+    artifacts: &BTreeMap<String, &ContentHash>,
+) -> Result<HashMap<String, i64>, postgres::Error> {
+    const SELECT: &str = "SELECT blake3, id FROM artifacts WHERE blake3 = ANY($1)";
+    let all: Vec<&str> = artifacts.keys().map(String::as_str).collect();
+    let mut known: HashMap<String, i64> = ids(tx, SELECT, &all)?;
+    let (b3, sha, size): (Vec<&str>, Vec<Option<&str>>, Vec<i64>) = artifacts
+        .values()
+        .filter(|h| !known.contains_key(&h.blake3))
+        .map(|h| (h.blake3.as_str(), h.sha256.as_deref(), h.size as i64))
+        .collect();
+    if b3.is_empty() {
+        return Ok(known);
+    }
+    for r in tx.query(
+        "INSERT INTO artifacts (blake3, sha256, size)
+         SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) ORDER BY 1
+         ON CONFLICT (blake3) DO NOTHING RETURNING blake3, id",
+        &[&b3, &sha, &size],
+    )? {
+        known.insert(r.get(0), r.get(1));
+    }
+    let raced: Vec<&str> = b3.into_iter().filter(|k| !known.contains_key(*k)).collect();
+    if !raced.is_empty() {
+        known.extend(ids::<_, String>(tx, SELECT, &raced)?);
+    }
+    Ok(known)
+}
+
+/// The ids of every path the batch's file records name, adding those the team store lacks (as
+/// [`contents`]).
+fn paths(
+    tx: &mut Transaction,
+    jobs: &[JobRecord],
+) -> Result<HashMap<Vec<u8>, i64>, postgres::Error> {
+    const SELECT: &str = "SELECT path, id FROM paths WHERE path = ANY($1)";
+    let all: BTreeSet<&[u8]> = jobs
+        .iter()
+        .flat_map(|j| &j.files)
+        .map(|f| f.path.as_os_str().as_bytes())
+        .collect();
+    let all: Vec<&[u8]> = all.into_iter().collect();
+    let mut known: HashMap<Vec<u8>, i64> = ids(tx, SELECT, &all)?;
+    let missing: Vec<&[u8]> = all
+        .into_iter()
+        .filter(|p| !known.contains_key(*p))
+        .collect();
+    if missing.is_empty() {
+        return Ok(known);
+    }
+    for r in tx.query(
+        "INSERT INTO paths (path) SELECT * FROM unnest($1::bytea[]) ORDER BY 1
+         ON CONFLICT (path) DO NOTHING RETURNING path, id",
+        &[&missing],
+    )? {
+        known.insert(r.get(0), r.get(1));
+    }
+    let raced: Vec<&[u8]> = missing
+        .into_iter()
+        .filter(|p| !known.contains_key(*p))
+        .collect();
+    if !raced.is_empty() {
+        known.extend(ids::<_, Vec<u8>>(tx, SELECT, &raced)?);
+    }
+    Ok(known)
 }
 
 /// The jobs' rows, in one statement; the `seq` of each job the team store did not have, by uid.
@@ -175,7 +262,11 @@ fn numbered<'a, T>(
 
 /// The rows of the new jobs' processes, files, steps, step files and packages: one statement
 /// per table for the whole batch.
-fn insert_children(tx: &mut Transaction, new: &[(i64, &JobRecord)]) -> Result<(), postgres::Error> {
+fn insert_children(
+    tx: &mut Transaction,
+    new: &[(i64, &JobRecord)],
+    dictionaries: &Dictionaries,
+) -> Result<(), postgres::Error> {
     let procs: Vec<(i64, i32, &ProcessRecord)> = numbered(new, |j| &j.processes);
     tx.execute(
         "INSERT INTO processes (job_seq, ord, pid, parent_pid, exe, argv, started_ns, ended_ns)
@@ -205,29 +296,34 @@ fn insert_children(tx: &mut Transaction, new: &[(i64, &JobRecord)]) -> Result<()
             .map(|r| r.2.s3.as_ref().and_then(f))
             .collect::<Vec<_>>()
     };
+    let content = |h: &Option<ContentHash>| h.as_ref().map(|h| dictionaries.contents[&h.blake3]);
     tx.execute(
-        "INSERT INTO job_files (job_seq, ord, role, path, blake3, before_blake3, ops, first_ns,
-                               last_ns, s3_bucket, s3_key, s3_version_id, s3_etag, s3_size,
-                               s3_range)
-         SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::bytea[], $5::text[],
-                              $6::text[], $7::text[], $8::bigint[], $9::bigint[], $10::text[],
-                              $11::text[], $12::text[], $13::text[], $14::bigint[], $15::text[])",
+        "INSERT INTO job_files (job_seq, ord, role, path_id, content_id, before_id, ops,
+                               first_ns, last_ns, s3_bucket, s3_key, s3_version_id, s3_etag,
+                               s3_size, s3_range)
+         SELECT * FROM unnest($1::bigint[], $2::int[], $3::\"char\"[], $4::bigint[],
+                              $5::bigint[], $6::bigint[], $7::smallint[], $8::bigint[],
+                              $9::bigint[], $10::text[], $11::text[], $12::text[], $13::text[],
+                              $14::bigint[], $15::text[])",
         &[
             &files.iter().map(|f| f.0).collect::<Vec<_>>(),
             &files.iter().map(|f| f.1).collect::<Vec<_>>(),
-            &files.iter().map(|f| f.2.role.as_str()).collect::<Vec<_>>(),
-            &files.iter().map(|f| bytes(&f.2.path)).collect::<Vec<_>>(),
             &files
                 .iter()
-                .map(|f| f.2.hash.as_ref().map(|h| h.blake3.as_str()))
+                .map(|f| role_code(f.2.role))
                 .collect::<Vec<_>>(),
             &files
                 .iter()
-                .map(|f| f.2.before.as_ref().map(|h| h.blake3.as_str()))
+                .map(|f| dictionaries.paths[f.2.path.as_os_str().as_bytes()])
+                .collect::<Vec<_>>(),
+            &files.iter().map(|f| content(&f.2.hash)).collect::<Vec<_>>(),
+            &files
+                .iter()
+                .map(|f| content(&f.2.before))
                 .collect::<Vec<_>>(),
             &files
                 .iter()
-                .map(|f| f.2.ops.names().join(","))
+                .map(|f| i16::from(f.2.ops.bits()))
                 .collect::<Vec<_>>(),
             &files.iter().map(|f| f.2.first_ns).collect::<Vec<_>>(),
             &files.iter().map(|f| f.2.last_ns).collect::<Vec<_>>(),
