@@ -70,6 +70,14 @@ pub struct Step {
     pub labels: BTreeMap<String, String>,
 }
 
+/// What a walk over the graph learns once and asks again and again: content no job ever wrote (a
+/// dataset every job reads), and which jobs have steps.
+#[derive(Default)]
+struct Memo {
+    never_made: HashSet<i64>,
+    has_steps: HashMap<i64, bool>,
+}
+
 fn is_zero(n: &u32) -> bool {
     *n == 0
 }
@@ -256,7 +264,7 @@ impl Store {
         artifact: i64,
         reader: i64,
         before_ns: i64,
-        never_made: &mut HashSet<i64>,
+        memo: &mut Memo,
     ) -> rusqlite::Result<Option<Producer>> {
         // The last writer of the path before the reader, one with these bytes first: a writer
         // with other bytes only means the path changed outside roar since (no producer).
@@ -281,7 +289,7 @@ impl Store {
         // by a job that started before any job found these bytes here — one that read them here
         // (the `cp` that copied this dataset elsewhere) came after them, it did not make them.
         // Content no job ever wrote (a dataset every step reads) is remembered for the walk.
-        if never_made.contains(&artifact) {
+        if memo.never_made.contains(&artifact) {
             return Ok(None);
         }
         let first_read: Option<i64> = self
@@ -308,7 +316,7 @@ impl Store {
             Some((job, at, 1)) => Ok(Some((job, Some(at)))),
             Some(_) => Ok(None),
             None => {
-                never_made.insert(artifact);
+                memo.never_made.insert(artifact);
                 Ok(None)
             }
         }
@@ -364,7 +372,7 @@ impl Store {
             return Ok(None);
         };
         match &target.path {
-            Some(p) => self.producer_of(p.as_bytes(), artifact, -1, i64::MAX, &mut HashSet::new()),
+            Some(p) => self.producer_of(p.as_bytes(), artifact, -1, i64::MAX, &mut Memo::default()),
             None => self
                 .conn
                 .prepare_cached(
@@ -377,26 +385,45 @@ impl Store {
         }
     }
 
+    /// The step of `job` that wrote `path` last, if the job has steps (asked once per job).
+    fn producer_step(
+        &self,
+        job: i64,
+        path: &[u8],
+        memo: &mut Memo,
+    ) -> rusqlite::Result<Option<u32>> {
+        let has_steps = match memo.has_steps.get(&job) {
+            Some(&known) => known,
+            None => {
+                let has: bool = self
+                    .conn
+                    .prepare_cached("SELECT EXISTS (SELECT 1 FROM steps WHERE job_id = ?1)")?
+                    .query_row([job], |r| r.get(0))?;
+                memo.has_steps.insert(job, has);
+                has
+            }
+        };
+        match has_steps {
+            true => self.step_that_made(job, path),
+            false => Ok(None),
+        }
+    }
+
     /// A lineage node: a whole job, or one of its steps.
-    fn node(&self, (job, seq): Node, never_made: &mut HashSet<i64>) -> rusqlite::Result<Step> {
+    fn node(&self, (job, seq): Node, memo: &mut Memo) -> rusqlite::Result<Step> {
         match seq {
-            Some(seq) => self.step_node(job, seq, never_made),
-            None => self.step(job, never_made),
+            Some(seq) => self.step_node(job, seq, memo),
+            None => self.step(job, memo),
         }
     }
 
     /// Step `seq` of job `job_id`: the job's attributes with the step's command, times and files.
     /// An input another step of the job wrote comes from that step; one the job found comes
     /// from whoever made it before the job, as for a whole job.
-    fn step_node(
-        &self,
-        job_id: i64,
-        seq: u32,
-        never_made: &mut HashSet<i64>,
-    ) -> rusqlite::Result<Step> {
+    fn step_node(&self, job_id: i64, seq: u32, memo: &mut Memo) -> rusqlite::Result<Step> {
         let mut node = self.job_header(job_id)?;
         let Some(detail) = self.step_detail(job_id, seq)? else {
-            return self.step(job_id, never_made);
+            return self.step(job_id, memo);
         };
         node.step = Some(seq);
         node.parent_step = detail.parent;
@@ -432,11 +459,11 @@ impl Store {
                     artifact,
                     job_id,
                     node.started_ns,
-                    never_made,
+                    memo,
                 )?;
                 if let Some((job, copy_of)) = found {
                     let at = copy_of.as_deref().unwrap_or(&edge.path);
-                    edge.producer_step = self.step_that_made(job, at.as_bytes())?;
+                    edge.producer_step = self.producer_step(job, at.as_bytes(), memo)?;
                     edge.producer = Some(job);
                     edge.copy_of = copy_of;
                 }
@@ -522,8 +549,8 @@ impl Store {
             })
     }
 
-    /// One job with its non-temp files; `never_made` memoises content no job ever wrote.
-    fn step(&self, job_id: i64, never_made: &mut HashSet<i64>) -> rusqlite::Result<Step> {
+    /// One job with its non-temp files.
+    fn step(&self, job_id: i64, memo: &mut Memo) -> rusqlite::Result<Step> {
         let mut step = self.job_header(job_id)?;
         let mut stmt = self.conn.prepare_cached(
             "SELECT f.role, f.path, f.artifact_id, a.blake3, a.sha256, a.size FROM job_files f
@@ -552,10 +579,10 @@ impl Store {
             if role == "input" {
                 if let Some(artifact) = artifact {
                     if let Some((job, copy_of)) =
-                        self.producer_of(&path, artifact, job_id, step.started_ns, never_made)?
+                        self.producer_of(&path, artifact, job_id, step.started_ns, memo)?
                     {
                         let at = copy_of.as_ref().map_or(&path[..], |c| c.as_bytes());
-                        edge.producer_step = self.step_that_made(job, at)?;
+                        edge.producer_step = self.producer_step(job, at, memo)?;
                         edge.producer = Some(job);
                         edge.copy_of = copy_of;
                     }
@@ -589,10 +616,16 @@ impl Store {
     /// from.
     pub fn lineage(&self, target: &Version) -> Result<Lineage> {
         let walk = || -> rusqlite::Result<Lineage> {
+            // One read transaction for the walk's thousands of statements (each would otherwise
+            // take and drop the store's read lock); none if the caller holds one already.
+            let _read = match self.conn.is_autocommit() {
+                true => Some(self.conn.unchecked_transaction()?),
+                false => None,
+            };
             let mut steps: BTreeMap<Node, Step> = BTreeMap::new();
             let mut roots: BTreeMap<(String, String), Edge> = BTreeMap::new();
             let mut seen = HashSet::new();
-            let mut never_made = HashSet::new();
+            let mut memo = Memo::default();
             let mut queue = VecDeque::new();
             if let Some(node) = self.maker_node(target)? {
                 queue.push_back(node);
@@ -601,7 +634,7 @@ impl Store {
                 if !seen.insert(node) {
                     continue;
                 }
-                let step = self.node(node, &mut never_made)?;
+                let step = self.node(node, &mut memo)?;
                 if step.dist.is_some() {
                     for peer in self.run_peers(node.0)? {
                         queue.push_back((peer, None));
@@ -650,15 +683,15 @@ impl Store {
                 )?
                 .query_map([], |r| r.get(0))?
                 .collect::<rusqlite::Result<_>>()?;
-            let mut never_made = HashSet::new();
+            let mut memo = Memo::default();
             let mut steps = Vec::with_capacity(ids.len());
             for id in ids {
                 let seqs = self.step_seqs(id)?;
                 if seqs.is_empty() {
-                    steps.push(self.step(id, &mut never_made)?);
+                    steps.push(self.step(id, &mut memo)?);
                 }
                 for seq in seqs {
-                    steps.push(self.step_node(id, seq, &mut never_made)?);
+                    steps.push(self.step_node(id, seq, &mut memo)?);
                 }
             }
             Ok(Dag { steps })
