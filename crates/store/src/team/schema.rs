@@ -141,8 +141,11 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE artifacts ADD CONSTRAINT artifacts_id UNIQUE (id);
     ALTER TABLE job_files RENAME TO job_files_v1;
     ALTER TABLE job_files_v1 RENAME CONSTRAINT job_files_pkey TO job_files_v1_pkey;
+    -- No foreign keys: a job's file records are written in the transaction that writes the job,
+    -- with the seq its insert returned, and their paths and contents after the dictionaries
+    -- (write.rs); the checks cost a fifth of a push (bench/NOTES.md).
     CREATE TABLE job_files (
-        job_seq        BIGINT NOT NULL REFERENCES jobs (seq) ON DELETE CASCADE,
+        job_seq        BIGINT NOT NULL,
         path_id        BIGINT NOT NULL,
         content_id     BIGINT,
         before_id      BIGINT,
