@@ -9,7 +9,7 @@
 #  - bytes per file record in PostgreSQL (the whole database over the file records);
 #  - from a node's project: the first `--remote` query (builds the mirror), then `--remote lineage`
 #    of the checkpoint of the last 64-rank run (a chain of runs over the dataset), `log` and
-#    `status`, median and p99 of RUNS each (goals: lineage p99 <= 100 ms, >= 5,000 jobs/s pushed,
+#    `status`, median and p99 of RUNS each (status: STATUS_RUNS, default 5) (goals: lineage p99 <= 100 ms, >= 5,000 jobs/s pushed,
 #    <= 200 B per file record);
 #  - `roar run true` in a project with a remote that pushes after every job, against one
 #    without a remote and bare `true` (the push runs in the background: P1 unchanged).
@@ -95,16 +95,19 @@ echo "== queries from node0's project, $RUNS runs each (goal: lineage --remote p
 python3 "$REPO/bench/lib/compare.py" "$W/team.json" "$RUNS" \
     "roar --version (bare start)=$ROAR --version" \
     "lineage --remote (64-rank run)=$ROAR --remote origin lineage $TARGET" \
-    "log --remote=$ROAR --remote origin log" \
+    "log --remote=$ROAR --remote origin log" >/dev/null
+# status reads every location's last record: seconds at this size, so fewer runs.
+python3 "$REPO/bench/lib/compare.py" "$W/status.json" "${STATUS_RUNS:-5}" \
     "status --remote=$ROAR --remote origin status" >/dev/null
-python3 - "$W/team.json" <<'PY'
+python3 - "$W/team.json" "$W/status.json" <<'PY'
 import json, statistics, sys
 r = json.load(open(sys.argv[1]))
-print(f"  {'query':34s} {'median':>9s} {'p99':>9s}")
+r.update(json.load(open(sys.argv[2])))
+print(f"  {'query':34s} {'median':>9s} {'p99':>9s}  (runs)")
 for name, v in r.items():
     t = sorted(v["times"])
     p99 = t[min(len(t) - 1, round(0.99 * (len(t) - 1)))]
-    print(f"  {name:34s} {v['median']*1e3:6.1f} ms {p99*1e3:6.1f} ms")
+    print(f"  {name:34s} {v['median']*1e3:6.1f} ms {p99*1e3:6.1f} ms  ({len(t)})")
 PY
 
 echo "== roar run true with a remote that pushes after every job (the push is in the background)"
