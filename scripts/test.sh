@@ -16,6 +16,8 @@ for dir in . "${TMPDIR:-/tmp}"; do
 done
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# Functions over 100 lines, files over 600, import circles: never more than scripts/structure.toml.
+python3 scripts/structure.py --check
 # The preload shim is a workspace of its own (crates/preload/Cargo.toml): checked the same way.
 shim=(--manifest-path crates/preload/Cargo.toml)
 cargo fmt "${shim[@]}" --check
