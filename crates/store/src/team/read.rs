@@ -99,6 +99,21 @@ pub(crate) fn read_since(
         return Ok(Page { jobs, last_seq });
     }
     let index: BTreeMap<i64, usize> = seqs.iter().enumerate().map(|(i, s)| (*s, i)).collect();
+    add_processes(client, &seqs, &index, &mut jobs)?;
+    add_files(client, &seqs, &index, &mut jobs)?;
+    add_steps(client, &seqs, &index, &mut jobs)?;
+    add_packages(client, &seqs, &index, &mut jobs)?;
+    add_diffs(client, &mut jobs)?;
+    Ok(Page { jobs, last_seq })
+}
+
+/// The page's jobs' processes.
+fn add_processes(
+    client: &mut impl GenericClient,
+    seqs: &[i64],
+    index: &BTreeMap<i64, usize>,
+    jobs: &mut [JobRecord],
+) -> Result<(), postgres::Error> {
     for r in client.query(
         "SELECT job_seq, pid, parent_pid, exe, argv, started_ns, ended_ns FROM processes
          WHERE job_seq = ANY($1) ORDER BY job_seq, ord",
@@ -115,6 +130,16 @@ pub(crate) fn read_since(
                 ended_ns: r.get(6),
             });
     }
+    Ok(())
+}
+
+/// The page's jobs' file records, their paths and contents read through the dictionaries.
+fn add_files(
+    client: &mut impl GenericClient,
+    seqs: &[i64],
+    index: &BTreeMap<i64, usize>,
+    jobs: &mut [JobRecord],
+) -> Result<(), postgres::Error> {
     for r in client.query(
         "SELECT f.job_seq, f.role, p.path, f.ops, f.first_ns, f.last_ns,
                 a.blake3, a.sha256, a.size, b.blake3, b.sha256, b.size,
@@ -152,6 +177,16 @@ pub(crate) fn read_since(
             s3,
         });
     }
+    Ok(())
+}
+
+/// The page's jobs' steps, then each step's files.
+fn add_steps(
+    client: &mut impl GenericClient,
+    seqs: &[i64],
+    index: &BTreeMap<i64, usize>,
+    jobs: &mut [JobRecord],
+) -> Result<(), postgres::Error> {
     for r in client.query(
         "SELECT job_seq, seq, parent_seq, pid, exe, argv, cwd, started_ns, ended_ns, stdin,
                 stdout, stderr, appends
@@ -201,6 +236,16 @@ pub(crate) fn read_since(
             });
         }
     }
+    Ok(())
+}
+
+/// The packages each of the page's jobs ran with.
+fn add_packages(
+    client: &mut impl GenericClient,
+    seqs: &[i64],
+    index: &BTreeMap<i64, usize>,
+    jobs: &mut [JobRecord],
+) -> Result<(), postgres::Error> {
     for r in client.query(
         "SELECT jp.job_seq, p.kind, p.name, p.version, p.installer, p.location, p.commit_id
          FROM job_packages jp JOIN packages p ON p.id = jp.package_id
@@ -220,6 +265,14 @@ pub(crate) fn read_since(
             });
         }
     }
+    Ok(())
+}
+
+/// The uncommitted changes the page's dirty-tree jobs ran with.
+fn add_diffs(
+    client: &mut impl GenericClient,
+    jobs: &mut [JobRecord],
+) -> Result<(), postgres::Error> {
     let diffs: Vec<String> = jobs
         .iter()
         .filter_map(|j| j.git.as_ref().and_then(|g| g.diff.clone()))
@@ -233,12 +286,12 @@ pub(crate) fn read_since(
             .into_iter()
             .map(|r| (r.get(0), r.get(1)))
             .collect();
-        for job in &mut jobs {
+        for job in jobs.iter_mut() {
             let hash = job.git.as_ref().and_then(|g| g.diff.clone());
             if let (Some(hash), Some(env)) = (hash, job.environment.as_mut()) {
                 env.diff = found.get(&hash).cloned();
             }
         }
     }
-    Ok(Page { jobs, last_seq })
+    Ok(())
 }

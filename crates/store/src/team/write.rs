@@ -318,11 +318,22 @@ fn copy_files(
 }
 
 /// The rows of the new jobs' processes, files, steps, step files and packages: one statement
-/// per table for the whole batch.
+/// (or one COPY) per table for the whole batch.
 fn insert_children(
     tx: &mut Transaction,
     new: &[(i64, &JobRecord)],
     dictionaries: &Dictionaries,
+) -> Result<(), postgres::Error> {
+    insert_processes(tx, new)?;
+    copy_files(tx, new, dictionaries)?;
+    insert_steps(tx, new)?;
+    insert_packages(tx, new)
+}
+
+/// The new jobs' processes, in one statement.
+fn insert_processes(
+    tx: &mut Transaction,
+    new: &[(i64, &JobRecord)],
 ) -> Result<(), postgres::Error> {
     let procs: Vec<(i64, i32, &ProcessRecord)> = numbered(new, |j| &j.processes);
     tx.execute(
@@ -346,7 +357,11 @@ fn insert_children(
             &procs.iter().map(|p| p.2.ended_ns).collect::<Vec<_>>(),
         ],
     )?;
-    copy_files(tx, new, dictionaries)?;
+    Ok(())
+}
+
+/// The new jobs' steps and their files, one statement each.
+fn insert_steps(tx: &mut Transaction, new: &[(i64, &JobRecord)]) -> Result<(), postgres::Error> {
     let steps: Vec<(i64, &StepRecord)> = new
         .iter()
         .flat_map(|(seq, j)| j.steps.iter().map(move |s| (*seq, s)))
@@ -430,6 +445,11 @@ fn insert_children(
             ],
         )?;
     }
+    Ok(())
+}
+
+/// Which packages each new job ran with (the packages themselves are shared rows, written first).
+fn insert_packages(tx: &mut Transaction, new: &[(i64, &JobRecord)]) -> Result<(), postgres::Error> {
     let pkgs: Vec<(i64, &Package)> = new
         .iter()
         .flat_map(|(seq, j)| {
