@@ -1024,3 +1024,84 @@ fn a_team_store_of_schema_1_is_migrated_and_reads_back_the_same() {
         local_count(&p, "SELECT count(*) FROM jobs")
     );
 }
+
+/// Records one finished job in `p`'s store through the writer, started at `started_ns` (1 s
+/// long), writing `path` with `content` (a file record with no access times: the job's times
+/// stand for them).
+fn record_write(p: &Project, started_ns: i64, path: &std::path::Path, content: &[u8]) {
+    let writer = Writer::start(&p.path().join(".roar/roar.db")).unwrap();
+    writer
+        .record_job(JobRecord {
+            name: None,
+            argv: vec![OsString::from("make-model")],
+            cwd: p.path().to_owned(),
+            started_ns,
+            ended_ns: Some(started_ns + 1_000_000_000),
+            outcome: Outcome::Exited(0),
+            incomplete: false,
+            backend: "preload".into(),
+            git: None,
+            env: Default::default(),
+            host: Some("node".into()),
+            processes: Vec::new(),
+            steps: Vec::new(),
+            files: vec![FileRecord {
+                role: Role::Output,
+                path: path.to_owned(),
+                hash: Some(ContentHash {
+                    blake3: blake3::hash(content).to_hex().to_string(),
+                    sha256: None,
+                    size: content.len() as u64,
+                }),
+                before: None,
+                ops: Ops::WRITE | Ops::CREATE,
+                first_ns: None,
+                last_ns: None,
+                s3: None,
+            }],
+            environment: None,
+            uid: None,
+            dist: None,
+        })
+        .unwrap();
+    writer.flush().unwrap();
+}
+
+/// A location's last record is the latest in time, not the last the team store received: a job
+/// that wrote a shared file an hour after another, pushed first, is still the one whose content
+/// is there — `status --remote` does not call the file modified.
+#[test]
+fn status_over_the_team_store_takes_the_latest_record_not_the_last_pushed() {
+    let Some(pg) = Postgres::start() else {
+        return;
+    };
+    let analyst = Project::new();
+    let model = std::fs::canonicalize(analyst.path())
+        .unwrap()
+        .join("model.bin");
+    std::fs::write(&model, b"newer").unwrap();
+    let (later, earlier) = (Project::new(), Project::new());
+    let t = 1_800_000_000_000_000_000;
+    record_write(&later, t + 3_600_000_000_000, &model, b"newer");
+    record_write(&earlier, t, &model, b"older");
+    for p in [&later, &earlier, &analyst] {
+        add_remote(p, &pg, false);
+    }
+    ok(&later.roar(["push"]), "push");
+    ok(&earlier.roar(["push"]), "push");
+    let out = analyst.roar(["--remote", "origin", "status", "--json"]);
+    ok(&out, "status --remote");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["changed"], serde_json::json!([]), "{report:#}");
+    // And when the file is changed, the job it is compared with is the later one.
+    std::fs::write(&model, b"edited").unwrap();
+    let out = analyst.roar(["--remote", "origin", "status", "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let changed = report["changed"].as_array().unwrap();
+    assert_eq!(changed.len(), 1, "{report:#}");
+    assert_eq!(
+        changed[0]["recorded"],
+        blake3::hash(b"newer").to_hex().to_string(),
+        "{report:#}"
+    );
+}

@@ -132,6 +132,21 @@ pub struct Unfinished {
     pub status: String,
 }
 
+/// A query for the id of the last record of each path among the records `which` keeps, by time:
+/// the record's last access, else its first, else its job's end, else its start; the row id
+/// only breaks ties. Never by row id alone: a job's row is written when it starts (two jobs that
+/// overlap write a path in the other order as often as not), and a team store's mirror numbers
+/// jobs in the order they were pushed. (SQLite takes the bare `f.id` from the row of the `max`.)
+fn last_of_each_path(which: &str) -> String {
+    format!(
+        "SELECT id FROM (
+             SELECT f.id AS id, max(printf('%020d %020d',
+                 coalesce(f.last_ns, f.first_ns, j.ended_ns, j.started_ns), f.id))
+             FROM job_files f JOIN jobs j ON j.id = f.job_id
+             WHERE f.{which} GROUP BY f.path)"
+    )
+}
+
 impl Store {
     /// Jobs not ended yet (`roar run`s in progress, jobs under active mounts) and jobs whose
     /// recorder died, oldest first.
@@ -169,12 +184,12 @@ impl Store {
     pub fn status_plan(&self, root: &Path) -> Result<StatusPlan> {
         let read = || -> rusqlite::Result<StatusPlan> {
             let mut last = HashMap::new();
-            let mut stmt = self.conn.prepare(
+            let mut stmt = self.conn.prepare(&format!(
                 "SELECT f.path, f.role, f.job_id, a.blake3, a.sha256, a.size, f.ops FROM job_files f
                  LEFT JOIN artifacts a ON a.id = f.artifact_id
-                 WHERE f.id IN (SELECT max(id) FROM job_files WHERE role != 'temp' GROUP BY path)
-                   AND NOT roar_noise(f.path)",
-            )?;
+                 WHERE f.id IN ({}) AND NOT roar_noise(f.path)",
+                last_of_each_path("role != 'temp'")
+            ))?;
             let mut rows = stmt.query([])?;
             while let Some(r) = rows.next()? {
                 let path = String::from_utf8_lossy(r.get_ref(0)?.as_bytes()?).into_owned();
@@ -212,11 +227,11 @@ impl Store {
             // The last writer of each location that still holds what it wrote (as far as the
             // store knows: no later record shows other content there).
             let mut outputs: BTreeMap<Node, Vec<String>> = BTreeMap::new();
-            let mut writers = self.conn.prepare(
+            let mut writers = self.conn.prepare(&format!(
                 "SELECT f.path, f.job_id, a.blake3 FROM job_files f JOIN artifacts a ON a.id = f.artifact_id
-                 WHERE f.id IN (SELECT max(id) FROM job_files WHERE role = 'output' GROUP BY path)
-                   AND NOT roar_noise(f.path)",
-            )?;
+                 WHERE f.id IN ({}) AND NOT roar_noise(f.path)",
+                last_of_each_path("role = 'output'")
+            ))?;
             let mut made = HashMap::new();
             let mut rows = writers.query([])?;
             while let Some(r) = rows.next()? {
