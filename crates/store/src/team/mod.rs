@@ -340,17 +340,17 @@ pub fn fetch(mirror: &Path, remote: &Remote) -> Result<Fetched> {
     let mut client = remote.connect()?;
     let version =
         schema::schema_version(&mut client).map_err(|e| db_err(remote, "cannot read", e))?;
+    if version != 0 {
+        // A team store of an older schema is brought up to date by its first reader too (one
+        // without the rights to is told so); a newer one is refused.
+        open_schema(remote, &mut client)?;
+    }
     if let Some(dir) = mirror.parent() {
         crate::private::create_dir(dir).map_err(|e| StoreError::io("create", dir, e))?;
     }
     let mut conn = crate::db::open(mirror, true)?;
     let key = remote.key();
     let sqlite = |e: rusqlite::Error| crate::db::classify(mirror, e);
-    if version != 0 {
-        // A team store of an older schema is brought up to date by its first reader too (one
-        // without the rights to is told so); a newer one is refused.
-        open_schema(remote, &mut client)?;
-    }
     if version == 0 {
         // Nothing was ever pushed there: an empty team store, read.
         conn.execute(
