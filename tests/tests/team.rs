@@ -755,6 +755,37 @@ fn log_by_uid(out: &Output) -> std::collections::BTreeMap<String, serde_json::Va
         .collect()
 }
 
+/// The ids `roar log --json` printed, by uid.
+fn ids_by_uid(out: &Output) -> std::collections::BTreeMap<String, i64> {
+    let log: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    log.as_array()
+        .unwrap()
+        .iter()
+        .map(|j| {
+            (
+                j["uid"].as_str().unwrap().to_owned(),
+                j["id"].as_i64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// `roar show ID --json` (over the team store `origin` if `remote`), without the store-local id.
+fn show_json(p: &Project, id: i64, remote: bool) -> serde_json::Value {
+    let id = id.to_string();
+    let mut args = if remote {
+        vec!["--remote", "origin"]
+    } else {
+        vec![]
+    };
+    args.extend(["show", &id, "--json"]);
+    let out = p.roar(&args);
+    ok(&out, "show");
+    let mut job: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    job.as_object_mut().unwrap().remove("id");
+    job
+}
+
 /// Fails naming the first place where two JSON values differ (not the whole of each: a job
 /// can hold thousands of files).
 fn same_json(remote: &serde_json::Value, local: &serde_json::Value, what: &str) {
@@ -792,7 +823,13 @@ fn a_fleet_pushes_concurrently_and_answers_as_the_union_of_its_nodes() {
     let Some(pg) = Postgres::start() else {
         return;
     };
-    let shape = roar_fleet::Shape::new(8, 500, 66);
+    // Another fleet: ROAR_FLEET_SEED=N (every failure names the seed).
+    let seed: u64 = std::env::var("ROAR_FLEET_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(66);
+    let shape = roar_fleet::Shape::new(8, 500, seed);
+    let seed = format!("fleet seed {seed}");
     let nodes: Vec<Project> = (0..shape.nodes).map(|_| Project::new()).collect();
     std::thread::scope(|s| {
         for (n, p) in nodes.iter().enumerate() {
@@ -816,7 +853,7 @@ fn a_fleet_pushes_concurrently_and_answers_as_the_union_of_its_nodes() {
         assert_eq!(
             pg.count(&sql),
             sum(&sql),
-            "{table}: lost or duplicated rows"
+            "{table}: lost or duplicated rows ({seed})"
         );
     }
     assert_eq!(
@@ -844,44 +881,18 @@ fn a_fleet_pushes_concurrently_and_answers_as_the_union_of_its_nodes() {
         }
         union.extend(log_by_uid(&out));
     }
-    assert_eq!(union.len(), local_ids.len(), "a uid on two nodes");
+    assert_eq!(union.len(), local_ids.len(), "a uid on two nodes ({seed})");
     assert_eq!(team.len(), union.len());
     for (uid, job) in &union {
-        same_json(&team[uid], job, &format!("job {uid} in the log"));
+        same_json(&team[uid], job, &format!("job {uid} in the log ({seed})"));
     }
     // A sample of jobs whole (files, steps, environment), every 97th.
-    let team_ids: std::collections::BTreeMap<String, i64> = {
-        let log: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        log.as_array()
-            .unwrap()
-            .iter()
-            .map(|j| {
-                (
-                    j["uid"].as_str().unwrap().to_owned(),
-                    j["id"].as_i64().unwrap(),
-                )
-            })
-            .collect()
-    };
-    let show = |p: &Project, id: i64, remote: bool| {
-        let id = id.to_string();
-        let mut args = if remote {
-            vec!["--remote", "origin"]
-        } else {
-            vec![]
-        };
-        args.extend(["show", &id, "--json"]);
-        let out = p.roar(&args);
-        ok(&out, "show");
-        let mut job: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        job.as_object_mut().unwrap().remove("id");
-        job
-    };
+    let team_ids = ids_by_uid(&out);
     for (p, id, uid) in local_ids.iter().step_by(97) {
         same_json(
-            &show(&analyst, team_ids[uid], true),
-            &show(p, *id, false),
-            &format!("job {uid} over the team store"),
+            &show_json(&analyst, team_ids[uid], true),
+            &show_json(p, *id, false),
+            &format!("job {uid} over the team store ({seed})"),
         );
     }
     // The lineage of the last run's checkpoint: rank 0 of each run of its chain, on its node,
@@ -908,7 +919,7 @@ fn a_fleet_pushes_concurrently_and_answers_as_the_union_of_its_nodes() {
             )
         })
         .collect();
-    assert_eq!(steps, shape.run_lineage(last), "{lineage:#}");
+    assert_eq!(steps, shape.run_lineage(last), "{seed}: {lineage:#}");
     assert!(
         steps
             .iter()
@@ -916,7 +927,7 @@ fn a_fleet_pushes_concurrently_and_answers_as_the_union_of_its_nodes() {
             .collect::<BTreeSet<_>>()
             .len()
             > 1,
-        "the lineage crosses nodes"
+        "the lineage crosses nodes ({seed})"
     );
 }
 
@@ -987,32 +998,12 @@ fn a_team_store_of_schema_1_is_migrated_and_reads_back_the_same() {
     let local = p.roar(["log", "-n", "0", "--json"]);
     let local_log: serde_json::Value = serde_json::from_slice(&local.stdout).unwrap();
     assert_eq!(team.len(), local_log.as_array().unwrap().len());
-    let remote_id: std::collections::BTreeMap<String, i64> = {
-        let log: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        log.as_array()
-            .unwrap()
-            .iter()
-            .map(|j| {
-                (
-                    j["uid"].as_str().unwrap().to_owned(),
-                    j["id"].as_i64().unwrap(),
-                )
-            })
-            .collect()
-    };
+    let remote_id = ids_by_uid(&out);
     for j in local_log.as_array().unwrap() {
         let uid = j["uid"].as_str().unwrap();
-        let (id, rid) = (j["id"].to_string(), remote_id[uid].to_string());
-        let show = |p: &Project, args: &[&str]| {
-            let out = p.roar(args);
-            ok(&out, "show");
-            let mut v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-            v.as_object_mut().unwrap().remove("id");
-            v
-        };
         same_json(
-            &show(&reader, &["--remote", "origin", "show", &rid, "--json"]),
-            &show(&p, &["show", &id, "--json"]),
+            &show_json(&reader, remote_id[uid], true),
+            &show_json(&p, j["id"].as_i64().unwrap(), false),
             &format!("job {uid} after the migration"),
         );
     }
