@@ -6,11 +6,11 @@
 //! its block alone needs (its codec's [`Block::meta`]).
 
 use std::collections::VecDeque;
-use std::fs::File;
 use std::io::{self, Read};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
+use crate::bytes::{Bytes, Shared};
 use crate::gz::Point;
 
 /// A block of the file, before decoding.
@@ -42,7 +42,7 @@ impl Codec {
     }
 
     /// The file's blocks, in order.
-    pub fn blocks(self, file: &File) -> io::Result<Vec<Block>> {
+    pub fn blocks(self, file: &dyn Bytes) -> io::Result<Vec<Block>> {
         match self {
             Codec::Xz => crate::xz::blocks(file),
             Codec::Bz2 => crate::bz2::blocks(file),
@@ -50,7 +50,7 @@ impl Codec {
     }
 
     /// The decoded bytes of the block at `point`, alone.
-    fn open(self, file: &Arc<File>, point: &Point) -> io::Result<Box<dyn Read + Send>> {
+    fn open(self, file: &Shared, point: &Point) -> io::Result<Box<dyn Read + Send>> {
         match self {
             Codec::Xz => crate::xz::open(file, point.coff, &point.window),
             Codec::Bz2 => crate::bz2::open(file, &point.window),
@@ -72,7 +72,7 @@ fn point(block: &Block, uoff: u64) -> Point {
 /// pass is bound by decoding, and blocks decode independently.
 pub struct Scan {
     codec: Codec,
-    file: Arc<File>,
+    file: Shared,
     blocks: Vec<Block>,
     next: usize,
     cur: Option<(Box<dyn Read + Send>, Option<u64>, u64)>,
@@ -89,7 +89,7 @@ pub struct Scan {
 const AHEAD_MAX_BLOCK: u64 = 64 << 20;
 
 impl Scan {
-    pub fn new(codec: Codec, file: Arc<File>, read: Arc<AtomicU64>) -> io::Result<Scan> {
+    pub fn new(codec: Codec, file: Shared, read: Arc<AtomicU64>) -> io::Result<Scan> {
         let blocks = codec.blocks(&file)?;
         let bounded = blocks
             .iter()
@@ -141,7 +141,7 @@ struct Ahead {
 }
 
 impl Ahead {
-    fn start(codec: Codec, file: &Arc<File>, blocks: &[Block], workers: usize) -> Ahead {
+    fn start(codec: Codec, file: &Shared, blocks: &[Block], workers: usize) -> Ahead {
         let (work, jobs) = mpsc::channel::<Job>();
         let jobs = Arc::new(Mutex::new(jobs));
         for _ in 0..workers {
@@ -243,7 +243,7 @@ impl Read for Scan {
 /// Decoding positioned at a block start, reading on through the blocks after it.
 pub struct Cursor {
     codec: Codec,
-    file: Arc<File>,
+    file: Shared,
     /// The access points from the one decoding started at; `next` indexes the block after the
     /// current one.
     points: Vec<Point>,
@@ -254,7 +254,7 @@ pub struct Cursor {
 
 impl Cursor {
     /// At the access point `points[0]`, the points after it the blocks to read on into.
-    pub fn at_point(codec: Codec, file: Arc<File>, points: &[Point]) -> io::Result<Cursor> {
+    pub fn at_point(codec: Codec, file: Shared, points: &[Point]) -> io::Result<Cursor> {
         let first = points.first().ok_or_else(|| {
             io::Error::new(io::ErrorKind::InvalidData, "no access point in the index")
         })?;

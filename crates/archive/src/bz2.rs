@@ -9,11 +9,10 @@
 //! boundary unnoticed: the block it would cut fails its check. Concatenated streams (pbzip2,
 //! lbzip2) are followed from one to the next.
 
-use std::fs::File;
 use std::io::{self, Read};
 
 use crate::blocks::Block;
-use crate::gz::read_at_retry;
+use crate::bytes::{read_at_retry, Bytes};
 
 const BLOCK_MAGIC: u64 = 0x3141_5926_5359;
 const END_MAGIC: u64 = 0x1772_4538_5090;
@@ -47,7 +46,7 @@ fn shifted(magic: u64, s: u32) -> Shifted {
 
 /// Every bit offset in the file where `BLOCK_MAGIC` (false) or `END_MAGIC` (true) starts, in
 /// order.
-fn magics(file: &File) -> io::Result<Vec<(u64, bool)>> {
+fn magics(file: &dyn Bytes) -> io::Result<Vec<(u64, bool)>> {
     let pats: Vec<(Shifted, u32, bool)> = [(BLOCK_MAGIC, false), (END_MAGIC, true)]
         .into_iter()
         .flat_map(|(m, end)| (0..8).map(move |s| (shifted(m, s), s, end)))
@@ -56,7 +55,7 @@ fn magics(file: &File) -> io::Result<Vec<(u64, bool)>> {
         .iter()
         .map(|(p, ..)| memchr::memmem::Finder::new(&p.needle).into_owned())
         .collect();
-    let len = file.metadata()?.len();
+    let len = file.size()?;
     let mut found = Vec::new();
     // `buf[0]` is the byte at file offset `base`; windows that cross a chunk's end are found
     // in the next chunk, which starts 6 bytes before it.
@@ -94,8 +93,8 @@ fn magics(file: &File) -> io::Result<Vec<(u64, bool)>> {
 }
 
 /// The blocks of every stream of the file, in order.
-pub fn blocks(file: &File) -> io::Result<Vec<Block>> {
-    let len = file.metadata()?.len();
+pub fn blocks(file: &dyn Bytes) -> io::Result<Vec<Block>> {
+    let len = file.size()?;
     let marks = magics(file)?;
     let mut blocks = Vec::new();
     let mut at = 0u64;
@@ -191,7 +190,7 @@ impl Bits {
 }
 
 /// The block whose meta is `meta`, decoded alone.
-pub fn open(file: &File, meta: &[u8]) -> io::Result<Box<dyn Read + Send>> {
+pub fn open(file: &dyn Bytes, meta: &[u8]) -> io::Result<Box<dyn Read + Send>> {
     if meta.len() != META {
         return Err(bad("bzip2: the access point does not describe a block"));
     }
@@ -277,7 +276,7 @@ mod tests {
             bits.push(0xffff, 16);
             let path = dir.path().join("f");
             std::fs::write(&path, &bits.out).unwrap();
-            let found = magics(&File::open(&path).unwrap()).unwrap();
+            let found = magics(&std::fs::File::open(&path).unwrap()).unwrap();
             assert_eq!(found, [(at, false)], "at bit {at}");
         }
     }

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use crate::scan::Progress;
+use crate::bytes::{Bytes, Shared};
+use crate::scan::{Owner, Progress};
 use crate::{ArchiveError, Data, Format, Identity, Index, Kind, Member, Point};
 
 /// Bumped whenever what is stored changes meaning: an index of another version is rebuilt.
@@ -48,12 +49,49 @@ pub fn open(
             why: "not a regular file".into(),
         });
     }
-    let at = index_path(dir, &canonical);
+    reuse_or_build(&canonical, Identity::of(&meta), dir, || {
+        crate::scan::scan(&canonical, progress)
+    })
+}
+
+/// The index of the archive in `bytes` (a member of another archive, named `OUTER!/member`, its
+/// hash `blake3` known from the outer index): reused from `dir` if it is of the same content,
+/// else built and saved.
+pub fn open_in(
+    name: &Path,
+    bytes: Shared,
+    owner: Owner,
+    blake3: [u8; 32],
+    dir: &Path,
+    progress: Progress,
+) -> Result<(Index, Origin), ArchiveError> {
+    let identity = bytes.identity().map_err(|source| ArchiveError::Io {
+        path: name.to_owned(),
+        source,
+    })?;
+    reuse_or_build(name, identity, dir, || {
+        crate::scan::scan_bytes(
+            name.to_owned(),
+            bytes.clone(),
+            owner,
+            Some(blake3),
+            progress,
+        )
+    })
+}
+
+fn reuse_or_build(
+    archive: &Path,
+    identity: Identity,
+    dir: &Path,
+    build: impl FnOnce() -> Result<Index, ArchiveError>,
+) -> Result<(Index, Origin), ArchiveError> {
+    let at = index_path(dir, archive);
     // An index that cannot be read is rebuilt, never trusted.
-    if let Ok(Some(index)) = load(&at, &canonical, Identity::of(&meta)) {
+    if let Ok(Some(index)) = load(&at, archive, identity) {
         return Ok((index, Origin::Reused));
     }
-    let index = crate::scan::scan(&canonical, progress)?;
+    let index = build()?;
     std::fs::create_dir_all(dir).map_err(|source| ArchiveError::Io {
         path: dir.to_owned(),
         source,

@@ -3,10 +3,10 @@
 //! [`SPAN`] bytes; a read at any offset resumes at the point before it instead of decompressing
 //! from the start. Concatenated gzip members (pigz, bgzip) are followed across.
 
-use std::fs::File;
 use std::io::{self, Read};
-use std::os::unix::fs::FileExt;
 
+pub use crate::bytes::read_at_retry;
+use crate::bytes::Bytes;
 use crate::inflate::{Inflater, GZIP, RAW, WINDOW};
 
 /// Uncompressed bytes between access points: a random read decompresses half of it on average
@@ -203,7 +203,7 @@ pub struct Cursor {
 
 impl Cursor {
     /// A gzip stream resumed at `point`.
-    pub fn at_point(file: &File, point: &Point) -> io::Result<Cursor> {
+    pub fn at_point(file: &dyn Bytes, point: &Point) -> io::Result<Cursor> {
         let mut inf = Inflater::new(RAW)?;
         let next = point.coff;
         if point.bits > 0 {
@@ -249,7 +249,7 @@ impl Cursor {
         self.uoff
     }
 
-    fn refill(&mut self, file: &File) -> io::Result<bool> {
+    fn refill(&mut self, file: &dyn Bytes) -> io::Result<bool> {
         if self.in_pos < self.in_len {
             return Ok(true);
         }
@@ -265,7 +265,7 @@ impl Cursor {
     }
 
     /// The uncompressed bytes from [`Cursor::offset`]; 0 at the end of the data.
-    pub fn read(&mut self, file: &File, out: &mut [u8]) -> io::Result<usize> {
+    pub fn read(&mut self, file: &dyn Bytes, out: &mut [u8]) -> io::Result<usize> {
         loop {
             if self.done || out.is_empty() {
                 return Ok(0);
@@ -292,7 +292,7 @@ impl Cursor {
 
     /// A raw stream ended: a zip member is done; in gzip, the member's trailer (8 bytes) is
     /// skipped and the next member, if any, is read with its header.
-    fn end_of_stream(&mut self, file: &File) -> io::Result<()> {
+    fn end_of_stream(&mut self, file: &dyn Bytes) -> io::Result<()> {
         if !self.gzip {
             self.done = true;
             return Ok(());
@@ -314,7 +314,7 @@ impl Cursor {
     }
 
     /// Skips `n` uncompressed bytes.
-    pub fn skip(&mut self, file: &File, mut n: u64) -> io::Result<()> {
+    pub fn skip(&mut self, file: &dyn Bytes, mut n: u64) -> io::Result<()> {
         let mut scratch = vec![0u8; 64 * 1024];
         while n > 0 {
             let want = scratch.len().min(n as usize);
@@ -329,18 +329,4 @@ impl Cursor {
         }
         Ok(())
     }
-}
-
-/// `pread` until `buf` is full or the file ends.
-pub fn read_at_retry(file: &File, buf: &mut [u8], at: u64) -> io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match file.read_at(&mut buf[n..], at + n as u64) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
 }

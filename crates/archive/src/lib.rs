@@ -12,11 +12,13 @@
 //! - [`mounted`]: how a mounted member tells `roar run` what it is (an extended attribute).
 
 pub mod blocks;
+pub mod bytes;
 pub mod bz2;
 pub mod cache;
 pub mod gz;
 pub mod inflate;
 pub mod mounted;
+pub mod nested;
 pub mod read;
 pub mod scan;
 pub mod xz;
@@ -87,17 +89,21 @@ impl Format {
     /// Reads the first bytes of `path`. A gzip or zstd file is taken for a compressed tar; the
     /// scan says so if its content is not one.
     pub fn detect(path: &Path) -> Result<Format, ArchiveError> {
-        use std::io::Read;
-        let io = |source| ArchiveError::Io {
+        let file = std::fs::File::open(path).map_err(|source| ArchiveError::Io {
             path: path.to_owned(),
             source,
-        };
-        let mut head = Vec::with_capacity(512);
-        std::fs::File::open(path)
-            .map_err(io)?
-            .take(512)
-            .read_to_end(&mut head)
-            .map_err(io)?;
+        })?;
+        Format::detect_in(&file, path)
+    }
+
+    /// [`Format::detect`] of the bytes of `path` (a file, or an archive's member).
+    pub fn detect_in(bytes: &dyn bytes::Bytes, path: &Path) -> Result<Format, ArchiveError> {
+        let mut head = vec![0u8; 512];
+        let n = bytes::read_at_retry(bytes, &mut head, 0).map_err(|source| ArchiveError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        head.truncate(n);
         let unsupported = |why: &str| ArchiveError::Unsupported {
             path: path.to_owned(),
             why: why.to_owned(),

@@ -8,52 +8,64 @@ use std::ffi::CString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
+pub use crate::nested::Version;
+
 /// The attribute name; its value is [`MemberRef::encode`]d.
 pub const XATTR: &str = "user.roar.member";
 
 /// A member as the mount knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberRef {
-    /// `ARCHIVE!/path/in/archive`.
+    /// `ARCHIVE!/path/in/archive` (`OUTER!/inner.tar!/path` inside a nested archive).
     pub path: PathBuf,
     pub blake3: [u8; 32],
     pub size: u64,
-    pub archive: PathBuf,
-    pub archive_blake3: [u8; 32],
-    pub archive_size: u64,
+    /// The archive the member is in, then each archive that one is inside: at least one.
+    pub archives: Vec<Version>,
 }
 
 impl MemberRef {
-    /// Fields separated by NUL (which no path holds): path, hash, size, archive, hash, size.
+    /// Fields separated by NUL (which no path holds): path, hash, size, then path, hash, size
+    /// of each archive.
     pub fn encode(&self) -> Vec<u8> {
         let mut v = Vec::new();
-        for field in [
-            self.path.as_os_str().as_bytes(),
-            hex(&self.blake3).as_bytes(),
-            self.size.to_string().as_bytes(),
-            self.archive.as_os_str().as_bytes(),
-            hex(&self.archive_blake3).as_bytes(),
-            self.archive_size.to_string().as_bytes(),
-        ] {
-            v.extend_from_slice(field);
-            v.push(0);
+        let mut put = |path: &Path, b3: &[u8; 32], size: u64| {
+            for field in [
+                path.as_os_str().as_bytes(),
+                hex(b3).as_bytes(),
+                size.to_string().as_bytes(),
+            ] {
+                v.extend_from_slice(field);
+                v.push(0);
+            }
+        };
+        put(&self.path, &self.blake3, self.size);
+        for a in &self.archives {
+            put(&a.path, &a.blake3, a.size);
         }
         v
     }
 
     pub fn decode(v: &[u8]) -> Option<MemberRef> {
         let f: Vec<&[u8]> = v.strip_suffix(b"\0")?.split(|&b| b == 0).collect();
-        let [path, b3, size, archive, ab3, asize] = f.as_slice() else {
+        if f.len() < 6 || !f.len().is_multiple_of(3) {
             return None;
-        };
+        }
         let num = |b: &[u8]| std::str::from_utf8(b).ok()?.parse::<u64>().ok();
+        let mut triples = f.chunks_exact(3).map(|t| {
+            Some(Version {
+                path: PathBuf::from(std::ffi::OsString::from_vec(t[0].to_vec())),
+                blake3: unhex(t[1])?,
+                size: num(t[2])?,
+            })
+        });
+        let member = triples.next()??;
+        let archives = triples.collect::<Option<Vec<Version>>>()?;
         Some(MemberRef {
-            path: PathBuf::from(std::ffi::OsString::from_vec(path.to_vec())),
-            blake3: unhex(b3)?,
-            size: num(size)?,
-            archive: PathBuf::from(std::ffi::OsString::from_vec(archive.to_vec())),
-            archive_blake3: unhex(ab3)?,
-            archive_size: num(asize)?,
+            path: member.path,
+            blake3: member.blake3,
+            size: member.size,
+            archives,
         })
     }
 }
@@ -127,6 +139,25 @@ pub fn member_at(path: &Path) -> Option<MemberRef> {
             buf.len(),
         )
     };
+    if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ERANGE) {
+        // Deeply nested: ask the size, then the value.
+        // SAFETY: as above, with no buffer to fill (size 0).
+        let need = unsafe { libc::getxattr(c.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
+        if need <= 0 {
+            return None;
+        }
+        buf.resize(need as usize, 0);
+        // SAFETY: as above.
+        let again = unsafe {
+            libc::getxattr(
+                c.as_ptr(),
+                name.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        return (again > 0).then(|| MemberRef::decode(&buf[..again as usize]))?;
+    }
     if n <= 0 {
         return None;
     }
@@ -144,11 +175,24 @@ mod tests {
             path: PathBuf::from("/d/a b.tar!/x/\n1.jpg"),
             blake3: [7; 32],
             size: 12,
-            archive: PathBuf::from("/d/a b.tar"),
-            archive_blake3: [9; 32],
-            archive_size: 1 << 40,
+            archives: vec![
+                Version {
+                    path: PathBuf::from("/d/a b.tar!/in.zip"),
+                    blake3: [8; 32],
+                    size: 99,
+                },
+                Version {
+                    path: PathBuf::from("/d/a b.tar"),
+                    blake3: [9; 32],
+                    size: 1 << 40,
+                },
+            ],
         };
-        assert_eq!(MemberRef::decode(&r.encode()), Some(r));
+        assert_eq!(MemberRef::decode(&r.encode()), Some(r.clone()));
+        let mut one = r.clone();
+        one.archives.truncate(1);
+        assert_eq!(MemberRef::decode(&one.encode()), Some(one));
+        assert_eq!(MemberRef::decode(&r.encode()[1..]), None);
         assert_eq!(MemberRef::decode(b"junk"), None);
     }
 

@@ -7,13 +7,14 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::sync::{Arc, Mutex};
 
-use crate::gz::{self, read_at_retry};
-use crate::{blocks, zst, Data, Format, Identity, Index, Member};
+use crate::bytes::{read_at_retry, Bytes, Shared};
+use crate::gz;
+use crate::{blocks, zst, Data, Format, Index, Member};
 
 /// An indexed archive, open for reading members.
 pub struct Source {
     pub index: Index,
-    file: Arc<File>,
+    file: Shared,
     /// Decoders of the compressed stream left by readers that are done, each positioned where
     /// its reader stopped: a member further on starts from there instead of from an access point
     /// (reading members in archive order, as WebDataset loaders do, decodes the stream once).
@@ -27,9 +28,15 @@ impl Source {
     /// Opens the archive the index describes; an error if it is no longer that file.
     pub fn open(index: Index) -> io::Result<Source> {
         let file = File::open(&index.archive)?;
+        Source::over(index, Arc::new(file))
+    }
+
+    /// The archive the index describes, read from `bytes` (a file, or a member of another
+    /// archive); an error if they are no longer what was indexed.
+    pub fn over(index: Index, bytes: Shared) -> io::Result<Source> {
         let source = Source {
             index,
-            file: Arc::new(file),
+            file: bytes,
             parked: Mutex::new(Vec::new()),
         };
         if source.changed() {
@@ -45,8 +52,8 @@ impl Source {
     /// data under the same inode): its members cannot be served as recorded.
     pub fn changed(&self) -> bool {
         self.file
-            .metadata()
-            .map_or(true, |m| Identity::of(&m) != self.index.identity)
+            .identity()
+            .map_or(true, |now| now != self.index.identity)
     }
 
     /// A reader of member `member`, starting from the best parked decoder if one is behind it.
@@ -56,7 +63,7 @@ impl Source {
         // kernel's readahead follows each reader's sequential reads instead of seeing every
         // reader's offsets interleaved on one shared descriptor.
         let own = match member.data {
-            Data::Raw { .. } => reopen(&self.file),
+            Data::Raw { .. } => self.file.reopen(),
             _ => None,
         };
         let mut decoder = Decoder::None;
@@ -138,13 +145,7 @@ pub struct MemberReader {
     member: Member,
     decoder: Decoder,
     /// The reader's own open of the archive, for stored members.
-    own: Option<File>,
-}
-
-/// A new open of the file behind `file` (not of whatever its path names now).
-fn reopen(file: &File) -> Option<File> {
-    use std::os::fd::AsRawFd;
-    File::open(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()
+    own: Option<Shared>,
 }
 
 impl MemberReader {
@@ -159,7 +160,7 @@ impl MemberReader {
         let file = &src.file;
         match m.data {
             Data::Raw { offset } => {
-                read_at_retry(self.own.as_ref().unwrap_or(file), buf, offset + off)
+                read_at_retry(&**self.own.as_ref().unwrap_or(file), buf, offset + off)
             }
             Data::Stream { offset } => {
                 let target = offset + off;
@@ -178,7 +179,7 @@ impl MemberReader {
                             let points = src.index.points_from(target);
                             Decoder::Blocks(blocks::Cursor::at_point(codec, file.clone(), points)?)
                         }
-                        _ => Decoder::Inflate(gz::Cursor::at_point(file, point)?),
+                        _ => Decoder::Inflate(gz::Cursor::at_point(&**file, point)?),
                     };
                 }
                 let n = fill(&mut self.decoder, file, target, buf)?;
@@ -205,7 +206,7 @@ impl MemberReader {
 }
 
 /// Moves the decoder to `target` and fills `buf` from there.
-fn fill(decoder: &mut Decoder, file: &File, target: u64, buf: &mut [u8]) -> io::Result<usize> {
+fn fill(decoder: &mut Decoder, file: &dyn Bytes, target: u64, buf: &mut [u8]) -> io::Result<usize> {
     let mut n = 0;
     match decoder {
         Decoder::Inflate(c) => {
@@ -247,7 +248,7 @@ fn fill(decoder: &mut Decoder, file: &File, target: u64, buf: &mut [u8]) -> io::
 }
 
 /// The bytes of a stored or deflated member from its start (the zip scan hashes through it).
-pub fn member_reader<'a>(file: &'a File, m: &Member) -> io::Result<Box<dyn Read + 'a>> {
+pub fn member_reader<'a>(file: &'a dyn Bytes, m: &Member) -> io::Result<Box<dyn Read + 'a>> {
     match m.data {
         Data::Raw { offset } => Ok(Box::new(Pread {
             file,
@@ -266,7 +267,7 @@ pub fn member_reader<'a>(file: &'a File, m: &Member) -> io::Result<Box<dyn Read 
 }
 
 struct Pread<'a> {
-    file: &'a File,
+    file: &'a dyn Bytes,
     pos: u64,
     end: u64,
 }
@@ -281,7 +282,7 @@ impl Read for Pread<'_> {
 }
 
 struct Inflating<'a> {
-    file: &'a File,
+    file: &'a dyn Bytes,
     cursor: gz::Cursor,
 }
 

@@ -5,13 +5,12 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, BufReader, Read};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::{
-    blocks, gz, normalize, zst, ArchiveError, Data, Format, Identity, Index, Kind, Member,
-};
+use crate::bytes::{Reader, Shared};
+use crate::{blocks, gz, normalize, zst, ArchiveError, Data, Format, Index, Kind, Member};
 
 /// Reports how many bytes of the archive file have been read (for a progress bar).
 pub type Progress<'a> = &'a (dyn Fn(u64) + Sync);
@@ -27,9 +26,50 @@ pub fn scan(archive: &Path, progress: Progress) -> Result<Index, ArchiveError> {
         path: archive.clone(),
         source,
     };
-    let format = Format::detect(&archive)?;
     let file = File::open(&archive).map_err(io)?;
-    let identity = Identity::of(&file.metadata().map_err(io)?);
+    let owner = Owner::of(&file.metadata().map_err(io)?);
+    scan_bytes(archive, Arc::new(file), owner, None, progress)
+}
+
+/// Who owns the one member of a plain compressed file (`data.csv.xz` holds `data.csv`): the
+/// file it is in.
+#[derive(Debug, Clone, Copy)]
+pub struct Owner {
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub mtime: i64,
+}
+
+impl Owner {
+    pub fn of(meta: &std::fs::Metadata) -> Owner {
+        use std::os::unix::fs::MetadataExt;
+        Owner {
+            mode: meta.mode() & 0o7777,
+            uid: meta.uid(),
+            gid: meta.gid(),
+            mtime: meta.mtime(),
+        }
+    }
+}
+
+/// Lists, locates and hashes every member of the archive in `bytes`, named `archive` (a file's
+/// canonical path, or `OUTER!/member` for an archive inside another). `blake3` is the whole
+/// archive's hash where it is known already (a member's, from its archive's index); else it is
+/// computed alongside, on a second thread.
+pub fn scan_bytes(
+    archive: PathBuf,
+    bytes: Shared,
+    owner: Owner,
+    blake3: Option<[u8; 32]>,
+    progress: Progress,
+) -> Result<Index, ArchiveError> {
+    let io = |source| ArchiveError::Io {
+        path: archive.clone(),
+        source,
+    };
+    let format = Format::detect_in(&*bytes, &archive)?;
+    let identity = bytes.identity().map_err(io)?;
     let corrupt = |e: io::Error| match e.kind() {
         io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof | io::ErrorKind::Other => {
             ArchiveError::Corrupt {
@@ -44,11 +84,14 @@ pub fn scan(archive: &Path, progress: Progress) -> Result<Index, ArchiveError> {
     };
     let (listed, blake3) = std::thread::scope(|s| {
         let whole = s.spawn(|| -> io::Result<[u8; 32]> {
+            if let Some(known) = blake3 {
+                return Ok(known);
+            }
             let mut h = blake3::Hasher::new();
-            h.update_reader(File::open(&archive)?)?;
+            h.update_reader(Reader::whole(bytes.clone())?)?;
             Ok(*h.finalize().as_bytes())
         });
-        let listed = list(&file, &archive, format, progress);
+        let listed = list(&bytes, &archive, format, owner, progress);
         (
             listed,
             whole.join().expect("the archive hash thread panicked"),
@@ -56,8 +99,7 @@ pub fn scan(archive: &Path, progress: Progress) -> Result<Index, ArchiveError> {
     });
     let (members, points, skipped) = listed.map_err(corrupt)?;
     let blake3 = blake3.map_err(io)?;
-    let now = Identity::of(&std::fs::metadata(&archive).map_err(io)?);
-    if now != identity {
+    if bytes.identity().map_err(io)? != identity {
         return Err(ArchiveError::Corrupt {
             path: archive,
             why: "it changed while it was being indexed; try again once nothing writes it".into(),
@@ -92,15 +134,20 @@ fn printable(s: &str) -> String {
 type Skipped = Vec<(Vec<u8>, String)>;
 type Listed = (Vec<Member>, Vec<gz::Point>, Skipped);
 
-fn list(file: &File, archive: &Path, format: Format, progress: Progress) -> io::Result<Listed> {
+fn list(
+    file: &Shared,
+    archive: &Path,
+    format: Format,
+    owner: Owner,
+    progress: Progress,
+) -> io::Result<Listed> {
     let read = Arc::new(AtomicU64::new(0));
     let counted = Counted {
-        inner: file.try_clone()?,
+        inner: Reader::whole(file.clone())?,
         read: read.clone(),
     };
     let report = || progress(read.load(Ordering::Relaxed));
-    let meta = file.metadata()?;
-    let stream = |scan: &mut dyn Read| list_stream(scan, archive, &meta, &report);
+    let stream = |scan: &mut dyn Read| list_stream(scan, archive, owner, &report);
     match format {
         Format::Tar => {
             let (m, s) = list_tar(BufReader::with_capacity(1 << 20, counted), false, &report)?;
@@ -112,13 +159,13 @@ fn list(file: &File, archive: &Path, format: Format, progress: Progress) -> io::
             Ok((m, scan.into_points(), s))
         }
         Format::TarZst => {
-            let mut scan = zst::Scan::new(Arc::new(file.try_clone()?), read.clone())?;
+            let mut scan = zst::Scan::new(file.clone(), read.clone())?;
             let (m, s) = stream(&mut scan)?;
             Ok((m, scan.into_points(), s))
         }
         Format::TarXz | Format::TarBz2 => {
             let codec = blocks::Codec::of(format).expect("a block codec");
-            let mut scan = blocks::Scan::new(codec, Arc::new(file.try_clone()?), read.clone())?;
+            let mut scan = blocks::Scan::new(codec, file.clone(), read.clone())?;
             let (m, s) = stream(&mut scan)?;
             Ok((m, scan.into_points(), s))
         }
@@ -135,10 +182,9 @@ fn list(file: &File, archive: &Path, format: Format, progress: Progress) -> io::
 fn list_stream(
     scan: &mut dyn Read,
     archive: &Path,
-    meta: &std::fs::Metadata,
+    owner: Owner,
     report: &dyn Fn(),
 ) -> io::Result<(Vec<Member>, Skipped)> {
-    use std::os::unix::fs::MetadataExt;
     let mut head = Vec::with_capacity(512);
     (&mut *scan).take(512).read_to_end(&mut head)?;
     let tar = head.len() == 512 && (head.iter().all(|&b| b == 0) || crate::tar_header(&head));
@@ -156,10 +202,10 @@ fn list_stream(
     let member = Member {
         path: plain_name(archive),
         kind: Kind::File,
-        mode: meta.mode() & 0o7777,
-        uid: meta.uid(),
-        gid: meta.gid(),
-        mtime: meta.mtime(),
+        mode: owner.mode,
+        uid: owner.uid,
+        gid: owner.gid,
+        mtime: owner.mtime,
         size,
         data: Data::Stream { offset: 0 },
         blake3,
@@ -181,7 +227,7 @@ fn plain_name(archive: &Path) -> Vec<u8> {
 }
 
 struct Counted {
-    inner: File,
+    inner: Reader,
     read: Arc<AtomicU64>,
 }
 
@@ -303,12 +349,12 @@ fn list_tar(
     Ok((members, skipped))
 }
 
-fn list_zip(file: &File, report: &dyn Fn()) -> io::Result<(Vec<Member>, Skipped)> {
+fn list_zip(file: &Shared, report: &dyn Fn()) -> io::Result<(Vec<Member>, Skipped)> {
     let zip_err = |e: zip::result::ZipError| match e {
         zip::result::ZipError::Io(e) => e,
         e => io::Error::new(io::ErrorKind::InvalidData, e.to_string()),
     };
-    let mut z = zip::ZipArchive::new(file.try_clone()?).map_err(zip_err)?;
+    let mut z = zip::ZipArchive::new(Reader::whole(file.clone())?).map_err(zip_err)?;
     let mut members = Vec::new();
     let mut skipped = Vec::new();
     for i in 0..z.len() {
@@ -376,7 +422,7 @@ fn list_zip(file: &File, report: &dyn Fn()) -> io::Result<(Vec<Member>, Skipped)
             m.size = 0;
             continue;
         }
-        let mut content = crate::read::member_reader(file, m)?;
+        let mut content = crate::read::member_reader(&**file, m)?;
         if m.kind == Kind::Symlink {
             let mut target = Vec::new();
             content.read_to_end(&mut target)?;

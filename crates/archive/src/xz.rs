@@ -9,12 +9,10 @@
 //! Restart points inside one block would need a snapshot of the LZMA2 dictionary at each (up
 //! to 64 MiB at -9), which liblzma's API cannot restore: not done.
 
-use std::fs::File;
 use std::io::{self, Read};
-use std::sync::Arc;
 
 use crate::blocks::Block;
-use crate::gz::read_at_retry;
+use crate::bytes::{read_at_retry, Bytes, Shared};
 
 const HEADER_MAGIC: [u8; 6] = [0xfd, b'7', b'z', b'X', b'Z', 0];
 const FOOTER_MAGIC: [u8; 2] = *b"YZ";
@@ -25,7 +23,7 @@ fn bad(what: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what.into())
 }
 
-fn read_exact_at(file: &File, buf: &mut [u8], at: u64) -> io::Result<()> {
+fn read_exact_at(file: &dyn Bytes, buf: &mut [u8], at: u64) -> io::Result<()> {
     if read_at_retry(file, buf, at)? < buf.len() {
         return Err(bad(format!("xz: truncated at byte {at}")));
     }
@@ -62,8 +60,8 @@ fn crc32(b: &[u8]) -> [u8; 4] {
 
 /// The blocks of every stream of the file (concatenated streams, stream padding between them),
 /// in file order, read from the streams' indexes (the file is walked from its end).
-pub fn blocks(file: &File) -> io::Result<Vec<Block>> {
-    let mut end = file.metadata()?.len();
+pub fn blocks(file: &dyn Bytes) -> io::Result<Vec<Block>> {
+    let mut end = file.size()?;
     let mut streams = Vec::new();
     while end > 0 {
         // Stream padding: zero bytes in fours before a footer.
@@ -152,7 +150,7 @@ fn parse_index(index: &[u8]) -> io::Result<Vec<(u64, u64)>> {
 }
 
 /// The block at byte `at` whose meta is `meta`, decoded alone.
-pub fn open(file: &Arc<File>, at: u64, meta: &[u8]) -> io::Result<Box<dyn Read + Send>> {
+pub fn open(file: &Shared, at: u64, meta: &[u8]) -> io::Result<Box<dyn Read + Send>> {
     if meta.len() != META {
         return Err(bad("xz: the access point does not describe a block"));
     }
@@ -175,7 +173,7 @@ pub fn open(file: &Arc<File>, at: u64, meta: &[u8]) -> io::Result<Box<dyn Read +
     tail.extend_from_slice(&crc32(&back));
     tail.extend_from_slice(&back);
     tail.extend_from_slice(&FOOTER_MAGIC);
-    let block = crate::zst::FileAt::new(file.clone(), at, at + unpadded.div_ceil(4) * 4);
+    let block = crate::bytes::Reader::new(file.clone(), at, at + unpadded.div_ceil(4) * 4);
     let stream = io::Cursor::new(header.to_vec())
         .chain(block)
         .chain(io::Cursor::new(tail));

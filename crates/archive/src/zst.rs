@@ -2,40 +2,18 @@
 //! an access point (no window needed). A file made by `zstd` alone is one frame (a read decodes
 //! from the start); `zstd --long -T0`, pzstd and the seekable format give many.
 
-use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::gz::{read_at_retry, Point};
+use crate::bytes::{read_at_retry, Bytes, Reader, Shared};
+use crate::gz::Point;
 
 const MAGIC: u32 = 0xFD2F_B528;
 
-/// A `Read` over a shared file from an offset, by `pread` (no shared seek position).
-pub struct FileAt {
-    file: Arc<File>,
-    pos: u64,
-    end: u64,
-}
-
-impl FileAt {
-    pub fn new(file: Arc<File>, pos: u64, end: u64) -> FileAt {
-        FileAt { file, pos, end }
-    }
-}
-
-impl Read for FileAt {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let want = buf.len().min(self.end.saturating_sub(self.pos) as usize);
-        let n = read_at_retry(&self.file, &mut buf[..want], self.pos)?;
-        self.pos += n as u64;
-        Ok(n)
-    }
-}
-
 /// The zstd frames of the file, as (offset, compressed length); skippable frames left out.
-pub fn frames(file: &File) -> io::Result<Vec<(u64, u64)>> {
-    let len = file.metadata()?.len();
+pub fn frames(file: &dyn Bytes) -> io::Result<Vec<(u64, u64)>> {
+    let len = file.size()?;
     let bad = |at: u64, what: &str| {
         io::Error::new(
             io::ErrorKind::InvalidData,
@@ -96,11 +74,11 @@ pub fn frames(file: &File) -> io::Result<Vec<(u64, u64)>> {
     Ok(out)
 }
 
-type Decoder = zstd::stream::read::Decoder<'static, BufReader<FileAt>>;
+type Decoder = zstd::stream::read::Decoder<'static, BufReader<Reader>>;
 
 /// The decompressed stream of a zstd file, frame by frame, recording each frame's start.
 pub struct Scan {
-    file: Arc<File>,
+    file: Shared,
     frames: Vec<(u64, u64)>,
     next: usize,
     cur: Option<Decoder>,
@@ -111,7 +89,7 @@ pub struct Scan {
 }
 
 impl Scan {
-    pub fn new(file: Arc<File>, read: Arc<AtomicU64>) -> io::Result<Scan> {
+    pub fn new(file: Shared, read: Arc<AtomicU64>) -> io::Result<Scan> {
         let frames = frames(&file)?;
         Ok(Scan {
             file,
@@ -144,7 +122,7 @@ impl Read for Scan {
                     bits: 0,
                     window: Vec::new(),
                 });
-                let src = FileAt::new(self.file.clone(), at, at + len);
+                let src = Reader::new(self.file.clone(), at, at + len);
                 self.cur = Some(Decoder::new(src)?.single_frame());
             }
             let n = self.cur.as_mut().expect("a frame is open").read(out)?;
@@ -165,10 +143,10 @@ pub struct Cursor {
 }
 
 impl Cursor {
-    pub fn at_point(file: Arc<File>, point: &Point) -> io::Result<Cursor> {
-        let end = file.metadata()?.len();
+    pub fn at_point(file: Shared, point: &Point) -> io::Result<Cursor> {
+        let end = file.size()?;
         Ok(Cursor {
-            dec: Decoder::new(FileAt::new(file, point.coff, end))?,
+            dec: Decoder::new(Reader::new(file, point.coff, end))?,
             uoff: point.uoff,
         })
     }

@@ -142,6 +142,27 @@ fn check_reads(
         assert_eq!(m.blake3, *blake3::hash(&files[name]).as_bytes(), "{name}");
     }
     let source = Source::open(index.clone()).unwrap();
+    read_back(&source, files, seed, reads);
+}
+
+/// Every member of `source` read front to back in archive order, then `reads` random slices,
+/// each equal to the file archived.
+fn read_back(source: &Source, files: &BTreeMap<String, Vec<u8>>, seed: u64, reads: usize) {
+    let archive = &source.index.archive;
+    let got: BTreeMap<String, usize> = source
+        .index
+        .members
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.kind == Kind::File)
+        .map(|(i, m)| (String::from_utf8(m.path.clone()).unwrap(), i))
+        .collect();
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        files.keys().collect::<Vec<_>>(),
+        "{}: members",
+        archive.display()
+    );
     let mut rng = Rng(seed);
     // Whole members front to back in odd chunk sizes, in archive order (as a loader reads a
     // shard), then random slices of random members.
@@ -156,7 +177,7 @@ fn check_reads(
         let mut back = Vec::new();
         let mut buf = vec![0u8; 1 + rng.below(200_000) as usize];
         loop {
-            let n = r.read_at(&source, back.len() as u64, &mut buf).unwrap();
+            let n = r.read_at(source, back.len() as u64, &mut buf).unwrap();
             if n == 0 {
                 break;
             }
@@ -178,7 +199,7 @@ fn check_reads(
         let len = rng.below(150_000) as usize;
         let mut r = source.reader(got[name]);
         let mut buf = vec![0u8; len];
-        let n = r.read_at(&source, off, &mut buf).unwrap();
+        let n = r.read_at(source, off, &mut buf).unwrap();
         let from = (off as usize).min(want.len());
         let to = (from + len).min(want.len());
         assert_eq!(n, to - from, "{name} at {off}+{len}");
@@ -493,4 +514,177 @@ fn a_compressed_file_that_is_not_a_tar_is_one_member() {
             assert!(buf[..n] == csv[from..to], "{suffix} at {off}");
         }
     }
+}
+
+/// A small tree for nesting (the big one's 12 MiB would be compressed at every level).
+fn small_tree(root: &Path, seed: u64) -> BTreeMap<String, Vec<u8>> {
+    let mut rng = Rng(seed);
+    let mut files = BTreeMap::new();
+    for i in 0..60 {
+        let size = match i % 6 {
+            0 => 0,
+            5 => 600_000 + rng.below(900_000) as usize,
+            _ => rng.below(30_000) as usize,
+        };
+        let content = (0..size).map(|_| (rng.next() % 11) as u8 + b'a').collect();
+        let name = match i % 4 {
+            0 => format!("in/{i:02} sp\u{e4}ce.bin"),
+            1 => format!("in/sub/{i:02}\nnl"),
+            _ => format!("in/{i:02}.dat"),
+        };
+        files.insert(name, content);
+    }
+    for (name, content) in &files {
+        let p = root.join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+    }
+    files
+}
+
+#[test]
+fn archives_inside_archives_index_and_read_like_files() {
+    use roar_archive::nested::{self, Found, Lookup};
+    let scratch = tempfile::tempdir().unwrap();
+    let root = scratch.path();
+    let src = root.join("src");
+    let files = small_tree(&src, 0x5eed_0063);
+    let outer_src = root.join("outer");
+    std::fs::create_dir_all(outer_src.join("deep")).unwrap();
+    let tar_of = |out: &Path, flags: &[&str]| {
+        run(Command::new("tar")
+            .args(flags)
+            .arg("-cf")
+            .arg(out)
+            .arg("-C")
+            .arg(&src)
+            .arg("in"));
+    };
+    // A tar, a zip, and a multi-block xz inside a tar, all inside a tar.gz; beside them a name
+    // that says tar over text, and a tar.gz cut short.
+    tar_of(&outer_src.join("inner.tar"), &[]);
+    run(Command::new("zip")
+        .args(["-q", "-r"])
+        .arg(outer_src.join("inner.zip"))
+        .arg("in")
+        .current_dir(&src));
+    let txz = root.join("inner.tar.xz");
+    tar_of(&txz, &["-I", "xz -0 -T2 --block-size=256KiB"]);
+    run(Command::new("tar")
+        .arg("-cf")
+        .arg(outer_src.join("deep/mid.tar"))
+        .arg("-C")
+        .arg(root)
+        .arg("inner.tar.xz"));
+    std::fs::write(outer_src.join("fake.tar"), b"not a tar at all\n").unwrap();
+    let cut = root.join("cut.tar.gz");
+    tar_of(&cut, &["-z"]);
+    let bytes = std::fs::read(&cut).unwrap();
+    std::fs::write(outer_src.join("cut.tar.gz"), &bytes[..bytes.len() / 2]).unwrap();
+    let outer = root.join("outer.tar.gz");
+    run(Command::new("tar")
+        .arg("-czf")
+        .arg(&outer)
+        .arg("-C")
+        .arg(&outer_src)
+        .arg("."));
+
+    let dir = root.join("indexes");
+    let open_all = |want: Origin| {
+        let top = Source::open(scan::scan(&outer, &|_| {}).unwrap()).unwrap();
+        let mut left = Vec::new();
+        let placed = nested::expand(top, &dir, &|_| {}, &mut |f| match f {
+            Found::Indexed(i, origin) => assert_eq!(origin, want, "{}", i.archive.display()),
+            Found::Left(name, why) => left.push((name, why.to_string())),
+        });
+        (placed, left)
+    };
+    use roar_archive::cache::Origin;
+    let (placed, left) = open_all(Origin::Built);
+    let at: Vec<String> = placed
+        .iter()
+        .map(|p| String::from_utf8(p.at.clone()).unwrap())
+        .collect();
+    // Depth first: the given archive, then each inner one followed by those inside it.
+    assert_eq!(at[0], "");
+    let mid = at.iter().position(|a| a == "deep/mid.tar").unwrap();
+    assert_eq!(at[mid + 1], "deep/mid.tar/inner.tar.xz");
+    let mut sorted = at.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        [
+            "",
+            "deep/mid.tar",
+            "deep/mid.tar/inner.tar.xz",
+            "inner.tar",
+            "inner.zip"
+        ]
+    );
+    let outer_name = std::fs::canonicalize(&outer).unwrap();
+    let named = |rel: &str| format!("{}!/{rel}", outer_name.display());
+    let left: BTreeMap<String, String> = left
+        .into_iter()
+        .map(|(n, why)| (n.display().to_string(), why))
+        .collect();
+    assert_eq!(
+        left.keys().collect::<Vec<_>>(),
+        [&named("cut.tar.gz"), &named("fake.tar")]
+    );
+    assert!(
+        left[&named("cut.tar.gz")].contains("is damaged"),
+        "{left:?}"
+    );
+    assert!(
+        left[&named("fake.tar")].contains("not an archive"),
+        "{left:?}"
+    );
+    // Every nested archive reads back like the files it holds, named through every level, and
+    // knows the archives it is inside, innermost first.
+    for (k, p) in placed.iter().enumerate().skip(1) {
+        let at = String::from_utf8(p.at.clone()).unwrap();
+        if at != "deep/mid.tar" {
+            read_back(&p.source, &files, 100 + k as u64, 60);
+        }
+        let name = p.source.index.archive.display().to_string();
+        assert_eq!(name, named(&at.replace("mid.tar/", "mid.tar!/")));
+        let made = match at.as_str() {
+            "deep/mid.tar/inner.tar.xz" => std::fs::read(&txz).unwrap(),
+            _ => std::fs::read(outer_src.join(&at)).unwrap(),
+        };
+        assert_eq!(
+            p.source.index.blake3,
+            *blake3::hash(&made).as_bytes(),
+            "{name}"
+        );
+        let within: Vec<String> = p
+            .within
+            .iter()
+            .map(|v| v.path.display().to_string())
+            .collect();
+        let mut want = vec![outer_name.display().to_string()];
+        if at == "deep/mid.tar/inner.tar.xz" {
+            want.insert(0, named("deep/mid.tar"));
+        }
+        assert_eq!(within, want, "{name}");
+    }
+    // Indexed once: the next mount reuses every index.
+    let (again, _) = open_all(Origin::Reused);
+    assert_eq!(again.len(), placed.len());
+    // A member named through the levels is found again, as `roar status` looks it up.
+    let mut lookup = Lookup::new(scan::scan(&outer, &|_| {}).unwrap(), &dir).unwrap();
+    for (rel, name) in [
+        ("inner.tar!/", "in/06.dat"),
+        ("deep/mid.tar!/inner.tar.xz!/", "in/11.dat"),
+        ("inner.zip!/", "in/sub/01\nnl"),
+    ] {
+        let m = lookup.file(format!("{rel}{name}").as_bytes()).unwrap();
+        assert_eq!(
+            m.blake3,
+            *blake3::hash(&files[name]).as_bytes(),
+            "{rel}{name}"
+        );
+    }
+    assert!(lookup.file(b"inner.tar!/in/missing").is_none());
+    assert!(lookup.file(b"fake.tar!/x").is_none());
 }

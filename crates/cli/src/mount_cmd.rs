@@ -29,6 +29,11 @@ pub struct MountArgs {
     /// job reads.
     #[arg(required_unless_present = "list", value_name = "[ARCHIVE...] DIR")]
     paths: Vec<PathBuf>,
+    /// Also mount the archives found inside the archives (members named .tar, .tar.gz, .tgz,
+    /// .tar.zst, .tar.xz, .tar.bz2, .zip, ...), each as a directory of its name, to any depth:
+    /// `data.tar.gz!/shards/0.tar!/x.jpg`.
+    #[arg(long, short = 'r', conflicts_with = "list")]
+    recursive: bool,
     /// Stay in the foreground (for debugging); Ctrl-C unmounts.
     #[arg(long, conflicts_with = "list")]
     foreground: bool,
@@ -244,11 +249,11 @@ pub fn mount(args: MountArgs, json: bool) -> anyhow::Result<ExitCode> {
         warn_processes_inside(&dir);
         Vec::new()
     } else {
-        index_archives(&project, &dir, archives)?
+        index_archives(&project, &dir, archives, args.recursive)?
     };
     let archives: Vec<PathBuf> = indexes.iter().map(|i| i.archive.clone()).collect();
     if args.foreground {
-        return foreground(&project, &dir, indexes);
+        return foreground(&project, &dir, indexes, args.recursive);
     }
     drop(indexes);
     std::fs::create_dir_all(state_dir(&project))?;
@@ -261,6 +266,7 @@ pub fn mount(args: MountArgs, json: bool) -> anyhow::Result<ExitCode> {
     let mut child = Command::new(std::env::current_exe()?)
         .arg("mount")
         .arg("--foreground")
+        .args(args.recursive.then_some("--recursive"))
         .args(&archives)
         .arg(&dir)
         .stdin(Stdio::null())
@@ -356,6 +362,7 @@ fn index_archives(
     project: &Project,
     dir: &Path,
     archives: &[PathBuf],
+    recursive: bool,
 ) -> anyhow::Result<Vec<roar_archive::Index>> {
     anyhow::ensure!(
         std::fs::read_dir(dir)?.next().is_none(),
@@ -406,15 +413,74 @@ fn index_archives(
                 crate::fmt::size(stretch),
             );
         }
+        if recursive {
+            index_inside(project, &index)?;
+        }
         indexes.push(index);
     }
     Ok(indexes)
+}
+
+/// Builds (or finds current) the indexes of the archives inside `index`'s archive, saying
+/// which it built and which it leaves as plain members.
+fn index_inside(project: &Project, index: &roar_archive::Index) -> anyhow::Result<()> {
+    use roar_archive::nested::Found;
+    let source = roar_archive::read::Source::open(index.clone())
+        .with_context(|| format!("cannot read {}", index.archive.display()))?;
+    roar_archive::nested::expand(
+        source,
+        &index_dir(project),
+        &|_| {},
+        &mut |found| match found {
+            Found::Indexed(inner, roar_archive::cache::Origin::Built) => eprintln!(
+                "roar: indexed {} ({}, {} members)",
+                inner.archive.display(),
+                inner.format.name(),
+                inner.members.len()
+            ),
+            Found::Indexed(..) => {}
+            Found::Left(name, why) => eprintln!(
+                "roar: note: {} stays a file, not a directory: {why}",
+                name.display()
+            ),
+        },
+    );
+    Ok(())
+}
+
+/// The archives of the tree: each given one, then (`recursive`) the archives inside it.
+fn place(
+    project: &Project,
+    index: roar_archive::Index,
+    recursive: bool,
+) -> Result<Vec<roar_archive::nested::Placed>, roar_roarfs::MountError> {
+    let archive = index.archive.clone();
+    let source = roar_archive::read::Source::open(index).map_err(|source| {
+        roar_roarfs::MountError::Open {
+            path: archive,
+            source,
+        }
+    })?;
+    if !recursive {
+        return Ok(vec![roar_archive::nested::Placed {
+            at: Vec::new(),
+            source: std::sync::Arc::new(source),
+            within: Vec::new(),
+        }]);
+    }
+    let placed = roar_archive::nested::expand(source, &index_dir(project), &|_| {}, &mut |f| {
+        if let roar_archive::nested::Found::Left(name, why) = f {
+            tracing::warn!("roarfs: {} stays a file: {why}", name.display());
+        }
+    });
+    Ok(placed)
 }
 
 fn foreground(
     project: &Project,
     dir: &Path,
     archives: Vec<roar_archive::Index>,
+    recursive: bool,
 ) -> anyhow::Result<ExitCode> {
     let daemon = std::env::var_os("ROAR_INTERNAL_MOUNT_DAEMON").is_some();
     let state = state_path(project, dir);
@@ -442,13 +508,7 @@ fn foreground(
                     roar_store::quote::shown(&String::from_utf8_lossy(path))
                 );
             }
-            let archive = index.archive.clone();
-            sources.push(roar_archive::read::Source::open(index).map_err(|source| {
-                roar_roarfs::MountError::Open {
-                    path: archive,
-                    source,
-                }
-            })?);
+            sources.extend(place(project, index, recursive)?);
         }
         roar_roarfs::mount_archives(sources, dir, &db, ignore, machine, journals)
     };

@@ -70,9 +70,26 @@ fn look_members(project: &Project, members: &[&String]) -> HashMap<String, Now> 
             .filter(|m| m.kind == roar_archive::Kind::File)
             .map(|m| (m.path.as_slice(), &m.blake3))
             .collect();
+        let dir = crate::mount_cmd::index_dir(project);
+        let mut inside = None;
         for (p, member) in wanted {
-            let n = match hashes.get(member.as_slice()) {
-                Some(h) => Now::Content(roar_store::hash::hex(*h)),
+            // A member of an archive inside the archive (`inner.tar!/x`), opened if one is.
+            let mut nested = || {
+                let open = || roar_archive::nested::Lookup::new(index.clone(), &dir).ok();
+                Some(
+                    inside
+                        .get_or_insert_with(open)
+                        .as_mut()?
+                        .file(&member)?
+                        .blake3,
+                )
+            };
+            let n = match hashes
+                .get(member.as_slice())
+                .map(|h| **h)
+                .or_else(&mut nested)
+            {
+                Some(h) => Now::Content(roar_store::hash::hex(&h)),
                 None => Now::Missing,
             };
             now.insert(p.clone(), n);

@@ -25,6 +25,7 @@ use fuser::{
     KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty,
     ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
 };
+use roar_archive::nested::{Placed, Version};
 use roar_archive::read::{MemberReader, Source};
 use roar_archive::{Kind, Member};
 use roar_store::ContentHash;
@@ -60,7 +61,9 @@ pub struct ArchiveFs {
     nodes: Vec<Node>,
     /// Each directory's link count (2 plus its subdirectories), counted once.
     dir_links: Vec<u32>,
-    sources: Vec<Source>,
+    sources: Vec<Arc<Source>>,
+    /// For each source, the archives it is inside (innermost first; none for one given).
+    within: Vec<Vec<Version>>,
     jobs: Arc<Jobs>,
     handles: Mutex<HashMap<u64, Arc<Mutex<Handle>>>>,
     next_fh: AtomicU64,
@@ -75,7 +78,7 @@ struct Handle {
 }
 
 impl ArchiveFs {
-    pub fn new(sources: Vec<Source>, jobs: Arc<Jobs>) -> ArchiveFs {
+    pub fn new(placed: Vec<Placed>, jobs: Arc<Jobs>) -> ArchiveFs {
         let mut nodes = vec![Node {
             parent: 1,
             what: What::Dir {
@@ -83,11 +86,21 @@ impl ArchiveFs {
                 member: None,
             },
         }];
-        for (s, source) in sources.iter().enumerate() {
-            for (m, member) in source.index.members.iter().enumerate() {
-                insert(&mut nodes, s, m, member);
+        for (s, p) in placed.iter().enumerate() {
+            if !p.at.is_empty() {
+                // An archive inside another: a directory where its member was.
+                insert(&mut nodes, &p.at, Kind::Dir, None);
+            }
+            for (m, member) in p.source.index.members.iter().enumerate() {
+                let path = if p.at.is_empty() {
+                    member.path.clone()
+                } else {
+                    [&p.at[..], b"/", &member.path].concat()
+                };
+                insert(&mut nodes, &path, member.kind, Some((s, m)));
             }
         }
+        let (sources, within) = placed.into_iter().map(|p| (p.source, p.within)).unzip();
         let mut dir_links = vec![0u32; nodes.len()];
         for (i, n) in nodes.iter().enumerate() {
             if let What::Dir { .. } = n.what {
@@ -101,6 +114,7 @@ impl ArchiveFs {
             nodes,
             dir_links,
             sources,
+            within,
             jobs,
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -188,17 +202,18 @@ impl ArchiveFs {
     fn member_ref(&self, s: usize, m: usize) -> roar_archive::mounted::MemberRef {
         let index = &self.sources[s].index;
         let member = &index.members[m];
+        let mut archives = vec![Version::of(index)];
+        archives.extend(self.within[s].iter().cloned());
         roar_archive::mounted::MemberRef {
             path: index.member_path(member),
             blake3: member.blake3,
             size: member.size,
-            archive: index.archive.clone(),
-            archive_blake3: index.blake3,
-            archive_size: index.identity.size,
+            archives,
         }
     }
 
-    /// Records the member (and its archive) as read by `job`.
+    /// Records the member as read by `job`, with its archive (and each archive that one is
+    /// inside).
     fn record_read(&self, job: JobKey, s: usize, m: usize) {
         let r = self.member_ref(s, m);
         let hash = |b3: &[u8; 32], size: u64| ContentHash {
@@ -206,11 +221,9 @@ impl ArchiveFs {
             sha256: None,
             size,
         };
-        for (path, hash) in [
-            (r.path, hash(&r.blake3, r.size)),
-            (r.archive, hash(&r.archive_blake3, r.archive_size)),
-        ] {
-            self.jobs.read_known(job, &path, hash);
+        self.jobs.read_known(job, &r.path, hash(&r.blake3, r.size));
+        for a in r.archives {
+            self.jobs.read_known(job, &a.path, hash(&a.blake3, a.size));
         }
     }
 
@@ -257,9 +270,10 @@ impl ArchiveFs {
     }
 }
 
-/// Adds member `m` of archive `s` to the tree, creating the directories above it.
-fn insert(nodes: &mut Vec<Node>, s: usize, m: usize, member: &Member) {
-    let parts: Vec<&[u8]> = member.path.split(|&b| b == b'/').collect();
+/// Adds an entry at `path` to the tree, creating the directories above it: member `m` of
+/// archive `s` (`entry`), or with no entry, the directory a nested archive is mounted as.
+fn insert(nodes: &mut Vec<Node>, path: &[u8], kind: Kind, entry: Option<(usize, usize)>) {
+    let parts: Vec<&[u8]> = path.split(|&b| b == b'/').collect();
     let mut cur = 1u64;
     for (i, part) in parts.iter().enumerate() {
         let last = i + 1 == parts.len();
@@ -267,64 +281,47 @@ fn insert(nodes: &mut Vec<Node>, s: usize, m: usize, member: &Member) {
             What::Dir { children, .. } => children.get(*part).copied(),
             What::Member { .. } => unreachable!("descending only through directories"),
         };
-        let dir_here = !last || member.kind == Kind::Dir;
-        let mine = |nodes: &Vec<Node>, at: u64| -> What {
-            if !last {
-                return What::Dir {
-                    children: BTreeMap::new(),
-                    member: None,
-                };
-            }
-            match member.kind {
-                Kind::Dir => What::Dir {
-                    children: match &nodes[at as usize - 1].what {
-                        What::Dir { children, .. } => children.clone(),
-                        What::Member { .. } => BTreeMap::new(),
-                    },
-                    member: Some((s, m)),
-                },
-                _ => What::Member {
-                    source: s,
-                    member: m,
-                },
-            }
+        let dir_here = !last || kind == Kind::Dir;
+        let leaf = || match entry {
+            Some((source, member)) if !dir_here => What::Member { source, member },
+            _ => What::Dir {
+                children: BTreeMap::new(),
+                member: entry.filter(|_| last),
+            },
         };
         match existing {
             None => {
                 let ino = nodes.len() as u64 + 1;
-                let what = if dir_here {
-                    What::Dir {
-                        children: BTreeMap::new(),
-                        member: (last && member.kind == Kind::Dir).then_some((s, m)),
-                    }
-                } else {
-                    What::Member {
-                        source: s,
-                        member: m,
-                    }
-                };
-                nodes.push(Node { parent: cur, what });
+                nodes.push(Node {
+                    parent: cur,
+                    what: leaf(),
+                });
                 if let What::Dir { children, .. } = &mut nodes[cur as usize - 1].what {
                     children.insert(part.to_vec(), ino);
                 }
                 cur = ino;
             }
             Some(at) => {
-                let is_dir = matches!(nodes[at as usize - 1].what, What::Dir { .. });
-                let has_children = matches!(&nodes[at as usize - 1].what, What::Dir { children, .. } if !children.is_empty());
-                if !last && is_dir {
-                    cur = at;
-                    continue;
+                let node = &mut nodes[at as usize - 1].what;
+                match node {
+                    What::Dir { .. } if !last => {}
+                    What::Dir { children, .. } if !dir_here && !children.is_empty() => {
+                        tracing::warn!(
+                            "roarfs: {} is a file in a later archive and a directory with entries in an earlier one; the directory is kept",
+                            roar_store::quote::shown(&String::from_utf8_lossy(path))
+                        );
+                        return;
+                    }
+                    // A directory's own entry taken; a directory without one keeps none.
+                    What::Dir { member, .. } if dir_here => {
+                        if entry.is_some() {
+                            *member = entry;
+                        }
+                    }
+                    // The later entry wins (a file replaced by a file, a directory or the
+                    // directories above a later member).
+                    _ => *node = leaf(),
                 }
-                if last && !dir_here && has_children {
-                    tracing::warn!(
-                        "roarfs: {} is a file in a later archive and a directory with entries in an earlier one; the directory is kept",
-                        roar_store::quote::shown(&String::from_utf8_lossy(&member.path))
-                    );
-                    return;
-                }
-                // The later entry wins (a file replaced, a directory's own entry taken).
-                nodes[at as usize - 1].what = mine(nodes, at);
                 cur = at;
             }
         }
@@ -500,7 +497,10 @@ impl Filesystem for ArchiveFs {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let bytes: u64 = self.sources.iter().map(|s| s.index.identity.size).sum();
+        let bytes: u64 = (self.sources.iter().zip(&self.within))
+            .filter(|(_, within)| within.is_empty())
+            .map(|(s, _)| s.index.identity.size)
+            .sum();
         reply.statfs(
             bytes.div_ceil(4096),
             0,

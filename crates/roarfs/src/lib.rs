@@ -131,9 +131,10 @@ pub fn mount(
 }
 
 /// Mounts the indexed archives read-only on `dir` as one tree (later archives win where paths
-/// collide), recording member reads into the store at `db`.
+/// collide; an archive found inside another is a directory where its member was), recording
+/// member reads into the store at `db`.
 pub fn mount_archives(
-    sources: Vec<roar_archive::read::Source>,
+    sources: Vec<roar_archive::nested::Placed>,
     dir: &Path,
     db: &Path,
     ignore: Ignore,

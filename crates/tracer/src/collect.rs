@@ -238,9 +238,12 @@ fn archive_members(paths: &mut Vec<(PathBuf, PathState)>) -> Vec<FileRecord> {
             return true;
         };
         records.push(st.record(Role::Input, r.path, Some(hash(&r.blake3, r.size))));
-        if archives.insert(r.archive.clone()) {
-            let h = hash(&r.archive_blake3, r.archive_size);
-            records.push(st.record(Role::Input, r.archive, Some(h)));
+        // The archive it is in, and each archive that one is inside (nested archives).
+        for a in r.archives {
+            if archives.insert(a.path.clone()) {
+                let h = hash(&a.blake3, a.size);
+                records.push(st.record(Role::Input, a.path, Some(h)));
+            }
         }
         false
     });
