@@ -649,3 +649,244 @@ fn bad_archives_and_mount_points_are_refused_in_one_line() {
         );
     }
 }
+
+/// Files by path.
+type Contents = BTreeMap<String, Vec<u8>>;
+
+/// Makes `data.tar.gz` in the project: a tar, a zip and (inside `deep/mid.tar`) a multi-block
+/// tar.xz of the files of `in/`, a tar listing `f.txt` three times, and a text named `fake.tar`.
+/// Returns what the nested archives hold (path -> content) and the bytes of each inner archive.
+fn nested_dataset(root: &Path, changed: &str) -> (Contents, BTreeMap<&'static str, Vec<u8>>) {
+    let src = root.join("nest-src");
+    let outer = root.join("nest-outer");
+    let _ = std::fs::remove_dir_all(&src);
+    let _ = std::fs::remove_dir_all(&outer);
+    std::fs::create_dir_all(outer.join("deep")).unwrap();
+    let mut rng = Rng(0x0063_5eed);
+    let mut files = BTreeMap::new();
+    for i in 0..24 {
+        let name = match i % 3 {
+            0 => format!("in/{i:02} späce.bin"),
+            1 => format!("in/sub/{i:02}\nnl"),
+            _ => format!("in/{i:02}.dat"),
+        };
+        let size = if i % 5 == 0 {
+            400_000
+        } else {
+            rng.below(20_000) as usize
+        };
+        let mut content: Vec<u8> = (0..size).map(|_| (rng.next() % 9) as u8 + b'a').collect();
+        if name == changed {
+            content.extend_from_slice(b"changed");
+        }
+        let p = src.join(&name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, &content).unwrap();
+        files.insert(name, content);
+    }
+    let tar = |out: &Path, flags: &[&str], dir: &Path, what: &str| {
+        run(Command::new("tar")
+            .args(flags)
+            .arg("-cf")
+            .arg(out)
+            .arg(what)
+            .current_dir(dir));
+    };
+    tar(&outer.join("inner.tar"), &[], &src, "in");
+    run(Command::new("zip")
+        .args(["-q", "-r"])
+        .arg(outer.join("inner.zip"))
+        .arg("in")
+        .current_dir(&src));
+    let txz = root.join("inner.tar.xz");
+    tar(&txz, &["-I", "xz -0 -T2 --block-size=128KiB"], &src, "in");
+    tar(&outer.join("deep/mid.tar"), &[], root, "inner.tar.xz");
+    for (k, v) in ["one\n", "two\n", "three\n"].iter().enumerate() {
+        std::fs::write(src.join("f.txt"), v).unwrap();
+        let flag = if k == 0 { "-cf" } else { "-rf" };
+        run(Command::new("tar")
+            .arg(flag)
+            .arg(outer.join("dup.tar"))
+            .arg("f.txt")
+            .current_dir(&src));
+    }
+    std::fs::write(outer.join("fake.tar"), b"a text, not a tar\n").unwrap();
+    tar(&root.join("data.tar.gz"), &["-z"], &outer, ".");
+    let made = [
+        ("inner.tar", outer.join("inner.tar")),
+        ("inner.zip", outer.join("inner.zip")),
+        ("deep/mid.tar", outer.join("deep/mid.tar")),
+        ("inner.tar.xz", txz),
+        ("dup.tar", outer.join("dup.tar")),
+    ]
+    .into_iter()
+    .map(|(k, p)| (k, std::fs::read(p).unwrap()))
+    .collect();
+    (files, made)
+}
+
+#[test]
+fn archives_inside_archives_and_earlier_versions_read_and_record_through_every_level() {
+    if !require_fuse() || !["tar", "zip", "xz"].iter().all(|t| common::require_tool(t)) {
+        return;
+    }
+    let p = Project::new();
+    let root = std::fs::canonicalize(p.path()).unwrap();
+    let (files, made) = nested_dataset(&root, "");
+    let out = p.roar(["mount", "--recursive", "data.tar.gz", "mnt"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains("fake.tar stays a file") && said.contains("indexed"),
+        "{said}"
+    );
+    let mnt = root.join("mnt");
+    let levels = ["inner.tar", "inner.zip", "deep/mid.tar/inner.tar.xz"];
+    // The tree: every level's files, the text named like a tar, the file listed three times
+    // once (its versions are not listed).
+    let want: BTreeSet<String> = (levels.iter())
+        .flat_map(|l| files.keys().map(move |f| format!("{l}/{f}")))
+        .chain(["fake.tar".into(), "dup.tar/f.txt".into()])
+        .collect();
+    assert_eq!(walk(&mnt), want);
+    for l in levels {
+        for (f, content) in &files {
+            let got = std::fs::read(mnt.join(l).join(f)).unwrap();
+            assert!(got == *content, "{l}/{f:?} differs from the file archived");
+        }
+    }
+    // And as the tools extract them, level by level.
+    let x = |script: &str| {
+        let o = Command::new("sh")
+            .args(["-c", script])
+            .current_dir(&root)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{script}: {}", stderr(&o));
+        o.stdout
+    };
+    assert_eq!(
+        std::fs::read(mnt.join("inner.tar/in/02.dat")).unwrap(),
+        x("tar -xOzf data.tar.gz ./inner.tar | tar -xOf - in/02.dat")
+    );
+    assert_eq!(
+        std::fs::read(mnt.join("deep/mid.tar/inner.tar.xz/in/05.dat")).unwrap(),
+        x("tar -xOzf data.tar.gz ./deep/mid.tar | tar -xOf - inner.tar.xz | tar -xOJf - in/05.dat")
+    );
+    assert_eq!(
+        std::fs::read(mnt.join("fake.tar")).unwrap(),
+        b"a text, not a tar\n"
+    );
+    for (k, v) in ["one\n", "two\n", "three\n"].iter().enumerate() {
+        let at = mnt.join(format!("dup.tar/f.txt.versions/{}", k + 1));
+        assert_eq!(std::fs::read_to_string(at).unwrap(), *v);
+    }
+    assert_eq!(
+        std::fs::read_to_string(mnt.join("dup.tar/f.txt")).unwrap(),
+        "three\n"
+    );
+
+    // A job reads one file of each level and the oldest version: each is recorded by the name
+    // it has through every level, with every enclosing archive's version — under the mount's
+    // own attribution and under `roar run`.
+    let read = [
+        "inner.tar/in/02.dat",
+        "inner.zip/in/sub/01\nnl",
+        "deep/mid.tar/inner.tar.xz/in/05.dat",
+        "dup.tar/f.txt.versions/1",
+    ];
+    let top = root.join("data.tar.gz").display().to_string();
+    let b3 = |b: &[u8]| blake3::hash(b).to_hex().to_string();
+    let want: BTreeMap<String, String> = [
+        (
+            format!("{top}!/inner.tar!/in/02.dat"),
+            b3(&files["in/02.dat"]),
+        ),
+        (format!("{top}!/inner.tar"), b3(&made["inner.tar"])),
+        (
+            format!("{top}!/inner.zip!/in/sub/01\nnl"),
+            b3(&files["in/sub/01\nnl"]),
+        ),
+        (format!("{top}!/inner.zip"), b3(&made["inner.zip"])),
+        (
+            format!("{top}!/deep/mid.tar!/inner.tar.xz!/in/05.dat"),
+            b3(&files["in/05.dat"]),
+        ),
+        (
+            format!("{top}!/deep/mid.tar!/inner.tar.xz"),
+            b3(&made["inner.tar.xz"]),
+        ),
+        (format!("{top}!/deep/mid.tar"), b3(&made["deep/mid.tar"])),
+        (format!("{top}!/dup.tar!/f.txt.versions/1"), b3(b"one\n")),
+        (format!("{top}!/dup.tar"), b3(&made["dup.tar"])),
+        (top.clone(), b3(&std::fs::read(&top).unwrap())),
+    ]
+    .into_iter()
+    .collect();
+    let quoted: Vec<String> = read.iter().map(|r| format!("'mnt/{r}'")).collect();
+    let script = format!("cat {} > /dev/null", quoted.join(" "));
+    let out = p.roar(["run", "--", "sh", "-c", &script]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(inputs(&p.last_job()), want, "roar run: the job's inputs");
+    let st = Command::new("sh")
+        .args(["-c", &script])
+        .current_dir(&root)
+        .process_group(0)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let out = p.roar(["unmount", "mnt"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let log: serde_json::Value =
+        serde_json::from_slice(&p.roar(["log", "--json", "-n", "0"]).stdout).unwrap();
+    let by_mount = log
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["argv"].as_array().and_then(|a| a.last()) == Some(&script.clone().into()))
+        .map(|j| p.job_json(j["id"].as_i64().unwrap()))
+        .find(|job| job["backend"] == "mount")
+        .unwrap_or_else(|| panic!("no mount job ran the script: {log:#}"));
+    assert_eq!(inputs(&by_mount), want, "mount: the job's inputs");
+
+    // `roar status` follows the levels: nothing changed, then one file inside inner.tar did.
+    let status = |p: &Project| -> BTreeSet<String> {
+        let out = p.roar(["status", "--json"]);
+        let v: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&out)));
+        v["changed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["path"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(status(&p), BTreeSet::new());
+    nested_dataset(&root, "in/02.dat");
+    let changed = status(&p);
+    let rel = |s: &str| {
+        s.strip_prefix(&format!("{}/", root.display()))
+            .unwrap_or(s)
+            .to_owned()
+    };
+    let changed: BTreeSet<String> = changed.iter().map(|c| rel(c)).collect();
+    // The changed file and every archive that holds it (each level holds in/02.dat); not the
+    // other files read, at any level.
+    for must in [
+        "data.tar.gz",
+        "data.tar.gz!/inner.tar",
+        "data.tar.gz!/inner.tar!/in/02.dat",
+        "data.tar.gz!/inner.zip",
+        "data.tar.gz!/deep/mid.tar",
+        "data.tar.gz!/deep/mid.tar!/inner.tar.xz",
+    ] {
+        assert!(changed.contains(must), "{must} not in {changed:?}");
+    }
+    for unchanged in [
+        "data.tar.gz!/inner.zip!/in/sub/01\nnl",
+        "data.tar.gz!/deep/mid.tar!/inner.tar.xz!/in/05.dat",
+        "data.tar.gz!/dup.tar!/f.txt.versions/1",
+    ] {
+        assert!(!changed.contains(unchanged), "{unchanged:?} in {changed:?}");
+    }
+}

@@ -12,7 +12,7 @@ use crate::scan::{Owner, Progress};
 use crate::{ArchiveError, Data, Format, Identity, Index, Kind, Member, Point};
 
 /// Bumped whenever what is stored changes meaning: an index of another version is rebuilt.
-const VERSION: i64 = 1;
+const VERSION: i64 = 2;
 
 /// Whether [`open`] reused an index or built one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,39 +141,7 @@ fn load(at: &Path, archive: &Path, identity: Identity) -> rusqlite::Result<Optio
     let Some(rusqlite::types::Value::Blob(whole)) = meta("blake3")? else {
         return Ok(None);
     };
-    let mut members = Vec::new();
-    let mut q = db.prepare(
-        "SELECT path, kind, mode, uid, gid, mtime, size, place, offset, csize, blake3, link
-         FROM members ORDER BY rowid",
-    )?;
-    let mut rows = q.query([])?;
-    while let Some(r) = rows.next()? {
-        let offset = r.get::<_, i64>(8)? as u64;
-        let data = match r.get::<_, i64>(7)? {
-            0 => Data::Raw { offset },
-            1 => Data::Stream { offset },
-            _ => Data::Deflate {
-                offset,
-                csize: r.get::<_, i64>(9)? as u64,
-            },
-        };
-        members.push(Member {
-            path: r.get(0)?,
-            kind: match r.get::<_, i64>(1)? {
-                0 => Kind::File,
-                1 => Kind::Dir,
-                _ => Kind::Symlink,
-            },
-            mode: r.get(2)?,
-            uid: r.get(3)?,
-            gid: r.get(4)?,
-            mtime: r.get(5)?,
-            size: r.get::<_, i64>(6)? as u64,
-            data,
-            blake3: blob32(r.get(10)?),
-            link: r.get(11)?,
-        });
-    }
+    let (members, earlier) = entries(&db)?;
     let points = db
         .prepare("SELECT uoff, coff, bits, window FROM points ORDER BY uoff")?
         .query_map([], |r| {
@@ -195,9 +163,53 @@ fn load(at: &Path, archive: &Path, identity: Identity) -> rusqlite::Result<Optio
         identity,
         blake3: blob32(whole),
         members,
+        earlier,
         points,
         skipped,
     }))
+}
+
+/// The members, and the earlier versions of paths given twice.
+fn entries(db: &Connection) -> rusqlite::Result<(Vec<Member>, Vec<Member>)> {
+    let (mut members, mut earlier) = (Vec::new(), Vec::new());
+    let mut q = db.prepare(
+        "SELECT path, kind, mode, uid, gid, mtime, size, place, offset, csize, blake3, link, earlier
+         FROM members ORDER BY rowid",
+    )?;
+    let mut rows = q.query([])?;
+    while let Some(r) = rows.next()? {
+        let offset = r.get::<_, i64>(8)? as u64;
+        let data = match r.get::<_, i64>(7)? {
+            0 => Data::Raw { offset },
+            1 => Data::Stream { offset },
+            _ => Data::Deflate {
+                offset,
+                csize: r.get::<_, i64>(9)? as u64,
+            },
+        };
+        let to = if r.get::<_, bool>(12)? {
+            &mut earlier
+        } else {
+            &mut members
+        };
+        to.push(Member {
+            path: r.get(0)?,
+            kind: match r.get::<_, i64>(1)? {
+                0 => Kind::File,
+                1 => Kind::Dir,
+                _ => Kind::Symlink,
+            },
+            mode: r.get(2)?,
+            uid: r.get(3)?,
+            gid: r.get(4)?,
+            mtime: r.get(5)?,
+            size: r.get::<_, i64>(6)? as u64,
+            data,
+            blake3: blob32(r.get(10)?),
+            link: r.get(11)?,
+        });
+    }
+    Ok((members, earlier))
 }
 
 fn blob32(v: Vec<u8>) -> [u8; 32] {
@@ -219,7 +231,7 @@ fn save(at: &Path, index: &Index) -> rusqlite::Result<()> {
              CREATE TABLE members (path BLOB NOT NULL, kind INTEGER NOT NULL, mode INTEGER NOT NULL,
                uid INTEGER NOT NULL, gid INTEGER NOT NULL, mtime INTEGER NOT NULL,
                size INTEGER NOT NULL, place INTEGER NOT NULL, offset INTEGER NOT NULL,
-               csize INTEGER NOT NULL, blake3 BLOB NOT NULL, link BLOB);
+               csize INTEGER NOT NULL, blake3 BLOB NOT NULL, link BLOB, earlier INTEGER NOT NULL);
              CREATE TABLE points (uoff INTEGER NOT NULL, coff INTEGER NOT NULL,
                bits INTEGER NOT NULL, window BLOB NOT NULL);
              CREATE TABLE skipped (path BLOB NOT NULL, why TEXT NOT NULL);",
@@ -241,10 +253,12 @@ fn save(at: &Path, index: &Index) -> rusqlite::Result<()> {
             meta.execute(params!["ino", id.ino as i64])?;
             meta.execute(params!["dev", id.dev as i64])?;
             let mut ins = tx.prepare(
-                "INSERT INTO members (path, kind, mode, uid, gid, mtime, size, place, offset, csize, blake3, link)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                "INSERT INTO members (path, kind, mode, uid, gid, mtime, size, place, offset, csize, blake3, link, earlier)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
             )?;
-            for m in &index.members {
+            let entries = (index.members.iter().map(|m| (m, false)))
+                .chain(index.earlier.iter().map(|m| (m, true)));
+            for (m, earlier) in entries {
                 let (place, offset, csize) = match m.data {
                     Data::Raw { offset } => (0, offset, 0),
                     Data::Stream { offset } => (1, offset, 0),
@@ -267,7 +281,8 @@ fn save(at: &Path, index: &Index) -> rusqlite::Result<()> {
                     offset as i64,
                     csize as i64,
                     &m.blake3[..],
-                    m.link
+                    m.link,
+                    earlier
                 ])?;
             }
             let mut pts = tx

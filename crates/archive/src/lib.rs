@@ -231,6 +231,9 @@ pub struct Index {
     pub blake3: [u8; 32],
     /// In archive order; a path given twice keeps its last entry (what extraction leaves).
     pub members: Vec<Member>,
+    /// The earlier entries of file paths given more than once, in archive order: the versions
+    /// extraction overwrites. Entry `members.len() + i` is `earlier[i]` ([`Index::entry`]).
+    pub earlier: Vec<Member>,
     /// Access points into the decompressed stream (tar.gz, tar.zst), by uncompressed offset.
     pub points: Vec<Point>,
     /// Entries not shown, and why (`..` in the path, devices, sparse files, other methods).
@@ -238,6 +241,59 @@ pub struct Index {
 }
 
 impl Index {
+    /// Entry `i`: a member, or past them an earlier version ([`Index::earlier`]).
+    pub fn entry(&self, i: usize) -> &Member {
+        match self.members.get(i) {
+            Some(m) => m,
+            None => &self.earlier[i - self.members.len()],
+        }
+    }
+
+    /// The earlier versions of each file path given more than once, oldest first, as entries
+    /// ([`Index::entry`]).
+    pub fn earlier_by_path(&self) -> std::collections::HashMap<&[u8], Vec<usize>> {
+        let mut out: std::collections::HashMap<&[u8], Vec<usize>> = Default::default();
+        for (i, e) in self.earlier.iter().enumerate() {
+            out.entry(&e.path).or_default().push(self.members.len() + i);
+        }
+        out
+    }
+
+    /// The name entry `i` is shown and recorded under: a member's path; an earlier version's
+    /// `PATH.versions/K` (`K` from 1, the oldest).
+    pub fn entry_name(&self, i: usize) -> Vec<u8> {
+        let e = self.entry(i);
+        if i < self.members.len() {
+            return e.path.clone();
+        }
+        let k = (self.earlier[..i - self.members.len()].iter())
+            .filter(|o| o.path == e.path)
+            .count();
+        [&e.path[..], format!(".versions/{}", k + 1).as_bytes()].concat()
+    }
+
+    /// The file shown at `name`: a member, or a version named as [`Index::entry_name`] says
+    /// (the last version is the member itself).
+    pub fn file_named(&self, name: &[u8]) -> Option<&Member> {
+        let file = |p: &[u8]| {
+            (self.members.iter())
+                .rfind(|m| m.path == p)
+                .filter(|m| m.kind == Kind::File)
+        };
+        if let Some(m) = file(name) {
+            return Some(m);
+        }
+        let at = name.windows(10).rposition(|w| w == b".versions/")?;
+        let (path, k) = (&name[..at], &name[at + 10..]);
+        let k: usize = std::str::from_utf8(k).ok()?.parse().ok()?;
+        let older: Vec<&Member> = self.earlier.iter().filter(|e| e.path == path).collect();
+        match k.checked_sub(1)? {
+            i if i < older.len() => Some(older[i]),
+            i if i == older.len() && !older.is_empty() => file(path),
+            _ => None,
+        }
+    }
+
     /// The artifact path of a member: `ARCHIVE!/path/in/archive`.
     pub fn member_path(&self, member: &Member) -> PathBuf {
         member_path(&self.archive, &member.path)

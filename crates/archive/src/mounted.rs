@@ -192,7 +192,12 @@ mod tests {
         let mut one = r.clone();
         one.archives.truncate(1);
         assert_eq!(MemberRef::decode(&one.encode()), Some(one));
-        assert_eq!(MemberRef::decode(&r.encode()[1..]), None);
+        // A field short (cut before the last size), or a hash that is not one.
+        let e = r.encode();
+        let cut = e[..e.len() - 1].iter().rposition(|&b| b == 0).unwrap() + 1;
+        assert_eq!(MemberRef::decode(&e[..cut]), None);
+        let bad = String::from_utf8_lossy(&e).replacen(&hex(&[7; 32]), &"g".repeat(64), 1);
+        assert_eq!(MemberRef::decode(bad.as_bytes()), None);
         assert_eq!(MemberRef::decode(b"junk"), None);
     }
 

@@ -261,8 +261,8 @@ impl Lookup {
                 let i = source.index.members.iter().rposition(|m| m.path == p)?;
                 (source.index.members[i].kind == Kind::File).then_some(i)
             };
-            if let Some(i) = files(rest) {
-                return Some(source.index.members[i].clone());
+            if let Some(m) = source.index.file_named(rest) {
+                return Some(m.clone());
             }
             // The first `!/` whose left side is a file member: the archive to go into.
             let (i, after) = (0..rest.len().saturating_sub(1))

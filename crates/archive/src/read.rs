@@ -56,9 +56,10 @@ impl Source {
             .map_or(true, |now| now != self.index.identity)
     }
 
-    /// A reader of member `member`, starting from the best parked decoder if one is behind it.
+    /// A reader of entry `member` (a member, or an earlier version: [`Index::entry`]), starting
+    /// from the best parked decoder if one is behind it.
     pub fn reader(&self, member: usize) -> MemberReader {
-        let member = self.index.members[member].clone();
+        let member = self.index.entry(member).clone();
         // A stored member gets its own open of the archive (the same inode, through /proc): the
         // kernel's readahead follows each reader's sequential reads instead of seeing every
         // reader's offsets interleaved on one shared descriptor.

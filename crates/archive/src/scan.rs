@@ -98,6 +98,7 @@ pub fn scan_bytes(
         )
     });
     let (members, points, skipped) = listed.map_err(corrupt)?;
+    let (members, earlier) = last_of_each_path(members);
     let blake3 = blake3.map_err(io)?;
     if bytes.identity().map_err(io)? != identity {
         return Err(ArchiveError::Corrupt {
@@ -110,7 +111,8 @@ pub fn scan_bytes(
         format,
         identity,
         blake3,
-        members: last_of_each_path(members),
+        members,
+        earlier,
         points,
         skipped,
     })
@@ -468,21 +470,26 @@ fn dos_time(t: zip::DateTime) -> i64 {
     days * 86_400 + i64::from(t.hour()) * 3600 + i64::from(t.minute()) * 60 + i64::from(t.second())
 }
 
-/// A path listed twice keeps its last entry, as extracting the archive would leave it.
-fn last_of_each_path(members: Vec<Member>) -> Vec<Member> {
+/// A path listed twice keeps its last entry, as extracting the archive would leave it; the
+/// earlier entries of a file are kept apart, in archive order, as its older versions.
+fn last_of_each_path(members: Vec<Member>) -> (Vec<Member>, Vec<Member>) {
     let mut last: HashMap<&[u8], usize> = HashMap::with_capacity(members.len());
     for (i, m) in members.iter().enumerate() {
         last.insert(&m.path, i);
     }
     if last.len() == members.len() {
-        return members;
+        return (members, Vec::new());
     }
     let keep: Vec<bool> = (0..members.len())
         .map(|i| last.get(members[i].path.as_slice()) == Some(&i))
         .collect();
-    members
-        .into_iter()
-        .zip(keep)
-        .filter_map(|(m, k)| k.then_some(m))
-        .collect()
+    let (mut kept, mut earlier) = (Vec::with_capacity(last.len()), Vec::new());
+    for (m, k) in members.into_iter().zip(keep) {
+        if k {
+            kept.push(m);
+        } else if m.kind == Kind::File {
+            earlier.push(m);
+        }
+    }
+    (kept, earlier)
 }

@@ -73,7 +73,8 @@ fn look_members(project: &Project, members: &[&String]) -> HashMap<String, Now> 
         let dir = crate::mount_cmd::index_dir(project);
         let mut inside = None;
         for (p, member) in wanted {
-            // A member of an archive inside the archive (`inner.tar!/x`), opened if one is.
+            // An earlier version (`x.versions/1`), or a member of an archive inside the archive
+            // (`inner.tar!/x`), opened if one is.
             let mut nested = || {
                 let open = || roar_archive::nested::Lookup::new(index.clone(), &dir).ok();
                 Some(

@@ -4,6 +4,10 @@
 //! archive file itself (the version the member came from). Jobs are found as on a directory
 //! mount ([`Jobs`]).
 //!
+//! A file given more than once in one archive shows its earlier versions in a directory its
+//! listing does not show, `NAME.versions/` (`1` the oldest, the last one the file itself), as
+//! ratarmount does; reading one records it under that name, `ARCHIVE!/NAME.versions/1`.
+//!
 //! Several archives are union-mounted: a path present in more than one comes from the last
 //! archive given (as extracting them in order would leave it); a directory in a later archive
 //! where an earlier one has a file replaces the file. Reads are served by the daemon: stored
@@ -61,6 +65,8 @@ pub struct ArchiveFs {
     nodes: Vec<Node>,
     /// Each directory's link count (2 plus its subdirectories), counted once.
     dir_links: Vec<u32>,
+    /// A file's `NAME.versions/` directory, by the file's inode.
+    versions: HashMap<u64, u64>,
     sources: Vec<Arc<Source>>,
     /// For each source, the archives it is inside (innermost first; none for one given).
     within: Vec<Vec<Version>>,
@@ -100,7 +106,8 @@ impl ArchiveFs {
                 insert(&mut nodes, &path, member.kind, Some((s, m)));
             }
         }
-        let (sources, within) = placed.into_iter().map(|p| (p.source, p.within)).unzip();
+        let (sources, within): (Vec<_>, Vec<_>) =
+            placed.into_iter().map(|p| (p.source, p.within)).unzip();
         let mut dir_links = vec![0u32; nodes.len()];
         for (i, n) in nodes.iter().enumerate() {
             if let What::Dir { .. } = n.what {
@@ -110,9 +117,13 @@ impl ArchiveFs {
                 }
             }
         }
+        let versions = add_versions(&mut nodes, &sources);
+        // A versions directory is not listed: it adds no link to its parent.
+        dir_links.resize(nodes.len(), 2);
         ArchiveFs {
             nodes,
             dir_links,
+            versions,
             sources,
             within,
             jobs,
@@ -136,7 +147,7 @@ impl ArchiveFs {
     }
 
     fn member(&self, s: usize, m: usize) -> &Member {
-        &self.sources[s].index.members[m]
+        self.sources[s].index.entry(m)
     }
 
     fn attr(&self, ino: u64) -> FileAttr {
@@ -201,11 +212,12 @@ impl ArchiveFs {
     /// The member's identity, for [`roar_archive::mounted::XATTR`].
     fn member_ref(&self, s: usize, m: usize) -> roar_archive::mounted::MemberRef {
         let index = &self.sources[s].index;
-        let member = &index.members[m];
+        let member = index.entry(m);
         let mut archives = vec![Version::of(index)];
         archives.extend(self.within[s].iter().cloned());
         roar_archive::mounted::MemberRef {
-            path: index.member_path(member),
+            // An earlier version is named as it is shown: `PATH.versions/K`.
+            path: roar_archive::member_path(&index.archive, &index.entry_name(m)),
             blake3: member.blake3,
             size: member.size,
             archives,
@@ -268,6 +280,48 @@ impl ArchiveFs {
             .insert(fh, Arc::new(Mutex::new(handle)));
         Ok(fh)
     }
+}
+
+/// Adds a hidden `NAME.versions/` directory for each file shown whose archive lists it more than
+/// once, holding `1`..`n` (oldest first; `n` is the file shown); gives them by the file's inode.
+fn add_versions(nodes: &mut Vec<Node>, sources: &[Arc<Source>]) -> HashMap<u64, u64> {
+    let earlier: Vec<_> = sources.iter().map(|s| s.index.earlier_by_path()).collect();
+    let mut out = HashMap::new();
+    if earlier.iter().all(|e| e.is_empty()) {
+        return out;
+    }
+    for i in 0..nodes.len() {
+        let (parent, (s, m)) = match nodes[i].what {
+            What::Member { source, member } => (nodes[i].parent, (source, member)),
+            What::Dir { .. } => continue,
+        };
+        let Some(older) = earlier[s].get(sources[s].index.entry(m).path.as_slice()) else {
+            continue;
+        };
+        let dir = nodes.len() as u64 + 1;
+        let mut children = BTreeMap::new();
+        for k in 0..=older.len() {
+            children.insert((k + 1).to_string().into_bytes(), dir + 1 + k as u64);
+        }
+        nodes.push(Node {
+            parent,
+            what: What::Dir {
+                children,
+                member: None,
+            },
+        });
+        for &e in older.iter().chain([&m]) {
+            nodes.push(Node {
+                parent: dir,
+                what: What::Member {
+                    source: s,
+                    member: e,
+                },
+            });
+        }
+        out.insert(i as u64 + 1, dir);
+    }
+    out
 }
 
 /// Adds an entry at `path` to the tree, creating the directories above it: member `m` of
@@ -336,7 +390,12 @@ impl Filesystem for ArchiveFs {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let child = match self.node(parent).map(|n| &n.what) {
-            Ok(What::Dir { children, .. }) => children.get(name.as_bytes()).copied(),
+            Ok(What::Dir { children, .. }) => {
+                (children.get(name.as_bytes()).copied()).or_else(|| {
+                    let file = name.as_bytes().strip_suffix(b".versions")?;
+                    self.versions.get(children.get(file)?).copied()
+                })
+            }
             Ok(What::Member { .. }) => return reply.error(Errno::ENOTDIR),
             Err(e) => return reply.error(e),
         };
