@@ -619,6 +619,7 @@ fn bad_archives_and_mount_points_are_refused_in_one_line() {
     garbage.extend(bad);
     garbage.extend(vec![0u8; 1024]);
     std::fs::write(p.path().join("garbage.tar"), garbage).unwrap();
+    run(Command::new("mkfifo").arg(p.path().join("pipe")));
     for (args, says) in [
         (
             vec!["mount", "notes.txt", "m"],
@@ -626,7 +627,8 @@ fn bad_archives_and_mount_points_are_refused_in_one_line() {
         ),
         (vec!["mount", "missing.tar", "m"], "cannot read"),
         (vec!["mount", "ok.tar", "full"], "not empty"),
-        (vec!["mount", "full", "m"], "is not a file"),
+        (vec!["mount", "pipe", "m"], "neither a file nor a folder"),
+        (vec!["mount", "ok.tar", ".", "m"], "inside"),
         (vec!["mount", "ok.tar"], "roar mount ARCHIVE DIR"),
         (vec!["mount", "damaged.tar.xz", "m"], "is damaged"),
         (vec!["mount", "damaged.tar.bz2", "m"], "is damaged"),
@@ -648,6 +650,19 @@ fn bad_archives_and_mount_points_are_refused_in_one_line() {
             "{args:?}: printable: {err:?}"
         );
     }
+}
+
+/// The job the mount recorded (not `roar run`) for a shell that ran `script`.
+fn mount_job(p: &Project, script: &str) -> serde_json::Value {
+    let log: serde_json::Value =
+        serde_json::from_slice(&p.roar(["log", "--json", "-n", "0"]).stdout).unwrap();
+    log.as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["argv"].as_array().and_then(|a| a.last()) == Some(&script.into()))
+        .map(|j| p.job_json(j["id"].as_i64().unwrap()))
+        .find(|job| job["backend"] == "mount")
+        .unwrap_or_else(|| panic!("no mount job ran {script:?}: {log:#}"))
 }
 
 /// Files by path.
@@ -837,17 +852,11 @@ fn archives_inside_archives_and_earlier_versions_read_and_record_through_every_l
     assert!(st.success());
     let out = p.roar(["unmount", "mnt"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let log: serde_json::Value =
-        serde_json::from_slice(&p.roar(["log", "--json", "-n", "0"]).stdout).unwrap();
-    let by_mount = log
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|j| j["argv"].as_array().and_then(|a| a.last()) == Some(&script.clone().into()))
-        .map(|j| p.job_json(j["id"].as_i64().unwrap()))
-        .find(|job| job["backend"] == "mount")
-        .unwrap_or_else(|| panic!("no mount job ran the script: {log:#}"));
-    assert_eq!(inputs(&by_mount), want, "mount: the job's inputs");
+    assert_eq!(
+        inputs(&mount_job(&p, &script)),
+        want,
+        "mount: the job's inputs"
+    );
 
     // `roar status` follows the levels: nothing changed, then one file inside inner.tar did.
     let status = |p: &Project| -> BTreeSet<String> {
@@ -889,4 +898,126 @@ fn archives_inside_archives_and_earlier_versions_read_and_record_through_every_l
     ] {
         assert!(!changed.contains(unchanged), "{unchanged:?} in {changed:?}");
     }
+}
+
+#[test]
+fn a_union_of_archives_and_folders_says_where_each_file_came_from() {
+    if !require_fuse() {
+        return;
+    }
+    let p = Project::new();
+    let root = std::fs::canonicalize(p.path()).unwrap();
+    let layer = |name: &str, files: &[(&str, &str)]| {
+        let d = root.join(name);
+        for (f, c) in files {
+            std::fs::create_dir_all(d.join(f).parent().unwrap()).unwrap();
+            std::fs::write(d.join(f), c).unwrap();
+        }
+        d
+    };
+    for (name, files) in [
+        (
+            "one",
+            &[("common.txt", "from one"), ("only1/a.txt", "a")][..],
+        ),
+        (
+            "two",
+            &[("only3/c.txt", "c from two"), ("only2/b.txt", "b")][..],
+        ),
+    ] {
+        let d = layer(name, files);
+        run(Command::new("tar")
+            .arg("-czf")
+            .arg(root.join(format!("{name}.tgz")))
+            .arg(".")
+            .current_dir(&d));
+    }
+    let extra = layer(
+        "extra",
+        &[
+            ("common.txt", "from the folder"),
+            ("only3/c.txt", "c from the folder"),
+        ],
+    );
+    std::os::unix::fs::symlink("common.txt", extra.join("link")).unwrap();
+    // Later wins: the folder over one.tgz, two.tgz over the folder.
+    let out = p.roar(["mount", "one.tgz", "extra", "two.tgz", "u"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let u = root.join("u");
+    let read = |rel: &str| std::fs::read_to_string(u.join(rel)).unwrap();
+    assert_eq!(read("common.txt"), "from the folder");
+    assert_eq!(read("only3/c.txt"), "c from two");
+    assert_eq!(read("only1/a.txt"), "a");
+    assert_eq!(read("link"), "from the folder");
+    assert_eq!(
+        std::fs::read_link(u.join("link")).unwrap(),
+        Path::new("common.txt")
+    );
+    assert!(
+        std::fs::write(u.join("common.txt"), b"x").is_err(),
+        "read-only"
+    );
+    assert!(
+        std::fs::write(u.join("new.txt"), b"x").is_err(),
+        "read-only"
+    );
+
+    // Each input is named by where it came from: the folder's file by its own path.
+    let b3 = |s: &str| blake3::hash(s.as_bytes()).to_hex().to_string();
+    let archive = |name: &str| {
+        let a = root.join(name);
+        (
+            a.display().to_string(),
+            blake3::hash(&std::fs::read(&a).unwrap())
+                .to_hex()
+                .to_string(),
+        )
+    };
+    let expect = |common: &str| -> BTreeMap<String, String> {
+        [
+            (extra.join("common.txt").display().to_string(), b3(common)),
+            (
+                format!("{}!/only3/c.txt", root.join("two.tgz").display()),
+                b3("c from two"),
+            ),
+            archive("two.tgz"),
+            (
+                format!("{}!/only1/a.txt", root.join("one.tgz").display()),
+                b3("a"),
+            ),
+            archive("one.tgz"),
+        ]
+        .into_iter()
+        .collect()
+    };
+    let script = "cat u/common.txt u/only3/c.txt u/only1/a.txt > /dev/null";
+    let out = p.roar(["run", "--", "sh", "-c", script]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(inputs(&p.last_job()), expect("from the folder"), "roar run");
+    // The folder's file changes while mounted: the next read sees it and records its new hash,
+    // under the mount's own attribution too.
+    std::fs::write(extra.join("common.txt"), "changed in the folder!").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    assert_eq!(read("common.txt"), "changed in the folder!");
+    let out = p.roar(["run", "--", "sh", "-c", script]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        inputs(&p.last_job()),
+        expect("changed in the folder!"),
+        "roar run, after"
+    );
+    let st = Command::new("sh")
+        .args(["-c", script])
+        .current_dir(&root)
+        .process_group(0)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let out = p.roar(["unmount", "u"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        inputs(&mount_job(&p, script)),
+        expect("changed in the folder!"),
+        "mount"
+    );
 }

@@ -20,7 +20,8 @@ pub struct MemberRef {
     pub path: PathBuf,
     pub blake3: [u8; 32],
     pub size: u64,
-    /// The archive the member is in, then each archive that one is inside: at least one.
+    /// The archive the member is in, then each archive that one is inside (none for a file of a
+    /// folder in the union, named by its own path).
     pub archives: Vec<Version>,
 }
 
@@ -48,7 +49,7 @@ impl MemberRef {
 
     pub fn decode(v: &[u8]) -> Option<MemberRef> {
         let f: Vec<&[u8]> = v.strip_suffix(b"\0")?.split(|&b| b == 0).collect();
-        if f.len() < 6 || !f.len().is_multiple_of(3) {
+        if f.len() < 3 || !f.len().is_multiple_of(3) {
             return None;
         }
         let num = |b: &[u8]| std::str::from_utf8(b).ok()?.parse::<u64>().ok();

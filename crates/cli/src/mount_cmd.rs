@@ -20,13 +20,14 @@ use roar_store::Project;
 use serde::{Deserialize, Serialize};
 
 use crate::entry::ExitCode;
+use roar_roarfs::archive::Layer;
 
 #[derive(clap::Args)]
 pub struct MountArgs {
     /// `DIR`: mount over that directory in place (its contents stay where they are) and record
     /// every file read and written under it. `ARCHIVE... DIR`: mount archives (tar, tar.gz,
     /// tar.zst, tar.xz, tar.bz2, zip) read-only on DIR as one tree, recording which members each
-    /// job reads.
+    /// job reads; a folder among them is a layer of that tree too (later ones win).
     #[arg(required_unless_present = "list", value_name = "[ARCHIVE...] DIR")]
     paths: Vec<PathBuf>,
     /// Also mount the archives found inside the archives (members named .tar, .tar.gz, .tgz,
@@ -251,7 +252,7 @@ pub fn mount(args: MountArgs, json: bool) -> anyhow::Result<ExitCode> {
     } else {
         index_archives(&project, &dir, archives, args.recursive)?
     };
-    let archives: Vec<PathBuf> = indexes.iter().map(|i| i.archive.clone()).collect();
+    let archives: Vec<PathBuf> = indexes.iter().map(|g| g.path().to_owned()).collect();
     if args.foreground {
         return foreground(&project, &dir, indexes, args.recursive);
     }
@@ -293,7 +294,7 @@ pub fn mount(args: MountArgs, json: bool) -> anyhow::Result<ExitCode> {
                 }))?;
             } else if !archives.is_empty() {
                 eprintln!(
-                    "roar: mounted {} archive(s) read-only on {} (daemon pid {pid}); every member a job reads is recorded as its input; `roar unmount {}` to stop",
+                    "roar: mounted {} archive(s) or folder(s) read-only on {} (daemon pid {pid}); every member a job reads is recorded as its input; `roar unmount {}` to stop",
                     archives.len(),
                     dir.display(),
                     dir.display()
@@ -358,25 +359,59 @@ pub(crate) fn index_dir(project: &Project) -> PathBuf {
 
 /// Checks the archives and the mount point, and gives each archive's index: reused if the
 /// archive is unchanged since it was built, else built now with a progress bar.
+/// A layer of an archive union, as given.
+enum Given {
+    Archive(roar_archive::Index),
+    /// Canonical.
+    Folder(PathBuf),
+}
+
+impl Given {
+    fn path(&self) -> &Path {
+        match self {
+            Given::Archive(index) => &index.archive,
+            Given::Folder(p) => p,
+        }
+    }
+}
+
 fn index_archives(
     project: &Project,
     dir: &Path,
     archives: &[PathBuf],
     recursive: bool,
-) -> anyhow::Result<Vec<roar_archive::Index>> {
+) -> anyhow::Result<Vec<Given>> {
     anyhow::ensure!(
         std::fs::read_dir(dir)?.next().is_none(),
         "{} is not empty; archives are mounted on an empty directory (a mount would hide its files)",
         dir.display()
     );
-    let mut indexes = Vec::new();
+    // Every path is checked before any archive is indexed.
+    let mut metas = Vec::new();
     for a in archives {
         let meta = std::fs::metadata(a).with_context(|| format!("cannot read {}", a.display()))?;
+        if meta.is_dir() {
+            let folder = std::fs::canonicalize(a)?;
+            anyhow::ensure!(
+                !dir.starts_with(&folder),
+                "the mount point {} is inside {}, a folder of the union: reading it would go through the mount itself; mount elsewhere",
+                dir.display(),
+                folder.display()
+            );
+        }
         anyhow::ensure!(
-            meta.is_file(),
-            "{} is not a file; `roar mount ARCHIVE... DIR` mounts archives on DIR, `roar mount DIR` records a directory",
+            meta.is_file() || meta.is_dir(),
+            "{} is neither a file nor a folder; `roar mount ARCHIVE|FOLDER... DIR` mounts archives and folders read-only on DIR, `roar mount DIR` records a directory",
             a.display()
         );
+        metas.push(meta);
+    }
+    let mut indexes = Vec::new();
+    for (a, meta) in archives.iter().zip(metas) {
+        if meta.is_dir() {
+            indexes.push(Given::Folder(std::fs::canonicalize(a)?));
+            continue;
+        }
         let bar = crate::hash_cmd::Progress::new(meta.len());
         let started = Instant::now();
         let (index, origin) =
@@ -416,7 +451,7 @@ fn index_archives(
         if recursive {
             index_inside(project, &index)?;
         }
-        indexes.push(index);
+        indexes.push(Given::Archive(index));
     }
     Ok(indexes)
 }
@@ -448,12 +483,28 @@ fn index_inside(project: &Project, index: &roar_archive::Index) -> anyhow::Resul
     Ok(())
 }
 
-/// The archives of the tree: each given one, then (`recursive`) the archives inside it.
+/// The layers of the tree: each archive given, then (`recursive`) the archives inside it; each
+/// folder given, as it is now.
 fn place(
     project: &Project,
-    index: roar_archive::Index,
+    given: Given,
     recursive: bool,
-) -> Result<Vec<roar_archive::nested::Placed>, roar_roarfs::MountError> {
+) -> Result<Vec<Layer>, roar_roarfs::MountError> {
+    let index = match given {
+        Given::Archive(index) => index,
+        Given::Folder(path) => {
+            let folder = roar_roarfs::folder::Folder::walk(&path)
+                .map_err(|source| roar_roarfs::MountError::Open { path, source })?;
+            return Ok(vec![Layer::Folder(folder)]);
+        }
+    };
+    for (path, why) in &index.skipped {
+        tracing::warn!(
+            "roarfs: {}: {} not shown: {why}",
+            index.archive.display(),
+            roar_store::quote::shown(&String::from_utf8_lossy(path))
+        );
+    }
     let archive = index.archive.clone();
     let source = roar_archive::read::Source::open(index).map_err(|source| {
         roar_roarfs::MountError::Open {
@@ -462,24 +513,24 @@ fn place(
         }
     })?;
     if !recursive {
-        return Ok(vec![roar_archive::nested::Placed {
+        return Ok(vec![Layer::Archive(roar_archive::nested::Placed {
             at: Vec::new(),
             source: std::sync::Arc::new(source),
             within: Vec::new(),
-        }]);
+        })]);
     }
     let placed = roar_archive::nested::expand(source, &index_dir(project), &|_| {}, &mut |f| {
         if let roar_archive::nested::Found::Left(name, why) = f {
             tracing::warn!("roarfs: {} stays a file: {why}", name.display());
         }
     });
-    Ok(placed)
+    Ok(placed.into_iter().map(Layer::Archive).collect())
 }
 
 fn foreground(
     project: &Project,
     dir: &Path,
-    archives: Vec<roar_archive::Index>,
+    archives: Vec<Given>,
     recursive: bool,
 ) -> anyhow::Result<ExitCode> {
     let daemon = std::env::var_os("ROAR_INTERNAL_MOUNT_DAEMON").is_some();
@@ -487,7 +538,7 @@ fn foreground(
     let config = crate::config::Config::load(project)?;
     let ignore = roar_store::ignore::Ignore::new(&config.ignore);
     let machine = Some(roar_env::machine(&roar_env::Cache::open()));
-    let archive_paths: Vec<PathBuf> = archives.iter().map(|i| i.archive.clone()).collect();
+    let archive_paths: Vec<PathBuf> = archives.iter().map(|g| g.path().to_owned()).collect();
     let db = project.db_path();
     crate::remote_cmd::push_as_jobs_end(project, &config);
     let journals = Some((project.journal_dir(), config.policy()));
@@ -500,15 +551,8 @@ fn foreground(
             return roar_roarfs::mount(dir, &db, ignore, machine, steps, journals, keep);
         }
         let mut sources = Vec::new();
-        for index in archives {
-            for (path, why) in &index.skipped {
-                tracing::warn!(
-                    "roarfs: {}: {} not shown: {why}",
-                    index.archive.display(),
-                    roar_store::quote::shown(&String::from_utf8_lossy(path))
-                );
-            }
-            sources.extend(place(project, index, recursive)?);
+        for given in archives {
+            sources.extend(place(project, given, recursive)?);
         }
         roar_roarfs::mount_archives(sources, dir, &db, ignore, machine, journals)
     };

@@ -11,6 +11,7 @@
 
 pub mod archive;
 pub mod content;
+pub mod folder;
 pub mod fs;
 pub mod inodes;
 pub mod jobs;
@@ -134,7 +135,7 @@ pub fn mount(
 /// collide; an archive found inside another is a directory where its member was), recording
 /// member reads into the store at `db`.
 pub fn mount_archives(
-    sources: Vec<roar_archive::nested::Placed>,
+    sources: Vec<archive::Layer>,
     dir: &Path,
     db: &Path,
     ignore: Ignore,

@@ -16,7 +16,7 @@
 //! file, and a member starts in the middle of its archive. The kernel keeps what was read in its
 //! page cache across opens (the tree never changes while mounted).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -30,34 +30,30 @@ use fuser::{
     ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
 };
 use roar_archive::nested::{Placed, Version};
-use roar_archive::read::{MemberReader, Source};
+use roar_archive::read::MemberReader;
 use roar_archive::{Kind, Member};
 use roar_store::ContentHash;
 
+use crate::folder::Folder;
 use crate::jobs::{JobKey, Jobs};
+use tree::{Node, What};
 
-/// Nothing changes the tree while it is mounted: the kernel may keep names and attributes.
+mod tree;
+
+/// Nothing changes an archive while it is mounted: the kernel may keep names and attributes.
 const TTL: Duration = Duration::from_secs(3600);
+
+/// A folder's files may change: their attributes are asked again after this.
+const FOLDER_TTL: Duration = Duration::from_secs(1);
+
+/// One layer of the union: an archive (perhaps inside another), or a folder.
+pub enum Layer {
+    Archive(Placed),
+    Folder(Folder),
+}
 
 /// `__FMODE_EXEC`: the kernel opening a file to exec it (a program, not data).
 const FMODE_EXEC: i32 = 0x20;
-
-enum What {
-    Dir {
-        children: BTreeMap<Vec<u8>, u64>,
-        /// The archive's own entry for the directory (its mode, owner, time), if it has one.
-        member: Option<(usize, usize)>,
-    },
-    Member {
-        source: usize,
-        member: usize,
-    },
-}
-
-struct Node {
-    parent: u64,
-    what: What,
-}
 
 /// One tree over the union of the archives' members; inode numbers are positions in it, the
 /// same on every mount of the same archives.
@@ -67,9 +63,7 @@ pub struct ArchiveFs {
     dir_links: Vec<u32>,
     /// A file's `NAME.versions/` directory, by the file's inode.
     versions: HashMap<u64, u64>,
-    sources: Vec<Arc<Source>>,
-    /// For each source, the archives it is inside (innermost first; none for one given).
-    within: Vec<Vec<Version>>,
+    layers: Vec<Layer>,
     jobs: Arc<Jobs>,
     handles: Mutex<HashMap<u64, Arc<Mutex<Handle>>>>,
     next_fh: AtomicU64,
@@ -78,54 +72,22 @@ pub struct ArchiveFs {
     attribution_logged: AtomicBool,
 }
 
-struct Handle {
-    source: usize,
-    reader: MemberReader,
+enum Handle {
+    Member {
+        source: usize,
+        reader: Box<MemberReader>,
+    },
+    File(std::fs::File),
 }
 
 impl ArchiveFs {
-    pub fn new(placed: Vec<Placed>, jobs: Arc<Jobs>) -> ArchiveFs {
-        let mut nodes = vec![Node {
-            parent: 1,
-            what: What::Dir {
-                children: BTreeMap::new(),
-                member: None,
-            },
-        }];
-        for (s, p) in placed.iter().enumerate() {
-            if !p.at.is_empty() {
-                // An archive inside another: a directory where its member was.
-                insert(&mut nodes, &p.at, Kind::Dir, None);
-            }
-            for (m, member) in p.source.index.members.iter().enumerate() {
-                let path = if p.at.is_empty() {
-                    member.path.clone()
-                } else {
-                    [&p.at[..], b"/", &member.path].concat()
-                };
-                insert(&mut nodes, &path, member.kind, Some((s, m)));
-            }
-        }
-        let (sources, within): (Vec<_>, Vec<_>) =
-            placed.into_iter().map(|p| (p.source, p.within)).unzip();
-        let mut dir_links = vec![0u32; nodes.len()];
-        for (i, n) in nodes.iter().enumerate() {
-            if let What::Dir { .. } = n.what {
-                dir_links[i] += 2;
-                if i > 0 {
-                    dir_links[n.parent as usize - 1] += 1;
-                }
-            }
-        }
-        let versions = add_versions(&mut nodes, &sources);
-        // A versions directory is not listed: it adds no link to its parent.
-        dir_links.resize(nodes.len(), 2);
+    pub fn new(layers: Vec<Layer>, jobs: Arc<Jobs>) -> ArchiveFs {
+        let (nodes, dir_links, versions) = tree::build(&layers);
         ArchiveFs {
             nodes,
             dir_links,
             versions,
-            sources,
-            within,
+            layers,
             jobs,
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -147,7 +109,20 @@ impl ArchiveFs {
     }
 
     fn member(&self, s: usize, m: usize) -> &Member {
-        self.sources[s].index.entry(m)
+        match &self.layers[s] {
+            Layer::Archive(p) => p.source.index.entry(m),
+            Layer::Folder(f) => &f.entries[m],
+        }
+    }
+
+    /// How long the kernel may keep what it was told of `ino`.
+    fn ttl(&self, ino: u64) -> Duration {
+        match self.nodes[ino as usize - 1].what {
+            What::Member { source, .. } if matches!(self.layers[source], Layer::Folder(_)) => {
+                FOLDER_TTL
+            }
+            _ => TTL,
+        }
     }
 
     fn attr(&self, ino: u64) -> FileAttr {
@@ -177,7 +152,23 @@ impl ArchiveFs {
                     Kind::Symlink => (FileType::Symlink, 0o777),
                     _ => (FileType::RegularFile, m.mode),
                 };
-                (kind, perm, m.size, 1, (m.uid, m.gid), ts(m.mtime))
+                let now = match &self.layers[*source] {
+                    Layer::Folder(f) => f.now(*member),
+                    Layer::Archive(_) => None,
+                };
+                match now {
+                    // A folder's file as it is now.
+                    Some(n) => {
+                        use std::os::unix::fs::MetadataExt;
+                        let perm = if m.kind == Kind::Symlink {
+                            perm
+                        } else {
+                            n.mode() & 0o7777
+                        };
+                        (kind, perm, n.size(), 1, (n.uid(), n.gid()), ts(n.mtime()))
+                    }
+                    None => (kind, perm, m.size, 1, (m.uid, m.gid), ts(m.mtime)),
+                }
             }
         };
         FileAttr {
@@ -210,11 +201,11 @@ impl ArchiveFs {
     }
 
     /// The member's identity, for [`roar_archive::mounted::XATTR`].
-    fn member_ref(&self, s: usize, m: usize) -> roar_archive::mounted::MemberRef {
-        let index = &self.sources[s].index;
+    fn member_ref(&self, p: &Placed, m: usize) -> roar_archive::mounted::MemberRef {
+        let index = &p.source.index;
         let member = index.entry(m);
         let mut archives = vec![Version::of(index)];
-        archives.extend(self.within[s].iter().cloned());
+        archives.extend(p.within.iter().cloned());
         roar_archive::mounted::MemberRef {
             // An earlier version is named as it is shown: `PATH.versions/K`.
             path: roar_archive::member_path(&index.archive, &index.entry_name(m)),
@@ -226,8 +217,7 @@ impl ArchiveFs {
 
     /// Records the member as read by `job`, with its archive (and each archive that one is
     /// inside).
-    fn record_read(&self, job: JobKey, s: usize, m: usize) {
-        let r = self.member_ref(s, m);
+    fn record_read(&self, job: JobKey, r: roar_archive::mounted::MemberRef) {
         let hash = |b3: &[u8; 32], size: u64| ContentHash {
             blake3: roar_store::hash::hex(b3),
             sha256: None,
@@ -239,24 +229,70 @@ impl ArchiveFs {
         }
     }
 
+    /// What a job reading file `m` of layer `s` records: the member (and its archives), or the
+    /// folder's file with what it holds now (`file`, open).
+    fn identify(
+        &self,
+        s: usize,
+        m: usize,
+        file: Option<&std::fs::File>,
+    ) -> Result<roar_archive::mounted::MemberRef, Errno> {
+        match (&self.layers[s], file) {
+            (Layer::Archive(p), _) => Ok(self.member_ref(p, m)),
+            (Layer::Folder(f), Some(file)) => {
+                let hash = f.content(m, file).map_err(|e| {
+                    tracing::error!("roarfs: {e}");
+                    Errno::EIO
+                })?;
+                let mut b3 = [0u8; 32];
+                hex::decode_to_slice(&hash.blake3, &mut b3).map_err(|_| Errno::EIO)?;
+                Ok(roar_archive::mounted::MemberRef {
+                    path: f.path(m),
+                    blake3: b3,
+                    size: hash.size,
+                    archives: Vec::new(),
+                })
+            }
+            (Layer::Folder(_), None) => Err(Errno::EIO),
+        }
+    }
+
+    /// A handle on file `m` of layer `s`: an archive member's reader, or the folder's file.
+    fn handle(&self, s: usize, m: usize) -> Result<Handle, Errno> {
+        match &self.layers[s] {
+            Layer::Archive(p) if p.source.changed() => {
+                // What the index says of its members is no longer true: serving bytes that may
+                // not match the hash recorded for them would put a false record in the store.
+                if !self.changed_logged.swap(true, Ordering::Relaxed) {
+                    tracing::error!(
+                        "roarfs: {} changed since it was mounted; its members fail with EIO until it is mounted again",
+                        p.source.index.archive.display()
+                    );
+                }
+                Err(Errno::EIO)
+            }
+            Layer::Archive(p) => Ok(Handle::Member {
+                source: s,
+                reader: Box::new(p.source.reader(m)),
+            }),
+            Layer::Folder(f) => f.open(m).map(Handle::File).map_err(Errno::from),
+        }
+    }
+
     fn open_member(&self, req: &Request, s: usize, m: usize, flags: i32) -> Result<u64, Errno> {
         if flags & libc::O_ACCMODE != libc::O_RDONLY {
             return Err(Errno::EROFS);
         }
-        if self.sources[s].changed() {
-            // What the index says of its members is no longer true: serving bytes that may not
-            // match the hash recorded for them would put a false record in the store.
-            if !self.changed_logged.swap(true, Ordering::Relaxed) {
-                tracing::error!(
-                    "roarfs: {} changed since it was mounted; its members fail with EIO until it is mounted again",
-                    self.sources[s].index.archive.display()
-                );
-            }
-            return Err(Errno::EIO);
-        }
+        let handle = self.handle(s, m)?;
         if flags & FMODE_EXEC == 0 {
             match self.jobs.job_of(req.pid()) {
-                Ok(Some(job)) => self.record_read(job, s, m),
+                Ok(Some(job)) => {
+                    let file = match &handle {
+                        Handle::File(f) => Some(f),
+                        Handle::Member { .. } => None,
+                    };
+                    self.record_read(job, self.identify(s, m, file)?);
+                }
                 Ok(None) => {}
                 Err(e) => {
                     if !self.attribution_logged.swap(true, Ordering::Relaxed) {
@@ -270,115 +306,11 @@ impl ArchiveFs {
             }
         }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        let handle = Handle {
-            source: s,
-            reader: self.sources[s].reader(m),
-        };
         self.handles
             .lock()
             .expect("handles lock")
             .insert(fh, Arc::new(Mutex::new(handle)));
         Ok(fh)
-    }
-}
-
-/// Adds a hidden `NAME.versions/` directory for each file shown whose archive lists it more than
-/// once, holding `1`..`n` (oldest first; `n` is the file shown); gives them by the file's inode.
-fn add_versions(nodes: &mut Vec<Node>, sources: &[Arc<Source>]) -> HashMap<u64, u64> {
-    let earlier: Vec<_> = sources.iter().map(|s| s.index.earlier_by_path()).collect();
-    let mut out = HashMap::new();
-    if earlier.iter().all(|e| e.is_empty()) {
-        return out;
-    }
-    for i in 0..nodes.len() {
-        let (parent, (s, m)) = match nodes[i].what {
-            What::Member { source, member } => (nodes[i].parent, (source, member)),
-            What::Dir { .. } => continue,
-        };
-        let Some(older) = earlier[s].get(sources[s].index.entry(m).path.as_slice()) else {
-            continue;
-        };
-        let dir = nodes.len() as u64 + 1;
-        let mut children = BTreeMap::new();
-        for k in 0..=older.len() {
-            children.insert((k + 1).to_string().into_bytes(), dir + 1 + k as u64);
-        }
-        nodes.push(Node {
-            parent,
-            what: What::Dir {
-                children,
-                member: None,
-            },
-        });
-        for &e in older.iter().chain([&m]) {
-            nodes.push(Node {
-                parent: dir,
-                what: What::Member {
-                    source: s,
-                    member: e,
-                },
-            });
-        }
-        out.insert(i as u64 + 1, dir);
-    }
-    out
-}
-
-/// Adds an entry at `path` to the tree, creating the directories above it: member `m` of
-/// archive `s` (`entry`), or with no entry, the directory a nested archive is mounted as.
-fn insert(nodes: &mut Vec<Node>, path: &[u8], kind: Kind, entry: Option<(usize, usize)>) {
-    let parts: Vec<&[u8]> = path.split(|&b| b == b'/').collect();
-    let mut cur = 1u64;
-    for (i, part) in parts.iter().enumerate() {
-        let last = i + 1 == parts.len();
-        let existing = match &nodes[cur as usize - 1].what {
-            What::Dir { children, .. } => children.get(*part).copied(),
-            What::Member { .. } => unreachable!("descending only through directories"),
-        };
-        let dir_here = !last || kind == Kind::Dir;
-        let leaf = || match entry {
-            Some((source, member)) if !dir_here => What::Member { source, member },
-            _ => What::Dir {
-                children: BTreeMap::new(),
-                member: entry.filter(|_| last),
-            },
-        };
-        match existing {
-            None => {
-                let ino = nodes.len() as u64 + 1;
-                nodes.push(Node {
-                    parent: cur,
-                    what: leaf(),
-                });
-                if let What::Dir { children, .. } = &mut nodes[cur as usize - 1].what {
-                    children.insert(part.to_vec(), ino);
-                }
-                cur = ino;
-            }
-            Some(at) => {
-                let node = &mut nodes[at as usize - 1].what;
-                match node {
-                    What::Dir { .. } if !last => {}
-                    What::Dir { children, .. } if !dir_here && !children.is_empty() => {
-                        tracing::warn!(
-                            "roarfs: {} is a file in a later archive and a directory with entries in an earlier one; the directory is kept",
-                            roar_store::quote::shown(&String::from_utf8_lossy(path))
-                        );
-                        return;
-                    }
-                    // A directory's own entry taken; a directory without one keeps none.
-                    What::Dir { member, .. } if dir_here => {
-                        if entry.is_some() {
-                            *member = entry;
-                        }
-                    }
-                    // The later entry wins (a file replaced by a file, a directory or the
-                    // directories above a later member).
-                    _ => *node = leaf(),
-                }
-                cur = at;
-            }
-        }
     }
 }
 
@@ -400,23 +332,29 @@ impl Filesystem for ArchiveFs {
             Err(e) => return reply.error(e),
         };
         match child {
-            Some(ino) => reply.entry(&TTL, &self.attr(ino), Generation(0)),
+            Some(ino) => reply.entry(&self.ttl(ino), &self.attr(ino), Generation(0)),
             None => reply.error(Errno::ENOENT),
         }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.node(ino) {
-            Ok(_) => reply.attr(&TTL, &self.attr(ino.0)),
+            Ok(_) => reply.attr(&self.ttl(ino.0), &self.attr(ino.0)),
             Err(e) => reply.error(e),
         }
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         match self.node(ino).map(|n| &n.what) {
-            Ok(What::Member { source, member }) => match &self.member(*source, *member).link {
-                Some(target) => reply.data(target),
-                None => reply.error(Errno::EINVAL),
+            Ok(What::Member { source, member }) => match &self.layers[*source] {
+                Layer::Folder(f) => match std::fs::read_link(f.path(*member)) {
+                    Ok(target) => reply.data(target.as_os_str().as_bytes()),
+                    Err(e) => reply.error(Errno::from(e)),
+                },
+                Layer::Archive(_) => match &self.member(*source, *member).link {
+                    Some(target) => reply.data(target),
+                    None => reply.error(Errno::EINVAL),
+                },
             },
             Ok(_) => reply.error(Errno::EINVAL),
             Err(e) => reply.error(e),
@@ -429,9 +367,14 @@ impl Filesystem for ArchiveFs {
             Ok(What::Dir { .. }) => return reply.error(Errno::EISDIR),
             Err(e) => return reply.error(e),
         };
+        // An archive never changes while mounted: what the kernel cached stays valid. A
+        // folder's file may have: it is read again.
+        let keep = match self.layers[s] {
+            Layer::Archive(_) => FopenFlags::FOPEN_KEEP_CACHE,
+            Layer::Folder(_) => FopenFlags::empty(),
+        };
         match self.open_member(req, s, m, flags.0) {
-            // The content never changes while mounted: what the kernel cached stays valid.
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
+            Ok(fh) => reply.opened(FileHandle(fh), keep),
             Err(e) => reply.error(e),
         }
     }
@@ -457,12 +400,22 @@ impl Filesystem for ArchiveFs {
             return reply.error(Errno::EBADF);
         };
         let mut h = h.lock().expect("handle lock");
-        let source = &self.sources[h.source];
         let mut buf = vec![0u8; size as usize];
-        match h.reader.read_at(source, offset, &mut buf) {
+        let read = match &mut *h {
+            Handle::Member { source, reader } => {
+                let Layer::Archive(p) = &self.layers[*source] else {
+                    unreachable!("a member handle is on an archive")
+                };
+                (reader.read_at(&p.source, offset, &mut buf))
+                    .map_err(|e| (e, p.source.index.archive.clone()))
+            }
+            Handle::File(f) => roar_archive::bytes::read_at_retry(f, &mut buf, offset)
+                .map_err(|e| (e, std::path::PathBuf::from("a folder's file"))),
+        };
+        match read {
             Ok(n) => reply.data(&buf[..n]),
-            Err(e) => {
-                tracing::error!("roarfs: reading {}: {e}", source.index.archive.display());
+            Err((e, what)) => {
+                tracing::error!("roarfs: reading {}: {e}", what.display());
                 reply.error(Errno::EIO)
             }
         }
@@ -482,8 +435,11 @@ impl Filesystem for ArchiveFs {
         reply.ok();
         // A read still running on the handle holds it briefly; its decoder is parked after.
         if let Some(h) = handle.and_then(|h| Arc::try_unwrap(h).ok()) {
-            let h = h.into_inner().expect("handle lock");
-            self.sources[h.source].park(h.reader);
+            if let Handle::Member { source, reader } = h.into_inner().expect("handle lock") {
+                if let Layer::Archive(p) = &self.layers[source] {
+                    p.source.park(*reader);
+                }
+            }
         }
     }
 
@@ -545,7 +501,17 @@ impl Filesystem for ArchiveFs {
         if self.member(s, m).kind != Kind::File {
             return reply.error(Errno::NO_XATTR);
         }
-        let value = self.member_ref(s, m).encode();
+        let file = match &self.layers[s] {
+            Layer::Folder(f) => match f.open(m) {
+                Ok(file) => Some(file),
+                Err(e) => return reply.error(Errno::from(e)),
+            },
+            Layer::Archive(_) => None,
+        };
+        let value = match self.identify(s, m, file.as_ref()) {
+            Ok(r) => r.encode(),
+            Err(e) => return reply.error(e),
+        };
         if size == 0 {
             reply.size(value.len() as u32);
         } else if (size as usize) < value.len() {
@@ -556,9 +522,11 @@ impl Filesystem for ArchiveFs {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let bytes: u64 = (self.sources.iter().zip(&self.within))
-            .filter(|(_, within)| within.is_empty())
-            .map(|(s, _)| s.index.identity.size)
+        let bytes: u64 = (self.layers.iter())
+            .map(|l| match l {
+                Layer::Archive(p) if p.within.is_empty() => p.source.index.identity.size,
+                _ => 0,
+            })
             .sum();
         reply.statfs(
             bytes.div_ceil(4096),
