@@ -940,6 +940,12 @@ fn a_union_of_archives_and_folders_says_where_each_file_came_from() {
         ],
     );
     std::os::unix::fs::symlink("common.txt", extra.join("link")).unwrap();
+    let pack = layer("pack", &[("p.txt", "packed")]);
+    run(Command::new("tar")
+        .arg("-cf")
+        .arg(extra.join("pack.tar"))
+        .arg("p.txt")
+        .current_dir(&pack));
     // Later wins: the folder over one.tgz, two.tgz over the folder.
     let out = p.roar(["mount", "one.tgz", "extra", "two.tgz", "u"]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -960,6 +966,10 @@ fn a_union_of_archives_and_folders_says_where_each_file_came_from() {
     assert!(
         std::fs::write(u.join("new.txt"), b"x").is_err(),
         "read-only"
+    );
+    assert!(
+        u.join("pack.tar").is_file(),
+        "an archive in a folder is a file"
     );
 
     // Each input is named by where it came from: the folder's file by its own path.
@@ -1020,4 +1030,31 @@ fn a_union_of_archives_and_folders_says_where_each_file_came_from() {
         expect("changed in the folder!"),
         "mount"
     );
+
+    // With --recursive, an archive among the folder's files is a directory whose members are
+    // named through it.
+    let out = p.roar(["mount", "--recursive", "extra", "u"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(read("pack.tar/p.txt"), "packed");
+    let out = p.roar(["run", "--", "cat", "u/pack.tar/p.txt"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let tar = extra.join("pack.tar");
+    let want: BTreeMap<String, String> = [
+        (format!("{}!/p.txt", tar.display()), b3("packed")),
+        (
+            tar.display().to_string(),
+            blake3::hash(&std::fs::read(&tar).unwrap())
+                .to_hex()
+                .to_string(),
+        ),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(
+        inputs(&p.last_job()),
+        want,
+        "a member of an archive in a folder"
+    );
+    let out = p.roar(["unmount", "u"]);
+    assert!(out.status.success(), "{}", stderr(&out));
 }

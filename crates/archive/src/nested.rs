@@ -143,16 +143,21 @@ pub fn expand(
     progress: Progress,
     found: &mut dyn FnMut(Found),
 ) -> Vec<Placed> {
+    expand_at(top, Vec::new(), dir, progress, found)
+}
+
+/// [`expand`] for an archive shown as the directory `at` of the tree (an archive file in a
+/// folder of the union).
+pub fn expand_at(
+    top: Source,
+    at: Vec<u8>,
+    dir: &Path,
+    progress: Progress,
+    found: &mut dyn FnMut(Found),
+) -> Vec<Placed> {
     let mut out = Vec::new();
-    place(
-        Arc::new(top),
-        Vec::new(),
-        Vec::new(),
-        dir,
-        progress,
-        found,
-        &mut out,
-    );
+    let within = Vec::new();
+    place(Arc::new(top), at, within, dir, progress, found, &mut out);
     out
 }
 

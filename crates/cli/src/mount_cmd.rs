@@ -409,7 +409,13 @@ fn index_archives(
     let mut indexes = Vec::new();
     for (a, meta) in archives.iter().zip(metas) {
         if meta.is_dir() {
-            indexes.push(Given::Folder(std::fs::canonicalize(a)?));
+            let folder = std::fs::canonicalize(a)?;
+            if recursive {
+                let walked = roar_roarfs::folder::Folder::walk(&folder)
+                    .with_context(|| format!("cannot read {}", folder.display()))?;
+                archives_in_folder(project, &walked, &mut say_found);
+            }
+            indexes.push(Given::Folder(folder));
             continue;
         }
         let bar = crate::hash_cmd::Progress::new(meta.len());
@@ -449,38 +455,69 @@ fn index_archives(
             );
         }
         if recursive {
-            index_inside(project, &index)?;
+            let source = roar_archive::read::Source::open(index.clone())
+                .with_context(|| format!("cannot read {}", index.archive.display()))?;
+            roar_archive::nested::expand(source, &index_dir(project), &|_| {}, &mut say_found);
         }
         indexes.push(Given::Archive(index));
     }
     Ok(indexes)
 }
 
-/// Builds (or finds current) the indexes of the archives inside `index`'s archive, saying
-/// which it built and which it leaves as plain members.
-fn index_inside(project: &Project, index: &roar_archive::Index) -> anyhow::Result<()> {
+/// Says which index of an archive inside another `roar mount --recursive` built, and which
+/// archive-named file it leaves as a file, and why.
+fn say_found(found: roar_archive::nested::Found) {
     use roar_archive::nested::Found;
-    let source = roar_archive::read::Source::open(index.clone())
-        .with_context(|| format!("cannot read {}", index.archive.display()))?;
-    roar_archive::nested::expand(
-        source,
-        &index_dir(project),
-        &|_| {},
-        &mut |found| match found {
-            Found::Indexed(inner, roar_archive::cache::Origin::Built) => eprintln!(
-                "roar: indexed {} ({}, {} members)",
-                inner.archive.display(),
-                inner.format.name(),
-                inner.members.len()
-            ),
-            Found::Indexed(..) => {}
-            Found::Left(name, why) => eprintln!(
-                "roar: note: {} stays a file, not a directory: {why}",
-                name.display()
-            ),
-        },
-    );
-    Ok(())
+    match found {
+        Found::Indexed(inner, roar_archive::cache::Origin::Built) => eprintln!(
+            "roar: indexed {} ({}, {} members)",
+            inner.archive.display(),
+            inner.format.name(),
+            inner.members.len()
+        ),
+        Found::Indexed(..) => {}
+        Found::Left(name, why) => eprintln!(
+            "roar: note: {} stays a file, not a directory: {why}",
+            name.display()
+        ),
+    }
+}
+
+/// The archives among a folder's files (`--recursive`), each with the archives inside it: the
+/// layers that show them as directories over the folder's files.
+fn archives_in_folder(
+    project: &Project,
+    folder: &roar_roarfs::folder::Folder,
+    found: &mut dyn FnMut(roar_archive::nested::Found),
+) -> Vec<Layer> {
+    use roar_archive::nested::{self, Found};
+    let mut layers = Vec::new();
+    for (m, e) in folder.entries.iter().enumerate() {
+        if e.kind != roar_archive::Kind::File || !nested::named_like_an_archive(&e.path) {
+            continue;
+        }
+        let path = folder.path(m);
+        let opened = roar_archive::cache::open(&path, &index_dir(project), &|_| {}).and_then(
+            |(index, origin)| {
+                found(Found::Indexed(&index, origin));
+                roar_archive::read::Source::open(index).map_err(|source| {
+                    roar_archive::ArchiveError::Io {
+                        path: path.clone(),
+                        source,
+                    }
+                })
+            },
+        );
+        match opened {
+            Ok(source) => {
+                let dir = index_dir(project);
+                let placed = nested::expand_at(source, e.path.clone(), &dir, &|_| {}, found);
+                layers.extend(placed.into_iter().map(Layer::Archive));
+            }
+            Err(why) => found(Found::Left(path, why)),
+        }
+    }
+    layers
 }
 
 /// The layers of the tree: each archive given, then (`recursive`) the archives inside it; each
@@ -490,12 +527,22 @@ fn place(
     given: Given,
     recursive: bool,
 ) -> Result<Vec<Layer>, roar_roarfs::MountError> {
+    fn log_left(f: roar_archive::nested::Found) {
+        if let roar_archive::nested::Found::Left(name, why) = f {
+            tracing::warn!("roarfs: {} stays a file: {why}", name.display());
+        }
+    }
     let index = match given {
         Given::Archive(index) => index,
         Given::Folder(path) => {
             let folder = roar_roarfs::folder::Folder::walk(&path)
                 .map_err(|source| roar_roarfs::MountError::Open { path, source })?;
-            return Ok(vec![Layer::Folder(folder)]);
+            let inside = if recursive {
+                archives_in_folder(project, &folder, &mut log_left)
+            } else {
+                Vec::new()
+            };
+            return Ok([Layer::Folder(folder)].into_iter().chain(inside).collect());
         }
     };
     for (path, why) in &index.skipped {
@@ -519,11 +566,7 @@ fn place(
             within: Vec::new(),
         })]);
     }
-    let placed = roar_archive::nested::expand(source, &index_dir(project), &|_| {}, &mut |f| {
-        if let roar_archive::nested::Found::Left(name, why) = f {
-            tracing::warn!("roarfs: {} stays a file: {why}", name.display());
-        }
-    });
+    let placed = roar_archive::nested::expand(source, &index_dir(project), &|_| {}, &mut log_left);
     Ok(placed.into_iter().map(Layer::Archive).collect())
 }
 
