@@ -9,10 +9,10 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::bytes::{Bytes, Shared};
 use crate::scan::{Owner, Progress};
-use crate::{ArchiveError, Data, Format, Identity, Index, Kind, Member, Point};
+use crate::{ArchiveError, Data, Format, Identity, Index, Kind, Member, Point, Stored};
 
 /// Bumped whenever what is stored changes meaning: an index of another version is rebuilt.
-const VERSION: i64 = 2;
+const VERSION: i64 = 3;
 
 /// Whether [`open`] reused an index or built one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,6 +153,16 @@ fn load(at: &Path, archive: &Path, identity: Identity) -> rusqlite::Result<Optio
             })
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
+    let stored = db
+        .prepare("SELECT uoff, coff, len FROM stored ORDER BY uoff")?
+        .query_map([], |r| {
+            Ok(Stored {
+                uoff: r.get::<_, i64>(0)? as u64,
+                coff: r.get::<_, i64>(1)? as u64,
+                len: r.get::<_, i64>(2)? as u64,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
     let skipped = db
         .prepare("SELECT path, why FROM skipped ORDER BY rowid")?
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
@@ -165,6 +175,7 @@ fn load(at: &Path, archive: &Path, identity: Identity) -> rusqlite::Result<Optio
         members,
         earlier,
         points,
+        stored,
         skipped,
     }))
 }
@@ -234,6 +245,7 @@ fn save(at: &Path, index: &Index) -> rusqlite::Result<()> {
                csize INTEGER NOT NULL, blake3 BLOB NOT NULL, link BLOB, earlier INTEGER NOT NULL);
              CREATE TABLE points (uoff INTEGER NOT NULL, coff INTEGER NOT NULL,
                bits INTEGER NOT NULL, window BLOB NOT NULL);
+             CREATE TABLE stored (uoff INTEGER NOT NULL, coff INTEGER NOT NULL, len INTEGER NOT NULL);
              CREATE TABLE skipped (path BLOB NOT NULL, why TEXT NOT NULL);",
         )?;
         let tx = db.transaction()?;
@@ -289,6 +301,10 @@ fn save(at: &Path, index: &Index) -> rusqlite::Result<()> {
                 .prepare("INSERT INTO points (uoff, coff, bits, window) VALUES (?1, ?2, ?3, ?4)")?;
             for p in &index.points {
                 pts.execute(params![p.uoff as i64, p.coff as i64, p.bits, p.window])?;
+            }
+            let mut st = tx.prepare("INSERT INTO stored (uoff, coff, len) VALUES (?1, ?2, ?3)")?;
+            for s in &index.stored {
+                st.execute(params![s.uoff as i64, s.coff as i64, s.len as i64])?;
             }
             let mut sk = tx.prepare("INSERT INTO skipped (path, why) VALUES (?1, ?2)")?;
             for (p, why) in &index.skipped {

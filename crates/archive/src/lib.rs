@@ -197,6 +197,14 @@ pub struct Member {
     pub link: Option<Vec<u8>>,
 }
 
+/// `len` bytes of the decompressed stream at `uoff`, stored as they are at `coff` of the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stored {
+    pub uoff: u64,
+    pub coff: u64,
+    pub len: u64,
+}
+
 /// The identity of the archive file the index was built from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Identity {
@@ -236,6 +244,9 @@ pub struct Index {
     pub earlier: Vec<Member>,
     /// Access points into the decompressed stream (tar.gz, tar.zst), by uncompressed offset.
     pub points: Vec<Point>,
+    /// Stretches of the decompressed stream stored in the file as they are (xz's uncompressed
+    /// LZMA2 chunks), by uncompressed offset: read with `pread`, nothing decoded.
+    pub stored: Vec<Stored>,
     /// Entries not shown, and why (`..` in the path, devices, sparse files, other methods).
     pub skipped: Vec<(Vec<u8>, String)>,
 }
@@ -325,6 +336,22 @@ impl Index {
     /// The last access point at or before `uoff`.
     pub fn point_before(&self, uoff: u64) -> Option<&Point> {
         self.points_from(uoff).first()
+    }
+
+    /// Where the `len` decompressed bytes at `uoff` are in the file, if all of them are stored
+    /// as they are: (file offset, length) pieces, in order.
+    pub fn stored_at(&self, uoff: u64, len: u64) -> Option<Vec<(u64, u64)>> {
+        let mut i = self.stored.partition_point(|s| s.uoff + s.len <= uoff);
+        let (mut at, end) = (uoff, uoff + len);
+        let mut pieces = Vec::new();
+        while at < end {
+            let s = self.stored.get(i).filter(|s| s.uoff <= at)?;
+            let n = (s.uoff + s.len).min(end) - at;
+            pieces.push((s.coff + (at - s.uoff), n));
+            at += n;
+            i += 1;
+        }
+        Some(pieces)
     }
 
     /// The access points from the last one at or before `uoff` on (empty if there is none).

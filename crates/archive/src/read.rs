@@ -165,6 +165,10 @@ impl MemberReader {
             }
             Data::Stream { offset } => {
                 let target = offset + off;
+                if let Some(pieces) = src.index.stored_at(target, buf.len() as u64) {
+                    // Stored as they are (incompressible data in xz): nothing to decode.
+                    return read_pieces(&**self.own.as_ref().unwrap_or(file), &pieces, buf);
+                }
                 let positioned = !matches!(self.decoder, Decoder::None)
                     && src.worth_reusing(&self.decoder, target);
                 if !positioned {
@@ -204,6 +208,22 @@ impl MemberReader {
             }
         }
     }
+}
+
+/// Fills `buf` from the (file offset, length) pieces that hold its bytes.
+fn read_pieces(file: &dyn Bytes, pieces: &[(u64, u64)], buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    for &(at, len) in pieces {
+        let to = &mut buf[n..n + len as usize];
+        if read_at_retry(file, to, at)? < to.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the archive ends before the member does",
+            ));
+        }
+        n += len as usize;
+    }
+    Ok(n)
 }
 
 /// Moves the decoder to `target` and fills `buf` from there.

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::bytes::{Reader, Shared};
-use crate::{blocks, gz, normalize, zst, ArchiveError, Data, Format, Index, Kind, Member};
+use crate::bytes::{Bytes, Reader, Shared};
+use crate::{blocks, gz, normalize, zst, ArchiveError, Data, Format, Index, Kind, Member, Stored};
 
 /// Reports how many bytes of the archive file have been read (for a progress bar).
 pub type Progress<'a> = &'a (dyn Fn(u64) + Sync);
@@ -99,6 +99,7 @@ pub fn scan_bytes(
     });
     let (members, points, skipped) = listed.map_err(corrupt)?;
     let (members, earlier) = last_of_each_path(members);
+    let stored = stored_runs(&*bytes, format, &points).map_err(corrupt)?;
     let blake3 = blake3.map_err(io)?;
     if bytes.identity().map_err(io)? != identity {
         return Err(ArchiveError::Corrupt {
@@ -113,9 +114,22 @@ pub fn scan_bytes(
         blake3,
         members,
         earlier,
+        stored,
         points,
         skipped,
     })
+}
+
+/// The stretches stored as they are, in an xz file's blocks (none in other formats).
+fn stored_runs(bytes: &dyn Bytes, format: Format, points: &[gz::Point]) -> io::Result<Vec<Stored>> {
+    if format != Format::TarXz {
+        return Ok(Vec::new());
+    }
+    let mut runs = Vec::new();
+    for p in points {
+        runs.extend(crate::xz::stored_runs(bytes, p)?);
+    }
+    Ok(runs)
 }
 
 /// `s` on one line of printable characters: what a damaged archive makes a decoder or the tar

@@ -7,7 +7,8 @@
 //! `xz -T0` (the default since xz 5.6) and pixz write many blocks; `xz` single-threaded writes
 //! one, whose members are read by decoding from the start (as ratarmount and python-xz do).
 //! Restart points inside one block would need a snapshot of the LZMA2 dictionary at each (up
-//! to 64 MiB at -9), which liblzma's API cannot restore: not done.
+//! to 64 MiB at -9), which liblzma's API cannot restore: not done. What LZMA2 stored as it is
+//! (uncompressed chunks: incompressible data) needs no decoding at all ([`stored_runs`]).
 
 use std::io::{self, Read};
 
@@ -124,6 +125,82 @@ pub fn blocks(file: &dyn Bytes) -> io::Result<Vec<Block>> {
         end = start;
     }
     Ok(streams.into_iter().rev().flatten().collect())
+}
+
+/// The stretches of the block at `point` that LZMA2 stored as they are (uncompressed chunks:
+/// what it does with incompressible data — images, audio, anything compressed already): their
+/// bytes are in the file, readable with no decoding. Found from the chunk headers alone. Empty
+/// for a block whose filter is not LZMA2 alone (a BCJ or delta filter changes the bytes), or
+/// whose chunk sizes do not add up to the block's (its decoding will say what is wrong).
+pub fn stored_runs(file: &dyn Bytes, point: &crate::Point) -> io::Result<Vec<crate::Stored>> {
+    let meta = &point.window;
+    if meta.len() != META {
+        return Err(bad("xz: the access point does not describe a block"));
+    }
+    let unpadded = u64::from_le_bytes(meta[12..20].try_into().expect("8 bytes"));
+    let size = u64::from_le_bytes(meta[20..28].try_into().expect("8 bytes"));
+    let start = point.coff;
+    let Some(data) = lzma2_data(file, start)? else {
+        return Ok(Vec::new());
+    };
+    let end = start + unpadded;
+    let (mut c, mut u) = (data, 0u64);
+    let mut runs = Vec::new();
+    while c < end {
+        let mut h = [0u8; 6];
+        let n = read_at_retry(file, &mut h, c)?;
+        let be16 = |i: usize| u64::from(u16::from_be_bytes([h[i], h[i + 1]]));
+        match h[0] {
+            0x00 if n >= 1 => {
+                return Ok(if u == size { runs } else { Vec::new() });
+            }
+            0x01 | 0x02 if n >= 3 => {
+                let len = be16(1) + 1;
+                runs.push(crate::Stored {
+                    uoff: point.uoff + u,
+                    coff: c + 3,
+                    len,
+                });
+                (c, u) = (c + 3 + len, u + len);
+            }
+            0x80..=0xff if n >= 5 => {
+                let unpacked = (u64::from(h[0] & 0x1f) << 16 | be16(1)) + 1;
+                let header = if h[0] >= 0xc0 { 6 } else { 5 };
+                (c, u) = (c + header + be16(3) + 1, u + unpacked);
+            }
+            _ => return Ok(Vec::new()),
+        }
+    }
+    Ok(Vec::new())
+}
+
+/// Where the LZMA2 data of the block at `start` begins, if its one filter is LZMA2.
+fn lzma2_data(file: &dyn Bytes, start: u64) -> io::Result<Option<u64>> {
+    let mut b0 = [0u8; 1];
+    read_exact_at(file, &mut b0, start)?;
+    if b0[0] == 0 {
+        return Err(bad(format!("xz: no block header at byte {start}")));
+    }
+    let len = (usize::from(b0[0]) + 1) * 4;
+    let mut h = vec![0u8; len];
+    read_exact_at(file, &mut h, start)?;
+    if crc32(&h[..len - 4]) != h[len - 4..] {
+        return Err(bad(format!(
+            "xz: the block header at byte {start} is damaged"
+        )));
+    }
+    let flags = h[1];
+    if flags & 0x03 != 0 {
+        return Ok(None);
+    }
+    let mut at = 2;
+    for present in [0x40, 0x80] {
+        if flags & present != 0 {
+            varint(&h, &mut at)?;
+        }
+    }
+    let lzma2 = varint(&h, &mut at)? == 0x21;
+    Ok(lzma2.then_some(start + len as u64))
 }
 
 /// An index's records: (unpadded size, decoded size) of each block.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use roar_archive::read::Source;
-use roar_archive::{cache, scan, Format, Kind};
+use roar_archive::{cache, scan, Data, Format, Kind};
 
 /// A small deterministic generator (xorshift): the same tree on every run.
 struct Rng(u64);
@@ -687,4 +687,89 @@ fn archives_inside_archives_index_and_read_like_files() {
     }
     assert!(lookup.file(b"inner.tar!/in/missing").is_none());
     assert!(lookup.file(b"fake.tar!/x").is_none());
+}
+
+#[test]
+fn incompressible_xz_data_is_read_where_it_is_stored() {
+    let scratch = tempfile::tempdir().unwrap();
+    let src = scratch.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let mut rng = Rng(0x0063_5704_ed00);
+    let noise: Vec<u8> = (0..3 << 20).map(|_| rng.next() as u8).collect();
+    let text: Vec<u8> = (0..1 << 20).map(|k| b"abcab cabc\n"[k % 11]).collect();
+    let files: BTreeMap<String, Vec<u8>> = [("noise.jpg", noise), ("text.txt", text)]
+        .into_iter()
+        .map(|(n, c)| (n.to_string(), c))
+        .collect();
+    for (n, c) in &files {
+        std::fs::write(src.join(n), c).unwrap();
+    }
+    let tar = scratch.path().join("t.tar");
+    run(Command::new("tar")
+        .arg("-cf")
+        .arg(&tar)
+        .arg("-C")
+        .arg(&src)
+        .arg("noise.jpg")
+        .arg("text.txt"));
+    let xz = |name: &str, flags: &str| {
+        let out = scratch.path().join(name);
+        run(Command::new("sh")
+            .arg("-c")
+            .arg(format!("xz -q {flags} -c \"$0\" > \"$1\""))
+            .arg(&tar)
+            .arg(&out));
+        out
+    };
+    for (name, flags, stored) in [
+        ("blocks.tar.xz", "-0 -T2 --block-size=512KiB", true),
+        ("one.tar.xz", "-6", true),
+        // A BCJ filter before LZMA2: what is stored is not the member's bytes.
+        ("bcj.tar.xz", "--x86 --lzma2=preset=0", false),
+    ] {
+        let archive = xz(name, flags);
+        let index = scan::scan(&archive, &|_| {}).unwrap();
+        let noise = index
+            .members
+            .iter()
+            .find(|m| m.path == b"noise.jpg")
+            .unwrap();
+        let Data::Stream { offset } = noise.data else {
+            panic!("{name}: a stream member")
+        };
+        // The noise is stored as it is, nearly all of it; the text never.
+        let covered = (0..noise.size)
+            .step_by(4096)
+            .filter(|&o| {
+                index
+                    .stored_at(offset + o, 4096.min(noise.size - o))
+                    .is_some()
+            })
+            .count() as u64;
+        let blocks = noise.size.div_ceil(4096);
+        if stored {
+            assert!(
+                covered * 100 >= blocks * 95,
+                "{name}: {covered} of {blocks}"
+            );
+        } else {
+            assert_eq!(index.stored, [], "{name}");
+        }
+        let text = index
+            .members
+            .iter()
+            .find(|m| m.path == b"text.txt")
+            .unwrap();
+        let Data::Stream { offset } = text.data else {
+            panic!("{name}: a stream member")
+        };
+        assert!(index.stored_at(offset, text.size).is_none(), "{name}");
+        // Read back: the stored stretches and the decoded ones alike, from the index kept.
+        let dir = scratch.path().join(format!("idx-{name}"));
+        let (again, origin) = cache::open(&archive, &dir, &|_| {}).unwrap();
+        assert_eq!(origin, cache::Origin::Built);
+        let (kept, _) = cache::open(&archive, &dir, &|_| {}).unwrap();
+        assert_eq!(kept.stored, again.stored, "{name}: the index keeps them");
+        read_back(&Source::open(kept).unwrap(), &files, 21, 200);
+    }
 }
