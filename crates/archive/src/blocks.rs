@@ -31,6 +31,17 @@ pub enum Codec {
     Bz2,
 }
 
+/// Whether a block's integrity check is verified as it is decoded: on the index pass, always
+/// (every block once); for a read of members, xz's is not (it re-hashes the block's bytes up to
+/// the member at every random read: an eighth of the decoding), as no stored member's bytes are
+/// checked either — a change to the file is caught by its identity at each open. bzip2 checks
+/// each block's CRC as part of decoding it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    Verify,
+    Trust,
+}
+
 impl Codec {
     /// The block codec of an archive format, if it has one.
     pub fn of(format: crate::Format) -> Option<Codec> {
@@ -50,9 +61,9 @@ impl Codec {
     }
 
     /// The decoded bytes of the block at `point`, alone.
-    fn open(self, file: &Shared, point: &Point) -> io::Result<Box<dyn Read + Send>> {
+    fn open(self, file: &Shared, point: &Point, check: Check) -> io::Result<Box<dyn Read + Send>> {
         match self {
-            Codec::Xz => crate::xz::open(file, point.coff, &point.window),
+            Codec::Xz => crate::xz::open(file, point.coff, &point.window, check),
             Codec::Bz2 => crate::bz2::open(file, &point.window),
         }
     }
@@ -118,7 +129,7 @@ impl Scan {
     fn open_block(&mut self, point: &Point) -> io::Result<Box<dyn Read + Send>> {
         match self.ahead.as_mut() {
             Some(ahead) => Ok(Box::new(io::Cursor::new(ahead.next()?))),
-            None => self.codec.open(&self.file, point),
+            None => self.codec.open(&self.file, point, Check::Verify),
         }
     }
 }
@@ -151,10 +162,12 @@ impl Ahead {
                 let Ok((point, done)) = job else {
                     return;
                 };
-                let decoded = codec.open(&file, &point).and_then(|mut dec| {
-                    let mut out = Vec::new();
-                    dec.read_to_end(&mut out).map(|_| out)
-                });
+                let decoded = codec
+                    .open(&file, &point, Check::Verify)
+                    .and_then(|mut dec| {
+                        let mut out = Vec::new();
+                        dec.read_to_end(&mut out).map(|_| out)
+                    });
                 // The scan may be gone (an error elsewhere): nothing is waiting then.
                 let _ = done.send(decoded);
             });
@@ -260,7 +273,7 @@ impl Cursor {
         })?;
         Ok(Cursor {
             codec,
-            dec: Some(codec.open(&file, first)?),
+            dec: Some(codec.open(&file, first, Check::Trust)?),
             uoff: first.uoff,
             file,
             points: points.to_vec(),
@@ -280,7 +293,7 @@ impl Cursor {
             let n = dec.read(out)?;
             if n == 0 && !out.is_empty() {
                 self.dec = match self.points.get(self.next) {
-                    Some(p) => Some(self.codec.open(&self.file, p)?),
+                    Some(p) => Some(self.codec.open(&self.file, p, Check::Trust)?),
                     None => None,
                 };
                 self.next += 1;
@@ -300,7 +313,7 @@ impl Cursor {
             }
             n -= p.uoff - self.uoff;
             self.uoff = p.uoff;
-            self.dec = Some(self.codec.open(&self.file, p)?);
+            self.dec = Some(self.codec.open(&self.file, p, Check::Trust)?);
             self.next += 1;
         }
         if n == 0 {

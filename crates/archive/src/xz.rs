@@ -227,7 +227,12 @@ fn parse_index(index: &[u8]) -> io::Result<Vec<(u64, u64)>> {
 }
 
 /// The block at byte `at` whose meta is `meta`, decoded alone.
-pub fn open(file: &Shared, at: u64, meta: &[u8]) -> io::Result<Box<dyn Read + Send>> {
+pub fn open(
+    file: &Shared,
+    at: u64,
+    meta: &[u8],
+    check: crate::blocks::Check,
+) -> io::Result<Box<dyn Read + Send>> {
     if meta.len() != META {
         return Err(bad("xz: the access point does not describe a block"));
     }
@@ -254,5 +259,13 @@ pub fn open(file: &Shared, at: u64, meta: &[u8]) -> io::Result<Box<dyn Read + Se
     let stream = io::Cursor::new(header.to_vec())
         .chain(block)
         .chain(io::Cursor::new(tail));
-    Ok(Box::new(liblzma::read::XzDecoder::new(stream)))
+    let flags = match check {
+        crate::blocks::Check::Verify => 0,
+        crate::blocks::Check::Trust => liblzma::stream::IGNORE_CHECK,
+    };
+    let decoder = liblzma::stream::Stream::new_stream_decoder(u64::MAX, flags)
+        .map_err(|e| bad(format!("xz: cannot make a decoder ({e})")))?;
+    Ok(Box::new(liblzma::read::XzDecoder::new_stream(
+        stream, decoder,
+    )))
 }
