@@ -271,12 +271,17 @@ impl Paths {
                 Some(Seen::At(j)) if *j < i => {
                     let j = *j;
                     displaced.retain(|&d| d != j);
+                    if let Some(old) = self.list[j].1.take() {
+                        moved.keep_input_of(old);
+                    }
                     self.list[j].1 = Some(moved);
                 }
                 Some(Seen::At(j)) => {
                     let j = *j;
                     displaced.retain(|&d| d != j);
-                    self.list[j].1 = None;
+                    if let Some(old) = self.list[j].1.take() {
+                        moved.keep_input_of(old);
+                    }
                     self.list[i].1 = Some(moved);
                     self.seen.insert(new.into_os_string(), Seen::At(i));
                 }
@@ -568,6 +573,17 @@ impl Rules {
     /// [`Rules::refilled_below`]).
     pub fn moved_dir(&mut self, from: &Path, to: &Path) {
         self.paths.move_children(from, to);
+        // A fact about one of the moved files (a hash at its last writer's release) must reach
+        // it under its new name.
+        if self.files.is_some() {
+            let below: Vec<PathBuf> = (self.paths.list.iter())
+                .filter(|(p, st)| st.is_some() && p.starts_with(to))
+                .map(|(p, _)| p.clone())
+                .collect();
+            for p in below {
+                self.index(&p);
+            }
+        }
     }
 
     /// The names below `dir` a directory move refilled and nothing has settled yet.
@@ -893,7 +909,7 @@ impl Rules {
         }
         if rename && !self.paths.is_tracked(from) && self.paths.is_dir(from, to, cx) {
             // A directory moved: what the job did inside it now lives under the new name.
-            self.paths.move_children(from, to);
+            self.moved_dir(from, to);
             return;
         }
         let ignored_to = cx.ignore.is_ignored(to);
@@ -977,9 +993,9 @@ impl Rules {
             // Two directories swapped: what the job did below each now lives below the other
             // name (through a temporary name no path can have).
             let swap = a.join("\0roar-exchange");
-            self.paths.move_children(a, &swap);
-            self.paths.move_children(b, a);
-            self.paths.move_children(&swap, b);
+            self.moved_dir(a, &swap);
+            self.moved_dir(b, a);
+            self.moved_dir(&swap, b);
             return;
         }
         // Each name now holds the other's content: each is made by the job, and each prior
@@ -1078,6 +1094,24 @@ struct Through<'a> {
 }
 
 impl PathState {
+    /// A file moved with its directory landed on a name the job already knew (`old`, the name's
+    /// history): the content the job had read there, or moved away from there, stays an input
+    /// of the name — as when a file is renamed onto it — unless the file moved in brings one of
+    /// its own (one input per name). The name's other history (a deletion, a temporary) ends.
+    fn keep_input_of(&mut self, old: PathState) {
+        if self.reads_prior || !old.reads_prior {
+            return;
+        }
+        self.reads_prior = true;
+        self.read_stat = old.read_stat;
+        self.input_version = old.input_version;
+        self.input = old.input;
+        self.moved_to = old.moved_to;
+        self.found |= old.found;
+        self.existed |= old.existed;
+        self.first_ns = self.first_ns.min(old.first_ns);
+    }
+
     /// A refilled name settled ([`Rules::holds`]), by event `seq`.
     fn refill(&mut self, holds: bool, seq: u64) {
         if !std::mem::take(&mut self.refilled) || !holds {
@@ -1385,6 +1419,39 @@ mod tests {
         }
     }
 
+    /// Found by the generator on the mount: a file's last writer released it after its directory
+    /// moved; the hash must reach the file under its new name (the index of names by file had
+    /// only the old one), as `roar run` and the mount both move directories.
+    #[test]
+    fn content_seen_after_a_directory_moved_reaches_the_file_under_its_new_name() {
+        let cx = cx();
+        let (d0, d1) = (Path::new("/d/d0"), Path::new("/d/d1"));
+        let (g_old, g_new) = (d0.join("g1"), d1.join("g1"));
+        for by_event in [true, false] {
+            let mut r = Rules::default();
+            r.apply(
+                &cx,
+                &open_as(&g_old, libc::O_WRONLY | libc::O_CREAT, 7, 150),
+            );
+            // A first fact (another file's) makes the index of names by file.
+            r.found(
+                &cx,
+                Path::new("/d/other"),
+                fact(&r, (1, 8), h("other")),
+                151,
+            );
+            if by_event {
+                // `roar run`: a rename whose source has the job's files below it.
+                r.apply(&cx, &mv(d0, d1, 152));
+            } else {
+                r.moved_dir(d0, d1);
+            }
+            r.found_in(fact(&r, (1, 7), h("written")));
+            let st = r.state(&g_new).expect("moved with its directory");
+            assert_eq!(st.output(), Some(&h("written")), "by event: {by_event}");
+        }
+    }
+
     #[test]
     fn content_seen_before_an_in_place_write_is_the_input_and_at_the_release_the_output() {
         let cx = cx();
@@ -1629,6 +1696,41 @@ mod tests {
         };
         assert_eq!(records(f1), records(f2));
         assert!(records(f1).contains(&(f2.to_owned(), Role::Input)));
+    }
+
+    /// Found by the generator: a pre-existing `d1/g1` moved away (an input), then `d0`, holding
+    /// a file the job made at `g1`, moved onto `d1`. The name keeps its input (the content that
+    /// moved away) beside the output the moved file leaves there.
+    #[test]
+    fn a_directory_moved_onto_a_name_keeps_what_the_job_read_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let (d0, d1) = (dir.path().join("d0"), dir.path().join("d1"));
+        let f0 = dir.path().join("f0");
+        let events = [
+            open_as(
+                &d0.join("g1"),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+                3,
+                101,
+            ),
+            mv(&d1.join("g1"), &f0, 102),
+            mv(&d0, &d1, 103),
+        ];
+        let c = classify(&events, 100, &Ignore::new(&[]));
+        let mut roles: Vec<(PathBuf, Role)> = c
+            .paths
+            .iter()
+            .flat_map(|(p, st)| st.roles().map(move |(role, _)| (p.clone(), role)))
+            .collect();
+        roles.sort_by_key(|(p, role)| (p.clone(), format!("{role:?}")));
+        assert_eq!(
+            roles,
+            [
+                (d1.join("g1"), Role::Input),
+                (d1.join("g1"), Role::Output),
+                (f0.clone(), Role::Output),
+            ]
+        );
     }
 
     /// Found by the generator: `rm -rf d0; mv d1 d0` — a directory moved onto a name whose files
