@@ -16,11 +16,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use roar_roarfs::archive::Layer;
 use roar_store::Project;
 use serde::{Deserialize, Serialize};
 
 use crate::entry::ExitCode;
-use roar_roarfs::archive::Layer;
 
 #[derive(clap::Args)]
 pub struct MountArgs {
@@ -31,7 +31,7 @@ pub struct MountArgs {
     #[arg(required_unless_present = "list", value_name = "[ARCHIVE...] DIR")]
     paths: Vec<PathBuf>,
     /// Also mount the archives found inside the archives (members named .tar, .tar.gz, .tgz,
-    /// .tar.zst, .tar.xz, .tar.bz2, .zip, ...), each as a directory of its name, to any depth:
+    /// .tar.zst, .tar.xz, .tar.bz2, .zip, ...), each as a directory of its name, up to 8 levels:
     /// `data.tar.gz!/shards/0.tar!/x.jpg`.
     #[arg(long, short = 'r', conflicts_with = "list")]
     recursive: bool,
@@ -357,8 +357,6 @@ pub(crate) fn index_dir(project: &Project) -> PathBuf {
     project.dir().join("archives")
 }
 
-/// Checks the archives and the mount point, and gives each archive's index: reused if the
-/// archive is unchanged since it was built, else built now with a progress bar.
 /// A layer of an archive union, as given.
 enum Given {
     Archive(roar_archive::Index),
@@ -375,6 +373,9 @@ impl Given {
     }
 }
 
+/// Checks the archives, folders and the mount point, and gives each archive's index: reused if
+/// the archive is unchanged since it was built, else built now with a progress bar (and, with
+/// `recursive`, the indexes of the archives inside).
 fn index_archives(
     project: &Project,
     dir: &Path,

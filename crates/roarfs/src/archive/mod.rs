@@ -10,11 +10,14 @@
 //!
 //! Several archives are union-mounted: a path present in more than one comes from the last
 //! archive given (as extracting them in order would leave it); a directory in a later archive
-//! where an earlier one has a file replaces the file. Reads are served by the daemon: stored
-//! members with `pread` from the archive, compressed ones by decoding from the access point before
-//! the offset. Kernel passthrough cannot serve them: it maps offsets one to one onto a backing
-//! file, and a member starts in the middle of its archive. The kernel keeps what was read in its
-//! page cache across opens (the tree never changes while mounted).
+//! where an earlier one has a file replaces the file. With `--recursive`, an archive inside
+//! another is a directory where its member was (a later layer). A folder given among them is a
+//! layer too ([`Folder`]): its files are served from it and recorded by their own paths. Reads
+//! are served by the daemon: stored members with `pread` from the archive, compressed ones by
+//! decoding from the access point before the offset. Kernel passthrough cannot serve them: it
+//! maps offsets one to one onto a backing file, and a member starts in the middle of its
+//! archive. The kernel keeps what was read of a member in its page cache across opens (an
+//! archive never changes while mounted); a folder's files are read again at each open.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
