@@ -1073,6 +1073,19 @@ fn shrunk_programs_the_generator_found_give_every_observer_the_same_record() {
                 Op::RenameDir { from: 0, to: 1 },
             ],
         },
+        // A file there before deleted unread, made again and deleted: a deletion, not a temp.
+        Program {
+            before: vec![(1, vec![b'a'; 5000])],
+            ops: vec![
+                Op::Unlink { name: 1 },
+                Op::WriteNew {
+                    name: 1,
+                    len: 0,
+                    byte: b'Y',
+                },
+                Op::Unlink { name: 1 },
+            ],
+        },
         // A symbolic link renamed (the mount reports it as `roar run` does).
         Program {
             before: Vec::new(),

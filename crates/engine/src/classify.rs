@@ -545,6 +545,9 @@ impl Rules {
             } => self.rename_or_link(cx, from, to, false, *ts_ns),
             Event::Unlink { path, ts_ns, .. } => {
                 if let Some(st) = self.paths.get(path, *ts_ns, cx.ignore) {
+                    // unlink(2) removes a file: on first touch, it found one here (a file the
+                    // job makes there later and removes again does not hide the deletion).
+                    st.found |= st.ops == Ops::default() && !st.job_made;
                     st.ops.insert(Ops::UNLINK);
                     st.exists = false;
                     st.changed(self.seq);
@@ -1696,6 +1699,33 @@ mod tests {
         };
         assert_eq!(records(f1), records(f2));
         assert!(records(f1).contains(&(f2.to_owned(), Role::Input)));
+    }
+
+    /// Found by the generator: a file there before deleted unread, then made again and deleted:
+    /// the deletion of what was there stands (not a temp).
+    #[test]
+    fn a_deleted_file_made_again_and_deleted_is_still_a_deletion() {
+        let f = Path::new("/d/f1");
+        let unlink = |ts_ns| Event::Unlink {
+            pid: 1,
+            path: f.to_owned(),
+            ts_ns,
+        };
+        let made = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC;
+        for again in [false, true] {
+            let mut events = vec![unlink(101)];
+            if again {
+                events.push(open_as(f, made, 8, 102));
+                events.push(unlink(103));
+            }
+            let c = classify(&events, 100, &Ignore::new(&[]));
+            let roles: Vec<(Role, Version)> = c.paths[0].1.roles().collect();
+            assert_eq!(
+                roles,
+                [(Role::Output, Version::Gone)],
+                "made again: {again}"
+            );
+        }
     }
 
     /// Found by the generator: a pre-existing `d1/g1` moved away (an input), then `d0`, holding
