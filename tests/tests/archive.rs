@@ -145,32 +145,12 @@ impl Archives {
     /// Runs `sh -c script` in the project as its own process group (a command line of an
     /// interactive shell): one job of the mount.
     fn sh(&self, script: &str) {
-        let st = Command::new("sh")
-            .arg("-c")
-            .arg(script)
-            .current_dir(self.p.path())
-            .process_group(0)
-            .status()
-            .unwrap();
-        assert!(st.success(), "{script}");
+        sh_job(self.p.path(), script);
     }
 
+    /// The mount's job of a shell that ran `script` ([`Archives::sh`]).
     fn job_with_script(&self, script: &str) -> serde_json::Value {
-        let log: serde_json::Value =
-            serde_json::from_slice(&self.p.roar(["log", "--json", "-n", "0"]).stdout).unwrap();
-        let id = log
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|j| {
-                j["argv"]
-                    .as_array()
-                    .is_some_and(|a| a.last().and_then(|x| x.as_str()) == Some(script))
-            })
-            .unwrap_or_else(|| panic!("no job ran {script:?}: {log:#}"))["id"]
-            .as_i64()
-            .unwrap();
-        self.p.job_json(id)
+        mount_job(&self.p, script)
     }
 }
 
@@ -652,6 +632,19 @@ fn bad_archives_and_mount_points_are_refused_in_one_line() {
     }
 }
 
+/// Runs `sh -c script` in `dir` as its own process group (a command line of an interactive
+/// shell): one job of a mount it reads through.
+fn sh_job(dir: &Path, script: &str) {
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .process_group(0)
+        .status()
+        .unwrap();
+    assert!(st.success(), "{script}");
+}
+
 /// The job the mount recorded (not `roar run`) for a shell that ran `script`.
 fn mount_job(p: &Project, script: &str) -> serde_json::Value {
     let log: serde_json::Value =
@@ -843,13 +836,7 @@ fn archives_inside_archives_and_earlier_versions_read_and_record_through_every_l
     let out = p.roar(["run", "--", "sh", "-c", &script]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(inputs(&p.last_job()), want, "roar run: the job's inputs");
-    let st = Command::new("sh")
-        .args(["-c", &script])
-        .current_dir(&root)
-        .process_group(0)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    sh_job(&root, &script);
     let out = p.roar(["unmount", "mnt"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(
@@ -1007,8 +994,14 @@ fn a_union_of_archives_and_folders_says_where_each_file_came_from() {
     // The folder's file changes while mounted: the next read sees it and records its new hash,
     // under the mount's own attribution too.
     std::fs::write(extra.join("common.txt"), "changed in the folder!").unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1100));
-    assert_eq!(read("common.txt"), "changed in the folder!");
+    // Its attributes are asked again within a second (FOLDER_TTL): the new size shows then.
+    assert!(
+        common::wait_for(std::time::Duration::from_secs(10), || {
+            read("common.txt") == "changed in the folder!"
+        }),
+        "the folder's changed file read through the mount: {:?}",
+        read("common.txt")
+    );
     let out = p.roar(["run", "--", "sh", "-c", script]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(
@@ -1016,13 +1009,7 @@ fn a_union_of_archives_and_folders_says_where_each_file_came_from() {
         expect("changed in the folder!"),
         "roar run, after"
     );
-    let st = Command::new("sh")
-        .args(["-c", script])
-        .current_dir(&root)
-        .process_group(0)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    sh_job(&root, script);
     let out = p.roar(["unmount", "u"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(

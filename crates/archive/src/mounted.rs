@@ -130,40 +130,37 @@ pub fn unescape(b: &[u8]) -> Vec<u8> {
 pub fn member_at(path: &Path) -> Option<MemberRef> {
     let c = CString::new(path.as_os_str().as_bytes()).ok()?;
     let name = CString::new(XATTR).ok()?;
-    let mut buf = vec![0u8; 4096 + path.as_os_str().len() * 2];
-    // SAFETY: NUL-terminated path and name; the buffer's length is what is passed.
-    let n = unsafe {
-        libc::getxattr(
-            c.as_ptr(),
-            name.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
-    if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ERANGE) {
-        // Deeply nested: ask the size, then the value.
-        // SAFETY: as above, with no buffer to fill (size 0).
-        let need = unsafe { libc::getxattr(c.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
-        if need <= 0 {
-            return None;
-        }
-        buf.resize(need as usize, 0);
-        // SAFETY: as above.
-        let again = unsafe {
+    // getxattr(2) into `buf`, or (empty) for the value's size.
+    let get = |buf: &mut [u8]| {
+        // SAFETY: NUL-terminated path and name; the buffer's length is what is passed (a null
+        // buffer with size 0 asks the size).
+        let n = unsafe {
             libc::getxattr(
                 c.as_ptr(),
                 name.as_ptr(),
-                buf.as_mut_ptr().cast(),
+                if buf.is_empty() {
+                    std::ptr::null_mut()
+                } else {
+                    buf.as_mut_ptr().cast()
+                },
                 buf.len(),
             )
         };
-        return (again > 0).then(|| MemberRef::decode(&buf[..again as usize]))?;
-    }
-    if n <= 0 {
-        return None;
-    }
-    buf.truncate(n as usize);
-    MemberRef::decode(&buf)
+        (n > 0)
+            .then_some(n as usize)
+            .ok_or_else(std::io::Error::last_os_error)
+    };
+    let mut buf = vec![0u8; 4096 + path.as_os_str().len() * 2];
+    let n = match get(&mut buf) {
+        Ok(n) => n,
+        // Deeply nested: ask the size, then the value.
+        Err(e) if e.raw_os_error() == Some(libc::ERANGE) => {
+            buf.resize(get(&mut []).ok()?, 0);
+            get(&mut buf).ok()?
+        }
+        Err(_) => return None,
+    };
+    MemberRef::decode(&buf[..n])
 }
 
 #[cfg(test)]

@@ -123,20 +123,7 @@ fn check_reads(
         index.blake3,
         *blake3::hash(&std::fs::read(archive).unwrap()).as_bytes()
     );
-    let got: BTreeMap<String, usize> = index
-        .members
-        .iter()
-        .enumerate()
-        .filter(|(_, m)| m.kind == Kind::File)
-        .map(|(i, m)| (String::from_utf8(m.path.clone()).unwrap(), i))
-        .collect();
-    assert_eq!(
-        got.keys().collect::<Vec<_>>(),
-        files.keys().collect::<Vec<_>>(),
-        "{}: members",
-        archive.display()
-    );
-    for (name, &i) in &got {
+    for (name, &i) in &file_members(&index, files) {
         let m = &index.members[i];
         assert_eq!(m.size, files[name].len() as u64, "{name}");
         assert_eq!(m.blake3, *blake3::hash(&files[name]).as_bytes(), "{name}");
@@ -145,15 +132,12 @@ fn check_reads(
     read_back(&source, files, seed, reads);
 }
 
-/// Every member of `source` read front to back in archive order, then `reads` random slices,
-/// each equal to the file archived.
-fn read_back(source: &Source, files: &BTreeMap<String, Vec<u8>>, seed: u64, reads: usize) {
-    let archive = &source.index.archive;
-    let got: BTreeMap<String, usize> = source
-        .index
-        .members
-        .iter()
-        .enumerate()
+/// The index's file members by name, which must be exactly the files archived.
+fn file_members(
+    index: &roar_archive::Index,
+    files: &BTreeMap<String, Vec<u8>>,
+) -> BTreeMap<String, usize> {
+    let got: BTreeMap<String, usize> = (index.members.iter().enumerate())
         .filter(|(_, m)| m.kind == Kind::File)
         .map(|(i, m)| (String::from_utf8(m.path.clone()).unwrap(), i))
         .collect();
@@ -161,8 +145,16 @@ fn read_back(source: &Source, files: &BTreeMap<String, Vec<u8>>, seed: u64, read
         got.keys().collect::<Vec<_>>(),
         files.keys().collect::<Vec<_>>(),
         "{}: members",
-        archive.display()
+        index.archive.display()
     );
+    got
+}
+
+/// Every member of `source` read front to back in archive order, then `reads` random slices,
+/// each equal to the file archived.
+fn read_back(source: &Source, files: &BTreeMap<String, Vec<u8>>, seed: u64, reads: usize) {
+    let archive = &source.index.archive;
+    let got = file_members(&source.index, files);
     let mut rng = Rng(seed);
     // Whole members front to back in odd chunk sizes, in archive order (as a loader reads a
     // shard), then random slices of random members.
