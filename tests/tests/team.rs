@@ -389,7 +389,7 @@ fn a_push_cut_by_a_server_stop_loses_and_duplicates_nothing() {
         (JOBS * FILES) as i64
     );
     assert_eq!(
-        pg.count("SELECT count(*) FROM (SELECT job_seq, path_id FROM job_files GROUP BY 1, 2 HAVING count(*) > 1) d"),
+        pg.count("SELECT count(*) FROM (SELECT job_seq, path FROM job_files GROUP BY 1, 2 HAVING count(*) > 1) d"),
         0
     );
     let local_uids: BTreeSet<String> = {
@@ -931,10 +931,18 @@ fn a_fleet_pushes_concurrently_and_answers_as_the_union_of_its_nodes() {
     );
 }
 
-/// Turns a team store of schema 2 back into schema 1 (file records naming their path, role,
-/// contents and ops in full, with the two indexes schema 1 had), independently of the migration.
+/// Turns a team store of schema 3 back into schema 1 (file records naming their path, role,
+/// contents and ops in full, a table of contents, and the two indexes schema 1 had),
+/// independently of the migrations.
 const BACK_TO_SCHEMA_1: &str = r#"
 BEGIN;
+CREATE TABLE artifacts (blake3 TEXT PRIMARY KEY, sha256 TEXT, size BIGINT NOT NULL);
+INSERT INTO artifacts
+SELECT blake3, max(sha256), max(size) FROM (
+    SELECT blake3, sha256, size FROM job_files WHERE blake3 IS NOT NULL
+    UNION ALL
+    SELECT before_blake3, before_sha256, before_size FROM job_files WHERE before_blake3 IS NOT NULL
+) a GROUP BY blake3;
 CREATE TABLE job_files_old (
     job_seq BIGINT NOT NULL REFERENCES jobs (seq) ON DELETE CASCADE, ord INT NOT NULL,
     role TEXT NOT NULL CHECK (role IN ('input', 'output', 'temp')), path BYTEA NOT NULL,
@@ -944,18 +952,16 @@ CREATE TABLE job_files_old (
     PRIMARY KEY (job_seq, ord));
 INSERT INTO job_files_old
 SELECT f.job_seq, f.ord,
-       CASE f.role WHEN 'i' THEN 'input' WHEN 'o' THEN 'output' ELSE 'temp' END, p.path,
-       a.blake3, b.blake3,
+       CASE f.role WHEN 'i' THEN 'input' WHEN 'o' THEN 'output' ELSE 'temp' END, f.path,
+       f.blake3, f.before_blake3,
        array_to_string(ARRAY(SELECT v.name FROM (VALUES (1, 'read'), (2, 'write'), (4, 'create'),
            (8, 'truncate'), (16, 'rename'), (32, 'unlink')) AS v (bit, name)
            WHERE f.ops & v.bit != 0 ORDER BY v.bit), ','),
        f.first_ns, f.last_ns, f.s3_bucket, f.s3_key, f.s3_version_id, f.s3_etag, f.s3_size,
        f.s3_range
-FROM job_files f JOIN paths p ON p.id = f.path_id
-LEFT JOIN artifacts a ON a.id = f.content_id LEFT JOIN artifacts b ON b.id = f.before_id;
-DROP TABLE job_files;
-DROP TABLE paths;
-ALTER TABLE artifacts DROP COLUMN id;
+FROM job_files f;
+DROP VIEW job_files;
+DROP TABLE job_file_lists, job_file_s3;
 ALTER TABLE job_files_old RENAME TO job_files;
 ALTER TABLE job_files RENAME CONSTRAINT job_files_old_pkey TO job_files_pkey;
 CREATE INDEX job_files_version ON job_files (path, role, blake3);
@@ -973,17 +979,22 @@ fn a_team_store_of_schema_1_is_migrated_and_reads_back_the_same() {
     };
     assert_eq!(
         roar_store::team::MIGRATIONS.len(),
-        2,
-        "this test knows schema 2"
+        3,
+        "this test knows schema 3"
     );
     let p = Project::new();
     let shape = roar_fleet::Shape::new(3, 40, 2);
     for n in 0..shape.nodes {
         roar_fleet::write_node(&shape, n, p.path()).unwrap();
     }
+    record_s3_job(&p);
     add_remote(&p, &pg, false);
     ok(&p.roar(["push"]), "push");
     let files = pg.count("SELECT count(*) FROM job_files");
+    assert_eq!(
+        pg.count("SELECT count(*) FROM job_files WHERE s3_bucket IS NOT NULL"),
+        1
+    );
     pg.query(BACK_TO_SCHEMA_1);
     assert_eq!(pg.count("SELECT version FROM roar_schema"), 1);
     assert_eq!(pg.count("SELECT count(*) FROM job_files WHERE ops = ''"), 0);
@@ -992,7 +1003,7 @@ fn a_team_store_of_schema_1_is_migrated_and_reads_back_the_same() {
     add_remote(&reader, &pg, false);
     let out = reader.roar(["--remote", "origin", "log", "-n", "0", "--json"]);
     ok(&out, "log --remote");
-    assert_eq!(pg.count("SELECT version FROM roar_schema"), 2);
+    assert_eq!(pg.count("SELECT version FROM roar_schema"), 3);
     assert_eq!(pg.count("SELECT count(*) FROM job_files"), files);
     let team = log_by_uid(&out);
     let local = p.roar(["log", "-n", "0", "--json"]);
@@ -1058,6 +1069,60 @@ fn record_write(p: &Project, started_ns: i64, path: &std::path::Path, content: &
     writer.flush().unwrap();
 }
 
+/// Records one job in `p`'s store with the fields a fleet's jobs leave empty: a ranged S3 read
+/// (its object fields), and an output with a sha256 and the content it replaced.
+fn record_s3_job(p: &Project) {
+    let hash = |content: &[u8]| ContentHash {
+        blake3: blake3::hash(content).to_hex().to_string(),
+        sha256: Some(format!("{:064x}", content.len())),
+        size: content.len() as u64,
+    };
+    let writer = Writer::start(&p.path().join(".roar/roar.db")).unwrap();
+    let file = |role, path: &str, ops| FileRecord {
+        role,
+        path: path.into(),
+        hash: Some(hash(path.as_bytes())),
+        before: None,
+        ops,
+        first_ns: Some(1_700_000_000_000_000_001),
+        last_ns: Some(1_700_000_000_000_000_002),
+        s3: None,
+    };
+    let mut read = file(Role::Input, "s3://bucket/data/part-0", Ops::READ);
+    read.s3 = Some(roar_store::S3Object {
+        bucket: "bucket".into(),
+        key: "data/part-0".into(),
+        version_id: Some("v1".into()),
+        etag: Some("\"e\"".into()),
+        size: Some(4096),
+        range: Some("bytes 0-1023/4096".into()),
+    });
+    let mut out = file(Role::Output, "/data/model.bin", Ops::WRITE | Ops::TRUNCATE);
+    out.before = Some(hash(b"the model before"));
+    writer
+        .record_job(JobRecord {
+            name: Some("s3-reader".into()),
+            argv: vec![OsString::from("train")],
+            cwd: p.path().to_owned(),
+            started_ns: 1_700_000_000_000_000_000,
+            ended_ns: Some(1_700_000_001_000_000_000),
+            outcome: Outcome::Exited(0),
+            incomplete: false,
+            backend: "preload".into(),
+            git: None,
+            env: Default::default(),
+            host: Some("node".into()),
+            processes: Vec::new(),
+            steps: Vec::new(),
+            files: vec![read, out],
+            environment: None,
+            uid: None,
+            dist: None,
+        })
+        .unwrap();
+    writer.flush().unwrap();
+}
+
 /// A location's last record is the latest in time, not the last the team store received: a job
 /// that wrote a shared file an hour after another, pushed first, is still the one whose content
 /// is there — `status --remote` does not call the file modified.
@@ -1095,4 +1160,85 @@ fn status_over_the_team_store_takes_the_latest_record_not_the_last_pushed() {
         blake3::hash(b"newer").to_hex().to_string(),
         "{report:#}"
     );
+}
+
+/// `status` over a team store judges the project it is asked in: its own files and jobs, and
+/// what is upstream of them, wherever it was recorded — not every project of the team. And in
+/// the project that recorded everything, it answers as the local store does.
+#[test]
+fn status_over_the_team_store_is_the_projects_own_and_what_is_upstream_of_it() {
+    let Some(pg) = Postgres::start() else {
+        return;
+    };
+    let shared = tempfile::tempdir().unwrap();
+    let shared = std::fs::canonicalize(shared.path()).unwrap();
+    let data = shared.join("data.csv");
+    let (maker, user) = (Project::new(), Project::new());
+    // The maker's ingest writes the shared file from its raw input; a job of its own besides.
+    maker.write("raw.txt", b"1\n2\n");
+    maker.write("notes.txt", b"n\n");
+    maker.run_under(
+        "preload",
+        &["sh", "-c", &format!("sort raw.txt > {}", data.display())],
+    );
+    maker.run_under("preload", &["sh", "-c", "cat notes.txt > summary.txt"]);
+    // The user's training reads the shared file into its model.
+    user.run_under(
+        "preload",
+        &["sh", "-c", &format!("cat {} > model.txt", data.display())],
+    );
+    for p in [&maker, &user] {
+        add_remote(p, &pg, false);
+        ok(&p.roar(["push"]), "push");
+    }
+    // Both of the maker's inputs change.
+    maker.write("raw.txt", b"3\n");
+    maker.write("notes.txt", b"m\n");
+    let status = |p: &Project, remote: bool| -> serde_json::Value {
+        let mut args = if remote {
+            vec!["--remote", "origin"]
+        } else {
+            vec![]
+        };
+        args.extend(["status", "--json"]);
+        let out = p.roar(args);
+        ok(&out, "status");
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let report = status(&user, true);
+    let stale: Vec<(&str, Vec<&str>)> = report["stale"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["label"].as_str().unwrap(),
+                s["outputs"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|o| o.as_str().unwrap())
+                    .collect(),
+            )
+        })
+        .collect();
+    let model = std::fs::canonicalize(user.path())
+        .unwrap()
+        .join("model.txt");
+    let labels: Vec<&str> = stale.iter().map(|s| s.0).collect();
+    assert_eq!(stale.len(), 2, "the ingest and the training: {report:#}");
+    assert!(labels[0].contains("sort raw.txt"), "{report:#}");
+    assert_eq!(stale[1].1, [model.to_str().unwrap()], "{report:#}");
+    let chain = &report["stale"][1]["because"]["chain"];
+    assert_eq!(
+        chain.as_array().unwrap().len(),
+        2,
+        "raw.txt -> ingest -> training: {report:#}"
+    );
+    assert!(
+        !report.to_string().contains("summary.txt"),
+        "the maker's own job is not the user's status: {report:#}"
+    );
+    // In the maker's project the team store answers as its local store.
+    assert_eq!(status(&maker, true), status(&maker, false));
 }

@@ -116,7 +116,11 @@ pub(crate) struct Report {
 /// The tree against the record: changed files, stale outputs, untracked files, running jobs.
 pub(crate) fn report(project: &Project, store: &Store) -> anyhow::Result<Report> {
     let config = crate::config::Config::load(project)?;
-    let plan = store.status_plan(&project.root)?;
+    // Over a team store: this project and what is upstream of it, not every project's files.
+    let plan = match project.reads_a_mirror() {
+        true => store.status_plan_upstream(&project.root)?,
+        false => store.status_plan(&project.root)?,
+    };
     let now = look(project, store, &plan.paths());
     let report = plan.evaluate(&now);
 

@@ -170,19 +170,17 @@ pub(crate) fn packages_of(conn: &Connection, job_id: i64) -> rusqlite::Result<Ve
 /// The runtime job `job_id` ran on.
 pub(crate) fn runtime_of(conn: &Connection, job_id: i64) -> rusqlite::Result<Option<Runtime>> {
     let info: Option<String> = conn
-        .query_row(
+        .prepare_cached(
             "SELECT r.info FROM jobs j JOIN runtimes r ON r.id = j.runtime_id WHERE j.id = ?1",
-            [job_id],
-            |r| r.get(0),
-        )
+        )?
+        .query_row([job_id], |r| r.get(0))
         .optional()?;
     Ok(info.and_then(|s| serde_json::from_str(&s).ok()))
 }
 
 /// A content-addressed blob (a diff), by its blake3.
 pub fn blob(conn: &Connection, blake3: &str) -> rusqlite::Result<Option<Vec<u8>>> {
-    conn.query_row("SELECT data FROM blobs WHERE blake3 = ?1", [blake3], |r| {
-        r.get(0)
-    })
-    .optional()
+    conn.prepare_cached("SELECT data FROM blobs WHERE blake3 = ?1")?
+        .query_row([blake3], |r| r.get(0))
+        .optional()
 }

@@ -94,6 +94,11 @@ impl Project {
         self.db.clone().unwrap_or_else(|| self.dir().join(DB_NAME))
     }
 
+    /// Whether queries read a team store's mirror ([`Project::reading`]).
+    pub fn reads_a_mirror(&self) -> bool {
+        self.db.is_some()
+    }
+
     /// The same project, its queries reading the store at `db` (a team store's mirror).
     pub fn reading(self, db: PathBuf) -> Project {
         Project {

@@ -241,6 +241,13 @@ impl Store {
             .is_some_and(|n| n.is_ignored(Path::new(path)))
     }
 
+    /// [`Store::is_noise`] of a path's bytes.
+    pub(crate) fn is_noise_bytes(&self, path: &[u8]) -> bool {
+        self.noise
+            .as_ref()
+            .is_some_and(|n| n.is_ignored(Path::new(std::ffi::OsStr::from_bytes(path))))
+    }
+
     pub fn conn(&self) -> &Connection {
         &self.conn
     }

@@ -12,19 +12,22 @@ use crate::model::{
     Redirect, S3Object, StepContent, StepFile, StepRecord,
 };
 
-/// Finished jobs (not running, and with a uid) `remote` does not hold yet, oldest first.
+/// Finished jobs (not running, and with a uid) after job `after` that `remote` does not hold
+/// yet, oldest first. A push walks forward from 0 (each batch from its last job: rescanning the
+/// pushed ones from the start made a long push quadratic).
 pub(crate) fn unpushed(
     conn: &Connection,
     remote: &str,
+    after: i64,
     limit: usize,
 ) -> rusqlite::Result<Vec<i64>> {
     conn.prepare_cached(
         "SELECT j.id FROM jobs j
-         WHERE j.status != 'running' AND j.uid IS NOT NULL
+         WHERE j.id > ?2 AND j.status != 'running' AND j.uid IS NOT NULL
            AND NOT EXISTS (SELECT 1 FROM pushed p WHERE p.remote = ?1 AND p.job_uid = j.uid)
-         ORDER BY j.id LIMIT ?2",
+         ORDER BY j.id LIMIT ?3",
     )?
-    .query_map(params![remote, limit as i64], |r| r.get(0))?
+    .query_map(params![remote, after, limit as i64], |r| r.get(0))?
     .collect()
 }
 
@@ -33,69 +36,71 @@ pub(crate) fn mark_pushed(
     remote: &str,
     uids: &[String],
 ) -> rusqlite::Result<()> {
-    let mut stmt =
-        conn.prepare_cached("INSERT OR IGNORE INTO pushed (remote, job_uid) VALUES (?1, ?2)")?;
-    for uid in uids {
-        stmt.execute(params![remote, uid])?;
+    let tx = conn.unchecked_transaction()?;
+    {
+        let mut stmt =
+            tx.prepare_cached("INSERT OR IGNORE INTO pushed (remote, job_uid) VALUES (?1, ?2)")?;
+        for uid in uids {
+            stmt.execute(params![remote, uid])?;
+        }
     }
-    Ok(())
+    tx.commit()
 }
 
 /// Job `id` as a record, or None if it is gone.
 pub(crate) fn read_job(conn: &Connection, id: i64) -> rusqlite::Result<Option<JobRecord>> {
     let head = conn
-        .query_row(
+        .prepare_cached(
             "SELECT name, argv, cwd, started_ns, ended_ns, status, exit_code, signal, incomplete,
                     backend, git_commit, git_branch, git_dirty, git_remote, git_diff, env, host,
                     uid, run_group, rank, world_size, local_rank, node_rank
              FROM jobs WHERE id = ?1",
-            [id],
-            |r| {
-                let outcome = outcome(&r.get::<_, String>(5)?, r.get(6)?, r.get(7)?);
-                let dirty: Option<bool> = r.get(12)?;
-                let git = dirty.map(|dirty| -> rusqlite::Result<GitState> {
-                    Ok(GitState {
-                        commit: r.get(10)?,
-                        branch: r.get(11)?,
-                        dirty,
-                        remote: r.get(13)?,
-                        diff: r.get(14)?,
-                    })
-                });
-                let env: String = r.get(15)?;
-                let group: Option<String> = r.get(18)?;
-                let dist = group
-                    .map(|group| -> rusqlite::Result<Distributed> {
-                        Ok(Distributed {
-                            group,
-                            rank: r.get(19)?,
-                            world_size: r.get(20)?,
-                            local_rank: r.get(21)?,
-                            node_rank: r.get(22)?,
-                        })
-                    })
-                    .transpose()?;
-                Ok(JobRecord {
-                    name: r.get(0)?,
-                    argv: argv_from_blob(&r.get::<_, Vec<u8>>(1)?),
-                    cwd: path(r.get(2)?),
-                    started_ns: r.get(3)?,
-                    ended_ns: r.get(4)?,
-                    outcome,
-                    incomplete: r.get(8)?,
-                    backend: r.get(9)?,
-                    git: git.transpose()?,
-                    env: serde_json::from_str(&env).unwrap_or_default(),
-                    host: r.get(16)?,
-                    processes: Vec::new(),
-                    steps: Vec::new(),
-                    files: Vec::new(),
-                    environment: None,
-                    uid: r.get(17)?,
-                    dist,
+        )?
+        .query_row([id], |r| {
+            let outcome = outcome(&r.get::<_, String>(5)?, r.get(6)?, r.get(7)?);
+            let dirty: Option<bool> = r.get(12)?;
+            let git = dirty.map(|dirty| -> rusqlite::Result<GitState> {
+                Ok(GitState {
+                    commit: r.get(10)?,
+                    branch: r.get(11)?,
+                    dirty,
+                    remote: r.get(13)?,
+                    diff: r.get(14)?,
                 })
-            },
-        )
+            });
+            let env: String = r.get(15)?;
+            let group: Option<String> = r.get(18)?;
+            let dist = group
+                .map(|group| -> rusqlite::Result<Distributed> {
+                    Ok(Distributed {
+                        group,
+                        rank: r.get(19)?,
+                        world_size: r.get(20)?,
+                        local_rank: r.get(21)?,
+                        node_rank: r.get(22)?,
+                    })
+                })
+                .transpose()?;
+            Ok(JobRecord {
+                name: r.get(0)?,
+                argv: argv_from_blob(&r.get::<_, Vec<u8>>(1)?),
+                cwd: path(r.get(2)?),
+                started_ns: r.get(3)?,
+                ended_ns: r.get(4)?,
+                outcome,
+                incomplete: r.get(8)?,
+                backend: r.get(9)?,
+                git: git.transpose()?,
+                env: serde_json::from_str(&env).unwrap_or_default(),
+                host: r.get(16)?,
+                processes: Vec::new(),
+                steps: Vec::new(),
+                files: Vec::new(),
+                environment: None,
+                uid: r.get(17)?,
+                dist,
+            })
+        })
         .optional()?;
     let Some(mut job) = head else {
         return Ok(None);

@@ -269,17 +269,23 @@ pub fn push(db: &Path, remote: &Remote, host: Option<&str>) -> Result<Pushed> {
     let key = remote.key();
     let mut report = Pushed::default();
     let sqlite = |e: rusqlite::Error| crate::db::classify(db, e);
+    let mut after = 0;
     loop {
-        let ids = local::unpushed(&conn, &key, PUSH_BATCH).map_err(sqlite)?;
-        if ids.is_empty() {
+        let ids = local::unpushed(&conn, &key, after, PUSH_BATCH).map_err(sqlite)?;
+        let Some(&last) = ids.last() else {
             return Ok(report);
-        }
+        };
+        after = last;
+        // The batch read in one read transaction (a lock of the WAL's index per statement was
+        // a sixth of a pusher's time).
+        let read = conn.unchecked_transaction().map_err(sqlite)?;
         let mut jobs = Vec::with_capacity(ids.len());
         for id in ids {
-            if let Some(job) = local::read_job(&conn, id).map_err(sqlite)? {
+            if let Some(job) = local::read_job(&read, id).map_err(sqlite)? {
                 jobs.push(job);
             }
         }
+        read.commit().map_err(sqlite)?;
         let new = write_with_retry(remote, &mut client, &jobs, host)?;
         let uids: Vec<String> = jobs.iter().filter_map(|j| j.uid.clone()).collect();
         local::mark_pushed(&conn, &key, &uids).map_err(sqlite)?;

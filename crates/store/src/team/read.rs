@@ -133,49 +133,66 @@ fn add_processes(
     Ok(())
 }
 
-/// The page's jobs' file records, their paths and contents read through the dictionaries.
+/// The page's jobs' file records: a row of arrays per job (schema 3), then the object fields
+/// of its S3 records.
 fn add_files(
     client: &mut impl GenericClient,
     seqs: &[i64],
     index: &BTreeMap<i64, usize>,
     jobs: &mut [JobRecord],
 ) -> Result<(), postgres::Error> {
+    type Hashes = Vec<Option<Vec<u8>>>;
+    type Ints = Vec<Option<i64>>;
     for r in client.query(
-        "SELECT f.job_seq, f.role, p.path, f.ops, f.first_ns, f.last_ns,
-                a.blake3, a.sha256, a.size, b.blake3, b.sha256, b.size,
-                f.s3_bucket, f.s3_key, f.s3_version_id, f.s3_etag, f.s3_size, f.s3_range
-         FROM job_files f
-         JOIN paths p ON p.id = f.path_id
-         LEFT JOIN artifacts a ON a.id = f.content_id
-         LEFT JOIN artifacts b ON b.id = f.before_id
-         WHERE f.job_seq = ANY($1) ORDER BY f.job_seq, f.ord",
+        "SELECT job_seq, paths, roles, ops, blake3, sha256, sizes, before_blake3, before_sha256,
+                before_sizes, first_ns, last_ns
+         FROM job_file_lists WHERE job_seq = ANY($1)",
         &[&seqs],
     )? {
-        let hash = |at: usize| {
-            r.get::<_, Option<String>>(at).map(|blake3| ContentHash {
-                blake3,
-                sha256: r.get(at + 1),
-                size: r.get::<_, i64>(at + 2) as u64,
+        let paths: Vec<Vec<u8>> = r.get(1);
+        let roles: Vec<i8> = r.get(2);
+        let ops: Vec<i16> = r.get(3);
+        let (blake3, sha256, sizes): (Hashes, Hashes, Ints) = (r.get(4), r.get(5), r.get(6));
+        let (b_blake3, b_sha256, b_sizes): (Hashes, Hashes, Ints) = (r.get(7), r.get(8), r.get(9));
+        let (first, last): (Ints, Ints) = (r.get(10), r.get(11));
+        let hash = |b3: &Option<Vec<u8>>, sha: &Option<Vec<u8>>, size: Option<i64>| {
+            b3.as_ref().map(|b3| ContentHash {
+                blake3: hex::encode(b3),
+                sha256: sha.as_ref().map(hex::encode),
+                size: size.unwrap_or_default() as u64,
             })
         };
-        let s3 = r.get::<_, Option<String>>(12).map(|bucket| S3Object {
-            bucket,
-            key: r.get::<_, Option<String>>(13).unwrap_or_default(),
-            version_id: r.get(14),
-            etag: r.get(15),
-            size: r.get::<_, Option<i64>>(16).map(|s| s as u64),
-            range: r.get(17),
-        });
-        jobs[index[&r.get::<_, i64>(0)]].files.push(FileRecord {
-            role: role_of_code(r.get(1)),
-            path: path(r.get(2)),
-            hash: hash(6),
-            before: hash(9),
-            ops: Ops::from_bits(r.get::<_, i16>(3) as u8),
-            first_ns: r.get(4),
-            last_ns: r.get(5),
-            s3,
-        });
+        jobs[index[&r.get::<_, i64>(0)]].files = paths
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| FileRecord {
+                role: role_of_code(roles[i]),
+                path: path(p),
+                hash: hash(&blake3[i], &sha256[i], sizes[i]),
+                before: hash(&b_blake3[i], &b_sha256[i], b_sizes[i]),
+                ops: Ops::from_bits(ops[i] as u8),
+                first_ns: first[i],
+                last_ns: last[i],
+                s3: None,
+            })
+            .collect();
+    }
+    for r in client.query(
+        "SELECT job_seq, ord, bucket, key, version_id, etag, size, range FROM job_file_s3
+         WHERE job_seq = ANY($1)",
+        &[&seqs],
+    )? {
+        let job = &mut jobs[index[&r.get::<_, i64>(0)]];
+        if let Some(f) = job.files.get_mut(r.get::<_, i32>(1) as usize) {
+            f.s3 = Some(S3Object {
+                bucket: r.get(2),
+                key: r.get::<_, Option<String>>(3).unwrap_or_default(),
+                version_id: r.get(4),
+                etag: r.get(5),
+                size: r.get::<_, Option<i64>>(6).map(|s| s as u64),
+                range: r.get(7),
+            });
+        }
     }
     Ok(())
 }

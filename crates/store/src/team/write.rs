@@ -7,19 +7,18 @@
 //! is stored once. Shared rows (artifacts, blobs, packages) are inserted in sorted order before
 //! the jobs, so concurrent pushers never deadlock on them.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::hash::Hash;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::ffi::OsStrExt;
 
 use postgres::binary_copy::BinaryCopyInWriter;
-use postgres::types::{FromSql, ToSql, Type};
+use postgres::types::{accepts, to_sql_checked, IsNull, ToSql, Type};
 use postgres::Transaction;
 
 use super::codec::{bytes, role_code};
 use crate::environment::Package;
 use crate::model::{
-    argv_to_blob, ContentHash, Distributed, GitState, JobRecord, Outcome, ProcessRecord, StepFile,
-    StepRecord,
+    argv_to_blob, ContentHash, Distributed, FileRecord, GitState, JobRecord, Outcome,
+    ProcessRecord, S3Object, StepFile, StepRecord,
 };
 
 /// Writes `jobs` (each with its uid) in one transaction; returns how many were new. Shared rows
@@ -29,15 +28,9 @@ pub(crate) fn write_jobs(
     jobs: &[JobRecord],
     pushed_from: Option<&str>,
 ) -> Result<usize, postgres::Error> {
-    let mut artifacts = BTreeMap::new();
-    let mut packages = std::collections::BTreeSet::new();
+    let mut packages = BTreeSet::new();
     let mut blobs = BTreeMap::new();
     for job in jobs {
-        for f in &job.files {
-            for h in [&f.hash, &f.before].into_iter().flatten() {
-                artifacts.entry(h.blake3.clone()).or_insert(h);
-            }
-        }
         if let Some(env) = &job.environment {
             packages.extend(env.packages.iter());
             if let (Some(diff), Some(hash)) =
@@ -47,10 +40,6 @@ pub(crate) fn write_jobs(
             }
         }
     }
-    let dictionaries = Dictionaries {
-        contents: contents(tx, &artifacts)?,
-        paths: paths(tx, jobs)?,
-    };
     for (hash, data) in &blobs {
         tx.execute(
             "INSERT INTO blobs (blake3, data) VALUES ($1, $2) ON CONFLICT DO NOTHING",
@@ -79,99 +68,9 @@ pub(crate) fn write_jobs(
         .filter_map(|j| Some((*seqs.get(j.uid.as_deref()?)?, j)))
         .collect();
     if !new.is_empty() {
-        insert_children(tx, &new, &dictionaries)?;
+        insert_children(tx, &new)?;
     }
     Ok(new.len())
-}
-
-/// Where the batch's file records point: the ids of their paths and contents in the team store's
-/// dictionaries (`paths`, `artifacts`).
-struct Dictionaries {
-    paths: HashMap<Vec<u8>, i64>,
-    contents: HashMap<String, i64>,
-}
-
-/// The ids of `keys` in a dictionary, by a query with the keys as `$1`.
-fn ids<P, K>(tx: &mut Transaction, sql: &str, keys: &P) -> Result<HashMap<K, i64>, postgres::Error>
-where
-    P: ToSql + Sync,
-    K: for<'a> FromSql<'a> + Hash + Eq,
-{
-    Ok(tx
-        .query(sql, &[keys])?
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect())
-}
-
-/// The ids of the batch's contents, adding those the team store lacks (in sorted order, so that
-/// concurrent pushers never deadlock; one that raced another pusher's is read after).
-fn contents(
-    tx: &mut Transaction,
-    artifacts: &BTreeMap<String, &ContentHash>,
-) -> Result<HashMap<String, i64>, postgres::Error> {
-    const SELECT: &str = "SELECT blake3, id FROM artifacts WHERE blake3 = ANY($1)";
-    let all: Vec<&str> = artifacts.keys().map(String::as_str).collect();
-    let mut known: HashMap<String, i64> = ids(tx, SELECT, &all)?;
-    let (b3, sha, size): (Vec<&str>, Vec<Option<&str>>, Vec<i64>) = artifacts
-        .values()
-        .filter(|h| !known.contains_key(&h.blake3))
-        .map(|h| (h.blake3.as_str(), h.sha256.as_deref(), h.size as i64))
-        .collect();
-    if b3.is_empty() {
-        return Ok(known);
-    }
-    for r in tx.query(
-        "INSERT INTO artifacts (blake3, sha256, size)
-         SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) ORDER BY 1
-         ON CONFLICT (blake3) DO NOTHING RETURNING blake3, id",
-        &[&b3, &sha, &size],
-    )? {
-        known.insert(r.get(0), r.get(1));
-    }
-    let raced: Vec<&str> = b3.into_iter().filter(|k| !known.contains_key(*k)).collect();
-    if !raced.is_empty() {
-        known.extend(ids::<_, String>(tx, SELECT, &raced)?);
-    }
-    Ok(known)
-}
-
-/// The ids of every path the batch's file records name, adding those the team store lacks (as
-/// [`contents`]).
-fn paths(
-    tx: &mut Transaction,
-    jobs: &[JobRecord],
-) -> Result<HashMap<Vec<u8>, i64>, postgres::Error> {
-    const SELECT: &str = "SELECT path, id FROM paths WHERE path = ANY($1)";
-    let all: BTreeSet<&[u8]> = jobs
-        .iter()
-        .flat_map(|j| &j.files)
-        .map(|f| f.path.as_os_str().as_bytes())
-        .collect();
-    let all: Vec<&[u8]> = all.into_iter().collect();
-    let mut known: HashMap<Vec<u8>, i64> = ids(tx, SELECT, &all)?;
-    let missing: Vec<&[u8]> = all
-        .into_iter()
-        .filter(|p| !known.contains_key(*p))
-        .collect();
-    if missing.is_empty() {
-        return Ok(known);
-    }
-    for r in tx.query(
-        "INSERT INTO paths (path) SELECT * FROM unnest($1::bytea[]) ORDER BY 1
-         ON CONFLICT (path) DO NOTHING RETURNING path, id",
-        &[&missing],
-    )? {
-        known.insert(r.get(0), r.get(1));
-    }
-    let raced: Vec<&[u8]> = missing
-        .into_iter()
-        .filter(|p| !known.contains_key(*p))
-        .collect();
-    if !raced.is_empty() {
-        known.extend(ids::<_, Vec<u8>>(tx, SELECT, &raced)?);
-    }
-    Ok(known)
 }
 
 /// The jobs' rows, in one statement; the `seq` of each job the team store did not have, by uid.
@@ -261,71 +160,157 @@ fn numbered<'a, T>(
         .collect()
 }
 
-/// The new jobs' file records, by COPY in binary: the bulk of a push (about 90 rows per job),
-/// and the cheapest way into PostgreSQL (measured in bench/NOTES.md against one INSERT of
-/// unnested arrays).
-fn copy_files(
-    tx: &mut Transaction,
-    new: &[(i64, &JobRecord)],
-    dictionaries: &Dictionaries,
-) -> Result<(), postgres::Error> {
+/// The new jobs' file records: one row per job, an array per field (schema 3), by COPY in
+/// binary (measured in bench/NOTES.md against a row per record and dictionaries of paths and
+/// contents); the few S3 records' object fields beside them, by position.
+fn copy_files(tx: &mut Transaction, new: &[(i64, &JobRecord)]) -> Result<(), postgres::Error> {
     let sink = tx.copy_in(
-        "COPY job_files (job_seq, ord, role, path_id, content_id, before_id, ops, first_ns,
-                         last_ns, s3_bucket, s3_key, s3_version_id, s3_etag, s3_size, s3_range)
+        "COPY job_file_lists (job_seq, paths, roles, ops, blake3, sha256, sizes, before_blake3,
+                              before_sha256, before_sizes, first_ns, last_ns)
          FROM STDIN BINARY",
     )?;
+    let (bytes, ints) = (Type::BYTEA_ARRAY, Type::INT8_ARRAY);
     let types = [
         Type::INT8,
-        Type::INT4,
-        Type::CHAR,
-        Type::INT8,
-        Type::INT8,
-        Type::INT8,
-        Type::INT2,
-        Type::INT8,
-        Type::INT8,
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::INT8,
-        Type::TEXT,
+        bytes.clone(),
+        Type::CHAR_ARRAY,
+        Type::INT2_ARRAY,
+        bytes.clone(),
+        bytes.clone(),
+        ints.clone(),
+        bytes.clone(),
+        bytes,
+        ints.clone(),
+        ints.clone(),
+        ints,
     ];
     let mut rows = BinaryCopyInWriter::new(sink, &types);
-    let content = |h: &Option<ContentHash>| h.as_ref().map(|h| dictionaries.contents[&h.blake3]);
-    for (seq, i, f) in numbered(new, |j| &j.files) {
-        let s3 = f.s3.as_ref();
+    for &(seq, job) in new {
+        let files = &job.files;
+        let ints = |f: &dyn Fn(&FileRecord) -> Option<i64>| -> Vec<Option<i64>> {
+            files.iter().map(f).collect()
+        };
+        let (now, before) = (
+            Contents::of(files, |f| &f.hash),
+            Contents::of(files, |f| &f.before),
+        );
         rows.write(&[
             &seq,
-            &i,
-            &role_code(f.role),
-            &dictionaries.paths[f.path.as_os_str().as_bytes()],
-            &content(&f.hash),
-            &content(&f.before),
-            &i16::from(f.ops.bits()),
-            &f.first_ns,
-            &f.last_ns,
-            &s3.map(|o| o.bucket.as_str()),
-            &s3.map(|o| o.key.as_str()),
-            &s3.and_then(|o| o.version_id.as_deref()),
-            &s3.and_then(|o| o.etag.as_deref()),
-            &s3.and_then(|o| o.size).map(|s| s as i64),
-            &s3.and_then(|o| o.range.as_deref()),
+            &files
+                .iter()
+                .map(|f| f.path.as_os_str().as_bytes())
+                .collect::<Vec<_>>(),
+            &files.iter().map(|f| role_code(f.role)).collect::<Vec<_>>(),
+            &files
+                .iter()
+                .map(|f| i16::from(f.ops.bits()))
+                .collect::<Vec<_>>(),
+            &now.blake3,
+            &now.sha256,
+            &now.sizes,
+            &before.blake3,
+            &before.sha256,
+            &before.sizes,
+            &ints(&|f| f.first_ns),
+            &ints(&|f| f.last_ns),
         ])?;
     }
     rows.finish()?;
+    insert_s3_fields(tx, new)
+}
+
+/// One content field of a job's file records (what each had, or had before), as the arrays of
+/// schema 3.
+struct Contents<'a> {
+    blake3: Vec<Option<HashBytes<'a>>>,
+    sha256: Vec<Option<HashBytes<'a>>>,
+    sizes: Vec<Option<i64>>,
+}
+
+impl<'a> Contents<'a> {
+    fn of(files: &'a [FileRecord], field: fn(&FileRecord) -> &Option<ContentHash>) -> Self {
+        let hashes: Vec<Option<&ContentHash>> = files.iter().map(|f| field(f).as_ref()).collect();
+        Contents {
+            blake3: hashes
+                .iter()
+                .map(|h| Some(HashBytes(&h.as_ref()?.blake3)))
+                .collect(),
+            sha256: hashes
+                .iter()
+                .map(|h| Some(HashBytes(h.as_ref()?.sha256.as_deref()?)))
+                .collect(),
+            sizes: hashes
+                .iter()
+                .map(|h| Some(h.as_ref()?.size as i64))
+                .collect(),
+        }
+    }
+}
+
+/// A content hash, held in hex by the local store, sent as its bytes (`bytea`); a hash that is
+/// not hex fails the push with the reason, as any value PostgreSQL cannot take.
+#[derive(Debug)]
+struct HashBytes<'a>(&'a str);
+
+impl ToSql for HashBytes<'_> {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        let mut raw = [0u8; 32];
+        let raw = match hex::decode_to_slice(self.0, &mut raw) {
+            Ok(()) => &raw[..],
+            Err(_) => {
+                &hex::decode(self.0).map_err(|e| format!("content hash {:?}: {e}", self.0))?
+            }
+        };
+        raw.to_sql(ty, out)
+    }
+
+    accepts!(BYTEA);
+    to_sql_checked!();
+}
+
+/// The object fields of the new jobs' S3 records, by the record's position in its job.
+fn insert_s3_fields(
+    tx: &mut Transaction,
+    new: &[(i64, &JobRecord)],
+) -> Result<(), postgres::Error> {
+    let s3: Vec<(i64, i32, &S3Object)> = numbered(new, |j| &j.files)
+        .into_iter()
+        .filter_map(|(seq, i, f)| Some((seq, i, f.s3.as_ref()?)))
+        .collect();
+    if s3.is_empty() {
+        return Ok(());
+    }
+    let col =
+        |f: &dyn Fn(&S3Object) -> Option<String>| s3.iter().map(|o| f(o.2)).collect::<Vec<_>>();
+    tx.execute(
+        "INSERT INTO job_file_s3 (job_seq, ord, bucket, key, version_id, etag, size, range)
+         SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[],
+                              $6::text[], $7::bigint[], $8::text[])",
+        &[
+            &s3.iter().map(|o| o.0).collect::<Vec<_>>(),
+            &s3.iter().map(|o| o.1).collect::<Vec<_>>(),
+            &s3.iter().map(|o| o.2.bucket.as_str()).collect::<Vec<_>>(),
+            &col(&|o| Some(o.key.clone())),
+            &col(&|o| o.version_id.clone()),
+            &col(&|o| o.etag.clone()),
+            &s3.iter()
+                .map(|o| o.2.size.map(|s| s as i64))
+                .collect::<Vec<_>>(),
+            &col(&|o| o.range.clone()),
+        ],
+    )?;
     Ok(())
 }
 
 /// The rows of the new jobs' processes, files, steps, step files and packages: one statement
 /// (or one COPY) per table for the whole batch.
-fn insert_children(
-    tx: &mut Transaction,
-    new: &[(i64, &JobRecord)],
-    dictionaries: &Dictionaries,
-) -> Result<(), postgres::Error> {
+fn insert_children(tx: &mut Transaction, new: &[(i64, &JobRecord)]) -> Result<(), postgres::Error> {
     insert_processes(tx, new)?;
-    copy_files(tx, new, dictionaries)?;
+    copy_files(tx, new)?;
     insert_steps(tx, new)?;
     insert_packages(tx, new)
 }

@@ -6,6 +6,8 @@
 //! found ([`StatusPlan::evaluate`]). Only the last record of each location counts: a job whose
 //! every output was rewritten since by another job is history, not status.
 
+mod upstream;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
@@ -28,7 +30,7 @@ pub enum Now {
 
 /// The last record of one location.
 #[derive(Debug, Clone)]
-struct Last {
+pub(super) struct Last {
     hash: Option<ContentHash>,
     role: Role,
     job: i64,
@@ -192,170 +194,202 @@ impl Store {
             ))?;
             let mut rows = stmt.query([])?;
             while let Some(r) = rows.next()? {
-                let path = String::from_utf8_lossy(r.get_ref(0)?.as_bytes()?).into_owned();
-                last.insert(
-                    path,
-                    Last {
-                        role: Role::parse(&r.get::<_, String>(1)?),
-                        job: r.get(2)?,
-                        hash: hash_from(r.get(3)?, r.get(4)?, r.get(5)?),
-                        gone: {
-                            let ops = Ops::parse(&r.get::<_, String>(6)?);
-                            ops.contains(Ops::UNLINK)
-                                || (ops.contains(Ops::RENAME) && r.get::<_, String>(1)? == "input")
-                        },
-                    },
-                );
+                let (path, l) = last_from_row(r)?;
+                last.insert(path, l);
             }
-            // For jobs with steps: the step that left each output's final content, and every step.
-            let mut final_step: HashMap<(i64, String), u32> = HashMap::new();
-            let mut stmt = self.conn.prepare(
-                "SELECT s.job_id, s.seq, f.path FROM step_files f JOIN steps s ON s.id = f.step_id
-                 WHERE f.role = 'output' AND f.content = 'final'",
-            )?;
-            let mut rows = stmt.query([])?;
-            while let Some(r) = rows.next()? {
-                let path = String::from_utf8_lossy(r.get_ref(2)?.as_bytes()?).into_owned();
-                final_step.insert((r.get(0)?, path), r.get(1)?);
-            }
-            let mut seqs: HashMap<i64, Vec<u32>> = HashMap::new();
-            let mut stmt = self.conn.prepare("SELECT job_id, seq FROM steps")?;
-            let mut rows = stmt.query([])?;
-            while let Some(r) = rows.next()? {
-                seqs.entry(r.get(0)?).or_default().push(r.get(1)?);
-            }
-            // The last writer of each location that still holds what it wrote (as far as the
-            // store knows: no later record shows other content there).
-            let mut outputs: BTreeMap<Node, Vec<String>> = BTreeMap::new();
             let mut writers = self.conn.prepare(&format!(
                 "SELECT f.path, f.job_id, a.blake3 FROM job_files f JOIN artifacts a ON a.id = f.artifact_id
                  WHERE f.id IN ({}) AND NOT roar_noise(f.path)",
                 last_of_each_path("role = 'output'")
             ))?;
-            let mut made = HashMap::new();
-            let mut rows = writers.query([])?;
-            while let Some(r) = rows.next()? {
-                let path = String::from_utf8_lossy(r.get_ref(0)?.as_bytes()?).into_owned();
-                let job: i64 = r.get(1)?;
-                let blake3: String = r.get(2)?;
-                let held = last.get(&path).is_some_and(|l| {
-                    !l.gone && l.hash.as_ref().is_some_and(|h| h.blake3 == blake3)
-                });
-                let node = (job, final_step.get(&(job, path.clone())).copied());
-                if held {
-                    outputs.entry(node).or_default().push(path.clone());
-                }
-                made.insert(path, (node, blake3));
+            let writers = writers
+                .query_map([], writer_from_row)?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            self.plan_from(root, last, writers, None)
+        };
+        read().map_err(|e| self.err(e))
+    }
+
+    /// The rest of a plan, from the last records and last writers of the locations it judges;
+    /// `jobs`, when given, holds every job among the writers (the steps read are theirs).
+    pub(super) fn plan_from(
+        &self,
+        root: &Path,
+        last: HashMap<String, Last>,
+        writers: Writers,
+        jobs: Option<&[i64]>,
+    ) -> rusqlite::Result<StatusPlan> {
+        let among = jobs.map(|j| serde_json::to_string(j).unwrap_or_default());
+        // For jobs with steps: the step that left each output's final content, and every step.
+        let mut final_step: HashMap<(i64, String), u32> = HashMap::new();
+        let mut stmt = self.conn.prepare(
+            "SELECT s.job_id, s.seq, f.path FROM step_files f JOIN steps s ON s.id = f.step_id
+                 WHERE f.role = 'output' AND f.content = 'final'
+                   AND (?1 IS NULL OR s.job_id IN (SELECT value FROM json_each(?1)))",
+        )?;
+        let mut rows = stmt.query([&among])?;
+        while let Some(r) = rows.next()? {
+            let path = String::from_utf8_lossy(r.get_ref(2)?.as_bytes()?).into_owned();
+            final_step.insert((r.get(0)?, path), r.get(1)?);
+        }
+        let mut seqs: HashMap<i64, Vec<u32>> = HashMap::new();
+        let mut stmt = self.conn.prepare(
+            "SELECT job_id, seq FROM steps
+                 WHERE ?1 IS NULL OR job_id IN (SELECT value FROM json_each(?1))",
+        )?;
+        let mut rows = stmt.query([&among])?;
+        while let Some(r) = rows.next()? {
+            seqs.entry(r.get(0)?).or_default().push(r.get(1)?);
+        }
+        // The last writer of each location that still holds what it wrote (as far as the
+        // store knows: no later record shows other content there).
+        let mut outputs: BTreeMap<Node, Vec<String>> = BTreeMap::new();
+        let mut made = HashMap::new();
+        for (path, job, blake3) in writers {
+            let held = last
+                .get(&path)
+                .is_some_and(|l| !l.gone && l.hash.as_ref().is_some_and(|h| h.blake3 == blake3));
+            let node = (job, final_step.get(&(job, path.clone())).copied());
+            if held {
+                outputs.entry(node).or_default().push(path.clone());
             }
-            // Every last writer takes part, even one whose outputs were all moved on: a change
-            // upstream of it goes through it to the jobs that read what it made; so does every
-            // step of such a job (a change goes from step to step inside it).
-            for (node, _) in made.values() {
-                outputs.entry(*node).or_default();
+            made.insert(path, (node, blake3));
+        }
+        // Every last writer takes part, even one whose outputs were all moved on: a change
+        // upstream of it goes through it to the jobs that read what it made; so does every
+        // step of such a job (a change goes from step to step inside it).
+        for (node, _) in made.values() {
+            outputs.entry(*node).or_default();
+        }
+        let jobs_with_steps: Vec<i64> = outputs
+            .keys()
+            .map(|(job, _)| *job)
+            .filter(|job| seqs.contains_key(job))
+            .collect();
+        for job in jobs_with_steps {
+            for &seq in &seqs[&job] {
+                outputs.entry((job, Some(seq))).or_default();
             }
-            let jobs_with_steps: Vec<i64> = outputs
-                .keys()
-                .map(|(job, _)| *job)
-                .filter(|job| seqs.contains_key(job))
-                .collect();
-            for job in jobs_with_steps {
-                for &seq in &seqs[&job] {
-                    outputs.entry((job, Some(seq))).or_default();
-                }
-                // Outputs no step is known to have left stay with the step that is the job.
-                let whole = outputs.remove(&(job, None)).unwrap_or_default();
-                outputs.entry((job, Some(1))).or_default().extend(whole);
+            // Outputs no step is known to have left stay with the step that is the job.
+            let whole = outputs.remove(&(job, None)).unwrap_or_default();
+            outputs.entry((job, Some(1))).or_default().extend(whole);
+        }
+        for (node, _) in made.values_mut() {
+            if node.1.is_none() && seqs.contains_key(&node.0) {
+                node.1 = Some(1);
             }
-            for (node, _) in made.values_mut() {
-                if node.1.is_none() && seqs.contains_key(&node.0) {
-                    node.1 = Some(1);
-                }
-            }
-            let mut jobs = Vec::with_capacity(outputs.len());
-            let mut head = self
-                .conn
-                .prepare("SELECT name, argv, started_ns FROM jobs WHERE id = ?1")?;
-            let mut ins = self.conn.prepare(
-                "SELECT f.path, a.blake3 FROM job_files f LEFT JOIN artifacts a ON a.id = f.artifact_id
+        }
+        let mut jobs = Vec::with_capacity(outputs.len());
+        let mut head = self
+            .conn
+            .prepare("SELECT name, argv, started_ns FROM jobs WHERE id = ?1")?;
+        let mut ins = self.conn.prepare(
+            "SELECT f.path, a.blake3 FROM job_files f LEFT JOIN artifacts a ON a.id = f.artifact_id
                  WHERE f.job_id = ?1 AND f.role = 'input' AND NOT roar_noise(f.path)",
-            )?;
-            let mut step_head = self
-                .conn
-                .prepare("SELECT id, argv, started_ns FROM steps WHERE job_id = ?1 AND seq = ?2")?;
-            let mut step_ins = self.conn.prepare(
+        )?;
+        let mut step_head = self
+            .conn
+            .prepare("SELECT id, argv, started_ns FROM steps WHERE job_id = ?1 AND seq = ?2")?;
+        let mut step_ins = self.conn.prepare(
                 "SELECT f.path, a.blake3, f.from_seq FROM step_files f
                  LEFT JOIN job_files j ON j.job_id = ?1 AND j.path = f.path
                       AND j.role = CASE f.content WHEN 'prior' THEN 'input' WHEN 'final' THEN 'output' END
                  LEFT JOIN artifacts a ON a.id = j.artifact_id
                  WHERE f.step_id = ?2 AND f.role = 'input' AND NOT roar_noise(f.path)",
             )?;
-            for ((id, step), mut outs) in outputs {
-                if let Some(seq) = step {
-                    let (step_id, argv, started): (i64, Vec<u8>, Option<i64>) = step_head
-                        .query_row(params![id, seq], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-                    let inputs = step_ins
-                        .query_map(params![id, step_id], |r| {
-                            Ok((
-                                String::from_utf8_lossy(r.get_ref(0)?.as_bytes()?).into_owned(),
-                                r.get(1)?,
-                                r.get::<_, Option<u32>>(2)?.map(|w| (id, Some(w))),
-                            ))
-                        })?
-                        .collect::<rusqlite::Result<Vec<_>>>()?;
-                    let job_started: i64 = head.query_row([id], |r| r.get(2))?;
-                    outs.sort();
-                    jobs.push(JobPlan {
-                        id,
-                        step,
-                        started: started.unwrap_or(job_started),
-                        label: shell_join(&argv_from_blob(&argv)),
-                        inputs,
-                        outputs: outs,
-                    });
-                    continue;
-                }
-                let (label, started): (String, i64) = head.query_row([id], |r| {
-                    let name: Option<String> = r.get(0)?;
-                    let argv = argv_from_blob(r.get_ref(1)?.as_bytes()?);
-                    let argv = shell_join(&argv);
-                    Ok((
-                        match name {
-                            Some(n) => format!("[{n}] {argv}"),
-                            None => argv,
-                        },
-                        r.get(2)?,
-                    ))
-                })?;
-                let inputs = ins
-                    .query_map([id], |r| {
+        for ((id, step), mut outs) in outputs {
+            if let Some(seq) = step {
+                let (step_id, argv, started): (i64, Vec<u8>, Option<i64>) = step_head
+                    .query_row(params![id, seq], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+                let inputs = step_ins
+                    .query_map(params![id, step_id], |r| {
                         Ok((
                             String::from_utf8_lossy(r.get_ref(0)?.as_bytes()?).into_owned(),
                             r.get(1)?,
-                            None,
+                            r.get::<_, Option<u32>>(2)?.map(|w| (id, Some(w))),
                         ))
                     })?
                     .collect::<rusqlite::Result<Vec<_>>>()?;
+                let job_started: i64 = head.query_row([id], |r| r.get(2))?;
                 outs.sort();
                 jobs.push(JobPlan {
                     id,
-                    step: None,
-                    started,
-                    label,
+                    step,
+                    started: started.unwrap_or(job_started),
+                    label: shell_join(&argv_from_blob(&argv)),
                     inputs,
                     outputs: outs,
                 });
+                continue;
             }
-            // Producers before the jobs that read them.
-            jobs.sort_by_key(|j| (j.started, j.id, j.step));
-            Ok(StatusPlan {
-                last,
-                made,
-                jobs,
-                root: root.to_owned(),
-            })
-        };
-        read().map_err(|e| self.err(e))
+            let (label, started): (String, i64) = head.query_row([id], |r| {
+                let name: Option<String> = r.get(0)?;
+                let argv = argv_from_blob(r.get_ref(1)?.as_bytes()?);
+                let argv = shell_join(&argv);
+                Ok((
+                    match name {
+                        Some(n) => format!("[{n}] {argv}"),
+                        None => argv,
+                    },
+                    r.get(2)?,
+                ))
+            })?;
+            let inputs = ins
+                .query_map([id], |r| {
+                    Ok((
+                        String::from_utf8_lossy(r.get_ref(0)?.as_bytes()?).into_owned(),
+                        r.get(1)?,
+                        None,
+                    ))
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            outs.sort();
+            jobs.push(JobPlan {
+                id,
+                step: None,
+                started,
+                label,
+                inputs,
+                outputs: outs,
+            });
+        }
+        // Producers before the jobs that read them.
+        jobs.sort_by_key(|j| (j.started, j.id, j.step));
+        Ok(StatusPlan {
+            last,
+            made,
+            jobs,
+            root: root.to_owned(),
+        })
     }
+}
+
+/// The last writers of locations: the path, the job, the content it left.
+pub(super) type Writers = Vec<(String, i64, String)>;
+
+fn writer_from_row(r: &rusqlite::Row) -> rusqlite::Result<(String, i64, String)> {
+    Ok((
+        String::from_utf8_lossy(r.get_ref(0)?.as_bytes()?).into_owned(),
+        r.get(1)?,
+        r.get(2)?,
+    ))
+}
+
+/// A location's last record from a row of (path, role, job, blake3, sha256, size, ops).
+pub(super) fn last_from_row(r: &rusqlite::Row) -> rusqlite::Result<(String, Last)> {
+    let path = String::from_utf8_lossy(r.get_ref(0)?.as_bytes()?).into_owned();
+    let role: String = r.get(1)?;
+    let ops = Ops::parse(&r.get::<_, String>(6)?);
+    Ok((
+        path,
+        Last {
+            role: Role::parse(&role),
+            job: r.get(2)?,
+            hash: hash_from(r.get(3)?, r.get(4)?, r.get(5)?),
+            // The job moved or deleted the file itself: its absence is what was recorded.
+            gone: ops.contains(Ops::UNLINK) || (ops.contains(Ops::RENAME) && role == "input"),
+        },
+    ))
 }
 
 impl StatusPlan {
