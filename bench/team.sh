@@ -78,7 +78,7 @@ FILES_IN=$(psql_at "SELECT count(*) FROM job_files")
 LOCAL_JOBS=$(awk '{j += $1} END {print j}' "$W/written")
 echo "  team store: $JOBS_IN jobs (the nodes wrote $LOCAL_JOBS), $FILES_IN file records"
 psql_at "VACUUM ANALYZE" >/dev/null
-psql_at "SELECT 'bytes per file record: ' || round(pg_database_size('team')::numeric / $FILES_IN) || ' (whole database); job_files with its indexes: ' || round(pg_total_relation_size('job_files')::numeric / $FILES_IN) || '; database ' || pg_size_pretty(pg_database_size('team'))" | sed 's/^/  /'
+psql_at "SELECT 'bytes per file record: ' || round(pg_database_size('team')::numeric / $FILES_IN) || ' (whole database); the file records themselves (job_file_lists, job_file_s3): ' || round((pg_total_relation_size('job_file_lists') + pg_total_relation_size('job_file_s3'))::numeric / $FILES_IN) || '; database ' || pg_size_pretty(pg_database_size('team'))" | sed 's/^/  /'
 psql_at "SELECT relname || ' ' || pg_size_pretty(pg_total_relation_size(oid)) FROM pg_class WHERE relkind = 'r' AND relnamespace = 'public'::regnamespace ORDER BY pg_total_relation_size(oid) DESC LIMIT 6" | sed 's/^/    /'
 
 cd "$W/node0"
@@ -96,7 +96,7 @@ python3 "$REPO/bench/lib/compare.py" "$W/team.json" "$RUNS" \
     "roar --version (bare start)=$ROAR --version" \
     "lineage --remote (64-rank run)=$ROAR --remote origin lineage $TARGET" \
     "log --remote=$ROAR --remote origin log" >/dev/null
-# status reads every location's last record: seconds at this size, so fewer runs.
+# status walks upstream from the project's locations: seconds at this size, so fewer runs.
 python3 "$REPO/bench/lib/compare.py" "$W/status.json" "${STATUS_RUNS:-5}" \
     "status --remote=$ROAR --remote origin status" >/dev/null
 python3 - "$W/team.json" "$W/status.json" <<'PY'
