@@ -4,7 +4,8 @@
 //! The plan is read from the store first ([`Store::status_plan`]); the caller looks at the files
 //! it names (stat and hash cache, a read only when the identity changed) and hands back what it
 //! found ([`StatusPlan::evaluate`]). Only the last record of each location counts: a job whose
-//! every output was rewritten since by another job is history, not status.
+//! every output was rewritten since by another job is history, not status. Over a team store's
+//! mirror the plan is the project's own and what is upstream of it (`upstream.rs`).
 
 mod upstream;
 

@@ -1,11 +1,12 @@
 //! Jobs written into the team store's tables (schema.rs).
 //!
 //! A job is keyed by its `uid` (never by a local id); its rows hang off `jobs.seq`, the order in
-//! which the team store received jobs. Contents are keyed by blake3, packages by what they are.
-//! A batch is one `INSERT .. ON CONFLICT (uid) DO NOTHING` for its jobs, then one statement per
-//! table for the new jobs' rows: a job pushed twice, from two machines or by two pushers at once,
-//! is stored once. Shared rows (artifacts, blobs, packages) are inserted in sorted order before
-//! the jobs, so concurrent pushers never deadlock on them.
+//! which the team store received jobs; its file records are one row of arrays, their paths and
+//! contents in it. Diffs are keyed by blake3, packages by what they are. A batch is one
+//! `INSERT .. ON CONFLICT (uid) DO NOTHING` for its jobs, then one statement (or COPY) per table
+//! for the new jobs' rows: a job pushed twice, from two machines or by two pushers at once, is
+//! stored once. Shared rows (blobs, packages) are inserted in sorted order before the jobs, so
+//! concurrent pushers never deadlock on them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::ffi::OsStrExt;
