@@ -7,6 +7,7 @@
 //! every output was rewritten since by another job is history, not status. Over a team store's
 //! mirror the plan is the project's own and what is upstream of it (`upstream.rs`).
 
+mod held;
 mod upstream;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -19,6 +20,7 @@ use crate::error::Result;
 use crate::model::{argv_from_blob, ContentHash, Ops, Role};
 use crate::query::{hash_from, Store};
 use crate::quote::shell_join;
+use held::{held_outputs, StepsOf};
 
 /// What is at a location now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,7 +42,7 @@ pub(super) struct Last {
 }
 
 /// A job, or one of its steps (SEMANTICS.md "Steps"): what status judges.
-type Node = (i64, Option<u32>);
+pub(super) type Node = (i64, Option<u32>);
 
 #[derive(Debug, Clone)]
 struct JobPlan {
@@ -220,8 +222,23 @@ impl Store {
         writers: Writers,
         jobs: Option<&[i64]>,
     ) -> rusqlite::Result<StatusPlan> {
+        let steps = self.steps_among(jobs)?;
+        let (outputs, made) = held_outputs(&last, writers, &steps);
+        let mut jobs = self.job_plans(outputs)?;
+        // Producers before the jobs that read them.
+        jobs.sort_by_key(|j| (j.started, j.id, j.step));
+        Ok(StatusPlan {
+            last,
+            made,
+            jobs,
+            root: root.to_owned(),
+        })
+    }
+
+    /// For jobs with steps (among `jobs`, when given): the step that left each output's final
+    /// content, and every step.
+    fn steps_among(&self, jobs: Option<&[i64]>) -> rusqlite::Result<StepsOf> {
         let among = jobs.map(|j| serde_json::to_string(j).unwrap_or_default());
-        // For jobs with steps: the step that left each output's final content, and every step.
         let mut final_step: HashMap<(i64, String), u32> = HashMap::new();
         let mut stmt = self.conn.prepare(
             "SELECT s.job_id, s.seq, f.path FROM step_files f JOIN steps s ON s.id = f.step_id
@@ -242,44 +259,11 @@ impl Store {
         while let Some(r) = rows.next()? {
             seqs.entry(r.get(0)?).or_default().push(r.get(1)?);
         }
-        // The last writer of each location that still holds what it wrote (as far as the
-        // store knows: no later record shows other content there).
-        let mut outputs: BTreeMap<Node, Vec<String>> = BTreeMap::new();
-        let mut made = HashMap::new();
-        for (path, job, blake3) in writers {
-            let held = last
-                .get(&path)
-                .is_some_and(|l| !l.gone && l.hash.as_ref().is_some_and(|h| h.blake3 == blake3));
-            let node = (job, final_step.get(&(job, path.clone())).copied());
-            if held {
-                outputs.entry(node).or_default().push(path.clone());
-            }
-            made.insert(path, (node, blake3));
-        }
-        // Every last writer takes part, even one whose outputs were all moved on: a change
-        // upstream of it goes through it to the jobs that read what it made; so does every
-        // step of such a job (a change goes from step to step inside it).
-        for (node, _) in made.values() {
-            outputs.entry(*node).or_default();
-        }
-        let jobs_with_steps: Vec<i64> = outputs
-            .keys()
-            .map(|(job, _)| *job)
-            .filter(|job| seqs.contains_key(job))
-            .collect();
-        for job in jobs_with_steps {
-            for &seq in &seqs[&job] {
-                outputs.entry((job, Some(seq))).or_default();
-            }
-            // Outputs no step is known to have left stay with the step that is the job.
-            let whole = outputs.remove(&(job, None)).unwrap_or_default();
-            outputs.entry((job, Some(1))).or_default().extend(whole);
-        }
-        for (node, _) in made.values_mut() {
-            if node.1.is_none() && seqs.contains_key(&node.0) {
-                node.1 = Some(1);
-            }
-        }
+        Ok(StepsOf { final_step, seqs })
+    }
+
+    /// Each node's plan: its label, start, and inputs (with the content read), and `outputs`.
+    fn job_plans(&self, outputs: BTreeMap<Node, Vec<String>>) -> rusqlite::Result<Vec<JobPlan>> {
         let mut jobs = Vec::with_capacity(outputs.len());
         let mut head = self
             .conn
@@ -354,14 +338,7 @@ impl Store {
                 outputs: outs,
             });
         }
-        // Producers before the jobs that read them.
-        jobs.sort_by_key(|j| (j.started, j.id, j.step));
-        Ok(StatusPlan {
-            last,
-            made,
-            jobs,
-            root: root.to_owned(),
-        })
+        Ok(jobs)
     }
 }
 
