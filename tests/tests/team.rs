@@ -1027,15 +1027,20 @@ fn a_team_store_of_schema_1_is_migrated_and_reads_back_the_same() {
     );
 }
 
-/// Records one finished job in `p`'s store through the writer, started at `started_ns` (1 s
-/// long), writing `path` with `content` (a file record with no access times: the job's times
-/// stand for them).
-fn record_write(p: &Project, started_ns: i64, path: &std::path::Path, content: &[u8]) {
+/// Records one finished job in `p`'s store through the writer: `argv0`, started at `started_ns`
+/// (1 s long), with `files`.
+fn record_job(
+    p: &Project,
+    name: Option<&str>,
+    argv0: &str,
+    started_ns: i64,
+    files: Vec<FileRecord>,
+) {
     let writer = Writer::start(&p.path().join(".roar/roar.db")).unwrap();
     writer
         .record_job(JobRecord {
-            name: None,
-            argv: vec![OsString::from("make-model")],
+            name: name.map(str::to_owned),
+            argv: vec![OsString::from(argv0)],
             cwd: p.path().to_owned(),
             started_ns,
             ended_ns: Some(started_ns + 1_000_000_000),
@@ -1047,26 +1052,33 @@ fn record_write(p: &Project, started_ns: i64, path: &std::path::Path, content: &
             host: Some("node".into()),
             processes: Vec::new(),
             steps: Vec::new(),
-            files: vec![FileRecord {
-                role: Role::Output,
-                path: path.to_owned(),
-                hash: Some(ContentHash {
-                    blake3: blake3::hash(content).to_hex().to_string(),
-                    sha256: None,
-                    size: content.len() as u64,
-                }),
-                before: None,
-                ops: Ops::WRITE | Ops::CREATE,
-                first_ns: None,
-                last_ns: None,
-                s3: None,
-            }],
+            files,
             environment: None,
             uid: None,
             dist: None,
         })
         .unwrap();
     writer.flush().unwrap();
+}
+
+/// Records one finished job in `p`'s store, started at `started_ns`, writing `path` with
+/// `content` (a file record with no access times: the job's times stand for them).
+fn record_write(p: &Project, started_ns: i64, path: &std::path::Path, content: &[u8]) {
+    let file = FileRecord {
+        role: Role::Output,
+        path: path.to_owned(),
+        hash: Some(ContentHash {
+            blake3: blake3::hash(content).to_hex().to_string(),
+            sha256: None,
+            size: content.len() as u64,
+        }),
+        before: None,
+        ops: Ops::WRITE | Ops::CREATE,
+        first_ns: None,
+        last_ns: None,
+        s3: None,
+    };
+    record_job(p, None, "make-model", started_ns, vec![file]);
 }
 
 /// Records one job in `p`'s store with the fields a fleet's jobs leave empty: a ranged S3 read
@@ -1077,7 +1089,6 @@ fn record_s3_job(p: &Project) {
         sha256: Some(format!("{:064x}", content.len())),
         size: content.len() as u64,
     };
-    let writer = Writer::start(&p.path().join(".roar/roar.db")).unwrap();
     let file = |role, path: &str, ops| FileRecord {
         role,
         path: path.into(),
@@ -1099,28 +1110,13 @@ fn record_s3_job(p: &Project) {
     });
     let mut out = file(Role::Output, "/data/model.bin", Ops::WRITE | Ops::TRUNCATE);
     out.before = Some(hash(b"the model before"));
-    writer
-        .record_job(JobRecord {
-            name: Some("s3-reader".into()),
-            argv: vec![OsString::from("train")],
-            cwd: p.path().to_owned(),
-            started_ns: 1_700_000_000_000_000_000,
-            ended_ns: Some(1_700_000_001_000_000_000),
-            outcome: Outcome::Exited(0),
-            incomplete: false,
-            backend: "preload".into(),
-            git: None,
-            env: Default::default(),
-            host: Some("node".into()),
-            processes: Vec::new(),
-            steps: Vec::new(),
-            files: vec![read, out],
-            environment: None,
-            uid: None,
-            dist: None,
-        })
-        .unwrap();
-    writer.flush().unwrap();
+    record_job(
+        p,
+        Some("s3-reader"),
+        "train",
+        1_700_000_000_000_000_000,
+        vec![read, out],
+    );
 }
 
 /// A location's last record is the latest in time, not the last the team store received: a job

@@ -162,14 +162,9 @@ impl Store {
                  WHERE status = 'running' ORDER BY started_ns, id",
             )?;
             let rows = stmt.query_map([], |r| {
-                let name: Option<String> = r.get(1)?;
-                let argv = shell_join(&argv_from_blob(r.get_ref(2)?.as_bytes()?));
                 Ok(Unfinished {
                     job: r.get(0)?,
-                    label: match name {
-                        Some(n) => format!("[{n}] {argv}"),
-                        None => argv,
-                    },
+                    label: job_label(r.get(1)?, r.get_ref(2)?.as_bytes()?),
                     backend: r.get(3)?,
                     started_ns: r.get(4)?,
                     status: crate::model::live_status(
@@ -308,16 +303,7 @@ impl Store {
                 continue;
             }
             let (label, started): (String, i64) = head.query_row([id], |r| {
-                let name: Option<String> = r.get(0)?;
-                let argv = argv_from_blob(r.get_ref(1)?.as_bytes()?);
-                let argv = shell_join(&argv);
-                Ok((
-                    match name {
-                        Some(n) => format!("[{n}] {argv}"),
-                        None => argv,
-                    },
-                    r.get(2)?,
-                ))
+                Ok((job_label(r.get(0)?, r.get_ref(1)?.as_bytes()?), r.get(2)?))
             })?;
             let inputs = ins
                 .query_map([id], |r| {
@@ -339,6 +325,15 @@ impl Store {
             });
         }
         Ok(jobs)
+    }
+}
+
+/// How status names a job: `[NAME] ARGV` when it has a name, else its command line.
+fn job_label(name: Option<String>, argv: &[u8]) -> String {
+    let argv = shell_join(&argv_from_blob(argv));
+    match name {
+        Some(n) => format!("[{n}] {argv}"),
+        None => argv,
     }
 }
 
