@@ -60,11 +60,33 @@ impl Codec {
         }
     }
 
-    /// The decoded bytes of the block at `point`, alone.
+    /// The decoded bytes of the block at `point` from there (its start, or a point inside it).
     fn open(self, file: &Shared, point: &Point, check: Check) -> io::Result<Box<dyn Read + Send>> {
         match self {
             Codec::Xz => crate::xz::open(file, point.coff, &point.window, check),
-            Codec::Bz2 => crate::bz2::open(file, &point.window),
+            Codec::Bz2 => crate::bz2::open(file, &point.window, check),
+        }
+    }
+
+    /// The block at `point` decoded whole and verified, with the access points inside it
+    /// (bytes of the block before each, and its meta): bzip2 notes where its walk can restart.
+    fn decode_whole(self, file: &Shared, point: &Point) -> Decoded {
+        match self {
+            Codec::Xz => {
+                let mut out = Vec::new();
+                self.open(file, point, Check::Verify)?
+                    .read_to_end(&mut out)?;
+                Ok((out, Vec::new()))
+            }
+            Codec::Bz2 => crate::bz2::decode_whole(file, &point.window),
+        }
+    }
+
+    /// Whether `point` is where a block starts (not a point inside one).
+    pub fn starts_block(self, point: &Point) -> bool {
+        match self {
+            Codec::Xz => true,
+            Codec::Bz2 => crate::bz2::starts_block(&point.window),
         }
     }
 }
@@ -125,17 +147,29 @@ impl Scan {
         self.points
     }
 
-    /// The decoded bytes of the next block (at `point`): from the workers, or decoded here.
-    fn open_block(&mut self, point: &Point) -> io::Result<Box<dyn Read + Send>> {
-        match self.ahead.as_mut() {
-            Some(ahead) => Ok(Box::new(io::Cursor::new(ahead.next()?))),
-            None => self.codec.open(&self.file, point, Check::Verify),
-        }
+    /// The decoded bytes of the next block (at `point`): from the workers, or decoded here
+    /// (whole for bzip2, whose blocks are at most ~46 MB and note restart points as they
+    /// decode; streamed for xz, whose one block may be the whole file); with the access points
+    /// inside it.
+    fn open_block(&mut self, point: &Point) -> io::Result<(Box<dyn Read + Send>, Inner)> {
+        let (bytes, inner) = match self.ahead.as_mut() {
+            Some(ahead) => ahead.next()?,
+            None if self.codec == Codec::Bz2 => self.codec.decode_whole(&self.file, point)?,
+            None => {
+                return Ok((
+                    self.codec.open(&self.file, point, Check::Verify)?,
+                    Vec::new(),
+                ))
+            }
+        };
+        Ok((Box::new(io::Cursor::new(bytes)), inner))
     }
 }
 
-/// A block's decoded bytes, from a worker.
-type Decoded = io::Result<Vec<u8>>;
+/// Access points inside a block: the bytes of the block before each, and its meta.
+pub type Inner = Vec<(u64, Vec<u8>)>;
+/// A block's decoded bytes and the access points inside it, from a worker.
+type Decoded = io::Result<(Vec<u8>, Inner)>;
 /// A worker's job: a block's access point, and where its bytes go.
 type Job = (Point, mpsc::SyncSender<Decoded>);
 
@@ -162,12 +196,7 @@ impl Ahead {
                 let Ok((point, done)) = job else {
                     return;
                 };
-                let decoded = codec
-                    .open(&file, &point, Check::Verify)
-                    .and_then(|mut dec| {
-                        let mut out = Vec::new();
-                        dec.read_to_end(&mut out).map(|_| out)
-                    });
+                let decoded = codec.decode_whole(&file, &point);
                 // The scan may be gone (an error elsewhere): nothing is waiting then.
                 let _ = done.send(decoded);
             });
@@ -197,7 +226,7 @@ impl Ahead {
     }
 
     /// The next block's decoded bytes, in file order.
-    fn next(&mut self) -> io::Result<Vec<u8>> {
+    fn next(&mut self) -> Decoded {
         let result = self.pending.pop_front().ok_or_else(|| {
             io::Error::other("a block was asked for beyond the last one handed out")
         })?;
@@ -226,9 +255,16 @@ impl Read for Scan {
                 self.next += 1;
                 self.read.store(block.start_bit / 8, Ordering::Relaxed);
                 let point = point(block, self.uoff);
-                let dec = self.open_block(&point)?;
+                let (dec, inner) = self.open_block(&point)?;
                 self.cur = Some((dec, size, 0));
+                let inside = inner.into_iter().map(|(off, window)| Point {
+                    uoff: point.uoff + off,
+                    window,
+                    ..point.clone()
+                });
+                let inside: Vec<Point> = inside.collect();
                 self.points.push(point);
+                self.points.extend(inside);
             }
             let (dec, size, got) = self.cur.as_mut().expect("a block is open");
             let n = dec.read(out)?;
@@ -292,6 +328,8 @@ impl Cursor {
             };
             let n = dec.read(out)?;
             if n == 0 && !out.is_empty() {
+                // The block ended: on into the next one, past the points inside this one.
+                self.next = self.next_block();
                 self.dec = match self.points.get(self.next) {
                     Some(p) => Some(self.codec.open(&self.file, p, Check::Trust)?),
                     None => None,
@@ -304,17 +342,33 @@ impl Cursor {
         }
     }
 
+    /// The index of the first point from `next` on that starts a block.
+    fn next_block(&self) -> usize {
+        let rest = &self.points[self.next.min(self.points.len())..];
+        self.next
+            + rest
+                .iter()
+                .take_while(|p| !self.codec.starts_block(p))
+                .count()
+    }
+
     pub fn skip(&mut self, mut n: u64) -> io::Result<()> {
-        // Whole blocks are passed over without decoding: the next access point says where the
-        // stream is after them.
-        while let Some(p) = self.points.get(self.next) {
-            if p.uoff > self.uoff + n {
-                break;
-            }
-            n -= p.uoff - self.uoff;
-            self.uoff = p.uoff;
+        // Within the current block, decoding goes on (its symbols are decoded already); past
+        // its end, whole blocks are passed over without decoding: the last access point before
+        // the target says where the stream is there.
+        let target = self.uoff + n;
+        if self
+            .points
+            .get(self.next_block())
+            .is_some_and(|p| p.uoff <= target)
+        {
+            let last =
+                self.next + self.points[self.next..].partition_point(|p| p.uoff <= target) - 1;
+            let p = &self.points[last];
             self.dec = Some(self.codec.open(&self.file, p, Check::Trust)?);
-            self.next += 1;
+            self.uoff = p.uoff;
+            self.next = last + 1;
+            n = target - p.uoff;
         }
         if n == 0 {
             // Every read of a member read front to back: no buffer to allocate.

@@ -11,8 +11,9 @@
 
 use std::io::{self, Read};
 
-use crate::blocks::Block;
+use crate::blocks::{Block, Check, Inner};
 use crate::bytes::{read_at_retry, Bytes};
+use crate::bz2block::{self, Restart, Unsupported, Walk, RESTART_LEN};
 
 const BLOCK_MAGIC: u64 = 0x3141_5926_5359;
 const END_MAGIC: u64 = 0x1772_4538_5090;
@@ -189,38 +190,169 @@ impl Bits {
     }
 }
 
-/// The block whose meta is `meta`, decoded alone.
-pub fn open(file: &dyn Bytes, meta: &[u8]) -> io::Result<Box<dyn Read + Send>> {
-    if meta.len() != META {
-        return Err(bad("bzip2: the access point does not describe a block"));
-    }
-    let level = meta[0];
+/// Where a block is, from an access point's meta: its stream's level, its first and end bit,
+/// and the walk's state to start from when the point is inside the block.
+struct Located {
+    level: u8,
+    start: u64,
+    end: u64,
+    restart: Option<Restart>,
+}
+
+fn located(meta: &[u8]) -> io::Result<Located> {
+    let restart = match meta.len() {
+        META => None,
+        n if n == META + RESTART_LEN => Some(
+            Restart::from_bytes(&meta[META..])
+                .ok_or_else(|| bad("bzip2: the access point's restart is damaged"))?,
+        ),
+        _ => return Err(bad("bzip2: the access point does not describe a block")),
+    };
     let start = u64::from_le_bytes(meta[1..9].try_into().expect("8 bytes"));
     let end = u64::from_le_bytes(meta[9..17].try_into().expect("8 bytes"));
     if end < start + 80 || end - start > 8 * (64 << 20) {
         return Err(bad("bzip2: the access point describes no block"));
     }
-    let first = start / 8;
-    let mut src = vec![0u8; (end.div_ceil(8) - first) as usize + 1];
+    Ok(Located {
+        level: meta[0],
+        start,
+        end,
+        restart,
+    })
+}
+
+/// Whether the access point with this meta is a block's start (not a point inside one).
+pub fn starts_block(meta: &[u8]) -> bool {
+    meta.len() == META
+}
+
+/// The block's bytes from the byte its first bit is in (one byte more at the end, for the bit
+/// reader), and that bit's place in the first byte.
+fn block_bytes(file: &dyn Bytes, at: &Located) -> io::Result<(Vec<u8>, u32)> {
+    let first = at.start / 8;
+    let mut src = vec![0u8; (at.end.div_ceil(8) - first) as usize + 1];
     let n = read_at_retry(file, &mut src, first)?;
-    if (n as u64) < end.div_ceil(8) - first {
+    if (n as u64) < at.end.div_ceil(8) - first {
         return Err(bad("bzip2: the file ends inside a block"));
     }
-    let shift = (start % 8) as u32;
+    Ok((src, (at.start % 8) as u32))
+}
+
+/// The block whose meta is `meta`, decoded from the access point (its start, or a restart
+/// inside it). The file is read at once; the decoding waits for the first read.
+pub fn open(file: &dyn Bytes, meta: &[u8], check: Check) -> io::Result<Box<dyn Read + Send>> {
+    let at = located(meta)?;
+    let (src, shift) = block_bytes(file, &at)?;
+    Ok(Box::new(Block1 {
+        state: State::Compressed { src, shift, check },
+        at,
+    }))
+}
+
+/// A block decoded whole, with the walk's state noted inside it: its bytes, and the meta of each
+/// access point inside it with the bytes before that point. The codec checks the block's CRC.
+pub fn decode_whole(file: &dyn Bytes, meta: &[u8]) -> io::Result<(Vec<u8>, Inner)> {
+    let at = located(meta)?;
+    let (src, shift) = block_bytes(file, &at)?;
+    let mut out = Vec::new();
+    match bz2block::column(&src, shift, at.level).map_err(|e| named(&at, e))? {
+        Ok(col) => {
+            let mut walk = Walk::start(col, true, true);
+            walk.read_to_end(&mut out).map_err(|e| named(&at, e))?;
+            let inner = (walk.marks().into_iter())
+                .map(|(off, r)| (off, [&meta[..META], &r.to_bytes()[..]].concat()))
+                .collect();
+            Ok((out, inner))
+        }
+        Err(Unsupported) => {
+            library(&at, &src, shift).read_to_end(&mut out)?;
+            Ok((out, Vec::new()))
+        }
+    }
+}
+
+fn named(at: &Located, e: io::Error) -> io::Error {
+    bad(format!(
+        "bzip2: the block at bit {} does not decode ({e})",
+        at.start
+    ))
+}
+
+/// A block: its compressed bytes until the first read, then the decoding.
+struct Block1 {
+    state: State,
+    at: Located,
+}
+
+enum State {
+    Compressed {
+        src: Vec<u8>,
+        shift: u32,
+        check: Check,
+    },
+    Walking(Box<Walk>),
+    Library(Checked),
+    Failed,
+}
+
+impl Block1 {
+    fn decode(&mut self, src: &[u8], shift: u32, check: Check) -> io::Result<State> {
+        let col = bz2block::column(src, shift, self.at.level).map_err(|e| named(&self.at, e))?;
+        Ok(match (col, self.at.restart) {
+            (Ok(col), None) => {
+                State::Walking(Box::new(Walk::start(col, check == Check::Verify, false)))
+            }
+            (Ok(col), Some(r)) => State::Walking(Box::new(
+                Walk::resume(col, r).map_err(|e| named(&self.at, e))?,
+            )),
+            (Err(Unsupported), None) => State::Library(library(&self.at, src, shift)),
+            (Err(Unsupported), Some(_)) => {
+                return Err(bad(format!(
+                    "bzip2: the block at bit {} has a restart point but is randomised",
+                    self.at.start
+                )))
+            }
+        })
+    }
+}
+
+impl Read for Block1 {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if matches!(self.state, State::Compressed { .. }) {
+            if let State::Compressed { src, shift, check } =
+                std::mem::replace(&mut self.state, State::Failed)
+            {
+                self.state = self.decode(&src, shift, check)?;
+            }
+        }
+        match &mut self.state {
+            State::Walking(w) => w.read(buf).map_err(|e| named(&self.at, e)),
+            State::Library(l) => l.read(buf),
+            State::Compressed { .. } | State::Failed => Err(bad(format!(
+                "bzip2: the block at bit {} failed to decode before",
+                self.at.start
+            ))),
+        }
+    }
+}
+
+/// The block decoded by the library, as a one-block stream: the stream header, the block's bits
+/// shifted onto a byte, the end-of-stream magic and, as the stream's CRC, the block's own.
+fn library(at: &Located, src: &[u8], shift: u32) -> Checked {
     let mut bits = Bits::default();
     bits.out.extend_from_slice(b"BZh");
-    bits.out.push(level);
-    bits.copy(&src, shift, end - start);
+    bits.out.push(at.level);
+    bits.copy(src, shift, at.end - at.start);
     // The block's CRC follows its magic: a one-block stream's CRC is the block's.
     let mut crc = Bits::default();
-    crc.copy(&src, shift, 80);
+    crc.copy(src, shift, 80);
     let crc = u32::from_be_bytes(crc.out[6..10].try_into().expect("4 bytes"));
     bits.push(END_MAGIC, 48);
     bits.push(u64::from(crc), 32);
-    Ok(Box::new(Checked {
+    Checked {
         dec: bzip2::read::BzDecoder::new(io::Cursor::new(bits.out)),
-        start,
-    }))
+        start: at.start,
+    }
 }
 
 /// A block's decoder whose errors say which block could not be decoded.
@@ -260,6 +392,165 @@ mod tests {
                 assert_eq!(b.out, want.out, "shift {shift}, {n} bits");
             }
         }
+    }
+
+    /// splitmix64: seeded, no crate.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    /// Seeded data in the shapes bzip2's stages treat apart: random bytes (every move-to-front
+    /// position), text, runs of one byte of every length around the run-length stage's 4 and
+    /// its count's 255, stretches of zeros (long runs of RUNA/RUNB), a one-byte alphabet.
+    fn generated(rng: &mut Rng, len: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(len);
+        let words: Vec<Vec<u8>> = (0..50)
+            .map(|_| {
+                (0..1 + rng.below(8))
+                    .map(|_| b'a' + rng.below(26) as u8)
+                    .collect()
+            })
+            .collect();
+        let one_byte = rng.below(8) == 0;
+        while out.len() < len {
+            let n = 1 + rng.below(4_000) as usize;
+            match rng.below(if one_byte { 1 } else { 5 }) {
+                0 => out.extend(std::iter::repeat_n(b'x', 1 + rng.below(600) as usize)),
+                1 => out.extend((0..n).map(|_| rng.next() as u8)),
+                2 => (0..n / 4).for_each(|_| {
+                    out.extend_from_slice(&words[rng.below(50) as usize]);
+                    out.push(b' ');
+                }),
+                3 => out.extend(std::iter::repeat_n(0u8, n * 10)),
+                _ => {
+                    let b = rng.next() as u8;
+                    out.extend(std::iter::repeat_n(
+                        b,
+                        [3, 4, 5, 258, 259, 260][rng.below(6) as usize],
+                    ));
+                }
+            }
+        }
+        out.truncate(len);
+        out
+    }
+
+    fn compressed(data: &[u8], level: u32, dir: &std::path::Path) -> std::fs::File {
+        use std::io::Write;
+        let mut enc = bzip2::write::BzEncoder::new(Vec::new(), bzip2::Compression::new(level));
+        enc.write_all(data).unwrap();
+        let path = dir.join("f.bz2");
+        std::fs::write(&path, enc.finish().unwrap()).unwrap();
+        std::fs::File::open(&path).unwrap()
+    }
+
+    fn read_all(file: &std::fs::File, meta: &[u8], check: Check) -> io::Result<Vec<u8>> {
+        let mut out = Vec::new();
+        open(file, meta, check)?.read_to_end(&mut out)?;
+        Ok(out)
+    }
+
+    #[test]
+    fn every_block_decodes_to_the_input_from_its_start_and_from_every_restart_inside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let seeds = std::env::var("ROAR_BZ2_SEEDS").map_or(40, |v| v.parse().unwrap());
+        let (mut blocks_seen, mut restarts) = (0, 0);
+        for seed in 0..seeds {
+            let mut rng = Rng(seed);
+            let level = 1 + (seed % 9) as u32;
+            let len =
+                [1, 5, 1_000, 150_000, 400_000][rng.below(5) as usize] + rng.below(99) as usize;
+            let data = generated(&mut rng, len);
+            let f = compressed(&data, level, dir.path());
+            let mut base = 0;
+            for block in blocks(&f).unwrap() {
+                let (bytes, inner) = decode_whole(&f, &block.meta).unwrap();
+                let end = base + bytes.len();
+                assert!(
+                    bytes == data[base..end],
+                    "seed {seed}: block at {base} differs"
+                );
+                let streamed = read_all(&f, &block.meta, Check::Verify).unwrap();
+                assert!(
+                    streamed == bytes,
+                    "seed {seed}: block at {base} streamed differs"
+                );
+                for (off, meta) in inner {
+                    let from = read_all(&f, &meta, Check::Trust).unwrap();
+                    let want = &data[base + off as usize..end];
+                    assert!(
+                        from == want,
+                        "seed {seed}: restart {off} of the block at {base}"
+                    );
+                    restarts += 1;
+                }
+                base = end;
+                blocks_seen += 1;
+            }
+            assert_eq!(
+                base,
+                data.len(),
+                "seed {seed}: the blocks hold all the input"
+            );
+        }
+        assert!(
+            seeds < 40 || (blocks_seen > 40 && restarts > 40),
+            "{blocks_seen} blocks, {restarts} restarts"
+        );
+    }
+
+    #[test]
+    fn a_damaged_block_is_an_error_never_a_panic_or_other_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut rng = Rng(7);
+        let data: Vec<u8> = (0..300_000).map(|_| rng.next() as u8).collect();
+        let f = compressed(&data, 1, dir.path());
+        let path = dir.path().join("f.bz2");
+        let good = std::fs::read(&path).unwrap();
+        let list = blocks(&f).unwrap();
+        let mut starts = vec![0];
+        for block in &list {
+            let n = read_all(&f, &block.meta, Check::Verify).unwrap().len();
+            starts.push(starts.last().unwrap() + n);
+        }
+        let (mut errors, mut trials) = (0, 0);
+        for _ in 0..300 {
+            let mut bad = good.clone();
+            for _ in 0..1 + rng.below(2) {
+                // Past the stream header and the first block's magic: the index is the good
+                // file's, as a file changed under it would find.
+                let at = 10 + rng.below(bad.len() as u64 - 10) as usize;
+                bad[at] ^= 1 << rng.below(8);
+            }
+            std::fs::write(&path, &bad).unwrap();
+            let f = std::fs::File::open(&path).unwrap();
+            for (block, &base) in list.iter().zip(&starts) {
+                trials += 1;
+                let read = std::panic::catch_unwind(|| read_all(&f, &block.meta, Check::Verify));
+                let Ok(out) = read.expect("a damaged block panicked the decoder") else {
+                    errors += 1;
+                    continue;
+                };
+                assert!(
+                    out == data[base..base + out.len()],
+                    "damaged bytes passed as good"
+                );
+            }
+        }
+        assert!(list.len() >= 3, "{} blocks", list.len());
+        assert!(errors > 0 && errors < trials, "{errors} errors in {trials}");
     }
 
     #[test]

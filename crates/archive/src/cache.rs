@@ -12,7 +12,8 @@ use crate::scan::{Owner, Progress};
 use crate::{ArchiveError, Data, Format, Identity, Index, Kind, Member, Point, Stored};
 
 /// Bumped whenever what is stored changes meaning: an index of another version is rebuilt.
-const VERSION: i64 = 3;
+/// 4: tar.bz2 indexes hold restart points inside blocks (`bz2block`).
+const VERSION: i64 = 4;
 
 /// Whether [`open`] reused an index or built one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,6 +14,7 @@
 pub mod blocks;
 pub mod bytes;
 pub mod bz2;
+pub mod bz2block;
 pub mod cache;
 pub mod gz;
 pub mod inflate;
@@ -331,6 +332,12 @@ impl Index {
             .chain([end.saturating_sub(last.uoff)])
             .max()
             .unwrap_or(0)
+    }
+
+    /// The last access point at or before `uoff` for which `pred` holds.
+    pub fn point_before_where(&self, uoff: u64, pred: impl Fn(&Point) -> bool) -> Option<&Point> {
+        let i = self.points.partition_point(|p| p.uoff <= uoff);
+        self.points[..i].iter().rev().find(|p| pred(p))
     }
 
     /// The last access point at or before `uoff`.

@@ -34,7 +34,9 @@ const PARKED_BYTES: u64 = 64 << 20;
 /// 3.40 s with 64).
 fn parked_limit(index: &Index) -> usize {
     let per = match index.format {
-        Format::TarXz | Format::TarBz2 => index.longest_stretch(),
+        Format::TarXz => index.longest_stretch(),
+        // The inverse transform's table: 4 bytes per symbol, up to 900,000 symbols a block.
+        Format::TarBz2 => 3_600_000,
         Format::TarZst => 8 << 20,
         _ => 1 << 20,
     };
@@ -132,8 +134,16 @@ impl Source {
 
     /// Whether decoding on from `decoder` to `target` costs less than from the access point
     /// before `target`.
+    /// A decoder inside a block is reused anywhere later in it: opening at a point inside the
+    /// block would decode the block's symbols again, walking on from where it is does not.
     fn worth_reusing(&self, decoder: &Decoder, target: u64) -> bool {
-        let point = self.index.point_before(target).map_or(0, |p| p.uoff);
+        let point = match blocks::Codec::of(self.index.format) {
+            Some(codec) => self
+                .index
+                .point_before_where(target, |p| codec.starts_block(p)),
+            None => self.index.point_before(target),
+        }
+        .map_or(0, |p| p.uoff);
         let at = decoder.offset();
         at <= target && at >= point
     }
