@@ -2,7 +2,8 @@
 # Archives as datasets (issues 33, 63), the method of the ratarmount benchmark post: MEMBERS files
 # in a tar, tar.gz, tar.zst, tar.xz (one block, as `xz` alone writes it; and 1 MiB blocks, as
 # pixz and `xz -T0` do), tar.bz2 and zip (FORMATS picks some), READ of them picked at random and
-# md5summed, side by side with ratarmount
+# md5summed (SINGLE_BLOCK_READ of them, default 100, from the one-block tar.xz, which both tools
+# decode from its start for every read), side by side with ratarmount
 # (pip, in a venv cached outside the repository) and with the extracted files; interleaved,
 # page cache dropped before each measurement (root). Prints the first mount (index build) and
 # read times as ratios; bench/lib/archive_bench.py checks the three md5sum outputs are equal.
