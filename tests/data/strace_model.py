@@ -181,6 +181,12 @@ class Model:
         self.bind(new, a)
 
     def apply(self, call, args, ret, ret_path):
+        # strace -y shows the working directory of every *at call (`AT_FDCWD</dir>`); calls that
+        # take a plain path (unlink, rename, mkdir...) are resolved against the last one seen.
+        # Programs run one after another (a batch, each in its own directory) never run at once.
+        for a in args:
+            if a.startswith("AT_FDCWD<"):
+                self.cwd = fd_path(a) or self.cwd
         if call in ("open", "creat"):
             flags = parse_flags(args[1]) if call == "open" else O_WRONLY | 0o100 | 0o1000
             self.open(self.resolve(None, string(args[0])), flags, ret_path)

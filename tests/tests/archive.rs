@@ -590,6 +590,17 @@ fn bad_archives_and_mount_points_are_refused_in_one_line() {
         let bytes = std::fs::read(&made).unwrap();
         std::fs::write(&made, &bytes[..bytes.len() * 2 / 3]).unwrap();
     }
+    // Damaged inside: a byte in the middle of a bzip2 block changed (roar's own decoder reads it).
+    let flipped = p.path().join("flipped.tar.bz2");
+    run(Command::new("tar")
+        .arg("-jcf")
+        .arg(&flipped)
+        .arg("notes.txt")
+        .current_dir(p.path()));
+    let mut bytes = std::fs::read(&flipped).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x5a;
+    std::fs::write(&flipped, bytes).unwrap();
     let mut garbage = std::fs::read(p.path().join("ok.tar")).unwrap();
     garbage.truncate(1024);
     let mut bad: Vec<u8> = (0..512u32)
@@ -612,6 +623,7 @@ fn bad_archives_and_mount_points_are_refused_in_one_line() {
         (vec!["mount", "ok.tar"], "roar mount ARCHIVE DIR"),
         (vec!["mount", "damaged.tar.xz", "m"], "is damaged"),
         (vec!["mount", "damaged.tar.bz2", "m"], "is damaged"),
+        (vec!["mount", "flipped.tar.bz2", "m"], "is damaged"),
         (vec!["mount", "garbage.tar", "m"], "is damaged"),
     ] {
         let out = p.roar(&args);

@@ -22,6 +22,9 @@
 //! under each backend, 30 under all of them compared); the suite's seed is fixed, so its programs
 //! are a regression test; `ROAR_GEN_RANDOM=1` draws a new seed each run. The long mode is
 //! `ROAR_GEN_RANDOM=1 ROAR_GEN_PROGRAMS=10000 cargo test -p roar-tests --test generated -- --ignored`.
+//! Programs run `ROAR_GEN_BATCH` (25) to a job, each in its own directory, and to a `strace` run
+//! of the oracle: a job's start, its record and the model's start are paid per batch, not per
+//! program; a program that disagrees is shrunk alone.
 
 mod common;
 
@@ -550,11 +553,16 @@ fn b3(data: &[u8]) -> String {
     blake3::hash(data).to_hex().to_string()
 }
 
-/// What is wrong with `job`'s hashes, given the content its paths held before it (`before`).
-fn wrong_hashes(job: &serde_json::Value, before: &Before) -> Vec<String> {
+/// What is wrong with `job`'s hashes of the files of the program in `dir` (below it, and its
+/// script), given the content its paths held before it (`before`).
+fn wrong_hashes(job: &serde_json::Value, dir: &Path, before: &Before) -> Vec<String> {
     let mut wrong = Vec::new();
     for f in job["files"].as_array().into_iter().flatten() {
         let path = PathBuf::from(f["path"].as_str().unwrap());
+        if !path.starts_with(dir) && !before.content.contains_key(&path) {
+            // Another program's of the same batch, or the batch's driver.
+            continue;
+        }
         let hash = f["hash"]["blake3"].as_str();
         let role = f["role"].as_str().unwrap_or("");
         match role {
@@ -635,7 +643,7 @@ impl Seen {
     fn of(jobs: &[&serde_json::Value], dir: &Path, before: &Before) -> Seen {
         let mut seen = Seen::default();
         for job in jobs {
-            seen.wrong.extend(wrong_hashes(job, before));
+            seen.wrong.extend(wrong_hashes(job, dir, before));
             for f in job["files"].as_array().into_iter().flatten() {
                 let path = Path::new(f["path"].as_str().unwrap());
                 if let Ok(rel) = path.strip_prefix(dir) {
@@ -655,26 +663,75 @@ fn run_all(observer: Observer, programs: &[Program]) -> Vec<Seen> {
     match observer {
         Observer::Mount => run_mounted(programs),
         Observer::Run(backend) => run_traced(backend, programs),
-        Observer::Strace => programs.iter().map(oracle).collect(),
+        Observer::Strace => oracle(programs),
     }
 }
 
-/// What the oracle says of `p`: its files' roles as an independent model of SEMANTICS.md reads
-/// `strace -ff` of the program run bare (common::strace).
-fn oracle(p: &Program) -> Seen {
-    let root = tempfile::tempdir().unwrap();
-    let (dir, script) = (root.path().join("w"), root.path().join("prog.py"));
-    lay_out(p, &dir, &script);
-    let argv = [OsStr::new("python3"), script.as_os_str()];
-    let mut files: Vec<(String, String)> = common::strace::record(&dir, &argv)
-        .into_iter()
-        .map(|(role, name)| (name, role))
+/// Programs run one job at a time: `ROAR_GEN_BATCH` (default 25) of them one after another
+/// in one job, each in its own directory (a job's roles are per file, so a program's files get
+/// the roles they would get alone; what one program's files may share with another's in one
+/// job, an inode number freed and taken again, is what long jobs meet anyway). A program that
+/// disagrees is then shrunk alone.
+fn batch_size() -> usize {
+    std::env::var("ROAR_GEN_BATCH")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(25)
+}
+
+/// Lays out `programs` in `root` (`w{base + j}`, `prog_{base + j}.py`) and a shell script at
+/// `driver` running each in its directory, in order, stopping at the first that fails.
+fn lay_out_batch(
+    programs: &[Program],
+    base: usize,
+    root: &Path,
+    dirs: &Path,
+    driver: &Path,
+) -> Vec<Before> {
+    let mut sh = String::from("set -e\n");
+    let before = (programs.iter().enumerate())
+        .map(|(j, prog)| {
+            let i = base + j;
+            let (dir, script) = (
+                dirs.join(format!("w{i}")),
+                root.join(format!("prog_{i}.py")),
+            );
+            let before = lay_out(prog, &dir, &script);
+            writeln!(sh, "cd '{}'\npython3 '{}'", dir.display(), script.display()).unwrap();
+            before
+        })
         .collect();
-    files.sort();
-    Seen {
-        files,
-        wrong: Vec::new(),
+    std::fs::write(driver, sh).unwrap();
+    before
+}
+
+/// What the oracle says of `programs`: their files' roles as an independent model of
+/// SEMANTICS.md reads `strace -ff` of each batch run bare (common::strace).
+fn oracle(programs: &[Program]) -> Vec<Seen> {
+    let mut seen = Vec::new();
+    for batch in programs.chunks(batch_size()) {
+        let root = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(root.path()).unwrap();
+        let driver = root.join("batch.sh");
+        lay_out_batch(batch, 0, &root, &root, &driver);
+        let argv = [OsStr::new("sh"), driver.as_os_str()];
+        let all = common::strace::record(&root, &argv);
+        for j in 0..batch.len() {
+            let prefix = format!("w{j}/");
+            let mut files: Vec<(String, String)> = (all.iter())
+                .filter_map(|(role, name)| {
+                    Some((name.strip_prefix(&prefix)?.to_owned(), role.clone()))
+                })
+                .collect();
+            files.sort();
+            seen.push(Seen {
+                files,
+                wrong: Vec::new(),
+            });
+        }
     }
+    seen
 }
 
 /// The programs whose hashes are wrong, by index.
@@ -690,60 +747,70 @@ fn run_traced(backend: &str, programs: &[Program]) -> Vec<Seen> {
     let p = Project::new();
     let root = std::fs::canonicalize(p.path()).unwrap();
     let mut seen = Vec::new();
-    for (i, prog) in programs.iter().enumerate() {
-        let (dir, script) = (
-            root.join(format!("w{i}")),
-            root.join(format!("prog_{i}.py")),
-        );
-        let before = lay_out(prog, &dir, &script);
+    for (k, batch) in programs.chunks(batch_size()).enumerate() {
+        let base = k * batch_size();
+        let driver = root.join(format!("batch_{base}.sh"));
+        let before = lay_out_batch(batch, base, &root, &root, &driver);
         // Files there before the job are older than its first clock tick (an open with O_CREAT
         // leaves it to the ctime to say whether what it found predates the job: SEMANTICS.md).
         std::thread::sleep(std::time::Duration::from_millis(12));
         let out = p
-            .cmd(["run", "--tracer", backend, "--", "python3"])
-            .arg(&script)
-            .current_dir(&dir)
+            .cmd(["run", "--tracer", backend, "--", "sh"])
+            .arg(&driver)
+            .current_dir(&root)
             .output()
             .unwrap();
         assert!(out.status.success(), "{backend}: {}", stderr(&out));
-        seen.push(Seen::of(&[&p.last_job()], &dir, &before));
+        let job = p.last_job();
+        for (j, before) in before.iter().enumerate() {
+            seen.push(Seen::of(
+                &[&job],
+                &root.join(format!("w{}", base + j)),
+                before,
+            ));
+        }
     }
     seen
 }
 
 fn run_mounted(programs: &[Program]) -> Vec<Seen> {
     let scripts = tempfile::tempdir().unwrap();
+    let scripts = std::fs::canonicalize(scripts.path()).unwrap();
     let mut before = Vec::new();
     let mut m = Mounted::new(|data| {
-        for (i, prog) in programs.iter().enumerate() {
-            let script = scripts.path().join(format!("prog_{i}.py"));
-            before.push(lay_out(prog, &data.join(format!("w{i}")), &script));
+        for (k, batch) in programs.chunks(batch_size()).enumerate() {
+            let base = k * batch_size();
+            let driver = scripts.join(format!("batch_{base}.sh"));
+            // Laid out in the directory the mount goes over: the driver's paths are the mount's.
+            before.extend(lay_out_batch(batch, base, &scripts, data, &driver));
         }
     });
-    for i in 0..programs.len() {
-        let script = scripts.path().join(format!("prog_{i}.py"));
-        let status = Command::new("python3")
-            .arg(&script)
-            .current_dir(m.data.join(format!("w{i}")))
+    for k in 0..programs.len().div_ceil(batch_size()) {
+        let base = k * batch_size();
+        let driver = scripts.join(format!("batch_{base}.sh"));
+        let status = Command::new("sh")
+            .arg(&driver)
             .process_group(0)
             .status()
             .unwrap();
-        assert!(status.success(), "program {i} failed on the mount");
+        assert!(status.success(), "batch {base} failed on the mount");
     }
     m.unmount();
     let jobs = m.jobs();
+    let drivers: Vec<PathBuf> = (0..programs.len())
+        .map(|i| scripts.join(format!("batch_{}.sh", i / batch_size() * batch_size())))
+        .collect();
     before
         .iter()
         .enumerate()
         .map(|(i, before)| {
-            let script = scripts.path().join(format!("prog_{i}.py"));
-            // A program that touched nothing under the mount has no job.
+            // A batch that touched nothing under the mount has no job.
             let mine: Vec<&serde_json::Value> = jobs
                 .iter()
                 .filter(|j| {
                     j["argv"]
                         .as_array()
-                        .is_some_and(|a| a.iter().any(|x| x.as_str() == script.to_str()))
+                        .is_some_and(|a| a.iter().any(|x| x.as_str() == drivers[i].to_str()))
                 })
                 .collect();
             Seen::of(&mine, &m.data.join(format!("w{i}")), before)
@@ -1119,7 +1186,12 @@ fn agree(all: &[Program], label: &str) {
     let mut seen: HashMap<Observer, Vec<Seen>> = HashMap::new();
     for &(a, b) in &pairs {
         for o in [a, b] {
-            seen.entry(o).or_insert_with(|| run_all(o, all));
+            seen.entry(o).or_insert_with(|| {
+                let t = std::time::Instant::now();
+                let seen = run_all(o, all);
+                eprintln!("{o:?}: {:.1} s", t.elapsed().as_secs_f64());
+                seen
+            });
         }
         let (x, y) = (&seen[&a], &seen[&b]);
         for (i, (p, q)) in x.iter().zip(y).enumerate() {

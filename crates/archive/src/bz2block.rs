@@ -364,7 +364,9 @@ fn symbols(
             left = GROUP;
         }
         left -= 1;
-        bits.refill();
+        if bits.have < MAX_CODE {
+            bits.refill();
+        }
         let sym = table.decode(bits)?;
         if sym == RUN_A || sym == RUN_B {
             if run_bit > 1 << 21 {
