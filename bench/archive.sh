@@ -34,16 +34,18 @@ done
 rm -rf "$W" && mkdir -p "$W/p"
 cd "$W/p"
 "$ROAR" init > /dev/null
-echo "== $MEMBERS members (half text-like, half random bytes; 4-200 KiB)"
-python3 - "$MEMBERS" <<'PY'
+# Member sizes: MIN_KIB to MAX_KIB (4-200 by default; the seed's own set is ~50,000 of ~12 KB).
+MIN_KIB="${MIN_KIB:-4}" MAX_KIB="${MAX_KIB:-200}"
+echo "== $MEMBERS members (half text-like, half random bytes; $MIN_KIB-$MAX_KIB KiB)"
+python3 - "$MEMBERS" "$MIN_KIB" "$MAX_KIB" <<'PY'
 import os, random, sys
-n = int(sys.argv[1])
+n, lo, hi = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 rng = random.Random(33)
 words = [bytes(rng.choice(b"abcdefghij ,.0123456789") for _ in range(rng.randint(3, 9))) for _ in range(500)]
 for i in range(n):
     d = f"src/shard-{i % 100:03d}"
     os.makedirs(d, exist_ok=True)
-    size = rng.randint(4 << 10, 200 << 10)
+    size = rng.randint(lo << 10, hi << 10)
     if i % 2:
         data = rng.randbytes(size)
     else:

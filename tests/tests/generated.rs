@@ -1153,6 +1153,20 @@ fn shrunk_programs_the_generator_found_give_every_observer_the_same_record() {
                 Op::Unlink { name: 1 },
             ],
         },
+        // A file renamed onto a name the job had linked: a read there is the moved file's, not
+        // the link source's (preload read f1 through f3; seed 1796058406997819105, program 13).
+        Program {
+            before: vec![(1, vec![b'a']), (d1g1, vec![b'b'])],
+            ops: vec![
+                Op::Link { from: 1, to: 3 },
+                Op::Rename { from: d1g1, to: 3 },
+                Op::Hold {
+                    slot: 2,
+                    name: 3,
+                    mode: Mode::Read,
+                },
+            ],
+        },
         // A symbolic link renamed (the mount reports it as `roar run` does).
         Program {
             before: Vec::new(),

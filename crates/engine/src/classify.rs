@@ -960,6 +960,10 @@ impl Rules {
         if rename && src.as_ref().is_some_and(|s| !s.job_made && !s.reads_prior) && !ignored_to {
             self.landed.insert(to.to_owned(), from.to_owned());
         }
+        if rename {
+            // The name now holds the moved file: no longer another name of one the job linked.
+            self.drop_alias(to);
+        }
         let Some(dst) = self.paths.get(to, ts, cx.ignore) else {
             return;
         };
@@ -985,6 +989,14 @@ impl Rules {
         dst.job_made = true;
         if src.is_some_and(|s| s.ops.contains(Ops::CREATE)) {
             dst.ops.insert(Ops::CREATE);
+        }
+    }
+
+    /// `name` stops being a name the job gave a file by linking (a rename put another file there).
+    fn drop_alias(&mut self, name: &Path) {
+        let first = self.paths.state_mut(name).and_then(|st| st.alias_of.take());
+        if let Some(names) = first.and_then(|first| self.links.get_mut(&first)) {
+            names.retain(|n| n != name);
         }
     }
 
@@ -1358,6 +1370,43 @@ mod tests {
             );
             assert!(o.ops.contains(Ops::WRITE) && a.ops.contains(Ops::WRITE));
         }
+    }
+
+    #[test]
+    fn a_read_of_a_linked_name_a_file_was_renamed_onto_is_not_the_link_s_source() {
+        // `ln f1 f3; mv g f3; cat f3`: f3 holds g's file, not f1's (found by the generator,
+        // seed 1796058406997819105: an observer reporting no identity for g read f1 through f3).
+        let d = Path::new("/nonexistent-roar-test");
+        let (f1, f3, g) = (d.join("f1"), d.join("f3"), d.join("g"));
+        let events = [
+            Event::Link {
+                pid: 1,
+                from: f1.clone(),
+                to: f3.clone(),
+                ts_ns: 110,
+            },
+            Event::Rename {
+                pid: 1,
+                from: g.clone(),
+                to: f3.clone(),
+                ts_ns: 120,
+            },
+            Event::Open {
+                pid: 1,
+                path: f3.clone(),
+                flags: libc::O_RDONLY,
+                stat: None,
+                ts_ns: 130,
+            },
+        ];
+        let c = classify(&events, 100, &Ignore::new(&[]));
+        let st = |p: &Path| c.paths.iter().find(|(q, _)| q == p).map(|(_, s)| s.clone());
+        assert!(
+            st(&f1).is_none_or(|s| !s.reads_prior),
+            "f1 was not read: {:?}",
+            st(&f1)
+        );
+        assert!(st(&g).unwrap().reads_prior, "g's file was consumed");
     }
 
     #[test]
