@@ -1,13 +1,14 @@
-//! bzip2 with random access by blocks. Every bzip2 block (100–900 kB of input) decodes on its
-//! own, but blocks start at any bit, marked only by a 48-bit magic number (and the stream's end
-//! by another), with no index: the file is searched for both magics at every bit offset
-//! (`memchr`'s SIMD search for the five bytes a magic fixes at each of the eight shifts, then
-//! the bits at either end checked). A block is decoded alone as a one-block stream: the stream
-//! header, the block's bits shifted onto a byte, the end-of-stream magic and, as the stream's
-//! CRC, the block's own — so the codec checks every block it decodes, and a magic number that
-//! merely occurs inside compressed data (about once in 2^48 bits) cannot pass for a block
-//! boundary unnoticed: the block it would cut fails its check. Concatenated streams (pbzip2,
-//! lbzip2) are followed from one to the next.
+//! bzip2 with random access by blocks, and inside them. Every bzip2 block (100–900 kB of input)
+//! decodes on its own, but blocks start at any bit, marked only by a 48-bit magic number (and
+//! the stream's end by another), with no index: the file is searched for both magics at every
+//! bit offset (`memchr`'s SIMD search for the five bytes a magic fixes at each of the eight
+//! shifts, then the bits at either end checked). A block is decoded by [`crate::bz2block`],
+//! which on the index pass checks it against its CRC — so a magic number that merely occurs
+//! inside compressed data (about once in 2^48 bits) cannot pass for a block boundary unnoticed:
+//! the block it would cut fails its check — and notes where its inverse transform can restart
+//! (access points inside the block, whose meta is the block's plus a [`Restart`]). Randomised
+//! blocks go to the library as a one-block stream written around the block's bits.
+//! Concatenated streams (pbzip2, lbzip2) are followed from one to the next.
 
 use std::io::{self, Read};
 
@@ -243,7 +244,7 @@ fn block_bytes(file: &dyn Bytes, at: &Located) -> io::Result<(Vec<u8>, u32)> {
 pub fn open(file: &dyn Bytes, meta: &[u8], check: Check) -> io::Result<Box<dyn Read + Send>> {
     let at = located(meta)?;
     let (src, shift) = block_bytes(file, &at)?;
-    Ok(Box::new(Block1 {
+    Ok(Box::new(OneBlock {
         state: State::Compressed { src, shift, check },
         at,
     }))
@@ -279,7 +280,7 @@ fn named(at: &Located, e: io::Error) -> io::Error {
 }
 
 /// A block: its compressed bytes until the first read, then the decoding.
-struct Block1 {
+struct OneBlock {
     state: State,
     at: Located,
 }
@@ -295,7 +296,7 @@ enum State {
     Failed,
 }
 
-impl Block1 {
+impl OneBlock {
     fn decode(&mut self, src: &[u8], shift: u32, check: Check) -> io::Result<State> {
         let col = bz2block::column(src, shift, self.at.level).map_err(|e| named(&self.at, e))?;
         Ok(match (col, self.at.restart) {
@@ -316,7 +317,7 @@ impl Block1 {
     }
 }
 
-impl Read for Block1 {
+impl Read for OneBlock {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if matches!(self.state, State::Compressed { .. }) {
             if let State::Compressed { src, shift, check } =

@@ -43,8 +43,9 @@ impl std::fmt::Display for Unsupported {
 
 impl std::error::Error for Unsupported {}
 
+/// What is wrong, said inside [`crate::bz2`]'s "the block at bit N does not decode (...)".
 fn bad(what: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, format!("bzip2: {what}"))
+    io::Error::new(io::ErrorKind::InvalidData, what.to_owned())
 }
 
 /// Bits read most significant first, from a bit offset of a byte slice; past its end, zeros

@@ -133,9 +133,8 @@ impl Source {
     }
 
     /// Whether decoding on from `decoder` to `target` costs less than from the access point
-    /// before `target`.
-    /// A decoder inside a block is reused anywhere later in it: opening at a point inside the
-    /// block would decode the block's symbols again, walking on from where it is does not.
+    /// before `target`. A decoder inside a bzip2 block is reused anywhere later in the block:
+    /// opening at a point inside it would decode the block's symbols again, walking on does not.
     fn worth_reusing(&self, decoder: &Decoder, target: u64) -> bool {
         let point = match blocks::Codec::of(self.index.format) {
             Some(codec) => self
