@@ -667,8 +667,8 @@ fn run_all(observer: Observer, programs: &[Program]) -> Vec<Seen> {
     }
 }
 
-/// Programs run one job at a time: `ROAR_GEN_BATCH` (default 25) of them one after another
-/// in one job, each in its own directory (a job's roles are per file, so a program's files get
+/// How many programs run in one job (`ROAR_GEN_BATCH`, default 25): one after another, each in
+/// its own directory (a job's roles are per file, so a program's files get
 /// the roles they would get alone; what one program's files may share with another's in one
 /// job, an inode number freed and taken again, is what long jobs meet anyway). A program that
 /// disagrees is then shrunk alone.
