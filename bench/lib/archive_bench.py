@@ -4,8 +4,8 @@
 usage: archive_bench.py W ROAR RATARMOUNT ROUNDS
 
 W holds a roar project `p/` with the archives ARCHIVES names (data.tar, data.tar.gz, ...) made
-from `p/src/` (the extraction), and `members.txt` (the members to read, one per line; the first SINGLE_BLOCK_READ of them, default 100, for
-`data.tar.xz`, one xz block). For each
+from `p/src/` (the extraction), and `members.txt` (the members to read, one per line; the first
+SINGLE_BLOCK_READ of them, default 100, for `data.tar.xz`, one xz block). For each
 archive, interleaved in
 shuffled order each round, with the page cache dropped before every measurement:
 - first mount: the index built from nothing (roar's index deleted; ratarmount --recreate-index),

@@ -22,7 +22,7 @@ pub fn record(dir: &Path, argv: &[&OsStr]) -> Vec<(String, String)> {
     let log = logs.path().join("log");
     let st = Command::new("strace")
         // --seccomp-bpf: only the calls traced stop the program (a Python start makes thousands
-        // of others), 10x faster for the generator's programs.
+        // of others): the generator's oracle in half the time.
         .args([
             "-ff",
             "--seccomp-bpf",
