@@ -205,31 +205,23 @@ fn reserve(file: &File, size: usize) -> io::Result<bool> {
 
 impl Journal {
     /// Creates the journal `name` in `dir` (made 0700 if missing), written by `writer`, and
-    /// takes its lock for this process's lifetime. The file is made under a name recoveries pass
-    /// over (`.NAME.journal.new`) and renamed into place only once locked and headed: a journal
-    /// under its own name is never one whose writer has not locked it yet, so a recovery that
-    /// finds it unlocked knows its writer is gone (before, a recovery running in the instant
-    /// between the file's making and its lock took a live run's empty journal for a dead one's
-    /// and removed it, and the run journaled into an unlinked file).
+    /// takes its lock for this process's lifetime. A journal under its own name is never one
+    /// whose writer has not locked and headed it yet, so a recovery that finds it unlocked knows
+    /// its writer is gone (before, a recovery running in the instant between the file's making
+    /// and its lock took a live run's empty journal for a dead one's and removed it). The file
+    /// is made without a name (`O_TMPFILE`) and linked into place once locked and headed: a
+    /// writer killed before that leaves nothing behind. Where the filesystem cannot make
+    /// unnamed files, it is made as `.NAME.journal.new`, which recoveries pass over (and remove
+    /// once stale), and renamed into place.
     pub fn create(dir: &Path, name: &str, writer: Writer) -> io::Result<Journal> {
         let path = dir.join(format!("{name}.journal"));
-        let new = dir.join(format!(".{name}.journal{NEW}"));
-        let open = || {
-            std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_CLOEXEC)
-                .open(&new)
-        };
-        // The directory is made only when missing: one system call less on every run.
-        let file = match open() {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                make_dir(dir)?;
-                open()?
+        let (file, new) = match with_dir(dir, || unnamed(dir)) {
+            Ok(file) => (file, None),
+            Err(e) if unnamed_unsupported(&e) => {
+                let new = dir.join(format!(".{name}.journal{NEW}"));
+                (with_dir(dir, || open_new(&new))?, Some(new))
             }
-            other => other?,
+            Err(e) => return Err(e),
         };
         lock(&file, true)?;
         // The header is written before the file grows: a writer killed in between leaves a
@@ -238,7 +230,10 @@ impl Journal {
         head.extend_from_slice(MAGIC);
         head.push(writer as u8);
         (&file).write_all(&head)?;
-        std::fs::rename(&new, &path)?;
+        match new {
+            Some(new) => std::fs::rename(&new, &path)?,
+            None => name_unnamed(&file, &path)?,
+        }
         Ok(Journal {
             path,
             file: Mutex::new(Appender::new(file, head.len())),
@@ -487,6 +482,75 @@ impl std::fmt::Debug for Journaled {
             .field("journal", &self.journal)
             .finish_non_exhaustive()
     }
+}
+
+/// `open()`, with `dir` made (0700) first where it is missing: one system call less on every
+/// run than making it every time.
+fn with_dir(dir: &Path, open: impl Fn() -> io::Result<File>) -> io::Result<File> {
+    match open() {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            make_dir(dir)?;
+            open()
+        }
+        other => other,
+    }
+}
+
+/// A new file in `dir` without a name (`O_TMPFILE`), readable and writable by its owner only.
+fn unnamed(dir: &Path) -> io::Result<File> {
+    if !Path::new("/proc/self/fd").is_dir() {
+        // It could not be named (`name_unnamed`).
+        return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+    }
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
+        .open(dir)
+}
+
+/// The errors of a filesystem (or kernel) that cannot make unnamed files, or cannot name them
+/// (`/proc` absent).
+fn unnamed_unsupported(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL)
+    )
+}
+
+/// A new file at `path` (which must not exist), readable and writable by its owner only.
+fn open_new(path: &Path) -> io::Result<File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// Gives the unnamed `file` the name `path` (which must not exist), through its
+/// `/proc/self/fd` link: `linkat` with `AT_EMPTY_PATH` would need `CAP_DAC_READ_SEARCH`.
+fn name_unnamed(file: &File, path: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let from = std::ffi::CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        .map_err(io::Error::other)?;
+    let to = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    // SAFETY: both strings are NUL-terminated and outlive the call; the descriptor is ours.
+    let r = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn make_dir(dir: &Path) -> io::Result<()> {

@@ -539,3 +539,36 @@ fn a_journal_being_made_is_never_taken_for_an_orphan() {
     assert!(orphans(other.path()).is_empty());
     assert!(other.path().join(".dead.journal.new").exists());
 }
+
+#[test]
+fn a_journal_is_never_seen_before_it_is_headed() {
+    // A writer killed at any moment leaves either nothing or a headed journal under its own
+    // name: the directory never shows a file in between (where the filesystem makes unnamed
+    // files, as the ones tests run on do).
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let seen = std::thread::scope(|s| {
+        let watcher = s.spawn(|| {
+            let mut seen = std::collections::BTreeSet::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for e in std::fs::read_dir(dir.path()).unwrap().flatten() {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    let headed = std::fs::read(e.path()).is_ok_and(|b| b.len() >= MAGIC.len() + 1);
+                    if !name.ends_with(".journal") || !headed {
+                        seen.insert(name);
+                    }
+                }
+            }
+            seen
+        });
+        for i in 0..500 {
+            let j = Journal::create(dir.path(), &format!("j{i}"), Writer::Run).unwrap();
+            let mode = std::fs::metadata(j.path()).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "{}", j.path().display());
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        watcher.join().unwrap()
+    });
+    assert!(seen.is_empty(), "seen before it was headed: {seen:?}");
+}
