@@ -1167,6 +1167,16 @@ fn shrunk_programs_the_generator_found_give_every_observer_the_same_record() {
                 },
             ],
         },
+        // A file deleted below a directory then moved: the deletion names where the file was
+        // (preload named it below the new name; seed 1796058406997819105, program 300).
+        Program {
+            before: vec![(d0g0, vec![b'x'; 10]), (d0g1, vec![b'a'; 10])],
+            ops: vec![
+                Op::Read { name: d0g0 },
+                Op::Unlink { name: d0g1 },
+                Op::RenameDir { from: 0, to: 1 },
+            ],
+        },
         // A symbolic link renamed (the mount reports it as `roar run` does).
         Program {
             before: Vec::new(),

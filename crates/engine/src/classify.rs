@@ -96,6 +96,12 @@ impl PathState {
         }
     }
 
+    /// Whether the path records the deletion of a file that was there before the job: nothing
+    /// is there now, and what was is gone.
+    pub fn deleted(&self) -> bool {
+        !self.exists && matches!(self.path_use().records().1, Some(Made::Deleted))
+    }
+
     /// The records the path gets, each with the version whose content it names (every observer
     /// records a path by these; only where the content comes from is its own).
     pub fn roles(&self) -> impl Iterator<Item = (Role, Version)> {
@@ -259,7 +265,8 @@ impl Paths {
             let Ok(rest) = p.strip_prefix(from) else {
                 continue;
             };
-            if rest.as_os_str().is_empty() || st.is_none() {
+            if rest.as_os_str().is_empty() || st.as_ref().is_none_or(PathState::deleted) {
+                // A deletion names where the file was: gone, it did not move.
                 continue;
             }
             let new = to.join(rest);
@@ -1892,5 +1899,51 @@ mod tests {
         // Untouched after the move: the file there at the end is what the move put there.
         let c = classify(&events[..3], 100, &Ignore::new(&[]));
         assert_eq!(c.paths.iter().flat_map(|(_, st)| st.roles()).count(), 0);
+    }
+
+    /// Found by the generator: `rm d0/g1; mv d0 d1` — a file deleted below a directory the job
+    /// then moved. The deletion names where the file was: it did not move with the directory
+    /// (it was gone); what the job read below it did, and is named where it is now.
+    #[test]
+    fn a_deletion_below_a_moved_directory_stays_where_the_file_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let (d0, d1) = (dir.path().join("d0"), dir.path().join("d1"));
+        std::fs::create_dir(&d1).unwrap();
+        std::fs::write(d1.join("g0"), "read").unwrap();
+        let events = [
+            open_as(&d0.join("g0"), libc::O_RDONLY, 2, 101),
+            Event::Unlink {
+                pid: 1,
+                path: d0.join("g1"),
+                ts_ns: 102,
+            },
+            mv(&d0, &d1, 103),
+        ];
+        for by_event in [true, false] {
+            let c = if by_event {
+                classify(&events, 100, &Ignore::new(&[]))
+            } else {
+                let mut r = Rules::default();
+                for e in &events[..2] {
+                    r.apply(&cx(), e);
+                }
+                r.moved_dir(&d0, &d1);
+                r.finish()
+            };
+            let mut roles: Vec<(PathBuf, Role, Version)> = c
+                .paths
+                .iter()
+                .flat_map(|(p, st)| st.roles().map(move |(role, v)| (p.clone(), role, v)))
+                .collect();
+            roles.sort_by_key(|(p, ..)| p.clone());
+            assert_eq!(
+                roles,
+                [
+                    (d0.join("g1"), Role::Output, Version::Gone),
+                    (d1.join("g0"), Role::Input, Version::Prior),
+                ],
+                "by event: {by_event}"
+            );
+        }
     }
 }
