@@ -163,6 +163,21 @@ fn tell(conn: &std::os::unix::net::UnixStream, words: &[&[u8]]) -> io::Result<()
     (&*conn).write_all(&msg)
 }
 
+/// Tells the helper where the run's journal is: should this roar die, the helper follows the
+/// command into it.
+fn tell_journal(conn: &std::os::unix::net::UnixStream, keep: &Keep) {
+    if let (Some(journal), Some(config)) = (keep.journal_path(), keep.config()) {
+        let _ = tell(
+            conn,
+            &[
+                b"keep",
+                journal.as_os_str().as_bytes(),
+                config.as_os_str().as_bytes(),
+            ],
+        );
+    }
+}
+
 /// An eventfd the waiter thread signals once the command and all its descendants are gone.
 struct Done(i32);
 
@@ -190,21 +205,31 @@ impl Drop for Done {
     }
 }
 
-pub fn run(
-    argv: &[OsString],
-    env: &crate::EnvChanges,
-    tap: &Tap,
-    keep: &Keep,
-) -> Result<Traced, TraceError> {
-    let ring_kb = ring_kb()?;
+/// The programs a run records through: leased from the resident helper, or loaded and attached
+/// by this run (`local`, kept until the run ends).
+struct Programs<'o> {
+    maps: Maps,
+    key: RunKey,
+    ring: MapHandle,
+    helper: Option<std::os::unix::net::UnixStream>,
+    _local: Option<(skel::RoarSkel<'o>, Vec<libbpf_rs::Link>)>,
+}
+
+fn programs(
+    obj: &mut MaybeUninit<libbpf_rs::OpenObject>,
+    ring_kb: u32,
+) -> Result<Programs<'_>, TraceError> {
     let t_load = Instant::now();
-    let mut obj = MaybeUninit::uninit();
-    // Loaded and attached here only without a helper; kept until the run ends.
-    let mut _local = None;
-    let (maps, key, own_ring, helper) = match helper::lease(ring_kb)? {
-        Some(l) => (l.maps, l.key, l.ring, Some(l.conn)),
+    let programs = match helper::lease(ring_kb)? {
+        Some(l) => Programs {
+            maps: l.maps,
+            key: l.key,
+            ring: l.ring,
+            helper: Some(l.conn),
+            _local: None,
+        },
         None => {
-            let loaded = load(&mut obj, ring_kb)?;
+            let loaded = load(obj, ring_kb)?;
             let maps = maps_of(&loaded).map_err(|source| TraceError::Socket { source })?;
             let key = RunKey { slot: 0, gen: 1 };
             let ring = new_ring(ring_kb)?;
@@ -216,25 +241,43 @@ pub fn run(
             .and_then(|()| maps.open_run(key))
             .map_err(|e| unavailable(format!("cannot give the run its ring buffer: {e}")))?;
             let links = attach(&loaded)?;
-            _local = Some((loaded, links));
-            (maps, key, ring, None)
+            Programs {
+                maps,
+                key,
+                ring,
+                helper: None,
+                _local: Some((loaded, links)),
+            }
         }
     };
     tracing::debug!(
         "eBPF run ready in {:?} ({})",
         t_load.elapsed(),
-        if helper.is_some() {
+        if programs.helper.is_some() {
             "resident helper"
         } else {
             "programs loaded by this run"
         }
     );
+    Ok(programs)
+}
+
+pub fn run(
+    argv: &[OsString],
+    env: &crate::EnvChanges,
+    tap: &Tap,
+    keep: &Keep,
+) -> Result<Traced, TraceError> {
+    let ring_kb = ring_kb()?;
+    let mut obj = MaybeUninit::uninit();
+    let programs = programs(&mut obj, ring_kb)?;
+    let (maps, key, helper) = (&programs.maps, programs.key, &programs.helper);
     let offset = clock_offset();
 
     let mut events = Vec::new();
     let mut malformed = 0usize;
     let mut ring = RingBufferBuilder::new();
-    ring.add(&own_ring as &dyn MapCore, |rec: &[u8]| {
+    ring.add(&programs.ring as &dyn MapCore, |rec: &[u8]| {
         match decode(rec, offset, key.gen) {
             Ok(Some(ev)) => {
                 tap(&ev);
@@ -267,18 +310,8 @@ pub fn run(
     let ctime_floor_ns = crate::ctime_floor_ns();
     keep.record(&roar_engine::journal::Record::CtimeFloor(ctime_floor_ns));
     keep.commit(None);
-    // Where the journal is: should this roar die, the helper follows the command into it.
-    if let (Some(conn), Some(journal), Some(config)) =
-        (helper.as_ref(), keep.journal_path(), keep.config())
-    {
-        let _ = tell(
-            conn,
-            &[
-                b"keep",
-                journal.as_os_str().as_bytes(),
-                config.as_os_str().as_bytes(),
-            ],
-        );
+    if let Some(conn) = helper.as_ref() {
+        tell_journal(conn, keep);
     }
     let started_ns = now_ns();
     let child = cmd.spawn().map_err(|e| launch::spawn_error(&argv[0], e))?;
@@ -286,8 +319,7 @@ pub fn run(
     guard.set_child(root);
     drop(child);
 
-    let mut helper_died = false;
-    let status = std::thread::scope(|scope| {
+    let (status, helper_died) = std::thread::scope(|scope| {
         let done = &done;
         let waiter = scope.spawn(move || {
             let status = launch::wait_for(root);
@@ -295,53 +327,9 @@ pub fn run(
             done.signal();
             status
         });
-        let mut fds = [
-            libc::pollfd {
-                fd: ring.epoll_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: done.0,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            // The helper never writes after its grant: readable means it exited, and with it
-            // the programs (a negative fd is not polled).
-            libc::pollfd {
-                fd: helper.as_ref().map_or(-1, |c| c.as_raw_fd()),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        loop {
-            // SAFETY: fds is a valid array of three pollfds.
-            let n = unsafe { libc::poll(fds.as_mut_ptr(), 3, READ_EVERY_MS) };
-            if n == 0 {
-                // Records below the wake-up mark are read on this timer.
-                let _ = ring.consume();
-                keep.commit(None);
-                continue;
-            }
-            if n < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                break;
-            }
-            if fds[0].revents != 0 {
-                let _ = ring.consume();
-                keep.commit(None);
-            }
-            if fds[2].revents != 0 {
-                helper_died = true;
-                fds[2].fd = -1;
-            }
-            if fds[1].revents != 0 {
-                break;
-            }
-        }
-        // Every process has exited, so every record it made is in the ring.
-        let _ = ring.consume();
-        keep.commit(None);
-        waiter.join().expect("the waiter thread does not panic")
+        let helper_died = drain(&ring, done, helper.as_ref(), keep);
+        let status = waiter.join().expect("the waiter thread does not panic");
+        (status, helper_died)
     });
     let ended_ns = now_ns();
     if let Some(conn) = helper.as_ref() {
@@ -368,4 +356,63 @@ pub fn run(
         cut_short: helper_died
             .then_some("the eBPF helper exited while the command ran: later events are missing"),
     })
+}
+
+/// Reads the ring (journaling what it holds) as records arrive, and on a timer for those below
+/// the wake-up mark, until `done` says every process has exited; then reads what is left.
+/// Whether the helper died meanwhile (its connection became readable).
+fn drain(
+    ring: &libbpf_rs::RingBuffer<'_>,
+    done: &Done,
+    helper: Option<&std::os::unix::net::UnixStream>,
+    keep: &Keep,
+) -> bool {
+    let mut helper_died = false;
+    let mut fds = [
+        libc::pollfd {
+            fd: ring.epoll_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: done.0,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        // The helper never writes after its grant: readable means it exited, and with it the
+        // programs (a negative fd is not polled).
+        libc::pollfd {
+            fd: helper.map_or(-1, |c| c.as_raw_fd()),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    loop {
+        // SAFETY: fds is a valid array of three pollfds.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 3, READ_EVERY_MS) };
+        if n == 0 {
+            // Records below the wake-up mark are read on this timer.
+            let _ = ring.consume();
+            keep.commit(None);
+            continue;
+        }
+        if n < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            break;
+        }
+        if fds[0].revents != 0 {
+            let _ = ring.consume();
+            keep.commit(None);
+        }
+        if fds[2].revents != 0 {
+            helper_died = true;
+            fds[2].fd = -1;
+        }
+        if fds[1].revents != 0 {
+            break;
+        }
+    }
+    // Every process has exited, so every record it made is in the ring.
+    let _ = ring.consume();
+    keep.commit(None);
+    helper_died
 }
