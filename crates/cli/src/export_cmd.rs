@@ -130,6 +130,130 @@ fn host(step: &Step) -> &str {
     step.host.as_deref().unwrap_or("localhost")
 }
 
+/// The PROV id of a job, or of one of its steps.
+fn activity_id(job: i64, step: Option<u32>) -> String {
+    match step {
+        Some(seq) => format!("roar:job-{job}-step-{seq}"),
+        None => format!("roar:job-{job}"),
+    }
+}
+
+/// A job's or step's PROV activity: its command, times, outcome and source version, and its
+/// job's environment.
+fn prov_activity(s: &Step, envs: &BTreeMap<i64, JobEnv>) -> Map<String, Value> {
+    let mut a = Map::new();
+    a.insert("prov:startTime".into(), json!(rfc3339(s.started_ns)));
+    if let Some(end) = s.ended_ns {
+        a.insert("prov:endTime".into(), json!(rfc3339(end)));
+    }
+    match s.step {
+        Some(seq) => {
+            a.insert("prov:type".into(), json!("roar:Step"));
+            a.insert("roar:job".into(), json!(s.job_id));
+            a.insert("roar:step".into(), json!(seq));
+            if let Some(p) = s.parent_step {
+                a.insert(
+                    "roar:parentStep".into(),
+                    json!(activity_id(s.job_id, Some(p))),
+                );
+            }
+        }
+        None => {
+            a.insert("prov:type".into(), json!("roar:Job"));
+        }
+    }
+    a.insert("prov:label".into(), json!(shell_join(&s.argv)));
+    a.insert(
+        "roar:argv".into(),
+        json!(s
+            .argv
+            .iter()
+            .map(|x| x.to_string_lossy())
+            .collect::<Vec<_>>()),
+    );
+    a.insert("roar:cwd".into(), json!(s.cwd));
+    a.insert("roar:status".into(), json!(s.status));
+    if let Some(code) = s.exit_code {
+        a.insert("roar:exitCode".into(), json!(code));
+    }
+    if let Some(name) = &s.name {
+        a.insert("roar:name".into(), json!(name));
+    }
+    if let Some(commit) = &s.git_commit {
+        a.insert("roar:gitCommit".into(), json!(commit));
+    }
+    if let Some(dirty) = s.git_dirty {
+        a.insert("roar:gitDirty".into(), json!(dirty));
+    }
+    if let Some(e) = envs.get(&s.job_id) {
+        prov_environment(&mut a, e);
+    }
+    a
+}
+
+/// What a job's environment adds to its activity: the repository, parameters, packages and
+/// machine.
+fn prov_environment(a: &mut Map<String, Value>, e: &JobEnv) {
+    if let Some(remote) = e.git.as_ref().and_then(|g| g.remote.as_ref()) {
+        a.insert("roar:gitRemote".into(), json!(remote));
+    }
+    if let Some(diff) = e.git.as_ref().and_then(|g| g.diff.as_ref()) {
+        a.insert("roar:gitDiff".into(), json!(format!("b3:{diff}")));
+    }
+    if !e.params.is_empty() {
+        let p: Vec<String> = e
+            .params
+            .iter()
+            .map(|p| format!("{}={}", p.name, p.value))
+            .collect();
+        a.insert("roar:parameters".into(), json!(p));
+    }
+    if !e.env.packages.is_empty() {
+        let p: Vec<String> = e.env.packages.iter().map(package_id).collect();
+        a.insert("roar:packages".into(), json!(p));
+    }
+    if let Some(rt) = &e.env.runtime {
+        for (k, v) in [
+            ("roar:os", rt.os.clone()),
+            ("roar:kernel", rt.kernel.clone()),
+            ("roar:cpu", rt.cpu_model.clone()),
+            ("roar:cpus", Some(rt.cpus.to_string())),
+            ("roar:container", rt.container.clone()),
+        ] {
+            if let Some(v) = v {
+                a.insert(k.into(), json!(v));
+            }
+        }
+        let gpus: Vec<String> = rt.gpus.iter().map(|g| g.model.clone()).collect();
+        if !gpus.is_empty() {
+            a.insert("roar:gpus".into(), json!(gpus));
+        }
+    }
+}
+
+/// The PROV entity of the content an edge names: its hashes and size where it was hashed.
+fn content_entity(e: &Edge) -> Value {
+    let mut en = Map::new();
+    en.insert("prov:type".into(), json!("roar:Content"));
+    if let Some(h) = &e.hash {
+        en.insert("roar:blake3".into(), json!(h.blake3));
+        en.insert("roar:size".into(), json!(h.size));
+        if let Some(sha) = &h.sha256 {
+            en.insert("roar:sha256".into(), json!(sha));
+        }
+    }
+    Value::Object(en)
+}
+
+/// One path as a string, several as a list.
+fn one_or_list(mut paths: Vec<String>) -> Value {
+    if paths.len() == 1 {
+        json!(paths.remove(0))
+    } else {
+        json!(paths)
+    }
+}
+
 fn prov_json(project: &Project, steps: &[Step], envs: &BTreeMap<i64, JobEnv>) -> Value {
     let mut entity = Map::new();
     let mut activity = Map::new();
@@ -146,96 +270,11 @@ fn prov_json(project: &Project, steps: &[Step], envs: &BTreeMap<i64, JobEnv>) ->
             blake3::hash(e.path.as_bytes()).to_hex()
         ),
     };
-    let activity_id = |job: i64, step: Option<u32>| match step {
-        Some(seq) => format!("roar:job-{job}-step-{seq}"),
-        None => format!("roar:job-{job}"),
-    };
     let mut locations: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for s in steps {
         let node = roar_store::node_name(s.job_id, s.step);
         let act = activity_id(s.job_id, s.step);
-        let mut a = Map::new();
-        a.insert("prov:startTime".into(), json!(rfc3339(s.started_ns)));
-        if let Some(end) = s.ended_ns {
-            a.insert("prov:endTime".into(), json!(rfc3339(end)));
-        }
-        match s.step {
-            Some(seq) => {
-                a.insert("prov:type".into(), json!("roar:Step"));
-                a.insert("roar:job".into(), json!(s.job_id));
-                a.insert("roar:step".into(), json!(seq));
-                if let Some(p) = s.parent_step {
-                    a.insert(
-                        "roar:parentStep".into(),
-                        json!(activity_id(s.job_id, Some(p))),
-                    );
-                }
-            }
-            None => {
-                a.insert("prov:type".into(), json!("roar:Job"));
-            }
-        }
-        a.insert("prov:label".into(), json!(shell_join(&s.argv)));
-        a.insert(
-            "roar:argv".into(),
-            json!(s
-                .argv
-                .iter()
-                .map(|x| x.to_string_lossy())
-                .collect::<Vec<_>>()),
-        );
-        a.insert("roar:cwd".into(), json!(s.cwd));
-        a.insert("roar:status".into(), json!(s.status));
-        if let Some(code) = s.exit_code {
-            a.insert("roar:exitCode".into(), json!(code));
-        }
-        if let Some(name) = &s.name {
-            a.insert("roar:name".into(), json!(name));
-        }
-        if let Some(commit) = &s.git_commit {
-            a.insert("roar:gitCommit".into(), json!(commit));
-        }
-        if let Some(dirty) = s.git_dirty {
-            a.insert("roar:gitDirty".into(), json!(dirty));
-        }
-        if let Some(e) = envs.get(&s.job_id) {
-            if let Some(remote) = e.git.as_ref().and_then(|g| g.remote.as_ref()) {
-                a.insert("roar:gitRemote".into(), json!(remote));
-            }
-            if let Some(diff) = e.git.as_ref().and_then(|g| g.diff.as_ref()) {
-                a.insert("roar:gitDiff".into(), json!(format!("b3:{diff}")));
-            }
-            if !e.params.is_empty() {
-                let p: Vec<String> = e
-                    .params
-                    .iter()
-                    .map(|p| format!("{}={}", p.name, p.value))
-                    .collect();
-                a.insert("roar:parameters".into(), json!(p));
-            }
-            if !e.env.packages.is_empty() {
-                let p: Vec<String> = e.env.packages.iter().map(package_id).collect();
-                a.insert("roar:packages".into(), json!(p));
-            }
-            if let Some(rt) = &e.env.runtime {
-                for (k, v) in [
-                    ("roar:os", rt.os.clone()),
-                    ("roar:kernel", rt.kernel.clone()),
-                    ("roar:cpu", rt.cpu_model.clone()),
-                    ("roar:cpus", Some(rt.cpus.to_string())),
-                    ("roar:container", rt.container.clone()),
-                ] {
-                    if let Some(v) = v {
-                        a.insert(k.into(), json!(v));
-                    }
-                }
-                let gpus: Vec<String> = rt.gpus.iter().map(|g| g.model.clone()).collect();
-                if !gpus.is_empty() {
-                    a.insert("roar:gpus".into(), json!(gpus));
-                }
-            }
-        }
-        activity.insert(act.clone(), Value::Object(a));
+        activity.insert(act.clone(), Value::Object(prov_activity(s, envs)));
 
         let mut edge_entities = |e: &Edge| {
             let maker = match e.producer {
@@ -248,16 +287,7 @@ fn prov_json(project: &Project, steps: &[Step], envs: &BTreeMap<i64, JobEnv>) ->
                 paths.push(e.path.clone());
             }
             if !entity.contains_key(&id) {
-                let mut en = Map::new();
-                en.insert("prov:type".into(), json!("roar:Content"));
-                if let Some(h) = &e.hash {
-                    en.insert("roar:blake3".into(), json!(h.blake3));
-                    en.insert("roar:size".into(), json!(h.size));
-                    if let Some(sha) = &h.sha256 {
-                        en.insert("roar:sha256".into(), json!(sha));
-                    }
-                }
-                entity.insert(id.clone(), Value::Object(en));
+                entity.insert(id.clone(), content_entity(e));
             }
             id
         };
@@ -298,12 +328,7 @@ fn prov_json(project: &Project, steps: &[Step], envs: &BTreeMap<i64, JobEnv>) ->
     }
     for (id, paths) in locations {
         if let Some(Value::Object(en)) = entity.get_mut(&id) {
-            let value = if paths.len() == 1 {
-                json!(paths[0])
-            } else {
-                json!(paths)
-            };
-            en.insert("prov:location".into(), value);
+            en.insert("prov:location".into(), one_or_list(paths));
         }
     }
     json!({
@@ -399,102 +424,8 @@ fn openlineage(project: &Project, steps: &[Step], envs: &BTreeMap<i64, JobEnv>) 
         let job_started = e.map_or(s.started_ns, |e| e.started_ns);
         let identity = job_identity(&tag, s.job_id, e, job_started);
         let this_run = run_id(&identity, s.step);
-        let argv: Vec<String> = s
-            .argv
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
-        let mut job_facets = json!({
-            "jobType": facet(
-                "https://openlineage.io/spec/facets/2-0-4/JobTypeJobFacet.json#/$defs/JobTypeJobFacet",
-                json!({"processingType": "BATCH", "integration": "ROAR", "jobType": "COMMAND"}),
-            ),
-        });
-        if let Some(g) = e.and_then(|e| e.git.as_ref()) {
-            if let Some(url) = &g.remote {
-                let mut f = json!({"type": "git", "url": url, "repoUrl": url});
-                if let Some(c) = &g.commit {
-                    f["version"] = json!(c);
-                }
-                if let Some(b) = &g.branch {
-                    f["branch"] = json!(b);
-                }
-                job_facets["sourceCodeLocation"] = facet(
-                    "https://openlineage.io/spec/facets/1-1-0/SourceCodeLocationJobFacet.json#/$defs/SourceCodeLocationJobFacet",
-                    f,
-                );
-            }
-        }
-        let name = match (&s.name, s.step) {
-            (Some(n), None | Some(1)) => n.clone(),
-            (Some(n), Some(_)) => format!("{n}/{}", job_name(&argv)),
-            (None, _) => job_name(&argv),
-        };
-        let job = json!({
-            "namespace": namespace,
-            "name": name,
-            "facets": job_facets,
-        });
-        let mut roar = json!({
-            "jobId": s.job_id,
-            "argv": s.argv.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
-            "cwd": s.cwd,
-            "status": s.status,
-        });
-        if let Some(code) = s.exit_code {
-            roar["exitCode"] = json!(code);
-        }
-        if let Some(commit) = &s.git_commit {
-            roar["gitCommit"] = json!(commit);
-        }
-        if let Some(dirty) = s.git_dirty {
-            roar["gitDirty"] = json!(dirty);
-        }
-        let run_facets = json!({
-            "processing_engine": facet(
-                "https://openlineage.io/spec/facets/1-1-1/ProcessingEngineRunFacet.json#/$defs/ProcessingEngineRunFacet",
-                json!({"version": env!("CARGO_PKG_VERSION"), "name": "roar"}),
-            ),
-            "roar": facet("urn:roar:facet:JobRunFacet", roar),
-        });
-        let mut run_facets = run_facets;
-        if let (Some(seq), Some(e)) = (s.step.filter(|&q| q != 1), e) {
-            // A step is a child run of its job's run (the root step's); where it sits in the
-            // step tree is in the roar facet.
-            run_facets["parent"] = facet(
-                "https://openlineage.io/spec/facets/1-2-0/ParentRunFacet.json#/$defs/ParentRunFacet",
-                json!({
-                    "run": {"runId": run_id(&identity, None), "facets": {}},
-                    "job": {"namespace": namespace, "name": e.name, "facets": {}},
-                }),
-            );
-            run_facets["roar"]["step"] = json!(seq);
-            if let Some(p) = s.parent_step {
-                run_facets["roar"]["parentStep"] = json!(p);
-            }
-        }
-        if let Some(e) = e {
-            if !e.params.is_empty() {
-                let params: Map<String, Value> = e
-                    .params
-                    .iter()
-                    .map(|p| (p.name.clone(), json!(p.value)))
-                    .collect();
-                run_facets["parameters"] = facet(
-                    "urn:roar:facet:ParametersRunFacet",
-                    json!({ "parameters": params }),
-                );
-            }
-            if !e.env.packages.is_empty() || e.env.runtime.is_some() {
-                run_facets["environment"] = facet(
-                    "urn:roar:facet:EnvironmentRunFacet",
-                    json!({"packages": e.env.packages, "runtime": e.env.runtime}),
-                );
-            }
-            if let Some(d) = e.git.as_ref().and_then(|g| g.diff.as_ref()) {
-                run_facets["roar"]["gitDiff"] = json!(format!("b3:{d}"));
-            }
-        }
+        let job = ol_job(s, e, &namespace);
+        let run_facets = ol_run_facets(s, e, &identity, &namespace);
         let inputs: Vec<Value> = s.inputs.iter().map(|e| dataset(e, host(s))).collect();
         let outputs: Vec<Value> = s.outputs.iter().map(|e| dataset(e, host(s))).collect();
         events.push(json!({
@@ -507,17 +438,8 @@ fn openlineage(project: &Project, steps: &[Step], envs: &BTreeMap<i64, JobEnv>) 
             "inputs": inputs,
             "outputs": [],
         }));
-        let finished = match s.status.as_str() {
-            "running" => continue,
-            "exited" if s.exit_code == Some(0) => "COMPLETE",
-            // Only the job's (root step's) exit status is observed: a step inside a job that
-            // exited is taken to have completed.
-            "exited" if s.step.is_some_and(|q| q != 1) => "COMPLETE",
-            // A job the mount saw end without an observable exit status.
-            "ended" => "COMPLETE",
-            // Its recorder died; rebuilt from the journal, the run's end is not known.
-            "killed" => "ABORT",
-            _ => "FAIL",
+        let Some(finished) = ol_finished(s) else {
+            continue;
         };
         events.push(json!({
             "eventType": finished,
@@ -531,6 +453,129 @@ fn openlineage(project: &Project, steps: &[Step], envs: &BTreeMap<i64, JobEnv>) 
         }));
     }
     events
+}
+
+/// The OpenLineage job a job or step is a run of: its name (the job's name, or its command's)
+/// and where its source code is.
+fn ol_job(s: &Step, e: Option<&JobEnv>, namespace: &str) -> Value {
+    let argv: Vec<String> = s
+        .argv
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let mut job_facets = json!({
+        "jobType": facet(
+            "https://openlineage.io/spec/facets/2-0-4/JobTypeJobFacet.json#/$defs/JobTypeJobFacet",
+            json!({"processingType": "BATCH", "integration": "ROAR", "jobType": "COMMAND"}),
+        ),
+    });
+    if let Some(g) = e.and_then(|e| e.git.as_ref()) {
+        if let Some(url) = &g.remote {
+            let mut f = json!({"type": "git", "url": url, "repoUrl": url});
+            if let Some(c) = &g.commit {
+                f["version"] = json!(c);
+            }
+            if let Some(b) = &g.branch {
+                f["branch"] = json!(b);
+            }
+            job_facets["sourceCodeLocation"] = facet(
+                "https://openlineage.io/spec/facets/1-1-0/SourceCodeLocationJobFacet.json#/$defs/SourceCodeLocationJobFacet",
+                f,
+            );
+        }
+    }
+    let name = match (&s.name, s.step) {
+        (Some(n), None | Some(1)) => n.clone(),
+        (Some(n), Some(_)) => format!("{n}/{}", job_name(&argv)),
+        (None, _) => job_name(&argv),
+    };
+    json!({
+        "namespace": namespace,
+        "name": name,
+        "facets": job_facets,
+    })
+}
+
+/// The facets of a job's or step's run: roar's own (command, outcome, source version), the
+/// parent run of a step, the parameters and the environment.
+fn ol_run_facets(s: &Step, e: Option<&JobEnv>, identity: &str, namespace: &str) -> Value {
+    let mut roar = json!({
+        "jobId": s.job_id,
+        "argv": s.argv.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
+        "cwd": s.cwd,
+        "status": s.status,
+    });
+    if let Some(code) = s.exit_code {
+        roar["exitCode"] = json!(code);
+    }
+    if let Some(commit) = &s.git_commit {
+        roar["gitCommit"] = json!(commit);
+    }
+    if let Some(dirty) = s.git_dirty {
+        roar["gitDirty"] = json!(dirty);
+    }
+    let mut run_facets = json!({
+        "processing_engine": facet(
+            "https://openlineage.io/spec/facets/1-1-1/ProcessingEngineRunFacet.json#/$defs/ProcessingEngineRunFacet",
+            json!({"version": env!("CARGO_PKG_VERSION"), "name": "roar"}),
+        ),
+        "roar": facet("urn:roar:facet:JobRunFacet", roar),
+    });
+    if let (Some(seq), Some(e)) = (s.step.filter(|&q| q != 1), e) {
+        // A step is a child run of its job's run (the root step's); where it sits in the
+        // step tree is in the roar facet.
+        run_facets["parent"] = facet(
+            "https://openlineage.io/spec/facets/1-2-0/ParentRunFacet.json#/$defs/ParentRunFacet",
+            json!({
+                "run": {"runId": run_id(identity, None), "facets": {}},
+                "job": {"namespace": namespace, "name": e.name, "facets": {}},
+            }),
+        );
+        run_facets["roar"]["step"] = json!(seq);
+        if let Some(p) = s.parent_step {
+            run_facets["roar"]["parentStep"] = json!(p);
+        }
+    }
+    let Some(e) = e else {
+        return run_facets;
+    };
+    if !e.params.is_empty() {
+        let params: Map<String, Value> = e
+            .params
+            .iter()
+            .map(|p| (p.name.clone(), json!(p.value)))
+            .collect();
+        run_facets["parameters"] = facet(
+            "urn:roar:facet:ParametersRunFacet",
+            json!({ "parameters": params }),
+        );
+    }
+    if !e.env.packages.is_empty() || e.env.runtime.is_some() {
+        run_facets["environment"] = facet(
+            "urn:roar:facet:EnvironmentRunFacet",
+            json!({"packages": e.env.packages, "runtime": e.env.runtime}),
+        );
+    }
+    if let Some(d) = e.git.as_ref().and_then(|g| g.diff.as_ref()) {
+        run_facets["roar"]["gitDiff"] = json!(format!("b3:{d}"));
+    }
+    run_facets
+}
+
+/// The event type that closes a run, `None` while it runs.
+fn ol_finished(s: &Step) -> Option<&'static str> {
+    Some(match s.status.as_str() {
+        "running" => return None,
+        "exited" if s.exit_code == Some(0) => "COMPLETE",
+        // Only the job's (root step's) exit status is observed: a step inside a job that
+        // exited is taken to have completed.
+        "exited" if s.step.is_some_and(|q| q != 1) => "COMPLETE",
+        // A job the mount saw end without an observable exit status.
+        "ended" => "COMPLETE",
+        // Its recorder died; rebuilt from the journal, the run's end is not known.
+        "killed" => "ABORT",
+        _ => "FAIL",
+    })
 }
 
 #[cfg(test)]
