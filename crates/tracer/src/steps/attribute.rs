@@ -24,16 +24,44 @@ const TAIL: usize = 8;
 
 /// One pass over the events: which step each belongs to.
 pub(super) fn attribute(events: &[Event], rule: &Rule) -> Vec<Building> {
-    let mut steps: Vec<Building> = Vec::new();
-    let mut procs: HashMap<i32, Proc> = HashMap::default();
-    // Events of processes not seen forked or exec'd yet (a vfork child, whose fork no backend
-    // reports the same way), by pid.
-    let mut unseen: HashMap<i32, Vec<usize>> = HashMap::default();
-    // Each process's opens since its last other event (see `hand_over`).
-    let mut tails: HashMap<i32, Vec<usize>> = HashMap::default();
-    // The job's own pipes to the world (the root's stdin, stdout, stderr at its exec).
-    let mut outside: Vec<(u64, u64)> = Vec::new();
-    let new_step = |steps: &mut Vec<Building>, parent: Option<usize>, ev: &Event| -> usize {
+    let mut a = Attribution {
+        events,
+        rule,
+        steps: Vec::new(),
+        procs: HashMap::default(),
+        unseen: HashMap::default(),
+        tails: HashMap::default(),
+        outside: Vec::new(),
+    };
+    for (i, ev) in events.iter().enumerate() {
+        match ev {
+            Event::Fork { pid, ppid, .. } => a.forked(*pid, *ppid),
+            Event::Exec { .. } => a.execed(i, ev),
+            Event::Exit { pid, ts_ns } => a.exited(*pid, *ts_ns),
+            other => a.other(i, other),
+        }
+    }
+    a.finish()
+}
+
+/// The state of [`attribute`]'s pass.
+struct Attribution<'e> {
+    events: &'e [Event],
+    rule: &'e Rule,
+    steps: Vec<Building>,
+    procs: HashMap<i32, Proc>,
+    /// Events of processes not seen forked or exec'd yet (a vfork child, whose fork no backend
+    /// reports the same way), by pid.
+    unseen: HashMap<i32, Vec<usize>>,
+    /// Each process's opens since its last other event (see `hand_over`).
+    tails: HashMap<i32, Vec<usize>>,
+    /// The job's own pipes to the world (the root's stdin, stdout, stderr at its exec).
+    outside: Vec<(u64, u64)>,
+}
+
+impl Attribution<'_> {
+    /// A step that begins at the exec `ev`, below `parent`.
+    fn new_step(&mut self, parent: Option<usize>, ev: &Event) -> usize {
         let Event::Exec {
             pid,
             exe,
@@ -45,7 +73,7 @@ pub(super) fn attribute(events: &[Event], rule: &Rule) -> Vec<Building> {
         else {
             unreachable!("steps begin at an exec")
         };
-        steps.push(Building {
+        self.steps.push(Building {
             parent,
             pid: *pid,
             exe: Some(exe.clone()),
@@ -56,153 +84,175 @@ pub(super) fn attribute(events: &[Event], rule: &Rule) -> Vec<Building> {
             streams: Default::default(),
             events: Vec::new(),
         });
-        steps.len() - 1
-    };
-    for (i, ev) in events.iter().enumerate() {
-        match ev {
-            Event::Fork { pid, ppid, .. } => {
-                if procs.get(pid).is_some_and(|p| p.ppid == *ppid) {
-                    // The fork of a process already seen: ptrace can see a vfork child's exec
-                    // before its parent's vfork stop says it was forked.
-                    continue;
-                }
-                let (step, driver) = procs.get(ppid).map_or((0, false), |p| (p.step, p.driver));
-                let pending = unseen.remove(pid).unwrap_or_default();
-                procs.insert(
-                    *pid,
-                    Proc {
-                        step,
-                        ppid: *ppid,
-                        execd: false,
-                        driver,
-                        pending,
-                    },
-                );
-            }
-            Event::Exec {
-                pid,
+        self.steps.len() - 1
+    }
+
+    fn forked(&mut self, pid: i32, ppid: i32) {
+        if self.procs.get(&pid).is_some_and(|p| p.ppid == ppid) {
+            // The fork of a process already seen: ptrace can see a vfork child's exec before its
+            // parent's vfork stop says it was forked.
+            return;
+        }
+        let (step, driver) = (self.procs.get(&ppid)).map_or((0, false), |p| (p.step, p.driver));
+        let pending = self.unseen.remove(&pid).unwrap_or_default();
+        self.procs.insert(
+            pid,
+            Proc {
+                step,
                 ppid,
-                exe,
-                argv,
-                stdio,
-                pipes,
-                ..
-            } => {
-                let driver_now = rule.is_driver(exe, argv);
-                if steps.is_empty() {
-                    outside = pipes.iter().flatten().copied().collect();
+                execd: false,
+                driver,
+                pending,
+            },
+        );
+    }
+
+    /// The exec at `i`: the step it belongs to, or begins.
+    fn execed(&mut self, i: usize, ev: &Event) {
+        let Event::Exec {
+            pid,
+            ppid,
+            exe,
+            argv,
+            stdio,
+            pipes,
+            ..
+        } = ev
+        else {
+            unreachable!("called for execs")
+        };
+        let driver_now = self.rule.is_driver(exe, argv);
+        if self.steps.is_empty() {
+            self.outside = pipes.iter().flatten().copied().collect();
+        }
+        // A program whose data reaches another of the job's programs through a pipe is no step
+        // of its own (see `bound`).
+        let own_step = !bound(argv, pipes, &self.outside);
+        let (step, begun) = match self.procs.get(pid).map(|p| p.execd) {
+            Some(false) => self.first_exec(*pid, ev, own_step),
+            Some(true) => {
+                let step = self.procs[pid].step;
+                if self.steps[step].pid == *pid {
+                    self.steps[step].exe = Some(exe.clone());
                 }
-                // A program whose data reaches another of the job's programs through a pipe is
-                // no step of its own (see `bound`).
-                let own_step = !bound(argv, pipes, &outside);
-                let mut begun = None;
-                let step = match procs.get_mut(pid) {
-                    Some(p) if !p.execd => {
-                        // A forked child's first program: a step of its own if a driver made it.
-                        let step = if steps.is_empty() {
-                            new_step(&mut steps, None, ev)
-                        } else if p.driver && own_step {
-                            let s = new_step(&mut steps, Some(p.step), ev);
-                            begun = Some(s);
-                            s
-                        } else {
-                            p.step
-                        };
-                        p.step = step;
-                        steps[step].events.append(&mut p.pending);
-                        step
-                    }
-                    Some(p) => {
-                        if steps[p.step].pid == *pid {
-                            steps[p.step].exe = Some(exe.clone());
-                        }
-                        p.step
-                    }
-                    None => {
-                        // Exec'd with no fork seen: the job's command, or a child spawned with
-                        // vfork (posix_spawn), placed by its parent.
-                        let step = if steps.is_empty() {
-                            new_step(&mut steps, None, ev)
-                        } else {
-                            match procs.get(ppid) {
-                                Some(parent) if parent.driver && own_step => {
-                                    let parent = parent.step;
-                                    let s = new_step(&mut steps, Some(parent), ev);
-                                    begun = Some(s);
-                                    s
-                                }
-                                Some(parent) => parent.step,
-                                None => 0,
-                            }
-                        };
-                        steps[step]
-                            .events
-                            .extend(unseen.remove(pid).unwrap_or_default());
-                        procs.insert(
-                            *pid,
-                            Proc {
-                                step,
-                                ppid: *ppid,
-                                execd: true,
-                                driver: driver_now,
-                                pending: Vec::new(),
-                            },
-                        );
-                        step
-                    }
-                };
-                if let Some(new) = begun {
-                    if let Some(tail) = tails.get_mut(ppid) {
-                        hand_over(events, &mut steps, new, tail, stdio);
-                    }
-                    steps[new].streams = redirections(events, &steps[new].events, stdio);
-                }
-                tails.remove(pid);
-                let p = procs.get_mut(pid).expect("inserted above");
-                p.execd = true;
-                p.driver = driver_now;
-                steps[step].events.push(i);
+                (step, None)
             }
-            Event::Exit { pid, ts_ns } => {
-                tails.remove(pid);
-                if let Some(mut p) = procs.remove(pid).filter(|_| !steps.is_empty()) {
-                    steps[p.step].events.append(&mut p.pending);
-                    if steps[p.step].pid == *pid && p.execd {
-                        steps[p.step].ended_ns = Some(*ts_ns);
-                    }
-                }
+            None => self.exec_unforked(*pid, *ppid, ev, own_step, driver_now),
+        };
+        if let Some(new) = begun {
+            if let Some(tail) = self.tails.get_mut(ppid) {
+                hand_over(self.events, &mut self.steps, new, tail, stdio);
             }
-            other => {
-                let pid = other.pid();
-                if matches!(other, Event::Open { .. }) {
-                    let tail = tails.entry(pid).or_default();
-                    if tail.len() == TAIL {
-                        tail.remove(0);
-                    }
-                    tail.push(i);
-                } else {
-                    tails.remove(&pid);
+            self.steps[new].streams = redirections(self.events, &self.steps[new].events, stdio);
+        }
+        self.tails.remove(pid);
+        let p = self.procs.get_mut(pid).expect("inserted above");
+        p.execd = true;
+        p.driver = driver_now;
+        self.steps[step].events.push(i);
+    }
+
+    /// A forked child's first program: a step of its own if a driver made it. The step, and
+    /// whether it begins here.
+    fn first_exec(&mut self, pid: i32, ev: &Event, own_step: bool) -> (usize, Option<usize>) {
+        let (parent_step, driver) = (self.procs[&pid].step, self.procs[&pid].driver);
+        let (step, begun) = if self.steps.is_empty() {
+            (self.new_step(None, ev), None)
+        } else if driver && own_step {
+            let s = self.new_step(Some(parent_step), ev);
+            (s, Some(s))
+        } else {
+            (parent_step, None)
+        };
+        let p = self.procs.get_mut(&pid).expect("seen forked");
+        p.step = step;
+        self.steps[step].events.append(&mut p.pending);
+        (step, begun)
+    }
+
+    /// Exec'd with no fork seen: the job's command, or a child spawned with vfork
+    /// (posix_spawn), placed by its parent. The step, and whether it begins here.
+    fn exec_unforked(
+        &mut self,
+        pid: i32,
+        ppid: i32,
+        ev: &Event,
+        own_step: bool,
+        driver_now: bool,
+    ) -> (usize, Option<usize>) {
+        let mut begun = None;
+        let step = if self.steps.is_empty() {
+            self.new_step(None, ev)
+        } else {
+            match self.procs.get(&ppid).map(|p| (p.driver, p.step)) {
+                Some((true, parent)) if own_step => {
+                    let s = self.new_step(Some(parent), ev);
+                    begun = Some(s);
+                    s
                 }
-                match procs.get_mut(&pid) {
-                    Some(p) if !p.execd => p.pending.push(i),
-                    Some(p) if !steps.is_empty() => steps[p.step].events.push(i),
-                    Some(p) => p.pending.push(i),
-                    None => unseen.entry(pid).or_default().push(i),
-                }
+                Some((_, parent)) => parent,
+                None => 0,
+            }
+        };
+        let unseen = self.unseen.remove(&pid).unwrap_or_default();
+        self.steps[step].events.extend(unseen);
+        self.procs.insert(
+            pid,
+            Proc {
+                step,
+                ppid,
+                execd: true,
+                driver: driver_now,
+                pending: Vec::new(),
+            },
+        );
+        (step, begun)
+    }
+
+    fn exited(&mut self, pid: i32, ts_ns: i64) {
+        self.tails.remove(&pid);
+        if let Some(mut p) = self.procs.remove(&pid).filter(|_| !self.steps.is_empty()) {
+            let step = &mut self.steps[p.step];
+            step.events.append(&mut p.pending);
+            if step.pid == pid && p.execd {
+                step.ended_ns = Some(ts_ns);
             }
         }
     }
-    if steps.is_empty() {
-        return steps;
+
+    /// Any other event (at `i`): its process's step's, or kept until its process is placed.
+    fn other(&mut self, i: usize, ev: &Event) {
+        let pid = ev.pid();
+        if matches!(ev, Event::Open { .. }) {
+            let tail = self.tails.entry(pid).or_default();
+            if tail.len() == TAIL {
+                tail.remove(0);
+            }
+            tail.push(i);
+        } else {
+            self.tails.remove(&pid);
+        }
+        match self.procs.get_mut(&pid) {
+            Some(p) if !p.execd => p.pending.push(i),
+            Some(p) if !self.steps.is_empty() => self.steps[p.step].events.push(i),
+            Some(p) => p.pending.push(i),
+            None => self.unseen.entry(pid).or_default().push(i),
+        }
     }
-    // Still running at the end (orphans the tracer stopped following), or never placed.
-    for (_, mut p) in procs {
-        steps[p.step].events.append(&mut p.pending);
+
+    fn finish(mut self) -> Vec<Building> {
+        if self.steps.is_empty() {
+            return self.steps;
+        }
+        // Still running at the end (orphans the tracer stopped following), or never placed.
+        for (_, mut p) in self.procs {
+            self.steps[p.step].events.append(&mut p.pending);
+        }
+        for (_, evs) in self.unseen {
+            self.steps[0].events.extend(evs);
+        }
+        self.steps
     }
-    for (_, evs) in unseen {
-        steps[0].events.extend(evs);
-    }
-    steps
 }
 
 /// Whether a program that would begin a step must stay in its parent's: one connected to
