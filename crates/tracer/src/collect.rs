@@ -35,16 +35,6 @@ const CHUNK: usize = 256;
 /// shows) is then read again with the other new content, not while other writers wait.
 const CONFIRM_FIRST: u64 = 8 << 20;
 
-/// Hashes outputs (final content) and inputs (content as first read) and hands every file to
-/// `sink`, with the hash-cache entries learned on the way.
-///
-/// Most outputs of a job were hashed while it ran (`early`); such a hash stands if the file's
-/// identity has not changed since, so all that is left for them is a stat each (one whose identity
-/// moved anyway, by a change no event showed, is read again there; see `CONFIRM_FIRST` for big
-/// ones). Those come last, in chunks, on this thread alone: the caller's sink is meant to hand
-/// them to a writer that records one chunk while this thread confirms the next. Everything else
-/// (inputs, rename destinations, outputs not hashed during the run) is hashed first, in parallel,
-/// and goes to the sink in one chunk.
 /// Which versions of a job's files are kept, and where (`roar_store::objects`).
 pub struct Versions<'a> {
     pub objects: &'a roar_store::objects::Objects,
@@ -57,6 +47,16 @@ pub trait KeepRule: Sync {
     fn wants(&self, path: &Path, made: bool) -> bool;
 }
 
+/// Hashes outputs (final content) and inputs (content as first read) and hands every file to
+/// `sink`, with the hash-cache entries learned on the way.
+///
+/// Most outputs of a job were hashed while it ran (`early`); such a hash stands if the file's
+/// identity has not changed since, so all that is left for them is a stat each (one whose identity
+/// moved anyway, by a change no event showed, is read again there; see `CONFIRM_FIRST` for big
+/// ones). Those come last, in chunks, on this thread alone: the caller's sink is meant to hand
+/// them to a writer that records one chunk while this thread confirms the next. Everything else
+/// (inputs, rename destinations, outputs not hashed during the run) is hashed first, in parallel,
+/// and goes to the sink in one chunk.
 pub fn hash<'c>(
     mut classified: Classified,
     opts: HashOptions,
@@ -69,29 +69,7 @@ pub fn hash<'c>(
     // Members read through an archive mount: the mount knows what they are (and their hash).
     let from_archives = archive_members(&mut classified.paths);
     summary.inputs += from_archives.len();
-    // Destinations of renames: their current content may pin an input's, so they are hashed with
-    // the inputs.
-    let moved_to: HashSet<&OsStr> = classified
-        .paths
-        .iter()
-        .filter_map(|(_, st)| st.moved_to.as_ref().map(|(to, _)| to.as_os_str()))
-        .collect();
-    // Outputs and nothing else, hashed during the run (and, if big, still as they were then), and
-    // nobody's rename destination.
-    let later: Vec<bool> = classified
-        .paths
-        .iter()
-        .map(|(path, st)| {
-            let p = path.as_os_str();
-            st.path_use().records() == (false, Some(Made::Output))
-                && !moved_to.contains(p)
-                && early.get(p).is_some_and(|h| {
-                    h.hash.size < CONFIRM_FIRST
-                        || std::fs::metadata(path)
-                            .is_ok_and(|m| FileStat::from_metadata(&m) == h.stat)
-                })
-        })
-        .collect();
+    let later = hashed_during_the_run(&classified.paths, early);
 
     let mut want: Vec<PathBuf> = Vec::new();
     let mut prior: Vec<Prior> = Vec::new();
@@ -167,12 +145,48 @@ pub fn hash<'c>(
     }
 
     // The outputs hashed during the run, confirmed (or hashed again) a chunk at a time.
-    let mut rest = classified
-        .paths
-        .into_iter()
-        .zip(later)
-        .filter_map(|(p, later)| later.then_some(p))
-        .peekable();
+    let rest =
+        (classified.paths.into_iter().zip(later)).filter_map(|(p, later)| later.then_some(p));
+    confirm(rest, opts, cache, early, versions, &mut summary, sink);
+    summary
+}
+
+/// Which of `paths` only need their hash during the run confirmed: outputs and nothing else,
+/// hashed during the run (and, if big, still as they were then), and nobody's rename
+/// destination (the current content of a destination may pin an input's, so it is hashed with
+/// the inputs).
+fn hashed_during_the_run(paths: &[(PathBuf, PathState)], early: &Early) -> Vec<bool> {
+    let moved_to: HashSet<&OsStr> = paths
+        .iter()
+        .filter_map(|(_, st)| st.moved_to.as_ref().map(|(to, _)| to.as_os_str()))
+        .collect();
+    paths
+        .iter()
+        .map(|(path, st)| {
+            let p = path.as_os_str();
+            st.path_use().records() == (false, Some(Made::Output))
+                && !moved_to.contains(p)
+                && early.get(p).is_some_and(|h| {
+                    h.hash.size < CONFIRM_FIRST
+                        || std::fs::metadata(path)
+                            .is_ok_and(|m| FileStat::from_metadata(&m) == h.stat)
+                })
+        })
+        .collect()
+}
+
+/// Confirms (or hashes again) the outputs hashed during the run, `CHUNK` at a time, each chunk
+/// to `sink` as it is done.
+fn confirm<'c>(
+    rest: impl Iterator<Item = (PathBuf, PathState)>,
+    opts: HashOptions,
+    cache: &dyn Fn() -> Option<&'c Connection>,
+    early: &Early,
+    versions: Option<&Versions>,
+    summary: &mut Hashed,
+    sink: &mut dyn FnMut(FileChunk),
+) {
+    let mut rest = rest.peekable();
     while rest.peek().is_some() {
         let (paths, states): (Vec<PathBuf>, Vec<PathState>) = rest.by_ref().take(CHUNK).unzip();
         let earlier: Vec<&roar_store::hash::Hashed> =
@@ -203,7 +217,6 @@ pub fn hash<'c>(
             cache: batch.new_cache,
         });
     }
-    summary
 }
 
 /// Takes out of `paths` the files only read under an archive mount (`roar mount ARCHIVE DIR`)
