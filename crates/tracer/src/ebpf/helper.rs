@@ -229,12 +229,9 @@ pub fn serve() -> i32 {
         let _ = writeln!(out, "{what}");
         let _ = out.flush();
     };
-    let ring_kb = match ring_kb() {
-        Ok(kb) => kb,
-        Err(e) => {
-            say(&format!("error: {}", unavailable_reason(e)));
-            return 1;
-        }
+    let fail = |e: String| say(&format!("error: {e}"));
+    let Ok(ring_kb) = ring_kb().map_err(|e| fail(unavailable_reason(e))) else {
+        return 1;
     };
     let idle = std::env::var(IDLE_ENV)
         .ok()
@@ -247,37 +244,25 @@ pub fn serve() -> i32 {
             return 0;
         }
         Err(e) => {
-            say(&format!("error: cannot listen for runs: {e}"));
+            fail(format!("cannot listen for runs: {e}"));
             return 1;
         }
     };
     let mut obj = MaybeUninit::uninit();
-    let skel = match load(&mut obj, ring_kb) {
-        Ok(s) => s,
-        Err(e) => {
-            say(&format!("error: {}", unavailable_reason(e)));
-            return 1;
-        }
+    let Ok(skel) = load(&mut obj, ring_kb).map_err(|e| fail(unavailable_reason(e))) else {
+        return 1;
     };
-    let maps = match super::maps_of(&skel) {
-        Ok(m) => m,
-        Err(e) => {
-            say(&format!("error: {e}"));
-            return 1;
-        }
+    let Ok(maps) = super::maps_of(&skel).map_err(|e| fail(e.to_string())) else {
+        return 1;
     };
     let mut rings: Vec<Option<MapHandle>> = (0..MAX_RUNS).map(|_| None).collect();
     // The first run's ring is made now: that run already waits for the load.
     if let Err(e) = ring_for(&skel, &mut rings, 0, ring_kb) {
-        say(&format!("error: {e}"));
+        fail(e);
         return 1;
     }
     say("ready");
-    // Nobody reads stdout any more; a write to it must not fail or block.
-    if let Ok(null) = std::fs::File::options().write(true).open("/dev/null") {
-        // SAFETY: dup2 onto our own stdout.
-        unsafe { libc::dup2(null.as_raw_fd(), 1) };
-    }
+    stdout_to_null();
     let _ = listener.set_nonblocking(true);
     let mut gens = [0u32; MAX_RUNS as usize];
     let mut clients: Vec<Client> = Vec::new();
@@ -288,14 +273,7 @@ pub fn serve() -> i32 {
     // Attached while some run holds a slot, and for LINGER after the last one.
     let mut links = Vec::new();
     loop {
-        let mut fds: Vec<libc::pollfd> = std::iter::once(&listener as &dyn AsRawFd)
-            .chain(clients.iter().map(|c| &c.conn as &dyn AsRawFd))
-            .map(|s| libc::pollfd {
-                fd: s.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            })
-            .collect();
+        let mut fds = poll_fds(&listener, &clients);
         let following = !busy.lock().unwrap_or_else(|p| p.into_inner()).is_empty();
         if following {
             idle_since = Instant::now();
@@ -305,10 +283,9 @@ pub fn serve() -> i32 {
         } else if following {
             // Looked at again soon: the programs stay attached while a takeover lasts.
             Some(Duration::from_millis(200))
-        } else if !links.is_empty() {
-            Some(LINGER.saturating_sub(idle_since.elapsed()))
         } else {
-            Some(idle.saturating_sub(idle_since.elapsed()))
+            let wait = if links.is_empty() { idle } else { LINGER };
+            Some(wait.saturating_sub(idle_since.elapsed()))
         };
         let timeout_ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as i32);
         // SAFETY: fds is a valid array of pollfds.
@@ -323,42 +300,13 @@ pub fn serve() -> i32 {
             links.clear();
             continue;
         }
-        // A run's connection is readable when it says where its journal is, that it is done,
-        // or when it closes: its lease ends.
-        let mut i = 1;
-        let mut ended = Vec::new();
-        clients.retain_mut(|c| {
-            let readable = fds[i].revents != 0;
-            i += 1;
-            if !readable {
-                return true;
-            }
-            let mut buf = [0u8; 8192];
-            match (&c.conn).read(&mut buf) {
-                Ok(n) if n > 0 => {
-                    c.told.read(&buf[..n]);
-                    true
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => true,
-                _ => {
-                    ended.push((c.key, std::mem::take(&mut c.told)));
-                    false
-                }
-            }
-        });
-        for (key, told) in ended {
+        for (key, told) in hear(&mut clients, &fds[1..]) {
             end_lease(key, told, &maps, &rings, &busy);
         }
         if fds[0].revents != 0 {
             while let Ok((conn, _)) = listener.accept() {
-                if links.is_empty() {
-                    match attach(&skel) {
-                        Ok(l) => links = l,
-                        Err(e) => {
-                            refuse(&conn, &unavailable_reason(e));
-                            continue;
-                        }
-                    }
+                if !attached(&skel, &mut links, &conn) {
+                    continue;
                 }
                 // Slots held by runs, and by dead runs whose commands are followed.
                 let mut taken = busy.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -372,6 +320,74 @@ pub fn serve() -> i32 {
             idle_since = Instant::now();
         }
     }
+}
+
+/// Attaches the programs if they are not (they are while some run holds a slot, and a while
+/// after); false, with `conn` told why, if they cannot be.
+fn attached(
+    skel: &super::skel::RoarSkel<'_>,
+    links: &mut Vec<libbpf_rs::Link>,
+    conn: &UnixStream,
+) -> bool {
+    if links.is_empty() {
+        match attach(skel) {
+            Ok(l) => *links = l,
+            Err(e) => {
+                refuse(conn, &unavailable_reason(e));
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// What the helper waits on: new runs at the listener, then each run's connection.
+fn poll_fds(listener: &UnixListener, clients: &[Client]) -> Vec<libc::pollfd> {
+    std::iter::once(listener as &dyn AsRawFd)
+        .chain(clients.iter().map(|c| &c.conn as &dyn AsRawFd))
+        .map(|s| libc::pollfd {
+            fd: s.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect()
+}
+
+/// Nobody reads stdout once the helper has said it is ready; a write to it must not fail or
+/// block.
+fn stdout_to_null() {
+    if let Ok(null) = std::fs::File::options().write(true).open("/dev/null") {
+        // SAFETY: dup2 onto our own stdout.
+        unsafe { libc::dup2(null.as_raw_fd(), 1) };
+    }
+}
+
+/// Reads what the runs whose connections `fds` (one per client, in order) found readable said.
+/// A run's connection is readable when it says where its journal is, that it is done, or when
+/// it closes: its lease ends. The leases that ended, taken out of `clients`.
+fn hear(clients: &mut Vec<Client>, fds: &[libc::pollfd]) -> Vec<(RunKey, super::takeover::Told)> {
+    let mut i = 0;
+    let mut ended = Vec::new();
+    clients.retain_mut(|c| {
+        let readable = fds[i].revents != 0;
+        i += 1;
+        if !readable {
+            return true;
+        }
+        let mut buf = [0u8; 8192];
+        match (&c.conn).read(&mut buf) {
+            Ok(n) if n > 0 => {
+                c.told.read(&buf[..n]);
+                true
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => true,
+            _ => {
+                ended.push((c.key, std::mem::take(&mut c.told)));
+                false
+            }
+        }
+    });
+    ended
 }
 
 /// The ring at `slot`, made and put in place the first time.
