@@ -36,6 +36,7 @@ mod rerun;
 mod run_cmd;
 mod runs_cmd;
 mod shim;
+mod show_print;
 mod status_cmd;
 mod ui;
 mod values;
