@@ -472,12 +472,6 @@ pub(crate) fn insert_job(
     begun: Option<i64>,
     recorder: Option<&str>,
 ) -> rusqlite::Result<i64> {
-    let (exit_code, signal) = match &job.outcome {
-        crate::Outcome::Exited(c) => (Some(*c), None),
-        crate::Outcome::Signaled(s) => (None, Some(*s)),
-        _ => (None, None),
-    };
-    let env = serde_json::to_string(&job.env).unwrap_or_else(|_| "{}".into());
     // A running row names its recorder, so a reader can tell a job still running from one whose
     // recorder died; a finished row needs none.
     let recorder = matches!(job.outcome, crate::Outcome::Running)
@@ -495,6 +489,48 @@ pub(crate) fn insert_job(
             return Ok(id);
         }
     }
+    let changed = write_job_row(tx, job, begun, recorder.as_deref())?;
+    if begun.is_some() && changed == 0 {
+        return insert_job(tx, job, more, None, None);
+    }
+    let job_id = begun.unwrap_or_else(|| tx.last_insert_rowid());
+    if let Some(g) = job
+        .git
+        .as_ref()
+        .filter(|g| g.remote.is_some() || g.diff.is_some())
+    {
+        tx.prepare_cached("UPDATE jobs SET git_remote = ?1, git_diff = ?2 WHERE id = ?3")?
+            .execute(params![g.remote, g.diff, job_id])?;
+    }
+    if let Some(env) = &job.environment {
+        crate::environment::insert(tx, job_id, env)?;
+    }
+
+    insert_processes(tx, job_id, &job.processes)?;
+    insert_steps(tx, job_id, &job.steps)?;
+    insert_files(tx, job_id, &job.files)?;
+    // The sender ends the job by hanging up.
+    for chunk in more.into_iter().flatten() {
+        insert_files(tx, job_id, &chunk.files)?;
+        insert_cache(tx, &chunk.cache)?;
+    }
+    Ok(job_id)
+}
+
+/// Writes the job's row: completes the row written when it began (`begun`), or makes one. How
+/// many rows changed (none: the begun row is gone).
+fn write_job_row(
+    tx: &Connection,
+    job: &JobRecord,
+    begun: Option<i64>,
+    recorder: Option<&str>,
+) -> rusqlite::Result<usize> {
+    let (exit_code, signal) = match &job.outcome {
+        crate::Outcome::Exited(c) => (Some(*c), None),
+        crate::Outcome::Signaled(s) => (None, Some(*s)),
+        _ => (None, None),
+    };
+    let env = serde_json::to_string(&job.env).unwrap_or_else(|_| "{}".into());
     let sql = if begun.is_some() {
         "UPDATE jobs SET name = ?1, argv = ?2, cwd = ?3, started_ns = ?4, ended_ns = ?5,
                 status = ?6, exit_code = ?7, signal = ?8, incomplete = ?9, backend = ?10,
@@ -554,30 +590,20 @@ pub(crate) fn insert_job(
     if let Some(id) = &begun {
         values.push(id);
     }
-    let changed = stmt.execute(rusqlite::params_from_iter(values))?;
-    drop(stmt);
-    if begun.is_some() && changed == 0 {
-        return insert_job(tx, job, more, None, None);
-    }
-    let job_id = begun.unwrap_or_else(|| tx.last_insert_rowid());
-    if let Some(g) = job
-        .git
-        .as_ref()
-        .filter(|g| g.remote.is_some() || g.diff.is_some())
-    {
-        tx.prepare_cached("UPDATE jobs SET git_remote = ?1, git_diff = ?2 WHERE id = ?3")?
-            .execute(params![g.remote, g.diff, job_id])?;
-    }
-    if let Some(env) = &job.environment {
-        crate::environment::insert(tx, job_id, env)?;
-    }
+    stmt.execute(rusqlite::params_from_iter(values))
+}
 
-    let mut proc_stmt = tx.prepare_cached(
+fn insert_processes(
+    tx: &Connection,
+    job_id: i64,
+    processes: &[crate::ProcessRecord],
+) -> rusqlite::Result<()> {
+    let mut stmt = tx.prepare_cached(
         "INSERT INTO processes (job_id, pid, parent_pid, exe, argv, started_ns, ended_ns)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )?;
-    for p in &job.processes {
-        proc_stmt.execute(params![
+    for p in processes {
+        stmt.execute(params![
             job_id,
             p.pid,
             p.parent_pid,
@@ -587,15 +613,7 @@ pub(crate) fn insert_job(
             p.ended_ns,
         ])?;
     }
-
-    insert_steps(tx, job_id, &job.steps)?;
-    insert_files(tx, job_id, &job.files)?;
-    // The sender ends the job by hanging up.
-    for chunk in more.into_iter().flatten() {
-        insert_files(tx, job_id, &chunk.files)?;
-        insert_cache(tx, &chunk.cache)?;
-    }
-    Ok(job_id)
+    Ok(())
 }
 
 /// Adds jobs copied from another store (the team store's mirror, crate::team) in one
