@@ -450,36 +450,7 @@ fn hash_batch<'c, 'p>(
     } else {
         paths.iter().enumerate().map(look).collect()
     };
-    // All cache lookups share one read transaction: outside one, each query takes and drops the
-    // database's shared lock (two fcntl calls and a WAL index check).
-    let mut reading: Option<&Connection> = None;
-    for (i, k) in known.iter_mut().enumerate() {
-        let Some((Ok(meta), hit @ None)) = k else {
-            continue;
-        };
-        if !matches!(prior(i), Prior::MayBeCached) {
-            continue;
-        }
-        let stat = FileStat::from_metadata(meta);
-        if racy(&stat, read_ns) {
-            continue;
-        }
-        let Some(conn) = cache() else {
-            continue;
-        };
-        if reading.is_none() && conn.is_autocommit() && conn.execute_batch("BEGIN").is_ok() {
-            reading = Some(conn);
-        }
-        *hit = cache_get(conn, &stat, opts).map(|hash| Hashed {
-            hash,
-            stat,
-            from_cache: true,
-            read_ns,
-        });
-    }
-    if let Some(conn) = reading {
-        let _ = conn.execute_batch("COMMIT");
-    }
+    from_cache(&mut known, prior, cache, opts, read_ns);
     let one = |(i, (path, known)): (usize, (&PathBuf, Known))| {
         let io_err = |source| HashError::Io {
             path: path.to_owned(),
@@ -534,16 +505,61 @@ fn hash_batch<'c, 'p>(
     } else {
         paths.iter().zip(known).enumerate().map(one).collect()
     };
-    let new_cache = results
+    let new_cache = new_cache(&results);
+    Batch { results, new_cache }
+}
+
+/// Answers from the hash cache the paths stat'ed and not known yet that may predate the job,
+/// all in one read transaction: outside one, each query takes and drops the database's shared
+/// lock (two fcntl calls and a WAL index check).
+fn from_cache<'c, 'p>(
+    known: &mut [Known],
+    prior: &(dyn Fn(usize) -> Prior<'p> + Sync),
+    cache: &dyn Fn() -> Option<&'c Connection>,
+    opts: HashOptions,
+    read_ns: i64,
+) {
+    let mut reading: Option<&Connection> = None;
+    for (i, k) in known.iter_mut().enumerate() {
+        let Some((Ok(meta), hit @ None)) = k else {
+            continue;
+        };
+        if !matches!(prior(i), Prior::MayBeCached) {
+            continue;
+        }
+        let stat = FileStat::from_metadata(meta);
+        if racy(&stat, read_ns) {
+            continue;
+        }
+        let Some(conn) = cache() else {
+            continue;
+        };
+        if reading.is_none() && conn.is_autocommit() && conn.execute_batch("BEGIN").is_ok() {
+            reading = Some(conn);
+        }
+        *hit = cache_get(conn, &stat, opts).map(|hash| Hashed {
+            hash,
+            stat,
+            from_cache: true,
+            read_ns,
+        });
+    }
+    if let Some(conn) = reading {
+        let _ = conn.execute_batch("COMMIT");
+    }
+}
+
+/// The cache entries `results` teach: content read now (not answered from the cache), outside
+/// the racy window (an entry that would be racy on lookup can never be trusted: not worth a row).
+fn new_cache(results: &[Result<Hashed, HashError>]) -> Vec<CacheEntry> {
+    results
         .iter()
         .filter_map(|r| r.as_ref().ok())
-        // An entry that would be racy on lookup can never be trusted: not worth a row.
         .filter(|h| !h.from_cache && !racy(&h.stat, h.read_ns))
         .map(|h| CacheEntry {
             stat: h.stat,
             hash: h.hash.clone(),
             hashed_ns: h.read_ns,
         })
-        .collect();
-    Batch { results, new_cache }
+        .collect()
 }
