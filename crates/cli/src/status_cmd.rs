@@ -182,78 +182,14 @@ pub fn status(exit_code: bool, json: bool) -> anyhow::Result<ExitCode> {
             )?;
         }
     }
-    if !report.stale.is_empty() {
-        let files: usize = report.stale.iter().map(|s| s.outputs.len()).sum();
-        let of = if report.stale.iter().any(|s| s.step.is_some()) {
-            "jobs and steps"
-        } else {
-            "jobs"
-        };
-        writeln!(
-            out,
-            "{} ({files} files of {} {of})",
-            bold("stale outputs"),
-            report.stale.len()
-        )?;
-        for s in &report.stale {
-            let causes = s
-                .causes
-                .iter()
-                .map(|c| {
-                    let chain = c
-                        .chain
-                        .iter()
-                        .map(|j| format!("job {j}"))
-                        .collect::<Vec<_>>()
-                        .join(" → ");
-                    format!(
-                        "{} {} ({chain})",
-                        fmt::shown(&rel_exact(&c.path, root)),
-                        c.change
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join(", ");
-            writeln!(
-                out,
-                "  {}  {}  ({} file{}): {causes}",
-                crate::graph::title(s.job, s.step),
-                fmt::shown(&s.label),
-                s.outputs.len(),
-                if s.outputs.len() == 1 { "" } else { "s" },
-            )?;
-            let shown = 3;
-            for o in s.outputs.iter().take(shown) {
-                writeln!(out, "      {}", fmt::shown(&rel_exact(o, root)))?;
-            }
-            if s.outputs.len() > shown {
-                writeln!(out, "      ... {} more", s.outputs.len() - shown)?;
-            }
-        }
-    }
+    print_stale(&mut out, &report.stale, root)?;
     if !untracked.is_empty() {
         writeln!(out, "{} ({})", bold("untracked"), untracked.len())?;
         for p in &untracked {
             writeln!(out, "  {}", fmt::shown(p))?;
         }
     }
-    if !unfinished.is_empty() {
-        writeln!(out, "{} ({})", bold("not ended"), unfinished.len())?;
-        for u in &unfinished {
-            let why = match u.status.as_str() {
-                "killed" => "its recorder was killed while it ran: recorded from its journal once its processes end",
-                _ => "running: its files are judged once it ends",
-            };
-            writeln!(
-                out,
-                "  job {}  {}  ({}, since {}): {why}",
-                u.job,
-                fmt::shown(&u.label),
-                u.backend,
-                fmt::time_ns(u.started_ns)
-            )?;
-        }
-    }
+    print_unfinished(&mut out, &unfinished)?;
     for m in &mounts {
         writeln!(
             out,
@@ -269,6 +205,91 @@ pub fn status(exit_code: bool, json: bool) -> anyhow::Result<ExitCode> {
         writeln!(out, "everything matches what roar recorded")?;
     }
     Ok(code)
+}
+
+/// The jobs (and steps) whose outputs would change if they ran again, each with why.
+fn print_stale(
+    out: &mut impl Write,
+    stale: &[roar_store::StaleJob],
+    root: &Path,
+) -> anyhow::Result<()> {
+    if stale.is_empty() {
+        return Ok(());
+    }
+    let files: usize = stale.iter().map(|s| s.outputs.len()).sum();
+    let of = if stale.iter().any(|s| s.step.is_some()) {
+        "jobs and steps"
+    } else {
+        "jobs"
+    };
+    writeln!(
+        out,
+        "{} ({files} files of {} {of})",
+        bold("stale outputs"),
+        stale.len()
+    )?;
+    for s in stale {
+        let causes = s
+            .causes
+            .iter()
+            .map(|c| {
+                let chain = c
+                    .chain
+                    .iter()
+                    .map(|j| format!("job {j}"))
+                    .collect::<Vec<_>>()
+                    .join(" → ");
+                format!(
+                    "{} {} ({chain})",
+                    fmt::shown(&rel_exact(&c.path, root)),
+                    c.change
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        writeln!(
+            out,
+            "  {}  {}  ({} file{}): {causes}",
+            crate::graph::title(s.job, s.step),
+            fmt::shown(&s.label),
+            s.outputs.len(),
+            if s.outputs.len() == 1 { "" } else { "s" },
+        )?;
+        let shown = 3;
+        for o in s.outputs.iter().take(shown) {
+            writeln!(out, "      {}", fmt::shown(&rel_exact(o, root)))?;
+        }
+        if s.outputs.len() > shown {
+            writeln!(out, "      ... {} more", s.outputs.len() - shown)?;
+        }
+    }
+    Ok(())
+}
+
+/// Jobs still running, and jobs whose roar was killed.
+fn print_unfinished(
+    out: &mut impl Write,
+    unfinished: &[roar_store::Unfinished],
+) -> anyhow::Result<()> {
+    if unfinished.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "{} ({})", bold("not ended"), unfinished.len())?;
+    for u in unfinished {
+        let why = match u.status.as_str() {
+            "killed" => "its recorder was killed while it ran: recorded from its journal once its processes end",
+            _ => "running: its files are judged once it ends",
+        };
+        writeln!(
+            out,
+            "  job {}  {}  ({}, since {}): {why}",
+            u.job,
+            fmt::shown(&u.label),
+            u.backend,
+            fmt::time_ns(u.started_ns)
+        )?;
+    }
+    Ok(())
 }
 
 fn walk(
