@@ -401,23 +401,7 @@ pub fn serve(args: GatewayArgs, json: bool) -> anyhow::Result<ExitCode> {
     };
     let backend = backend(&project, &config.s3, args.upstream.as_deref());
     let region = args.region.clone().unwrap_or(config.s3.region.clone());
-    let mut gw = roar_gateway::Config::new(backend.clone());
-    gw.listen = args.listen;
-    gw.region = region.clone();
-    gw.credentials = credentials.clone();
-    // Keys given in a file are people's: each owns the buckets it makes in the embedded store.
-    gw.members = args.credentials.is_some();
-    gw.shared = args
-        .share
-        .iter()
-        .chain(&config.s3.shared)
-        .cloned()
-        .collect();
-    gw.identities = identities;
-    gw.domains = args.domains.clone();
-    gw.upstream_timeout = Duration::from_secs(args.upstream_timeout);
-    gw.client_timeout = Duration::from_secs(args.client_timeout);
-
+    let gw = gateway_config(&args, &config, &backend, &region, &credentials, identities);
     let writer = Writer::start(&project.db_path())?;
     let sessions = Arc::new(Sessions::new(&project, Known::new(&project.db_path())));
     // Blocked before the gateway's threads start, so only this thread takes them.
@@ -450,43 +434,14 @@ pub fn serve(args: GatewayArgs, json: bool) -> anyhow::Result<ExitCode> {
         "roar: S3 gateway on {} for {serving}; stop with Ctrl-C",
         gateway.endpoint()
     );
-    if json {
-        // One line on stdout a program can read before it starts its clients.
-        let (access, secret) = match &args.credentials {
-            None => (Some(&credentials[0].0), Some(&credentials[0].1)),
-            Some(_) => (None, None),
-        };
-        let mut out = std::io::stdout().lock();
-        writeln!(
-            out,
-            "{}",
-            serde_json::json!({
-                "endpoint": gateway.endpoint(),
-                "region": region,
-                "serving": serving,
-                "access_key_id": access,
-                "secret_access_key": secret,
-            })
-        )?;
-        out.flush()?;
-    } else {
-        let mut out = std::io::stdout().lock();
-        if args.credentials.is_none() {
-            let (access, secret) = &credentials[0];
-            writeln!(
-                out,
-                "export AWS_ENDPOINT_URL={} AWS_ACCESS_KEY_ID={access} AWS_SECRET_ACCESS_KEY={secret} AWS_REGION={region}",
-                gateway.endpoint()
-            )?;
-        } else {
-            writeln!(
-                out,
-                "export AWS_ENDPOINT_URL={} AWS_REGION={region}",
-                gateway.endpoint()
-            )?;
-        }
-        out.flush()?;
-    }
+    tell_clients(
+        &args,
+        json,
+        &gateway.endpoint(),
+        &region,
+        &serving,
+        &credentials,
+    )?;
 
     let idle = Duration::from_secs(args.session_idle);
     let record = |done: Vec<(String, Session)>| {
@@ -522,6 +477,82 @@ pub fn serve(args: GatewayArgs, json: bool) -> anyhow::Result<ExitCode> {
     sessions.adopt_all_lent();
     record(sessions.take_idle(None));
     Ok(ExitCode::SUCCESS)
+}
+
+/// The gateway's configuration from the command line and the project's `[s3]`.
+fn gateway_config(
+    args: &GatewayArgs,
+    config: &Config,
+    backend: &Backend,
+    region: &str,
+    credentials: &[(String, String)],
+    identities: HashMap<String, (String, String)>,
+) -> roar_gateway::Config {
+    let mut gw = roar_gateway::Config::new(backend.clone());
+    gw.listen = args.listen;
+    gw.region = region.to_owned();
+    gw.credentials = credentials.to_vec();
+    // Keys given in a file are people's: each owns the buckets it makes in the embedded store.
+    gw.members = args.credentials.is_some();
+    gw.shared = args
+        .share
+        .iter()
+        .chain(&config.s3.shared)
+        .cloned()
+        .collect();
+    gw.identities = identities;
+    gw.domains = args.domains.clone();
+    gw.upstream_timeout = Duration::from_secs(args.upstream_timeout);
+    gw.client_timeout = Duration::from_secs(args.client_timeout);
+    gw
+}
+
+/// Tells clients where the gateway is: with `--json` one line a program can read, else the
+/// `export` line for a shell (with the key made for this gateway, when none were given).
+fn tell_clients(
+    args: &GatewayArgs,
+    json: bool,
+    endpoint: &str,
+    region: &str,
+    serving: &str,
+    credentials: &[(String, String)],
+) -> anyhow::Result<()> {
+    if json {
+        // One line on stdout a program can read before it starts its clients.
+        let (access, secret) = match &args.credentials {
+            None => (Some(&credentials[0].0), Some(&credentials[0].1)),
+            Some(_) => (None, None),
+        };
+        let mut out = std::io::stdout().lock();
+        writeln!(
+            out,
+            "{}",
+            serde_json::json!({
+                "endpoint": endpoint,
+                "region": region,
+                "serving": serving,
+                "access_key_id": access,
+                "secret_access_key": secret,
+            })
+        )?;
+        out.flush()?;
+    } else {
+        let mut out = std::io::stdout().lock();
+        if args.credentials.is_none() {
+            let (access, secret) = &credentials[0];
+            writeln!(
+                out,
+                "export AWS_ENDPOINT_URL={endpoint} AWS_ACCESS_KEY_ID={access} AWS_SECRET_ACCESS_KEY={secret} AWS_REGION={region}",
+            )?;
+        } else {
+            writeln!(
+                out,
+                "export AWS_ENDPOINT_URL={endpoint} AWS_REGION={region}"
+            )?;
+        }
+        out.flush()?;
+    }
+    Ok(())
 }
 
 /// What a gateway needs to lend keys to runs.
