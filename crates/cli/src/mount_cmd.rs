@@ -216,36 +216,7 @@ pub fn mount(args: MountArgs, json: bool) -> anyhow::Result<ExitCode> {
         // The killed daemon's jobs, now that their files can be read.
         crate::recover::pending(&project);
     }
-    if !archives.is_empty() && !dir.exists() {
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("cannot create the mount point {}", dir.display()))?;
-    }
-    let meta =
-        std::fs::metadata(&dir).with_context(|| format!("cannot mount on {}", dir.display()))?;
-    anyhow::ensure!(
-        meta.is_dir(),
-        "{} is not a directory{}",
-        dir.display(),
-        if archives.is_empty() && meta.is_file() {
-            "; to mount an archive, name the directory to mount it on: `roar mount ARCHIVE DIR`"
-        } else {
-            ""
-        }
-    );
-    let dir = std::fs::canonicalize(&dir)?;
-    anyhow::ensure!(
-        !is_roarfs_mount(&dir),
-        "{} is already mounted by roar; `roar unmount {}` first",
-        dir.display(),
-        dir.display()
-    );
-    // The store must never live on the mount it records.
-    anyhow::ensure!(
-        !project.dir().starts_with(&dir),
-        "the store {} is inside {}; mount a directory that does not contain .roar/",
-        project.dir().display(),
-        dir.display()
-    );
+    let dir = mount_point(&project, &dir, !archives.is_empty())?;
     let indexes = if archives.is_empty() {
         warn_processes_inside(&dir);
         Vec::new()
@@ -281,43 +252,7 @@ pub fn mount(args: MountArgs, json: bool) -> anyhow::Result<ExitCode> {
     std::io::BufReader::new(reader).read_line(&mut line)?;
     match line.trim_end().strip_prefix("ready ") {
         Some(ready) => {
-            let mut words = ready.split(' ');
-            let (pid, scheme, transport) = (
-                words.next().unwrap_or(""),
-                words.next().unwrap_or(""),
-                words.next().unwrap_or(""),
-            );
-            if json {
-                crate::fmt::print_json(&serde_json::json!({
-                    "dir": dir, "pid": pid.parse::<i64>().ok(), "inodes": scheme,
-                    "transport": transport, "archives": archives
-                }))?;
-            } else if !archives.is_empty() {
-                eprintln!(
-                    "roar: mounted {} archive(s) or folder(s) read-only on {} (daemon pid {pid}); every member a job reads is recorded as its input; `roar unmount {}` to stop",
-                    archives.len(),
-                    dir.display(),
-                    dir.display()
-                );
-            } else {
-                let mut how = match scheme {
-                    "path-fds" => {
-                        ", one descriptor per known inode: this filesystem has no file handles"
-                    }
-                    _ => "",
-                }
-                .to_owned();
-                if transport == "io_uring" {
-                    how.push_str(", requests over io_uring");
-                } else if std::env::var_os("ROAR_MOUNT_URING").is_some_and(|v| v == "1") {
-                    eprintln!("roar: warning: ROAR_MOUNT_URING=1 but the kernel does not offer FUSE over io_uring (Linux 6.14+ with /sys/module/fuse/parameters/enable_uring set to Y): requests go through /dev/fuse");
-                }
-                eprintln!(
-                    "roar: mounted {} (daemon pid {pid}{how}); every file opened through it is recorded; `roar unmount {}` to stop",
-                    dir.display(),
-                    dir.display()
-                );
-            }
+            tell_mounted(ready, &dir, &archives, json)?;
             Ok(ExitCode::SUCCESS)
         }
         None => {
@@ -333,6 +268,84 @@ pub fn mount(args: MountArgs, json: bool) -> anyhow::Result<ExitCode> {
             )
         }
     }
+}
+
+/// The directory to mount on, checked: made if an archive is mounted there, a directory, not
+/// mounted by roar already, and not holding the store (which must never live on the mount it
+/// records). Its canonical path.
+fn mount_point(project: &Project, dir: &Path, archive: bool) -> anyhow::Result<PathBuf> {
+    if archive && !dir.exists() {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create the mount point {}", dir.display()))?;
+    }
+    let meta =
+        std::fs::metadata(dir).with_context(|| format!("cannot mount on {}", dir.display()))?;
+    anyhow::ensure!(
+        meta.is_dir(),
+        "{} is not a directory{}",
+        dir.display(),
+        if !archive && meta.is_file() {
+            "; to mount an archive, name the directory to mount it on: `roar mount ARCHIVE DIR`"
+        } else {
+            ""
+        }
+    );
+    let dir = std::fs::canonicalize(dir)?;
+    anyhow::ensure!(
+        !is_roarfs_mount(&dir),
+        "{} is already mounted by roar; `roar unmount {}` first",
+        dir.display(),
+        dir.display()
+    );
+    // The store must never live on the mount it records.
+    anyhow::ensure!(
+        !project.dir().starts_with(&dir),
+        "the store {} is inside {}; mount a directory that does not contain .roar/",
+        project.dir().display(),
+        dir.display()
+    );
+    Ok(dir)
+}
+
+/// Tells the user (or, with `--json`, a program) what the daemon's `ready PID SCHEME
+/// TRANSPORT` line says was mounted.
+fn tell_mounted(ready: &str, dir: &Path, archives: &[PathBuf], json: bool) -> anyhow::Result<()> {
+    let mut words = ready.split(' ');
+    let (pid, scheme, transport) = (
+        words.next().unwrap_or(""),
+        words.next().unwrap_or(""),
+        words.next().unwrap_or(""),
+    );
+    if json {
+        crate::fmt::print_json(&serde_json::json!({
+            "dir": dir, "pid": pid.parse::<i64>().ok(), "inodes": scheme,
+            "transport": transport, "archives": archives
+        }))?;
+    } else if !archives.is_empty() {
+        eprintln!(
+            "roar: mounted {} archive(s) or folder(s) read-only on {} (daemon pid {pid}); every member a job reads is recorded as its input; `roar unmount {}` to stop",
+            archives.len(),
+            dir.display(),
+            dir.display()
+        );
+    } else {
+        let mut how = match scheme {
+            "path-fds" => ", one descriptor per known inode: this filesystem has no file handles",
+            _ => "",
+        }
+        .to_owned();
+        if transport == "io_uring" {
+            how.push_str(", requests over io_uring");
+        } else if std::env::var_os("ROAR_MOUNT_URING").is_some_and(|v| v == "1") {
+            eprintln!("roar: warning: ROAR_MOUNT_URING=1 but the kernel does not offer FUSE over io_uring (Linux 6.14+ with /sys/module/fuse/parameters/enable_uring set to Y): requests go through /dev/fuse");
+        }
+        eprintln!(
+            "roar: mounted {} (daemon pid {pid}{how}); every file opened through it is recorded; `roar unmount {}` to stop",
+            dir.display(),
+            dir.display()
+        );
+    }
+    Ok(())
 }
 
 fn warn_processes_inside(dir: &Path) {
