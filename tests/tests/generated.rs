@@ -1192,6 +1192,22 @@ fn shrunk_programs_the_generator_found_give_every_observer_the_same_record() {
                 },
             ],
         },
+        // A name a directory move refilled, its file read and deleted: the input, and the
+        // deletion of what was there before the job stands again (preload had no deletion;
+        // seed 9866626374876062354, program 42).
+        Program {
+            before: vec![(d0g1, vec![b'a'; 5000]), (d1g1, vec![b'b'; 10])],
+            ops: vec![
+                Op::Rmtree { dir: 0 },
+                Op::RenameDir { from: 1, to: 0 },
+                Op::Hold {
+                    slot: 0,
+                    name: d0g1,
+                    mode: Mode::ReadWrite,
+                },
+                Op::Unlink { name: d0g1 },
+            ],
+        },
         // A file deleted below a directory then moved: the deletion names where the file was
         // (preload named it below the new name; seed 1796058406997819105, program 300).
         Program {

@@ -71,6 +71,9 @@ pub struct PathState {
     /// what the moved directory held under it — a file the job never saw, or nothing — until an
     /// event or the observer says which ([`PathState::refill`]).
     pub refilled: bool,
+    /// What the job had left here before a directory move refilled the name with a file
+    /// ([`PathUse::superseded`]).
+    pub superseded: Option<Made>,
 }
 
 /// Which version of a path a record names.
@@ -93,6 +96,7 @@ impl PathState {
             exists: self.exists,
             unlinked: self.ops.contains(Ops::UNLINK),
             found: self.found,
+            superseded: self.superseded,
         }
     }
 
@@ -1139,6 +1143,10 @@ impl PathState {
         if !std::mem::take(&mut self.refilled) || !holds {
             return;
         }
+        // What the job had left here is superseded by the file now there, unless that file is
+        // gone too at the end.
+        let left = self.path_use().records().1;
+        self.superseded = left.filter(|m| *m != Made::Output).or(self.superseded);
         // A file the job did not make, there before the job under the moved directory.
         self.job_made = false;
         self.exists = true;
@@ -1899,6 +1907,62 @@ mod tests {
         // Untouched after the move: the file there at the end is what the move put there.
         let c = classify(&events[..3], 100, &Ignore::new(&[]));
         assert_eq!(c.paths.iter().flat_map(|(_, st)| st.roles()).count(), 0);
+    }
+
+    /// Found by the generator: `rm -r d0; mv d1 d0; open d0/g1 (read and write); rm d0/g1` —
+    /// the name refilled by the move holds a file again, which the job reads and deletes: an
+    /// input, and at the end the name is empty, so the deletion of the file that was there
+    /// before the job stands again (it was only superseded while a file was there).
+    #[test]
+    fn a_deletion_superseded_by_a_refill_stands_again_when_the_name_ends_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let (d0, d1) = (dir.path().join("d0"), dir.path().join("d1"));
+        let g1 = d0.join("g1");
+        std::fs::create_dir(&d0).unwrap();
+        let events = |last_opens: bool| {
+            let mut events = vec![
+                Event::Unlink {
+                    pid: 1,
+                    path: g1.clone(),
+                    ts_ns: 101,
+                },
+                Event::Rmdir {
+                    pid: 1,
+                    path: d0.clone(),
+                    ts_ns: 102,
+                },
+                mv(&d1, &d0, 103),
+            ];
+            if last_opens {
+                events.push(open_as(&g1, libc::O_RDWR | libc::O_CREAT, 3, 104));
+            }
+            events.push(Event::Unlink {
+                pid: 1,
+                path: g1.clone(),
+                ts_ns: 105,
+            });
+            events
+        };
+        let roles = |events: &[Event]| -> Vec<(PathBuf, Role, Version)> {
+            classify(events, 100, &Ignore::new(&[]))
+                .paths
+                .iter()
+                .flat_map(|(p, st)| st.roles().map(move |(role, v)| (p.clone(), role, v)))
+                .collect()
+        };
+        // Read and deleted: the input, and the deletion of what was there before.
+        assert_eq!(
+            roles(&events(true)),
+            [
+                (g1.clone(), Role::Input, Version::Prior),
+                (g1.clone(), Role::Output, Version::Gone),
+            ]
+        );
+        // Deleted unread: one deletion.
+        assert_eq!(
+            roles(&events(false)),
+            [(g1.clone(), Role::Output, Version::Gone)]
+        );
     }
 
     /// Found by the generator: `rm d0/g1; mv d0 d1` — a file deleted below a directory the job

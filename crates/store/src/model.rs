@@ -102,6 +102,11 @@ pub struct PathUse {
     /// A file the job had not made was there when the job first touched the path (its own
     /// events show it): what the job removed there is that file, never a temporary of its own.
     pub found: bool,
+    /// What the job had left at the path (a deletion, a temporary) before a directory it moved
+    /// refilled the name with a file it had never seen: superseded while a file is there, it
+    /// stands again if the name is empty at the end (`rm -r d0; mv d1 d0; rm d0/g`: the file
+    /// that was at `d0/g` before the job is gone).
+    pub superseded: Option<Made>,
 }
 
 /// What a job left at a path, besides reading it.
@@ -128,6 +133,8 @@ impl PathUse {
             // Removed, or (a file found here, its content replaced unread) moved away: what was
             // there before the job is gone.
             Some(Made::Deleted)
+        } else if !self.exists {
+            self.superseded
         } else {
             None
         };

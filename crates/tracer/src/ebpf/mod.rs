@@ -206,7 +206,7 @@ impl Drop for Done {
 }
 
 /// The programs a run records through: leased from the resident helper, or loaded and attached
-/// by this run (`local`, kept until the run ends).
+/// by this run (`_local`, kept until the run ends).
 struct Programs<'o> {
     maps: Maps,
     key: RunKey,
