@@ -1192,6 +1192,34 @@ fn shrunk_programs_the_generator_found_give_every_observer_the_same_record() {
                 },
             ],
         },
+        // A file the job put where it had read the one there, gone at the end: a temporary
+        // beside the input (preload had only the input; seed 9866626374876062354, program 314),
+        // and the same for a file made again where the job had read and removed the old one.
+        Program {
+            before: vec![(0, vec![b'a'; 5000]), (d0g1, vec![b'b'; 10])],
+            ops: vec![
+                Op::Mmap {
+                    name: d0g1,
+                    off: 1,
+                    byte: 70,
+                },
+                Op::Rename { from: 0, to: d0g1 },
+                Op::Unlink { name: d0g1 },
+            ],
+        },
+        Program {
+            before: vec![(1, vec![b'a'; 10])],
+            ops: vec![
+                Op::Read { name: 1 },
+                Op::Unlink { name: 1 },
+                Op::WriteNew {
+                    name: 1,
+                    len: 3,
+                    byte: b'N',
+                },
+                Op::Unlink { name: 1 },
+            ],
+        },
         // A name a directory move refilled, its file read and deleted: the input, and the
         // deletion of what was there before the job stands again (preload had no deletion;
         // seed 9866626374876062354, program 42).

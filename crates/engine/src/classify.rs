@@ -74,6 +74,8 @@ pub struct PathState {
     /// What the job had left here before a directory move refilled the name with a file
     /// ([`PathUse::superseded`]).
     pub superseded: Option<Made>,
+    /// The job put a file here that was not the one found here ([`PathUse::placed`]).
+    pub placed: bool,
 }
 
 /// Which version of a path a record names.
@@ -97,6 +99,7 @@ impl PathState {
             unlinked: self.ops.contains(Ops::UNLINK),
             found: self.found,
             superseded: self.superseded,
+            placed: self.placed,
         }
     }
 
@@ -572,6 +575,7 @@ impl Rules {
                 if let Some(st) = self.paths.get(path, *ts_ns, cx.ignore) {
                     st.ops.insert(Ops::CREATE);
                     st.job_made = true;
+                    st.placed = true;
                     st.exists = true;
                     st.changed(self.seq);
                     st.file = None;
@@ -786,6 +790,11 @@ impl Rules {
         let no_prior =
             (!first_access && !st.exists) || (first_access && (truncates || created_now));
         let prior_is_foreign = !st.job_made && !no_prior;
+        // A file this open made: on first touch as the ctime or O_EXCL says, or where the job
+        // had removed the one there.
+        if flags & libc::O_CREAT != 0 && (created_now || (!first_access && !st.exists)) {
+            st.placed = true;
+        }
         if first_access && !st.job_made && !created_now {
             let older = stat.is_some_and(|s| s.ctime_ns < floor);
             st.found |= flags & libc::O_CREAT == 0 || st.existed || older;
@@ -998,6 +1007,7 @@ impl Rules {
         // New content at the destination either way; its old content, if the job had read it,
         // stays an input through `reads_prior`.
         dst.job_made = true;
+        dst.placed = true;
         if src.is_some_and(|s| s.ops.contains(Ops::CREATE)) {
             dst.ops.insert(Ops::CREATE);
         }
@@ -1063,6 +1073,7 @@ impl Rules {
         for (p, other) in [(a, held_b), (b, held_a)] {
             if let Some(st) = self.paths.get(p, ts, cx.ignore) {
                 st.job_made = true;
+                st.placed = true;
                 st.exists = true;
                 st.changed(self.seq);
                 let (file, content) = other.unwrap_or((None, None));
@@ -1149,6 +1160,7 @@ impl PathState {
         self.superseded = left.filter(|m| *m != Made::Output).or(self.superseded);
         // A file the job did not make, there before the job under the moved directory.
         self.job_made = false;
+        self.placed = false;
         self.exists = true;
         self.found = true;
         self.existed = true;
@@ -1907,6 +1919,46 @@ mod tests {
         // Untouched after the move: the file there at the end is what the move put there.
         let c = classify(&events[..3], 100, &Ignore::new(&[]));
         assert_eq!(c.paths.iter().flat_map(|(_, st)| st.roles()).count(), 0);
+    }
+
+    /// Found by the generator: `mmap-write d0/g1; mv f0 d0/g1; rm d0/g1` — the file found at
+    /// the name was read (an input) and replaced by one the job put there, which is gone at the
+    /// end: a temporary, as a file the job made, read the old content first or not. The same
+    /// for a file made again where the job had read and removed the old one.
+    #[test]
+    fn a_file_the_job_put_where_it_had_read_one_is_a_temporary_when_gone() {
+        let (x, f0) = (Path::new("/d/x"), Path::new("/d/f0"));
+        let unlink = |ts_ns| Event::Unlink {
+            pid: 1,
+            path: x.to_owned(),
+            ts_ns,
+        };
+        let replaced = [
+            open_as(x, libc::O_RDWR, 2, 101),
+            mv(f0, x, 102),
+            unlink(103),
+        ];
+        let made_again = [
+            open_as(x, libc::O_RDONLY, 2, 101),
+            unlink(102),
+            open(x, 103),
+            unlink(104),
+        ];
+        // Written in place and removed: the input consumed, no temporary.
+        let in_place = [open_as(x, libc::O_RDWR, 2, 101), unlink(102)];
+        for (events, temp) in [
+            (&replaced[..], true),
+            (&made_again[..], true),
+            (&in_place[..], false),
+        ] {
+            let c = classify(events, 100, &Ignore::new(&[]));
+            let st = &c.paths.iter().find(|(p, _)| p == x).expect("x").1;
+            let mut want = vec![(Role::Input, Version::Prior)];
+            if temp {
+                want.push((Role::Temp, Version::Gone));
+            }
+            assert_eq!(st.roles().collect::<Vec<_>>(), want, "{events:?}");
+        }
     }
 
     /// Found by the generator: `rm -r d0; mv d1 d0; open d0/g1 (read and write); rm d0/g1` —

@@ -102,6 +102,11 @@ pub struct PathUse {
     /// A file the job had not made was there when the job first touched the path (its own
     /// events show it): what the job removed there is that file, never a temporary of its own.
     pub found: bool,
+    /// The job put a file at the path that was not the one there before: made it, or renamed,
+    /// linked or exchanged one onto the name (writing the file found there in place is not
+    /// putting one there). Gone at the end, such a file is a temporary even where the job also
+    /// read what was there before (`cat x; rm x; echo > x; rm x`).
+    pub placed: bool,
     /// What the job had left at the path (a deletion, a temporary) before a directory it moved
     /// refilled the name with a file it had never seen: superseded while a file is there, it
     /// stands again if the name is empty at the end (`rm -r d0; mv d1 d0; rm d0/g`: the file
@@ -133,6 +138,8 @@ impl PathUse {
             // Removed, or (a file found here, its content replaced unread) moved away: what was
             // there before the job is gone.
             Some(Made::Deleted)
+        } else if !self.exists && self.placed {
+            Some(Made::Temp)
         } else if !self.exists {
             self.superseded
         } else {
