@@ -1246,6 +1246,33 @@ fn shrunk_programs_the_generator_found_give_every_observer_the_same_record() {
                 Op::RenameDir { from: 0, to: 1 },
             ],
         },
+        // A file there before deleted unread, made again (held open) and its directory moved:
+        // the deletion stays where the old file was, the new file is an output where it is now
+        // (every observer carried the deletion to the new name; seed 9866626374876062354,
+        // program 488).
+        Program {
+            before: vec![(d0g1, vec![b'a'; 10])],
+            ops: vec![
+                Op::Unlink { name: d0g1 },
+                Op::Hold {
+                    slot: 0,
+                    name: d0g1,
+                    mode: Mode::Trunc,
+                },
+                Op::RenameDir { from: 0, to: 1 },
+            ],
+        },
+        // A file there before linked, its first name removed, then read through the link: an
+        // input at the first name beside its deletion (every observer lost the input; seed
+        // 9866626374876062354, program 1757).
+        Program {
+            before: vec![(1, vec![b'a'; 5000])],
+            ops: vec![
+                Op::Link { from: 1, to: 3 },
+                Op::Unlink { name: 1 },
+                Op::Read { name: 3 },
+            ],
+        },
         // A symbolic link renamed (the mount reports it as `roar run` does).
         Program {
             before: Vec::new(),

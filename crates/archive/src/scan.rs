@@ -261,6 +261,36 @@ fn hash_reader(r: &mut impl Read) -> io::Result<([u8; 32], u64)> {
     Ok((*h.finalize().as_bytes(), n))
 }
 
+/// A tar member's entry before its kind is known: a file of no content, with the header's mode,
+/// owner and time.
+fn tar_member(path: Vec<u8>, h: &tar::Header, data: Data) -> Member {
+    Member {
+        path,
+        kind: Kind::File,
+        mode: h.mode().unwrap_or(0o644) & 0o7777,
+        uid: h.uid().unwrap_or(0) as u32,
+        gid: h.gid().unwrap_or(0) as u32,
+        mtime: h.mtime().unwrap_or(0) as i64,
+        size: 0,
+        data,
+        blake3: [0; 32],
+        link: None,
+    }
+}
+
+/// A regular tar member's hash and size, read whole; an error if the archive ends inside it.
+fn hash_tar_file(e: &mut tar::Entry<impl Read>) -> io::Result<([u8; 32], u64)> {
+    let size = e.size();
+    let (hash, n) = hash_reader(e)?;
+    if n != size {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the archive ends inside a member",
+        ));
+    }
+    Ok((hash, size))
+}
+
 fn list_tar(
     reader: impl Read,
     stream: bool,
@@ -294,31 +324,9 @@ fn list_tar(
         } else {
             Data::Raw { offset }
         };
-        let mut m = Member {
-            path,
-            kind: Kind::File,
-            mode: h.mode().unwrap_or(0o644) & 0o7777,
-            uid: h.uid().unwrap_or(0) as u32,
-            gid: h.gid().unwrap_or(0) as u32,
-            mtime: h.mtime().unwrap_or(0) as i64,
-            size: 0,
-            data,
-            blake3: [0; 32],
-            link: None,
-        };
+        let mut m = tar_member(path, h, data);
         match et {
-            T::Regular | T::Continuous => {
-                let size = e.size();
-                let (hash, n) = hash_reader(&mut e)?;
-                if n != size {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "the archive ends inside a member",
-                    ));
-                }
-                m.size = size;
-                m.blake3 = hash;
-            }
+            T::Regular | T::Continuous => (m.blake3, m.size) = hash_tar_file(&mut e)?,
             T::Directory => m.kind = Kind::Dir,
             T::Symlink => {
                 let target = e.link_name_bytes().unwrap_or_default().into_owned();

@@ -423,6 +423,34 @@ pub fn diff(a: &OsStr, b: &OsStr, json: bool) -> anyhow::Result<()> {
         writeln!(out, "both were made by the same job")?;
         return Ok(());
     }
+    let mut any = print_job_changes(&mut out, &d)?;
+    print_files(&mut out, "inputs", &d.inputs, &project.root)?;
+    print_files(&mut out, "outputs", &d.outputs, &project.root)?;
+    print_files(&mut out, "root inputs", &d.root_inputs, &project.root)?;
+    any |= !(d.inputs.is_empty() && d.outputs.is_empty() && d.root_inputs.is_empty());
+    if d.same_inputs > 0 {
+        writeln!(
+            out,
+            "{:<12}{} identical input{}",
+            "",
+            d.same_inputs,
+            if d.same_inputs == 1 { "" } else { "s" }
+        )?;
+    }
+    print_steps(&mut out, &d, &project.root)?;
+    any |= !d.steps.is_empty();
+    if !any {
+        writeln!(
+            out,
+            "same provenance: parameters, directory, code, packages, machine, environment and inputs are identical"
+        )?;
+    }
+    Ok(())
+}
+
+/// The lines for what differs between the two jobs themselves: parameters, argv, directory,
+/// code, packages, machine and environment. Whether there were any.
+fn print_job_changes(out: &mut impl Write, d: &Diff) -> std::io::Result<bool> {
     let mut any = false;
     for (i, p) in d.parameters.iter().enumerate() {
         let head = if i == 0 { "parameters" } else { "" };
@@ -498,26 +526,5 @@ pub fn diff(a: &OsStr, b: &OsStr, json: bool) -> anyhow::Result<()> {
         }
         any = true;
     }
-    print_files(&mut out, "inputs", &d.inputs, &project.root)?;
-    print_files(&mut out, "outputs", &d.outputs, &project.root)?;
-    print_files(&mut out, "root inputs", &d.root_inputs, &project.root)?;
-    any |= !(d.inputs.is_empty() && d.outputs.is_empty() && d.root_inputs.is_empty());
-    if d.same_inputs > 0 {
-        writeln!(
-            out,
-            "{:<12}{} identical input{}",
-            "",
-            d.same_inputs,
-            if d.same_inputs == 1 { "" } else { "s" }
-        )?;
-    }
-    print_steps(&mut out, &d, &project.root)?;
-    any |= !d.steps.is_empty();
-    if !any {
-        writeln!(
-            out,
-            "same provenance: parameters, directory, code, packages, machine, environment and inputs are identical"
-        )?;
-    }
-    Ok(())
+    Ok(any)
 }

@@ -194,8 +194,20 @@ pub fn show(job: &JobDetail, json: bool) -> anyhow::Result<()> {
             writeln!(out, "  {:<20} {}", shown(&p.name), shown(&p.value))?;
         }
     }
+    print_code(&mut out, s.git.as_ref())?;
+    if let Some(rt) = &e.runtime {
+        print_machine(&mut out, rt)?;
+    }
+    if !e.packages.is_empty() {
+        print_packages(&mut out, &e.packages)?;
+    }
+    Ok(())
+}
+
+/// The code section: commit, branch, remote and whether the tree was clean.
+fn print_code(out: &mut impl Write, git: Option<&roar_store::GitState>) -> std::io::Result<()> {
     writeln!(out, "{}", bold("code"))?;
-    match &s.git {
+    match git {
         None => writeln!(out, "  not in a git work tree")?,
         Some(g) => {
             writeln!(
@@ -225,67 +237,79 @@ pub fn show(job: &JobDetail, json: bool) -> anyhow::Result<()> {
             writeln!(out, "  tree       {state}")?;
         }
     }
-    if let Some(rt) = &e.runtime {
-        writeln!(out, "{}", bold("machine"))?;
-        let mut row = |k: &str, v: Option<String>| match v {
-            Some(v) => writeln!(out, "  {k:<10} {}", shown(&v)),
-            None => Ok(()),
-        };
-        row("host", rt.hostname.clone())?;
-        row("os", rt.os.clone())?;
-        row("kernel", rt.kernel.clone())?;
-        row(
-            "cpu",
-            Some(format!(
-                "{} x {}",
-                rt.cpus,
-                rt.cpu_model.as_deref().unwrap_or("unknown")
-            )),
-        )?;
-        row("arch", rt.arch.clone())?;
-        row("memory", rt.memory_bytes.map(crate::fmt::size))?;
-        row("container", rt.container.clone())?;
-        row("vm", rt.virtualization.clone())?;
-        for g in &rt.gpus {
-            let mut v = g.model.clone();
-            if let Some(d) = &g.driver {
-                v.push_str(&format!(", driver {d}"));
-            }
-            if let Some(c) = &g.cuda {
-                v.push_str(&format!(", CUDA {c}"));
-            }
-            row("gpu", Some(v))?;
+    Ok(())
+}
+
+/// The machine section: host, OS, kernel, CPUs, memory, container, VM and GPUs.
+fn print_machine(
+    out: &mut impl Write,
+    rt: &roar_store::environment::Runtime,
+) -> std::io::Result<()> {
+    writeln!(out, "{}", bold("machine"))?;
+    let mut row = |k: &str, v: Option<String>| match v {
+        Some(v) => writeln!(out, "  {k:<10} {}", shown(&v)),
+        None => Ok(()),
+    };
+    row("host", rt.hostname.clone())?;
+    row("os", rt.os.clone())?;
+    row("kernel", rt.kernel.clone())?;
+    row(
+        "cpu",
+        Some(format!(
+            "{} x {}",
+            rt.cpus,
+            rt.cpu_model.as_deref().unwrap_or("unknown")
+        )),
+    )?;
+    row("arch", rt.arch.clone())?;
+    row("memory", rt.memory_bytes.map(crate::fmt::size))?;
+    row("container", rt.container.clone())?;
+    row("vm", rt.virtualization.clone())?;
+    for g in &rt.gpus {
+        let mut v = g.model.clone();
+        if let Some(d) = &g.driver {
+            v.push_str(&format!(", driver {d}"));
         }
+        if let Some(c) = &g.cuda {
+            v.push_str(&format!(", CUDA {c}"));
+        }
+        row("gpu", Some(v))?;
     }
-    if !e.packages.is_empty() {
-        writeln!(out, "{} ({})", bold("packages"), e.packages.len())?;
-        for p in &e.packages {
-            let mut extra = Vec::new();
-            if let Some(i) = &p.installer {
-                extra.push(i.clone());
-            }
-            if p.kind != "dpkg" {
-                if let Some(l) = &p.location {
-                    extra.push(l.clone());
-                }
-            }
-            if let Some(c) = &p.commit {
-                extra.push(format!("commit {}", &c[..12.min(c.len())]));
-            }
-            let extra = if extra.is_empty() {
-                String::new()
-            } else {
-                format!("  ({})", extra.join(", "))
-            };
-            writeln!(
-                out,
-                "  {:<12} {:<32} {}{}",
-                p.kind,
-                shown(&p.name),
-                shown(&p.version),
-                shown(&extra)
-            )?;
+    Ok(())
+}
+
+/// The packages section, one line each with where it came from.
+fn print_packages(
+    out: &mut impl Write,
+    packages: &[roar_store::environment::Package],
+) -> std::io::Result<()> {
+    writeln!(out, "{} ({})", bold("packages"), packages.len())?;
+    for p in packages {
+        let mut extra = Vec::new();
+        if let Some(i) = &p.installer {
+            extra.push(i.clone());
         }
+        if p.kind != "dpkg" {
+            if let Some(l) = &p.location {
+                extra.push(l.clone());
+            }
+        }
+        if let Some(c) = &p.commit {
+            extra.push(format!("commit {}", &c[..12.min(c.len())]));
+        }
+        let extra = if extra.is_empty() {
+            String::new()
+        } else {
+            format!("  ({})", extra.join(", "))
+        };
+        writeln!(
+            out,
+            "  {:<12} {:<32} {}{}",
+            p.kind,
+            shown(&p.name),
+            shown(&p.version),
+            shown(&extra)
+        )?;
     }
     Ok(())
 }

@@ -496,34 +496,10 @@ fn run_alone(mut args: impl Iterator<Item = OsString>) -> Option<(run_cmd::RunAr
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let json = cli.json;
     if let Some(name) = &cli.remote {
-        match cli.command {
-            Command::Push { background } => {
-                return remote_cmd::push(Some(name), background, json)
-            }
-            Command::Log { .. }
-            | Command::Runs { .. }
-            | Command::Show { .. }
-            | Command::Lineage { .. }
-            | Command::Dag { .. }
-            | Command::Diff { .. }
-            | Command::Export { .. }
-            | Command::Inputs { .. }
-            | Command::Reproduce { .. }
-            | Command::Checkout { .. }
-            | Command::Status { .. } => {
-                let local = project()?;
-                let _ = READING.set(remote_cmd::reading_remote(local, name)?);
-            }
-            Command::Ui { .. } => {
-                let local = project()?;
-                let _ = READING.set(remote_cmd::reading_remote(local.clone(), name)?);
-                // The page shows new jobs of the team as they arrive.
-                remote_cmd::keep_reading(&local, name)?;
-            }
-            _ => anyhow::bail!(
-                "--remote is for the query commands (log, runs, show, lineage, inputs, dag, diff, export, reproduce, checkout, status), ui and push"
-            ),
+        if let Command::Push { background } = cli.command {
+            return remote_cmd::push(Some(name), background, json);
         }
+        read_remote(&cli.command, name)?;
     }
     match cli.command {
         Command::Remote { command } => return remote_cmd::remote(command, json),
@@ -615,6 +591,36 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::CheckpointStore { db } => run_cmd::checkpoint_store(&db)?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--remote NAME`: the query commands (and the UI) read the team store `NAME` from here on.
+fn read_remote(command: &Command, name: &str) -> anyhow::Result<()> {
+    match command {
+        Command::Log { .. }
+        | Command::Runs { .. }
+        | Command::Show { .. }
+        | Command::Lineage { .. }
+        | Command::Dag { .. }
+        | Command::Diff { .. }
+        | Command::Export { .. }
+        | Command::Inputs { .. }
+        | Command::Reproduce { .. }
+        | Command::Checkout { .. }
+        | Command::Status { .. } => {
+            let local = project()?;
+            let _ = READING.set(remote_cmd::reading_remote(local, name)?);
+        }
+        Command::Ui { .. } => {
+            let local = project()?;
+            let _ = READING.set(remote_cmd::reading_remote(local.clone(), name)?);
+            // The page shows new jobs of the team as they arrive.
+            remote_cmd::keep_reading(&local, name)?;
+        }
+        _ => anyhow::bail!(
+            "--remote is for the query commands (log, runs, show, lineage, inputs, dag, diff, export, reproduce, checkout, status), ui and push"
+        ),
+    }
+    Ok(())
 }
 
 /// `roar log | head` closes our stdout early: that is not an error worth a message.

@@ -145,6 +145,35 @@ fn run_steps(
     steps: &[&Step],
 ) -> anyhow::Result<ExitCode> {
     let sha256 = target.sha256.is_some();
+    check_roots(project, store, lineage, sha256)?;
+    let head = crate::run_cmd::git_head(&project.root);
+    // The uncommitted changes the tree has now, to compare with each step's.
+    let now_diff = roar_env::git::Repo::find(&project.root)
+        .map(|r| roar_env::git::DiffJob::start(&r, head.as_deref()))
+        .and_then(roar_env::git::DiffJob::finish)
+        .map(|d| match d {
+            roar_env::git::Dirt::Clean => None,
+            roar_env::git::Dirt::Dirty(bytes) => {
+                bytes.as_deref().map(roar_store::environment::blake3_hex)
+            }
+        });
+    let exe = std::env::current_exe()?;
+    let mut slot = 0;
+    for s in steps {
+        warn_of_drift(s, head.as_deref(), now_diff.as_ref());
+        rerun_step(&exe, s, &mut slot)?;
+    }
+    verify_target(project, store, target, lineage)
+}
+
+/// Every root input of the lineage is here with its recorded content, or an error that says
+/// which is not and what to do.
+fn check_roots(
+    project: &Project,
+    store: &Store,
+    lineage: &roar_store::Lineage,
+    sha256: bool,
+) -> anyhow::Result<()> {
     let roots: Vec<PathBuf> = lineage
         .roots
         .iter()
@@ -172,69 +201,75 @@ fn run_steps(
             ),
         }
     }
-    let head = crate::run_cmd::git_head(&project.root);
-    // The uncommitted changes the tree has now, to compare with each step's.
-    let now_diff = roar_env::git::Repo::find(&project.root)
-        .map(|r| roar_env::git::DiffJob::start(&r, head.as_deref()))
-        .and_then(roar_env::git::DiffJob::finish)
-        .map(|d| match d {
-            roar_env::git::Dirt::Clean => None,
-            roar_env::git::Dirt::Dirty(bytes) => {
-                bytes.as_deref().map(roar_store::environment::blake3_hex)
-            }
-        });
-    let exe = std::env::current_exe()?;
-    let mut slot = 0;
-    for s in steps {
-        let title = crate::graph::title(s.job_id, s.step);
-        if let (Some(want), Some(have)) = (&s.git_commit, &head) {
-            if want != have {
-                eprintln!(
-                    "roar: warning: job {} ran at commit {}, the tree is at {}",
-                    s.job_id,
-                    &want[..12.min(want.len())],
-                    &have[..12.min(have.len())]
-                );
-            }
+    Ok(())
+}
+
+/// Warns where the tree is not as the step ran: another commit (`head`), or other uncommitted
+/// changes (`now_diff`: the tree's diff hash, None when clean).
+fn warn_of_drift(s: &Step, head: Option<&str>, now_diff: Option<&Option<String>>) {
+    if let (Some(want), Some(have)) = (&s.git_commit, head) {
+        if want != have {
+            eprintln!(
+                "roar: warning: job {} ran at commit {}, the tree is at {}",
+                s.job_id,
+                &want[..12.min(want.len())],
+                &have[..12.min(have.len())]
+            );
         }
-        if let (Some(want), Some(have)) = (&s.git_diff, &now_diff) {
-            if have.as_ref() != Some(want) {
-                eprintln!(
-                    "roar: warning: job {} ran with uncommitted changes (diff {}) the tree does not have; restore them with `git stash && roar show @{} --patch | git apply`",
-                    s.job_id,
-                    &want[..12.min(want.len())],
-                    s.job_id
-                );
-            }
-        }
-        anyhow::ensure!(
-            s.backend != "gateway",
-            "job {} is an S3 client seen by `roar gateway`, not a command; re-create its objects and run `roar reproduce` on what it made",
-            s.job_id
-        );
-        eprintln!("roar: reproducing {title}: {}", shell_join(&s.argv));
-        let argv = supplied(s, &mut slot)?;
-        let status = std::process::Command::new(&exe)
-            .arg("run")
-            .args(s.uses_s3().then_some("--s3"))
-            .arg("--")
-            .args(redirecting(&s.streams).into_iter().flat_map(|program| {
-                [
-                    OsString::from("sh"),
-                    "-c".into(),
-                    OsString::from_vec(program),
-                ]
-            }))
-            .args(&argv)
-            .current_dir(&s.cwd)
-            .status()
-            .with_context(|| format!("cannot start roar run for {title}"))?;
-        anyhow::ensure!(
-            status.success(),
-            "{title} failed when re-run ({status}); stopping"
-        );
     }
-    // The target is the output of the last step that had this content.
+    if let (Some(want), Some(have)) = (&s.git_diff, now_diff) {
+        if have.as_ref() != Some(want) {
+            eprintln!(
+                "roar: warning: job {} ran with uncommitted changes (diff {}) the tree does not have; restore them with `git stash && roar show @{} --patch | git apply`",
+                s.job_id,
+                &want[..12.min(want.len())],
+                s.job_id
+            );
+        }
+    }
+}
+
+/// Runs one step again under `roar run` (`exe`), in its directory, with its standard streams
+/// opened as they were; an error if it fails.
+fn rerun_step(exe: &Path, s: &Step, slot: &mut usize) -> anyhow::Result<()> {
+    let title = crate::graph::title(s.job_id, s.step);
+    anyhow::ensure!(
+        s.backend != "gateway",
+        "job {} is an S3 client seen by `roar gateway`, not a command; re-create its objects and run `roar reproduce` on what it made",
+        s.job_id
+    );
+    eprintln!("roar: reproducing {title}: {}", shell_join(&s.argv));
+    let argv = supplied(s, slot)?;
+    let status = std::process::Command::new(exe)
+        .arg("run")
+        .args(s.uses_s3().then_some("--s3"))
+        .arg("--")
+        .args(redirecting(&s.streams).into_iter().flat_map(|program| {
+            [
+                OsString::from("sh"),
+                "-c".into(),
+                OsString::from_vec(program),
+            ]
+        }))
+        .args(&argv)
+        .current_dir(&s.cwd)
+        .status()
+        .with_context(|| format!("cannot start roar run for {title}"))?;
+    anyhow::ensure!(
+        status.success(),
+        "{title} failed when re-run ({status}); stopping"
+    );
+    Ok(())
+}
+
+/// Whether the steps made the target again: the output of the last step that had its content,
+/// hashed now.
+fn verify_target(
+    project: &Project,
+    store: &Store,
+    target: &ContentHash,
+    lineage: &roar_store::Lineage,
+) -> anyhow::Result<ExitCode> {
     let path = lineage
         .steps
         .iter()
@@ -243,6 +278,7 @@ fn run_steps(
         .find(|o| o.hash.as_ref().is_some_and(|h| h.blake3 == target.blake3))
         .map(|o| PathBuf::from(&o.path))
         .context("the lineage does not name the target's path")?;
+    let sha256 = target.sha256.is_some();
     let got = current_hashes(store, std::slice::from_ref(&path), sha256);
     match got.get(&path) {
         Some(h) if h.blake3 == target.blake3 => {
@@ -373,74 +409,15 @@ fn script(
     steps: &[&Step],
     root: &Path,
 ) -> std::io::Result<()> {
-    writeln!(out, "#!/bin/sh")?;
-    writeln!(
-        out,
-        "# Rebuilds {} (blake3 {})",
-        fmt::shown(&what.to_string_lossy()),
-        target.blake3
-    )?;
-    writeln!(
-        out,
-        "# from these root inputs (`roar reproduce --run` checks them first):"
-    )?;
-    for r in &lineage.roots {
-        let h = r
-            .hash
-            .as_ref()
-            .map(|h| h.blake3.as_str())
-            .unwrap_or("unknown content");
-        writeln!(out, "#   {h}  {}", rel(&r.path, root))?;
-    }
-    let secrets: usize = steps
-        .iter()
-        .flat_map(|s| &s.argv)
-        .map(|a| pieces(a).len() - 1)
-        .sum();
-    if secrets > 0 {
-        writeln!(
-            out,
-            "# roar redacted {secrets} secret(s) from the commands: set ROAR_SECRET_1..{secrets} before running."
-        )?;
-    }
+    script_header(out, what, target, lineage, steps, root)?;
     writeln!(out, "set -e")?;
     let mut last_cwd = String::new();
     // The code each step ran: its commit, plus the uncommitted changes kept with it. A patch
     // applied for one step is taken back (`git apply -R`) before the tree moves on.
-    let mut last_code: (Option<&str>, Option<(&str, i64)>) = (None, None);
+    let mut last_code: Code = (None, None);
     let mut slot = 0;
     for s in steps {
-        let patch = s.git_diff.as_deref().map(|d| (d, s.job_id));
-        let code = (s.git_commit.as_deref(), patch);
-        let same_patch = last_code.1.map(|p| p.0) == patch.map(|p| p.0);
-        if s.git_commit.is_some() && (code.0 != last_code.0 || !same_patch) {
-            if let Some((d, job)) = last_code.1 {
-                writeln!(
-                    out,
-                    "roar show @{job} --patch | git apply -R  # take back the changes of diff {}",
-                    &d[..12.min(d.len())]
-                )?;
-            }
-            let dirty = match (s.git_dirty == Some(true), patch) {
-                (false, _) => "",
-                (true, Some(_)) => " (the tree was dirty: its changes are applied next)",
-                (true, None) => " (the tree was dirty; its diff was not kept)",
-            };
-            if code.0 != last_code.0 {
-                let commit = s.git_commit.as_deref().unwrap_or_default();
-                out.write_all(b"git checkout ")?;
-                out.write_all(&script_word(commit.as_bytes()))?;
-                writeln!(out, "  # recorded commit{dirty}")?;
-            }
-            if let Some((d, job)) = patch {
-                writeln!(
-                    out,
-                    "roar show @{job} --patch | git apply  # job {job}'s uncommitted changes (diff {})",
-                    &d[..12.min(d.len())]
-                )?;
-            }
-            last_code = code;
-        }
+        script_code(out, s, &mut last_code)?;
         if s.cwd != last_cwd {
             out.write_all(b"cd ")?;
             out.write_all(&script_word(s.cwd.as_bytes()))?;
@@ -487,5 +464,90 @@ fn script(
         out.write_all(&script_argv(s, &mut slot))?;
         writeln!(out, "  # {}", crate::graph::title(s.job_id, s.step))?;
     }
+    Ok(())
+}
+
+/// The code a step ran: its commit, and the diff hash and job of the uncommitted changes kept
+/// with it.
+type Code<'a> = (Option<&'a str>, Option<(&'a str, i64)>);
+
+/// The script's opening comments: what it rebuilds, from which root inputs, and the secrets it
+/// needs set.
+fn script_header(
+    out: &mut impl Write,
+    what: &OsStr,
+    target: &ContentHash,
+    lineage: &Lineage,
+    steps: &[&Step],
+    root: &Path,
+) -> std::io::Result<()> {
+    writeln!(out, "#!/bin/sh")?;
+    writeln!(
+        out,
+        "# Rebuilds {} (blake3 {})",
+        fmt::shown(&what.to_string_lossy()),
+        target.blake3
+    )?;
+    writeln!(
+        out,
+        "# from these root inputs (`roar reproduce --run` checks them first):"
+    )?;
+    for r in &lineage.roots {
+        let h = r
+            .hash
+            .as_ref()
+            .map(|h| h.blake3.as_str())
+            .unwrap_or("unknown content");
+        writeln!(out, "#   {h}  {}", rel(&r.path, root))?;
+    }
+    let secrets: usize = steps
+        .iter()
+        .flat_map(|s| &s.argv)
+        .map(|a| pieces(a).len() - 1)
+        .sum();
+    if secrets > 0 {
+        writeln!(
+            out,
+            "# roar redacted {secrets} secret(s) from the commands: set ROAR_SECRET_1..{secrets} before running."
+        )?;
+    }
+    Ok(())
+}
+
+/// Moves the tree to the code step `s` ran, where it differs from the last step's (`last`):
+/// takes back the last step's patch, checks out its commit, applies its patch.
+fn script_code<'a>(out: &mut impl Write, s: &'a Step, last: &mut Code<'a>) -> std::io::Result<()> {
+    let patch = s.git_diff.as_deref().map(|d| (d, s.job_id));
+    let code = (s.git_commit.as_deref(), patch);
+    let same_patch = last.1.map(|p| p.0) == patch.map(|p| p.0);
+    if s.git_commit.is_none() || (code.0 == last.0 && same_patch) {
+        return Ok(());
+    }
+    if let Some((d, job)) = last.1 {
+        writeln!(
+            out,
+            "roar show @{job} --patch | git apply -R  # take back the changes of diff {}",
+            &d[..12.min(d.len())]
+        )?;
+    }
+    let dirty = match (s.git_dirty == Some(true), patch) {
+        (false, _) => "",
+        (true, Some(_)) => " (the tree was dirty: its changes are applied next)",
+        (true, None) => " (the tree was dirty; its diff was not kept)",
+    };
+    if code.0 != last.0 {
+        let commit = s.git_commit.as_deref().unwrap_or_default();
+        out.write_all(b"git checkout ")?;
+        out.write_all(&script_word(commit.as_bytes()))?;
+        writeln!(out, "  # recorded commit{dirty}")?;
+    }
+    if let Some((d, job)) = patch {
+        writeln!(
+            out,
+            "roar show @{job} --patch | git apply  # job {job}'s uncommitted changes (diff {})",
+            &d[..12.min(d.len())]
+        )?;
+    }
+    *last = code;
     Ok(())
 }

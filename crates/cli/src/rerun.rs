@@ -165,33 +165,8 @@ fn plan(
                 Err(why) => in_argv = Some(why),
             }
         }
-        let rel = |p: &Path| {
-            p.strip_prefix(&job.summary.cwd)
-                .unwrap_or(p)
-                .to_string_lossy()
-                .into_owned()
-        };
-        let mut holders = Vec::new();
-        for (path, format, blake3) in &params {
-            if file.is_some_and(|f| rel(path) != f && path.to_string_lossy() != f) {
-                continue;
-            }
-            let current = match files.get(path) {
-                Some((_, bytes)) => bytes.clone(),
-                None => crate::values::content(objects, path, blake3).ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "the version of {} job {id} read is neither kept nor in the working tree any more",
-                        fmt::shown(&rel(path))
-                    )
-                })?,
-            };
-            if roar_env::values::read(&current, *format)
-                .iter()
-                .any(|(k, _)| k == key)
-            {
-                holders.push((path.clone(), *format, current));
-            }
-        }
+        let rel = |p: &Path| rel_to(job, p);
+        let mut holders = holders(job, &params, &files, objects, file, key)?;
         match holders.len() {
             1 => {
                 let (path, format, current) = holders.remove(0);
@@ -233,6 +208,50 @@ fn plan(
         }
     }
     Ok(Plan { argv, files, said })
+}
+
+/// `p` as job `job` named it: relative to its directory where it is below it.
+fn rel_to(job: &JobDetail, p: &Path) -> String {
+    p.strip_prefix(&job.summary.cwd)
+        .unwrap_or(p)
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The parameter files job `job` read (`params`: path, format, content hash) that set `key`
+/// (only `file`, when the `--set` named one), each with its content as the re-run will see it:
+/// as an earlier `--set` changed it (`files`), else the version the job read.
+fn holders(
+    job: &JobDetail,
+    params: &[(PathBuf, Format, String)],
+    files: &BTreeMap<PathBuf, (Format, Vec<u8>)>,
+    objects: Option<&roar_store::objects::Objects>,
+    file: Option<&str>,
+    key: &str,
+) -> anyhow::Result<Vec<(PathBuf, Format, Vec<u8>)>> {
+    let mut holders = Vec::new();
+    for (path, format, blake3) in params {
+        if file.is_some_and(|f| rel_to(job, path) != f && path.to_string_lossy() != f) {
+            continue;
+        }
+        let current = match files.get(path) {
+            Some((_, bytes)) => bytes.clone(),
+            None => crate::values::content(objects, path, blake3).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "the version of {} job {} read is neither kept nor in the working tree any more",
+                    fmt::shown(&rel_to(job, path)),
+                    job.summary.id
+                )
+            })?,
+        };
+        if roar_env::values::read(&current, *format)
+            .iter()
+            .any(|(k, _)| k == key)
+        {
+            holders.push((path.clone(), *format, current));
+        }
+    }
+    Ok(holders)
 }
 
 fn names(it: impl Iterator<Item = String>) -> String {

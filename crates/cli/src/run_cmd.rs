@@ -260,103 +260,278 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     );
     let labels = crate::labels::parse_all(&args.label)?;
     let t0 = Instant::now();
-    let timing = args.timing || std::env::var_os("ROAR_TIMING").is_some_and(|v| v == "1");
-    // No project, bad config or an unusable backend: fail before anything runs.
-    let project = crate::project()?;
-    let config = Config::load(&project)?;
-    let lib = preload_lib();
-    let (mut backend, auto) = choose_backend(&args, &config, lib.as_deref())?;
-    let cwd = std::env::current_dir()?;
-    // Commit, branch and remote from the repository's files; whether the tree is dirty (and
-    // how) from a `git diff` that runs alongside the command (see roar_env::git).
-    let repo = roar_env::git::Repo::find(&cwd);
-    let git = repo
-        .as_ref()
-        .and_then(|r| r.head().or_else(|| roar_env::git::from_git(&r.root)));
-    let t_setup = t0.elapsed();
-
-    let opts = HashOptions {
-        sha256: config.sha256(),
-    };
-    let gateway = if args.s3 || args.s3_upstream.is_some() || config.s3.enabled {
-        Some(crate::gateway_cmd::for_run(
-            &project,
-            &config.s3,
-            args.s3_upstream.as_deref(),
-        )?)
-    } else {
-        None
-    };
-    let child_env = gateway.as_ref().map(|g| g.child_env()).unwrap_or_default();
-    // The paths the job's record leaves out (config `ignore`), compiled once for the early hasher
-    // and the classification after the command.
-    let ignore = Ignore::new(&config.ignore);
-    // The versions kept in the object store (`[keep]`), copied as they are hashed.
-    let mut versions = crate::keep::Rule::new(&config.keep, &project);
-    let early = early_hasher(&ignore, opts, versions.early());
-    let mut tap: Tap = match &early {
-        Some(e) => e.tap(),
-        None => Arc::new(|_: &roar_tracer::Event| {}),
-    };
-    if args.trace || args.trace_file.is_some() {
-        tap = crate::live::trace_tap(args.trace_file.as_deref(), cwd.clone(), tap)?;
-    }
-    let mut job = new_job(&args, &cwd, backend, git);
-    let mut diff = repo.as_ref().zip(job.git.as_ref()).and_then(|(r, g)| {
-        config
-            .env
-            .diff
-            .then(|| roar_env::git::DiffJob::start(r, g.commit.as_deref()))
-    });
-    // Everything the backend observes is kept in the job's journal as it arrives: a roar killed
-    // now leaves a job the next roar command recovers (crate::recover).
-    let keep = crate::recover::run_keep(&project, &config, &job);
-    if let Some(g) = &gateway {
-        g.keep_in(&keep);
-    }
-    let mut around = Around {
-        db: project.db_path(),
-        job: &mut job,
-        recording: None,
-        diff: diff.as_mut(),
-        ignore: &ignore,
-        keep: keep.clone(),
-    };
-    let mut traced = roar_tracer::run(
-        backend,
-        &args.command,
-        &child_env,
-        lib.as_ref(),
-        tap.clone(),
-        keep.clone(),
-        &mut around,
-    );
-    if let Err(TraceError::Unavailable { reason, .. }) = &traced {
-        if auto && backend == Backend::Ebpf {
-            // Nothing has run yet: the command goes to the next backend the auto rule allows.
-            eprintln!("roar: eBPF could not load ({reason}); tracing with ptrace");
-            backend = Backend::Ptrace;
-            traced = roar_tracer::run(
-                backend,
-                &args.command,
-                &child_env,
-                lib.as_ref(),
-                tap,
-                keep.clone(),
-                &mut around,
-            );
-        }
-    }
-    let recording = around.recording();
-    let early = early.map(EarlyHasher::finish).unwrap_or_default();
+    let (mut setup, mut job) = Setup::new(&args, t0)?;
+    let (traced, recording) = setup.trace(&args, &mut job);
+    let early = (setup.early.take())
+        .map(EarlyHasher::finish)
+        .unwrap_or_default();
     // Every access is in the sink once the gateway has stopped.
-    let s3_files = gateway.map(|g| g.finish()).unwrap_or_default();
+    let s3_files = (setup.gateway.take())
+        .map(|g| g.finish())
+        .unwrap_or_default();
     let t_traced = t0.elapsed();
-    job.backend = backend.name().to_owned();
+    job.backend = setup.backend.name().to_owned();
     let traced = match traced {
         Ok(t) => t,
-        Err(e) => return failed_to_start(&project, job, recording, e, &keep),
+        Err(e) => return failed_to_start(&setup.project, job, recording, e, &setup.keep),
     };
+    settle(&mut job, &traced);
+    // From here on the command's status is final: a failure to record never changes it.
+    let done = setup.record(job, &traced, recording, early, s3_files);
+    let [classified, environment, hashed, recorded] = done.at;
+    let phases = [
+        setup.t_setup,
+        t_traced,
+        classified,
+        environment,
+        hashed,
+        recorded,
+    ];
+    let timing = args.timing || std::env::var_os("ROAR_TIMING").is_some_and(|v| v == "1");
+    report(
+        &setup,
+        &args,
+        &traced,
+        done,
+        labels,
+        json,
+        timing.then_some(phases),
+    );
+    checkpoint_in_background(&setup.project.db_path());
+    crate::keep::budget_in_background(&setup.config);
+    crate::remote_cmd::push_in_background(&setup.project, &setup.config);
+    // The job is recorded and reported. What is still in memory (every event, the path maps, the
+    // hashes: megabytes for a large job) would be freed allocation by allocation on the way out,
+    // which the user waits for; the kernel takes it back at once.
+    std::process::exit(traced.status.code().clamp(0, 255))
+}
+
+/// What a run sets up before its command starts, held until the job is recorded.
+struct Setup {
+    project: Project,
+    config: Config,
+    lib: Option<PathBuf>,
+    backend: Backend,
+    /// `auto` chose the backend (eBPF that cannot load falls back to ptrace).
+    auto: bool,
+    cwd: PathBuf,
+    opts: HashOptions,
+    gateway: Option<crate::gateway_cmd::RunGateway>,
+    child_env: Vec<(OsString, Option<OsString>)>,
+    /// The paths the job's record leaves out (config `ignore`), compiled once for the early
+    /// hasher and the classification after the command.
+    ignore: Ignore,
+    /// The versions kept in the object store (`[keep]`), copied as they are hashed.
+    versions: crate::keep::Rule,
+    early: Option<EarlyHasher>,
+    tap: Tap,
+    diff: Option<roar_env::git::DiffJob>,
+    /// The job's journal: everything the backend observes is kept in it as it arrives.
+    keep: Arc<roar_tracer::Keep>,
+    /// `--verbose`: the job's files are listed.
+    verbose: bool,
+    /// When the run started, and how long finding the project, its config, the backend and git
+    /// took.
+    t0: Instant,
+    t_setup: std::time::Duration,
+}
+
+/// A job classified, hashed and handed to the store (or not).
+struct Done {
+    recorded: roar_store::Result<i64>,
+    recorded_by: crate::recording::By,
+    inputs: usize,
+    outputs: usize,
+    hashed: collect::Hashed,
+    /// The job's files, with `--verbose`.
+    listing: Option<Vec<roar_store::FileRecord>>,
+    /// When classifying, the environment, hashing and recording were done.
+    at: [std::time::Duration; 4],
+}
+
+impl Setup {
+    /// No project, bad config or an unusable backend: an error before anything runs. With the
+    /// job as far as it is known before the command starts.
+    fn new(args: &RunArgs, t0: Instant) -> anyhow::Result<(Setup, JobRecord)> {
+        let project = crate::project()?;
+        let config = Config::load(&project)?;
+        let lib = preload_lib();
+        let (backend, auto) = choose_backend(args, &config, lib.as_deref())?;
+        let cwd = std::env::current_dir()?;
+        // Commit, branch and remote from the repository's files; whether the tree is dirty (and
+        // how) from a `git diff` that runs alongside the command (see roar_env::git).
+        let repo = roar_env::git::Repo::find(&cwd);
+        let git =
+            (repo.as_ref()).and_then(|r| r.head().or_else(|| roar_env::git::from_git(&r.root)));
+        let t_setup = t0.elapsed();
+        let opts = HashOptions {
+            sha256: config.sha256(),
+        };
+        let gateway = if args.s3 || args.s3_upstream.is_some() || config.s3.enabled {
+            let upstream = args.s3_upstream.as_deref();
+            Some(crate::gateway_cmd::for_run(&project, &config.s3, upstream)?)
+        } else {
+            None
+        };
+        let child_env = gateway.as_ref().map(|g| g.child_env()).unwrap_or_default();
+        let ignore = Ignore::new(&config.ignore);
+        let versions = crate::keep::Rule::new(&config.keep, &project);
+        let early = early_hasher(&ignore, opts, versions.early());
+        let mut tap: Tap = match &early {
+            Some(e) => e.tap(),
+            None => Arc::new(|_: &roar_tracer::Event| {}),
+        };
+        if args.trace || args.trace_file.is_some() {
+            tap = crate::live::trace_tap(args.trace_file.as_deref(), cwd.clone(), tap)?;
+        }
+        let job = new_job(args, &cwd, backend, git);
+        let diff = repo.as_ref().zip(job.git.as_ref()).and_then(|(r, g)| {
+            (config.env.diff).then(|| roar_env::git::DiffJob::start(r, g.commit.as_deref()))
+        });
+        // A roar killed from now on leaves a job the next roar command recovers (crate::recover).
+        let keep = crate::recover::run_keep(&project, &config, &job);
+        if let Some(g) = &gateway {
+            g.keep_in(&keep);
+        }
+        let setup = Setup {
+            project,
+            config,
+            lib,
+            backend,
+            auto,
+            cwd,
+            opts,
+            gateway,
+            child_env,
+            ignore,
+            versions,
+            early,
+            tap,
+            diff,
+            keep,
+            verbose: args.verbose,
+            t0,
+            t_setup,
+        };
+        Ok((setup, job))
+    }
+
+    /// Runs the command under the backend, with the recorder started beside it.
+    fn trace(
+        &mut self,
+        args: &RunArgs,
+        job: &mut JobRecord,
+    ) -> (Result<roar_tracer::Traced, TraceError>, Recording) {
+        let mut around = Around {
+            db: self.project.db_path(),
+            job,
+            recording: None,
+            diff: self.diff.as_mut(),
+            ignore: &self.ignore,
+            keep: self.keep.clone(),
+        };
+        let run = |backend, around: &mut Around| {
+            let lib = self.lib.as_ref();
+            let (tap, keep) = (self.tap.clone(), self.keep.clone());
+            roar_tracer::run(
+                backend,
+                &args.command,
+                &self.child_env,
+                lib,
+                tap,
+                keep,
+                around,
+            )
+        };
+        let mut traced = run(self.backend, &mut around);
+        if let Err(TraceError::Unavailable { reason, .. }) = &traced {
+            if self.auto && self.backend == Backend::Ebpf {
+                // Nothing has run yet: the command goes to the next backend the auto rule allows.
+                eprintln!("roar: eBPF could not load ({reason}); tracing with ptrace");
+                self.backend = Backend::Ptrace;
+                traced = run(self.backend, &mut around);
+            }
+        }
+        (traced, around.recording())
+    }
+
+    /// Classifies the job's accesses, captures its environment, hashes its files and hands the
+    /// job to the store. With a writer of the run's own, the job's row goes into its transaction
+    /// with the first files hashed (inputs and other new content, hashed in parallel first,
+    /// without the store's write lock), then the outputs as each chunk of them is confirmed: the
+    /// writer records one chunk while this thread stats the next (`collect::hash`). The
+    /// recorder gets the job whole.
+    fn record(
+        &mut self,
+        mut job: JobRecord,
+        traced: &roar_tracer::Traced,
+        mut recording: Recording,
+        early: roar_tracer::early::Early,
+        s3_files: Vec<roar_store::FileRecord>,
+    ) -> Done {
+        let t0 = self.t0;
+        let floor = traced.ctime_floor_ns;
+        let classified = classify_job(&mut job, &traced.events, floor, &self.ignore, &self.config);
+        let t_classified = t0.elapsed();
+        // What the packages are found from goes to the recorder now: it looks them up while this
+        // run finishes the dirty check and the hashes.
+        let packages = self.config.env.packages;
+        let wanted = crate::environment::wanted(&job, &classified, packages, self.lib.as_deref());
+        recording.wanted(&wanted);
+        crate::environment::capture(&mut job, self.diff.take());
+        recording.environment(&mut job, wanted);
+        let t_environment = t0.elapsed();
+        let count = |role: Role| s3_files.iter().filter(|f| f.role == role).count();
+        let (inputs, outputs) = (count(Role::Input), count(Role::Output));
+        job.files = s3_files;
+        let mut listing = self.verbose.then(|| job.files.clone());
+        // Opened only if some file may be answered from the hash cache.
+        let store = std::cell::OnceCell::new();
+        let db = self.project.db_path();
+        let cache = || {
+            (store.get_or_init(|| Store::open(&db).ok()))
+                .as_ref()
+                .map(Store::conn)
+        };
+        let mut job = Some(job);
+        self.versions.learn_tracked(&classified);
+        let versions = self.versions.versions();
+        let hashed = crate::progress::while_hashing("the job's files", || {
+            collect::hash(
+                classified,
+                self.opts,
+                &cache,
+                &early,
+                versions.as_ref(),
+                &mut |chunk| {
+                    if let Some(listing) = listing.as_mut() {
+                        listing.extend(chunk.files.iter().cloned());
+                    }
+                    recording.files(&mut job, chunk);
+                },
+            )
+        });
+        let t_hashed = t0.elapsed();
+        let (recorded, recorded_by) = recording.finish(job);
+        if recorded.is_ok() {
+            // The job is in the store: its journal is done with. (Not recorded, the journal stays
+            // and the next roar command records the job from it.)
+            drop_journal(&self.keep);
+        }
+        Done {
+            recorded,
+            recorded_by,
+            inputs: inputs + hashed.inputs,
+            outputs: outputs + hashed.outputs,
+            hashed,
+            listing,
+            at: [t_classified, t_environment, t_hashed, t0.elapsed()],
+        }
+    }
+}
+
+/// The job's times and outcome from the traced command.
+fn settle(job: &mut JobRecord, traced: &roar_tracer::Traced) {
     job.started_ns = traced.started_ns;
     job.ended_ns = Some(traced.ended_ns);
     job.outcome = match traced.status {
@@ -364,133 +539,67 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         Status::Signaled(s) => Outcome::Signaled(s),
     };
     job.incomplete = traced.incomplete();
-    let code = traced.status.code();
     if let Status::Signaled(s) = traced.status {
         eprintln!("roar: command killed by {} ({s})", signal_name(s));
     }
+}
 
-    // From here on the command's status is final: a failure to record never changes it.
-    let classified = classify_job(
-        &mut job,
-        &traced.events,
-        traced.ctime_floor_ns,
-        &ignore,
-        &config,
-    );
-    let t_classified = t0.elapsed();
-    let mut recording = recording;
-    // What the packages are found from goes to the recorder now: it looks them up while this
-    // run finishes the dirty check and the hashes.
-    let wanted = crate::environment::wanted(&job, &classified, config.env.packages, lib.as_deref());
-    recording.wanted(&wanted);
-    crate::environment::capture(&mut job, diff);
-    recording.environment(&mut job, wanted);
-    let t_environment = t0.elapsed();
-    let count = |role: Role| s3_files.iter().filter(|f| f.role == role).count();
-    let (mut n_in, mut n_out) = (count(Role::Input), count(Role::Output));
-    job.files = s3_files;
-    let mut listing = args.verbose.then(|| job.files.clone());
-    // Opened only if some file may be answered from the hash cache.
-    let store = std::cell::OnceCell::new();
-    let cache = || {
-        store
-            .get_or_init(|| Store::open(&project.db_path()).ok())
-            .as_ref()
-            .map(Store::conn)
-    };
-    // With a writer of the run's own, the job's row goes into its transaction with the first
-    // files hashed (inputs and other new content, hashed in parallel first, without the store's
-    // write lock), then the outputs hashed during the run as each chunk of them is confirmed: the
-    // writer records one chunk while this thread stats the next (`collect::hash`). The recorder
-    // gets the job whole.
-    let mut job = Some(job);
-    versions.learn_tracked(&classified);
-    let hashed = crate::progress::while_hashing("the job's files", || {
-        collect::hash(
-            classified,
-            opts,
-            &cache,
-            &early,
-            versions.versions().as_ref(),
-            &mut |chunk| {
-                if let Some(listing) = listing.as_mut() {
-                    listing.extend(chunk.files.iter().cloned());
-                }
-                recording.files(&mut job, chunk);
-            },
-        )
-    });
-    n_in += hashed.inputs;
-    n_out += hashed.outputs;
-    let t_hashed = t0.elapsed();
-    let (recorded, recorded_by) = recording.finish(job);
-    if recorded.is_ok() {
-        // The job is in the store: its journal is done with. (Not recorded, the journal stays
-        // and the next roar command records the job from it.)
-        drop_journal(&keep);
-    }
-    let t_recorded = t0.elapsed();
+/// What a run says on stderr when its job is recorded (or not): labels set, the closing line,
+/// warnings, the `--verbose` listing, `--summary` and `--timing` (`phases`).
+fn report(
+    setup: &Setup,
+    args: &RunArgs,
+    traced: &roar_tracer::Traced,
+    done: Done,
+    labels: Vec<(String, Option<String>)>,
+    json: bool,
+    phases: Option<[std::time::Duration; 6]>,
+) {
     let child_ns = traced.ended_ns - traced.started_ns;
+    let t_recorded = done.at[3];
     let overhead_ms = (t_recorded.as_nanos() as i64 - child_ns) as f64 / 1e6;
     // Stderr is unbuffered: without a line buffer each piece of a line is a write of its own, and
     // output of the command's leftover background processes could land inside roar's line.
     let mut err = std::io::LineWriter::new(std::io::stderr().lock());
-    if let (Ok(id), false) = (&recorded, labels.is_empty()) {
+    let project = &setup.project;
+    if let (Ok(id), false) = (&done.recorded, labels.is_empty()) {
         let set = roar_store::Store::open(&project.db_path())
             .map_err(anyhow::Error::from)
-            .and_then(|s| crate::labels::apply(&project, &s, *id, labels));
+            .and_then(|s| crate::labels::apply(project, &s, *id, labels));
         if let Err(e) = set {
             let _ = writeln!(err, "roar: warning: job {id}'s labels were not set: {e}");
         }
     }
-    match recorded {
+    match done.recorded {
         Ok(id) => {
             let summary = Summary {
                 id,
-                inputs: n_in,
-                outputs: n_out,
-                backend,
-                recorded_by,
+                inputs: done.inputs,
+                outputs: done.outputs,
+                backend: setup.backend,
+                recorded_by: done.recorded_by,
                 overhead_ms,
-                unhashed_inputs: hashed.unhashed_inputs,
-                listing: listing.as_deref(),
+                unhashed_inputs: done.hashed.unhashed_inputs,
+                listing: done.listing.as_deref(),
             };
-            summary.print(&mut err, &traced, json);
-            warnings(&mut err, &traced, hashed.unhashed_inputs);
+            summary.print(&mut err, traced, json);
+            warnings(&mut err, traced, done.hashed.unhashed_inputs);
         }
         Err(e) => {
-            let _ = writeln!(
-                err,
-                "roar: job could not be recorded: {:#}",
-                anyhow::Error::from(e)
-            );
+            let e = anyhow::Error::from(e);
+            let _ = writeln!(err, "roar: job could not be recorded: {e:#}");
         }
     }
-    if let Some(files) = listing.filter(|_| !json) {
+    if let Some(files) = done.listing.filter(|_| !json) {
         print_listing(&mut err, &files, &project.root);
     }
     if args.summary {
-        let _ = crate::live::summary(&traced.events, &cwd, &mut err);
+        let _ = crate::live::summary(&traced.events, &setup.cwd, &mut err);
     }
-    if timing {
-        let phases = [
-            t_setup,
-            t_traced,
-            t_classified,
-            t_environment,
-            t_hashed,
-            t_recorded,
-        ];
-        print_timing(&mut err, phases, child_ns, hashed.hashed_early);
+    if let Some(phases) = phases {
+        print_timing(&mut err, phases, child_ns, done.hashed.hashed_early);
     }
-    checkpoint_in_background(&project.db_path());
-    crate::keep::budget_in_background(&config);
-    crate::remote_cmd::push_in_background(&project, &config);
-    // The job is recorded and reported. What is still in memory (every event, the path maps, the
-    // hashes: megabytes for a large job) would be freed allocation by allocation on the way out,
-    // which the user waits for; the kernel takes it back at once.
     let _ = err.flush();
-    std::process::exit(code.clamp(0, 255))
 }
 
 /// The line a recorded run closes with, on stderr (stdout is the command's): `roar: job N, ...`,

@@ -76,6 +76,10 @@ pub struct PathState {
     pub superseded: Option<Made>,
     /// The job put a file here that was not the one found here ([`PathUse::placed`]).
     pub placed: bool,
+    /// The job linked this name to a file whose content it had not made, unchanged since: bytes
+    /// read here were the link source's ([`PathState::alias_of`]) before the job, whatever that
+    /// name holds now.
+    pub linked_prior: bool,
 }
 
 /// Which version of a path a record names.
@@ -278,9 +282,15 @@ impl Paths {
             }
             let new = to.join(rest);
             let mut moved = st.take().expect("checked above");
+            let left = moved.split_deletion();
             moved.ops.insert(Ops::RENAME);
             let old = std::mem::replace(p, new.clone());
             self.seen.remove(old.as_os_str());
+            if let Some(left) = left {
+                self.seen
+                    .insert(old.clone().into_os_string(), Seen::At(self.list.len()));
+                self.list.push((old, Some(left)));
+            }
             match self.seen.get(new.as_os_str()) {
                 Some(Seen::At(j)) if *j < i => {
                     let j = *j;
@@ -436,6 +446,9 @@ pub struct Rules {
     landed: HashMap<PathBuf, PathBuf>,
     /// The names the job gave a file by linking to it, by that file's first name.
     links: HashMap<PathBuf, Vec<PathBuf>>,
+    /// First names (keys of `links`) that no longer name their file: removed, renamed away or
+    /// renamed over. A file the job puts there later is another file.
+    detached: HashSet<PathBuf>,
     /// The names each file (dev, ino) was seen under, by the events and the observers' facts:
     /// checked against each name's current file when looked up. Every name whose file becomes
     /// known is added ([`Rules::index`]): a fact about the file must reach it. Built at the first
@@ -567,6 +580,7 @@ impl Rules {
                     st.changed(self.seq);
                     st.file = None;
                 }
+                self.unname(path);
             }
             Event::Exchange { a, b, ts_ns, .. } => self.exchange(cx, a, b, *ts_ns),
             Event::Symlink { path, ts_ns, .. } => {
@@ -575,7 +589,7 @@ impl Rules {
                 if let Some(st) = self.paths.get(path, *ts_ns, cx.ignore) {
                     st.ops.insert(Ops::CREATE);
                     st.job_made = true;
-                    st.placed = true;
+                    st.place();
                     st.exists = true;
                     st.changed(self.seq);
                     st.file = None;
@@ -782,6 +796,10 @@ impl Rules {
         let writes = acc == libc::O_WRONLY || acc == libc::O_RDWR;
         let truncates = flags & libc::O_TRUNC != 0 && writes;
         let first_access = st.ops == Ops::default();
+        // Bytes this open reads (or a write keeps) were the link source's before the job.
+        let linked_from = (st.linked_prior && (reads || !truncates))
+            .then(|| st.alias_of.clone())
+            .flatten();
         let created_now = flags & libc::O_CREAT != 0
             && !st.existed
             && (flags & libc::O_EXCL != 0
@@ -793,7 +811,7 @@ impl Rules {
         // A file this open made: on first touch as the ctime or O_EXCL says, or where the job
         // had removed the one there.
         if flags & libc::O_CREAT != 0 && (created_now || (!first_access && !st.exists)) {
-            st.placed = true;
+            st.place();
         }
         if first_access && !st.job_made && !created_now {
             let older = stat.is_some_and(|s| s.ctime_ns < floor);
@@ -842,13 +860,19 @@ impl Rules {
             };
             // The same file under every name the job gave it: which name an observer reports
             // (the mount knows an open by its inode alone) changes nothing in the record.
-            for other in self.other_names(path) {
+            let others = self.other_names(path);
+            for other in &others {
                 if writes {
-                    self.written_through(cx, &other, &through, ts);
+                    self.written_through(cx, other, &through, ts);
                 } else {
-                    self.read_through(cx, &other, &through, ts);
+                    self.read_through(cx, other, &through, ts);
                 }
-                self.index(&other);
+                self.index(other);
+            }
+            // The link source no longer names the file (removed, renamed over, made again):
+            // what was read here was its content before the job all the same.
+            if let Some(origin) = linked_from.filter(|o| !others.contains(o)) {
+                self.read_linked(cx, &origin, &through, ts);
             }
         }
     }
@@ -871,6 +895,27 @@ impl Rules {
         }
     }
 
+    /// Bytes the job read through a name it linked to `origin` were `origin`'s before the job,
+    /// though `origin` names another file now, or none: an input there. Its content is what the
+    /// linked name held at the open, where an observer saw it. A deletion of `origin` made
+    /// before the read stands (`ln f1 f3; rm f1; cat f3`: the job removed `f1` unread, then
+    /// read its bytes), as one made after it would not (read, then removed: consumed).
+    fn read_linked(&mut self, cx: &Context, origin: &Path, w: &Through, ts: i64) {
+        let Some(st) = self.paths.get(origin, ts, cx.ignore) else {
+            return;
+        };
+        st.ops.insert(Ops::READ);
+        if st.deleted() {
+            st.superseded = Some(Made::Deleted);
+        }
+        if !st.reads_prior {
+            st.reads_prior = true;
+            st.read_stat = w.stat.copied();
+            st.input_version = st.version;
+            st.input = w.before.cloned();
+        }
+    }
+
     /// The other names of the file at `path` that the job made by linking (a write through any
     /// of them changes all), those that still name it: not removed, not renamed over.
     fn other_names(&self, path: &Path) -> Vec<PathBuf> {
@@ -882,6 +927,10 @@ impl Rules {
             return Vec::new();
         };
         let first = st.alias_of.clone().unwrap_or_else(|| path.to_owned());
+        if first == path && self.detached.contains(path) {
+            // Another file now, that the job did not link.
+            return Vec::new();
+        }
         let Some(names) = self.links.get(&first) else {
             return Vec::new();
         };
@@ -891,6 +940,7 @@ impl Rules {
             _ => other.exists,
         };
         std::iter::once(&first)
+            .filter(|f| !self.detached.contains(*f))
             .chain(names)
             .filter(|p| p.as_path() != path && self.state(p).is_some_and(same))
             .cloned()
@@ -981,13 +1031,18 @@ impl Rules {
             self.landed.insert(to.to_owned(), from.to_owned());
         }
         if rename {
-            // The name now holds the moved file: no longer another name of one the job linked.
-            self.drop_alias(to);
+            // The name now holds the moved file: no longer another name of one the job linked;
+            // nor does the old name name it.
+            self.unname(to);
+            self.unname(from);
+        } else {
+            self.detached.remove(to);
         }
         let Some(dst) = self.paths.get(to, ts, cx.ignore) else {
             return;
         };
         dst.ops.insert(Ops::RENAME);
+        dst.place();
         dst.exists = true;
         // The file and what is known of its content move with it.
         dst.changed(self.seq);
@@ -997,6 +1052,7 @@ impl Rules {
         }
         if !rename {
             // A new name for the same file: writes through either name change the other.
+            dst.linked_prior = src.as_ref().is_some_and(|s| !s.job_made || s.linked_prior);
             dst.alias_of = src
                 .as_ref()
                 .map(|s| s.alias_of.clone().unwrap_or_else(|| from.to_owned()));
@@ -1007,10 +1063,18 @@ impl Rules {
         // New content at the destination either way; its old content, if the job had read it,
         // stays an input through `reads_prior`.
         dst.job_made = true;
-        dst.placed = true;
         if src.is_some_and(|s| s.ops.contains(Ops::CREATE)) {
             dst.ops.insert(Ops::CREATE);
         }
+    }
+
+    /// `name` no longer names the file it named (removed, renamed away or over): a file the job
+    /// puts there later is not one the job linked to the old one's other names.
+    fn unname(&mut self, name: &Path) {
+        if self.links.contains_key(name) {
+            self.detached.insert(name.to_owned());
+        }
+        self.drop_alias(name);
     }
 
     /// `name` stops being a name the job gave a file by linking (a rename put another file there).
@@ -1073,7 +1137,7 @@ impl Rules {
         for (p, other) in [(a, held_b), (b, held_a)] {
             if let Some(st) = self.paths.get(p, ts, cx.ignore) {
                 st.job_made = true;
-                st.placed = true;
+                st.place();
                 st.exists = true;
                 st.changed(self.seq);
                 let (file, content) = other.unwrap_or((None, None));
@@ -1149,6 +1213,42 @@ impl PathState {
         self.first_ns = self.first_ns.min(old.first_ns);
     }
 
+    /// The job puts a file at the path: makes it, or renames, links or exchanges one onto it
+    /// (before the event marks the path existing). A deletion standing here is superseded by
+    /// the new file ([`PathUse::superseded`]): the file there before the job stays gone whatever
+    /// becomes of the new one, and a directory move carries the new one away without it.
+    fn place(&mut self) {
+        if self.deleted() {
+            self.superseded = Some(Made::Deleted);
+        }
+        self.placed = true;
+    }
+
+    /// The state a directory move leaves at a name whose file moves with the directory: the
+    /// deletion of the file that was there before the job, if one stood before the file now
+    /// there superseded it (`rm d/f; touch d/f; mv d e`: `d/f` records a deletion, `e/f` the
+    /// output). `self` becomes the moved file's own history.
+    fn split_deletion(&mut self) -> Option<PathState> {
+        if !self.exists || self.superseded != Some(Made::Deleted) {
+            return None;
+        }
+        self.superseded = None;
+        let left = PathState {
+            ops: self.ops,
+            first_ns: self.first_ns,
+            last_ns: self.last_ns,
+            found: true,
+            ..PathState::default()
+        };
+        if self.placed {
+            // The job's own file: what the name found and removed before it stays behind.
+            self.found = false;
+            self.existed = false;
+            self.ops = Ops::from_bits(self.ops.bits() & !Ops::UNLINK.bits());
+        }
+        Some(left)
+    }
+
     /// A refilled name settled ([`Rules::holds`]), by event `seq`.
     fn refill(&mut self, holds: bool, seq: u64) {
         if !std::mem::take(&mut self.refilled) || !holds {
@@ -1174,6 +1274,7 @@ impl PathState {
     /// The content at the path changed (or the path now names something else), by event `seq`.
     fn changed(&mut self, seq: u64) {
         self.version = seq;
+        self.linked_prior = false;
     }
 
     /// The job reads the path's prior content now (`stat`: its identity, when the event says).
@@ -2015,6 +2116,116 @@ mod tests {
             roles(&events(false)),
             [(g1.clone(), Role::Output, Version::Gone)]
         );
+    }
+
+    type Roles = Vec<(Role, Version)>;
+
+    /// Found by the generator (seed 9866626374876062354, program 1757): `ln f1 f3; rm f1; cat
+    /// f3` — the bytes read through the link were `f1`'s before the job, though `f1` names
+    /// nothing by then: an input at `f1`, beside its deletion (removed before it was read). Read
+    /// first and removed after, it is an input consumed; made again, an output beside the input.
+    #[test]
+    fn bytes_read_through_a_link_are_the_source_names_input_when_it_is_gone() {
+        let (f1, f3) = (Path::new("/d/f1"), Path::new("/d/f3"));
+        let link = Event::Link {
+            pid: 1,
+            from: f1.to_owned(),
+            to: f3.to_owned(),
+            ts_ns: 101,
+        };
+        let unlink = |ts_ns| Event::Unlink {
+            pid: 1,
+            path: f1.to_owned(),
+            ts_ns,
+        };
+        let read = |ts_ns| open_as(f3, libc::O_RDONLY, 7, ts_ns);
+        let made = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC;
+        let cases: [(Vec<Event>, Roles); 3] = [
+            (
+                vec![link.clone(), unlink(102), read(103)],
+                vec![(Role::Input, Version::Prior), (Role::Output, Version::Gone)],
+            ),
+            (
+                vec![link.clone(), read(102), unlink(103)],
+                vec![(Role::Input, Version::Prior)],
+            ),
+            (
+                vec![link, unlink(102), open_as(f1, made, 8, 103), read(104)],
+                vec![(Role::Input, Version::Prior), (Role::Output, Version::Left)],
+            ),
+        ];
+        for (events, want) in cases {
+            let c = classify(&events, 100, &Ignore::new(&[]));
+            let at = |p: &Path| -> Vec<(Role, Version)> {
+                c.paths
+                    .iter()
+                    .filter(|(q, _)| q == p)
+                    .flat_map(|(_, st)| st.roles())
+                    .collect()
+            };
+            assert_eq!(at(f1), want, "{events:?}");
+            assert_eq!(at(f3), [(Role::Output, Version::Left)], "{events:?}");
+        }
+    }
+
+    /// Found by the generator (seed 9866626374876062354, program 488): `rm d0/g1; open d0/g1
+    /// (O_CREAT, held); mv d0 d1` — the file there before the job deleted unread, a new one made
+    /// at its name, then the directory moved. The deletion stays where the old file was; the new
+    /// file is an output where it is now (a temporary, if the job then removes it there).
+    #[test]
+    fn a_deletion_superseded_by_a_new_file_stays_when_the_directory_moves() {
+        let dir = tempfile::tempdir().unwrap();
+        let (d0, d1) = (dir.path().join("d0"), dir.path().join("d1"));
+        let made = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC;
+        for removed_after in [false, true] {
+            let mut events = vec![
+                Event::Unlink {
+                    pid: 1,
+                    path: d0.join("g1"),
+                    ts_ns: 101,
+                },
+                open_as(&d0.join("g1"), made, 3, 102),
+                mv(&d0, &d1, 103),
+            ];
+            if removed_after {
+                events.push(Event::Unlink {
+                    pid: 1,
+                    path: d1.join("g1"),
+                    ts_ns: 104,
+                });
+            }
+            for by_event in [true, false] {
+                let c = if by_event {
+                    classify(&events, 100, &Ignore::new(&[]))
+                } else {
+                    let mut r = Rules::default();
+                    for e in &events[..2] {
+                        r.apply(&cx(), e);
+                    }
+                    r.moved_dir(&d0, &d1);
+                    for e in &events[3..] {
+                        r.apply(&cx(), e);
+                    }
+                    r.finish()
+                };
+                let mut roles: Vec<(PathBuf, Role, Version)> = c
+                    .paths
+                    .iter()
+                    .flat_map(|(p, st)| st.roles().map(move |(role, v)| (p.clone(), role, v)))
+                    .collect();
+                roles.sort_by_key(|(p, ..)| p.clone());
+                let new = if removed_after {
+                    (d1.join("g1"), Role::Temp, Version::Gone)
+                } else {
+                    (d1.join("g1"), Role::Output, Version::Left)
+                };
+                assert_eq!(
+                    roles,
+                    [(d0.join("g1"), Role::Output, Version::Gone), new],
+                    "by event: {by_event}, removed after: {removed_after}"
+                );
+            }
+        }
     }
 
     /// Found by the generator: `rm d0/g1; mv d0 d1` — a file deleted below a directory the job

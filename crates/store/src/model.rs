@@ -107,10 +107,12 @@ pub struct PathUse {
     /// putting one there). Gone at the end, such a file is a temporary even where the job also
     /// read what was there before (`cat x; rm x; echo > x; rm x`).
     pub placed: bool,
-    /// What the job had left at the path (a deletion, a temporary) before a directory it moved
-    /// refilled the name with a file it had never seen: superseded while a file is there, it
-    /// stands again if the name is empty at the end (`rm -r d0; mv d1 d0; rm d0/g`: the file
-    /// that was at `d0/g` before the job is gone).
+    /// What the job had left at the path (a deletion, a temporary) before later events would
+    /// hide it: a directory it moved refilled the name with a file it had never seen, or it put
+    /// a file there, or it read the removed file's bytes through a name it had linked.
+    /// Superseded while a file is there, it stands if the name is empty at the end (`rm -r d0;
+    /// mv d1 d0; rm d0/g`: the file that was at `d0/g` before the job is gone; `ln f f2; rm f;
+    /// cat f2`: `f` was removed before its bytes were read).
     pub superseded: Option<Made>,
 }
 

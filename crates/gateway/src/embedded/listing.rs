@@ -338,35 +338,8 @@ impl Embedded {
             is_truncated: Some(truncated),
             next_key_marker: next_key,
             next_version_id_marker: next_vid,
-            versions: Some(
-                versions
-                    .iter()
-                    .map(|v| ObjectVersion {
-                        key: Some(enc.apply(&v.key)),
-                        version_id: Some(v.version_id.clone()),
-                        is_latest: Some(v.latest),
-                        e_tag: Some(ETag::Strong(v.etag.clone())),
-                        size: Some(v.size as i64),
-                        last_modified: Some(timestamp(v.modified_ns)),
-                        storage_class: Some(ObjectVersionStorageClass::from(
-                            ObjectVersionStorageClass::STANDARD.to_owned(),
-                        )),
-                        ..Default::default()
-                    })
-                    .collect(),
-            ),
-            delete_markers: Some(
-                markers
-                    .iter()
-                    .map(|v| DeleteMarkerEntry {
-                        key: Some(enc.apply(&v.key)),
-                        version_id: Some(v.version_id.clone()),
-                        is_latest: Some(v.latest),
-                        last_modified: Some(timestamp(v.modified_ns)),
-                        ..Default::default()
-                    })
-                    .collect(),
-            ),
+            versions: Some(versions.iter().map(|v| version_entry(v, &enc)).collect()),
+            delete_markers: Some(markers.iter().map(|v| marker_entry(v, &enc)).collect()),
             common_prefixes: Some(prefixes_out(&prefixes, &enc)),
             encoding_type: i.encoding_type,
             ..Default::default()
@@ -380,6 +353,33 @@ fn max_keys(asked: Option<i32>) -> usize {
 
 /// The owner named for the project's buckets (made with a project key).
 const PROJECT_OWNER: &str = "roar-project";
+
+/// A version in a ListObjectVersions answer.
+fn version_entry(v: &Version, enc: &Encoding) -> ObjectVersion {
+    ObjectVersion {
+        key: Some(enc.apply(&v.key)),
+        version_id: Some(v.version_id.clone()),
+        is_latest: Some(v.latest),
+        e_tag: Some(ETag::Strong(v.etag.clone())),
+        size: Some(v.size as i64),
+        last_modified: Some(timestamp(v.modified_ns)),
+        storage_class: Some(ObjectVersionStorageClass::from(
+            ObjectVersionStorageClass::STANDARD.to_owned(),
+        )),
+        ..Default::default()
+    }
+}
+
+/// A delete marker in a ListObjectVersions answer.
+fn marker_entry(v: &Version, enc: &Encoding) -> DeleteMarkerEntry {
+    DeleteMarkerEntry {
+        key: Some(enc.apply(&v.key)),
+        version_id: Some(v.version_id.clone()),
+        is_latest: Some(v.latest),
+        last_modified: Some(timestamp(v.modified_ns)),
+        ..Default::default()
+    }
+}
 
 fn object_entry(v: &Version, enc: &Encoding, owner: Option<&Owner>) -> Object {
     Object {

@@ -361,21 +361,7 @@ impl Embedded {
         }
         let blobs: Vec<String> = parts.iter().map(|p| p.blob.clone()).collect();
         let written = blocking(|| self.blobs.concat(&blobs, full_hasher)).map_err(internal)?;
-        let mut checksums = match (&algorithm, full_object) {
-            (_, true) => Checksums::from_dto(written.checksums.clone()),
-            (Some(a), false) => composite(a, &parts)?,
-            (None, false) => Checksums::default(),
-        };
-        if algorithm.is_some() {
-            checksums.kind = Some(
-                if full_object {
-                    ChecksumType::FULL_OBJECT
-                } else {
-                    ChecksumType::COMPOSITE
-                }
-                .to_owned(),
-            );
-        }
+        let checksums = object_checksums(algorithm.as_deref(), full_object, &written, &parts)?;
         let claimed = Checksums::claimed([
             i.checksum_crc32.clone(),
             i.checksum_crc32c.clone(),
@@ -384,11 +370,7 @@ impl Embedded {
             i.checksum_sha256.clone(),
         ]);
         claimed.verify(&checksums)?;
-        let mut md5s = md5::Md5::new();
-        for p in &parts {
-            md5s.update(&p.md5);
-        }
-        let etag = format!("{}-{}", super::blobs::hex(&md5s.finalize()), parts.len());
+        let etag = multipart_etag(&parts);
         let cond = write_if(i.if_match.as_ref(), i.if_none_match.as_ref())?;
         let committing = self.blobs.committing().map_err(internal)?;
         let blob = blocking(|| written.keep(&self.blobs)).map_err(internal)?;
@@ -424,6 +406,40 @@ impl Embedded {
         });
         Ok(with_stored(out, &v))
     }
+}
+
+/// The checksums an object completed from `parts` carries, by the upload's `algorithm`: of the
+/// whole object (`full_object`: hashed as the parts were joined into `written`), or of the parts'
+/// checksums (composite).
+fn object_checksums(
+    algorithm: Option<&str>,
+    full_object: bool,
+    written: &super::blobs::Written,
+    parts: &[Part],
+) -> S3Result<Checksums> {
+    let mut checksums = match (algorithm, full_object) {
+        (_, true) => Checksums::from_dto(written.checksums.clone()),
+        (Some(a), false) => composite(a, parts)?,
+        (None, false) => Checksums::default(),
+    };
+    if algorithm.is_some() {
+        let kind = if full_object {
+            ChecksumType::FULL_OBJECT
+        } else {
+            ChecksumType::COMPOSITE
+        };
+        checksums.kind = Some(kind.to_owned());
+    }
+    Ok(checksums)
+}
+
+/// A multipart object's ETag: the MD5 of its parts' MD5s, and how many parts there were.
+fn multipart_etag(parts: &[Part]) -> String {
+    let mut md5s = md5::Md5::new();
+    for p in parts {
+        md5s.update(&p.md5);
+    }
+    format!("{}-{}", super::blobs::hex(&md5s.finalize()), parts.len())
 }
 
 fn check_part_number(n: i32) -> S3Result<()> {

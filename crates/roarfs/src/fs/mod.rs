@@ -177,6 +177,20 @@ fn is_reg(st: &libc::stat) -> bool {
     st.st_mode & libc::S_IFMT == libc::S_IFREG
 }
 
+/// A time setattr asks for, as utimensat(2) takes it: None to leave it, `Some(None)` for now.
+fn timespec_of(t: Option<TimeOrNow>) -> Option<Option<libc::timespec>> {
+    t.map(|t| match t {
+        TimeOrNow::Now => None,
+        TimeOrNow::SpecificTime(t) => {
+            let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+            Some(libc::timespec {
+                tv_sec: d.as_secs() as i64,
+                tv_nsec: d.subsec_nanos() as i64,
+            })
+        }
+    })
+}
+
 /// A regular file with a setuid or setgid bit: what a write, a truncate, a chown or an `O_TRUNC`
 /// open by an unprivileged caller may have to drop. The daemon runs those operations with the
 /// caller's ids ([`sys::as_caller`]), so the backing filesystem drops exactly what it would for
@@ -326,18 +340,6 @@ impl Filesystem for RoarFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let conv = |t: Option<TimeOrNow>| {
-            t.map(|t| match t {
-                TimeOrNow::Now => None,
-                TimeOrNow::SpecificTime(t) => {
-                    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-                    Some(libc::timespec {
-                        tv_sec: d.as_secs() as i64,
-                        tv_nsec: d.subsec_nanos() as i64,
-                    })
-                }
-            })
-        };
         let job = match size.map(|_| self.job(req)).transpose() {
             Ok(job) => job.flatten(),
             Err(e) => return reply.error(e),
@@ -385,7 +387,7 @@ impl Filesystem for RoarFs {
                 }
             }
             if atime.is_some() || mtime.is_some() {
-                sys::utimens_fd(fd, conv(atime), conv(mtime))?;
+                sys::utimens_fd(fd, timespec_of(atime), timespec_of(mtime))?;
             }
             let st = sys::stat_fd(fd)?;
             // A truncate is a write: the content changed.

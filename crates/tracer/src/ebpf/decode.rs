@@ -93,9 +93,15 @@ pub(super) fn decode(rec: &[u8], offset: i64, gen: u32) -> Result<Option<Event>,
         strs[i] = &rec[at..end];
         at = end;
     }
-    let (pid, ts_ns) = (h.pid as i32, h.ts_ns as i64 + offset);
+    event_of(&h, &strs, h.ts_ns as i64 + offset).map(Some)
+}
+
+/// The event a record of kind `h.kind` reports, from its header and its four strings (paths
+/// and the directories they are relative to, or an exec's cwd, exe, argv and stdio).
+fn event_of(h: &roar_event, strs: &[&[u8]; 4], ts_ns: i64) -> Result<Event, ()> {
+    let pid = h.pid as i32;
     let path = |p: &[u8], base: &[u8]| join_normalize(&dir_path(base), cstr(p));
-    Ok(Some(match h.kind {
+    Ok(match h.kind {
         KIND_EXEC => {
             let argv = strs[2].strip_suffix(b"\0").unwrap_or(strs[2]);
             let (stdio, pipes) = crate::event::split_stdio(
@@ -181,7 +187,7 @@ pub(super) fn decode(rec: &[u8], offset: i64, gen: u32) -> Result<Option<Event>,
             ts_ns,
         },
         _ => return Err(()),
-    }))
+    })
 }
 
 #[cfg(test)]
