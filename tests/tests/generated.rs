@@ -1273,6 +1273,22 @@ fn shrunk_programs_the_generator_found_give_every_observer_the_same_record() {
                 Op::Read { name: 3 },
             ],
         },
+        // The same, then a file made at the first name and removed: the deletion stands (not a
+        // temp; the same seed's program once the above was fixed).
+        Program {
+            before: vec![(1, vec![b'a'; 5000])],
+            ops: vec![
+                Op::Link { from: 1, to: 3 },
+                Op::Unlink { name: 1 },
+                Op::Read { name: 3 },
+                Op::Hold {
+                    slot: 0,
+                    name: 1,
+                    mode: Mode::Append,
+                },
+                Op::Unlink { name: 1 },
+            ],
+        },
         // A symbolic link renamed (the mount reports it as `roar run` does).
         Program {
             before: Vec::new(),

@@ -2140,7 +2140,7 @@ mod tests {
         };
         let read = |ts_ns| open_as(f3, libc::O_RDONLY, 7, ts_ns);
         let made = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC;
-        let cases: [(Vec<Event>, Roles); 3] = [
+        let cases: [(Vec<Event>, Roles); 4] = [
             (
                 vec![link.clone(), unlink(102), read(103)],
                 vec![(Role::Input, Version::Prior), (Role::Output, Version::Gone)],
@@ -2150,8 +2150,24 @@ mod tests {
                 vec![(Role::Input, Version::Prior)],
             ),
             (
-                vec![link, unlink(102), open_as(f1, made, 8, 103), read(104)],
+                vec![
+                    link.clone(),
+                    unlink(102),
+                    open_as(f1, made, 8, 103),
+                    read(104),
+                ],
                 vec![(Role::Input, Version::Prior), (Role::Output, Version::Left)],
+            ),
+            // Made again after the read and removed: the deletion stands, no temp.
+            (
+                vec![
+                    link,
+                    unlink(102),
+                    read(103),
+                    open_as(f1, made, 8, 104),
+                    unlink(105),
+                ],
+                vec![(Role::Input, Version::Prior), (Role::Output, Version::Gone)],
             ),
         ];
         for (events, want) in cases {

@@ -140,6 +140,10 @@ impl PathUse {
             // Removed, or (a file found here, its content replaced unread) moved away: what was
             // there before the job is gone.
             Some(Made::Deleted)
+        } else if !self.exists && self.superseded == Some(Made::Deleted) {
+            // The file there before the job was removed unread: the empty name records that,
+            // whatever the job put there since and removed again.
+            Some(Made::Deleted)
         } else if !self.exists && self.placed {
             Some(Made::Temp)
         } else if !self.exists {
