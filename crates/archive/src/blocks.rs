@@ -10,36 +10,15 @@ use std::io::{self, Read};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
+pub use crate::block::{Block, Check, Inner};
 use crate::bytes::{Bytes, Shared};
 use crate::gz::Point;
-
-/// A block of the file, before decoding.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Block {
-    /// Where it starts in the file, in bits (xz blocks start on a byte).
-    pub start_bit: u64,
-    /// Its decoded size when the file says so before decoding (xz's index), else None.
-    pub size: Option<u64>,
-    /// What decoding it alone needs, kept as the access point's `window`.
-    pub meta: Vec<u8>,
-}
 
 /// One codec of blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Codec {
     Xz,
     Bz2,
-}
-
-/// Whether a block's integrity check is verified as it is decoded: on the index pass, always
-/// (every block once); for a read of members, xz's is not (it re-hashes the block's bytes up to
-/// the member at every random read: an eighth of the decoding), as no stored member's bytes are
-/// checked either — a change to the file is caught by its identity at each open. bzip2 checks
-/// each block's CRC as part of decoding it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Check {
-    Verify,
-    Trust,
 }
 
 impl Codec {
@@ -166,8 +145,6 @@ impl Scan {
     }
 }
 
-/// Access points inside a block: the bytes of the block before each, and its meta.
-pub type Inner = Vec<(u64, Vec<u8>)>;
 /// A block's decoded bytes and the access points inside it, from a worker.
 type Decoded = io::Result<(Vec<u8>, Inner)>;
 /// A worker's job: a block's access point, and where its bytes go.

@@ -12,7 +12,7 @@
 
 use std::io::{self, Read};
 
-use crate::blocks::{Block, Check, Inner};
+use crate::block::{Block, Check, Inner};
 use crate::bytes::{read_at_retry, Bytes};
 use crate::bz2block::{self, Restart, Unsupported, Walk, RESTART_LEN};
 

@@ -11,6 +11,7 @@
 //! - [`blocks`], [`xz`], [`bz2`]: random access into xz and bzip2 (their blocks).
 //! - [`mounted`]: how a mounted member tells `roar run` what it is (an extended attribute).
 
+pub mod block;
 pub mod blocks;
 pub mod bytes;
 pub mod bz2;

@@ -12,7 +12,7 @@
 
 use std::io::{self, Read};
 
-use crate::blocks::Block;
+use crate::block::Block;
 use crate::bytes::{read_at_retry, Bytes, Shared};
 
 const HEADER_MAGIC: [u8; 6] = [0xfd, b'7', b'z', b'X', b'Z', 0];
@@ -231,7 +231,7 @@ pub fn open(
     file: &Shared,
     at: u64,
     meta: &[u8],
-    check: crate::blocks::Check,
+    check: crate::block::Check,
 ) -> io::Result<Box<dyn Read + Send>> {
     if meta.len() != META {
         return Err(bad("xz: the access point does not describe a block"));
@@ -260,8 +260,8 @@ pub fn open(
         .chain(block)
         .chain(io::Cursor::new(tail));
     let flags = match check {
-        crate::blocks::Check::Verify => 0,
-        crate::blocks::Check::Trust => liblzma::stream::IGNORE_CHECK,
+        crate::block::Check::Verify => 0,
+        crate::block::Check::Trust => liblzma::stream::IGNORE_CHECK,
     };
     let decoder = liblzma::stream::Stream::new_stream_decoder(u64::MAX, flags)
         .map_err(|e| bad(format!("xz: cannot make a decoder ({e})")))?;

@@ -12,7 +12,7 @@ use roar_store::{ContentHash, Store};
 
 use crate::entry::ExitCode;
 use crate::fmt::{self, rel};
-use crate::lineage_cmd::{open, resolve};
+use crate::names::{open, resolve};
 use crate::NotFound;
 
 pub fn checkout(what: &OsStr, out: Option<&Path>, json: bool) -> anyhow::Result<ExitCode> {
@@ -23,7 +23,7 @@ pub fn checkout(what: &OsStr, out: Option<&Path>, json: bool) -> anyhow::Result<
         other => other?,
     };
     let dest = match (out, &version.path) {
-        (Some(o), _) => crate::query_cmd::absolute(&std::env::current_dir()?, o),
+        (Some(o), _) => crate::names::absolute(&std::env::current_dir()?, o),
         (None, Some(p)) => PathBuf::from(p),
         (None, None) => anyhow::bail!(
             "{} names content, not a place to put it: give -o FILE",
@@ -46,8 +46,7 @@ pub fn checkout(what: &OsStr, out: Option<&Path>, json: bool) -> anyhow::Result<
     // What is there now is kept before it is replaced.
     if let Some(h) = &now {
         if !objects.has(&h.blake3) {
-            objects
-                .keep_file(&dest, false)
+            roar_store::hash::keep_file(&objects, &dest, false)
                 .and_then(|kept| objects.pin(&kept.blake3))
                 .map_err(|e| {
                     anyhow::anyhow!(
@@ -187,9 +186,7 @@ pub fn pin(jobs: &[std::ffi::OsString], remove: bool, json: bool) -> anyhow::Res
     let objects = project.objects();
     let cwd = std::env::current_dir()?;
     for j in jobs {
-        let crate::query_cmd::Target::Job(id) =
-            crate::query_cmd::classify_in(Some(&store), j, &cwd)
-        else {
+        let crate::names::Target::Job(id) = crate::names::classify_in(Some(&store), j, &cwd) else {
             return Err(NotFound(format!(
                 "{} is not a job (give its id, @N or name)",
                 fmt::shown(&j.to_string_lossy())

@@ -16,9 +16,10 @@ use roar_env::params::{self, ParamChange};
 use roar_store::{ContentHash, JobDetail, Role, Store, Version};
 use serde::Serialize;
 
+pub(crate) use crate::changes::{compare, Change, FileChange};
 use crate::diff_steps::{compare_steps, StepChange};
 use crate::fmt::{self, bold, rel, short_hash};
-use crate::query_cmd::{classify_in, Target};
+use crate::names::{classify_in, Target};
 
 /// One side of the comparison.
 struct Side {
@@ -26,21 +27,6 @@ struct Side {
     job: JobDetail,
     /// Root inputs of the artifact's lineage, by path; None when the side is a job.
     roots: Option<Roots>,
-}
-
-#[derive(Serialize)]
-pub(crate) struct Change<T> {
-    pub a: T,
-    pub b: T,
-}
-
-#[derive(Serialize)]
-pub(crate) struct FileChange {
-    pub path: String,
-    /// modified | added (only in B) | removed (only in A)
-    pub change: &'static str,
-    pub a: Option<ContentHash>,
-    pub b: Option<ContentHash>,
 }
 
 #[derive(Serialize)]
@@ -85,7 +71,7 @@ pub(crate) struct Diff {
 fn side(store: &Store, what: &OsStr) -> anyhow::Result<Side> {
     let cwd = std::env::current_dir()?;
     let label = fmt::shown(&what.to_string_lossy()).into_owned();
-    let versioned = crate::lineage_cmd::versioned(store, what, &cwd)?;
+    let versioned = crate::names::versioned(store, what, &cwd)?;
     let target = match classify_in(Some(store), what, &cwd) {
         _ if versioned.is_some() => versioned.expect("checked"),
         Target::Job(id) => {
@@ -175,36 +161,6 @@ fn files(job: &JobDetail, role: Role) -> BTreeMap<String, Option<ContentHash>> {
         .filter(|f| f.role == role)
         .map(|f| (f.path.clone(), f.hash.clone()))
         .collect()
-}
-
-pub(crate) fn compare(
-    a: &BTreeMap<String, Option<ContentHash>>,
-    b: &BTreeMap<String, Option<ContentHash>>,
-) -> (Vec<FileChange>, usize) {
-    let paths: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
-    let mut changes = Vec::new();
-    let mut same = 0;
-    for p in paths {
-        let (ha, hb) = (a.get(p), b.get(p));
-        let change = match (ha, hb) {
-            (Some(x), Some(y))
-                if x.as_ref().map(|h| &h.blake3) == y.as_ref().map(|h| &h.blake3) =>
-            {
-                same += 1;
-                continue;
-            }
-            (Some(_), Some(_)) => "modified",
-            (None, _) => "added",
-            (_, None) => "removed",
-        };
-        changes.push(FileChange {
-            path: p.clone(),
-            change,
-            a: ha.cloned().flatten(),
-            b: hb.cloned().flatten(),
-        });
-    }
-    (changes, same)
 }
 
 fn git_label(job: &JobDetail) -> String {
@@ -410,7 +366,7 @@ pub(crate) fn compare_in(store: &Store, a: &OsStr, b: &OsStr) -> anyhow::Result<
 }
 
 pub fn diff(a: &OsStr, b: &OsStr, json: bool) -> anyhow::Result<()> {
-    let (project, store) = crate::lineage_cmd::open()?;
+    let (project, store) = crate::names::open()?;
     let (sa, sb) = (side(&store, a)?, side(&store, b)?);
     let d = diff_of(&sa, &sb);
     if json {

@@ -12,7 +12,7 @@ use std::path::Path;
 use roar_store::{ContentHash, StepDetail, StepEdge};
 use serde::Serialize;
 
-use crate::diff_cmd::{compare, Change, FileChange};
+use crate::changes::{compare, Change, FileChange};
 
 /// Whether two steps are the same step of their jobs, by one pass's criterion.
 type Pairing = dyn Fn(&StepDetail, &StepDetail) -> bool;

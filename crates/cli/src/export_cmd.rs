@@ -32,10 +32,10 @@ pub enum Format {
 const PRODUCER: &str = concat!("urn:roar:", env!("CARGO_PKG_VERSION"));
 
 pub fn export(what: Option<&OsStr>, format: Format) -> anyhow::Result<()> {
-    let (project, store) = crate::lineage_cmd::open()?;
+    let (project, store) = crate::names::open()?;
     let steps = match what {
         Some(what) => {
-            let target = crate::lineage_cmd::resolve(&store, what)?;
+            let target = crate::names::resolve(&store, what)?;
             store.lineage(&target)?.steps
         }
         None => store.dag(None)?.steps,

@@ -27,7 +27,7 @@ use roar_store::{FileRecord, Project, Store, Writer};
 
 use crate::config::{Config, S3Config};
 use crate::entry::ExitCode;
-use crate::gateway_sessions::{Session, Sessions};
+use crate::gateway_sessions::{Known, Session, Sessions};
 
 #[derive(Args)]
 pub struct GatewayArgs {
@@ -167,25 +167,6 @@ struct Returned {
     /// False if some request was still in flight after SETTLE: its access, when it ends, goes to
     /// an ordinary session of the key instead.
     settled: bool,
-}
-
-/// Looks up hashes of object versions recorded before, so ranged reads and copies of them need
-/// not read the object again.
-pub(crate) struct Known {
-    store: Mutex<Option<Store>>,
-}
-
-impl Known {
-    pub(crate) fn new(db: &Path) -> Known {
-        Known {
-            store: Mutex::new(Store::open(db).ok()),
-        }
-    }
-
-    pub(crate) fn get(&self, bucket: &str, key: &str, etag: &str) -> Option<(String, u64)> {
-        let store = self.store.lock().unwrap();
-        store.as_ref()?.s3_known(bucket, key, etag).ok().flatten()
-    }
 }
 
 // ---- roar run --s3 ----

@@ -12,9 +12,7 @@ use std::time::{Duration, Instant};
 use roar_engine::journal::{self, Journal, Record};
 use roar_gateway::{Access, Sink};
 use roar_store::redact::Policy;
-use roar_store::{JobRecord, Outcome, Project};
-
-use crate::gateway_cmd::Known;
+use roar_store::{JobRecord, Outcome, Project, Store};
 
 /// One access key's accesses not recorded yet, and their journal.
 pub(crate) struct Session {
@@ -264,6 +262,25 @@ pub(crate) fn recover(records: Vec<Record>) -> Option<JobRecord> {
         incomplete: unreadable > 0,
         ..finished(header?, &accesses)
     })
+}
+
+/// Looks up hashes of object versions recorded before, so ranged reads and copies of them need
+/// not read the object again.
+pub(crate) struct Known {
+    store: Mutex<Option<Store>>,
+}
+
+impl Known {
+    pub(crate) fn new(db: &Path) -> Known {
+        Known {
+            store: Mutex::new(Store::open(db).ok()),
+        }
+    }
+
+    pub(crate) fn get(&self, bucket: &str, key: &str, etag: &str) -> Option<(String, u64)> {
+        let store = self.store.lock().unwrap();
+        store.as_ref()?.s3_known(bucket, key, etag).ok().flatten()
+    }
 }
 
 #[cfg(test)]

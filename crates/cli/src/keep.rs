@@ -241,6 +241,6 @@ pub fn push_objects(
 /// versions: the least recently used go while the user's next command runs, not before it.
 pub fn budget_in_background(config: &crate::config::Config) {
     if config.keep.budget_bytes > 0 {
-        crate::run_cmd::roar_in_background(&["gc".as_ref()], "roar gc for the keep budget");
+        crate::background::roar_in_background(&["gc".as_ref()], "roar gc for the keep budget");
     }
 }

@@ -74,7 +74,7 @@ pub fn label(what: &OsString, set: &[String], rm: &[String], json: bool) -> anyh
     let project = crate::project()?;
     let store = Store::open(&project.db_path())?;
     let cwd = std::env::current_dir()?;
-    let id = crate::query_cmd::job_ref(&store, what, &cwd, "")?;
+    let id = crate::names::job_ref(&store, what, &cwd, "")?;
     let mut changes = parse_all(set)?;
     for k in rm {
         check_key(k)?;

@@ -2,9 +2,12 @@
 //! The process starts in [`entry`] (not Rust's runtime), which calls [`roar_main`].
 #![cfg_attr(not(test), no_main)]
 
+mod background;
+mod changes;
 mod checkout_cmd;
 mod config;
 mod config_cmd;
+mod current;
 mod diff_cmd;
 mod diff_steps;
 mod distributed;
@@ -23,6 +26,8 @@ mod live;
 mod log;
 mod math;
 mod mount_cmd;
+mod mountinfo;
+mod names;
 mod namespace;
 mod progress;
 mod query_cmd;
@@ -38,6 +43,7 @@ mod runs_cmd;
 mod shim;
 mod show_print;
 mod status_cmd;
+mod step_argv;
 mod ui;
 mod values;
 
@@ -366,7 +372,7 @@ fn roar_main() -> ExitCode {
     }
     if let Some((args, json)) = run_alone(std::env::args_os().skip(1)) {
         log::init();
-        return finish(run_cmd::run(args, json));
+        return finish(run(args, json));
     }
     let mut command = Cli::command();
     // Finding the shim takes a few stats: only `roar --version` (clap's long version) pays them,
@@ -577,7 +583,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             what,
             all: _,
         } => export_cmd::export(what.as_deref(), format)?,
-        Command::Run(args) => return run_cmd::run(args, json),
+        Command::Run(args) => return run(args, json),
         Command::Gc { grace } => gateway_cmd::gc(grace, json)?,
         Command::Mount(args) => return mount_cmd::mount(args, json),
         Command::Gateway(args) => return gateway_cmd::serve(args, json),
@@ -588,9 +594,17 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Completions { shell } => config_cmd::completions(shell)?,
         Command::Man => config_cmd::man()?,
         Command::Tracer { command } => return run_cmd::tracer(command, json),
-        Command::CheckpointStore { db } => run_cmd::checkpoint_store(&db)?,
+        Command::CheckpointStore { db } => background::checkpoint_store(&db)?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `roar run`: a command run and recorded, or `roar run @N` a recorded job run again.
+fn run(args: run_cmd::RunArgs, json: bool) -> anyhow::Result<ExitCode> {
+    if rerun::is_rerun(&args.command) {
+        return rerun::rerun(args, json);
+    }
+    run_cmd::run(args, json)
 }
 
 /// `--remote NAME`: the query commands (and the UI) read the team store `NAME` from here on.

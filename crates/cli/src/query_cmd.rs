@@ -2,13 +2,14 @@
 
 use std::ffi::OsStr;
 use std::io::Write;
-use std::path::{Component, Path, PathBuf};
+use std::path::PathBuf;
 
 use roar_store::{Project, Store};
 use serde::Serialize;
 
 use crate::entry::ExitCode;
 use crate::fmt::{self, bold};
+use crate::names::{absolute, classify_in, job_ref, Target};
 use crate::show_print::{print_artifact, print_job, print_path, print_run, rank_label};
 
 pub fn init(dir: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
@@ -36,7 +37,7 @@ pub fn init(dir: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
 }
 
 pub fn log(limit: usize, json: bool) -> anyhow::Result<()> {
-    let (_, store) = crate::lineage_cmd::open()?;
+    let (_, store) = crate::names::open()?;
     // -n 0 lists every job: an empty list is never what was asked for.
     let jobs = store.jobs(if limit == 0 { usize::MAX } else { limit })?;
     if json {
@@ -72,67 +73,8 @@ pub fn log(limit: usize, json: bool) -> anyhow::Result<()> {
 /// The prefixes of distributed run names (roar's distributed.rs makes them).
 const RUN_PREFIXES: [&str; 4] = ["torchelastic:", "slurm:", "mpi:", "group:"];
 
-/// What `roar show` was asked about, decided from the argument's form.
-pub(crate) enum Target {
-    Job(i64),
-    Hash(String),
-    Path(PathBuf),
-}
-
-/// `123` or `@123` is a job id, `b3:…` or 4+ hex digits a hash prefix (unless a file of that name
-/// exists), `s3://bucket/key` an object, `ARCHIVE!/member` a member of an archive, `NAME` or
-/// `NAME~N` a job's `--name`, else the name its script gives it (`python train.py` is `train`),
-/// unless a file of that name exists; anything else a path.
-pub(crate) fn classify(what: &OsStr, cwd: &Path) -> Target {
-    classify_in(None, what, cwd)
-}
-
-/// [`classify`], with job names resolved against `store`.
-pub(crate) fn classify_in(store: Option<&Store>, what: &OsStr, cwd: &Path) -> Target {
-    let s = what.to_string_lossy();
-    if let Ok(id) = s.strip_prefix('@').unwrap_or(&s).parse::<i64>() {
-        return Target::Job(id);
-    }
-    if let Some(h) = s.strip_prefix("b3:") {
-        return Target::Hash(h.to_owned());
-    }
-    if s.starts_with("s3://") {
-        return Target::Path(PathBuf::from(what));
-    }
-    let path = absolute(cwd, Path::new(what));
-    if path.exists() {
-        return Target::Path(path);
-    }
-    // A member of a mounted archive, `ARCHIVE!/path/in/archive`: named in the record after the
-    // archive's canonical path.
-    if let Some((archive, member)) = roar_archive::split_member_path(&path) {
-        let archive = std::fs::canonicalize(&archive).unwrap_or(archive);
-        return Target::Path(roar_archive::member_path(&archive, &member));
-    }
-    let hexish = s.len() >= 4 && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_hexdigit());
-    if hexish {
-        return Target::Hash(s.into_owned());
-    }
-    if let Some(store) = store {
-        let (name, back) = match s.rsplit_once('~') {
-            Some((n, k)) if k.bytes().all(|b| b.is_ascii_digit()) => {
-                (n, k.parse::<usize>().unwrap_or(usize::MAX))
-            }
-            _ => (s.as_ref(), 0),
-        };
-        if let Ok(Some(id)) = store.job_named(name, back) {
-            return Target::Job(id);
-        }
-        if let Ok(Some(id)) = store.job_by_default_name(name, back, roar_env::params::default_name)
-        {
-            return Target::Job(id);
-        }
-    }
-    Target::Path(path)
-}
-
 pub fn show(what: &OsStr, all: bool, env: bool, patch: bool, json: bool) -> anyhow::Result<()> {
-    let (project, store) = crate::lineage_cmd::open_with(all)?;
+    let (project, store) = crate::names::open_with(all)?;
     let cwd = std::env::current_dir()?;
     let name = what.to_string_lossy();
     if RUN_PREFIXES.iter().any(|p| name.starts_with(p)) && store.has_run(&name)? {
@@ -142,7 +84,7 @@ pub fn show(what: &OsStr, all: bool, env: bool, patch: bool, json: bool) -> anyh
         }
         return print_run(&run, &project.root);
     }
-    if let Some(v) = crate::lineage_cmd::versioned(&store, what, &cwd)? {
+    if let Some(v) = crate::names::versioned(&store, what, &cwd)? {
         let detail = store.artifact(&v.hash)?;
         if json {
             return fmt::print_json(&detail);
@@ -209,21 +151,6 @@ pub fn show(what: &OsStr, all: bool, env: bool, patch: bool, json: bool) -> anyh
             print_path(&detail, &project.root)
         }
     }
-}
-
-/// The recorded job `what` names (`3`, `@3`, a name, `NAME~N`); else a one-line error ending
-/// with `then`.
-pub(crate) fn job_ref(store: &Store, what: &OsStr, cwd: &Path, then: &str) -> anyhow::Result<i64> {
-    if let Target::Job(id) = classify_in(Some(store), what, cwd) {
-        if store.job(id).is_ok() {
-            return Ok(id);
-        }
-    }
-    Err(crate::NotFound(format!(
-        "{} is not a recorded job (give an id, `@ID`, a job name or `NAME~N`; `roar log` lists them){then}",
-        fmt::shown(&what.to_string_lossy())
-    ))
-    .into())
 }
 
 pub fn db(json: bool) -> anyhow::Result<()> {
@@ -293,21 +220,6 @@ pub fn db_secrets(redact: bool, json: bool) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(crate::exit::FAILURE)
     })
-}
-
-/// `path` made absolute against `cwd` and lexically normalised (no filesystem access).
-pub fn absolute(cwd: &Path, path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in cwd.join(path).components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    out
 }
 
 /// `roar rm JOB...`: every reference is resolved before anything is removed, so one typo removes

@@ -153,8 +153,7 @@ fn run(
         job.env = row.env;
     }
     let ignore = roar_tracer::ignore::Ignore::new(&config.ignore);
-    let classified =
-        crate::run_cmd::classify_job(&mut job, &j.events, j.ctime_floor_ns, &ignore, config);
+    let classified = classify_job(&mut job, &j.events, j.ctime_floor_ns, &ignore, config);
     // The packages the job used, found as a finished run finds them (its machine, too).
     let shim = crate::shim::path();
     let wanted =
@@ -218,14 +217,14 @@ fn mount(
         Record::Mounted(dir) => Some(dir.clone()),
         _ => None,
     });
-    if dir.as_deref().is_some_and(crate::mount_cmd::is_dead) {
+    if dir.as_deref().is_some_and(crate::mountinfo::is_dead) {
         return Ok(None);
     }
     // Mounted again already (this journal was still held when the new daemon started): its files
     // are not read through the new mount, which would record this roar as a job of it.
     let read_files = dir
         .as_deref()
-        .is_some_and(|d| !crate::mount_cmd::is_roarfs_mount(d));
+        .is_some_and(|d| !crate::mountinfo::is_roarfs_mount(d));
     let uid = records.iter().find_map(|r| match r {
         Record::Job(j) => j.uid.clone(),
         _ => None,
@@ -323,4 +322,28 @@ fn still_running(events: &[Event], ring: &Path) -> bool {
         std::fs::read(format!("/proc/{pid}/environ"))
             .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == var.as_slice()))
     })
+}
+
+/// `events` through the rule: the job's steps and processes set, its paths returned (to hash).
+/// A finished run and a recovered one go through this same sequence.
+pub(crate) fn classify_job(
+    job: &mut JobRecord,
+    events: &[roar_tracer::Event],
+    ctime_floor_ns: i64,
+    ignore: &roar_tracer::ignore::Ignore,
+    config: &crate::config::Config,
+) -> roar_engine::Classified {
+    let mut classified = collect::classify(events, ctime_floor_ns, ignore);
+    job.steps = roar_tracer::steps::steps(
+        events,
+        &classified,
+        ctime_floor_ns,
+        &roar_tracer::steps::Rule::new(config.steps.drivers.iter().map(String::as_str)),
+    );
+    if let Some(root) = job.steps.first_mut() {
+        // The root step is the job's command as the user gave it (a script, not its `#!` line).
+        root.argv = job.argv.clone();
+    }
+    job.processes = std::mem::take(&mut classified.processes);
+    classified
 }

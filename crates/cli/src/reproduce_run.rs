@@ -65,7 +65,7 @@ pub fn run_isolated(
     let top = repo.clone().unwrap_or_else(|| project.root.clone());
     let dir = match into {
         Some(d) => {
-            let d = crate::query_cmd::absolute(&std::env::current_dir()?, d);
+            let d = crate::names::absolute(&std::env::current_dir()?, d);
             anyhow::ensure!(
                 !d.starts_with(&top),
                 "--in {} is inside the tree it would stand for; give a directory outside {}",
@@ -137,7 +137,7 @@ fn run_plan(
                 .map(|_| Verdict::NotRun(why.clone()))
                 .collect(),
             Ok(()) => {
-                let argv = crate::reproduce_cmd::supplied(s, &mut slot)?;
+                let argv = crate::step_argv::supplied(s, &mut slot)?;
                 eprintln!("roar: {title}: {}", roar_store::shell_join(&s.argv));
                 let env = job_env(&store.job(s.job_id)?.env, s.job_id);
                 match rerun(&exe, s, &argv, &env, wt) {
@@ -441,7 +441,7 @@ fn rerun(
         .args(s.uses_s3().then_some("--s3"))
         .arg("--")
         .args(
-            crate::reproduce_cmd::redirecting(&s.streams)
+            crate::step_argv::redirecting(&s.streams)
                 .into_iter()
                 .flat_map(|program| {
                     [

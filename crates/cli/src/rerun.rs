@@ -59,7 +59,7 @@ pub fn rerun(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     let store = Store::open(&project.db_path())?;
     let cwd = std::env::current_dir()?;
     let name = reference.to_string_lossy();
-    let id = crate::query_cmd::job_ref(&store, name[1..].as_ref(), &cwd, "")?;
+    let id = crate::names::job_ref(&store, name[1..].as_ref(), &cwd, "")?;
     let job = store.job(id)?;
     let plan = plan(&job, &args.set, crate::values::objects_here().as_ref())?;
 

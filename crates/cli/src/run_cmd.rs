@@ -67,7 +67,7 @@ pub struct RunArgs {
     /// The command and its arguments. Options before it are roar's (an unknown one is an error,
     /// never the command); everything from the command's name on is the command's.
     #[arg(required = true, value_name = "CMD")]
-    command: Vec<OsString>,
+    pub(crate) command: Vec<OsString>,
 }
 
 /// What `roar run @N` takes from its own options: the options a plain `roar run` of the same
@@ -251,9 +251,6 @@ fn choose_backend(
 }
 
 pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
-    if crate::rerun::is_rerun(&args.command) {
-        return crate::rerun::rerun(args, json);
-    }
     anyhow::ensure!(
         args.set.is_empty(),
         "--set changes a recorded job's parameters: `roar run @N --set KEY=VALUE` (N a job id, name or NAME~K)"
@@ -297,7 +294,7 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         json,
         timing.then_some(phases),
     );
-    checkpoint_in_background(&setup.project.db_path());
+    crate::background::checkpoint_in_background(&setup.project.db_path());
     crate::keep::budget_in_background(&setup.config);
     crate::remote_cmd::push_in_background(&setup.project, &setup.config);
     // The job is recorded and reported. What is still in memory (every event, the path maps, the
@@ -471,7 +468,13 @@ impl Setup {
     ) -> Done {
         let t0 = self.t0;
         let floor = traced.ctime_floor_ns;
-        let classified = classify_job(&mut job, &traced.events, floor, &self.ignore, &self.config);
+        let classified = crate::recover::classify_job(
+            &mut job,
+            &traced.events,
+            floor,
+            &self.ignore,
+            &self.config,
+        );
         let t_classified = t0.elapsed();
         // What the packages are found from goes to the recorder now: it looks them up while this
         // run finishes the dirty check and the hashes.
@@ -897,80 +900,7 @@ fn own_cpu_ms() -> f64 {
     ms(u.ru_utime) + ms(u.ru_stime)
 }
 
-/// Starts `roar checkpoint-store` detached if the WAL has outgrown its limit. A checkpoint
-/// fsyncs the WAL and the database (tens of milliseconds on a virtual disk); done inline it would
-/// land on this command's exit, which the user waits for, after every megabyte or so of records.
-/// The copy does not block other writers, so the next `roar run` need not wait for it either.
-/// It runs in a process group of its own, so the terminal's Ctrl-C after roar returned is not
-/// meant for it (though cutting a checkpoint short is harmless), and lowers its own priority
-/// ([`checkpoint_store`]). Nothing runs in the child before exec, so std starts it with
-/// posix_spawn, without copying this process's page tables.
-fn checkpoint_in_background(db: &Path) {
-    if !roar_store::checkpoint_due(db) {
-        return;
-    }
-    roar_in_background(
-        &["checkpoint-store".as_ref(), db.as_os_str()],
-        "the store checkpoint",
-    );
-}
-
-/// Starts `roar ARGS` detached from this command: its own process group (the terminal's Ctrl-C
-/// after roar returned is not meant for it), no standard streams, nothing run before exec (std
-/// starts it with posix_spawn). `what` names it in the warning when it cannot start.
-pub fn roar_in_background(args: &[&std::ffi::OsStr], what: &str) {
-    use std::os::unix::process::CommandExt;
-    let Ok(exe) = std::env::current_exe() else {
-        return;
-    };
-    let spawned = std::process::Command::new(exe)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .process_group(0)
-        .spawn();
-    if let Err(e) = spawned {
-        tracing::warn!("could not start {what}: {e}");
-    }
-}
-
-/// `roar checkpoint-store DB`: the background checkpoint, niced so that it yields the CPU to the
-/// user's next command.
-pub fn checkpoint_store(db: &Path) -> roar_store::Result<()> {
-    #[allow(unsafe_code)]
-    // SAFETY: nice only changes this process's priority.
-    unsafe {
-        libc::nice(10);
-    }
-    roar_store::checkpoint(db)
-}
-
 /// Removes the run's journal: its job is in the store.
-/// `events` through the rule: the job's steps and processes set, its paths returned (to hash).
-/// A finished run and a recovered one go through this same sequence.
-pub(crate) fn classify_job(
-    job: &mut JobRecord,
-    events: &[roar_tracer::Event],
-    ctime_floor_ns: i64,
-    ignore: &Ignore,
-    config: &crate::config::Config,
-) -> roar_engine::Classified {
-    let mut classified = collect::classify(events, ctime_floor_ns, ignore);
-    job.steps = roar_tracer::steps::steps(
-        events,
-        &classified,
-        ctime_floor_ns,
-        &roar_tracer::steps::Rule::new(config.steps.drivers.iter().map(String::as_str)),
-    );
-    if let Some(root) = job.steps.first_mut() {
-        // The root step is the job's command as the user gave it (a script, not its `#!` line).
-        root.argv = job.argv.clone();
-    }
-    job.processes = std::mem::take(&mut classified.processes);
-    classified
-}
-
 fn drop_journal(keep: &roar_tracer::Keep) {
     if let Some(path) = keep.journal_path() {
         roar_engine::journal::remove(path);
@@ -1010,6 +940,6 @@ fn failed_to_start(
             anyhow::Error::from(e)
         );
     }
-    checkpoint_in_background(&project.db_path());
+    crate::background::checkpoint_in_background(&project.db_path());
     Ok(ExitCode::from(code as u8))
 }

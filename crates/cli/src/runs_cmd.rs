@@ -31,7 +31,7 @@ pub fn runs(
     labels: &[String],
     json: bool,
 ) -> anyhow::Result<()> {
-    let (_, store) = crate::lineage_cmd::open()?;
+    let (_, store) = crate::names::open()?;
     let objects = crate::values::objects_here();
     let rows = rows(&store, objects.as_ref(), name, sort, limit, labels)?;
     if json {

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::entry::ExitCode;
 use crate::fmt::{self, bold, rel_exact};
-use crate::lineage_cmd::open;
+use crate::names::open;
 
 /// What is at each path now: the hash cache answers for a file whose identity did not move; only
 /// the others are read. An archive member (`ARCHIVE!/member`) is what the archive's index says
@@ -44,7 +44,7 @@ fn look(project: &Project, store: &Store, paths: &[String]) -> HashMap<String, N
         };
         ((*p).clone(), n)
     }));
-    crate::lineage_cmd::remember(store, batch.new_cache);
+    crate::current::remember(store, batch.new_cache);
     now
 }
 

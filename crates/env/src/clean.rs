@@ -16,7 +16,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use crate::git::Repo;
+use crate::repo::Repo;
 
 /// Bigger indexes are left to git (it stats in parallel; the point here is small repositories,
 /// where git's start dominates).

@@ -16,6 +16,7 @@ pub mod dpkg;
 pub mod git;
 pub mod params;
 pub mod python;
+pub mod repo;
 pub mod runtime;
 pub mod values;
 

@@ -23,6 +23,7 @@ mod credentials;
 mod embedded;
 mod files;
 mod host;
+mod member;
 mod parts;
 mod pending;
 mod record;

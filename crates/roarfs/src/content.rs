@@ -13,17 +13,7 @@ use roar_store::objects::Objects;
 use roar_store::{ContentHash, FileStat};
 
 use crate::jobs::Jobs;
-use crate::sys;
-
-pub fn file_stat(st: &libc::stat) -> FileStat {
-    FileStat {
-        dev: st.st_dev,
-        ino: st.st_ino,
-        size: st.st_size as u64,
-        mtime_ns: st.st_mtime * 1_000_000_000 + st.st_mtime_nsec,
-        ctime_ns: st.st_ctime * 1_000_000_000 + st.st_ctime_nsec,
-    }
-}
+use crate::sys::{self, file_stat};
 
 pub struct Content {
     known: Mutex<HashMap<(u64, u64), (FileStat, ContentHash)>>,
@@ -106,7 +96,7 @@ impl Content {
         }
         if let Some(h) = self.cached(&file_stat(st)) {
             if let Some(objects) = keep.filter(|o| o.fits(h.size) && !o.has(&h.blake3)) {
-                if let Err(e) = objects.keep_open(file, path, false) {
+                if let Err(e) = roar_store::hash::keep_open(objects, file, path, false) {
                     tracing::debug!("roarfs: {} not kept: {e}", path.display());
                 }
             }

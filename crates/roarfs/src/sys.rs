@@ -945,3 +945,14 @@ pub fn top_mount_dev(dir: &std::path::Path) -> Option<u64> {
         Some(libc::makedev(major.parse().ok()?, minor.parse().ok()?))
     })
 }
+
+/// A stat(2) result as the store's identity of a file's content.
+pub fn file_stat(st: &libc::stat) -> roar_store::FileStat {
+    roar_store::FileStat {
+        dev: st.st_dev,
+        ino: st.st_ino,
+        size: st.st_size as u64,
+        mtime_ns: st.st_mtime * 1_000_000_000 + st.st_mtime_nsec,
+        ctime_ns: st.st_ctime * 1_000_000_000 + st.st_ctime_nsec,
+    }
+}

@@ -34,14 +34,13 @@ pub use lineage::{node_name, Dag, Edge, Lineage, Step, Version};
 pub use model::{
     argv_from_blob, argv_to_blob, now_ns, recorder_id, CacheEntry, ContentHash, Distributed,
     FileRecord, FileStat, GitState, JobRecord, Made, Ops, Outcome, PathUse, ProcessRecord,
-    Redirect, Role, S3Object, StepContent, StepFile, StepRecord,
+    Redirect, Role, S3Object, StepContent, StepDetail, StepEdge, StepFile, StepRecord, Stream,
 };
 pub use project::{Project, CONFIG_NAME, DB_NAME, DEFAULT_CONFIG, DIR_NAME};
 pub use query::{ArtifactDetail, DbStats, FileRow, JobDetail, JobSummary, PathDetail, Store, Use};
 pub use quote::{shell_join, shell_quote, shown};
 pub use runs::{RunDetail, RunFile, RunJob};
 pub use status::{Cause, Change, Now, StaleJob, StatusPlan, StatusReport, Unfinished};
-pub use steps::{StepDetail, StepEdge, Stream};
 pub use writer::{
     checkpoint, checkpoint_due, Begun, Checkpoints, FileChunk, JobStream, OpeningWriter, Writer,
     WAL_LIMIT,

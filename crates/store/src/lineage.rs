@@ -55,7 +55,7 @@ pub struct Step {
     pub parent_step: Option<u32>,
     /// The step's standard streams that were files opened for it: a re-run redirects them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub streams: Vec<crate::steps::Stream>,
+    pub streams: Vec<crate::model::Stream>,
     pub inputs: Vec<Edge>,
     pub outputs: Vec<Edge>,
     /// Set on the project's whole graph by [`Dag::fold_reruns`]: a later run replaced what this

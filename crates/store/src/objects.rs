@@ -14,8 +14,6 @@ use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use crate::ContentHash;
-
 /// The object store of a project (`Project::objects_dir`).
 #[derive(Debug, Clone)]
 pub struct Objects {
@@ -88,22 +86,6 @@ impl Objects {
             cloned: false,
             failed: false,
         })
-    }
-
-    /// Keeps the content of the file at `path` (one read, hashed as it is copied) and returns
-    /// its hash.
-    pub fn keep_file(&self, path: &Path, sha256: bool) -> io::Result<ContentHash> {
-        self.keep_open(&File::open(path)?, path, sha256)
-    }
-
-    /// [`Objects::keep_file`] for a file open for reading (`path` names it in errors).
-    pub fn keep_open(&self, file: &File, path: &Path, sha256: bool) -> io::Result<ContentHash> {
-        let mut taking = self.begin()?;
-        let opts = crate::hash::HashOptions { sha256 };
-        let hashed = crate::hash::hash_open_file_keeping(file, path, opts, Some(&mut taking))
-            .map_err(io::Error::other)?;
-        taking.commit(self, &hashed.hash.blake3)?;
-        Ok(hashed.hash)
     }
 
     /// Writes blob `want` to `dest` (a new file made beside it, then renamed over it), checking

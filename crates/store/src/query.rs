@@ -61,7 +61,7 @@ pub struct JobDetail {
     pub files: Vec<FileRow>,
     /// The job's steps, root first (SEMANTICS.md "Steps"); empty when the job is one step.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub steps: Vec<crate::steps::StepDetail>,
+    pub steps: Vec<crate::model::StepDetail>,
     /// Packages used and the machine (schema 8 on; empty for jobs recorded before).
     pub environment: crate::environment::EnvironmentDetail,
     /// Labels put on the job (schema 12).

@@ -6,65 +6,10 @@
 //! the path in between was never hashed.
 
 use rusqlite::{params, OptionalExtension};
-use serde::Serialize;
 
 use crate::error::Result;
-use crate::model::{argv_from_blob, ContentHash, Role};
+use crate::model::{argv_from_blob, Role, StepDetail, StepEdge, Stream};
 use crate::query::{hash_from, Store};
-
-/// One step of a job, with its files.
-#[derive(Debug, Clone, Serialize)]
-pub struct StepDetail {
-    /// 1 for the job's root step.
-    pub seq: u32,
-    pub parent: Option<u32>,
-    pub pid: i32,
-    pub exe: Option<String>,
-    #[serde(serialize_with = "crate::model::ser_argv")]
-    pub argv: Vec<std::ffi::OsString>,
-    pub cwd: String,
-    pub started_ns: Option<i64>,
-    pub ended_ns: Option<i64>,
-    /// Its standard streams that were files opened for it (`< in`, `> out`, `2>> log`).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub streams: Vec<Stream>,
-    pub inputs: Vec<StepEdge>,
-    pub outputs: Vec<StepEdge>,
-    pub temps: Vec<String>,
-}
-
-/// A standard stream of a step that was a file.
-#[derive(Debug, Clone, Serialize)]
-pub struct Stream {
-    /// 0, 1 or 2.
-    pub fd: u8,
-    pub path: String,
-    /// `>>` rather than `>`.
-    pub append: bool,
-}
-
-impl Stream {
-    /// The shell's spelling without the path: `<`, `>`, `>>`, `2>`, `2>>`.
-    pub fn operator(&self) -> &'static str {
-        match (self.fd, self.append) {
-            (0, _) => "<",
-            (1, false) => ">",
-            (1, true) => ">>",
-            (_, false) => "2>",
-            (_, true) => "2>>",
-        }
-    }
-}
-
-/// A path a step read or wrote.
-#[derive(Debug, Clone, Serialize)]
-pub struct StepEdge {
-    pub path: String,
-    /// The content, when it is the job's prior or final content of the path.
-    pub hash: Option<ContentHash>,
-    /// For an input: the step of the same job that wrote what was read.
-    pub from_step: Option<u32>,
-}
 
 fn lossy(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()

@@ -765,34 +765,3 @@ pub(crate) fn insert_cache(tx: &Connection, entries: &[CacheEntry]) -> rusqlite:
     }
     Ok(())
 }
-
-/// Looks up a cache entry valid for `stat` (see [`crate::hash`] for the racy-entry rule).
-pub(crate) fn cache_lookup(
-    conn: &Connection,
-    stat: &crate::FileStat,
-) -> rusqlite::Result<Option<(ContentHash, i64)>> {
-    conn.prepare_cached(
-        "SELECT blake3, sha256, hashed_ns FROM hash_cache
-         WHERE dev = ?1 AND ino = ?2 AND size = ?3 AND mtime_ns = ?4 AND ctime_ns = ?5",
-    )?
-    .query_row(
-        params![
-            stat.dev as i64,
-            stat.ino as i64,
-            stat.size as i64,
-            stat.mtime_ns,
-            stat.ctime_ns
-        ],
-        |r| {
-            Ok((
-                ContentHash {
-                    blake3: r.get(0)?,
-                    sha256: r.get(1)?,
-                    size: stat.size,
-                },
-                r.get(2)?,
-            ))
-        },
-    )
-    .optional()
-}

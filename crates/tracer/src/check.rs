@@ -85,7 +85,7 @@ pub fn check(backend: Backend, preload_lib: Option<&Path>) -> Verdict {
                         took.as_secs_f64() * 1e3
                     ),
                 ),
-                Err(e) => (false, unavailable_reason(e)),
+                Err(e) => (false, e.reason()),
             },
         },
     };
@@ -93,13 +93,6 @@ pub fn check(backend: Backend, preload_lib: Option<&Path>) -> Verdict {
         backend,
         ok,
         reason,
-    }
-}
-
-pub(crate) fn unavailable_reason(e: crate::TraceError) -> String {
-    match e {
-        crate::TraceError::Unavailable { reason, .. } => reason,
-        other => other.to_string(),
     }
 }
 
@@ -261,27 +254,6 @@ pub fn resolve(cmd: &OsStr) -> Option<PathBuf> {
 /// shim put its event socket in the environment).
 pub fn inside_preload_run() -> bool {
     std::env::var_os(roar_wire::SOCK_ENV).is_some_and(|v| !v.is_empty())
-}
-
-/// Why this process should not start a resident process (the eBPF helper, the recorder): it runs
-/// inside another `roar`, which would wait for it as for any process its command leaves behind.
-pub fn inside_roar() -> Option<String> {
-    let me = std::fs::read_link("/proc/self/exe").ok()?;
-    // SAFETY: getppid has no preconditions.
-    let mut pid = unsafe { libc::getppid() };
-    for _ in 0..64 {
-        if pid <= 1 {
-            return None;
-        }
-        use procfs::FromRead;
-        let stat = procfs::process::Stat::from_file(format!("/proc/{pid}/stat")).ok()?;
-        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
-        if stat.comm == "roar" || exe.as_deref() == Some(me.as_path()) {
-            return Some(format!("process {pid} is a roar"));
-        }
-        pid = stat.ppid;
-    }
-    None
 }
 
 /// The backend `auto` picks for `cmd`, with the reason.

@@ -96,3 +96,24 @@ fn dead_pipe(pid: i32) -> bool {
     let n = unsafe { libc::poll(&mut p, 1, 0) };
     n == 1 && p.revents & libc::POLLHUP != 0 && p.revents & libc::POLLIN == 0
 }
+
+/// Why this process should not start a resident process (the eBPF helper, the recorder): it runs
+/// inside another `roar`, which would wait for it as for any process its command leaves behind.
+pub fn inside_roar() -> Option<String> {
+    let me = std::fs::read_link("/proc/self/exe").ok()?;
+    // SAFETY: getppid has no preconditions.
+    let mut pid = unsafe { libc::getppid() };
+    for _ in 0..64 {
+        if pid <= 1 {
+            return None;
+        }
+        use procfs::FromRead;
+        let stat = procfs::process::Stat::from_file(format!("/proc/{pid}/stat")).ok()?;
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+        if stat.comm == "roar" || exe.as_deref() == Some(me.as_path()) {
+            return Some(format!("process {pid} is a roar"));
+        }
+        pid = stat.ppid;
+    }
+    None
+}

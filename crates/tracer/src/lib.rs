@@ -28,10 +28,11 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub use check::{check, choose, inside_roar, quick_check, Backend, Verdict};
+pub use check::{check, choose, quick_check, Backend, Verdict};
 /// The resident eBPF helper's entry point, and the first argument that selects it.
 pub use ebpf::helper::{serve as ebpf_helper_main, HELPER_ARG as EBPF_HELPER_ARG};
 pub use event::Event;
+pub use from_proc::inside_roar;
 pub use keep::Keep;
 pub use launch::{detached, Status};
 pub use preload::{late_path, left_behind, ring_path};
@@ -73,6 +74,17 @@ pub enum TraceError {
         backend: &'static str,
         reason: String,
     },
+}
+
+impl TraceError {
+    /// Why a backend cannot run, in one line: an unavailable backend's own reason, else the
+    /// error itself.
+    pub(crate) fn reason(self) -> String {
+        match self {
+            TraceError::Unavailable { reason, .. } => reason,
+            other => other.to_string(),
+        }
+    }
 }
 
 impl TraceError {

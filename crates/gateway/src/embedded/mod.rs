@@ -383,7 +383,7 @@ impl S3 for Embedded {
         // bucket is the project's.
         let owner = req
             .extensions
-            .get::<crate::access::Member>()
+            .get::<crate::member::Member>()
             .map(|m| m.key.as_str());
         blocking(|| self.index.create_bucket(name, owner)).map_err(|e| refused(e, name, None))?;
         Ok(S3Response::new(CreateBucketOutput {
@@ -415,7 +415,7 @@ impl S3 for Embedded {
     ) -> S3Result<S3Response<ListBucketsOutput>> {
         let mut buckets = blocking(|| self.index.buckets()).map_err(|e| refused(e, "", None))?;
         // A member sees the buckets it may use.
-        if let Some(member) = req.extensions.get::<crate::access::Member>() {
+        if let Some(member) = req.extensions.get::<crate::member::Member>() {
             buckets.retain(|b| member.may_use(&b.name, b.owner.as_deref()));
         }
         Ok(S3Response::new(ListBucketsOutput {

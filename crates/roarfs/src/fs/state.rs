@@ -20,10 +20,11 @@ use super::{
     attr, dtype, errno, has_sxid, is_reg, log_once, DirEntry, Handle, Open, RoarFs,
     ATTRIBUTION_FAILED, FMODE_EXEC, TTL,
 };
-use crate::content::{file_stat, Content};
+use crate::content::Content;
 use crate::inodes::{Inodes, Opened, ROOT};
 use crate::jobs::{Access, JobKey, Jobs};
 use crate::sys;
+use crate::sys::file_stat;
 
 impl RoarFs {
     /// `root_fd` is the directory opened (O_PATH) before the mount hides it; `root` its path.

@@ -298,7 +298,7 @@ impl Jobs {
                 stat: Some(FileStat {
                     dev: self.mount_dev(),
                     ino,
-                    ..crate::content::file_stat(stat)
+                    ..crate::sys::file_stat(stat)
                 }),
                 ts_ns,
             },

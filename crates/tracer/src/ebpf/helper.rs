@@ -37,7 +37,7 @@ use libbpf_rs::{MapHandle, MapInfo, MapType};
 
 use super::maps::{put_ring, Maps, RunKey, MAX_RUNS};
 use super::{attach, load, new_ring, ring_kb, unavailable};
-use crate::check::{inside_roar, unavailable_reason};
+use crate::from_proc::inside_roar;
 use crate::TraceError;
 
 /// The hidden first argument that makes `roar` the helper (checked before any other parsing).
@@ -230,7 +230,7 @@ pub fn serve() -> i32 {
         let _ = out.flush();
     };
     let fail = |e: String| say(&format!("error: {e}"));
-    let Ok(ring_kb) = ring_kb().map_err(|e| fail(unavailable_reason(e))) else {
+    let Ok(ring_kb) = ring_kb().map_err(|e| fail(e.reason())) else {
         return 1;
     };
     let idle = std::env::var(IDLE_ENV)
@@ -249,7 +249,7 @@ pub fn serve() -> i32 {
         }
     };
     let mut obj = MaybeUninit::uninit();
-    let Ok(skel) = load(&mut obj, ring_kb).map_err(|e| fail(unavailable_reason(e))) else {
+    let Ok(skel) = load(&mut obj, ring_kb).map_err(|e| fail(e.reason())) else {
         return 1;
     };
     let Ok(maps) = super::maps_of(&skel).map_err(|e| fail(e.to_string())) else {
@@ -333,7 +333,7 @@ fn attached(
         match attach(skel) {
             Ok(l) => *links = l,
             Err(e) => {
-                refuse(conn, &unavailable_reason(e));
+                refuse(conn, &e.reason());
                 return false;
             }
         }
@@ -399,7 +399,7 @@ fn ring_for<'r>(
 ) -> Result<&'r MapHandle, String> {
     let entry = &mut rings[slot as usize];
     if entry.is_none() {
-        let ring = new_ring(ring_kb).map_err(unavailable_reason)?;
+        let ring = new_ring(ring_kb).map_err(TraceError::reason)?;
         put_ring(
             skel.maps.rings.as_fd().as_raw_fd(),
             slot,
