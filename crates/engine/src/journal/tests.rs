@@ -1,4 +1,8 @@
+use super::codec::frame;
 use super::*;
+use roar_store::job_bytes::Bytes;
+use roar_store::FileStat;
+use std::ffi::OsString;
 
 fn stat() -> FileStat {
     FileStat {
