@@ -38,12 +38,15 @@ mod remote_cmd;
 mod reproduce_cmd;
 mod reproduce_run;
 mod rerun;
+mod run_args;
 mod run_cmd;
+mod run_report;
 mod runs_cmd;
 mod shim;
 mod show_print;
 mod status_cmd;
 mod step_argv;
+mod tracer_cmd;
 mod ui;
 mod values;
 
@@ -292,7 +295,7 @@ enum Command {
         force: bool,
     },
     /// Run a command and record every file it reads and writes.
-    Run(run_cmd::RunArgs),
+    Run(run_args::RunArgs),
     /// Remove object bodies from the embedded S3 store (.roar/s3/) that no object version,
     /// unfinished upload or recorded job needs.
     Gc {
@@ -341,7 +344,7 @@ enum Command {
     /// Inspect the tracer backends.
     Tracer {
         #[command(subcommand)]
-        command: run_cmd::TracerCommand,
+        command: tracer_cmd::TracerCommand,
     },
     /// Fold the store's WAL into the database (what `roar run` starts in the background).
     #[command(hide = true, name = "checkpoint-store")]
@@ -470,7 +473,7 @@ fn finish(result: anyhow::Result<ExitCode>) -> ExitCode {
 /// one costs 0.3-0.4 ms of each run's start. Anything it does not take as a plain run (help, a
 /// usage error, `--remote`) is left to the whole parser, which answers as always. `args` starts
 /// after the program's name.
-fn run_alone(mut args: impl Iterator<Item = OsString>) -> Option<(run_cmd::RunArgs, bool)> {
+fn run_alone(mut args: impl Iterator<Item = OsString>) -> Option<(run_args::RunArgs, bool)> {
     use clap::{Arg, ArgAction, Args};
     if args.next()? != "run" {
         return None;
@@ -485,9 +488,9 @@ fn run_alone(mut args: impl Iterator<Item = OsString>) -> Option<(run_cmd::RunAr
         _ => &[],
     };
     if !command.is_empty() {
-        return Some((run_cmd::RunArgs::command_only(command.to_vec()), false));
+        return Some((run_args::RunArgs::command_only(command.to_vec()), false));
     }
-    let command = run_cmd::RunArgs::augment_args(clap::Command::new("run").no_binary_name(true))
+    let command = run_args::RunArgs::augment_args(clap::Command::new("run").no_binary_name(true))
         .arg(Arg::new("json").long("json").action(ArgAction::SetTrue))
         .arg(Arg::new("remote").long("remote").num_args(1));
     let mut matches = command.try_get_matches_from(args).ok()?;
@@ -495,7 +498,7 @@ fn run_alone(mut args: impl Iterator<Item = OsString>) -> Option<(run_cmd::RunAr
         return None;
     }
     let json = matches.get_flag("json");
-    let run = run_cmd::RunArgs::from_arg_matches_mut(&mut matches).ok()?;
+    let run = run_args::RunArgs::from_arg_matches_mut(&mut matches).ok()?;
     Some((run, json))
 }
 
@@ -593,14 +596,14 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Ui { port } => ui::serve(port, json)?,
         Command::Completions { shell } => config_cmd::completions(shell)?,
         Command::Man => config_cmd::man()?,
-        Command::Tracer { command } => return run_cmd::tracer(command, json),
+        Command::Tracer { command } => return tracer_cmd::tracer(command, json),
         Command::CheckpointStore { db } => background::checkpoint_store(&db)?,
     }
     Ok(ExitCode::SUCCESS)
 }
 
 /// `roar run`: a command run and recorded, or `roar run @N` a recorded job run again.
-fn run(args: run_cmd::RunArgs, json: bool) -> anyhow::Result<ExitCode> {
+fn run(args: run_args::RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     if rerun::is_rerun(&args.command) {
         return rerun::rerun(args, json);
     }

@@ -15,7 +15,7 @@ use roar_store::{JobDetail, Role, Store};
 
 use crate::entry::ExitCode;
 use crate::fmt;
-use crate::run_cmd::RunArgs;
+use crate::run_args::RunArgs;
 
 /// Whether a `roar run` command line names a recorded job (`@3`, `@train`, `@train~1`).
 pub fn is_rerun(command: &[OsString]) -> bool {

@@ -1,198 +1,26 @@
-//! `roar run` and `roar tracer check`: trace a command, classify and hash what it touched, record
+//! `roar run`: trace a command, classify and hash what it touched, record
 //! the job, and leave the command's exit status, signals and output as if it had run bare.
 
 use std::ffi::OsString;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use clap::{Args, Subcommand};
 use roar_store::hash::HashOptions;
 use roar_store::{now_ns, JobRecord, Outcome, Project, Role, Store};
 use roar_tracer::collect;
 use roar_tracer::early::EarlyHasher;
 use roar_tracer::ignore::Ignore;
 use roar_tracer::{Backend, Status, Tap, TraceError};
-use serde::Serialize;
 
 use crate::config::Config;
 use crate::entry::ExitCode;
-use crate::fmt::{self, rel};
 use crate::recording::Recording;
-
-#[derive(Args, Debug)]
-#[command(trailing_var_arg = true)]
-pub struct RunArgs {
-    /// Capture backend: auto, preload, ptrace or ebpf (default: the project's config, else auto).
-    #[arg(long, value_parser = ["auto", "preload", "ptrace", "ebpf"])]
-    tracer: Option<String>,
-    /// A name for the job, shown by `roar log`.
-    #[arg(long)]
-    name: Option<String>,
-    /// Make the job one rank of the distributed run NAME, with the other jobs of that name on
-    /// any machine (torchrun, Slurm and MPI ranks are grouped without it).
-    #[arg(long, value_name = "NAME")]
-    group: Option<String>,
-    /// List the job's inputs and outputs after it finishes.
-    #[arg(short, long)]
-    verbose: bool,
-    /// Print each access as roar observes it (`[pid] open R data/x.csv`), on stderr.
-    #[arg(long)]
-    trace: bool,
-    /// Write the --trace lines to FILE instead of stderr (implies --trace).
-    #[arg(long, value_name = "FILE")]
-    trace_file: Option<PathBuf>,
-    /// End with counts per operation and per directory, like `strace -c`.
-    #[arg(long)]
-    summary: bool,
-    /// Print where roar's own time went (also ROAR_TIMING=1).
-    #[arg(long)]
-    timing: bool,
-    /// Serve S3 to the command through a gateway of its own and record the objects it reads and
-    /// writes (also `[s3] enabled` in the config).
-    #[arg(long)]
-    s3: bool,
-    /// With --s3: forward to this S3 service instead of the embedded store in .roar/s3/.
-    #[arg(long, value_name = "URL")]
-    s3_upstream: Option<String>,
-    /// Put a label on the job (KEY=VALUE, repeatable); `roar label` changes them later.
-    #[arg(long, value_name = "KEY=VALUE")]
-    label: Vec<String>,
-    /// With `@N` for the command: run job N again with this parameter set (KEY=VALUE,
-    /// repeatable): in its argv (`lr` for `--lr 0.1`), else in a parameter file it read
-    /// (`model.max_depth`, or `params.yaml:model.max_depth`), through a scratch copy.
-    #[arg(long, value_name = "KEY=VALUE")]
-    set: Vec<String>,
-    /// The command and its arguments. Options before it are roar's (an unknown one is an error,
-    /// never the command); everything from the command's name on is the command's.
-    #[arg(required = true, value_name = "CMD")]
-    pub(crate) command: Vec<OsString>,
-}
-
-/// What `roar run @N` takes from its own options: the options a plain `roar run` of the same
-/// job gets, and the re-run's own.
-pub struct RerunArgs {
-    /// `--tracer`, `--group`, `-v`, `--trace`, `--trace-file`, `--summary`, `--timing`, `--s3`,
-    /// `--s3-upstream` as given.
-    pub forwarded: Vec<OsString>,
-    pub name: Option<String>,
-    pub label: Vec<String>,
-    pub set: Vec<String>,
-    pub command: Vec<OsString>,
-}
-
-impl RunArgs {
-    pub fn into_rerun(self) -> RerunArgs {
-        let mut f: Vec<OsString> = Vec::new();
-        let mut opt = |flag: &str, v: Option<OsString>| {
-            if let Some(v) = v {
-                f.push(flag.into());
-                f.push(v);
-            }
-        };
-        opt("--tracer", self.tracer.map(Into::into));
-        opt("--group", self.group.map(Into::into));
-        opt("--trace-file", self.trace_file.map(Into::into));
-        opt("--s3-upstream", self.s3_upstream.map(Into::into));
-        for (on, flag) in [
-            (self.verbose, "--verbose"),
-            (self.trace, "--trace"),
-            (self.summary, "--summary"),
-            (self.timing, "--timing"),
-            (self.s3, "--s3"),
-        ] {
-            if on {
-                f.push(flag.into());
-            }
-        }
-        RerunArgs {
-            forwarded: f,
-            name: self.name,
-            label: self.label,
-            set: self.set,
-            command: self.command,
-        }
-    }
-
-    /// `roar run CMD...` with no option of roar's: what clap makes of it, without clap.
-    pub fn command_only(command: Vec<OsString>) -> RunArgs {
-        RunArgs {
-            tracer: None,
-            name: None,
-            group: None,
-            verbose: false,
-            trace: false,
-            trace_file: None,
-            summary: false,
-            timing: false,
-            s3: false,
-            s3_upstream: None,
-            label: Vec::new(),
-            set: Vec::new(),
-            command,
-        }
-    }
-}
-
-#[derive(Subcommand)]
-pub enum TracerCommand {
-    /// Say for each backend whether it will work here, and why not.
-    Check {
-        /// Check only this backend.
-        #[arg(value_parser = ["preload", "ptrace", "ebpf"])]
-        backend: Option<String>,
-    },
-}
+use crate::run_args::RunArgs;
 
 /// The preload shim (`shim.rs` says where it comes from).
 fn preload_lib() -> Option<PathBuf> {
     crate::shim::path()
-}
-
-pub fn tracer(command: TracerCommand, json: bool) -> anyhow::Result<ExitCode> {
-    let TracerCommand::Check { backend } = command;
-    let lib = preload_lib();
-    let backends: Vec<Backend> = match &backend {
-        Some(b) => vec![Backend::parse(b).expect("clap checked the name")],
-        None => Backend::ALL.to_vec(),
-    };
-    let verdicts: Vec<_> = backends
-        .iter()
-        .map(|b| roar_tracer::check(*b, lib.as_deref()))
-        .collect();
-    if json {
-        #[derive(Serialize)]
-        struct Out<'a> {
-            backend: &'a str,
-            ok: bool,
-            reason: &'a str,
-        }
-        let out: Vec<_> = verdicts
-            .iter()
-            .map(|v| Out {
-                backend: v.backend.name(),
-                ok: v.ok,
-                reason: &v.reason,
-            })
-            .collect();
-        fmt::print_json(&out)?;
-    } else {
-        for v in &verdicts {
-            println!(
-                "{:<8} {:<4} {}",
-                v.backend.name(),
-                if v.ok { "ok" } else { "no" },
-                v.reason
-            );
-        }
-    }
-    let all_ok = verdicts.iter().all(|v| v.ok);
-    Ok(if all_ok || backend.is_none() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(crate::exit::FAILURE)
-    })
 }
 
 /// The commit checked out in the repository around `dir`, if any.
@@ -285,15 +113,15 @@ pub fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         recorded,
     ];
     let timing = args.timing || std::env::var_os("ROAR_TIMING").is_some_and(|v| v == "1");
-    report(
-        &setup,
-        &args,
-        &traced,
-        done,
-        labels,
+    let how = crate::run_report::Reporting {
+        project: &setup.project,
+        backend: setup.backend,
+        cwd: &setup.cwd,
         json,
-        timing.then_some(phases),
-    );
+        summary: args.summary,
+        phases: timing.then_some(phases),
+    };
+    crate::run_report::report(&how, &traced, done, labels);
     crate::background::checkpoint_in_background(&setup.project.db_path());
     crate::keep::budget_in_background(&setup.config);
     crate::remote_cmd::push_in_background(&setup.project, &setup.config);
@@ -331,19 +159,6 @@ struct Setup {
     /// took.
     t0: Instant,
     t_setup: std::time::Duration,
-}
-
-/// A job classified, hashed and handed to the store (or not).
-struct Done {
-    recorded: roar_store::Result<i64>,
-    recorded_by: crate::recording::By,
-    inputs: usize,
-    outputs: usize,
-    hashed: collect::Hashed,
-    /// The job's files, with `--verbose`.
-    listing: Option<Vec<roar_store::FileRecord>>,
-    /// When classifying, the environment, hashing and recording were done.
-    at: [std::time::Duration; 4],
 }
 
 impl Setup {
@@ -465,7 +280,7 @@ impl Setup {
         mut recording: Recording,
         early: roar_tracer::early::Early,
         s3_files: Vec<roar_store::FileRecord>,
-    ) -> Done {
+    ) -> crate::run_report::Done {
         let t0 = self.t0;
         let floor = traced.ctime_floor_ns;
         let classified = crate::recover::classify_job(
@@ -521,7 +336,7 @@ impl Setup {
             // and the next roar command records the job from it.)
             drop_journal(&self.keep);
         }
-        Done {
+        crate::run_report::Done {
             recorded,
             recorded_by,
             inputs: inputs + hashed.inputs,
@@ -544,132 +359,6 @@ fn settle(job: &mut JobRecord, traced: &roar_tracer::Traced) {
     job.incomplete = traced.incomplete();
     if let Status::Signaled(s) = traced.status {
         eprintln!("roar: command killed by {} ({s})", signal_name(s));
-    }
-}
-
-/// What a run says on stderr when its job is recorded (or not): labels set, the closing line,
-/// warnings, the `--verbose` listing, `--summary` and `--timing` (`phases`).
-fn report(
-    setup: &Setup,
-    args: &RunArgs,
-    traced: &roar_tracer::Traced,
-    done: Done,
-    labels: Vec<(String, Option<String>)>,
-    json: bool,
-    phases: Option<[std::time::Duration; 6]>,
-) {
-    let child_ns = traced.ended_ns - traced.started_ns;
-    let t_recorded = done.at[3];
-    let overhead_ms = (t_recorded.as_nanos() as i64 - child_ns) as f64 / 1e6;
-    // Stderr is unbuffered: without a line buffer each piece of a line is a write of its own, and
-    // output of the command's leftover background processes could land inside roar's line.
-    let mut err = std::io::LineWriter::new(std::io::stderr().lock());
-    let project = &setup.project;
-    if let (Ok(id), false) = (&done.recorded, labels.is_empty()) {
-        let set = roar_store::Store::open(&project.db_path())
-            .map_err(anyhow::Error::from)
-            .and_then(|s| crate::labels::apply(project, &s, *id, labels));
-        if let Err(e) = set {
-            let _ = writeln!(err, "roar: warning: job {id}'s labels were not set: {e}");
-        }
-    }
-    match done.recorded {
-        Ok(id) => {
-            let summary = Summary {
-                id,
-                inputs: done.inputs,
-                outputs: done.outputs,
-                backend: setup.backend,
-                recorded_by: done.recorded_by,
-                overhead_ms,
-                unhashed_inputs: done.hashed.unhashed_inputs,
-                listing: done.listing.as_deref(),
-            };
-            summary.print(&mut err, traced, json);
-            warnings(&mut err, traced, done.hashed.unhashed_inputs);
-        }
-        Err(e) => {
-            let e = anyhow::Error::from(e);
-            let _ = writeln!(err, "roar: job could not be recorded: {e:#}");
-        }
-    }
-    if let Some(files) = done.listing.filter(|_| !json) {
-        print_listing(&mut err, &files, &project.root);
-    }
-    if args.summary {
-        let _ = crate::live::summary(&traced.events, &setup.cwd, &mut err);
-    }
-    if let Some(phases) = phases {
-        print_timing(&mut err, phases, child_ns, done.hashed.hashed_early);
-    }
-    let _ = err.flush();
-}
-
-/// The line a recorded run closes with, on stderr (stdout is the command's): `roar: job N, ...`,
-/// or with `--json` one object.
-struct Summary<'a> {
-    id: i64,
-    inputs: usize,
-    outputs: usize,
-    backend: Backend,
-    recorded_by: crate::recording::By,
-    overhead_ms: f64,
-    unhashed_inputs: usize,
-    /// The job's files, with `--verbose`.
-    listing: Option<&'a [roar_store::FileRecord]>,
-}
-
-impl Summary<'_> {
-    fn print(&self, err: &mut impl Write, traced: &roar_tracer::Traced, json: bool) {
-        let incomplete = incomplete_reason(traced);
-        let Summary {
-            id,
-            inputs,
-            outputs,
-            overhead_ms,
-            ..
-        } = *self;
-        if !json {
-            let _ = writeln!(
-                err,
-                "roar: job {id}, {inputs} inputs, {outputs} outputs, {}, +{overhead_ms:.0} ms{incomplete}",
-                self.backend.name()
-            );
-            return;
-        }
-        let files = self.listing.map(|files| {
-            files
-                .iter()
-                .filter(|f| f.role != Role::Temp)
-                .map(|f| {
-                    serde_json::json!({
-                        "role": f.role.as_str(),
-                        "path": f.path.to_string_lossy(),
-                        "blake3": f.hash.as_ref().map(|h| h.blake3.clone()),
-                    })
-                })
-                .collect::<Vec<_>>()
-        });
-        let untraced: Vec<_> = traced
-            .untraced
-            .iter()
-            .map(|(exe, why)| serde_json::json!({"program": exe.to_string_lossy(), "why": why}))
-            .collect();
-        let summary = serde_json::json!({
-            "job": id,
-            "inputs": inputs,
-            "outputs": outputs,
-            "backend": self.backend.name(),
-            "recorded_by": self.recorded_by,
-            "overhead_ms": (overhead_ms * 100.0).round() / 100.0,
-            "incomplete": !incomplete.is_empty(),
-            "untraced": untraced,
-            "forged_datagrams": traced.forged,
-            "unprivileged": traced.unprivileged.iter().map(|p| p.to_string_lossy()).collect::<Vec<_>>(),
-            "unhashed_inputs": self.unhashed_inputs,
-            "files": files,
-        });
-        let _ = writeln!(err, "{}", roar_store::quote::json_string(&summary));
     }
 }
 
@@ -706,116 +395,6 @@ fn new_job(
             args.group.as_deref(),
             &crate::distributed::parent_id,
         ),
-    }
-}
-
-/// `--timing` (or `ROAR_TIMING=1`): where a run's time went. `at`: the times since the start at
-/// which setup, the traced run, classification, the environment, hashing and recording ended.
-fn print_timing(
-    err: &mut impl Write,
-    at: [std::time::Duration; 6],
-    child_ns: i64,
-    hashed_early: usize,
-) {
-    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
-    let [setup, traced, classified, environment, hashed, recorded] = at;
-    let _ = writeln!(
-        err,
-        "roar: timing: setup {:.2} ms, traced run {:.2} ms (command {:.2} ms), classify {:.2} ms, environment {:.2} ms, hash {:.2} ms ({} files hashed during the run) with recording alongside, record {:.2} ms after the last file was hashed; roar's own CPU {:.2} ms",
-        ms(setup),
-        ms(traced - setup),
-        child_ns as f64 / 1e6,
-        ms(classified - traced),
-        ms(environment - classified),
-        ms(hashed - environment),
-        hashed_early,
-        ms(recorded - hashed),
-        own_cpu_ms(),
-    );
-}
-
-/// `--verbose`: each input and output, its short hash and its path from the project's root.
-fn print_listing(err: &mut impl Write, files: &[roar_store::FileRecord], root: &Path) {
-    for f in files.iter().filter(|f| f.role != Role::Temp) {
-        let hash = f
-            .hash
-            .as_ref()
-            .map(fmt::short_hash)
-            .unwrap_or_else(|| "-".repeat(fmt::SHORT_HASH));
-        let _ = writeln!(
-            err,
-            "  {:<6} {hash}  {}",
-            f.role.as_str(),
-            rel(&f.path.to_string_lossy(), root)
-        );
-    }
-}
-
-/// `, incomplete (why)` for a job the tracer could not see whole, else nothing.
-fn incomplete_reason(traced: &roar_tracer::Traced) -> String {
-    match (traced.lost, traced.malformed) {
-        _ if traced.cut_short.is_some() => {
-            format!(", incomplete ({})", traced.cut_short.unwrap_or_default())
-        }
-        (0, 0) if traced.cut_off > 0 => format!(
-            ", incomplete ({} event(s) cut off: a process was killed while reporting them)",
-            traced.cut_off
-        ),
-        (0, 0) if !traced.untraced.is_empty() => {
-            ", incomplete (programs whose files the tracer could not see)".to_owned()
-        }
-        (0, 0) if !traced.unprivileged.is_empty() => {
-            ", incomplete (setuid programs ran without their privileges)".to_owned()
-        }
-        (0, 0) if traced.forged > 0 => format!(
-            ", incomplete ({} event(s) refused: not from a process of this run)",
-            traced.forged
-        ),
-        (0, 0) => String::new(),
-        (0, bad) => format!(", incomplete ({bad} undecodable events)"),
-        (lost, _) => format!(
-            ", incomplete ({lost} events lost: the eBPF ring buffer was full; raise ROAR_EBPF_RING_KB)"
-        ),
-    }
-}
-
-/// The warnings a recorded run prints under its summary line: programs the tracer could not
-/// follow, setuid programs run without privileges, refused datagrams, inputs changed unhashed.
-fn warnings(err: &mut impl Write, traced: &roar_tracer::Traced, unhashed_inputs: usize) {
-    for (exe, why) in traced.untraced.iter().take(3) {
-        let _ = writeln!(
-            err,
-            "roar: warning: the job ran {} ({why}): its files are not in the record; {}",
-            roar_store::shown(&exe.to_string_lossy()),
-            roar_tracer::remedy(why)
-        );
-    }
-    if traced.untraced.len() > 3 {
-        let _ = writeln!(
-            err,
-            "roar: warning: ... and {} more programs the tracer could not follow",
-            traced.untraced.len() - 3
-        );
-    }
-    for exe in &traced.unprivileged {
-        let _ = writeln!(
-            err,
-            "roar: warning: the job ran {} without its setuid/setgid privileges (an unprivileged ptrace cannot keep them): it may have behaved otherwise than bare; use --tracer preload or ebpf",
-            roar_store::shown(&exe.to_string_lossy())
-        );
-    }
-    if traced.forged > 0 {
-        let _ = writeln!(
-            err,
-            "roar: warning: refused {} event datagrams the kernel does not place in this run (another process on this machine sent them, or one of the run's that became another user and was gone before they were read); none of them is in the record",
-            traced.forged
-        );
-    }
-    if unhashed_inputs > 0 {
-        let _ = writeln!(
-            err,
-            "roar: {unhashed_inputs} inputs changed before they could be hashed; their content is unknown"
-        );
     }
 }
 
@@ -887,17 +466,6 @@ fn early_hasher(
         return None;
     }
     Some(EarlyHasher::new(ignore.clone(), opts, keep))
-}
-
-/// CPU time (user + system) this process has used so far, all threads together: what roar's
-/// bookkeeping costs the machine beside the command.
-fn own_cpu_ms() -> f64 {
-    // SAFETY: getrusage fills the struct it is given.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid out-pointer.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
-    let ms = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
-    ms(u.ru_utime) + ms(u.ru_stime)
 }
 
 /// Removes the run's journal: its job is in the store.
