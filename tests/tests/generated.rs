@@ -1289,6 +1289,20 @@ fn shrunk_programs_the_generator_found_give_every_observer_the_same_record() {
                 Op::Unlink { name: 1 },
             ],
         },
+        // A link renamed, then written through by mmap: still a name of the first file, which
+        // it changes (an input and an output there; seed 9866626374876062354, program 1895).
+        Program {
+            before: vec![(0, vec![b'a'; 10])],
+            ops: vec![
+                Op::Link { from: 0, to: 2 },
+                Op::Rename { from: 2, to: 1 },
+                Op::Mmap {
+                    name: 1,
+                    off: 5,
+                    byte: b'C',
+                },
+            ],
+        },
         // A symbolic link renamed (the mount reports it as `roar run` does).
         Program {
             before: Vec::new(),

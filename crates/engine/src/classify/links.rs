@@ -179,6 +179,10 @@ impl Rules {
         if rename && src.as_ref().is_some_and(|s| !s.job_made && !s.reads_prior) && !ignored_to {
             self.landed.insert(to.to_owned(), from.to_owned());
         }
+        // A name the job had linked moves: the file keeps it among its names, under the new one.
+        let group = src.as_ref().filter(|_| rename).and_then(|s| {
+            (s.alias_of.clone()).or_else(|| self.links.contains_key(from).then(|| from.to_owned()))
+        });
         if rename {
             // The name now holds the moved file: no longer another name of one the job linked;
             // nor does the old name name it.
@@ -212,9 +216,45 @@ impl Rules {
         // New content at the destination either way; its old content, if the job had read it,
         // stays an input through `reads_prior`.
         dst.job_made = true;
-        if src.is_some_and(|s| s.ops.contains(Ops::CREATE)) {
+        if src.as_ref().is_some_and(|s| s.ops.contains(Ops::CREATE)) {
             dst.ops.insert(Ops::CREATE);
         }
+        if let Some(first) = group {
+            let linked_prior = src.is_some_and(|s| s.linked_prior);
+            self.renamed_in_group(&first, from, to, linked_prior);
+        }
+    }
+
+    /// A name of a file the job linked (`first`: the group's first name) was renamed `from ->
+    /// to`: `to` is one of the file's names now, so a write through any of them changes it and a
+    /// read through it is what the link read (`ln f0 f2; mv f2 f1; echo >> f1` changes `f0`).
+    fn renamed_in_group(&mut self, first: &Path, from: &Path, to: &Path, linked_prior: bool) {
+        if first != from {
+            if let Some(names) = self.links.get_mut(first) {
+                names.retain(|n| n != from);
+                names.push(to.to_owned());
+            }
+            if let Some(st) = self.paths.state_mut(to) {
+                st.alias_of = Some(first.to_owned());
+                st.linked_prior = linked_prior;
+            }
+            return;
+        }
+        // The first name itself moved: the group goes by its new name (unless that name heads
+        // a group of another file, which it does not join).
+        if self.links.contains_key(to) {
+            return;
+        }
+        self.detached.remove(from);
+        let Some(names) = self.links.remove(from) else {
+            return;
+        };
+        for n in &names {
+            if let Some(st) = self.paths.state_mut(n) {
+                st.alias_of = Some(to.to_owned());
+            }
+        }
+        self.links.insert(to.to_owned(), names);
     }
 
     /// `name` no longer names the file it named (removed, renamed away or over): a file the job

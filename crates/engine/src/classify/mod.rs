@@ -1329,6 +1329,37 @@ mod tests {
         );
     }
 
+    /// Found by the generator (seed 9866626374876062354, program 1895): `ln f0 f2; mv f2 f1;
+    /// mmap-write f1` — the renamed link is still a name of `f0`'s file: the write through it
+    /// keeps `f0`'s bytes (an input there) and changes `f0` (an output).
+    #[test]
+    fn a_renamed_link_is_still_a_name_of_its_file() {
+        let (f0, f1, f2) = (Path::new("/d/f0"), Path::new("/d/f1"), Path::new("/d/f2"));
+        let events = [
+            Event::Link {
+                pid: 1,
+                from: f0.to_owned(),
+                to: f2.to_owned(),
+                ts_ns: 101,
+            },
+            mv(f2, f1, 102),
+            open_as(f1, libc::O_RDWR, 7, 103),
+        ];
+        let c = classify(&events, 100, &Ignore::new(&[]));
+        let at = |p: &Path| -> Vec<(Role, Version)> {
+            c.paths
+                .iter()
+                .filter(|(q, _)| q == p)
+                .flat_map(|(_, st)| st.roles())
+                .collect()
+        };
+        assert_eq!(
+            at(f0),
+            [(Role::Input, Version::Prior), (Role::Output, Version::Left)]
+        );
+        assert_eq!(at(f1), [(Role::Output, Version::Left)]);
+    }
+
     type Roles = Vec<(Role, Version)>;
 
     /// Found by the generator (seed 9866626374876062354, program 1757): `ln f1 f3; rm f1; cat
