@@ -135,24 +135,7 @@ impl Rules {
             return;
         }
         let ignored_to = cx.ignore.is_ignored(to);
-        // Content that had landed at `to` is replaced there: gone, so unknown.
-        if let Some(origin) = self.landed.remove(to) {
-            if let Some(st) = self.paths.state_mut(&origin) {
-                st.moved_to = None;
-            }
-        }
-        if rename {
-            if let Some(origin) = self.landed.remove(from) {
-                // Written where they lay, the bytes moving on are no longer the input's.
-                let kept = !ignored_to && !rewritten_since_landing(&mut self.paths, &origin, from);
-                if let Some(st) = self.paths.state_mut(&origin) {
-                    st.moved_to = kept.then(|| (to.to_owned(), ts));
-                }
-                if kept {
-                    self.landed.insert(to.to_owned(), origin);
-                }
-            }
-        }
+        self.move_landed(from, to, rename, ignored_to, ts);
         let src = self.paths.get(from, ts, cx.ignore).map(|st| {
             let snapshot = st.clone();
             if rename {
@@ -222,6 +205,30 @@ impl Rules {
         if let Some(first) = group {
             let linked_prior = src.is_some_and(|s| s.linked_prior);
             self.renamed_in_group(&first, from, to, linked_prior);
+        }
+    }
+
+    /// Content that had landed at `to` (pre-existing bytes moved away unread) is replaced there:
+    /// gone, so unknown. Renamed on from `from`, content that had landed there lands at `to`,
+    /// unless the job wrote it where it lay.
+    fn move_landed(&mut self, from: &Path, to: &Path, rename: bool, ignored_to: bool, ts: i64) {
+        if let Some(origin) = self.landed.remove(to) {
+            if let Some(st) = self.paths.state_mut(&origin) {
+                st.moved_to = None;
+            }
+        }
+        if !rename {
+            return;
+        }
+        if let Some(origin) = self.landed.remove(from) {
+            // Written where they lay, the bytes moving on are no longer the input's.
+            let kept = !ignored_to && !rewritten_since_landing(&mut self.paths, &origin, from);
+            if let Some(st) = self.paths.state_mut(&origin) {
+                st.moved_to = kept.then(|| (to.to_owned(), ts));
+            }
+            if kept {
+                self.landed.insert(to.to_owned(), origin);
+            }
         }
     }
 
