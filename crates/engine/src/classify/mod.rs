@@ -1346,13 +1346,7 @@ mod tests {
             open_as(f1, libc::O_RDWR, 7, 103),
         ];
         let c = classify(&events, 100, &Ignore::new(&[]));
-        let at = |p: &Path| -> Vec<(Role, Version)> {
-            c.paths
-                .iter()
-                .filter(|(q, _)| q == p)
-                .flat_map(|(_, st)| st.roles())
-                .collect()
-        };
+        let at = |p: &Path| roles_at(&c, p);
         assert_eq!(
             at(f0),
             [(Role::Input, Version::Prior), (Role::Output, Version::Left)]
@@ -1361,6 +1355,15 @@ mod tests {
     }
 
     type Roles = Vec<(Role, Version)>;
+
+    /// The records `c` gives the path `p`, in order.
+    fn roles_at(c: &Classified, p: &Path) -> Roles {
+        c.paths
+            .iter()
+            .filter(|(q, _)| q == p)
+            .flat_map(|(_, st)| st.roles())
+            .collect()
+    }
 
     /// Found by the generator (seed 9866626374876062354, program 1757): `ln f1 f3; rm f1; cat
     /// f3` — the bytes read through the link were `f1`'s before the job, though `f1` names
@@ -1414,13 +1417,7 @@ mod tests {
         ];
         for (events, want) in cases {
             let c = classify(&events, 100, &Ignore::new(&[]));
-            let at = |p: &Path| -> Vec<(Role, Version)> {
-                c.paths
-                    .iter()
-                    .filter(|(q, _)| q == p)
-                    .flat_map(|(_, st)| st.roles())
-                    .collect()
-            };
+            let at = |p: &Path| roles_at(&c, p);
             assert_eq!(at(f1), want, "{events:?}");
             assert_eq!(at(f3), [(Role::Output, Version::Left)], "{events:?}");
         }
