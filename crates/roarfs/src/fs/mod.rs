@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -43,7 +43,7 @@ use roar_store::ContentHash;
 
 use crate::content::Content;
 use crate::inodes::{Inodes, Opened};
-use crate::jobs::{Access, JobKey, Jobs};
+use crate::jobs::{Access, JobKey, Jobs, Unreplied};
 use crate::sys;
 
 mod state;
@@ -128,6 +128,13 @@ pub struct RoarFs {
     /// FUSE over io_uring negotiated: requests are served on their caller's CPU.
     uring: Arc<AtomicBool>,
 }
+
+// The replies of the requests that record an access (`Jobs::event` takes one unsent).
+impl Unreplied for ReplyAttr {}
+impl Unreplied for ReplyCreate {}
+impl Unreplied for ReplyEmpty {}
+impl Unreplied for ReplyEntry {}
+impl Unreplied for ReplyOpen {}
 
 fn errno(e: io::Error) -> Errno {
     Errno::from(e)
@@ -396,7 +403,8 @@ impl Filesystem for RoarFs {
                 // Through a handle, the file may live elsewhere by now (renamed over, removed):
                 // then nothing happened at the path.
                 if fh.is_none() || self.jobs.names(job, &path, ino.0) {
-                    self.jobs.event(req.pid(), job, Access::Truncate(&path));
+                    self.jobs
+                        .event(&reply, req.pid(), job, Access::Truncate(&path));
                 }
                 // By path: what it left (through a handle, the handle's release says).
                 if fh.is_none() {
@@ -431,9 +439,8 @@ impl Filesystem for RoarFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        self.make_entry(req, parent.0, name, umask, reply, |dir| {
-            sys::mknod_at(dir, name, mode, rdev)
-        });
+        let make = |dir: BorrowedFd<'_>| sys::mknod_at(dir, name, mode, rdev);
+        self.make_entry(req, (parent.0, name), umask, reply, make, |_| ());
     }
 
     fn mkdir(
@@ -445,9 +452,8 @@ impl Filesystem for RoarFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        self.make_entry(req, parent.0, name, umask, reply, |dir| {
-            sys::mkdir_at(dir, name, mode)
-        });
+        let make = |dir: BorrowedFd<'_>| sys::mkdir_at(dir, name, mode);
+        self.make_entry(req, (parent.0, name), umask, reply, make, |_| ());
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -472,7 +478,8 @@ impl Filesystem for RoarFs {
                     });
                 if let (true, Some(job)) = (recorded, job) {
                     let path = self.child_path(parent.0, name);
-                    self.jobs.event(req.pid(), job, Access::Unlink(&path));
+                    self.jobs
+                        .event(&reply, req.pid(), job, Access::Unlink(&path));
                 }
                 reply.ok();
             }
@@ -501,16 +508,17 @@ impl Filesystem for RoarFs {
             Ok(job) => job,
             Err(e) => return reply.error(e),
         };
-        let made = std::cell::Cell::new(false);
-        self.make_entry(req, parent.0, link_name, 0, reply, |dir| {
-            sys::symlink_at(target.as_os_str(), dir, link_name).inspect(|()| made.set(true))
-        });
+        let make = |dir: BorrowedFd<'_>| sys::symlink_at(target.as_os_str(), dir, link_name);
         // A name the job made, as under `roar run`: a temp if it removes it again (configure's
         // `conftest.sym`). Kept, it is recorded without content (docs/SEMANTICS.md).
-        if let (true, Some(job)) = (made.get(), job) {
-            let path = self.child_path(parent.0, link_name);
-            self.jobs.event(req.pid(), job, Access::Symlink(&path));
-        }
+        let made = |reply: &ReplyEntry| {
+            if let Some(job) = job {
+                let path = self.child_path(parent.0, link_name);
+                self.jobs
+                    .event(reply, req.pid(), job, Access::Symlink(&path));
+            }
+        };
+        self.make_entry(req, (parent.0, link_name), 0, reply, make, made);
     }
 
     fn rename(
@@ -599,7 +607,7 @@ impl Filesystem for RoarFs {
                 to: &to,
                 exchange,
             };
-            self.jobs.event(req.pid(), job, access);
+            self.jobs.event(&reply, req.pid(), job, access);
         }
         reply.ok();
     }
@@ -632,7 +640,7 @@ impl Filesystem for RoarFs {
                         from: &source,
                         to: &path,
                     };
-                    self.jobs.event(req.pid(), job, access);
+                    self.jobs.event(&reply, req.pid(), job, access);
                     if self.jobs.wants_content(job, &path) {
                         let mark = self.jobs.mark(job);
                         let content = self
@@ -659,7 +667,14 @@ impl Filesystem for RoarFs {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
-        match self.open_node(req.pid(), job, ino.0, file, flags.0, (false, truncation)) {
+        match self.open_node(
+            (&reply, req.pid()),
+            job,
+            ino.0,
+            file,
+            flags.0,
+            (false, truncation),
+        ) {
             Ok((fh, o)) if !o.passthrough => reply.opened(FileHandle(fh), open_flags(&o)),
             Ok((fh, _)) => match self.attach_backing(fh, ino.0, |f| reply.open_backing(f)) {
                 Ok(id) => reply.opened_passthrough(FileHandle(fh), OPEN_FLAGS, &id),
@@ -702,7 +717,7 @@ impl Filesystem for RoarFs {
         };
         // A new file: no other handle has a version of it to end.
         let made = (flags & libc::O_ACCMODE != libc::O_RDONLY).then(|| self.gens.change(a.ino.0));
-        match self.open_node(req.pid(), job, a.ino.0, file, flags, (true, made)) {
+        match self.open_node((&reply, req.pid()), job, a.ino.0, file, flags, (true, made)) {
             Ok((fh, o)) if !o.passthrough => {
                 reply.created(&TTL, &a, g, FileHandle(fh), open_flags(&o))
             }

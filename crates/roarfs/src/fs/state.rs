@@ -22,7 +22,7 @@ use super::{
 };
 use crate::content::Content;
 use crate::inodes::{Inodes, Opened, ROOT};
-use crate::jobs::{Access, JobKey, Jobs};
+use crate::jobs::{Access, JobKey, Jobs, Unreplied};
 use crate::sys;
 use crate::sys::file_stat;
 
@@ -246,23 +246,28 @@ impl RoarFs {
         Ok((attr(ino, &st), Generation(generation)))
     }
 
-    /// Creates `name` in `parent` as the caller with `make` and replies with its attributes
-    /// (mknod, mkdir, symlink).
+    /// Creates `name` in `parent` as the caller with `make`, calls `made` (which records it)
+    /// and only then replies with its attributes (mknod, mkdir, symlink): once the caller has its
+    /// reply, another process may act on the name, and its access must come after this one in
+    /// the job's record.
     pub(super) fn make_entry(
         &self,
         req: &Request,
-        parent: u64,
-        name: &OsStr,
+        (parent, name): (u64, &OsStr),
         umask: u32,
         reply: ReplyEntry,
         make: impl FnOnce(std::os::fd::BorrowedFd<'_>) -> io::Result<()>,
+        made: impl FnOnce(&ReplyEntry),
     ) {
         let caller = self.caller(req, umask);
         if let Err(e) = self.with_fd(parent, |dir| sys::as_caller(caller, || make(dir))) {
             return reply.error(e);
         }
         match self.lookup_child(parent, name) {
-            Ok((a, g)) => reply.entry(&TTL, &a, g),
+            Ok((a, g)) => {
+                made(&reply);
+                reply.entry(&TTL, &a, g)
+            }
             Err(e) => {
                 self.undo_create(parent, name);
                 reply.error(e)
@@ -274,7 +279,7 @@ impl RoarFs {
     /// ([`Inodes::open`]). Returns the new handle's number and that choice.
     pub(super) fn open_node(
         &self,
-        tid: u32,
+        (reply, tid): (&impl Unreplied, u32),
         job: Option<JobKey>,
         ino: u64,
         file: File,
@@ -303,7 +308,7 @@ impl RoarFs {
                 ino,
                 stat: st,
             };
-            self.jobs.event(tid, job, access);
+            self.jobs.event(reply, tid, job, access);
             if writable {
                 self.jobs.writer_opened(job);
                 // The content is about to change.

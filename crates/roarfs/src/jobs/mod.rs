@@ -11,7 +11,7 @@
 mod births;
 mod steps;
 
-pub(crate) use steps::Access;
+pub(crate) use steps::{Access, Unreplied};
 
 use roar_store::ignore::Ignore;
 use std::collections::HashMap;

@@ -267,10 +267,25 @@ pub(crate) enum Access<'a> {
     Symlink(&'a std::path::Path),
 }
 
+/// A request's reply not sent yet. [`Jobs::event`] takes one, so an access is recorded before
+/// the reply that lets its caller go on: once it has its reply, the caller (or a process it then
+/// signals) can act on the same file, and that access must not reach the job's record first. A
+/// handler that replied no longer holds its reply (fuser's replies are consumed by sending).
+pub(crate) trait Unreplied {}
+
 impl Jobs {
     /// Writes an access by the calling thread `tid` of `job` to the job's log, after the
-    /// caller's process if the log does not know it yet.
-    pub(crate) fn event(&self, tid: u32, job: JobKey, access: Access<'_>) {
+    /// caller's process if the log does not know it yet, before the request's reply is sent.
+    pub(crate) fn event(
+        &self,
+        _unreplied: &impl Unreplied,
+        tid: u32,
+        job: JobKey,
+        access: Access<'_>,
+    ) {
+        if let Some(delay) = record_delay() {
+            std::thread::sleep(delay);
+        }
         let Some(pid) = self.member(tid as i32, job, false) else {
             return;
         };
@@ -483,6 +498,31 @@ impl Jobs {
             j.log.add(chain, &mut j.rules);
         }
     }
+}
+
+/// Fault injection (`ROAR_MOUNT_RECORD_DELAY_MS=N`): each access is recorded up to N ms late,
+/// by a different amount each time, as a busy machine would (a thread descheduled, a lock held).
+/// No delay may change a record, since a handler records before it replies ([`Unreplied`]); the
+/// generated programs run on a mount with delays to find any way round that.
+fn record_delay() -> Option<std::time::Duration> {
+    static MAX_US: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let max_us = (*MAX_US.get_or_init(|| {
+        let ms: u64 = std::env::var("ROAR_MOUNT_RECORD_DELAY_MS")
+            .ok()?
+            .parse()
+            .ok()?;
+        Some(ms * 1000)
+    }))?;
+    // splitmix64 of a sequence number: spread, and the same sequence of delays each run.
+    let mut z = SEQ
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        .wrapping_add(1)
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    Some(std::time::Duration::from_micros(z % (max_us + 1)))
 }
 
 /// Whether `job`'s log knows process `pid` (None: no such live job). `exact`: and it is still
