@@ -24,7 +24,8 @@ use roar_store::{now_ns, FileStat, StepRecord};
 use roar_tracer::from_proc::Stream;
 use roar_tracer::Event;
 
-use super::{read_proc_stat, JobKey, Jobs};
+use super::attribute::read_proc_stat;
+use super::{JobKey, Jobs};
 
 /// Events kept per job at most (about 150 bytes each): a job past this is recorded as one step.
 const MAX_EVENTS: usize = 1 << 20;

@@ -1,0 +1,490 @@
+//! Which job a request through the mount belongs to: the caller's process read from /proc,
+//! walked up to its job's root (the rule in the parent module's doc), with the kernel's process
+//! events telling whose fork a re-parented orphan is (a daemon's double fork) and when a cached
+//! thread id was freed for another.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::io;
+
+use super::{births, steps, Cached, JobKey, Jobs};
+
+#[derive(Debug, Clone)]
+pub(super) struct ProcInfo {
+    pub(super) pid: i32,
+    pub(super) ppid: i32,
+    pgid: i32,
+    pub(super) start: u64,
+    comm: String,
+}
+
+/// A process's stat line; `Ok(None)` when there is no such process (any more). Any other
+/// failure to read it (descriptors or memory exhausted) is an error the caller must not take
+/// for "not a process of any job".
+pub(super) fn read_proc_stat(pid: i32) -> io::Result<Option<ProcInfo>> {
+    let s = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESRCH)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    Ok(parse_stat(pid, &s))
+}
+
+/// A stat line read above, parsed by procfs (read here: an unreadable /proc is an error the
+/// caller must see, and procfs's own open would fold it into its errors).
+fn parse_stat(pid: i32, s: &str) -> Option<ProcInfo> {
+    use procfs::FromRead;
+    let stat = procfs::process::Stat::from_read(s.as_bytes()).ok()?;
+    Some(ProcInfo {
+        pid,
+        ppid: stat.ppid,
+        pgid: stat.pgrp,
+        start: stat.starttime,
+        comm: stat.comm,
+    })
+}
+
+/// The thread group (process) a thread id belongs to: FUSE reports the calling thread's id.
+fn tgid(tid: i32) -> io::Result<i32> {
+    let status = match std::fs::read_to_string(format!("/proc/{tid}/status")) {
+        Ok(s) => s,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESRCH)) => return Ok(tid),
+        Err(e) => return Err(e),
+    };
+    Ok(status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(tid))
+}
+
+/// The process's argv exactly, empty arguments included (`prog "" x` is not `prog x`).
+pub(super) fn cmdline(pid: i32) -> Vec<OsString> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    roar_store::argv_from_blob(raw.strip_suffix(b"\0").unwrap_or(&raw))
+}
+
+const SHELLS: &[&str] = &["bash", "sh", "dash", "zsh", "fish", "ksh", "tcsh", "csh"];
+const BOUNDARIES: &[&str] = &[
+    "init",
+    "systemd",
+    "sshd",
+    "tmux",
+    "tmux: server",
+    "screen",
+    "SCREEN",
+    "login",
+    "su",
+    "sudo",
+    "containerd-shim",
+    "runc",
+];
+
+/// An interactive shell: a shell with no script or `-c` command (`bash`, `-bash`, `bash -i`).
+fn is_interactive_shell(info: &ProcInfo) -> bool {
+    let name = info.comm.trim_start_matches('-');
+    if !SHELLS.contains(&name) {
+        return false;
+    }
+    let argv = cmdline(info.pid);
+    argv.iter()
+        .skip(1)
+        .all(|a| a.to_string_lossy().starts_with('-') && a != "-c")
+}
+
+/// Whether `a` and `b` run the same program with the same arguments (`b` forked from `a`, or a
+/// copy of it, without exec), or None when /proc cannot tell (a process exiting shows no exe).
+fn same_program_seen(a: i32, b: i32) -> Option<bool> {
+    let exe = |pid: i32| std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+    let (ea, eb) = (exe(a)?, exe(b)?);
+    Some(ea == eb && cmdline_bytes(a).is_some_and(|c| Some(c) == cmdline_bytes(b)))
+}
+
+fn cmdline_bytes(pid: i32) -> Option<Vec<u8>> {
+    std::fs::read(format!("/proc/{pid}/cmdline")).ok()
+}
+
+fn is_boundary(info: &ProcInfo) -> bool {
+    info.pid <= 1 || BOUNDARIES.contains(&info.comm.as_str()) || is_interactive_shell(info)
+}
+
+/// `roar run` traces its own children; the mount leaves them to it.
+fn is_roar_run(info: &ProcInfo) -> bool {
+    if info.comm != "roar" {
+        return false;
+    }
+    let argv = cmdline(info.pid);
+    argv.get(1).is_some_and(|a| a == "run")
+}
+
+/// The longest an orphan's first request waits for the kernel's word on its fork
+/// (`Jobs::birth_of`).
+const BIRTH_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
+impl Jobs {
+    /// The job of the calling thread `tid`, or None for processes the mount does not record
+    /// (and for a caller outside the daemon's pid namespace, which FUSE reports as pid 0). An
+    /// error when the caller's /proc entries cannot be read.
+    pub fn job_of(&self, tid: u32) -> io::Result<Option<JobKey>> {
+        let tid = tid as i32;
+        if tid <= 0 {
+            return Ok(None);
+        }
+        if self
+            .exits_watched
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            if let Some(c) = self.inner.lock().expect("jobs lock").by_tid.get(&tid) {
+                return Ok(c.job);
+            }
+        }
+        let Some(me) = read_proc_stat(tid)? else {
+            return Ok(None);
+        };
+        if let Some(c) = self.inner.lock().expect("jobs lock").by_tid.get(&tid) {
+            if c.start == me.start {
+                return Ok(c.job);
+            }
+        }
+        let pid = tgid(tid)?;
+        let job = self.attribute(pid)?;
+        let mut inner = self.inner.lock().expect("jobs lock");
+        if let Some(key) = job {
+            inner.jobs.entry(key).or_insert_with(|| self.live_job(key));
+        }
+        if inner.by_tid.len() > 65_536 {
+            inner.by_tid.clear();
+        }
+        inner.by_tid.insert(
+            tid,
+            Cached {
+                start: me.start,
+                job,
+                pid,
+            },
+        );
+        Ok(job)
+    }
+
+    /// The start-time clock's tick of a kernel event stamped `at_ns` (CLOCK_MONOTONIC), given
+    /// how long the machine was `suspended` (CLOCK_BOOTTIME minus CLOCK_MONOTONIC).
+    fn tick(&self, at_ns: u64, suspended: i64) -> i64 {
+        (at_ns as i64 + suspended) / self.tick_ns
+    }
+
+    fn now_tick(&self) -> i64 {
+        self.tick(
+            crate::sys::monotonic_ns(),
+            crate::sys::boottime_minus_monotonic_ns(),
+        )
+    }
+
+    /// Follows the kernel's process events, dropping a thread id from the cache when its thread
+    /// exits, so that a request from a cached thread needs no /proc read and a reused id is
+    /// never taken for the old thread. An exit removes the entry only if the cached thread had
+    /// started by then: read late (the reader lags behind a busy machine), an exit must not evict
+    /// the new thread that reuses its id — nor, as fork events did, a forked worker cached before
+    /// the event of its own fork was read, which made its job end while it still ran. Without
+    /// the events (no CAP_NET_ADMIN), every request reads the caller's /proc/TID/stat to check
+    /// its start time, as before.
+    pub fn watch_exits(self: &std::sync::Arc<Self>) {
+        let events = match crate::sys::ExitEvents::open() {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::info!(
+                    "roarfs: no process events ({e}): attribution reads /proc per request"
+                );
+                return;
+            }
+        };
+        let jobs = std::sync::Arc::downgrade(self);
+        self.inner
+            .lock()
+            .expect("jobs lock")
+            .births
+            .listening(self.now_tick());
+        self.exits_watched
+            .store(true, std::sync::atomic::Ordering::Release);
+        let spawned = std::thread::Builder::new()
+            .name("roarfs-exits".into())
+            .spawn(move || {
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    let seen = events.wait(&mut buf);
+                    let Some(jobs) = jobs.upgrade() else { return };
+                    // Start times are clock ticks of CLOCK_BOOTTIME; exits are stamped with
+                    // CLOCK_MONOTONIC (they differ by the time the machine was suspended).
+                    let suspended = crate::sys::boottime_minus_monotonic_ns();
+                    let mut inner = jobs.inner.lock().expect("jobs lock");
+                    match seen {
+                        Ok(crate::sys::Exits::Seen {
+                            forks,
+                            exits,
+                            execs,
+                        }) => {
+                            for f in forks {
+                                let at = jobs.tick(f.at_ns, suspended);
+                                inner.births.forked(f.parent, f.child, at);
+                            }
+                            for &(pid, at_ns) in &execs {
+                                inner.births.execd(pid, jobs.tick(at_ns, suspended));
+                            }
+                            for e in exits {
+                                let tick = jobs.tick(e.at_ns, suspended);
+                                inner.births.read(tick);
+                                let gone = inner
+                                    .by_tid
+                                    .get(&e.tid)
+                                    .copied()
+                                    .filter(|c| c.start as i64 <= tick);
+                                if let Some(c) = gone {
+                                    inner.by_tid.remove(&e.tid);
+                                    if let Some(job) = c.job.filter(|_| c.pid == e.tid) {
+                                        inner.exited(job, c.pid);
+                                    }
+                                }
+                            }
+                            drop(inner);
+                            for (pid, _) in execs {
+                                jobs.exec_seen(pid);
+                            }
+                        }
+                        // Exit events were lost (the kernel reports every process of the
+                        // machine: a busy one overflows the socket). What is lost is which
+                        // cached threads ended, not which still run: keep those /proc shows
+                        // alive with the same start time. Clearing the cache instead forgot a
+                        // job's members, and a forked worker outliving its root then had its
+                        // job recorded early and its later writes made a job of their own.
+                        Ok(crate::sys::Exits::Lost) => {
+                            inner.births.lost(jobs.now_tick());
+                            inner.by_tid.retain(|tid, c| {
+                                matches!(read_proc_stat(*tid), Ok(Some(p)) if p.start == c.start)
+                            })
+                        }
+                        Err(e) => {
+                            // Without events the cache cannot be trusted: back to /proc.
+                            jobs.exits_watched
+                                .store(false, std::sync::atomic::Ordering::Release);
+                            inner.by_tid.clear();
+                            tracing::error!("roarfs: process events stopped ({e}): attribution reads /proc per request");
+                            return;
+                        }
+                    }
+                }
+            });
+        if spawned.is_err() {
+            self.exits_watched
+                .store(false, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// Whether a thread of `key`'s job other than its root is still alive (a forked worker
+    /// outliving the root keeps the job open, as `roar run` waits for every descendant).
+    pub(super) fn members_alive(by_tid: &HashMap<i32, Cached>, key: &JobKey) -> bool {
+        by_tid.iter().any(|(tid, c)| {
+            c.job == Some(*key)
+                && *tid != key.pid
+                && matches!(read_proc_stat(*tid), Ok(Some(p)) if p.start == c.start)
+        })
+    }
+
+    fn attribute(&self, pid: i32) -> io::Result<Option<JobKey>> {
+        let Some(mut cur) = read_proc_stat(pid)? else {
+            return Ok(None);
+        };
+        if is_roar_run(&cur) {
+            return Ok(None);
+        }
+        while let Some(parent) = read_proc_stat(cur.ppid)? {
+            if is_roar_run(&parent) {
+                return Ok(None);
+            }
+            // A new process group (setsid, a daemon's double fork) starts a new job only where a
+            // program was exec'd: a fork that did not exec (multiprocessing, a daemonized copy)
+            // stays in its parent's job, as forked workers stay in their parent's process.
+            let regrouped = parent.pgid != cur.pgid && !self.is_copy(&parent, &cur);
+            if regrouped || is_boundary(&parent) {
+                // Its parent now may not be the one that forked it (a daemon's double fork).
+                if let Some(forker) = self.forked_from(&cur, &parent)? {
+                    return self.attribute(forker);
+                }
+                // Still look above for a `roar run` that owns this process group's session.
+                let mut up = parent;
+                while up.pid > 1 {
+                    if is_roar_run(&up) {
+                        return Ok(None);
+                    }
+                    match read_proc_stat(up.ppid)? {
+                        Some(p) => up = p,
+                        None => break,
+                    }
+                }
+                break;
+            }
+            cur = parent;
+        }
+        Ok(Some(JobKey {
+            pid: cur.pid,
+            start: cur.start,
+        }))
+    }
+
+    /// Whether `cur` is a fork of `parent` that did not exec: by /proc (the same program with the
+    /// same arguments), else — a parent that is exiting shows no exe — by the kernel's events. Not
+    /// the events first: an exec their reader has not read yet would make a program exec'd from a
+    /// job's process look like a copy of it (and its own job part of the job above).
+    fn is_copy(&self, parent: &ProcInfo, cur: &ProcInfo) -> bool {
+        if let Some(same) = same_program_seen(parent.pid, cur.pid) {
+            return same;
+        }
+        match self.birth_of(cur, true) {
+            Some(b) if b.parent == parent.pid => !b.execd,
+            _ => false,
+        }
+    }
+
+    /// The live process whose fork made `cur`, when `cur`'s parent now (`parent`) is not the one
+    /// that forked it: the forks between them were made by processes gone since, and neither
+    /// they nor `cur` exec'd a program (a daemonized copy of a job's process, which stays in the
+    /// job). None when `parent` forked it, when a program was exec'd on the way, or when what
+    /// forked it is not known (no process events, or events lost).
+    fn forked_from(&self, cur: &ProcInfo, parent: &ProcInfo) -> io::Result<Option<i32>> {
+        // Waiting for the reader only where an orphan may land (init, systemd, or a subreaper:
+        // any parent that is not a shell, terminal or login): a command started from a shell,
+        // the common first request of a job, never waits.
+        let adopted = parent.pid == 1
+            || ["init", "systemd"].contains(&parent.comm.as_str())
+            || !is_boundary(parent);
+        let Some(birth) = self.birth_of(cur, adopted) else {
+            return Ok(None);
+        };
+        if birth.parent == parent.pid || birth.execd {
+            return Ok(None);
+        }
+        let mut p = birth.parent;
+        for _ in 0..steps::MAX_DEPTH {
+            if let Some(alive) = read_proc_stat(p)? {
+                // Still a copy of it (an exec not read yet would show here). An exited process
+                // not yet reaped (the daemon's middle fork, until its parent waits for it)
+                // shows no program: the events say what it was, as for one gone.
+                let seen = (alive.start <= cur.start)
+                    .then(|| same_program_seen(p, cur.pid))
+                    .flatten();
+                if let Some(same) = seen {
+                    return Ok(same.then_some(p));
+                }
+            }
+            let inner = self.inner.lock().expect("jobs lock");
+            match inner.births.of_gone(p, cur.start as i64) {
+                Some(b) if !b.execd => p = b.parent,
+                _ => return Ok(None),
+            }
+        }
+        Ok(None)
+    }
+
+    /// `cur`'s fork as the kernel reported it; with `wait`, waiting for the reader of its
+    /// events when it has not read that far yet — until it has (microseconds on an idle
+    /// machine), or at most `BIRTH_WAIT`: on a loaded machine the reader thread can be scheduled
+    /// tens of milliseconds late (20 ms was too short: the generator's daemons under a loaded
+    /// CI became jobs of their own), and only an orphan's first request ever waits.
+    fn birth_of(&self, cur: &ProcInfo, wait: bool) -> Option<births::Birth> {
+        let deadline = std::time::Instant::now() + BIRTH_WAIT;
+        while self
+            .exits_watched
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            let known =
+                (self.inner.lock().expect("jobs lock").births).of(cur.pid, cur.start as i64);
+            match known {
+                births::Known::Born(b) => return Some(b),
+                births::Known::NotYet if wait && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_micros(50))
+                }
+                _ => return None,
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_a_command_line_with_empty_arguments_exactly() {
+        // The shell blocks reading its stdin until it is killed. /proc can show an empty command
+        // line for a moment after spawn returns, or, before the exec, this test's own.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "read x", "sh", "", "x"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut argv = cmdline(child.id() as i32);
+        while argv.first().is_none_or(|a| a != "sh") && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            argv = cmdline(child.id() as i32);
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(argv, ["sh", "-c", "read x", "sh", "", "x"]);
+    }
+
+    #[test]
+    fn the_kernel_reports_a_process_exec_and_its_exit_with_when_it_exited_needs_root() {
+        let events = match crate::sys::ExitEvents::open() {
+            Ok(e) => e,
+            Err(e) => {
+                assert!(
+                    std::env::var("CI").is_err(),
+                    "process events need CAP_NET_ADMIN under CI=true: {e}"
+                );
+                return;
+            }
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 64 * 1024];
+            while let Ok(crate::sys::Exits::Seen { exits, execs, .. }) = events.wait(&mut buf) {
+                if tx.send((exits, execs)).is_err() {
+                    return;
+                }
+            }
+        });
+        let before = crate::sys::monotonic_ns();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        child.wait().unwrap();
+        let after = crate::sys::monotonic_ns();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        // Its exec comes first (the socket keeps the kernel's order), then its exit.
+        let mut execd = false;
+        let exit = loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let (exits, execs) = rx.recv_timeout(left).expect("the child's exit");
+            execd |= execs.iter().any(|&(p, _)| p == pid);
+            if let Some(e) = exits.into_iter().find(|e| e.tid == pid) {
+                break e;
+            }
+        };
+        assert!(execd, "the child's exec was reported before its exit");
+        assert!(
+            (before..=after).contains(&exit.at_ns),
+            "exit stamped {} outside [{before}, {after}]",
+            exit.at_ns
+        );
+    }
+
+    #[test]
+    fn reads_its_own_stat_line() {
+        let me = read_proc_stat(std::process::id() as i32).unwrap().unwrap();
+        assert!(me.start > 0);
+        assert!(me.ppid > 0);
+        assert_eq!(
+            tgid(std::process::id() as i32).unwrap(),
+            std::process::id() as i32
+        );
+    }
+}
