@@ -17,6 +17,7 @@ mod export_cmd;
 mod fmt;
 mod gateway_cmd;
 mod gateway_sessions;
+mod gc_cmd;
 mod graph;
 mod hash_cmd;
 mod keep;
@@ -587,7 +588,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             all: _,
         } => export_cmd::export(what.as_deref(), format)?,
         Command::Run(args) => return run(args, json),
-        Command::Gc { grace } => gateway_cmd::gc(grace, json)?,
+        Command::Gc { grace } => gc_cmd::gc(grace, json)?,
         Command::Mount(args) => return mount_cmd::mount(args, json),
         Command::Gateway(args) => return gateway_cmd::serve(args, json),
         Command::Unmount { dir, force } => return mount_cmd::unmount(&dir, force, json),

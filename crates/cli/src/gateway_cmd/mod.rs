@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,11 +23,15 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use roar_gateway::{Access, Backend, Gateway, Sink};
-use roar_store::{FileRecord, Project, Store, Writer};
+use roar_store::{FileRecord, Project, Writer};
 
 use crate::config::{Config, S3Config};
 use crate::entry::ExitCode;
 use crate::gateway_sessions::{Known, Session, Sessions};
+
+mod lend;
+
+use lend::{offer_keys, Lender};
 
 #[derive(Args)]
 pub struct GatewayArgs {
@@ -67,63 +71,6 @@ pub struct GatewayArgs {
     /// the request fails with 400 RequestTimeout.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     client_timeout: u64,
-}
-
-/// `roar gc`: drops the object store's blobs that nothing needs: no object version, upload,
-/// recorded version or pin.
-pub fn gc(grace_secs: u64, json: bool) -> anyhow::Result<()> {
-    let project = crate::project()?;
-    let root = project.dir().join("s3");
-    if !root.join("blobs").exists() {
-        if json {
-            return crate::fmt::print_json(
-                &serde_json::json!({"blobs": 0, "bytes": 0, "temps": 0}),
-            );
-        }
-        println!("no object store in {}", project.dir().display());
-        return Ok(());
-    }
-    // Every version the record holds (kept file versions are such) and every pinned one.
-    let store = Store::open(&project.db_path())?;
-    let mut keep = store.recorded_hashes()?;
-    let objects = project.objects();
-    let pinned = objects.pinned();
-    keep.extend(pinned.iter().cloned());
-    let config = crate::config::Config::load(&project)?;
-    let budget = (config.keep.budget_bytes > 0)
-        .then(|| -> anyhow::Result<roar_gateway::Budget> {
-            let mut protected = pinned;
-            for job in objects.pinned_jobs() {
-                protected.extend(store.job_hashes(job)?);
-            }
-            Ok(roar_gateway::Budget {
-                bytes: config.keep.budget_bytes,
-                protected,
-            })
-        })
-        .transpose()?;
-    let young_after = store
-        .running_since()?
-        .map(|ns| std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns.max(0) as u64));
-    let done =
-        roar_gateway::Embedded::open(&root)?.gc(&keep, grace_secs, budget.as_ref(), young_after)?;
-    if json {
-        return crate::fmt::print_json(&serde_json::json!({
-            "blobs": done.blobs, "bytes": done.bytes, "temps": done.temps,
-            "evicted": done.evicted, "evicted_bytes": done.evicted_bytes,
-        }));
-    }
-    println!(
-        "removed {} object bodies ({} bytes) and {} abandoned uploads' temp files; kept every body an object version, upload or recorded job needs",
-        done.blobs, done.bytes, done.temps
-    );
-    if let Some(b) = &budget {
-        println!(
-            "let {} kept versions ({} bytes) go, least recently used first, to stay within {} bytes; pinned jobs' versions stay",
-            done.evicted, done.evicted_bytes, b.bytes
-        );
-    }
-    Ok(())
 }
 
 fn backend(project: &Project, s3: &S3Config, upstream: Option<&str>) -> Backend {
@@ -534,124 +481,4 @@ fn tell_clients(
         out.flush()?;
     }
     Ok(())
-}
-
-/// What a gateway needs to lend keys to runs.
-struct Lender {
-    serving: String,
-    endpoint: String,
-    region: String,
-    control: roar_gateway::Control,
-    sessions: Arc<Sessions>,
-}
-
-/// Listens on `.roar/gateway.sock` for runs that want a key; returns the socket's path, or None
-/// (with a warning) if this gateway cannot offer keys: then `roar run --s3` starts its own.
-fn offer_keys(project: &Project, lender: Lender) -> Option<PathBuf> {
-    let path = socket_path(project);
-    if UnixStream::connect(&path).is_ok() {
-        eprintln!(
-            "roar: warning: another gateway already serves runs of this project through {}; `roar run --s3` keeps using that one",
-            path.display()
-        );
-        return None;
-    }
-    // Nobody answers: a socket left by a gateway that was killed.
-    let _ = std::fs::remove_file(&path);
-    let listener = match bind_private(&path) {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!(
-                "roar: warning: cannot offer keys to `roar run --s3` at {}: {e}; runs will start gateways of their own",
-                path.display()
-            );
-            return None;
-        }
-    };
-    let lender = Arc::new(lender);
-    let spawned = std::thread::Builder::new()
-        .name("roar-gateway-keys".into())
-        .spawn(move || {
-            for conn in listener.incoming().flatten() {
-                let lender = Arc::clone(&lender);
-                let _ = std::thread::Builder::new()
-                    .name("roar-gateway-run".into())
-                    .spawn(move || lend(conn, &lender));
-            }
-        });
-    match spawned {
-        Ok(_) => Some(path),
-        Err(e) => {
-            eprintln!("roar: warning: cannot offer keys to `roar run --s3`: {e}");
-            let _ = std::fs::remove_file(&path);
-            None
-        }
-    }
-}
-
-/// A unix socket only its owner can connect to: a connection gets a key to the store.
-fn bind_private(path: &Path) -> std::io::Result<UnixListener> {
-    use std::os::unix::fs::PermissionsExt;
-    let listener = UnixListener::bind(path)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    Ok(listener)
-}
-
-/// Serves one run: `begin BACKEND` gets a fresh key (if this gateway serves BACKEND); `end`, once
-/// the run's command is over, gets every access made with it. A run that disconnects without
-/// `end` leaves its accesses to an ordinary session of the key.
-fn lend(conn: UnixStream, lender: &Lender) {
-    let Ok(read_half) = conn.try_clone() else {
-        return;
-    };
-    let mut reader = BufReader::new(read_half);
-    let mut line = String::new();
-    if reader.read_line(&mut line).is_err() {
-        return;
-    }
-    let reply = |text: String| (&conn).write_all(format!("{text}\n").as_bytes());
-    match line.trim_end().strip_prefix("begin ") {
-        Some(want) if want == lender.serving => {}
-        // Another backend, or not a run at all: the run starts a gateway of its own.
-        _ => {
-            let _ = reply(
-                serde_json::json!({ "error": format!("this gateway serves {}", lender.serving) })
-                    .to_string(),
-            );
-            return;
-        }
-    }
-    let Ok((access, secret)) = roar_gateway::random_credentials() else {
-        return;
-    };
-    lender.sessions.lend(&access);
-    lender.control.add_key(&access, &secret);
-    let lent = Lent {
-        endpoint: lender.endpoint.clone(),
-        access_key: access.clone(),
-        secret_key: secret,
-        region: lender.region.clone(),
-    };
-    let begun = serde_json::to_string(&lent).is_ok_and(|t| reply(t).is_ok());
-    line.clear();
-    let ended =
-        begun && matches!(reader.read_line(&mut line), Ok(n) if n > 0) && line.trim_end() == "end";
-    // No new request with the key from here; the ones already verified finish and are recorded.
-    lender.control.remove_key(&access);
-    let settled = lender.control.settle(&access, SETTLE);
-    let mut session = lender.sessions.take_back(&access);
-    if ended {
-        let returned = Returned {
-            accesses: std::mem::take(&mut session.accesses),
-            settled,
-        };
-        if serde_json::to_string(&returned).is_ok_and(|t| reply(t).is_ok()) {
-            // The run has them now, and records them in its job.
-            session.recorded();
-            return;
-        }
-        session.accesses = returned.accesses;
-    }
-    lender.sessions.adopt(&access, session);
-    eprintln!("roar: a run using key {access} ended without collecting its object accesses; they are recorded as that key's job");
 }
