@@ -17,6 +17,7 @@ mod index;
 mod listing;
 mod multipart;
 mod objects;
+mod tags;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -11,7 +11,8 @@ use s3s::{s3_error, S3Request, S3Response, S3Result};
 use super::blobs::Written;
 use super::body::{self, blocking};
 use super::index::{random_id, Checksums, NewVersion, Part, Upload};
-use super::objects::{meta_of, parse_tagging, version_out, write_if};
+use super::objects::{meta_of, version_out, write_if};
+use super::tags::parse_tagging;
 use super::{check_key, internal, refused, timestamp, with_stored, Embedded};
 
 /// S3's smallest part but the last.
