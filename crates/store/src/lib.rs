@@ -10,6 +10,7 @@ mod db;
 pub mod environment;
 mod error;
 pub mod hash;
+mod held;
 pub mod ignore;
 pub mod job_bytes;
 mod lineage;
@@ -30,6 +31,7 @@ pub use committer::Committer;
 pub use db::{open, SCHEMA_VERSION};
 pub use environment::{Environment, EnvironmentDetail, Gpu, Package, Runtime};
 pub use error::{Result, StoreError};
+pub use held::DbStats;
 pub use lineage::{node_name, Dag, Edge, Lineage, Step, Version};
 pub use model::{
     argv_from_blob, argv_to_blob, now_ns, recorder_id, CacheEntry, ContentHash, Distributed,
@@ -37,7 +39,7 @@ pub use model::{
     Redirect, Role, S3Object, StepContent, StepDetail, StepEdge, StepFile, StepRecord, Stream,
 };
 pub use project::{Project, CONFIG_NAME, DB_NAME, DEFAULT_CONFIG, DIR_NAME};
-pub use query::{ArtifactDetail, DbStats, FileRow, JobDetail, JobSummary, PathDetail, Store, Use};
+pub use query::{ArtifactDetail, FileRow, JobDetail, JobSummary, PathDetail, Store, Use};
 pub use quote::{shell_join, shell_quote, shown};
 pub use runs::{RunDetail, RunFile, RunJob};
 pub use status::{Cause, Change, Now, StaleJob, StatusPlan, StatusReport, Unfinished};
