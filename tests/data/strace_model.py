@@ -15,7 +15,7 @@ rules of docs/SEMANTICS.md, applied to files as objects (inodes), names bound to
 - output: a name that exists at the end and is bound to a file the job wrote, or that the job
   bound (a rename, a link, a symlink, an O_TMPFILE linked into place); also the name of a file
   that existed before and that the job deleted without reading it, or truncated unread and moved
-  away (recorded without content: what was there is gone);
+  away or renamed over, then left empty (recorded without content: what was there is gone);
 - temp: a name the job bound (a file it made or wrote there, a rename or link onto it), gone at
   the end (deleted, renamed away); the old names of files moved with their directory are not
   separate temps, nor is a file that was there before, written in place under its own name and
@@ -133,7 +133,14 @@ class Model:
 
     def unbind(self, name, deleted=False, replaced=False):
         oid = self.names.pop(name, None)
-        if oid is not None and not replaced:
+        if oid is not None and replaced:
+            o = self.objects[oid]
+            if o["pre"] and name in o["pre_names"] and o["written"] and not o["read"]:
+                # Truncated unread, then renamed over: what was there before is gone, and the
+                # job showed it was there (a file there before is never a temp): gone at the
+                # end, the name records a deletion.
+                self.deleted.add(name)
+        elif oid is not None:
             o = self.objects[oid]
             if o["pre"] and name in o["pre_names"]:
                 if deleted:
@@ -158,14 +165,17 @@ class Model:
         if old in self.dirs or any(n.startswith(old + "/") for n in self.names):
             # A directory: its files move with it, their old names forgotten.
             move = lambda n: new + n[len(old):] if n == old or n.startswith(old + "/") else n
+            was = dict(self.names)
             self.dirs = {move(d) for d in self.dirs}
             self.names = {move(n): o for n, o in self.names.items()}
-            self.ever = {move(n): o for n, o in self.ever.items()}
+            # A name the job bound, empty by now, names where the file was (a temporary there).
+            self.ever = {move(n) if n in was else n: o for n, o in self.ever.items()}
             self.bound = {move(n) for n in self.bound}
-            # What was there before moves too: the record names a file below a moved directory
-            # by where it is now (SEMANTICS.md: files recorded below it move with it).
-            for o in self.objects.values():
-                o["pre_names"] = {move(n) for n in o["pre_names"]}
+            # What was there before moves too where its file still is: the record names a file
+            # below a moved directory by where it is now (SEMANTICS.md: files recorded below it
+            # move with it); one gone by then (moved away, removed) is named where it was.
+            for oid, o in self.objects.items():
+                o["pre_names"] = {move(n) if was.get(n) == oid else n for n in o["pre_names"]}
             return
         a, b = self.names.get(old), self.names.get(new)
         if a is not None and a == b:

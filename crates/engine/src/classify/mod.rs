@@ -1483,6 +1483,63 @@ mod tests {
         }
     }
 
+    /// Found by the generator (seed 1796093033312293485, program 1255): `mv d1/g0 d0/g0; ...;
+    /// (tmpfile linked at) d1/g0; mv d1 d0` — the file there before the job moved away unread,
+    /// another put at its name, then the directory moved. The input is the old file's and stays
+    /// where it was; the new file is an output where it is now (a temporary if removed there).
+    /// Every observer named the input where the directory went.
+    #[test]
+    fn an_input_moved_away_before_a_new_file_took_its_name_stays_when_the_directory_moves() {
+        let dir = tempfile::tempdir().unwrap();
+        let (d1, d2, f) = (
+            dir.path().join("d1"),
+            dir.path().join("d2"),
+            dir.path().join("f"),
+        );
+        let made = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC;
+        for (first, input) in [("moved away", false), ("read, removed", true)] {
+            let mut events = if input {
+                vec![
+                    open_as(&d1.join("g0"), libc::O_RDONLY, 2, 101),
+                    Event::Unlink {
+                        pid: 1,
+                        path: d1.join("g0"),
+                        ts_ns: 102,
+                    },
+                ]
+            } else {
+                vec![
+                    mv(&d1.join("g0"), &f, 101),
+                    mv(&f, &dir.path().join("h"), 102),
+                ]
+            };
+            events.extend([open_as(&d1.join("g0"), made, 3, 103), mv(&d1, &d2, 104)]);
+            for by_event in [true, false] {
+                let c = if by_event {
+                    classify(&events, 100, &Ignore::new(&[]))
+                } else {
+                    let mut r = Rules::default();
+                    for e in &events[..3] {
+                        r.apply(&cx(), e);
+                    }
+                    r.moved_dir(&d1, &d2);
+                    r.finish()
+                };
+                let how = format!("{first}, by event: {by_event}");
+                assert_eq!(
+                    roles_at(&c, &d1.join("g0")),
+                    [(Role::Input, Version::Prior)],
+                    "{how}"
+                );
+                assert_eq!(
+                    roles_at(&c, &d2.join("g0")),
+                    [(Role::Output, Version::Left)],
+                    "{how}"
+                );
+            }
+        }
+    }
+
     /// Found by the generator: `rm d0/g1; mv d0 d1` — a file deleted below a directory the job
     /// then moved. The deletion names where the file was: it did not move with the directory
     /// (it was gone); what the job read below it did, and is named where it is now.

@@ -129,13 +129,13 @@ impl Paths {
             let Ok(rest) = p.strip_prefix(from) else {
                 continue;
             };
-            if rest.as_os_str().is_empty() || st.as_ref().is_none_or(PathState::deleted) {
-                // A deletion names where the file was: gone, it did not move.
+            if rest.as_os_str().is_empty() || st.as_ref().is_none_or(PathState::stays) {
+                // What was there before the job, gone since, did not move.
                 continue;
             }
             let new = to.join(rest);
             let mut moved = st.take().expect("checked above");
-            let left = moved.split_deletion();
+            let left = moved.split_prior();
             moved.ops.insert(Ops::RENAME);
             let old = std::mem::replace(p, new.clone());
             self.seen.remove(old.as_os_str());

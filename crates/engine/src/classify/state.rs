@@ -90,6 +90,13 @@ impl PathState {
         !self.exists && matches!(self.path_use().records().1, Some(Made::Deleted))
     }
 
+    /// Whether a directory move leaves this name where it is: nothing is there (what was there
+    /// before the job deleted, read or moved away; a file the job made and removed). A record
+    /// of a file gone names where it was; only a file still there moves with its directory.
+    pub fn stays(&self) -> bool {
+        !self.exists
+    }
+
     /// The records the path gets, each with the version whose content it names (every observer
     /// records a path by these; only where the content comes from is its own).
     pub fn roles(&self) -> impl Iterator<Item = (Role, Version)> {
@@ -150,22 +157,36 @@ impl PathState {
         self.placed = true;
     }
 
-    /// The state a directory move leaves at a name whose file moves with the directory: the
-    /// deletion of the file that was there before the job, if one stood before the file now
-    /// there superseded it (`rm d/f; touch d/f; mv d e`: `d/f` records a deletion, `e/f` the
-    /// output). `self` becomes the moved file's own history.
-    pub(super) fn split_deletion(&mut self) -> Option<PathState> {
-        if !self.exists || self.superseded != Some(Made::Deleted) {
+    /// The state a directory move leaves at a name whose file moves with the directory: what the
+    /// job did to a file that is no longer there, which did not move. The deletion of the file
+    /// there before the job, if one stood before the file now there superseded it (`rm d/f;
+    /// touch d/f; mv d e`: `d/f` records a deletion, `e/f` the output); the input of a file the
+    /// job read or moved away before it put another at the name (`mv d/f g; touch d/f; mv d e`:
+    /// `d/f` the input, `e/f` the output). `self` becomes the moved file's own history.
+    pub(super) fn split_prior(&mut self) -> Option<PathState> {
+        let deletion = self.superseded == Some(Made::Deleted);
+        // The input is another file's only where the job put the file now here.
+        let input = self.placed && self.reads_prior;
+        if !self.exists || !(deletion || input) {
             return None;
         }
         self.superseded = None;
-        let left = PathState {
+        let mut left = PathState {
             ops: self.ops,
             first_ns: self.first_ns,
             last_ns: self.last_ns,
             found: true,
             ..PathState::default()
         };
+        if input {
+            left.reads_prior = true;
+            left.read_stat = self.read_stat.take();
+            left.input_version = self.input_version;
+            left.input = self.input.take();
+            left.moved_to = self.moved_to.take();
+            left.existed = self.existed;
+            self.reads_prior = false;
+        }
         if self.placed {
             // The job's own file: what the name found and removed before it stays behind.
             self.found = false;
