@@ -1407,6 +1407,21 @@ fn shrunk_programs_the_generator_found_give_every_observer_the_same_record() {
                 Op::RenameDir { from: 1, to: 0 },
             ],
         },
+        // A directory moved onto the name of one the job removed, and back: the removed one's
+        // file stays deleted (seed 1796095042051600215, program 68: every observer lost it).
+        Program {
+            before: vec![(d0g0, vec![b'a']), (d1g1, vec![b'b'; 10])],
+            ops: vec![
+                Op::Hold {
+                    slot: 1,
+                    name: d0g1,
+                    mode: Mode::ReadWrite,
+                },
+                Op::Rmtree { dir: 1 },
+                Op::RenameDir { from: 0, to: 1 },
+                Op::RenameDir { from: 1, to: 0 },
+            ],
+        },
     ]);
     // `ROAR_GEN_ONLY=N` runs the Nth alone (a program can pass alone and fail among others).
     let only: Vec<Program> = match std::env::var("ROAR_GEN_ONLY") {

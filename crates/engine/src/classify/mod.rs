@@ -1540,6 +1540,42 @@ mod tests {
         }
     }
 
+    /// Found by the generator (seed 1796095042051600215, program 68): `touch d0/g1; rm -r d1;
+    /// mv d0 d1; mv d1 d0`, `d1/g1` there before — the directory moved onto the name of the
+    /// removed one, and back. The file removed at `d1/g1` stays deleted: the file moved onto its
+    /// name superseded the deletion, and took its own history on with it.
+    #[test]
+    fn a_deletion_a_moved_directory_landed_on_stands_when_it_moves_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let (d0, d1) = (dir.path().join("d0"), dir.path().join("d1"));
+        let made = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL;
+        let events = [
+            open_as(&d0.join("g1"), made, 3, 101),
+            Event::Unlink {
+                pid: 1,
+                path: d1.join("g1"),
+                ts_ns: 102,
+            },
+            mv(&d0, &d1, 103),
+            mv(&d1, &d0, 104),
+        ];
+        let mut r = Rules::default();
+        r.apply(&cx(), &events[0]);
+        r.apply(&cx(), &events[1]);
+        r.moved_dir(&d0, &d1);
+        r.moved_dir(&d1, &d0);
+        for c in [classify(&events, 100, &Ignore::new(&[])), r.finish()] {
+            assert_eq!(
+                roles_at(&c, &d1.join("g1")),
+                [(Role::Output, Version::Gone)]
+            );
+            assert_eq!(
+                roles_at(&c, &d0.join("g1")),
+                [(Role::Output, Version::Left)]
+            );
+        }
+    }
+
     /// Found by the generator: `rm d0/g1; mv d0 d1` — a file deleted below a directory the job
     /// then moved. The deletion names where the file was: it did not move with the directory
     /// (it was gone); what the job read below it did, and is named where it is now.

@@ -131,8 +131,14 @@ impl PathState {
     /// A file moved with its directory landed on a name the job already knew (`old`, the name's
     /// history): the content the job had read there, or moved away from there, stays an input
     /// of the name — as when a file is renamed onto it — unless the file moved in brings one of
-    /// its own (one input per name). The name's other history (a deletion, a temporary) ends.
+    /// its own (one input per name); a deletion stands, superseded by the file now there. The
+    /// name's other history (a temporary) ends.
     pub(super) fn keep_input_of(&mut self, old: PathState) {
+        // A deletion standing there is superseded by the file now there, as by one the job put
+        // there itself ([`PathState::place`]): gone at the end, or moved on, the name records it.
+        if old.deleted() || old.superseded == Some(Made::Deleted) {
+            self.superseded = Some(Made::Deleted);
+        }
         if self.reads_prior || !old.reads_prior {
             return;
         }
