@@ -1357,6 +1357,19 @@ mod tests {
     type Roles = Vec<(Role, Version)>;
 
     /// The records `c` gives the path `p`, in order.
+    /// `events` classified as `roar run` gives them, then as the mount does: a directory's
+    /// rename (the events at `dir_moves`) is no event there but a [`Rules::moved_dir`].
+    fn run_and_mount(events: &[Event], dir_moves: &[usize]) -> [Classified; 2] {
+        let mut r = Rules::default();
+        for (i, e) in events.iter().enumerate() {
+            match e {
+                Event::Rename { from, to, .. } if dir_moves.contains(&i) => r.moved_dir(from, to),
+                e => r.apply(&cx(), e),
+            }
+        }
+        [classify(events, 100, &Ignore::new(&[])), r.finish()]
+    }
+
     fn roles_at(c: &Classified, p: &Path) -> Roles {
         c.paths
             .iter()
@@ -1449,20 +1462,7 @@ mod tests {
                     ts_ns: 104,
                 });
             }
-            for by_event in [true, false] {
-                let c = if by_event {
-                    classify(&events, 100, &Ignore::new(&[]))
-                } else {
-                    let mut r = Rules::default();
-                    for e in &events[..2] {
-                        r.apply(&cx(), e);
-                    }
-                    r.moved_dir(&d0, &d1);
-                    for e in &events[3..] {
-                        r.apply(&cx(), e);
-                    }
-                    r.finish()
-                };
+            for (c, by_event) in run_and_mount(&events, &[2]).into_iter().zip([true, false]) {
                 let mut roles: Vec<(PathBuf, Role, Version)> = c
                     .paths
                     .iter()
@@ -1514,17 +1514,7 @@ mod tests {
                 ]
             };
             events.extend([open_as(&d1.join("g0"), made, 3, 103), mv(&d1, &d2, 104)]);
-            for by_event in [true, false] {
-                let c = if by_event {
-                    classify(&events, 100, &Ignore::new(&[]))
-                } else {
-                    let mut r = Rules::default();
-                    for e in &events[..3] {
-                        r.apply(&cx(), e);
-                    }
-                    r.moved_dir(&d1, &d2);
-                    r.finish()
-                };
+            for (c, by_event) in run_and_mount(&events, &[3]).into_iter().zip([true, false]) {
                 let how = format!("{first}, by event: {by_event}");
                 assert_eq!(
                     roles_at(&c, &d1.join("g0")),
@@ -1559,12 +1549,7 @@ mod tests {
             mv(&d0, &d1, 103),
             mv(&d1, &d0, 104),
         ];
-        let mut r = Rules::default();
-        r.apply(&cx(), &events[0]);
-        r.apply(&cx(), &events[1]);
-        r.moved_dir(&d0, &d1);
-        r.moved_dir(&d1, &d0);
-        for c in [classify(&events, 100, &Ignore::new(&[])), r.finish()] {
+        for c in run_and_mount(&events, &[2, 3]) {
             assert_eq!(
                 roles_at(&c, &d1.join("g1")),
                 [(Role::Output, Version::Gone)]
@@ -1594,17 +1579,7 @@ mod tests {
             },
             mv(&d0, &d1, 103),
         ];
-        for by_event in [true, false] {
-            let c = if by_event {
-                classify(&events, 100, &Ignore::new(&[]))
-            } else {
-                let mut r = Rules::default();
-                for e in &events[..2] {
-                    r.apply(&cx(), e);
-                }
-                r.moved_dir(&d0, &d1);
-                r.finish()
-            };
+        for (c, by_event) in run_and_mount(&events, &[2]).into_iter().zip([true, false]) {
             let mut roles: Vec<(PathBuf, Role, Version)> = c
                 .paths
                 .iter()
