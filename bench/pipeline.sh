@@ -132,6 +132,7 @@ python3 "$REPO/bench/lib/compare.py" pipeline.json "$RUNS" --cpu \
     "${NOT_KEPT_ROWS[@]}" \
     "roar mount=sh mounted.sh '$ROAR'" \
     "roar mount over /dev/fuse=env ROAR_MOUNT_URING=0 sh mounted.sh '$ROAR'" \
+    "roar mount, not polling=env ROAR_MOUNT_POLL_US=0 sh mounted.sh '$ROAR'" \
     "roar-cli (peer)=sh -c 'cd $W-peer && sh steps.sh \"$PEER_VENV/bin/roar run\"'"
 python3 - <<'PY'
 import json
@@ -154,8 +155,9 @@ BACKENDS=(preload ptrace)
 for t in "${BACKENDS[@]}"; do
     ROAR_TIMING=1 sh steps.sh "$ROAR run --tracer $t --" 2> "timing-$t.txt" > /dev/null
 done
-python3 - "${BACKENDS[@]}" <<'PY'
-import json, re, sys
+OPENS=$((1000 + EPOCHS * 500)) python3 - "${BACKENDS[@]}" <<'PY'
+import json, os, re, sys
+OPENS = int(os.environ["OPENS"])
 r = json.load(open("pipeline.json"))
 bare_cpu = r["bare"]["cpu_median"]
 for t in sys.argv[1:]:
@@ -163,6 +165,24 @@ for t in sys.argv[1:]:
     own = sum(float(x) for x in re.findall(r"roar's own CPU ([\d.]+) ms", text)) / 1e3
     cmd = sum(float(x) for x in re.findall(r"\(command ([\d.]+) ms\)", text)) / 1e3
     total = r[f"roar run ({t})"]["cpu_median"]
-    print(f"  {t:8s} roar's own threads {own:6.2f} s CPU; the job and its children {total - own - bare_cpu:+6.2f} s CPU against bare; steps' wall {cmd:.1f} s")
+    stops = sum(int(x) for x in re.findall(r"stopped (\d+) times", text))
+    said = f"; {stops / OPENS:.2f} stops per data file opened" if stops else ""
+    print(f"  {t:8s} roar's own threads {own:6.2f} s CPU; the job and its children {total - own - bare_cpu:+6.2f} s CPU against bare; steps' wall {cmd:.1f} s{said}")
 PY
+# What the mount's daemon served per file: one more run of each step through it, with and
+# without polling (requests and CPU do not depend on how fast this machine wakes up).
+echo "== the mount's requests (counted by its daemon): prep.py per shard (read one, write one), train.py per feature file opened"
+for poll in "" 0; do
+    rm -rf data/features data/ckpt
+    env ${poll:+ROAR_MOUNT_POLL_US=$poll} "$ROAR" mount data > /dev/null 2>&1
+    python3 "$REPO/bench/lib/served.py" snap "$ROAR" "$W/data" s0.json
+    setsid --wait python3 prep.py
+    python3 "$REPO/bench/lib/served.py" snap "$ROAR" "$W/data" s1.json
+    setsid --wait python3 train.py
+    python3 "$REPO/bench/lib/served.py" snap "$ROAR" "$W/data" s2.json
+    "$ROAR" unmount data > /dev/null 2>&1
+    if [ -n "$poll" ]; then echo "  not polling (ROAR_MOUNT_POLL_US=0):"; else echo "  polling (as configured):"; fi
+    echo "    prep.py  $(python3 "$REPO/bench/lib/served.py" per s0.json s1.json 500 shard)"
+    echo "    train.py $(python3 "$REPO/bench/lib/served.py" per s1.json s2.json $((EPOCHS * 500)) open)"
+done
 "$ROAR" log -n 4

@@ -78,6 +78,33 @@ fn state_path(project: &Project, dir: &Path) -> PathBuf {
     state_dir(project).join(format!("{}.json", tag(dir)))
 }
 
+/// Where a mount's daemon keeps the count of the requests it has served (`roar mount --list`).
+fn requests_path(state: &Path) -> PathBuf {
+    state.with_extension("requests")
+}
+
+/// The mount's requests by kind and how polling for them went, as `roar mount --list --json`
+/// shows them; written by the daemon at each tick when they changed.
+fn write_requests(path: &Path, stats: &roar_roarfs::Stats, last: &mut u64) {
+    let kinds = stats.requests();
+    let total: u64 = kinds.iter().map(|k| k.count).sum();
+    if total == *last {
+        return;
+    }
+    *last = total;
+    let polls = stats.polls();
+    let json = serde_json::json!({
+        "requests": kinds.iter().map(|k| (k.name.to_owned(), k.count.into())).collect::<serde_json::Map<_, _>>(),
+        "waited": kinds.iter().filter(|k| k.waited).map(|k| k.count).sum::<u64>(),
+        "total": total,
+        "polls": {"caught": polls.hits, "ran_out": polls.misses},
+    });
+    let tmp = path.with_extension("tmp");
+    if std::fs::write(&tmp, json.to_string()).is_ok() {
+        let _ = std::fs::rename(&tmp, path);
+    }
+}
+
 fn read_state(path: &Path) -> Option<State> {
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }
@@ -584,42 +611,51 @@ fn foreground(
         }
         roar_roarfs::mount_archives(sources, dir, &db, ignore, machine, journals)
     };
-    let result = roar_roarfs::serve(dir, mount, |r| {
-        let mut out = std::io::stdout();
-        match r {
-            Ok((scheme, transport)) => {
-                let s = State {
-                    dir: dir.to_owned(),
-                    pid: std::process::id() as i32,
-                    started_ns: roar_store::now_ns(),
-                    archives: archive_paths.clone(),
-                };
-                let _ = std::fs::create_dir_all(state_dir(project));
-                let _ = std::fs::write(&state, serde_json::to_vec(&s).unwrap_or_default());
-                if daemon {
-                    let _ = writeln!(out, "ready {} {scheme} {transport}", std::process::id());
-                } else {
-                    eprintln!(
-                        "roar: mounted {} in the foreground; Ctrl-C unmounts",
-                        dir.display()
-                    );
+    let requests = requests_path(&state);
+    let mut served = 0;
+    let tick = |stats: &roar_roarfs::Stats| write_requests(&requests, stats, &mut served);
+    let result = roar_roarfs::serve(
+        dir,
+        mount,
+        |r| {
+            let mut out = std::io::stdout();
+            match r {
+                Ok((scheme, transport)) => {
+                    let s = State {
+                        dir: dir.to_owned(),
+                        pid: std::process::id() as i32,
+                        started_ns: roar_store::now_ns(),
+                        archives: archive_paths.clone(),
+                    };
+                    let _ = std::fs::create_dir_all(state_dir(project));
+                    let _ = std::fs::write(&state, serde_json::to_vec(&s).unwrap_or_default());
+                    if daemon {
+                        let _ = writeln!(out, "ready {} {scheme} {transport}", std::process::id());
+                    } else {
+                        eprintln!(
+                            "roar: mounted {} in the foreground; Ctrl-C unmounts",
+                            dir.display()
+                        );
+                    }
+                }
+                Err(e) => {
+                    if daemon {
+                        let _ = writeln!(out, "error: {}", error_chain(e));
+                    }
                 }
             }
-            Err(e) => {
-                if daemon {
-                    let _ = writeln!(out, "error: {}", error_chain(e));
-                }
+            let _ = out.flush();
+            if daemon {
+                // Nothing else goes to the parent's pipe: it returns as soon as it has this line.
+                roar_roarfs::sys::dup_stderr_to_stdout();
             }
-        }
-        let _ = out.flush();
-        if daemon {
-            // Nothing else goes to the parent's pipe: it returns as soon as it has this line.
-            roar_roarfs::sys::dup_stderr_to_stdout();
-        }
-    });
+        },
+        tick,
+    );
     // A mount detached by `--force` may have been mounted again meanwhile: its state is not ours.
     if read_state(&state).is_some_and(|s| s.pid == std::process::id() as i32) {
         let _ = std::fs::remove_file(&state);
+        let _ = std::fs::remove_file(&requests);
     }
     let ids = result?;
     crate::remote_cmd::push_in_background(project, &config);
@@ -655,15 +691,47 @@ pub(crate) fn mounts(project: &Project) -> Vec<serde_json::Value> {
                     } else {
                         "starting or stopping"
                     };
+                    let served = std::fs::read(requests_path(&e.path()))
+                        .ok()
+                        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
                     mounts.push(serde_json::json!({
                         "dir": s.dir, "pid": s.pid, "since": crate::fmt::time_ns(s.started_ns), "state": state,
-                        "archives": s.archives
+                        "archives": s.archives, "served": served, "daemon_cpu_ms": cpu_ms(s.pid)
                     }));
                 }
             }
         }
     }
     mounts
+}
+
+/// `N requests served (W waited for: OPEN a, IOCTL b, ...); daemon CPU C s`, the busiest kinds
+/// first: what a mount has cost the processes using it so far.
+fn served_line(m: &serde_json::Value) -> Option<String> {
+    let served = &m["served"];
+    let mut kinds: Vec<(&String, u64)> = served["requests"]
+        .as_object()?
+        .iter()
+        .filter_map(|(k, v)| Some((k, v.as_u64()?)))
+        .collect();
+    kinds.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    Some(format!(
+        "{} requests served ({} waited for; {}); polls caught {}, ran out {}; daemon CPU {:.2} s",
+        served["total"],
+        served["waited"],
+        kinds.join(", "),
+        served["polls"]["caught"],
+        served["polls"]["ran_out"],
+        m["daemon_cpu_ms"].as_f64().unwrap_or(0.0) / 1e3
+    ))
+}
+
+/// The CPU time process `pid` has used (user and system, all threads), in milliseconds.
+fn cpu_ms(pid: i32) -> Option<f64> {
+    let stat = procfs::process::Process::new(pid).ok()?.stat().ok()?;
+    let ticks = (stat.utime + stat.stime) as f64;
+    Some(ticks * 1e3 / procfs::ticks_per_second() as f64)
 }
 
 fn list(project: &Project, json: bool) -> anyhow::Result<ExitCode> {
@@ -692,6 +760,9 @@ fn list(project: &Project, json: bool) -> anyhow::Result<ExitCode> {
                     format!("  archives: {}", archives.join(", "))
                 }
             );
+            if let Some(line) = served_line(m) {
+                println!("  {line}");
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -92,7 +92,13 @@ pub(crate) fn report(
         let _ = crate::live::summary(&traced.events, cwd, &mut err);
     }
     if let Some(phases) = phases {
-        print_timing(&mut err, phases, child_ns, done.hashed.hashed_early);
+        print_timing(
+            &mut err,
+            phases,
+            child_ns,
+            done.hashed.hashed_early,
+            traced.stops,
+        );
     }
     let _ = err.flush();
 }
@@ -172,12 +178,13 @@ fn print_timing(
     at: [std::time::Duration; 6],
     child_ns: i64,
     hashed_early: usize,
+    stops: u64,
 ) {
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
     let [setup, traced, classified, environment, hashed, recorded] = at;
     let _ = writeln!(
         err,
-        "roar: timing: setup {:.2} ms, traced run {:.2} ms (command {:.2} ms), classify {:.2} ms, environment {:.2} ms, hash {:.2} ms ({} files hashed during the run) with recording alongside, record {:.2} ms after the last file was hashed; roar's own CPU {:.2} ms",
+        "roar: timing: setup {:.2} ms, traced run {:.2} ms (command {:.2} ms), classify {:.2} ms, environment {:.2} ms, hash {:.2} ms ({} files hashed during the run) with recording alongside, record {:.2} ms after the last file was hashed; roar's own CPU {:.2} ms{}",
         ms(setup),
         ms(traced - setup),
         child_ns as f64 / 1e6,
@@ -187,6 +194,11 @@ fn print_timing(
         hashed_early,
         ms(recorded - hashed),
         own_cpu_ms(),
+        if stops > 0 {
+            format!("; the command stopped {stops} times for the tracer")
+        } else {
+            String::new()
+        },
     );
 }
 

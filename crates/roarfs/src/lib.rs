@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use fs::RoarFs;
+pub use fuser::{RequestCount, SpinStats, Stats};
 pub use jobs::{recover, Jobs, Steps};
 
 /// Where the live jobs' journals go and what of a command line they may keep
@@ -57,6 +58,7 @@ pub struct Mounted {
     dev: Option<u64>,
     how: &'static str,
     transport: &'static str,
+    stats: fuser::Stats,
 }
 
 /// Which versions of the files jobs read and leave are kept (`[keep]`), and where: the rule
@@ -107,7 +109,7 @@ pub fn mount(
         })?;
     let how = fs.inodes().scheme().name();
     let uring = fs.uring();
-    let session = spawn(fs, dir, false)?;
+    let (session, stats) = spawn(fs, dir, false)?;
     let transport = if uring.load(std::sync::atomic::Ordering::Relaxed) {
         "io_uring"
     } else {
@@ -128,6 +130,7 @@ pub fn mount(
         dev,
         how,
         transport,
+        stats,
     })
 }
 
@@ -156,7 +159,7 @@ pub fn mount_archives(
         fs.entries(),
         dir.display()
     );
-    let session = spawn(fs, dir, true)?;
+    let (session, stats) = spawn(fs, dir, true)?;
     Ok(Mounted {
         session: Some(session),
         jobs,
@@ -164,16 +167,18 @@ pub fn mount_archives(
         dev: sys::top_mount_dev(dir),
         how: "archive",
         transport: "dev-fuse",
+        stats,
     })
 }
 
 /// Mounts `fs` on `dir` as roarfs (the name `roar mount` recognises its mounts by), open to
-/// every user with the kernel checking permissions, and serves it on its own threads.
+/// every user with the kernel checking permissions, and serves it on its own threads, which
+/// poll for the next request for up to [`poll_max`] before they sleep.
 fn spawn<F: fuser::Filesystem + Send + Sync + 'static>(
     fs: F,
     dir: &Path,
     read_only: bool,
-) -> Result<fuser::BackgroundSession, MountError> {
+) -> Result<(fuser::BackgroundSession, fuser::Stats), MountError> {
     let mut config = fuser::Config::default();
     config.mount_options = vec![
         fuser::MountOption::FSName("roarfs".into()),
@@ -187,13 +192,32 @@ fn spawn<F: fuser::Filesystem + Send + Sync + 'static>(
     // Hashing at open or release, or decoding a compressed member, blocks one thread; keep
     // others serving.
     config.n_threads = Some(4);
+    config.poll_max = poll_max();
     fuser::Session::new(fs, dir, &config)
-        .and_then(|s| s.spawn())
+        .and_then(|s| {
+            let stats = s.stats();
+            Ok((s.spawn()?, stats))
+        })
         .map_err(|source| MountError::Mount {
             path: dir.to_owned(),
             source,
         })
 }
+
+/// How long a serving thread may poll for the next request before it sleeps:
+/// `ROAR_MOUNT_POLL_US` microseconds (0: never), else [`POLL_MAX_US`]. The window adapts below
+/// it to how fast requests come (vendor/fuser/src/spin.rs).
+fn poll_max() -> Option<Duration> {
+    let us = std::env::var("ROAR_MOUNT_POLL_US")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(POLL_MAX_US);
+    (us > 0).then(|| Duration::from_micros(us))
+}
+
+/// The default of [`poll_max`], in microseconds (bench/NOTES.md, "Requests per operation and an
+/// adaptive poll").
+pub const POLL_MAX_US: u64 = 200;
 
 impl Mounted {
     /// How the daemon reaches what it serves: "file-handles" or "path-fds" for a directory,
@@ -205,6 +229,11 @@ impl Mounted {
     /// How requests reach the daemon: "io_uring" (per-CPU queues) or "dev-fuse".
     pub fn transport(&self) -> &'static str {
         self.transport
+    }
+
+    /// The requests the kernel has sent the mount by kind, and how polling for them went.
+    pub fn stats(&self) -> &fuser::Stats {
+        &self.stats
     }
 
     /// Whether the session ended without [`Mounted::unmount`]: the mount was unmounted from
@@ -313,11 +342,12 @@ pub const TICK: Duration = Duration::from_millis(200);
 /// filesystem's threads.
 ///
 /// `mount` makes the mount ([`mount`] or [`mount_archives`]); `ready` gets [`Mounted::how`] and
-/// [`Mounted::transport`].
+/// [`Mounted::transport`]; `tick` gets the mount's [`Mounted::stats`] at every tick.
 pub fn serve(
     dir: &Path,
     mount: impl FnOnce() -> Result<Mounted, MountError>,
     ready: impl FnOnce(Result<(&'static str, &'static str), &MountError>),
+    mut tick: impl FnMut(&fuser::Stats),
 ) -> Result<Vec<i64>, MountError> {
     let signals = sys::block_signals(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP]);
     let mounted = match mount() {
@@ -342,6 +372,7 @@ pub fn serve(
             break;
         }
         recorded.extend(mounted.tick());
+        tick(mounted.stats());
     }
     recorded.extend(mounted.unmount());
     Ok(recorded)

@@ -145,6 +145,9 @@ pub struct Traced {
     /// Why the backend stopped seeing events before the command ended (the eBPF helper died),
     /// if it did: the job is incomplete.
     pub cut_short: Option<&'static str>,
+    /// ptrace: how many times the command stopped for roar (each a round trip between the
+    /// command and the tracer, what `--timing` reports per run); 0 for the other backends.
+    pub stops: u64,
 }
 
 impl Traced {

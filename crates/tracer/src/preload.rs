@@ -939,6 +939,7 @@ pub fn run(
         untraced,
         unprivileged: Vec::new(),
         cut_short: None,
+        stops: 0,
     })
 }
 

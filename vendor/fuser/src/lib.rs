@@ -74,11 +74,14 @@ pub use crate::reply::ReplyStatfs;
 pub use crate::reply::ReplyWrite;
 pub use crate::reply::ReplyXattr;
 pub use crate::request_param::Request;
+pub use crate::requests::RequestCount;
+pub use crate::requests::Stats;
 pub use crate::session::BackgroundSession;
 use crate::session::MAX_WRITE_SIZE;
 pub use crate::session::Session;
 pub use crate::session::SessionACL;
 pub use crate::session::SessionUnmounter;
+pub use crate::spin::SpinStats;
 
 mod access_flags;
 mod bsd_file_flags;
@@ -99,7 +102,9 @@ mod rename_flags;
 mod reply;
 mod request;
 mod request_param;
+mod requests;
 mod session;
+mod spin;
 mod time;
 #[cfg(target_os = "linux")]
 mod uring;

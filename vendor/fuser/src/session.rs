@@ -142,6 +142,8 @@ pub struct Session<FS: Filesystem> {
     /// Set when FUSE_INIT negotiated FUSE over io_uring: the largest payload a request or
     /// reply carries, which each ring slot must hold.
     pub(crate) uring_payload: Option<usize>,
+    /// What the session's serving threads count and how they poll (vendored addition).
+    pub(crate) stats: crate::requests::Stats,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -190,6 +192,7 @@ impl<FS: Filesystem> Session<FS> {
             proto_version: None,
             config: options.clone(),
             uring_payload: None,
+            stats: crate::requests::Stats::new(options.poll_max),
         };
 
         session.handshake()?;
@@ -217,13 +220,19 @@ impl<FS: Filesystem> Session<FS> {
             allowed: acl,
             session_owner: geteuid(),
             proto_version: None,
-            config,
             uring_payload: None,
+            stats: crate::requests::Stats::new(config.poll_max),
+            config,
         };
 
         session.handshake()?;
 
         Ok(session)
+    }
+
+    /// The requests the session has received by kind, and how its polling went, as they grow.
+    pub fn stats(&self) -> crate::requests::Stats {
+        self.stats.clone()
     }
 
     /// Run the session loop in a background thread. If the returned handle is dropped,
@@ -258,6 +267,7 @@ impl<FS: Filesystem> Session<FS> {
             proto_version: _,
             config,
             uring_payload,
+            stats,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -304,6 +314,7 @@ impl<FS: Filesystem> Session<FS> {
                     ch: channels[channels.len() - 1].clone(),
                     allowed,
                     session_owner,
+                    stats: stats.clone(),
                 };
                 match crate::uring::Rings::start(&se, payload) {
                     Ok(rings) => Some(rings),
@@ -326,6 +337,7 @@ impl<FS: Filesystem> Session<FS> {
                 ch,
                 allowed,
                 session_owner,
+                stats: stats.clone(),
             };
             threads.push(
                 thread::Builder::new()
@@ -563,6 +575,7 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     pub(crate) filesystem: Arc<FilesystemHolder<FS>>,
     pub(crate) allowed: SessionACL,
     pub(crate) session_owner: Uid,
+    pub(crate) stats: crate::requests::Stats,
 }
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
@@ -571,18 +584,31 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
         // it is reused immediately after dispatching to conserve memory and allocations.
         let mut buf = FuseReadBuf::new();
         let buf = buf.as_mut();
+        let me = self.stats.spin.thread();
+        // However this loop ends, no other thread waits for this one to poll.
+        struct Ended<'a>(&'a crate::spin::Spin);
+        impl Drop for Ended<'_> {
+            fn drop(&mut self) {
+                self.0.end();
+            }
+        }
+        let _ended = Ended(&self.stats.spin);
         loop {
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
+            self.stats.spin.turn(me, self.ch.as_fd());
             match self.ch.receive_retrying(buf) {
                 Ok(size) => match RequestWithSender::new(self.ch.sender(), &buf[..size]) {
                     // Dispatch request
                     Some(req) => {
+                        self.stats.spin.arrived(me);
                         if let Ok(Operation::Destroy(_)) = req.request.operation() {
                             req.reply::<ReplyEmpty>().ok();
                             return Ok(());
                         } else {
-                            req.dispatch(self)
+                            let op = req.request.header().opcode;
+                            req.dispatch(self);
+                            self.stats.spin.served(me, op);
                         }
                     }
                     // Quit loop on illegal request

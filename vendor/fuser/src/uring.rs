@@ -313,6 +313,7 @@ impl Rings {
                         filesystem: se.filesystem.clone(),
                         allowed: se.allowed,
                         session_owner: se.session_owner,
+                        stats: se.stats.clone(),
                     },
                 };
                 let spawned = thread::Builder::new()

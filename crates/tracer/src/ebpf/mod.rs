@@ -355,6 +355,7 @@ pub fn run(
         unprivileged: Vec::new(),
         cut_short: helper_died
             .then_some("the eBPF helper exited while the command ran: later events are missing"),
+        stops: 0,
     })
 }
 

@@ -72,6 +72,7 @@ pub fn run(
     drop(child);
 
     let mut tracer = Tracer::new(root, tap);
+    let mut stops = 0;
     loop {
         let mut status = 0;
         // SAFETY: waitpid with a valid out-pointer.
@@ -87,6 +88,7 @@ pub fn run(
                 }
             }
         }
+        stops += u64::from(libc::WIFSTOPPED(status));
         tracer.waited(pid, status)?;
     }
     let ended_ns = now_ns();
@@ -105,6 +107,7 @@ pub fn run(
         forged: 0,
         unprivileged: tracer.unprivileged,
         cut_short: None,
+        stops,
     })
 }
 

@@ -284,7 +284,17 @@ mod test {
         // We use ManuallyDrop here to leak the directory on test failure.  We don't
         // want to try and clean up the directory if it's a mountpoint otherwise we'll
         // deadlock.
-        let tmp = ManuallyDrop::new(tempfile::tempdir().unwrap());
+        // (Vendored: a fresh directory without the tempfile crate, so the crate's tests build
+        // without dev-dependencies, which a path dependency outside the workspace cannot have.)
+        struct Dir(std::path::PathBuf);
+        impl Dir {
+            fn path(&self) -> &std::path::Path {
+                &self.0
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("fuser-mount-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = ManuallyDrop::new(Dir(dir));
         let (file, mount) = Mount::new(tmp.path(), &[], SessionACL::default()).unwrap();
         let mnt = cmd_mount();
         eprintln!("Our mountpoint: {:?}\nfuse mounts:\n{}", tmp.path(), mnt,);

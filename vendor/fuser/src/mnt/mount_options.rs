@@ -18,6 +18,9 @@ pub struct Config {
     /// This enables more efficient request processing
     /// when multiple threads are used. Requires Linux 4.5+.
     pub clone_fd: bool,
+    /// How long a serving thread may poll `/dev/fuse` for the next request before it sleeps,
+    /// at most; the window adapts below it (vendored addition, `spin.rs`). None: never poll.
+    pub poll_max: Option<std::time::Duration>,
 }
 
 /// Mount options accepted by the FUSE filesystem type
