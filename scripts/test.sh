@@ -51,6 +51,9 @@ log=$(mktemp)
 export ROAR_SKIPPED=$(mktemp)
 # Every test binary runs even after one fails: the log then names every failure, not the first.
 cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log"
+# The vendored fuser's own tests (the request counts and the adaptive poll roar added:
+# vendor/fuser/VENDORED.md): a path dependency outside the workspace, so not in --workspace.
+cargo test -p fuser --lib --locked 2>&1 | tee -a "$log"
 # One closing line for the whole suite (cargo's own last line is a doc-test binary's): a test
 # that skipped what cannot run here is not counted as a plain pass.
 partial=$(cut -f1 "$ROAR_SKIPPED" | sort -u | wc -l)

@@ -1040,3 +1040,82 @@ fn unmount_with_an_idle_working_directory_inside_finishes_and_names_the_holder()
         "the job is recorded: {jobs:?}"
     );
 }
+
+/// What `roar mount --list --json` says a mount served (the daemon writes it at each tick).
+fn served(p: &Project) -> serde_json::Value {
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    let list: serde_json::Value =
+        serde_json::from_slice(&p.roar(["mount", "--list", "--json"]).stdout).unwrap();
+    list[0]["served"].clone()
+}
+
+/// The daemon counts the requests it serves by kind (issue 65: requests per operation beside
+/// every benchmark's time), and while they come back to back one thread polls for the next
+/// instead of sleeping; with polling off (`ROAR_MOUNT_POLL_US=0`) nothing is polled. Either way
+/// the record is the same.
+#[test]
+fn the_mount_counts_what_it_serves_and_polls_while_requests_come_back_to_back() {
+    if !require_fuse() {
+        return;
+    }
+    // 300 files, each opened and read whole four times in a row by one Python process: OPEN,
+    // IOCTL (Python's isatty) and RELEASE per open once the pages are cached.
+    let work = "import os\n\
+        for i in range(300): open(f'f{i}', 'wb').write(b'x' * 4096)\n\
+        for _ in range(4):\n    for i in range(300): open(f'f{i}', 'rb').read()\n";
+    let mut records = Vec::new();
+    for poll in [None, Some("0")] {
+        let p = Project::new();
+        let data = std::fs::canonicalize(p.path()).unwrap().join("data");
+        std::fs::create_dir(&data).unwrap();
+        let mut mount = p.cmd(["mount", "data"]);
+        match poll {
+            Some(v) => mount.env("ROAR_MOUNT_POLL_US", v),
+            None => mount.env_remove("ROAR_MOUNT_POLL_US"),
+        };
+        let out = mount.output().unwrap();
+        assert!(out.status.success(), "roar mount: {}", stderr(&out));
+        let ran = Command::new("python3")
+            .args(["-c", work])
+            .current_dir(&data)
+            .status()
+            .unwrap();
+        assert!(ran.success());
+        let s = served(&p);
+        let n = |k: &str| s["requests"][k].as_u64().unwrap_or(0);
+        assert!(n("OPEN") >= 1200, "every open is served: {s}");
+        assert!(n("RELEASE") >= 1200, "{s}");
+        let (total, waited) = (s["total"].as_u64().unwrap(), s["waited"].as_u64().unwrap());
+        let kinds: u64 = s["requests"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_u64().unwrap())
+            .sum();
+        assert_eq!(kinds, total, "{s}");
+        assert!(
+            waited + n("RELEASE") <= total,
+            "RELEASE is not waited for: {s}"
+        );
+        let caught = s["polls"]["caught"].as_u64().unwrap();
+        match poll {
+            None => assert!(caught > 0, "nothing caught polling: {s}"),
+            Some(_) => assert_eq!(
+                (caught, s["polls"]["ran_out"].as_u64().unwrap()),
+                (0, 0),
+                "polled with polling off: {s}"
+            ),
+        }
+        let text = stdout(&p.roar(["mount", "--list"]));
+        assert!(text.contains("requests served ("), "{text}");
+        assert!(text.contains("daemon CPU"), "{text}");
+        let done = p.cmd(["unmount", "data"]).output().unwrap();
+        assert!(done.status.success(), "roar unmount: {}", stderr(&done));
+        let log: serde_json::Value =
+            serde_json::from_slice(&p.roar(["log", "-n", "0", "--json"]).stdout).unwrap();
+        let job = &log.as_array().unwrap()[0];
+        records.push((job["inputs"].clone(), job["outputs"].clone()));
+    }
+    assert_eq!(records[0], records[1], "polling changed the record");
+    assert_eq!(records[0].1, 300, "{records:?}");
+}

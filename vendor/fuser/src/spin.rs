@@ -231,6 +231,8 @@ impl Spin {
             t.reader = me;
             t.busy_since = None;
             t.asleep = false;
+            // Another waiting thread times the new reader.
+            self.waiting.notify_all();
         }
         t
     }
@@ -463,6 +465,36 @@ mod tests {
         assert!(!back.is_finished(), "waits while another reads");
         spin.end();
         assert_eq!(back.join().unwrap(), Turn::Block);
+    }
+
+    #[test]
+    fn a_reader_that_took_over_and_is_stuck_too_is_taken_over_in_turn() {
+        use std::io::Write;
+        let spin = std::sync::Arc::new(Spin::new(Some(Duration::from_secs(10))));
+        open_window(&spin, 5_000_000_000);
+        let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let a = std::sync::Arc::new(a);
+        b.write_all(b"x").unwrap();
+        let first = spin.thread();
+        spin.served(first, OPEN);
+        assert_eq!(
+            spin.turn(first, std::os::fd::AsFd::as_fd(&*a)),
+            Turn::Caught
+        );
+        // Two threads wait; each becomes the reader in turn and never finishes its request.
+        let (done, finished) = std::sync::mpsc::channel();
+        for _ in 0..2 {
+            let (spin, a, done) = (spin.clone(), a.clone(), done.clone());
+            std::thread::spawn(move || {
+                let me = spin.thread();
+                done.send(spin.turn(me, std::os::fd::AsFd::as_fd(&*a)))
+                    .unwrap();
+            });
+        }
+        for _ in 0..2 {
+            let turn = finished.recv_timeout(Duration::from_secs(5));
+            assert_eq!(turn, Ok(Turn::Caught), "each stuck reader is replaced");
+        }
     }
 
     #[test]
