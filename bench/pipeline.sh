@@ -7,7 +7,10 @@
 # same session; overhead in percent of bare, with the noise floor (bare against itself) and the
 # CPU each variant adds (the whole process tree: roar, the shim inside the job, the job). Then a
 # breakdown per backend from one more run each with ROAR_TIMING: roar's own CPU (all its threads)
-# against the CPU the job itself gained. ROAR_BEFORE=/path/to/roar adds an older roar's preload
+# against the CPU the job itself gained, and ptrace's stops per data file opened; then what the
+# mount's daemon served per file (requests by kind, its CPU, how many it caught polling). The
+# rows "not polling" are this roar with the adaptive poll off (ROAR_PTRACE_POLL_US=0,
+# ROAR_MOUNT_POLL_US=0): issue 65's before/after in the same run. ROAR_BEFORE=/path/to/roar adds an older roar's preload
 # row (its shim beside it), its ptrace row and its mount row to the comparison. NOT_KEPT=1 adds
 # the preload, ptrace and mount rows of this roar with `[keep]` off (issue 58: what keeping every output
 # and untracked input costs), in a copy of the project.
@@ -127,6 +130,7 @@ python3 "$REPO/bench/lib/compare.py" pipeline.json "$RUNS" --cpu \
     "bare2=sh steps.sh" \
     "roar run (preload)=sh steps.sh '$ROAR run --tracer preload --'" \
     "roar run (ptrace)=sh steps.sh '$ROAR run --tracer ptrace --'" \
+    "roar run (ptrace), not polling=env ROAR_PTRACE_POLL_US=0 sh steps.sh '$ROAR run --tracer ptrace --'" \
     "${EBPF[@]}" \
     "${BEFORE[@]}" \
     "${NOT_KEPT_ROWS[@]}" \

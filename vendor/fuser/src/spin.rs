@@ -8,14 +8,8 @@
 //! one polls the device for a short window before it sleeps, and a request that comes within
 //! the window is read without any wake-up.
 //!
-//! The window adapts as KVM's halt-polling does: measured from when the session last finished
-//! a request, a request that came after the window but within the maximum grows it (doubling,
-//! from [`START`]) — a longer window would have caught it — and one that came after the maximum
-//! shrinks it by a quarter (to nothing below [`START`]): polling there only burnt CPU. (KVM
-//! halves; a quarter keeps the window over a burst's short gaps when each burst begins after a
-//! long one, as a program's opens between computations do.) The poller yields the CPU after
-//! every look (`sched_yield`), so a runnable thread on its CPU always goes first: polling never
-//! takes a CPU from a job that needs it.
+//! The window (`roar_spin`) adapts to how fast requests have come, one window per kind of
+//! request served last, and the poller yields the CPU after every look.
 //!
 //! While the window is open, one thread is *the reader* — polling, or asleep in `read` once the
 //! window has passed — and the others wait here, not in `read`: the kernel wakes a thread
@@ -34,14 +28,11 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use std::time::Instant;
 
-/// The smallest window worth polling for.
-const START: u64 = 10_000;
-
 /// How long the reader may spend on one request before a waiting thread takes its place.
 const HANDOFF: Duration = Duration::from_millis(2);
 
 /// Who reads, and what it is doing (the threads' shared part of [`Spin`]).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Turns {
     /// The reading thread's number; 0: none (every thread reads).
     reader: u64,
@@ -56,45 +47,9 @@ struct Turns {
     ended: bool,
     /// The last number handed to a thread.
     numbered: u64,
-    windows: Windows,
-}
-
-/// A window for each kind of request the session last served: what comes after it differs by
-/// kind (an IOCTL follows an OPEN at once; after a RELEASE a program may compute for long).
-#[derive(Debug)]
-struct Windows {
-    /// In ns, by the opcode of the request served before the wait.
-    by_kind: [u64; 64],
-    /// How many are open: while any is, one thread reads and the others wait.
-    open: u32,
-    /// The opcode of the request the session served last.
-    last: usize,
-}
-
-impl Default for Windows {
-    fn default() -> Self {
-        Windows {
-            by_kind: [0; 64],
-            open: 0,
-            last: 0,
-        }
-    }
-}
-
-impl Windows {
-    /// The window for what comes after the last request served.
-    fn current(&self) -> u64 {
-        self.by_kind[self.last]
-    }
-
-    fn set(&mut self, window: u64) {
-        let old = std::mem::replace(&mut self.by_kind[self.last], window);
-        match (old, window) {
-            (0, 1..) => self.open += 1,
-            (1.., 0) => self.open -= 1,
-            _ => {}
-        }
-    }
+    /// By the opcode of the request served last: what follows an OPEN (an IOCTL, at once) is
+    /// not what follows a RELEASE (perhaps a long computation).
+    windows: roar_spin::Windows<64>,
 }
 
 /// What a serving thread does next.
@@ -137,7 +92,16 @@ impl Spin {
         let max = max.map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
         Spin {
             max,
-            turns: Mutex::default(),
+            turns: Mutex::new(Turns {
+                reader: 0,
+                busy_since: None,
+                asleep: false,
+                watched: false,
+                watcher_idle: false,
+                ended: false,
+                numbered: 0,
+                windows: roar_spin::Windows::new(Duration::from_nanos(max)),
+            }),
             waiting: Condvar::new(),
             free_since: AtomicU64::new(0),
             epoch: Instant::now(),
@@ -168,7 +132,7 @@ impl Spin {
         let mut t = self.turns.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             let window = t.windows.current();
-            if t.ended || t.windows.open == 0 {
+            if t.ended || !t.windows.any_open() {
                 if t.reader != 0 {
                     t.reader = 0;
                     self.waiting.notify_all();
@@ -237,24 +201,19 @@ impl Spin {
         t
     }
 
-    /// Polls `fd` until a request is there (true) or `until` has passed (false).
+    /// Polls `fd` until a request is there (true) or `until` (ns since `epoch`) has passed.
     fn poll(&self, fd: BorrowedFd<'_>, until: u64) -> bool {
         let mut pfd = libc::pollfd {
             fd: fd.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         };
-        loop {
-            // SAFETY: one valid pollfd, no timeout.
-            if unsafe { libc::poll(&mut pfd, 1, 0) } != 0 {
-                return true;
-            }
-            if self.now() >= until {
-                return false;
-            }
-            // SAFETY: no arguments; gives a runnable thread on this CPU its turn.
-            unsafe { libc::sched_yield() };
-        }
+        let until = self.epoch + Duration::from_nanos(until);
+        // SAFETY: one valid pollfd, no timeout.
+        roar_spin::poll(until, || {
+            (unsafe { libc::poll(&mut pfd, 1, 0) } != 0).then_some(())
+        })
+        .is_some()
     }
 
     /// The session ended (or this thread's loop did): nobody waits for a reader any more.
@@ -275,8 +234,7 @@ impl Spin {
             .now()
             .saturating_sub(self.free_since.load(Ordering::Relaxed));
         let mut t = self.turns.lock().unwrap_or_else(|e| e.into_inner());
-        let window = next_window(t.windows.current(), waited, self.max);
-        t.windows.set(window);
+        t.windows.waited(waited);
         if t.reader == me {
             t.busy_since = Some(Instant::now());
             t.asleep = false;
@@ -293,7 +251,7 @@ impl Spin {
         }
         self.free_since.store(self.now(), Ordering::Relaxed);
         let mut t = self.turns.lock().unwrap_or_else(|e| e.into_inner());
-        t.windows.last = (op as usize).min(t.windows.by_kind.len() - 1);
+        t.windows.after(op as usize);
         if t.reader == me {
             t.busy_since = None;
         }
@@ -304,19 +262,6 @@ impl Spin {
             hits: self.hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
         }
-    }
-}
-
-/// The window after a request that came `waited` ns after the session was free.
-fn next_window(window: u64, waited: u64, max: u64) -> u64 {
-    if waited <= window {
-        window
-    } else if waited <= max {
-        (window * 2).clamp(START, max)
-    } else if window * 3 / 4 < START {
-        0
-    } else {
-        window * 3 / 4
     }
 }
 
@@ -333,65 +278,8 @@ mod tests {
     /// Opens the window for what follows an OPEN (the kind the tests serve).
     fn open_window(spin: &Spin, ns: u64) {
         let mut t = spin.turns.lock().unwrap();
-        t.windows.last = OPEN as usize;
+        t.windows.after(OPEN as usize);
         t.windows.set(ns);
-    }
-
-    #[test]
-    fn the_window_grows_while_requests_come_fast_and_closes_when_they_stop() {
-        let spin = Spin::new(Some(Duration::from_micros(50)));
-        let after = |spin: &Spin, waited: u64| {
-            let mut t = spin.turns.lock().unwrap();
-            let w = next_window(t.windows.current(), waited, spin.max);
-            t.windows.set(w);
-            w
-        };
-        assert_eq!(window(&spin), 0, "closed at first");
-        assert_eq!(
-            after(&spin, 5_000),
-            START,
-            "a request within the maximum opens it"
-        );
-        assert_eq!(
-            after(&spin, 15_000),
-            2 * START,
-            "one after the window grows it"
-        );
-        assert_eq!(after(&spin, 15_000), 2 * START, "one within it leaves it");
-        assert_eq!(after(&spin, 30_000), 4 * START);
-        assert_eq!(after(&spin, 45_000), 50_000, "never past the maximum");
-        assert_eq!(after(&spin, 5_000_000), 37_500, "a long gap shrinks it");
-        assert_eq!(after(&spin, 5_000_000), 28_125);
-        assert_eq!(
-            after(&spin, 20_000),
-            28_125,
-            "a short gap within it leaves it"
-        );
-        assert_eq!(after(&spin, 5_000_000), 21_093);
-        assert_eq!(after(&spin, 5_000_000), 15_819);
-        assert_eq!(after(&spin, 5_000_000), 11_864);
-        assert_eq!(after(&spin, 5_000_000), 0, "and closes it below the start");
-    }
-
-    #[test]
-    fn each_kind_of_request_has_its_window() {
-        let spin = Spin::new(Some(Duration::from_micros(200)));
-        let mut t = spin.turns.lock().unwrap();
-        t.windows.last = 14;
-        t.windows.set(100_000);
-        t.windows.last = 18;
-        assert_eq!(
-            t.windows.current(),
-            0,
-            "what follows a RELEASE is not what follows an OPEN"
-        );
-        assert_eq!(t.windows.open, 1);
-        t.windows.set(50_000);
-        t.windows.set(60_000);
-        assert_eq!(t.windows.open, 2);
-        t.windows.last = 14;
-        t.windows.set(0);
-        assert_eq!(t.windows.open, 1);
     }
 
     #[test]
@@ -519,7 +407,7 @@ mod tests {
         assert!(!other.is_finished(), "not in read beside the reader");
         // A request after a long gap closes the window; the reader, done, lets everyone read.
         spin.free_since.store(0, Ordering::Relaxed);
-        open_window(&spin, START);
+        open_window(&spin, roar_spin::START);
         std::thread::sleep(Duration::from_millis(1));
         spin.arrived(reader);
         assert_eq!(window(&spin), 0);

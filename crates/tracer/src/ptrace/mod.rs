@@ -10,6 +10,7 @@
 mod filter;
 mod reopens;
 mod syscalls;
+mod wait;
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
@@ -73,10 +74,10 @@ pub fn run(
 
     let mut tracer = Tracer::new(root, tap);
     let mut stops = 0;
+    let mut waiter = wait::Waiter::new();
     loop {
         let mut status = 0;
-        // SAFETY: waitpid with a valid out-pointer.
-        let pid = unsafe { libc::waitpid(-1, &mut status, libc::__WALL) };
+        let pid = waiter.next(&mut status);
         if pid < 0 {
             match io::Error::last_os_error().raw_os_error() {
                 Some(libc::EINTR) => continue,
@@ -90,6 +91,7 @@ pub fn run(
         }
         stops += u64::from(libc::WIFSTOPPED(status));
         tracer.waited(pid, status)?;
+        waiter.served(status);
     }
     let ended_ns = now_ns();
     drop(guard);
