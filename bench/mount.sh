@@ -102,7 +102,7 @@ CMP="python3 $REPO/bench/lib/compare.py"
 count() {
     local key=$1 n=$2 what=$3 cmd=$4 dir=${5:-$W/proj/data}
     python3 "$REPO/bench/lib/served.py" snap "$ROAR" "$dir" "$W/$key.s0"
-    sh -c "$cmd" > /dev/null
+    sh -c "$cmd" > /dev/null 2> "$W/$key.err" || { cat "$W/$key.err" >&2; return 1; }
     python3 "$REPO/bench/lib/served.py" snap "$ROAR" "$dir" "$W/$key.s1"
     python3 "$REPO/bench/lib/served.py" per "$W/$key.s0" "$W/$key.s1" "$n" "$what" | tee "$W/$key.served" | sed 's/^/  roar mount: /'
 }

@@ -27,6 +27,7 @@ mod live;
 mod log;
 mod math;
 mod mount_cmd;
+mod mount_served;
 mod mountinfo;
 mod names;
 mod namespace;
