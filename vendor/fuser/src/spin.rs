@@ -142,6 +142,7 @@ impl Spin {
             if t.reader == 0 || t.reader == me {
                 t.reader = me;
                 t.busy_since = None;
+                t.asleep = false;
                 let until = self
                     .free_since
                     .load(Ordering::Relaxed)
@@ -157,6 +158,10 @@ impl Spin {
                     }
                     if caught {
                         t.busy_since = Some(Instant::now());
+                        // A watcher waiting for an asleep reader times this one from now.
+                        if t.watcher_idle {
+                            self.waiting.notify_all();
+                        }
                         return Turn::Caught;
                     }
                 }
