@@ -58,8 +58,10 @@ def main():
     results = {}
 
     def umount(d):
-        subprocess.run(["fusermount", "-u", d], stderr=subprocess.DEVNULL)
-        subprocess.run(["umount", "-l", d], stderr=subprocess.DEVNULL)
+        # fusermount is libfuse 2's (Debian's fuse3 has fusermount3); as root umount does it.
+        for cmd in (["fusermount3", "-u", d], ["fusermount", "-u", d], ["umount", "-l", d]):
+            if shutil.which(cmd[0]):
+                subprocess.run(cmd, stderr=subprocess.DEVNULL)
 
     all_members = members
     for archive in os.environ.get("ARCHIVES", "data.tar data.tar.gz").split():

@@ -13,7 +13,8 @@ use crate::{ArchiveError, Data, Format, Identity, Index, Kind, Member, Point, St
 
 /// Bumped whenever what is stored changes meaning: an index of another version is rebuilt.
 /// 4: tar.bz2 indexes hold restart points inside blocks (`bz2block`).
-const VERSION: i64 = 4;
+/// 5: gzip windows compressed, points by decoding cost, stored blocks listed.
+const VERSION: i64 = 5;
 
 /// Whether [`open`] reused an index or built one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

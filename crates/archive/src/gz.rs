@@ -1,32 +1,35 @@
 //! gzip with random access: one pass over the archive records access points (an uncompressed
-//! offset, where its deflate block starts in the file, and the 32 KiB of output before it) every
-//! [`SPAN`] bytes; a read at any offset resumes at the point before it instead of decompressing
-//! from the start. Concatenated gzip members (pigz, bgzip) are followed across.
+//! offset, where its deflate block starts in the file, and the 32 KiB of output before it, kept
+//! sparse: [`crate::gzwindow`]) every [`SPAN`] of decoding; a read at any offset resumes at the
+//! point before it
+//! instead of decompressing from the start. The same pass notes the stored blocks (deflate's
+//! way of keeping incompressible data: images, anything compressed already), whose bytes are in
+//! the file as they are: a read that falls wholly in them is a `pread`, nothing decoded.
+//! Concatenated gzip members (pigz, bgzip) are followed across.
 
 use std::io::{self, Read};
 
 pub use crate::bytes::read_at_retry;
-use crate::bytes::Bytes;
-use crate::inflate::{Inflater, GZIP, RAW, WINDOW};
+use crate::bytes::Shared;
+pub use crate::gzcursor::{Cursor, Point};
+use crate::gzwindow::Compactor;
+use crate::inflate::{Inflater, GZIP, WINDOW};
+use crate::Stored;
 
-/// Uncompressed bytes between access points: a random read decompresses half of it on average
-/// (about 2 ms); the index holds one window (32 KiB) per span.
-pub const SPAN: u64 = 1 << 20;
+/// Decoding between access points, in uncompressed bytes of compressed blocks: a random read
+/// decodes half of it on average. Output of stored blocks counts [`STORED_WEIGHT`] times less
+/// (copied, not decoded). The index holds one window per point, sparse and compressed
+/// ([`crate::gzwindow`]): a few hundred bytes where the data refers back little, up to 32 KiB.
+pub const SPAN: u64 = 64 << 10;
+
+// A point's window is made sparse from the 32 KiB of output after it, taken from the index pass
+// before the next point is due.
+const _: () = assert!(SPAN >= WINDOW as u64);
+
+/// How much cheaper passing through a stored block is than decoding as many bytes.
+const STORED_WEIGHT: u64 = 8;
 
 const INPUT: usize = 128 * 1024;
-
-/// Where decoding can resume.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Point {
-    /// Offset in the uncompressed stream.
-    pub uoff: u64,
-    /// Offset in the file of the first byte not yet consumed at this point.
-    pub coff: u64,
-    /// Bits of the byte before `coff` that belong to the next block (0 to 7).
-    pub bits: u8,
-    /// The output before `uoff` that the next blocks may refer back to.
-    pub window: Vec<u8>,
-}
 
 /// The decompressed stream of a gzip file, recording access points as it is read.
 pub struct Scan<R> {
@@ -41,12 +44,27 @@ pub struct Scan<R> {
     /// The last WINDOW bytes of output, as a ring.
     ring: Vec<u8>,
     ring_at: usize,
-    points: Vec<Point>,
+    /// The 8 bytes consumed before `input[0]`: a block's header may straddle a refill.
+    before: [u8; 8],
+    /// Where the block being read began: the file offset after its first bit's byte and how many
+    /// bits of that byte are its (as [`Point::coff`] and [`Point::bits`]).
+    block_at: Option<(u64, u8)>,
+    /// The block being read is a stored one.
+    in_stored: bool,
+    stored: Vec<Stored>,
+    /// Decoding since the last access point ([`SPAN`]).
+    cost: u64,
+    /// The last point, with its real window, until the output after it is known.
+    pending: Option<(Point, Vec<u8>)>,
+    any_point: bool,
+    compact: Compactor,
     done: bool,
 }
 
 impl<R: Read> Scan<R> {
-    pub fn new(src: R) -> io::Result<Scan<R>> {
+    /// The stream read from `src`; `file` is the same bytes, read at random to make the access
+    /// points' windows sparse.
+    pub fn new(src: R, file: Shared) -> io::Result<Scan<R>> {
         Ok(Scan {
             src,
             src_eof: false,
@@ -58,20 +76,56 @@ impl<R: Read> Scan<R> {
             uoff: 0,
             ring: Vec::with_capacity(WINDOW),
             ring_at: 0,
-            points: Vec::new(),
+            before: [0; 8],
+            block_at: None,
+            in_stored: false,
+            stored: Vec::new(),
+            cost: 0,
+            pending: None,
+            any_point: false,
+            compact: Compactor::start(file)?,
             done: false,
         })
     }
 
-    /// The access points recorded so far (all of them once the stream has been read to its end).
-    pub fn into_points(self) -> Vec<Point> {
-        self.points
+    /// The access points and stored blocks recorded so far (all of them once the stream has been
+    /// read to its end).
+    pub fn into_parts(mut self) -> io::Result<(Vec<Point>, Vec<Stored>)> {
+        self.hand_over_pending()?;
+        Ok((self.compact.finish()?, self.stored))
+    }
+
+    /// Gives the pending point to the compactor: with the output after it when that is whole
+    /// (32 KiB of it, or the rest of the stream).
+    fn hand_over_pending(&mut self) -> io::Result<()> {
+        if let Some((point, after)) = self.pending.take() {
+            let whole = after.len() == WINDOW || self.done;
+            self.compact.send(point, whole.then_some(after))?;
+        }
+        Ok(())
+    }
+
+    /// Keeps the output after the pending point, up to 32 KiB, then hands it over.
+    fn follow_pending(&mut self, out: &[u8]) -> io::Result<()> {
+        if let Some((_, after)) = &mut self.pending {
+            let n = out.len().min(WINDOW - after.len());
+            after.extend_from_slice(&out[..n]);
+            if after.len() == WINDOW {
+                self.hand_over_pending()?;
+            }
+        }
+        Ok(())
     }
 
     fn refill(&mut self) -> io::Result<()> {
         if self.in_pos < self.in_len || self.src_eof {
             return Ok(());
         }
+        let mut last = [0u8; 16];
+        last[..8].copy_from_slice(&self.before);
+        let k = self.in_len.min(8);
+        last[8..8 + k].copy_from_slice(&self.input[self.in_len - k..self.in_len]);
+        self.before.copy_from_slice(&last[k..k + 8]);
         let n = loop {
             match self.src.read(&mut self.input) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -96,6 +150,74 @@ impl<R: Read> Scan<R> {
             self.ring_at = (self.ring_at + n) % WINDOW;
             rest = &rest[n..];
         }
+    }
+
+    /// The consumed byte at file offset `at`, if it is still at hand (the buffer, and the 8
+    /// bytes before it).
+    fn consumed(&self, at: u64) -> Option<u8> {
+        let start = self.coff - self.in_pos as u64;
+        if at >= start {
+            return self.input[..self.in_pos]
+                .get((at - start) as usize)
+                .copied();
+        }
+        let back = start - at;
+        (back <= 8).then(|| self.before[8 - back as usize])
+    }
+
+    /// The length of the block whose header began at `block_at` and ends at the current
+    /// position, if it is a stored block: its 3 header bits say so (type 00), the length and its
+    /// complement that follow at the next byte boundary agree, and they end where inflate stopped.
+    fn stored_block(&self, (coff, bits): (u64, u8)) -> Option<u64> {
+        let p = coff * 8 - u64::from(bits);
+        let lo = self.consumed(p / 8)?;
+        let hi = if p % 8 > 5 {
+            self.consumed(p / 8 + 1)?
+        } else {
+            0
+        };
+        let header = (u16::from(lo) | u16::from(hi) << 8) >> (p % 8);
+        let lengths = (p + 3).div_ceil(8);
+        if (header >> 1) & 3 != 0 || lengths + 4 != self.coff {
+            return None;
+        }
+        let b = |i: u64| self.consumed(lengths + i);
+        let len = u16::from_le_bytes([b(0)?, b(1)?]);
+        let nlen = u16::from_le_bytes([b(2)?, b(3)?]);
+        (len == !nlen).then_some(u64::from(len))
+    }
+
+    /// After a step of inflate that stopped at a block's end or a header's: an access point when
+    /// one is due; a stored block's place in the file.
+    fn note_block(&mut self) -> io::Result<()> {
+        if self.inf.at_block_boundary() {
+            self.block_at = Some((self.coff, self.inf.pending_bits()));
+            self.in_stored = false;
+            if !self.any_point || self.cost >= SPAN {
+                self.any_point = true;
+                self.cost = 0;
+                // Whole already: SPAN is at least the 32 KiB that follow a point.
+                self.hand_over_pending()?;
+                let point = Point {
+                    uoff: self.uoff,
+                    coff: self.coff,
+                    bits: self.inf.pending_bits(),
+                    window: self.window(),
+                };
+                self.pending = Some((point, Vec::with_capacity(WINDOW)));
+            }
+        } else if self.inf.at_header_end() {
+            let len = self.block_at.take().and_then(|at| self.stored_block(at));
+            self.in_stored = len.is_some();
+            if let Some(len @ 1..) = len {
+                self.stored.push(Stored {
+                    uoff: self.uoff,
+                    coff: self.coff,
+                    len,
+                });
+            }
+        }
+        Ok(())
     }
 
     fn window(&self) -> Vec<u8> {
@@ -154,21 +276,18 @@ impl<R: Read> Read for Scan<R> {
             self.in_pos += step.consumed;
             self.coff += step.consumed as u64;
             self.uoff += step.produced as u64;
+            self.cost += match self.in_stored {
+                true => step.produced as u64 / STORED_WEIGHT,
+                false => step.produced as u64,
+            };
             self.remember(&out[..step.produced]);
-            let due = self
-                .points
-                .last()
-                .is_none_or(|p| self.uoff - p.uoff >= SPAN);
-            if self.inf.at_block_boundary() && due {
-                self.points.push(Point {
-                    uoff: self.uoff,
-                    coff: self.coff,
-                    bits: self.inf.pending_bits(),
-                    window: self.window(),
-                });
-            }
+            self.follow_pending(&out[..step.produced])?;
+            self.note_block()?;
             if step.end {
                 self.next_member()?;
+                if self.done {
+                    self.hand_over_pending()?;
+                }
             } else if step.consumed == 0 && step.produced == 0 && self.src_eof {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
@@ -182,151 +301,175 @@ impl<R: Read> Read for Scan<R> {
     }
 }
 
-/// Decoding positioned in a compressed file: a gzip stream resumed at an access point, or one
-/// raw deflate stream (a zip member) between two file offsets.
-pub struct Cursor {
-    inf: Inflater,
-    input: Vec<u8>,
-    in_pos: usize,
-    in_len: usize,
-    /// Where the next input comes from in the file.
-    next: u64,
-    /// Where the compressed data ends (a zip member), or None (to the end of the file).
-    limit: Option<u64>,
-    /// Following gzip members: after a raw stream ends, skip its trailer and read on.
-    gzip: bool,
-    /// Decoding raw deflate (resumed mid-member): the member's trailer is not consumed by zlib.
-    raw_mode: bool,
-    uoff: u64,
-    done: bool,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use libz_sys as z;
+    use std::io::Write;
 
-impl Cursor {
-    /// A gzip stream resumed at `point`.
-    pub fn at_point(file: &dyn Bytes, point: &Point) -> io::Result<Cursor> {
-        let mut inf = Inflater::new(RAW)?;
-        let next = point.coff;
-        if point.bits > 0 {
-            let mut b = [0u8];
-            file.read_exact_at(&mut b, point.coff - 1)?;
-            inf.prime(point.bits, b[0] >> (8 - point.bits))?;
-        }
-        if !point.window.is_empty() {
-            inf.set_dictionary(&point.window)?;
-        }
-        Ok(Cursor {
-            inf,
-            input: vec![0; INPUT],
-            in_pos: 0,
-            in_len: 0,
-            next,
-            limit: None,
-            gzip: true,
-            raw_mode: true,
-            uoff: point.uoff,
-            done: false,
-        })
-    }
-
-    /// One raw deflate stream stored in `[start, end)` of the file.
-    pub fn deflate(start: u64, end: u64) -> io::Result<Cursor> {
-        Ok(Cursor {
-            inf: Inflater::new(RAW)?,
-            input: vec![0; INPUT],
-            in_pos: 0,
-            in_len: 0,
-            next: start,
-            limit: Some(end),
-            gzip: false,
-            raw_mode: true,
-            uoff: 0,
-            done: false,
-        })
-    }
-
-    /// The uncompressed offset the next read starts at.
-    pub fn offset(&self) -> u64 {
-        self.uoff
-    }
-
-    fn refill(&mut self, file: &dyn Bytes) -> io::Result<bool> {
-        if self.in_pos < self.in_len {
-            return Ok(true);
-        }
-        let want = match self.limit {
-            Some(end) => (end.saturating_sub(self.next) as usize).min(INPUT),
-            None => INPUT,
+    /// Text-like runs, random runs and zeros in turns of 1 KiB to `longest`: blocks of every
+    /// kind, stored ones starting at every bit offset.
+    fn mixed(mut seed: u64, len: usize, longest: u64) -> Vec<u8> {
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
         };
-        let n = read_at_retry(file, &mut self.input[..want], self.next)?;
-        self.next += n as u64;
-        self.in_pos = 0;
-        self.in_len = n;
-        Ok(n > 0)
+        let mut out = Vec::with_capacity(len);
+        while out.len() < len {
+            let run = 1024 + (next() % longest) as usize;
+            let kind = next() % 3;
+            for _ in 0..run {
+                let r = next();
+                out.push(match kind {
+                    0 => b"abcdefgh ,.0123"[(r % 15) as usize],
+                    1 => r as u8,
+                    _ => 0,
+                });
+            }
+        }
+        out.truncate(len);
+        out
     }
 
-    /// The uncompressed bytes from [`Cursor::offset`]; 0 at the end of the data.
-    pub fn read(&mut self, file: &dyn Bytes, out: &mut [u8]) -> io::Result<usize> {
-        loop {
-            if self.done || out.is_empty() {
-                return Ok(0);
+    /// `plain` gzipped by zlib at `level`, fully flushed (an empty stored block, the stream
+    /// byte-aligned) after every `flush` bytes.
+    fn gzip(plain: &[u8], level: i32, flush: usize) -> Vec<u8> {
+        let mut strm = crate::inflate::blank_stream();
+        let size = std::mem::size_of::<z::z_stream>() as i32;
+        // SAFETY: the stream is boxed (zlib keeps a pointer to it) and its fields are valid.
+        let rc = unsafe {
+            z::deflateInit2_(
+                &mut *strm,
+                level,
+                z::Z_DEFLATED,
+                31,
+                8,
+                0,
+                z::zlibVersion(),
+                size,
+            )
+        };
+        assert_eq!(rc, z::Z_OK);
+        let mut out = vec![0u8; plain.len() + plain.len() / 8 + 4096];
+        let mut at = 0;
+        for (i, chunk) in plain.chunks(flush).enumerate() {
+            let last = (i + 1) * flush >= plain.len();
+            strm.next_in = chunk.as_ptr().cast_mut();
+            strm.avail_in = chunk.len() as u32;
+            strm.next_out = out[at..].as_mut_ptr();
+            strm.avail_out = (out.len() - at) as u32;
+            let mode = if last { z::Z_FINISH } else { z::Z_FULL_FLUSH };
+            // SAFETY: next_in and next_out point into live buffers of the lengths given.
+            let rc = unsafe { z::deflate(&mut *strm, mode) };
+            assert!(rc == z::Z_OK || rc == z::Z_STREAM_END, "deflate: {rc}");
+            assert_eq!(strm.avail_in, 0);
+            at = out.len() - strm.avail_out as usize;
+        }
+        // SAFETY: initialised above, ended once.
+        unsafe { z::deflateEnd(&mut *strm) };
+        out.truncate(at);
+        out
+    }
+
+    /// Scans `gz`, checks the stream against `plain`, every stored block's bytes against the
+    /// file, and a read from every access point; the points and the bytes found stored.
+    fn check(gz: &[u8], plain: &[u8]) -> (usize, u64) {
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(gz).unwrap();
+        let shared: Shared = std::sync::Arc::new(file.try_clone().unwrap());
+        let mut scan = Scan::new(gz, shared).unwrap();
+        let mut out = Vec::new();
+        scan.read_to_end(&mut out).unwrap();
+        assert!(out == plain, "the scan's output differs");
+        let (points, stored) = scan.into_parts().unwrap();
+        let mut stored_bytes = 0;
+        for s in &stored {
+            let (c, u, n) = (s.coff as usize, s.uoff as usize, s.len as usize);
+            assert_eq!(
+                &gz[c..c + n],
+                &plain[u..u + n],
+                "stored block at {}",
+                s.uoff
+            );
+            stored_bytes += s.len;
+        }
+        for p in &points {
+            let mut cursor = Cursor::at_point(&file, p).unwrap();
+            let mut got = vec![0u8; 70_000.min(plain.len() - p.uoff as usize)];
+            let mut n = 0;
+            while n < got.len() {
+                n += cursor.read(&file, &mut got[n..]).unwrap();
             }
-            let more = self.refill(file)?;
-            let step = self
-                .inf
-                .run(&self.input[self.in_pos..self.in_len], out, false)?;
-            self.in_pos += step.consumed;
-            self.uoff += step.produced as u64;
-            if step.end {
-                self.end_of_stream(file)?;
-            } else if !more && step.produced == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "the compressed data is truncated",
-                ));
-            }
-            if step.produced > 0 {
-                return Ok(step.produced);
+            assert!(
+                got == plain[p.uoff as usize..][..n],
+                "read from the point at {}",
+                p.uoff
+            );
+        }
+        (points.len(), stored_bytes)
+    }
+
+    #[test]
+    fn stored_blocks_are_found_where_they_are_and_every_point_resumes() {
+        let plain = mixed(7, 3 << 20, 40 << 10);
+        let third = plain.len() as u64 / 3;
+        // zlib-ng's level 1 writes fixed-code blocks only, random bytes too: no stored blocks.
+        for (level, flush) in [(0, 1 << 30), (6, 1 << 30), (9, 100_003), (6, 7_777)] {
+            let (points, stored) = check(&gzip(&plain, level, flush), &plain);
+            eprintln!(
+                "zlib level {level}, flushed every {flush}: {points} points, {stored} stored"
+            );
+            if level == 0 {
+                // Everything stored; an access point only every SPAN * STORED_WEIGHT.
+                assert_eq!(stored, plain.len() as u64);
+                let most = plain.len() as u64 / (SPAN * STORED_WEIGHT) + 1;
+                assert!(points as u64 <= most, "{points} points over stored blocks");
+            } else {
+                // The random runs are kept stored: about a third of the data.
+                assert!(
+                    stored > third / 2 && stored < third * 2,
+                    "level {level}: {stored}"
+                );
+                // Over the compressible two thirds, a point every SPAN or a block later.
+                assert!(
+                    points > (third / SPAN) as usize,
+                    "level {level}: {points} points"
+                );
             }
         }
     }
 
-    /// A raw stream ended: a zip member is done; in gzip, the member's trailer (8 bytes) is
-    /// skipped and the next member, if any, is read with its header.
-    fn end_of_stream(&mut self, file: &dyn Bytes) -> io::Result<()> {
-        if !self.gzip {
-            self.done = true;
-            return Ok(());
+    /// What most .tar.gz files are made by: GNU gzip, whose deflate is not zlib's.
+    #[test]
+    fn gnu_gzip_output_at_every_level() {
+        let plain = mixed(9, 2 << 20, 400 << 10);
+        let third = plain.len() as u64 / 3;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("p"), &plain).unwrap();
+        for level in ["-1", "-6", "-9"] {
+            let out = std::process::Command::new("gzip")
+                .args([level, "-c", "p"])
+                .current_dir(dir.path())
+                .output()
+                .expect("gzip");
+            assert!(out.status.success());
+            let (points, stored) = check(&out.stdout, &plain);
+            eprintln!("gzip {level}: {points} points, {stored} stored");
+            assert!(
+                stored > third / 2 && stored < third * 2,
+                "gzip {level}: {stored}"
+            );
         }
-        let at = self.next - (self.in_len - self.in_pos) as u64;
-        // Resumed in raw mode the trailer is still ahead; in gzip mode inflate consumed it.
-        let after = if self.raw_mode { at + 8 } else { at };
-        self.next = after;
-        self.in_pos = 0;
-        self.in_len = 0;
-        let mut magic = [0u8; 2];
-        if read_at_retry(file, &mut magic, after)? < 2 || magic != [0x1f, 0x8b] {
-            // The end, or the zero padding `Scan` accepts there.
-            self.done = true;
-            return Ok(());
-        }
-        self.raw_mode = false;
-        self.inf.reset(GZIP)
     }
 
-    /// Skips `n` uncompressed bytes.
-    pub fn skip(&mut self, file: &dyn Bytes, mut n: u64) -> io::Result<()> {
-        let mut scratch = vec![0u8; 64 * 1024];
-        while n > 0 {
-            let want = scratch.len().min(n as usize);
-            let got = self.read(file, &mut scratch[..want])?;
-            if got == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "the compressed data ends before the member does",
-                ));
-            }
-            n -= got as u64;
-        }
-        Ok(())
+    #[test]
+    fn two_gzip_members_are_one_stream_with_stored_blocks_in_both() {
+        let plain = mixed(11, 2 << 20, 400 << 10);
+        let (a, b) = plain.split_at(800_000);
+        let gz = [gzip(a, 6, 1 << 30), gzip(b, 9, 50_000)].concat();
+        let (_, stored) = check(&gz, &plain);
+        assert!(stored > 0);
     }
 }

@@ -25,6 +25,27 @@ unsafe extern "C" fn zfree(_: z::voidpf, p: z::voidpf) {
     unsafe { libc::free(p) }
 }
 
+/// A z_stream before `inflateInit2_` or `deflateInit2_`: nothing in it, our allocators set.
+/// Boxed: zlib keeps a pointer back to the stream in its state, so it must not move.
+pub(crate) fn blank_stream() -> Box<z::z_stream> {
+    Box::new(z::z_stream {
+        next_in: std::ptr::null_mut(),
+        avail_in: 0,
+        total_in: 0,
+        next_out: std::ptr::null_mut(),
+        avail_out: 0,
+        total_out: 0,
+        msg: std::ptr::null_mut(),
+        state: std::ptr::null_mut(),
+        zalloc,
+        zfree,
+        opaque: std::ptr::null_mut(),
+        data_type: 0,
+        adler: 0,
+        reserved: 0,
+    })
+}
+
 /// One zlib inflate stream.
 pub struct Inflater {
     // Boxed: zlib keeps a pointer back to the stream in its state, so it must not move.
@@ -45,22 +66,7 @@ pub struct Step {
 
 impl Inflater {
     pub fn new(window_bits: c_int) -> io::Result<Inflater> {
-        let mut strm = Box::new(z::z_stream {
-            next_in: std::ptr::null_mut(),
-            avail_in: 0,
-            total_in: 0,
-            next_out: std::ptr::null_mut(),
-            avail_out: 0,
-            total_out: 0,
-            msg: std::ptr::null_mut(),
-            state: std::ptr::null_mut(),
-            zalloc,
-            zfree,
-            opaque: std::ptr::null_mut(),
-            data_type: 0,
-            adler: 0,
-            reserved: 0,
-        });
+        let mut strm = blank_stream();
         // SAFETY: a fully initialised stream with our allocators; the version and size are the
         // library's own.
         let rc = unsafe {
@@ -100,7 +106,8 @@ impl Inflater {
     }
 
     /// Inflates from `input` into `output`. With `block`, stops at the end of each deflate block
-    /// too, so the caller can see [`Inflater::at_block_boundary`].
+    /// too, so the caller can see [`Inflater::at_block_boundary`], and at the end of each block's
+    /// header ([`Inflater::at_header_end`]).
     pub fn run(&mut self, input: &[u8], output: &mut [u8], block: bool) -> io::Result<Step> {
         let in_len = input.len().min(z::uInt::MAX as usize);
         let out_len = output.len().min(z::uInt::MAX as usize);
@@ -108,7 +115,7 @@ impl Inflater {
         self.strm.avail_in = in_len as z::uInt;
         self.strm.next_out = output.as_mut_ptr();
         self.strm.avail_out = out_len as z::uInt;
-        let flush = if block { z::Z_BLOCK } else { z::Z_NO_FLUSH };
+        let flush = if block { z::Z_TREES } else { z::Z_NO_FLUSH };
         // SAFETY: next_in/next_out point into slices valid for this call; zlib reads at most
         // avail_in and writes at most avail_out bytes. It never writes through next_in.
         let rc = unsafe { z::inflate(&mut *self.strm, flush) };
@@ -138,6 +145,12 @@ impl Inflater {
     /// resume from the window and [`Inflater::pending_bits`].
     pub fn at_block_boundary(&self) -> bool {
         self.strm.data_type & 128 != 0 && self.strm.data_type & 64 == 0
+    }
+
+    /// Just after a block's header, before any of its data: for a stored block, the next input
+    /// byte is the first of the bytes it stores.
+    pub fn at_header_end(&self) -> bool {
+        self.strm.data_type & 256 != 0
     }
 
     /// How many bits of the last consumed byte are not yet used (0 to 7).

@@ -7,7 +7,8 @@
 //!   the archive is unchanged (same size, mtime, ctime, inode, device).
 //! - [`read`]: a member's bytes at any offset: `pread` for stored members, decoding from the
 //!   nearest access point for compressed ones.
-//! - [`gz`], [`zst`], [`inflate`]: random access into gzip (zran) and zstd (frames).
+//! - [`gz`], [`gzwindow`], [`zst`], [`inflate`]: random access into gzip (zran, with sparse
+//!   windows) and zstd (frames).
 //! - [`blocks`], [`xz`], [`bz2`]: random access into xz and bzip2 (their blocks).
 //! - [`mounted`]: how a mounted member tells `roar run` what it is (an extended attribute).
 
@@ -18,6 +19,8 @@ pub mod bz2;
 pub mod bz2block;
 pub mod cache;
 pub mod gz;
+pub mod gzcursor;
+pub mod gzwindow;
 pub mod inflate;
 pub mod mounted;
 pub mod nested;
@@ -247,7 +250,8 @@ pub struct Index {
     /// Access points into the decompressed stream (tar.gz, tar.zst), by uncompressed offset.
     pub points: Vec<Point>,
     /// Stretches of the decompressed stream stored in the file as they are (xz's uncompressed
-    /// LZMA2 chunks), by uncompressed offset: read with `pread`, nothing decoded.
+    /// LZMA2 chunks, deflate's stored blocks), by uncompressed offset: read with `pread`,
+    /// nothing decoded.
     pub stored: Vec<Stored>,
     /// Entries not shown, and why (`..` in the path, devices, sparse files, other methods).
     pub skipped: Vec<(Vec<u8>, String)>,

@@ -191,7 +191,7 @@ impl MemberReader {
             Data::Stream { offset } => {
                 let target = offset + off;
                 if let Some(pieces) = src.index.stored_at(target, buf.len() as u64) {
-                    // Stored as they are (incompressible data in xz): nothing to decode.
+                    // Stored as they are (incompressible data in xz or gzip): nothing to decode.
                     return read_pieces(&**self.own.as_ref().unwrap_or(file), &pieces, buf);
                 }
                 let positioned = !matches!(self.decoder, Decoder::None)

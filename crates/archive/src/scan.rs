@@ -97,9 +97,9 @@ pub fn scan_bytes(
             whole.join().expect("the archive hash thread panicked"),
         )
     });
-    let (members, points, skipped) = listed.map_err(corrupt)?;
+    let (members, points, mut stored, skipped) = listed.map_err(corrupt)?;
     let (members, earlier) = last_of_each_path(members);
-    let stored = stored_runs(&*bytes, format, &points).map_err(corrupt)?;
+    stored.extend(stored_runs(&*bytes, format, &points).map_err(corrupt)?);
     let blake3 = blake3.map_err(io)?;
     if bytes.identity().map_err(io)? != identity {
         return Err(ArchiveError::Corrupt {
@@ -120,7 +120,7 @@ pub fn scan_bytes(
     })
 }
 
-/// The stretches stored as they are, in an xz file's blocks (none in other formats).
+/// The stretches stored as they are, in an xz file's blocks (gzip's come from its scan).
 fn stored_runs(bytes: &dyn Bytes, format: Format, points: &[gz::Point]) -> io::Result<Vec<Stored>> {
     if format != Format::TarXz {
         return Ok(Vec::new());
@@ -148,7 +148,8 @@ fn printable(s: &str) -> String {
 
 /// Entries not shown, with why.
 type Skipped = Vec<(Vec<u8>, String)>;
-type Listed = (Vec<Member>, Vec<gz::Point>, Skipped);
+/// The members, the access points, the stretches stored as they are (gzip's stored blocks).
+type Listed = (Vec<Member>, Vec<gz::Point>, Vec<Stored>, Skipped);
 
 fn list(
     file: &Shared,
@@ -167,27 +168,28 @@ fn list(
     match format {
         Format::Tar => {
             let (m, s) = list_tar(BufReader::with_capacity(1 << 20, counted), false, &report)?;
-            Ok((m, Vec::new(), s))
+            Ok((m, Vec::new(), Vec::new(), s))
         }
         Format::TarGz => {
-            let mut scan = gz::Scan::new(counted)?;
+            let mut scan = gz::Scan::new(counted, file.clone())?;
             let (m, s) = stream(&mut scan)?;
-            Ok((m, scan.into_points(), s))
+            let (points, stored) = scan.into_parts()?;
+            Ok((m, points, stored, s))
         }
         Format::TarZst => {
             let mut scan = zst::Scan::new(file.clone(), read.clone())?;
             let (m, s) = stream(&mut scan)?;
-            Ok((m, scan.into_points(), s))
+            Ok((m, scan.into_points(), Vec::new(), s))
         }
         Format::TarXz | Format::TarBz2 => {
             let codec = blocks::Codec::of(format).expect("a block codec");
             let mut scan = blocks::Scan::new(codec, file.clone(), read.clone())?;
             let (m, s) = stream(&mut scan)?;
-            Ok((m, scan.into_points(), s))
+            Ok((m, scan.into_points(), Vec::new(), s))
         }
         Format::Zip => {
             let (m, s) = list_zip(file, &report)?;
-            Ok((m, Vec::new(), s))
+            Ok((m, Vec::new(), Vec::new(), s))
         }
     }
 }
