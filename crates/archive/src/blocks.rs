@@ -76,6 +76,7 @@ fn point(block: &Block, uoff: u64) -> Point {
         coff: block.start_bit / 8,
         bits: (block.start_bit % 8) as u8,
         window: block.meta.clone(),
+        block: None,
     }
 }
 

@@ -14,7 +14,8 @@ use crate::{ArchiveError, Data, Format, Identity, Index, Kind, Member, Point, St
 /// Bumped whenever what is stored changes meaning: an index of another version is rebuilt.
 /// 4: tar.bz2 indexes hold restart points inside blocks (`bz2block`).
 /// 5: gzip windows compressed, points by decoding cost, stored blocks listed.
-const VERSION: i64 = 5;
+/// 6: gzip points inside blocks (`points.block`).
+const VERSION: i64 = 6;
 
 /// Whether [`open`] reused an index or built one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,13 +146,14 @@ fn load(at: &Path, archive: &Path, identity: Identity) -> rusqlite::Result<Optio
     };
     let (members, earlier) = entries(&db)?;
     let points = db
-        .prepare("SELECT uoff, coff, bits, window FROM points ORDER BY uoff")?
+        .prepare("SELECT uoff, coff, bits, window, block FROM points ORDER BY uoff")?
         .query_map([], |r| {
             Ok(Point {
                 uoff: r.get::<_, i64>(0)? as u64,
                 coff: r.get::<_, i64>(1)? as u64,
                 bits: r.get(2)?,
                 window: r.get(3)?,
+                block: r.get::<_, Option<i64>>(4)?.map(|b| b as u64),
             })
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -233,6 +235,70 @@ fn blob32(v: Vec<u8>) -> [u8; 32] {
     out
 }
 
+/// The members and their earlier versions.
+fn save_members(tx: &rusqlite::Transaction, index: &Index) -> rusqlite::Result<()> {
+    let mut ins = tx.prepare(
+        "INSERT INTO members (path, kind, mode, uid, gid, mtime, size, place, offset, csize, blake3, link, earlier)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+    )?;
+    let entries =
+        (index.members.iter().map(|m| (m, false))).chain(index.earlier.iter().map(|m| (m, true)));
+    for (m, earlier) in entries {
+        let (place, offset, csize) = match m.data {
+            Data::Raw { offset } => (0, offset, 0),
+            Data::Stream { offset } => (1, offset, 0),
+            Data::Deflate { offset, csize } => (2, offset, csize),
+        };
+        let kind = match m.kind {
+            Kind::File => 0,
+            Kind::Dir => 1,
+            Kind::Symlink => 2,
+        };
+        ins.execute(params![
+            m.path,
+            kind,
+            m.mode,
+            m.uid,
+            m.gid,
+            m.mtime,
+            m.size as i64,
+            place,
+            offset as i64,
+            csize as i64,
+            &m.blake3[..],
+            m.link,
+            earlier
+        ])?;
+    }
+    Ok(())
+}
+
+/// Where decoding can resume, what is stored as it is, and what was left out.
+fn save_access(tx: &rusqlite::Transaction, index: &Index) -> rusqlite::Result<()> {
+    let mut pts = tx.prepare(
+        "INSERT INTO points (uoff, coff, bits, window, block) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?;
+    for p in &index.points {
+        let block = p.block.map(|b| b as i64);
+        pts.execute(params![
+            p.uoff as i64,
+            p.coff as i64,
+            p.bits,
+            p.window,
+            block
+        ])?;
+    }
+    let mut st = tx.prepare("INSERT INTO stored (uoff, coff, len) VALUES (?1, ?2, ?3)")?;
+    for s in &index.stored {
+        st.execute(params![s.uoff as i64, s.coff as i64, s.len as i64])?;
+    }
+    let mut sk = tx.prepare("INSERT INTO skipped (path, why) VALUES (?1, ?2)")?;
+    for (p, why) in &index.skipped {
+        sk.execute(params![p, why])?;
+    }
+    Ok(())
+}
+
 fn save(at: &Path, index: &Index) -> rusqlite::Result<()> {
     let tmp = at.with_extension(format!("tmp{}", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
@@ -246,7 +312,7 @@ fn save(at: &Path, index: &Index) -> rusqlite::Result<()> {
                size INTEGER NOT NULL, place INTEGER NOT NULL, offset INTEGER NOT NULL,
                csize INTEGER NOT NULL, blake3 BLOB NOT NULL, link BLOB, earlier INTEGER NOT NULL);
              CREATE TABLE points (uoff INTEGER NOT NULL, coff INTEGER NOT NULL,
-               bits INTEGER NOT NULL, window BLOB NOT NULL);
+               bits INTEGER NOT NULL, window BLOB NOT NULL, block INTEGER);
              CREATE TABLE stored (uoff INTEGER NOT NULL, coff INTEGER NOT NULL, len INTEGER NOT NULL);
              CREATE TABLE skipped (path BLOB NOT NULL, why TEXT NOT NULL);",
         )?;
@@ -266,52 +332,8 @@ fn save(at: &Path, index: &Index) -> rusqlite::Result<()> {
             meta.execute(params!["ctime_ns", id.ctime_ns])?;
             meta.execute(params!["ino", id.ino as i64])?;
             meta.execute(params!["dev", id.dev as i64])?;
-            let mut ins = tx.prepare(
-                "INSERT INTO members (path, kind, mode, uid, gid, mtime, size, place, offset, csize, blake3, link, earlier)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-            )?;
-            let entries = (index.members.iter().map(|m| (m, false)))
-                .chain(index.earlier.iter().map(|m| (m, true)));
-            for (m, earlier) in entries {
-                let (place, offset, csize) = match m.data {
-                    Data::Raw { offset } => (0, offset, 0),
-                    Data::Stream { offset } => (1, offset, 0),
-                    Data::Deflate { offset, csize } => (2, offset, csize),
-                };
-                let kind = match m.kind {
-                    Kind::File => 0,
-                    Kind::Dir => 1,
-                    Kind::Symlink => 2,
-                };
-                ins.execute(params![
-                    m.path,
-                    kind,
-                    m.mode,
-                    m.uid,
-                    m.gid,
-                    m.mtime,
-                    m.size as i64,
-                    place,
-                    offset as i64,
-                    csize as i64,
-                    &m.blake3[..],
-                    m.link,
-                    earlier
-                ])?;
-            }
-            let mut pts = tx
-                .prepare("INSERT INTO points (uoff, coff, bits, window) VALUES (?1, ?2, ?3, ?4)")?;
-            for p in &index.points {
-                pts.execute(params![p.uoff as i64, p.coff as i64, p.bits, p.window])?;
-            }
-            let mut st = tx.prepare("INSERT INTO stored (uoff, coff, len) VALUES (?1, ?2, ?3)")?;
-            for s in &index.stored {
-                st.execute(params![s.uoff as i64, s.coff as i64, s.len as i64])?;
-            }
-            let mut sk = tx.prepare("INSERT INTO skipped (path, why) VALUES (?1, ?2)")?;
-            for (p, why) in &index.skipped {
-                sk.execute(params![p, why])?;
-            }
+            save_members(&tx, index)?;
+            save_access(&tx, index)?;
         }
         tx.commit()?;
         db.close().map_err(|(_, e)| e)?;

@@ -11,6 +11,7 @@ use std::io::{self, Read};
 
 pub use crate::bytes::read_at_retry;
 use crate::bytes::Shared;
+use crate::gzcursor::split_bit;
 pub use crate::gzcursor::{Cursor, Point};
 use crate::gzwindow::Compactor;
 use crate::inflate::{Inflater, GZIP, WINDOW};
@@ -28,6 +29,9 @@ const _: () = assert!(SPAN >= WINDOW as u64);
 
 /// How much cheaper passing through a stored block is than decoding as many bytes.
 const STORED_WEIGHT: u64 = 8;
+
+/// [`SPAN`] in the units of `Scan::cost`.
+const DUE: u64 = SPAN * STORED_WEIGHT;
 
 const INPUT: usize = 128 * 1024;
 
@@ -52,11 +56,15 @@ pub struct Scan<R> {
     /// The block being read is a stored one.
     in_stored: bool,
     stored: Vec<Stored>,
-    /// Decoding since the last access point ([`SPAN`]).
+    /// Decoding since the last access point, in eighths of a byte decoded (a byte of a stored
+    /// block is one, [`STORED_WEIGHT`]).
     cost: u64,
     /// The last point, with its real window, until the output after it is known.
     pending: Option<(Point, Vec<u8>)>,
     any_point: bool,
+    /// A point is due inside a block: inflate is given one byte of room at a time, so it stops
+    /// where [`Inflater::mark`] is exact, until it stops between two codes.
+    stepping: bool,
     compact: Compactor,
     done: bool,
 }
@@ -83,6 +91,7 @@ impl<R: Read> Scan<R> {
             cost: 0,
             pending: None,
             any_point: false,
+            stepping: false,
             compact: Compactor::start(file)?,
             done: false,
         })
@@ -187,27 +196,36 @@ impl<R: Read> Scan<R> {
         (len == !nlen).then_some(u64::from(len))
     }
 
+    /// An access point here, at `coff` and `bits` of the file (inside the block whose header
+    /// begins at bit `block`, if given).
+    fn make_point(&mut self, coff: u64, bits: u8, block: Option<u64>) -> io::Result<()> {
+        self.any_point = true;
+        self.cost = 0;
+        self.stepping = false;
+        // Whole already: SPAN is at least the 32 KiB that follow a point.
+        self.hand_over_pending()?;
+        let point = Point {
+            uoff: self.uoff,
+            coff,
+            bits,
+            window: self.window(),
+            block,
+        };
+        self.pending = Some((point, Vec::with_capacity(WINDOW)));
+        Ok(())
+    }
+
     /// After a step of inflate that stopped at a block's end or a header's: an access point when
     /// one is due; a stored block's place in the file.
     fn note_block(&mut self) -> io::Result<()> {
         if self.inf.at_block_boundary() {
             self.block_at = Some((self.coff, self.inf.pending_bits()));
             self.in_stored = false;
-            if !self.any_point || self.cost >= SPAN {
-                self.any_point = true;
-                self.cost = 0;
-                // Whole already: SPAN is at least the 32 KiB that follow a point.
-                self.hand_over_pending()?;
-                let point = Point {
-                    uoff: self.uoff,
-                    coff: self.coff,
-                    bits: self.inf.pending_bits(),
-                    window: self.window(),
-                };
-                self.pending = Some((point, Vec::with_capacity(WINDOW)));
+            if !self.any_point || self.cost >= DUE {
+                self.make_point(self.coff, self.inf.pending_bits(), None)?;
             }
         } else if self.inf.at_header_end() {
-            let len = self.block_at.take().and_then(|at| self.stored_block(at));
+            let len = self.block_at.and_then(|at| self.stored_block(at));
             self.in_stored = len.is_some();
             if let Some(len @ 1..) = len {
                 self.stored.push(Stored {
@@ -218,6 +236,28 @@ impl<R: Read> Scan<R> {
             }
         }
         Ok(())
+    }
+
+    /// A point due inside a compressed block: first one step with little room (so the next
+    /// mark is exact), then one at the first stop between two codes. Stored blocks wait for
+    /// their end (passing through them costs little).
+    fn point_inside_block(&mut self) -> io::Result<()> {
+        let due = self.any_point && self.cost >= DUE && !self.in_stored;
+        let Some((coff, bits)) = self.block_at.filter(|_| due) else {
+            self.stepping = false;
+            return Ok(());
+        };
+        if !self.stepping {
+            self.stepping = true;
+            return Ok(());
+        }
+        // Between blocks (None) the boundary makes the point; inside a match, step on.
+        let Some((back, 0)) = self.inf.mark() else {
+            return Ok(());
+        };
+        let code = self.coff * 8 - self.inf.held_bits() - back;
+        let (code_coff, code_bits) = split_bit(code);
+        self.make_point(code_coff, code_bits, Some(coff * 8 - u64::from(bits)))
     }
 
     fn window(&self) -> Vec<u8> {
@@ -270,20 +310,34 @@ impl<R: Read> Read for Scan<R> {
                 return Ok(0);
             }
             self.refill()?;
-            let step = self
-                .inf
-                .run(&self.input[self.in_pos..self.in_len], out, true)?;
+            // No further than where the next point is due, so points are SPAN apart whatever
+            // the reader's buffer.
+            let per_byte = if self.in_stored { 1 } else { STORED_WEIGHT };
+            // (Due already, a stored block is read to its end: no point inside one.)
+            let due_in = match DUE.checked_sub(self.cost) {
+                Some(left @ 1..) => left.div_ceil(per_byte) as usize,
+                _ => usize::MAX,
+            };
+            let room = if self.stepping {
+                1
+            } else {
+                out.len().min(due_in)
+            };
+            let step = self.inf.run(
+                &self.input[self.in_pos..self.in_len],
+                &mut out[..room],
+                true,
+            )?;
             self.in_pos += step.consumed;
             self.coff += step.consumed as u64;
             self.uoff += step.produced as u64;
-            self.cost += match self.in_stored {
-                true => step.produced as u64 / STORED_WEIGHT,
-                false => step.produced as u64,
-            };
+            self.cost += step.produced as u64 * per_byte;
             self.remember(&out[..step.produced]);
             self.follow_pending(&out[..step.produced])?;
             self.note_block()?;
+            self.point_inside_block()?;
             if step.end {
+                self.block_at = None;
                 self.next_member()?;
                 if self.done {
                     self.hand_over_pending()?;
@@ -374,8 +428,9 @@ mod tests {
     }
 
     /// Scans `gz`, checks the stream against `plain`, every stored block's bytes against the
-    /// file, and a read from every access point; the points and the bytes found stored.
-    fn check(gz: &[u8], plain: &[u8]) -> (usize, u64) {
+    /// file, and a read from every access point; the points (those inside blocks apart) and the
+    /// bytes found stored.
+    fn check(gz: &[u8], plain: &[u8]) -> ((usize, usize), u64) {
         let mut file = tempfile::tempfile().unwrap();
         file.write_all(gz).unwrap();
         let shared: Shared = std::sync::Arc::new(file.try_clone().unwrap());
@@ -408,7 +463,20 @@ mod tests {
                 p.uoff
             );
         }
-        (points.len(), stored_bytes)
+        let inside = points.iter().filter(|p| p.block.is_some()).count();
+        ((points.len() - inside, inside), stored_bytes)
+    }
+
+    /// Points as dense as decoding cost asks: one at most a code (258 bytes) after the SPAN is
+    /// reached, inside blocks as between them.
+    fn assert_dense((between, inside): (usize, usize), len: u64, stored: u64, what: &str) {
+        let cost = len - stored + stored / STORED_WEIGHT;
+        let points = (between + inside) as u64;
+        assert!(
+            points >= cost / (SPAN + 258),
+            "{what}: {points} points for {cost} bytes of decoding"
+        );
+        assert!(inside > 0, "{what}: no point inside a block");
     }
 
     #[test]
@@ -419,23 +487,25 @@ mod tests {
         for (level, flush) in [(0, 1 << 30), (6, 1 << 30), (9, 100_003), (6, 7_777)] {
             let (points, stored) = check(&gzip(&plain, level, flush), &plain);
             eprintln!(
-                "zlib level {level}, flushed every {flush}: {points} points, {stored} stored"
+                "zlib level {level}, flushed every {flush}: {points:?} points, {stored} stored"
             );
             if level == 0 {
-                // Everything stored; an access point only every SPAN * STORED_WEIGHT.
+                // Everything stored; an access point only every SPAN * STORED_WEIGHT, never
+                // inside a stored block.
                 assert_eq!(stored, plain.len() as u64);
                 let most = plain.len() as u64 / (SPAN * STORED_WEIGHT) + 1;
-                assert!(points as u64 <= most, "{points} points over stored blocks");
+                assert!(points.0 as u64 <= most && points.1 == 0, "{points:?}");
             } else {
                 // The random runs are kept stored: about a third of the data.
                 assert!(
                     stored > third / 2 && stored < third * 2,
                     "level {level}: {stored}"
                 );
-                // Over the compressible two thirds, a point every SPAN or a block later.
-                assert!(
-                    points > (third / SPAN) as usize,
-                    "level {level}: {points} points"
+                assert_dense(
+                    points,
+                    plain.len() as u64,
+                    stored,
+                    &format!("level {level}"),
                 );
             }
         }
@@ -456,11 +526,12 @@ mod tests {
                 .expect("gzip");
             assert!(out.status.success());
             let (points, stored) = check(&out.stdout, &plain);
-            eprintln!("gzip {level}: {points} points, {stored} stored");
+            eprintln!("gzip {level}: {points:?} points, {stored} stored");
             assert!(
                 stored > third / 2 && stored < third * 2,
                 "gzip {level}: {stored}"
             );
+            assert_dense(points, plain.len() as u64, stored, &format!("gzip {level}"));
         }
     }
 

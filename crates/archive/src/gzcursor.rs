@@ -21,6 +21,16 @@ pub struct Point {
     /// The output before `uoff` that the next blocks may refer back to (gzip: as one zstd
     /// frame; xz and bzip2 keep their own restart state here).
     pub window: Vec<u8>,
+    /// A point inside a deflate block: the bit of the file where the block's header begins
+    /// (read again to rebuild its codes); `coff` and `bits` then place a code in the block.
+    pub block: Option<u64>,
+}
+
+/// A bit position of the file as a [`Point`]'s `coff` and `bits`: the byte after the one the
+/// bit is in, and how many bits of that byte are from the bit on.
+pub fn split_bit(at: u64) -> (u64, u8) {
+    let coff = at.div_ceil(8);
+    (coff, (coff * 8 - at) as u8)
 }
 
 /// Decoding positioned in a compressed file: a gzip stream resumed at an access point, or one
@@ -42,6 +52,40 @@ pub struct Cursor {
     done: bool,
 }
 
+/// Feeds `inf` the `bits` bits before file offset `coff`.
+fn prime_at(file: &dyn Bytes, inf: &mut Inflater, coff: u64, bits: u8) -> io::Result<()> {
+    if bits > 0 {
+        let mut b = [0u8];
+        file.read_exact_at(&mut b, coff - 1)?;
+        inf.prime(bits, b[0] >> (8 - bits))?;
+    }
+    Ok(())
+}
+
+/// Reads the header of the deflate block that begins at bit `block` of the file into `inf`,
+/// which then decodes that block's codes.
+fn read_header(file: &dyn Bytes, inf: &mut Inflater, block: u64) -> io::Result<()> {
+    let (mut at, bits) = split_bit(block);
+    prime_at(file, inf, at, bits)?;
+    // A dynamic block's header is at most ~300 bytes.
+    let mut buf = [0u8; 512];
+    let mut none = [0u8; 0];
+    loop {
+        let n = read_at_retry(file, &mut buf, at)?;
+        let step = inf.run(&buf[..n], &mut none, true)?;
+        at += step.consumed as u64;
+        if inf.at_header_end() {
+            return Ok(());
+        }
+        if step.consumed == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "no deflate block header where the index has one",
+            ));
+        }
+    }
+}
+
 impl Cursor {
     /// A gzip stream resumed at `point`.
     pub fn at_point(file: &dyn Bytes, point: &Point) -> io::Result<Cursor> {
@@ -56,11 +100,11 @@ impl Cursor {
     pub fn resume(file: &dyn Bytes, point: &Point, window: &[u8]) -> io::Result<Cursor> {
         let mut inf = Inflater::new(RAW)?;
         let next = point.coff;
-        if point.bits > 0 {
-            let mut b = [0u8];
-            file.read_exact_at(&mut b, point.coff - 1)?;
-            inf.prime(point.bits, b[0] >> (8 - point.bits))?;
+        if let Some(block) = point.block {
+            read_header(file, &mut inf, block)?;
+            inf.drop_held_bits()?;
         }
+        prime_at(file, &mut inf, point.coff, point.bits)?;
         if !window.is_empty() {
             inf.set_dictionary(window)?;
         }

@@ -151,6 +151,7 @@ mod tests {
             coff: 0,
             bits: 0,
             window: window.to_vec(),
+            block: None,
         }
     }
 

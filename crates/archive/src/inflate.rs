@@ -153,6 +153,29 @@ impl Inflater {
         self.strm.data_type & 256 != 0
     }
 
+    /// Where the code being decoded began, as bits back from the current input position, and
+    /// how many of its bytes were written: `None` between blocks (zlib's `inflateMark`). Exact
+    /// only after a call that decoded a code itself, not through its fast loop: one with less
+    /// than 258 bytes of output room.
+    pub fn mark(&self) -> Option<(u64, u64)> {
+        // SAFETY: an initialised stream; inflateMark only reads its state.
+        let mark = unsafe { z::inflateMark(std::ptr::from_ref(&*self.strm).cast_mut()) };
+        let back = mark >> 16;
+        (back >= 0).then_some((back as u64, (mark & 0xffff) as u64))
+    }
+
+    /// The bits taken from the input and not yet used (zlib keeps up to 64).
+    pub fn held_bits(&self) -> u64 {
+        (self.strm.data_type & 63) as u64
+    }
+
+    /// Drops the bits taken from the input and not yet used: to go on from another place in it.
+    pub fn drop_held_bits(&mut self) -> io::Result<()> {
+        // SAFETY: an initialised stream; a negative count empties its bit buffer.
+        let rc = unsafe { z::inflatePrime(&mut *self.strm, -1, 0) };
+        check(rc, &self.strm)
+    }
+
     /// How many bits of the last consumed byte are not yet used (0 to 7).
     pub fn pending_bits(&self) -> u8 {
         (self.strm.data_type & 7) as u8

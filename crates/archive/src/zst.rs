@@ -121,6 +121,7 @@ impl Read for Scan {
                     coff: at,
                     bits: 0,
                     window: Vec::new(),
+                    block: None,
                 });
                 let src = Reader::new(self.file.clone(), at, at + len);
                 self.cur = Some(Decoder::new(src)?.single_frame());
