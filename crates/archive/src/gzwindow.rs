@@ -22,43 +22,69 @@ use crate::bytes::{Bytes, Shared};
 use crate::gzcursor::{Cursor, Point};
 use crate::inflate::WINDOW;
 
-/// The compressed sparse window of `point`, whose real window is `window`; `after` is the real
-/// output that follows the point, up to [`WINDOW`] bytes (fewer only where the stream ends), or
-/// None to decode it here.
-pub fn sparse(
-    file: &dyn Bytes,
-    point: &Point,
-    window: &[u8],
-    after: Option<Vec<u8>>,
-) -> io::Result<Vec<u8>> {
-    if window.is_empty() {
-        return Ok(Vec::new());
+/// What making windows sparse reuses from one to the next: the probes and a zstd context.
+pub struct Sparse {
+    low: Vec<u8>,
+    high: Vec<u8>,
+    zstd: zstd::bulk::Compressor<'static>,
+}
+
+/// Output compared this many bytes at a time: most of it is the same in the three decodes.
+const RUN: usize = 64;
+
+impl Sparse {
+    pub fn new() -> io::Result<Sparse> {
+        Ok(Sparse {
+            low: (0..WINDOW).map(|i| i as u8).collect(),
+            high: (0..WINDOW).map(|i| (i >> 8) as u8).collect(),
+            zstd: zstd::bulk::Compressor::new(1)?,
+        })
     }
-    let real = match after {
-        Some(after) => after,
-        None => decode(file, point, window, WINDOW)?,
-    };
-    let low: Vec<u8> = (0..window.len()).map(|i| i as u8).collect();
-    let high: Vec<u8> = (0..window.len()).map(|i| (i >> 8) as u8).collect();
-    let by_low = decode(file, point, &low, real.len())?;
-    let by_high = decode(file, point, &high, real.len())?;
-    if by_low.len() != real.len() || by_high.len() != real.len() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "the gzip stream decodes differently from the same access point",
-        ));
-    }
-    let mut kept = low;
-    for ((&r, &l), &h) in real.iter().zip(&by_low).zip(&by_high) {
-        if r != l || r != h {
-            let at = usize::from(l) | usize::from(h) << 8;
-            kept[at] = window[at];
+
+    /// The compressed sparse window of `point`, whose real window is `window`; `after` is the
+    /// real output that follows the point, up to [`WINDOW`] bytes (fewer only where the stream
+    /// ends), or None to decode it here.
+    pub fn window(
+        &mut self,
+        file: &dyn Bytes,
+        point: &Point,
+        window: &[u8],
+        after: Option<Vec<u8>>,
+    ) -> io::Result<Vec<u8>> {
+        if window.is_empty() {
+            return Ok(Vec::new());
         }
+        let real = match after {
+            Some(after) => after,
+            None => decode(file, point, window, WINDOW)?,
+        };
+        let (low, high) = (&self.low[..window.len()], &self.high[..window.len()]);
+        let by_low = decode(file, point, low, real.len())?;
+        let by_high = decode(file, point, high, real.len())?;
+        if by_low.len() != real.len() || by_high.len() != real.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the gzip stream decodes differently from the same access point",
+            ));
+        }
+        let mut kept = low.to_vec();
+        let runs = real
+            .chunks(RUN)
+            .zip(by_low.chunks(RUN))
+            .zip(by_high.chunks(RUN));
+        for ((r, l), h) in runs.filter(|((r, l), h)| r != l || r != h) {
+            for ((&r, &l), &h) in r.iter().zip(l).zip(h) {
+                if r != l || r != h {
+                    let at = usize::from(l) | usize::from(h) << 8;
+                    kept[at] = window[at];
+                }
+            }
+        }
+        let mut frame = self.zstd.compress(&kept)?;
+        // Allocated for the worst case (more than 32 KiB); thousands are kept.
+        frame.shrink_to_fit();
+        Ok(frame)
     }
-    let mut frame = zstd::bulk::compress(&kept, 1)?;
-    // Allocated for the worst case (more than 32 KiB); thousands are kept.
-    frame.shrink_to_fit();
-    Ok(frame)
 }
 
 /// Up to `len` bytes of output after `point`, decoded with `window` before it.
@@ -133,8 +159,9 @@ impl Compactor {
 
 fn compact(file: &dyn Bytes, rx: Receiver<Job>) -> io::Result<Vec<Point>> {
     let mut points = Vec::new();
+    let mut sparse = Sparse::new()?;
     for Job { mut point, after } in rx {
-        point.window = sparse(file, &point, &point.window, after)?;
+        point.window = sparse.window(file, &point, &point.window, after)?;
         points.push(point);
     }
     Ok(points)
@@ -165,8 +192,14 @@ mod tests {
         std::os::unix::fs::FileExt::write_all_at(&file, &block, 0).unwrap();
         let window: Vec<u8> = (0..WINDOW).map(|i| (i * 7 + 3) as u8).collect();
         let point = raw_point(&window);
-        let kept =
-            zstd::bulk::decompress(&sparse(&file, &point, &window, None).unwrap(), WINDOW).unwrap();
+        let kept = zstd::bulk::decompress(
+            &Sparse::new()
+                .unwrap()
+                .window(&file, &point, &window, None)
+                .unwrap(),
+            WINDOW,
+        )
+        .unwrap();
         let pattern: Vec<u8> = (0..WINDOW).map(|i| i as u8).collect();
         assert_eq!(kept, pattern);
     }
