@@ -5,8 +5,8 @@ set -euo pipefail
 
 need_apt=()
 # cmake builds aws-lc (TLS of the gateway's upstream client); acl (setfacl) is for the mount's ACL tests.
-# zsh, fish and groff check that `roar completions` parse and `roar man` renders (tests/tests/cli_habits.rs).
-# python3-venv: the environment tests build a real venv (tests/tests/environment.rs).
+# zsh, fish and groff check that `roar completions` parse and `roar man` renders (tests/tests/suite/cli_habits.rs).
+# python3-venv: the environment tests build a real venv (tests/tests/suite/environment.rs).
 # zstd (with pzstd), zip and unzip make and extract the archives of the archive-mount tests.
 for pkg in clang libelf-dev zlib1g-dev pkg-config make cmake b3sum strace hyperfine git gcc graphviz openssl acl zsh fish groff-base python3-venv zstd zip unzip; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
@@ -18,7 +18,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-# Headless Chromium is the browser the lineage page is tested in (tests/tests/ui.rs), installed
+# Headless Chromium is the browser the lineage page is tested in (tests/tests/suite/ui.rs), installed
 # as Debian installs it (with its recommends: the configuration the tests ran with).
 need_browser=()
 for pkg in chromium fonts-dejavu-core; do
@@ -32,7 +32,7 @@ if [ ${#need_browser[@]} -gt 0 ]; then
 fi
 
 # PostgreSQL is the team store the tests start themselves on 127.0.0.1 with a data directory of
-# their own (tests/tests/team.rs, bench/team.sh), never as a system service: installed with
+# their own (tests/tests/suite/team.rs, bench/team.sh), never as a system service: installed with
 # service starts refused and without the default cluster.
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
     echo "setup: installing postgresql (no service started, no cluster made)" >&2

@@ -33,7 +33,7 @@ cp "$target/debug/roar" "$target/roar-lean"
 export ROAR_LEAN_BIN="$target/roar-lean"
 cargo build --workspace --locked
 bash scripts/build.sh
-# What users install (a wheel, a .deb), from a release build, for tests/tests/dist.rs.
+# What users install (a wheel, a .deb), from a release build, for tests/tests/suite/dist.rs.
 bash scripts/dist.sh --out "$target/dist"
 export ROAR_DIST_DIR="$target/dist"
 # FUSE over io_uring (Linux 6.14+) is off until this module parameter turns it on: on for the
@@ -46,7 +46,7 @@ if [ -w "$uring" ]; then
     trap 'echo "$uring_was" > "$uring"' EXIT
 fi
 log=$(mktemp)
-# Tests list here what they could not do on this machine (tests/tests/common: `skip`; under
+# Tests list here what they could not do on this machine (tests/tests/suite/common: `skip`; under
 # CI=true that is a failure instead).
 export ROAR_SKIPPED=$(mktemp)
 # Every test binary runs even after one fails: the log then names every failure, not the first.

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The record a job should have, from strace's view of it: an oracle for the differential suite
-(tests/tests/observers.rs) that shares no code with roar.
+(tests/tests/suite/observers.rs) that shares no code with roar.
 
     strace_model.py DIR PRE LOG...
 

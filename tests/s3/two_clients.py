@@ -2,7 +2,7 @@
 """Two clients of one S3 endpoint, each with its own identity: neither can read, write, copy,
 list or delete in the other's bucket, and each keeps full use of its own. Run against versitygw
 directly (two of its users: a check that fails there is a wrong check) and through a
-`roar gateway` that maps each client's key to that user (tests/tests/s3_conformance.rs).
+`roar gateway` that maps each client's key to that user (tests/tests/suite/s3_conformance.rs).
 
 usage: two_clients.py ENDPOINT A_ACCESS A_SECRET B_ACCESS B_SECRET SUFFIX [NONE_ACCESS NONE_SECRET]
 NONE: a key the endpoint accepts that has no identity upstream: refused, and says why.

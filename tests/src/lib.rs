@@ -1,1 +1,1 @@
-//! Shared helpers for the integration tests live in tests/tests/common.
+//! Shared helpers for the integration tests live in tests/tests/suite/common.

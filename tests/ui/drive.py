@@ -1,5 +1,5 @@
 """Drives the lineage page of `roar ui` / `roar dag --html` in headless Chromium (Debian's package)
-with Playwright, as a user would, and checks what it shows. Called by tests/tests/ui.rs.
+with Playwright, as a user would, and checks what it shows. Called by tests/tests/suite/ui.rs.
 
     drive.py served URL PROJECT ROAR EXPECT.json SHOT.png
     drive.py file   PATH.html PROJECT ROAR EXPECT.json SHOT.png

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A store of re-runs for the lineage page at scale (tests/tests/ui.rs, bench/ui.sh): ROUNDS runs
+# A store of re-runs for the lineage page at scale (tests/tests/suite/ui.rs, bench/ui.sh): ROUNDS runs
 # of a pipeline of STAGES jobs, each stage reading the previous stage's FILES outputs (the first
 # reads raw.txt) and writing FILES of its own with new content every round — ROUNDS x STAGES jobs
 # and ROUNDS x STAGES x FILES file versions. Run in an initialised project with ROAR set.

@@ -6,7 +6,7 @@
 //!
 //! Who calls them: `pow` (tokio's scheduler, the S3 client's rate limiter), `log2` (the entropy
 //! test of secret redaction), `log` (SQLite's FTS5 ranking), and progress bars. A new caller of
-//! another libm function brings `libm.so` back, which `tests/tests/preload.rs`
+//! another libm function brings `libm.so` back, which `tests/tests/suite/preload.rs`
 //! (`roar_needs_libc_alone`) catches.
 
 /// The natural logarithm.

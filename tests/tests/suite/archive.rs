@@ -5,7 +5,7 @@
 //! reused across mounts and rebuilt when the archive changes, and `roar status` sees a changed
 //! member.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::CommandExt;

@@ -1,6 +1,6 @@
 //! The `roar` command's foundation: init, hash, log, show, db, and its answers to bad input.
 
-mod common;
+use crate::common;
 
 use std::ffi::OsString;
 use std::path::PathBuf;

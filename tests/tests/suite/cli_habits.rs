@@ -3,7 +3,7 @@
 //! terminal, `roar config`, `roar rm`, completions and a man page, `roar hash` past bad entries,
 //! and the install command (into a temporary prefix) and a binary installed alone.
 
-mod common;
+use crate::common;
 
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;

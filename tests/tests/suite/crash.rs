@@ -7,7 +7,7 @@
 //! `ROAR_CRASH_KILLS` sets the kills per backend (the suite runs 24; RESULTS.md has 200);
 //! `ROAR_CRASH_SEED` replays one seed.
 
-mod common;
+use crate::common;
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;

@@ -5,7 +5,7 @@
 //! The artifacts come from `ROAR_DIST_DIR` (scripts/test.sh builds them), the lean binary from
 //! `ROAR_LEAN_BIN`; without them these tests skip loudly, and fail under CI=true.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

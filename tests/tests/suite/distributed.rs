@@ -2,7 +2,7 @@
 //! variables (its default run id `none`, as a plain `torchrun --no-python` gives), twice. Each
 //! launch is one run of its own; a rank's lineage brings every rank of its run and no other.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 

@@ -4,7 +4,7 @@
 //! into the next, says when it dies, and goes away when idle. (The coverage workloads run on eBPF
 //! in run.rs.)
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! package of a shared library it loaded; the interpreter; the machine; a dirty tree's diff that
 //! restores the code; parameters first in `roar diff`.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

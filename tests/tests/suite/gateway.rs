@@ -2,7 +2,7 @@
 //! s3s-fs upstream on loopback), raw SigV4-signed requests for what the SDK will not do (virtual
 //! hosts, a client that vanishes mid-body), boto3 under `roar run --s3`, and upstream faults.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

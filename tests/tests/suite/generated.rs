@@ -23,13 +23,13 @@
 //! `ROAR_GEN_PROGRAMS` sets how many programs each observer runs (the suite: 100 on the mount, 40
 //! under each backend, 30 under all of them compared); the suite's seed is fixed, so its programs
 //! are a regression test; `ROAR_GEN_RANDOM=1` draws a new seed each run. The long mode is
-//! `ROAR_GEN_RANDOM=1 ROAR_GEN_PROGRAMS=10000 cargo test -p roar-tests --test generated -- --ignored`.
+//! `ROAR_GEN_RANDOM=1 ROAR_GEN_PROGRAMS=10000 cargo test -p roar-tests --test suite generated:: -- --ignored`.
 //! Programs run `ROAR_GEN_BATCH` (25) to a job, each in its own directory, and to a `strace` run
 //! of the oracle: a job's start, its record and the model's start are paid per batch, not per
 //! program; a program that disagrees is shrunk alone (it may agree alone and fail among the
 //! others of its batch: `ROAR_GEN_FROM=N`, a multiple of the batch size, replays from the Nth).
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -985,7 +985,7 @@ fn generated_programs_record_exact_hashes_under_every_backend() {
 }
 
 #[test]
-#[ignore = "long: ROAR_GEN_RANDOM=1 ROAR_GEN_PROGRAMS=10000 cargo test -p roar-tests --test generated -- --ignored"]
+#[ignore = "long: ROAR_GEN_RANDOM=1 ROAR_GEN_PROGRAMS=10000 cargo test -p roar-tests --test suite generated:: -- --ignored"]
 fn generated_programs_long() {
     let observers = [Observer::Mount]
         .into_iter()

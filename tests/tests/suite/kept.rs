@@ -4,7 +4,7 @@
 //! recorded version back verified, and a generator checks that every version `PATH~N` names comes
 //! back byte for byte.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

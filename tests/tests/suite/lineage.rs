@@ -1,7 +1,7 @@
 //! Lineage answers on real recorded pipelines: dag (text, golden), lineage, inputs, status,
 //! reproduce (script and --run).
 
-mod common;
+use crate::common;
 
 use common::{snapshot, stderr, stdout, Project};
 

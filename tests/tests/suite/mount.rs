@@ -2,7 +2,7 @@
 //! mount behaves like the directory under it (a reference model on random operations); a killed
 //! daemon is cleaned up; bad input is refused with one line.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

@@ -6,7 +6,7 @@
 //!
 //! Documented exception (docs/SEMANTICS.md): `O_TMPFILE` fails with EOPNOTSUPP on the mount.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;

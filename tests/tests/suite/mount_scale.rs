@@ -2,7 +2,7 @@
 //! truncated while the daemon hashes it, descriptors exhausted (never a silent hole), unmount
 //! while a program writes, a killed daemon, the mount log staying quiet.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, Write};
 use std::os::unix::process::CommandExt;

@@ -3,7 +3,7 @@
 //! job's first tick is an output, never an input), and eBPF's view of inode timestamps equals
 //! stat(2)'s (the multigrain "ctime queried" flag of kernels >= 6.13 is masked).
 
-mod common;
+use crate::common;
 
 use std::os::unix::process::CommandExt;
 

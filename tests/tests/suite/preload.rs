@@ -3,7 +3,7 @@
 //! any, a process killed while reporting costs its own event only, a process that cannot map the
 //! ring still reports over the socket, and a bad ring size is refused before anything runs. (The coverage workloads run on preload in run.rs.)
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 

@@ -2,7 +2,7 @@
 //! run records itself; a run whose recorder dies, goes away or cannot take the job still records
 //! it, once; a killed run's job reads `killed`; the recorder leaves with its store.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! `roar run` on real processes, under each backend: the coverage workloads, with strace as the
 //! oracle for which files each one touched, and the command's exit status and signals kept.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::Path;

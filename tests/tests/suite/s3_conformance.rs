@@ -4,7 +4,7 @@
 //! forwarding to that versitygw; then `roar run --s3` jobs writing at once from many processes
 //! into one embedded store, and `roar gc` taking nothing a key or a recorded job needs.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

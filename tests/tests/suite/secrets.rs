@@ -6,7 +6,7 @@
 //! that look like token prefixes, digests) must come through untouched. Recorded by every
 //! backend; searched for in the store's bytes, every output, and the team store.
 
-mod common;
+use crate::common;
 
 use common::{stderr, Project, Rng};
 

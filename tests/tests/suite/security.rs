@@ -3,7 +3,7 @@
 //! values under the same names stay); hostile file names through `reproduce` and the terminal; the
 //! store's permissions; and events forged by another user against a running job.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;

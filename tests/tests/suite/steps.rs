@@ -3,7 +3,7 @@
 //! between them linked step to step; the same steps and edges on every backend; lineage and
 //! `roar reproduce` at step level.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! own host names, in UTS namespaces) push a distributed run concurrently and its lineage
 //! crosses them; a push cut by a server stop loses and duplicates nothing.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;

@@ -3,7 +3,7 @@
 //! required, the API answers what `roar dag --json` prints, live updates, stale marks) and written
 //! by `roar dag --html` (opens from disk with every network request refused).
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

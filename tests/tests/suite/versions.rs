@@ -3,7 +3,7 @@
 //! get the right producers; random pipelines never give a cycle; `status` is transitive and only
 //! reports real changes; noise is hidden from already-recorded jobs; big directories collapse.
 
-mod common;
+use crate::common;
 
 use std::collections::{HashMap, HashSet};
 
@@ -116,7 +116,7 @@ fn a_copy_step_is_two_versions_and_never_its_own_producer() {
 fn an_output_with_the_bytes_of_a_checkpoint_keeps_its_own_node() {
     let p = Project::new();
     // Collapsing a job's directory of checkpoints is what is checked here: the loop's `cat`s
-    // would each be a step with one checkpoint (tests/tests/steps.rs covers steps).
+    // would each be a step with one checkpoint (tests/tests/suite/steps.rs covers steps).
     p.append_config("\n[steps]\ndrivers = []\n");
     p.write("data.txt", b"d");
     std::fs::create_dir_all(p.path().join("ckpt")).unwrap();
