@@ -92,12 +92,17 @@ impl Cursor {
         if point.window.is_empty() {
             return Cursor::resume(file, point, &[]);
         }
-        WINDOWS.with_borrow_mut(|w| {
-            let (dctx, window) = w;
-            window.resize(WINDOW, 0);
-            let n = dctx.decompress_to_buffer(&point.window[..], &mut window[..])?;
-            Cursor::resume(file, point, &window[..n])
-        })
+        // Taken out while in use, not borrowed: resuming reads `file`, which may be a member of
+        // another gzip archive, resumed on this thread in turn.
+        let (mut zstd, mut window) = match WINDOWS.take() {
+            Some(held) => held,
+            None => (zstd::bulk::Decompressor::new()?, Vec::new()),
+        };
+        window.resize(WINDOW, 0);
+        let n = zstd.decompress_to_buffer(&point.window[..], &mut window[..])?;
+        let cursor = Cursor::resume(file, point, &window[..n]);
+        WINDOWS.set(Some((zstd, window)));
+        cursor
     }
 
     /// A gzip stream resumed at `point` with `window` (uncompressed) before it.
@@ -213,7 +218,15 @@ impl Cursor {
 
     /// Skips `n` uncompressed bytes.
     pub fn skip(&mut self, file: &dyn Bytes, mut n: u64) -> io::Result<()> {
-        SCRATCH.with_borrow_mut(|scratch| self.skip_into(file, &mut n, scratch))
+        // Taken out while in use, as the window above: skipping in a nested archive skips in the
+        // one that holds it.
+        let mut scratch = SCRATCH.take();
+        if scratch.is_empty() {
+            scratch = vec![0; 64 * 1024];
+        }
+        let skipped = self.skip_into(file, &mut n, &mut scratch);
+        SCRATCH.set(scratch);
+        skipped
     }
 
     fn skip_into(&mut self, file: &dyn Bytes, n: &mut u64, scratch: &mut [u8]) -> io::Result<()> {
@@ -232,14 +245,12 @@ impl Cursor {
     }
 }
 
+/// A decompression context and room for a window, reused by the resumes on a thread (a fresh
+/// zstd context per read cost ~7 % of a random member's read).
+type Windows = Option<(zstd::bulk::Decompressor<'static>, Vec<u8>)>;
+
 thread_local! {
-    /// A decompression context and room for a window, reused by every resume on this thread
-    /// (a fresh zstd context per read cost ~7 % of a random member's read).
-    static WINDOWS: std::cell::RefCell<(zstd::bulk::Decompressor<'static>, Vec<u8>)> =
-        std::cell::RefCell::new((
-            zstd::bulk::Decompressor::new().expect("a zstd decompression context"),
-            Vec::new(),
-        ));
+    static WINDOWS: std::cell::RefCell<Windows> = const { std::cell::RefCell::new(None) };
     /// Where skipped output goes, allocated once per thread.
-    static SCRATCH: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; 64 * 1024]);
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
