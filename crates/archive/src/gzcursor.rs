@@ -6,8 +6,11 @@ use std::io;
 use crate::bytes::{read_at_retry, Bytes};
 use crate::inflate::{Inflater, GZIP, RAW, WINDOW};
 
-/// Compressed input read at a time: a random read decodes tens of KiB.
+/// Compressed input read at a time when resuming: a random read decodes tens of KiB.
 const INPUT: usize = 32 * 1024;
+
+/// Compressed input read at a time for a zip member, read from its start to its end.
+const MEMBER_INPUT: usize = 128 * 1024;
 
 /// Where decoding can resume.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,7 +138,7 @@ impl Cursor {
     pub fn deflate(start: u64, end: u64) -> io::Result<Cursor> {
         Ok(Cursor {
             inf: Inflater::new(RAW)?,
-            input: vec![0; INPUT],
+            input: vec![0; MEMBER_INPUT],
             in_pos: 0,
             in_len: 0,
             next: start,
