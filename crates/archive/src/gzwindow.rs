@@ -144,10 +144,10 @@ impl Compactor {
 
     /// Every point handed over, with its window made sparse.
     pub fn finish(mut self) -> io::Result<Vec<Point>> {
-        self.tx = None;
         self.join()
     }
 
+    /// Closes the queue (the worker ends once it has drained it) and waits for the worker.
     fn join(&mut self) -> io::Result<Vec<Point>> {
         self.tx = None;
         let worker = self.worker.take().expect("joined once");
