@@ -30,6 +30,9 @@ cat "$d/f_1" > /dev/null
 echo end >> "$d/log"
 "#;
 
+/// The ring size (so the helper) of this file's eBPF runs: no other test uses it.
+const CRASH_RING_KB: u32 = 4096;
+
 fn now_us() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -52,9 +55,12 @@ fn seed() -> u64 {
 }
 
 /// `roar run --tracer backend -- bash work.sh DIR FILES`, started.
+/// Under eBPF the runs use a ring size of their own, so a helper of their own: the helper this
+/// test kills is never another test's (the suite's tests run side by side).
 fn run_work(p: &Project, backend: &str, dir: &str, files: u64) -> std::process::Child {
     p.cmd(["run", "--tracer", backend, "--", "bash", "work.sh", dir])
         .arg(files.to_string())
+        .env("ROAR_EBPF_RING_KB", CRASH_RING_KB.to_string())
         .env("ROAR_CRASH_MARK", "kept")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -162,9 +168,10 @@ fn kill_during_runs(backend: &str, n: usize, strict: bool, victim: Victim) -> Ta
         if victim == Victim::Roar {
             let _ = roar.kill();
         } else {
-            let _ = Command::new("pkill")
-                .args(["-9", "-f", "roar-ebpf-helper"])
-                .status();
+            for pid in common::ebpf_helpers(CRASH_RING_KB) {
+                // SAFETY: kill with a pid just found.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
         }
         let status = roar.wait().unwrap();
         tally.kills += 1;
@@ -435,8 +442,8 @@ fn ebpf_killed_at_random_loses_no_access() {
         t.mid_command > 0,
         "no kill landed while the command ran: {t:?}"
     );
-    // Then the helper killed under runs (in this same test: a helper killed while another
-    // test's run used it would cut that run short): each run records every access made before
+    // Then the helper killed under runs (in this same test: a helper killed while the test's
+    // other runs used it would cut them short): each run records every access made before
     // the kill, and says it is incomplete.
     let t = kill_during_runs("ebpf", kills(), true, Victim::EbpfHelper);
     eprintln!("crash ebpf helper: {t:?}");

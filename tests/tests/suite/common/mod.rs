@@ -399,3 +399,19 @@ pub fn wait_until_gone(pattern: &str, within: std::time::Duration) -> bool {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// Pids of running eBPF helpers serving rings of `ring_kb` KiB (each test that watches a helper
+/// uses a ring size of its own, so it has a helper of its own).
+pub fn ebpf_helpers(ring_kb: u32) -> Vec<i32> {
+    let want = format!("ROAR_EBPF_RING_KB={ring_kb}");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            cmdline.split(|b| *b == 0).any(|a| a == b"__ebpf-helper")
+                && environ.split(|b| *b == 0).any(|v| v == want.as_bytes())
+        })
+        .collect()
+}
