@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The code's shape, measured (issue 64): functions over 100 lines, files over 600 lines, and
-import circles between the modules of a crate. Test code (tests/ directories, `#[cfg(test)]`
+"""The code's shape, measured (issue 64): functions over 100 lines, files over 600 lines,
+import circles between the modules of a crate, and dependencies that break the crates' layers. Test code (tests/ directories, `#[cfg(test)]`
 modules) and build output are left out; the preload shim counts (it is ours).
 
     python3 scripts/structure.py            # the figures and every offender
@@ -178,6 +178,65 @@ def circles(uses):
     return found
 
 
+# The crates' layers (docs/ARCHITECTURE.md, "Invariants"): the roar crates each may depend on
+# (normal dependencies; dev-dependencies aside), and the outside crates only some may use.
+LAYERS = {
+    "cli": {"store", "env", "tracer", "engine", "wire", "roarfs", "archive", "gateway", "spin"},
+    "tracer": {"engine", "store", "spin", "archive", "wire"},
+    "roarfs": {"tracer", "engine", "store", "archive", "spin"},
+    "gateway": {"engine", "store"},
+    "engine": {"store"},
+    "env": {"store"},
+    "fleet": {"store"},
+    "store": set(),
+    "archive": set(),
+    "spin": set(),
+    "wire": set(),
+    "preload": {"wire"},
+}
+ONLY_IN = {
+    "clap": {"cli", "fleet"},       # command lines: the binaries
+    "anyhow": {"cli", "gateway"},   # library crates return their own error types
+    "fuser": {"roarfs"},
+    "s3s": {"gateway"},
+}
+# The shim is loaded into every traced process: libc and the event format, nothing else.
+SHIM_DEPS = {"libc", "roar-wire"}
+
+
+def dependencies(toml_path):
+    """The names in a Cargo.toml's [dependencies] (and target-specific ones)."""
+    import tomllib
+    with open(toml_path, "rb") as f:
+        doc = tomllib.load(f)
+    names = set(doc.get("dependencies", {}))
+    for target in doc.get("target", {}).values():
+        names |= set(target.get("dependencies", {}))
+    return names
+
+
+def layer_violations():
+    """Every dependency that breaks the layers above, as a sentence."""
+    found = []
+    crates_dir = os.path.join(ROOT, "crates")
+    for crate in sorted(os.listdir(crates_dir)):
+        toml_path = os.path.join(crates_dir, crate, "Cargo.toml")
+        if not os.path.exists(toml_path):
+            continue
+        deps = dependencies(toml_path)
+        if crate not in LAYERS:
+            found.append(f"crates/{crate} is in no layer: add it to LAYERS in scripts/structure.py")
+            continue
+        for dep in sorted(deps):
+            if dep.startswith("roar-") and dep[5:] not in LAYERS[crate]:
+                found.append(f"crates/{crate} depends on {dep}, below it in no layer")
+            if dep in ONLY_IN and crate not in ONLY_IN[dep]:
+                found.append(f"crates/{crate} depends on {dep} (only {', '.join(sorted(ONLY_IN[dep]))} may)")
+        if crate == "preload" and deps - SHIM_DEPS:
+            found.append(f"the shim depends on {', '.join(sorted(deps - SHIM_DEPS))} (libc and roar-wire only)")
+    return found
+
+
 def measure():
     long_fns, long_files = [], []
     uses = defaultdict(lambda: defaultdict(set))
@@ -222,8 +281,15 @@ def main():
     print(f"import circles between a crate's modules: {len(found)}")
     for crate, comp in found:
         print(f"  {crate}: {' <-> '.join(comp)}")
+    layers = layer_violations()
+    print(f"dependencies against the crates' layers: {len(layers)}")
+    for v in layers:
+        print(f"  {v}")
     if not check:
         return 0
+    if layers:
+        print("structure: a dependency breaks the crates' layers (docs/ARCHITECTURE.md)", file=sys.stderr)
+        return 1
     limits = {}
     for line in open(os.path.join(ROOT, "scripts", "structure.toml")):
         m = re.match(r"\s*(\w+)\s*=\s*(\d+)", line)

@@ -6,6 +6,7 @@
 //! way of keeping incompressible data: images, anything compressed already), whose bytes are in
 //! the file as they are: a read that falls wholly in them is a `pread`, nothing decoded.
 //! Concatenated gzip members (pigz, bgzip) are followed across.
+#![allow(unsafe_code)]
 
 use std::io::{self, Read};
 

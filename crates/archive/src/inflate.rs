@@ -1,6 +1,7 @@
 //! Deflate through zlib, with what random access needs and flate2 does not expose: stopping at
 //! block boundaries (`Z_BLOCK`), and resuming in the middle of a stream from a saved window
 //! (`inflatePrime`, `inflateSetDictionary`) — the method of zlib's own `examples/zran.c`.
+#![allow(unsafe_code)]
 
 use std::io;
 use std::os::raw::c_int;

@@ -3,6 +3,7 @@
 //! (member path, member hash, archive, archive hash). `roar run`'s tracer asks it of the inputs it
 //! found under an archive mount, so a traced job records `ARCHIVE!/member` and the archive version,
 //! as the mount records for the jobs it attributes itself.
+#![allow(unsafe_code)]
 
 use std::ffi::CString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};

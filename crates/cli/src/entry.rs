@@ -7,6 +7,7 @@
 //! (bench/NOTES.md). Without it, a stack overflow on roar's main thread is a plain SIGSEGV instead
 //! of a "has overflowed its stack" line and SIGABRT; a panic still prints its message and exits
 //! 101.
+#![allow(unsafe_code)]
 
 /// The exit status of a roar command. (std's `ExitCode` cannot be read back into the status
 /// `main` returns.)

@@ -436,8 +436,11 @@ fn roar_main() -> ExitCode {
             | Command::Unmount { .. }
             | Command::CheckpointStore { .. }
     ) {
+        #[allow(unsafe_code)]
         // SAFETY: setting a signal disposition before any thread is started.
-        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL)
+        };
     }
     finish(dispatch(cli))
 }

@@ -8,6 +8,7 @@
 //! test of secret redaction), `log` (SQLite's FTS5 ranking), and progress bars. A new caller of
 //! another libm function brings `libm.so` back, which `tests/tests/suite/preload.rs`
 //! (`roar_needs_libc_alone`) catches.
+#![allow(unsafe_code)]
 
 /// The natural logarithm.
 #[no_mangle]

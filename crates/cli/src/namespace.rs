@@ -2,6 +2,7 @@
 //! `roar reproduce --run` puts a scratch worktree over the tree (the job sees its recorded paths)
 //! and `roar run @N --set` puts a scratch copy of a parameter file over the user's (the user's
 //! file is never written). Root gets a mount namespace; anyone else a user namespace too.
+#![allow(unsafe_code)]
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;

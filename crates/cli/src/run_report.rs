@@ -1,6 +1,7 @@
 //! What `roar run` says on stderr once its job is recorded (or not): the closing line (or one
 //! JSON object), warnings of what the record may miss, the `--verbose` listing, `--summary` and
 //! `--timing`.
+#![allow(unsafe_code)]
 
 use std::io::Write;
 use std::path::Path;

@@ -15,6 +15,7 @@
 //! the kernel drops it when the process dies, however it dies. A journal whose lock can be taken
 //! is one whose writer is gone, and whoever takes it (recovery) keeps it while it rebuilds the
 //! job, so two recoveries never record one job twice.
+#![allow(unsafe_code)]
 
 use std::fs::File;
 use std::io::{self, Write};

@@ -132,8 +132,11 @@ impl Gateway {
         // it: ten uploads at once over the runtime's and the blocking pool's threads left a
         // 1 GiB PUT+GET at 79-92 MB peak RSS; two arenas hold it at 48-55 MB, no slower
         // (bench/NOTES.md). Process-wide, set before the gateway's threads start.
+        #[allow(unsafe_code)]
         // SAFETY: mallopt only changes a malloc tunable.
-        unsafe { libc::mallopt(libc::M_ARENA_MAX, 2) };
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, 2)
+        };
         let listener = std::net::TcpListener::bind(config.listen)
             .with_context(|| format!("cannot listen on {}", config.listen))?;
         listener.set_nonblocking(true)?;

@@ -102,8 +102,11 @@ pub fn poll<T>(until: Instant, mut ready: impl FnMut() -> Option<T>) -> Option<T
         if Instant::now() >= until {
             return None;
         }
+        #[allow(unsafe_code)]
         // SAFETY: no arguments; gives a runnable thread on this CPU its turn.
-        unsafe { libc::sched_yield() };
+        unsafe {
+            libc::sched_yield()
+        };
     }
 }
 

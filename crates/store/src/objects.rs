@@ -8,6 +8,7 @@
 //! into place whole; it is never written in place. Blobs are not synced one by one (that would
 //! cost every output an fsync): a power loss can leave one damaged, and every use checks a
 //! blob's bytes against its name before it is trusted ([`Objects::copy_out`]).
+#![allow(unsafe_code)]
 
 use std::fs::File;
 use std::io::{self, Read, Write};

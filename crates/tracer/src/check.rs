@@ -4,6 +4,7 @@
 //! auto: preload for dynamically linked programs (cheapest per run: no load, no stop). For a
 //! statically linked or setuid/setgid program (the dynamic loader would not load the shim): eBPF
 //! when its preflight passes (no stop per file), else ptrace.
+#![allow(unsafe_code)]
 
 use std::ffi::OsStr;
 use std::io::Read;

@@ -12,6 +12,7 @@
 //! files whose last change was older than the racy window are hashed, a later write cannot leave
 //! that identity unchanged (the rule the hash cache follows). A wrong guess costs the read it was
 //! meant to save, never a wrong hash.
+#![allow(unsafe_code)]
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;

@@ -2,6 +2,7 @@
 //! mount reads for a process it sees (it is not stopped there: a process that already exited
 //! reads as an empty program). The mount tells the streams apart its own way ([`exec_with`]):
 //! a stat of a file on the mount would be a request to itself.
+#![allow(unsafe_code)]
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;

@@ -5,6 +5,7 @@
 //! which shares our process group) and forwards SIGTERM/SIGHUP/SIGUSR1/SIGUSR2 sent to roar itself.
 //! roar becomes a child subreaper so processes the command leaves behind are still part of the
 //! job: `roar run` returns once every one of them has exited.
+#![allow(unsafe_code)]
 
 use std::ffi::{CString, OsStr, OsString};
 use std::io;

@@ -108,8 +108,11 @@ pub fn ctime_floor_ns() -> i64 {
         tv_sec: 0,
         tv_nsec: 0,
     };
+    #[allow(unsafe_code)]
     // SAFETY: a valid out-pointer; CLOCK_REALTIME_COARSE needs no privilege.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts)
+    };
     ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
 

@@ -9,6 +9,7 @@
 //! and hand it on, a datagram is taken only from a sender the kernel places in the run
 //! ([`Senders`]: its credentials, then its ancestry). Anything else is dropped unparsed and
 //! counted, and the job says so.
+#![allow(unsafe_code)]
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStringExt;

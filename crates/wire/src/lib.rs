@@ -173,6 +173,7 @@ pub struct Header {
 
 pub const HEADER_LEN: usize = core::mem::size_of::<Header>();
 
+#[allow(unsafe_code)]
 impl Header {
     pub fn as_bytes(&self) -> &[u8] {
         // SAFETY: Header is repr(C), Copy, made only of integers with explicit padding fields,

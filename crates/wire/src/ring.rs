@@ -35,6 +35,7 @@
 //! multiple of 8, so the low 3 bits carry the flags), bits 32..64 the producer's pid. Zero means
 //! "not reserved yet" — or, once the run is over, that the producer died between reserving and
 //! marking, which loses the rest of the ring (reported, never guessed at).
+#![allow(unsafe_code)]
 
 use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 

@@ -1,5 +1,6 @@
 //! The recorder process itself (`roar __recorder DB`): it accepts runs' connections and commits
 //! their jobs through the store's writer, completing each environment from its package cache.
+#![allow(unsafe_code)]
 
 use std::io;
 use std::os::unix::fs::MetadataExt;

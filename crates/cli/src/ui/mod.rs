@@ -41,6 +41,7 @@ struct State {
 /// 128 random bits, hex: the kernel's random source, as `getrandom(2)` gives it.
 fn token() -> anyhow::Result<String> {
     let mut buf = [0u8; 16];
+    #[allow(unsafe_code)]
     // SAFETY: getrandom writes at most `buf.len()` bytes into the buffer we own.
     let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
     anyhow::ensure!(

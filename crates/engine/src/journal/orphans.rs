@@ -1,5 +1,6 @@
 //! Journals whose writer is gone (orphans), found, claimed and read back for recovery; a claim
 //! by an observer that will take a journal over; reading a journal's records.
+#![allow(unsafe_code)]
 
 use std::fs::File;
 use std::io::{self, Read};

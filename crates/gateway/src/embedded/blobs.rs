@@ -13,6 +13,7 @@
 //! gc looks at is either named by a committed row or not being committed by anyone — a body
 //! renamed into place and not yet named cannot be taken, and a writer whose content gc has just
 //! deleted renames its own copy into place after.
+#![allow(unsafe_code)]
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};

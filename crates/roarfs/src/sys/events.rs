@@ -1,4 +1,5 @@
 //! The kernel's process events (the netlink proc connector): forks, execs and exits.
+#![allow(unsafe_code)]
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

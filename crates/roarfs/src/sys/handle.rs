@@ -1,5 +1,6 @@
 //! Kernel file handles (`name_to_handle_at`, `open_by_handle_at`): how the daemon names a
 //! backing file without holding a descriptor for it.
+#![allow(unsafe_code)]
 
 use std::fs::File;
 use std::io;

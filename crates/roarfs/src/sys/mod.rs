@@ -1,6 +1,7 @@
 //! The few syscalls roarfs makes relative to directory fds, as safe functions returning
 //! `io::Result`. Every backing file is reached from an `O_PATH` fd, never by a path through the
 //! mount (which would loop back into this filesystem).
+#![allow(unsafe_code)]
 
 use std::ffi::{CString, OsStr};
 use std::fs::File;

@@ -1,5 +1,6 @@
 //! Other processes: what they hold open under a directory, where they work, the signals the
 //! daemon waits for and sends, and whether a stdin pipe can still bring anything.
+#![allow(unsafe_code)]
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 

@@ -1,4 +1,5 @@
 //! Records from the ring buffer back to [`Event`]s: the layout is `src/bpf/roar.h`.
+#![allow(unsafe_code)]
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;

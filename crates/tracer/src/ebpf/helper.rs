@@ -19,6 +19,7 @@
 //! A run falls back to loading the programs itself when `ROAR_EBPF_HELPER=0`, when it runs inside
 //! another `roar` (that roar waits for every process its command leaves, and would wait for the
 //! helper), or when the helper cannot be reached or has no free slot.
+#![allow(unsafe_code)]
 
 use std::collections::HashSet;
 use std::io::{self, BufRead, BufReader, IoSlice, IoSliceMut, Read, Write};

@@ -2,6 +2,7 @@
 //! `runs`, reads the ring at that slot of `rings`, and its command adds itself to `tracked`
 //! (`src/bpf/roar.bpf.c` says how the programs use them). Raw bpf(2) map calls: [`track_self`]
 //! runs between fork and exec.
+#![allow(unsafe_code)]
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};

@@ -9,6 +9,7 @@
 //! its own pid to the `tracked` map between fork and exec; from then on fork/exit keep the map
 //! in-kernel. Records that could not be written (ring buffer full) are counted, and a job with any
 //! is incomplete; so is a job whose helper died while it ran.
+#![allow(unsafe_code)]
 
 mod decode;
 pub mod helper;

@@ -6,6 +6,7 @@
 //! resolved against the tracee's cwd or dirfd; at exit its result decides whether it is reported.
 //! A read-only open that repeats one the same program already made of the same file takes only
 //! the first ([`reopens`]).
+#![allow(unsafe_code)]
 
 mod filter;
 mod reopens;

@@ -20,6 +20,7 @@
 //! both stops again, as a first open does. What the entry cannot see is a failure `stat` does not
 //! predict (no free descriptor, a `setuid` or `unshare` in the program since its exec): such an
 //! open is recorded although it failed, as a read of a file its image had already read.
+#![allow(unsafe_code)]
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,6 @@
 //! What a stopped tracee's syscall is: its arguments read at entry (paths resolved against the
 //! tracee's cwd or dirfd) and, with its result at exit, the event it makes.
+#![allow(unsafe_code)]
 
 use std::ffi::OsString;
 use std::io;

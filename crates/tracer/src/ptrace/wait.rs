@@ -5,6 +5,7 @@
 //! One window per kind of stop served last: what follows an entry (its exit) is not what
 //! follows an exit (the program's own work until its next file syscall).
 //! `ROAR_PTRACE_POLL_US` sets the largest window (0: never poll).
+#![allow(unsafe_code)]
 
 use std::time::{Duration, Instant};
 
