@@ -4,7 +4,7 @@
 use std::io::Write;
 
 use anyhow::Context;
-use clap::{CommandFactory, Subcommand};
+use clap::Subcommand;
 use roar_store::Project;
 
 use crate::config::Config;
@@ -183,19 +183,5 @@ pub(crate) fn write_document(
     let tmp = path.with_extension("toml.tmp");
     std::fs::write(&tmp, &text).with_context(|| format!("cannot write {}", tmp.display()))?;
     std::fs::rename(&tmp, &path).with_context(|| format!("cannot replace {}", path.display()))?;
-    Ok(())
-}
-
-/// `roar completions SHELL`: the completion script on stdout.
-pub fn completions(shell: clap_complete::Shell) -> anyhow::Result<()> {
-    let mut cmd = crate::Cli::command();
-    clap_complete::generate(shell, &mut cmd, "roar", &mut std::io::stdout().lock());
-    Ok(())
-}
-
-/// `roar man`: the manual page (roff) on stdout, `man -l -` renders it.
-pub fn man() -> anyhow::Result<()> {
-    let cmd = crate::Cli::command();
-    clap_mangen::Man::new(cmd).render(&mut std::io::stdout().lock())?;
     Ok(())
 }
