@@ -442,4 +442,3 @@ fn clone_err(e: &rusqlite::Error) -> rusqlite::Error {
         ),
     }
 }
-

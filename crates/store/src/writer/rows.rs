@@ -34,7 +34,8 @@ pub(super) fn upsert_artifact(
 }
 
 /// Not `INSERT .. RETURNING`: SQLite builds a temporary table for every RETURNING statement.
-pub(super) const INSERT_ARTIFACT: &str = "INSERT INTO artifacts (blake3, sha256, size) VALUES (?1, ?2, ?3)
+pub(super) const INSERT_ARTIFACT: &str =
+    "INSERT INTO artifacts (blake3, sha256, size) VALUES (?1, ?2, ?3)
                                ON CONFLICT (blake3) DO NOTHING";
 
 /// `recorder`: who records a running job, when not this process.
@@ -211,7 +212,11 @@ pub(crate) fn import(conn: &mut Connection, jobs: Vec<JobRecord>) -> rusqlite::R
     Ok(added)
 }
 
-pub(super) fn insert_steps(tx: &Connection, job_id: i64, steps: &[StepRecord]) -> rusqlite::Result<()> {
+pub(super) fn insert_steps(
+    tx: &Connection,
+    job_id: i64,
+    steps: &[StepRecord],
+) -> rusqlite::Result<()> {
     if steps.is_empty() {
         return Ok(());
     }
@@ -267,7 +272,11 @@ pub(super) fn insert_steps(tx: &Connection, job_id: i64, steps: &[StepRecord]) -
     Ok(())
 }
 
-pub(super) fn insert_files(tx: &Connection, job_id: i64, files: &[FileRecord]) -> rusqlite::Result<()> {
+pub(super) fn insert_files(
+    tx: &Connection,
+    job_id: i64,
+    files: &[FileRecord],
+) -> rusqlite::Result<()> {
     let mut insert_artifact = tx.prepare_cached(INSERT_ARTIFACT)?;
     let mut insert_file = tx.prepare_cached(
         "INSERT INTO job_files (job_id, role, kind, path, artifact_id, before_artifact_id,
