@@ -244,7 +244,7 @@ impl Config {
             );
         }
         for (name, remote) in &config.remotes {
-            roar_store::team::Remote::check_url(&remote.url).map_err(|why| {
+            roar_team::Remote::check_url(&remote.url).map_err(|why| {
                 anyhow::anyhow!(
                     "{}: remote {name:?}: {why}",
                     at(&format!("[remotes.{name}]"))
@@ -261,8 +261,8 @@ impl Config {
     }
 
     /// The configured remote called `name`.
-    pub fn remote(&self, name: &str) -> Option<roar_store::team::Remote> {
-        self.remotes.get(name).map(|r| roar_store::team::Remote {
+    pub fn remote(&self, name: &str) -> Option<roar_team::Remote> {
+        self.remotes.get(name).map(|r| roar_team::Remote {
             name: name.to_owned(),
             url: r.url.clone(),
         })

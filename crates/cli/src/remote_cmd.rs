@@ -1,6 +1,6 @@
 //! `roar remote` (the team stores a project pushes to), `roar push`, the push in the background
 //! after each `roar run`, and `--remote` on query commands (which read a mirror of the team
-//! store brought up to date first). The team store itself: roar_store::team.
+//! store brought up to date first). The team store itself: the roar-team crate.
 
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -8,8 +8,8 @@ use std::process::{Command, Stdio};
 
 use anyhow::Context;
 use clap::Subcommand;
-use roar_store::team::{self, Remote};
 use roar_store::Project;
+use roar_team::{self as team, Remote};
 
 use crate::config::Config;
 use crate::entry::ExitCode;

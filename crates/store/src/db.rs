@@ -1,9 +1,9 @@
 //! Opening the SQLite store: pragmas, schema migrations and error classification.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use rusqlite::{Connection, ErrorCode, OpenFlags};
+use rusqlite::{Connection, OpenFlags};
 
 use crate::error::{Result, StoreError};
 
@@ -206,7 +206,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     CREATE INDEX step_files_step ON step_files(step_id);
     CREATE INDEX step_files_path ON step_files(path, role);
     "#,
-    // 10: the team store (crate::team). Every job gets a global identity, `uid`, made here for
+    // 10: the team store (the roar-team crate). Every job gets a global identity, `uid`, made here for
     // the jobs recorded so far; a job copied from the team store keeps its own. A distributed
     // run's jobs name their group and rank (model::Distributed). `pushed` lists the jobs each
     // remote (by its URL without credentials) already holds; `fetched` is how far a remote's
@@ -351,35 +351,5 @@ fn user_version(conn: &Connection) -> rusqlite::Result<i64> {
 
 /// Turns a raw SQLite error into the store error a user can act on.
 pub(crate) fn classify(path: &Path, e: rusqlite::Error) -> StoreError {
-    let path: PathBuf = path.to_owned();
-    match e.sqlite_error_code() {
-        Some(ErrorCode::NotADatabase) | Some(ErrorCode::DatabaseCorrupt) => {
-            StoreError::Corrupt { path, source: e }
-        }
-        Some(ErrorCode::ReadOnly)
-        | Some(ErrorCode::CannotOpen)
-        | Some(ErrorCode::PermissionDenied)
-            if !dir_writable(&path) =>
-        {
-            StoreError::ReadOnly { path, source: e }
-        }
-        _ => StoreError::Sqlite { path, source: e },
-    }
-}
-
-fn dir_writable(db: &Path) -> bool {
-    // Root ignores mode bits, so the only honest test is to try: a probe file is created and
-    // removed next to the database (this runs only on the error path).
-    let dir = db.parent().unwrap_or(Path::new("."));
-    let probe = dir.join(format!(".roar-write-probe-{}", std::process::id()));
-    let created = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&probe)
-        .is_ok();
-    if created {
-        let _ = std::fs::remove_file(&probe);
-    }
-    let db_writable = std::fs::OpenOptions::new().append(true).open(db).is_ok() || !db.exists();
-    created && db_writable
+    StoreError::sqlite(path, e)
 }

@@ -157,7 +157,7 @@ fn package_from_row(r: &rusqlite::Row, at: usize) -> rusqlite::Result<Package> {
 }
 
 /// The packages job `job_id` used, sorted by kind and name.
-pub(crate) fn packages_of(conn: &Connection, job_id: i64) -> rusqlite::Result<Vec<Package>> {
+pub fn packages_of(conn: &Connection, job_id: i64) -> rusqlite::Result<Vec<Package>> {
     let mut stmt = conn.prepare_cached(
         "SELECT p.kind, p.name, p.version, p.installer, p.location, p.commit_id
          FROM job_packages j JOIN packages p ON p.id = j.package_id
@@ -168,7 +168,7 @@ pub(crate) fn packages_of(conn: &Connection, job_id: i64) -> rusqlite::Result<Ve
 }
 
 /// The runtime job `job_id` ran on.
-pub(crate) fn runtime_of(conn: &Connection, job_id: i64) -> rusqlite::Result<Option<Runtime>> {
+pub fn runtime_of(conn: &Connection, job_id: i64) -> rusqlite::Result<Option<Runtime>> {
     let info: Option<String> = conn
         .prepare_cached(
             "SELECT r.info FROM jobs j JOIN runtimes r ON r.id = j.runtime_id WHERE j.id = ?1",

@@ -64,11 +64,27 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    pub(crate) fn io(
-        action: &'static str,
-        path: impl Into<PathBuf>,
-        source: std::io::Error,
-    ) -> Self {
+    /// A SQLite error on the store at `path`, as the store error a user can act on (corrupt,
+    /// read-only, busy...).
+    pub fn sqlite(path: &std::path::Path, e: rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode;
+        let path: PathBuf = path.to_owned();
+        match e.sqlite_error_code() {
+            Some(ErrorCode::NotADatabase) | Some(ErrorCode::DatabaseCorrupt) => {
+                StoreError::Corrupt { path, source: e }
+            }
+            Some(ErrorCode::ReadOnly)
+            | Some(ErrorCode::CannotOpen)
+            | Some(ErrorCode::PermissionDenied)
+                if !dir_writable(&path) =>
+            {
+                StoreError::ReadOnly { path, source: e }
+            }
+            _ => StoreError::Sqlite { path, source: e },
+        }
+    }
+
+    pub fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         StoreError::Io {
             action,
             path: path.into(),
@@ -78,3 +94,21 @@ impl StoreError {
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Whether the directory holding `db` takes a new file.
+fn dir_writable(db: &std::path::Path) -> bool {
+    // Root ignores mode bits, so the only honest test is to try: a probe file is created and
+    // removed next to the database (this runs only on the error path).
+    let dir = db.parent().unwrap_or(std::path::Path::new("."));
+    let probe = dir.join(format!(".roar-write-probe-{}", std::process::id()));
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .is_ok();
+    if created {
+        let _ = std::fs::remove_file(&probe);
+    }
+    let db_writable = std::fs::OpenOptions::new().append(true).open(db).is_ok() || !db.exists();
+    created && db_writable
+}

@@ -24,7 +24,6 @@ pub mod redact;
 mod runs;
 mod status;
 mod steps;
-pub mod team;
 mod writer;
 
 pub use committer::Committer;
@@ -44,8 +43,8 @@ pub use quote::{shell_join, shell_quote, shown};
 pub use runs::{RunDetail, RunFile, RunJob};
 pub use status::{Cause, Change, Now, StaleJob, StatusPlan, StatusReport, Unfinished};
 pub use writer::{
-    checkpoint, checkpoint_due, Begun, Checkpoints, FileChunk, JobStream, OpeningWriter, Writer,
-    WAL_LIMIT,
+    checkpoint, checkpoint_due, import as import_jobs, Begun, Checkpoints, FileChunk, JobStream,
+    OpeningWriter, Writer, WAL_LIMIT,
 };
 
 /// Helpers for tests that need databases of an older schema.

@@ -977,11 +977,7 @@ fn a_team_store_of_schema_1_is_migrated_and_reads_back_the_same() {
     let Some(pg) = Postgres::start() else {
         return;
     };
-    assert_eq!(
-        roar_store::team::MIGRATIONS.len(),
-        3,
-        "this test knows schema 3"
-    );
+    assert_eq!(roar_team::MIGRATIONS.len(), 3, "this test knows schema 3");
     let p = Project::new();
     let shape = roar_fleet::Shape::new(3, 40, 2);
     for n in 0..shape.nodes {

@@ -14,7 +14,8 @@ use crate::redact::Policy;
 
 mod rows;
 
-pub(crate) use rows::{import, insert_cache, insert_job};
+pub use rows::import;
+pub(crate) use rows::{insert_cache, insert_job};
 use rows::{upsert_artifact, INSERT_ARTIFACT};
 
 /// Most messages one transaction takes before it commits and starts the next.

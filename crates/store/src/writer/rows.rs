@@ -190,10 +190,10 @@ pub(super) fn insert_processes(
     Ok(())
 }
 
-/// Adds jobs copied from another store (the team store's mirror, crate::team) in one
+/// Adds jobs copied from another store (a team store's mirror, the roar-team crate) in one
 /// transaction: each keeps its uid, and one the store already has is skipped. Returns how many
-/// were added. The caller has redacted them (crate::team::fetch applies the project's policy).
-pub(crate) fn import(conn: &mut Connection, jobs: Vec<JobRecord>) -> rusqlite::Result<usize> {
+/// were added. The caller has redacted them (roar-team's `fetch` applies the project's policy).
+pub fn import(conn: &mut Connection, jobs: Vec<JobRecord>) -> rusqlite::Result<usize> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let mut added = 0;
     for job in &jobs {

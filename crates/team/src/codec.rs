@@ -5,7 +5,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use crate::model::{Outcome, Role};
+use roar_store::{Outcome, Role};
 
 pub(crate) fn bytes(p: &Path) -> Vec<u8> {
     p.as_os_str().as_bytes().to_vec()

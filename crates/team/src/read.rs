@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use postgres::GenericClient;
 
 use super::codec::{outcome, path, role, role_of_code};
-use crate::environment::{Environment, Package, Runtime};
-use crate::model::{
+use roar_store::environment::{Environment, Package, Runtime};
+use roar_store::{
     argv_from_blob, ContentHash, Distributed, FileRecord, GitState, JobRecord, Ops, ProcessRecord,
     Redirect, S3Object, StepContent, StepFile, StepRecord,
 };

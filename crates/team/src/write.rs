@@ -16,8 +16,8 @@ use postgres::types::{accepts, to_sql_checked, IsNull, ToSql, Type};
 use postgres::Transaction;
 
 use super::codec::{bytes, role_code};
-use crate::environment::Package;
-use crate::model::{
+use roar_store::environment::Package;
+use roar_store::{
     argv_to_blob, ContentHash, Distributed, FileRecord, GitState, JobRecord, Outcome,
     ProcessRecord, S3Object, StepFile, StepRecord,
 };

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use crate::error::{Result, StoreError};
+use roar_store::{Result, StoreError};
 
 /// A configured remote: a name and a `postgres://` URL without a password.
 #[derive(Debug, Clone)]
@@ -263,12 +263,12 @@ fn open_schema(remote: &Remote, client: &mut postgres::Client) -> Result<()> {
 
 /// Sends every finished job of the store at `db` that `remote` does not hold yet.
 pub fn push(db: &Path, remote: &Remote, host: Option<&str>) -> Result<Pushed> {
-    let conn = crate::db::open(db, false)?;
+    let conn = roar_store::open(db, false)?;
     let mut client = remote.connect()?;
     open_schema(remote, &mut client)?;
     let key = remote.key();
     let mut report = Pushed::default();
-    let sqlite = |e: rusqlite::Error| crate::db::classify(db, e);
+    let sqlite = |e: rusqlite::Error| StoreError::sqlite(db, e);
     let mut after = 0;
     loop {
         let ids = local::unpushed(&conn, &key, after, PUSH_BATCH).map_err(sqlite)?;
@@ -300,7 +300,7 @@ pub fn push(db: &Path, remote: &Remote, host: Option<&str>) -> Result<Pushed> {
 fn write_with_retry(
     remote: &Remote,
     client: &mut postgres::Client,
-    jobs: &[crate::JobRecord],
+    jobs: &[roar_store::JobRecord],
     host: Option<&str>,
 ) -> Result<usize> {
     let mut attempt = 0;
@@ -352,11 +352,11 @@ pub fn fetch(mirror: &Path, remote: &Remote) -> Result<Fetched> {
         open_schema(remote, &mut client)?;
     }
     if let Some(dir) = mirror.parent() {
-        crate::private::create_dir(dir).map_err(|e| StoreError::io("create", dir, e))?;
+        roar_store::private::create_dir(dir).map_err(|e| StoreError::io("create", dir, e))?;
     }
-    let mut conn = crate::db::open(mirror, true)?;
+    let mut conn = roar_store::open(mirror, true)?;
     let key = remote.key();
-    let sqlite = |e: rusqlite::Error| crate::db::classify(mirror, e);
+    let sqlite = |e: rusqlite::Error| StoreError::sqlite(mirror, e);
     if version == 0 {
         // Nothing was ever pushed there: an empty team store, read.
         conn.execute(
@@ -383,12 +383,12 @@ pub fn fetch(mirror: &Path, remote: &Remote) -> Result<Fetched> {
         .map_err(|e| db_err(remote, "cannot read", e))?;
     let horizon = read::horizon(&mut tx).map_err(|e| db_err(remote, "cannot read", e))?;
     // What others pushed passes this project's redaction too before it is stored here.
-    let policy = crate::redact::Policy::for_config(
+    let policy = roar_store::redact::Policy::for_config(
         &mirror
             .parent()
             .and_then(Path::parent)
             .unwrap_or(Path::new("/"))
-            .join(crate::project::CONFIG_NAME),
+            .join(roar_store::CONFIG_NAME),
     );
     let mut report = Fetched::default();
     let mut after = 0;
@@ -400,7 +400,7 @@ pub fn fetch(mirror: &Path, remote: &Remote) -> Result<Fetched> {
         for job in &mut page.jobs {
             policy.job(job);
         }
-        report.new += crate::writer::import(&mut conn, page.jobs).map_err(sqlite)?;
+        report.new += roar_store::import_jobs(&mut conn, page.jobs).map_err(sqlite)?;
         if n < FETCH_PAGE {
             break;
         }
@@ -421,7 +421,7 @@ pub fn was_read(mirror: &Path, remote: &Remote) -> bool {
     if !mirror.is_file() {
         return false;
     }
-    let Ok(conn) = crate::db::open(mirror, false) else {
+    let Ok(conn) = roar_store::open(mirror, false) else {
         return false;
     };
     conn.query_row(

@@ -6,8 +6,8 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use super::codec::{outcome, path, role};
 
-use crate::environment::{packages_of, runtime_of, Environment};
-use crate::model::{
+use roar_store::environment::{packages_of, runtime_of, Environment};
+use roar_store::{
     argv_from_blob, ContentHash, Distributed, FileRecord, GitState, JobRecord, Ops, ProcessRecord,
     Redirect, S3Object, StepContent, StepFile, StepRecord,
 };
@@ -124,7 +124,7 @@ pub(crate) fn read_job(conn: &Connection, id: i64) -> rusqlite::Result<Option<Jo
     job.files = read_files(conn, id)?;
     job.steps = read_steps(conn, id)?;
     let diff = match job.git.as_ref().and_then(|g| g.diff.as_deref()) {
-        Some(hash) => crate::environment::blob(conn, hash)?,
+        Some(hash) => roar_store::environment::blob(conn, hash)?,
         None => None,
     };
     job.environment = Some(Environment {
