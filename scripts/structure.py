@@ -181,14 +181,15 @@ def circles(uses):
 # The crates' layers (docs/ARCHITECTURE.md, "Invariants"): the roar crates each may depend on
 # (normal dependencies; dev-dependencies aside), and the outside crates only some may use.
 LAYERS = {
-    "cli": {"store", "env", "tracer", "engine", "wire", "roarfs", "archive", "gateway", "spin", "team"},
+    "cli": {"store", "env", "tracer", "engine", "wire", "roarfs", "archive", "gateway", "spin", "team", "recorder"},
     "tracer": {"engine", "store", "spin", "archive", "wire"},
     "roarfs": {"tracer", "engine", "store", "archive", "spin"},
-    "gateway": {"engine", "store"},
+    "gateway": {"engine", "store", "env"},
     "engine": {"store"},
     "env": {"store"},
     "fleet": {"store"},
     "team": {"store"},
+    "recorder": {"store", "env", "tracer"},
     "store": set(),
     "archive": set(),
     "spin": set(),

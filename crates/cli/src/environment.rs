@@ -7,13 +7,13 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use roar_env::git::{DiffJob, Dirt};
-use roar_env::{Cache, Evidence};
+use roar_env::Cache;
 use roar_store::environment::blake3_hex;
-use roar_store::job_bytes::{self, Bytes};
 use roar_store::{Environment, EnvironmentDetail, JobDetail, JobRecord, Runtime};
 use roar_tracer::collect::Classified;
 
 use crate::fmt::{bold, shown};
+pub use roar_env::wanted::{resolve, Wanted};
 
 /// The package cache opened and the machine read (or probed) on a thread of their own while the
 /// command runs: neither is on the command's start, and only the join is on roar's exit. A run
@@ -39,44 +39,6 @@ impl Prepared {
             let cache = Cache::open();
             let machine = roar_env::machine(&cache);
             (cache, machine)
-        })
-    }
-}
-
-/// What a job's packages are found from, owned so it can travel to the recorder (see
-/// [`roar_env::Evidence`]); `packages` false: none are looked for (`[env] packages = false`).
-#[derive(Debug, Default)]
-pub struct Wanted {
-    pub packages: bool,
-    pub files: Vec<PathBuf>,
-    pub inputs: Vec<PathBuf>,
-    pub programs: Vec<PathBuf>,
-    /// roar's own files (the shim, the binary): never a package of the job's.
-    pub exclude: Vec<PathBuf>,
-}
-
-impl Bytes for Wanted {
-    fn put(&self, out: &mut Vec<u8>) {
-        let Wanted {
-            packages,
-            files,
-            inputs,
-            programs,
-            exclude,
-        } = self;
-        packages.put(out);
-        files.put(out);
-        inputs.put(out);
-        programs.put(out);
-        exclude.put(out);
-    }
-    fn get(input: &mut &[u8]) -> Result<Self, job_bytes::Malformed> {
-        Ok(Wanted {
-            packages: Bytes::get(input)?,
-            files: Bytes::get(input)?,
-            inputs: Bytes::get(input)?,
-            programs: Bytes::get(input)?,
-            exclude: Bytes::get(input)?,
         })
     }
 }
@@ -127,19 +89,6 @@ pub fn capture(job: &mut JobRecord, diff: Option<DiffJob>) {
         env.diff = bytes;
     }
     job.environment = Some(env);
-}
-
-/// Fills in the packages `wanted` finds and the machine.
-pub fn resolve(env: &mut Environment, wanted: &Wanted, cache: &mut Cache, machine: &Runtime) {
-    if wanted.packages {
-        let evidence = Evidence {
-            files: &wanted.files,
-            inputs: wanted.inputs.iter().map(PathBuf::as_path).collect(),
-            programs: wanted.programs.iter().map(PathBuf::as_path).collect(),
-        };
-        env.packages = roar_env::packages(cache, &evidence, &wanted.exclude);
-    }
-    env.runtime = Some(machine.clone());
 }
 
 /// `N packages, python 3.11.7, Debian 12 on 2 CPUs`: the environment in `roar show`'s header.

@@ -17,7 +17,6 @@ mod environment;
 mod export_cmd;
 mod fmt;
 mod gateway_cmd;
-mod gateway_sessions;
 mod gc_cmd;
 mod graph;
 mod hash_cmd;
@@ -34,7 +33,6 @@ mod names;
 mod namespace;
 mod progress;
 mod query_cmd;
-mod recorder;
 mod recording;
 mod recover;
 mod remote_cmd;
@@ -60,6 +58,7 @@ use commands::{Cli, Command};
 use entry::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches};
+use roar_recorder as recorder;
 use roar_store::{Project, StoreError};
 
 /// Exit codes of roar's own failures (a traced command's status is passed through by `roar run`).

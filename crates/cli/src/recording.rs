@@ -9,7 +9,7 @@ use roar_store::{
 };
 
 use crate::environment::{self, Prepared, Wanted};
-use crate::recorder::{self, Reached, Recorder};
+use roar_recorder::{self as recorder, Reached, Recorder};
 
 /// Files a job may have and still go through the recorder. Past this the bytes on the socket cost
 /// more than the run opening the store itself, and the run's own writer records chunks of files

@@ -108,7 +108,7 @@ fn read_run(records: Vec<Record>) -> RunJournal {
             Record::RingPos(p) => r.ring_pos = p,
             Record::Event(e) => r.events.push(e),
             Record::RootGone => r.followed = true,
-            Record::Extra(bytes) => match crate::gateway_sessions::access_of(&bytes) {
+            Record::Extra(bytes) => match roar_gateway::sessions::access_of(&bytes) {
                 Some(a) => r.accesses.push(a),
                 None => r.unreadable += 1,
             },
@@ -258,7 +258,7 @@ fn gateway(project: &Project, writer: &Writer, mut orphan: Orphan) -> anyhow::Re
         _ => None,
     });
     let (begun, done) = row_of(project, uid.as_deref())?;
-    let job = crate::gateway_sessions::recover(records).filter(|_| !done);
+    let job = roar_gateway::sessions::recover(records).filter(|_| !done);
     let Some(job) = job else {
         orphan.remove();
         return Ok(None);

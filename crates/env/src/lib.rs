@@ -19,6 +19,7 @@ pub mod python;
 pub mod repo;
 pub mod runtime;
 pub mod values;
+pub mod wanted;
 
 use std::collections::{BTreeSet, HashMap};
 use std::os::unix::ffi::OsStrExt;

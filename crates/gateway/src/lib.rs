@@ -27,6 +27,7 @@ mod member;
 mod parts;
 mod pending;
 mod record;
+pub mod sessions;
 pub(crate) mod upstream;
 
 use std::collections::HashMap;

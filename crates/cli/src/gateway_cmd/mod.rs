@@ -27,7 +27,7 @@ use roar_store::{FileRecord, Project, Writer};
 
 use crate::config::{Config, S3Config};
 use crate::entry::ExitCode;
-use crate::gateway_sessions::{Known, Session, Sessions};
+use roar_gateway::sessions::{Known, Session, Sessions};
 
 mod lend;
 
@@ -128,7 +128,7 @@ struct Collector {
 impl Sink for Collector {
     fn record(&self, access: Access) {
         if let Some(keep) = self.keep.get() {
-            keep.now(&crate::gateway_sessions::access_record(&access));
+            keep.now(&roar_gateway::sessions::access_record(&access));
         }
         self.accesses.lock().unwrap().push(access);
     }

@@ -39,7 +39,7 @@ use nix::sys::socket::{self, sockopt};
 use roar_store::job_bytes::{self, Bytes};
 use roar_store::{CacheEntry, JobRecord};
 
-use crate::environment::Wanted;
+use roar_env::wanted::Wanted;
 
 mod server;
 

@@ -9,14 +9,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::{Access, Sink};
 use roar_engine::journal::{self, Journal, Record};
-use roar_gateway::{Access, Sink};
 use roar_store::redact::Policy;
 use roar_store::{JobRecord, Outcome, Project, Store};
 
 /// One access key's accesses not recorded yet, and their journal.
-pub(crate) struct Session {
-    pub(crate) accesses: Vec<Access>,
+pub struct Session {
+    pub accesses: Vec<Access>,
     last: Instant,
     uid: String,
     /// None where it cannot be made (a warning, once): then only as durable as memory.
@@ -92,12 +92,12 @@ impl Session {
     }
 
     /// The session as key `key`'s job.
-    pub(crate) fn job(&self, project: &Project, key: &str) -> JobRecord {
+    pub fn job(&self, project: &Project, key: &str) -> JobRecord {
         finished(self.header(&project.root, key, 0), &self.accesses)
     }
 
     /// Its accesses are in the store (or with the run that borrowed the key): the journal goes.
-    pub(crate) fn recorded(self) {
+    pub fn recorded(self) {
         if let Some(j) = self.journal {
             j.remove();
         }
@@ -105,12 +105,12 @@ impl Session {
 }
 
 /// An access as a journal's record.
-pub(crate) fn access_record(a: &Access) -> Record {
+pub fn access_record(a: &Access) -> Record {
     Record::Extra(serde_json::to_vec(a).expect("an access serializes"))
 }
 
 /// The access a journal's record holds, if it holds one.
-pub(crate) fn access_of(bytes: &[u8]) -> Option<Access> {
+pub fn access_of(bytes: &[u8]) -> Option<Access> {
     serde_json::from_slice(bytes)
         .map_err(|e| tracing::warn!("a journal's S3 access is unreadable: {e}"))
         .ok()
@@ -124,12 +124,12 @@ fn finished(header: JobRecord, accesses: &[Access]) -> JobRecord {
         started_ns: first,
         ended_ns: Some(last),
         outcome: Outcome::Ended,
-        files: roar_gateway::job_files(accesses),
+        files: crate::job_files(accesses),
         ..header
     }
 }
 
-pub(crate) struct Sessions {
+pub struct Sessions {
     open: Mutex<HashMap<String, Session>>,
     /// Keys lent to runs, with the accesses made with each so far.
     lent: Mutex<HashMap<String, Session>>,
@@ -162,7 +162,7 @@ impl Sink for Sessions {
 }
 
 impl Sessions {
-    pub(crate) fn new(project: &Project, known: Known) -> Sessions {
+    pub fn new(project: &Project, known: Known) -> Sessions {
         Sessions {
             open: Mutex::default(),
             lent: Mutex::default(),
@@ -178,13 +178,13 @@ impl Sessions {
     }
 
     /// From now on the accesses made with `key` belong to a run.
-    pub(crate) fn lend(&self, key: &str) {
+    pub fn lend(&self, key: &str) {
         let session = self.begin(self.journals.as_deref(), key);
         self.lent.lock().unwrap().insert(key.to_owned(), session);
     }
 
     /// The accesses made with a lent key; later ones (if any) go to an ordinary session.
-    pub(crate) fn take_back(&self, key: &str) -> Session {
+    pub fn take_back(&self, key: &str) -> Session {
         self.lent
             .lock()
             .unwrap()
@@ -193,7 +193,7 @@ impl Sessions {
     }
 
     /// Accesses a run did not collect become the key's session, recorded like any other.
-    pub(crate) fn adopt(&self, key: &str, run: Session) {
+    pub fn adopt(&self, key: &str, run: Session) {
         if run.accesses.is_empty() {
             run.recorded();
             return;
@@ -212,7 +212,7 @@ impl Sessions {
     }
 
     /// Every run still holding a key loses it (the gateway stops): its accesses are adopted.
-    pub(crate) fn adopt_all_lent(&self) {
+    pub fn adopt_all_lent(&self) {
         let lent: Vec<(String, Session)> = self.lent.lock().unwrap().drain().collect();
         for (key, session) in lent {
             self.adopt(&key, session);
@@ -220,7 +220,7 @@ impl Sessions {
     }
 
     /// Removes the sessions idle for `idle` (all with `None`), oldest first.
-    pub(crate) fn take_idle(&self, idle: Option<Duration>) -> Vec<(String, Session)> {
+    pub fn take_idle(&self, idle: Option<Duration>) -> Vec<(String, Session)> {
         let mut open = self.open.lock().unwrap();
         let done: Vec<String> = open
             .iter()
@@ -239,7 +239,7 @@ impl Sessions {
 
 /// The job of a gateway session whose gateway was killed, from its journal: the key's accesses
 /// up to the kill, status `killed`. None when it holds no access.
-pub(crate) fn recover(records: Vec<Record>) -> Option<JobRecord> {
+pub fn recover(records: Vec<Record>) -> Option<JobRecord> {
     let mut header = None;
     let mut accesses = Vec::new();
     let mut unreadable = 0;
@@ -266,18 +266,18 @@ pub(crate) fn recover(records: Vec<Record>) -> Option<JobRecord> {
 
 /// Looks up hashes of object versions recorded before, so ranged reads and copies of them need
 /// not read the object again.
-pub(crate) struct Known {
+pub struct Known {
     store: Mutex<Option<Store>>,
 }
 
 impl Known {
-    pub(crate) fn new(db: &Path) -> Known {
+    pub fn new(db: &Path) -> Known {
         Known {
             store: Mutex::new(Store::open(db).ok()),
         }
     }
 
-    pub(crate) fn get(&self, bucket: &str, key: &str, etag: &str) -> Option<(String, u64)> {
+    pub fn get(&self, bucket: &str, key: &str, etag: &str) -> Option<(String, u64)> {
         let store = self.store.lock().unwrap();
         store.as_ref()?.s3_known(bucket, key, etag).ok().flatten()
     }
@@ -292,7 +292,7 @@ mod tests {
             access_key: Some("AK".into()),
             bucket: "b".into(),
             key: key.into(),
-            kind: roar_gateway::AccessKind::Write,
+            kind: crate::AccessKind::Write,
             version_id: None,
             etag: Some("e".into()),
             blake3: Some("h".into()),

@@ -18,7 +18,7 @@ use super::{
     address, euid, identity, peer, receive, send, BEGIN, FAILED, ID, IDLE_DEFAULT, IDLE_ENV,
     RECORD, TICK, WANTED,
 };
-use crate::environment::{self, Wanted};
+use roar_env::wanted::{self, Wanted};
 
 /// What the recorder serves from: the store's writer, remade when the redaction rules change.
 /// Each run's thread commits through it itself (no writer thread to wake and wait for).
@@ -72,7 +72,7 @@ impl Shared {
         if matches!(e, StoreError::SchemaChanged { .. }) {
             self.done.store(true, Ordering::SeqCst);
         }
-        format!("{:#}", anyhow::Error::from(e))
+        causes(&e)
     }
 
     /// The machine the job ran on (CPU, memory, OS, GPUs): probed once per boot and host name.
@@ -266,14 +266,14 @@ fn find(body: Vec<u8>, shared: &Shared) -> Option<Found> {
     })
 }
 
-/// The packages `wanted` finds and the machine ([`environment::resolve`]), from the recorder's
+/// The packages `wanted` finds and the machine ([`wanted::resolve`]), from the recorder's
 /// package cache and machine.
 fn resolve(wanted: &Wanted, shared: &Shared) -> (Vec<roar_store::Package>, Option<Runtime>) {
     let mut packages = shared.packages.lock().unwrap_or_else(|p| p.into_inner());
     // The machine: kept per host name (a recorder lives within one boot).
     let machine = shared.machine(&packages);
     let mut env = roar_store::Environment::default();
-    environment::resolve(&mut env, wanted, &mut packages, &machine);
+    wanted::resolve(&mut env, wanted, &mut packages, &machine);
     (env.packages, env.runtime)
 }
 
@@ -320,6 +320,18 @@ fn record(
     writer
         .record(begun, &cache, job)
         .map_err(|e| shared.failed(e))
+}
+
+/// An error with its causes, one line (`a: b: c`), as roar prints errors.
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
 }
 
 #[cfg(test)]
