@@ -227,13 +227,15 @@ pub fn glob_match(pat: &[u8], s: &[u8]) -> bool {
         None => s.is_empty(),
         Some(b'*') if pat.get(1) == Some(&b'*') => {
             let rest = &pat[2..];
-            // `**/` may also match nothing at all.
-            let rest_after_slash = rest.strip_prefix(b"/").unwrap_or(rest);
-            if glob_match(rest_after_slash, s) {
-                return true;
+            match rest.strip_prefix(b"/") {
+                // `**/`: no directory at all, or whole ones: what follows starts a component.
+                Some(after) => {
+                    glob_match(after, s)
+                        || (0..s.len()).any(|i| s[i] == b'/' && glob_match(after, &s[i + 1..]))
+                }
+                // `**` not before a `/` (at the end, or inside a name): any bytes, `/` included.
+                None => (0..=s.len()).any(|i| glob_match(rest, &s[i..])),
             }
-            (0..s.len())
-                .any(|i| glob_match(rest, &s[i + 1..]) || glob_match(rest_after_slash, &s[i + 1..]))
         }
         Some(b'*') => {
             let rest = &pat[1..];
@@ -274,8 +276,83 @@ mod tests {
         assert!(glob_match(b"/data/*.tmp", b"/data/a.tmp"));
         assert!(!glob_match(b"/data/*.tmp", b"/data/sub/a.tmp"));
         assert!(!glob_match(b"/proc/**", b"/process/x"));
+        // After `**/` a component begins: a name that only ends with it is not one (found by
+        // the generated test below; a project's `**/out*` ignored /w/layout.txt).
+        assert!(!glob_match(b"**/out*", b"/w/layout.txt"));
+        assert!(glob_match(b"**/out*", b"/w/out.txt"));
+        assert!(!Ignore::new(&[]).is_ignored(Path::new("/home/u/mylib/python3.11/data.csv")));
         assert!(!Ignore::new(&[]).is_ignored(Path::new("/work/data/train.csv")));
         assert!(Ignore::new(&["**/*.log".into()]).is_ignored(Path::new("/w/run.log")));
+    }
+
+    /// Generated patterns (`*`, `?`, `**` as whole components, literals) and paths, seeded:
+    /// the compiled matcher (each shortcut and the general one) answers as globset does with
+    /// `literal_separator`, the meaning the module documents. `ROAR_GLOB_SEED` replays a seed,
+    /// `ROAR_GLOB_CASES` sets how many pairs.
+    #[test]
+    fn generated_globs_match_as_globset_does() {
+        let env = |k: &str, d: u64| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(d)
+        };
+        let seed = env("ROAR_GLOB_SEED", 20261201);
+        let cases = env("ROAR_GLOB_CASES", 20_000);
+        let mut x = seed | 1;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let names = ["a", "b", "ab", "a.b", ".a", "so", "x.so.1", "lib", "py3"];
+        let mut part = |rnd: &mut dyn FnMut(u64) -> u64, glob: bool| -> String {
+            if glob {
+                match rnd(8) {
+                    0 => "**".into(),
+                    1 => "*".into(),
+                    2 => format!("*{}", names[rnd(names.len() as u64) as usize]),
+                    3 => format!("{}*", names[rnd(names.len() as u64) as usize]),
+                    4 => format!("{}?", names[rnd(names.len() as u64) as usize]),
+                    _ => names[rnd(names.len() as u64) as usize].into(),
+                }
+            } else {
+                names[rnd(names.len() as u64) as usize].into()
+            }
+        };
+        for case in 0..cases {
+            // As roar's patterns are: absolute, or starting with `**/` (the project's globs are
+            // resolved against it); paths are always absolute.
+            let parts = 1 + rnd(4);
+            let mut glob = String::from(if rnd(3) > 0 { "/" } else { "**/" });
+            for i in 0..parts {
+                if i > 0 {
+                    glob.push('/');
+                }
+                glob.push_str(&part(&mut rnd, true));
+            }
+            let set = globset::GlobBuilder::new(&glob)
+                .literal_separator(true)
+                .build()
+                .unwrap()
+                .compile_matcher();
+            let compiled = Pattern::compile(glob.as_bytes());
+            for _ in 0..8 {
+                let mut path = String::from("/");
+                for i in 0..1 + rnd(5) {
+                    if i > 0 {
+                        path.push('/');
+                    }
+                    path.push_str(&part(&mut rnd, false));
+                }
+                assert_eq!(
+                    compiled.matches(path.as_bytes()),
+                    set.is_match(&path),
+                    "case {case} (ROAR_GLOB_SEED={seed}): {glob:?} on {path:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -1,25 +1,31 @@
 //! The seccomp-bpf program that decides which syscalls of a traced program stop for the tracer.
+//!
+//! Written here, not with seccompiler: seccompiler's programs begin with an architecture check
+//! that kills the process on a mismatch (`SECCOMP_RET_KILL_PROCESS`), and a traced x86_64
+//! program may run 32-bit code (`int 0x80`, an i386 binary it execs): roar must let those
+//! through untouched (ARCHITECTURE.md, "The program is untouched"). This program allows every
+//! other ABI, and the test below runs it through a BPF interpreter on every path.
 
-// x86_64 syscall numbers of everything that names or changes a file.
-pub const SYS_OPEN: u64 = 2;
-pub const SYS_TRUNCATE: u64 = 76;
-pub const SYS_FTRUNCATE: u64 = 77;
-pub const SYS_RENAME: u64 = 82;
-pub const SYS_MKDIR: u64 = 83;
-pub const SYS_RMDIR: u64 = 84;
-pub const SYS_CREAT: u64 = 85;
-pub const SYS_LINK: u64 = 86;
-pub const SYS_UNLINK: u64 = 87;
-pub const SYS_SYMLINK: u64 = 88;
-pub const SYS_OPENAT: u64 = 257;
-pub const SYS_MKDIRAT: u64 = 258;
-pub const SYS_UNLINKAT: u64 = 263;
-pub const SYS_RENAMEAT: u64 = 264;
-pub const SYS_LINKAT: u64 = 265;
-pub const SYS_SYMLINKAT: u64 = 266;
-pub const SYS_RENAMEAT2: u64 = 316;
-pub const SYS_IO_URING_SETUP: u64 = 425;
-pub const SYS_OPENAT2: u64 = 437;
+// The x86_64 syscalls that name or change a file (numbers from libc).
+pub const SYS_OPEN: u64 = libc::SYS_open as u64;
+pub const SYS_TRUNCATE: u64 = libc::SYS_truncate as u64;
+pub const SYS_FTRUNCATE: u64 = libc::SYS_ftruncate as u64;
+pub const SYS_RENAME: u64 = libc::SYS_rename as u64;
+pub const SYS_MKDIR: u64 = libc::SYS_mkdir as u64;
+pub const SYS_RMDIR: u64 = libc::SYS_rmdir as u64;
+pub const SYS_CREAT: u64 = libc::SYS_creat as u64;
+pub const SYS_LINK: u64 = libc::SYS_link as u64;
+pub const SYS_UNLINK: u64 = libc::SYS_unlink as u64;
+pub const SYS_SYMLINK: u64 = libc::SYS_symlink as u64;
+pub const SYS_OPENAT: u64 = libc::SYS_openat as u64;
+pub const SYS_MKDIRAT: u64 = libc::SYS_mkdirat as u64;
+pub const SYS_UNLINKAT: u64 = libc::SYS_unlinkat as u64;
+pub const SYS_RENAMEAT: u64 = libc::SYS_renameat as u64;
+pub const SYS_LINKAT: u64 = libc::SYS_linkat as u64;
+pub const SYS_SYMLINKAT: u64 = libc::SYS_symlinkat as u64;
+pub const SYS_RENAMEAT2: u64 = libc::SYS_renameat2 as u64;
+pub const SYS_IO_URING_SETUP: u64 = libc::SYS_io_uring_setup as u64;
+pub const SYS_OPENAT2: u64 = libc::SYS_openat2 as u64;
 pub const TRACED_SYSCALLS: [u64; 19] = [
     SYS_OPEN,
     SYS_TRUNCATE,
@@ -42,9 +48,10 @@ pub const TRACED_SYSCALLS: [u64; 19] = [
     SYS_IO_URING_SETUP,
 ];
 
+/// `EM_X86_64 | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE` (linux/audit.h; not in libc).
 pub const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
-pub const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
-pub const SECCOMP_RET_TRACE: u32 = 0x7ff0_0000;
+pub const SECCOMP_RET_ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
+pub const SECCOMP_RET_TRACE: u32 = libc::SECCOMP_RET_TRACE;
 
 fn bpf(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
     libc::sock_filter { code, jt, jf, k }
