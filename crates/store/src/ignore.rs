@@ -307,7 +307,7 @@ mod tests {
             x % n
         };
         let names = ["a", "b", "ab", "a.b", ".a", "so", "x.so.1", "lib", "py3"];
-        let mut part = |rnd: &mut dyn FnMut(u64) -> u64, glob: bool| -> String {
+        let part = |rnd: &mut dyn FnMut(u64) -> u64, glob: bool| -> String {
             if glob {
                 match rnd(8) {
                     0 => "**".into(),
