@@ -11,12 +11,15 @@ pub(super) unsafe fn check_exec(file: *const c_char, search: bool, envp: *const 
         return;
     }
     // The objects this image loaded go with it.
+    // SAFETY: `report` reads only what `dl_iterate_phdr` hands it, under the loader's lock.
     unsafe { loaded::report() };
     let _errno = KeepErrno::new();
     // SAFETY: exec's own argument, a C string.
     let f = unsafe { CStr::from_ptr(file) }.to_bytes_with_nul();
     let mut found = [0u8; PATH_MAX];
     let path: &[u8] = if search && !f.contains(&b'/') {
+        // SAFETY: the caller's file name (not null: checked above), its environment (null is
+        // checked inside) and a buffer of ours.
         match unsafe { followable::search_path(f, envp, &mut found) } {
             Some(p) => p,
             None => return,
@@ -27,7 +30,9 @@ pub(super) unsafe fn check_exec(file: *const c_char, search: bool, envp: *const 
     if let Some(why) = followable::judge(path) {
         let p = &path[..path.len() - 1];
         let mut buf = [0u8; PATH_MAX];
+        // SAFETY: `base` reads the slice it is given and writes only into its own buffer.
         let b = unsafe { base(libc::AT_FDCWD, p, &mut buf) };
+        // SAFETY: `send` copies the parts it is given (slices that live across the call) into the ring or a datagram.
         unsafe {
             send(
                 Kind::Untraced,
@@ -45,6 +50,7 @@ pub(super) unsafe fn check_exec(file: *const c_char, search: bool, envp: *const 
 pub(super) const ENV_SLOTS: usize = 1024;
 
 pub(super) unsafe fn starts_with(entry: *const c_char, prefix: &[u8]) -> bool {
+    // SAFETY: a C string the caller passed (libc read it too), or null, which `cstr` checks.
     unsafe { cstr(entry) }.starts_with(prefix)
 }
 
@@ -155,13 +161,17 @@ pub unsafe extern "C" fn execve(
 ) -> c_int {
     let mut out = [ptr::null(); ENV_SLOTS];
     let mut preload = [0u8; 2 * PATH_MAX];
+    // SAFETY: the caller's environment (a NULL-terminated array, as exec requires, or null: checked); the copy is written into `out`, which outlives the exec call.
     let env = unsafe { fix_env(envp, &mut out, &mut preload) };
+    // SAFETY: the caller's path (a C string, or null: checked) and the environment made above.
     unsafe { check_exec(path, false, env) };
+    // SAFETY: libc's own function, called once with the caller's arguments unchanged.
     unsafe { real!(execve: ExecveFn)(path, argv, env) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
+    // SAFETY: the caller's arguments and this process's `environ`, as libc's execv passes them.
     unsafe { execve(path, argv, environ) }
 }
 
@@ -173,13 +183,17 @@ pub unsafe extern "C" fn execvpe(
 ) -> c_int {
     let mut out = [ptr::null(); ENV_SLOTS];
     let mut preload = [0u8; 2 * PATH_MAX];
+    // SAFETY: the caller's environment (a NULL-terminated array, as exec requires, or null: checked); the copy is written into `out`, which outlives the exec call.
     let env = unsafe { fix_env(envp, &mut out, &mut preload) };
+    // SAFETY: the caller's path (a C string, or null: checked) and the environment made above.
     unsafe { check_exec(file, true, env) };
+    // SAFETY: libc's own function, called once with the caller's arguments unchanged.
     unsafe { real!(execvpe: ExecveFn)(file, argv, env) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
+    // SAFETY: the caller's arguments and this process's `environ`, as libc's execvp passes them.
     unsafe { execvpe(file, argv, environ) }
 }
 
@@ -191,7 +205,9 @@ pub unsafe extern "C" fn fexecve(
 ) -> c_int {
     let mut out = [ptr::null(); ENV_SLOTS];
     let mut preload = [0u8; 2 * PATH_MAX];
+    // SAFETY: the caller's environment (a NULL-terminated array, as exec requires, or null: checked); the copy is written into `out`, which outlives the exec call.
     let env = unsafe { fix_env(envp, &mut out, &mut preload) };
+    // SAFETY: libc's own function, called once with the caller's arguments unchanged.
     unsafe {
         real!(fexecve: unsafe extern "C" fn(c_int, *const *const c_char, *const *const c_char) -> c_int)(
             fd, argv, env,
@@ -260,14 +276,18 @@ pub(super) unsafe fn report_spawn_opens(actions: *const libc::posix_spawn_file_a
         }
         // SAFETY: stat into a zeroed struct, of the action's C string.
         let mut st: libc::stat = unsafe { core::mem::zeroed() };
+        // SAFETY: stat of a C string (not null: checked) into a zeroed stat of ours.
         if unsafe { libc::stat(a.open.path, &mut st) } != 0
             || st.st_mode & libc::S_IFMT != libc::S_IFREG
         {
             continue;
         }
+        // SAFETY: a C string the caller passed (libc read it too), or null, which `cstr` checks.
         let p = unsafe { cstr(a.open.path) };
         let mut buf = [0u8; PATH_MAX];
+        // SAFETY: `base` reads the slice it is given and writes only into its own buffer.
         let b = unsafe { base(libc::AT_FDCWD, p, &mut buf) };
+        // SAFETY: `send` copies the parts it is given (slices that live across the call) into the ring or a datagram.
         unsafe {
             send(
                 Kind::Open,
@@ -291,10 +311,14 @@ pub unsafe extern "C" fn posix_spawn(
 ) -> c_int {
     let mut out = [ptr::null(); ENV_SLOTS];
     let mut preload = [0u8; 2 * PATH_MAX];
+    // SAFETY: the caller's environment (a NULL-terminated array, as exec requires, or null: checked); the copy is written into `out`, which outlives the exec call.
     let env = unsafe { fix_env(envp, &mut out, &mut preload) };
+    // SAFETY: the caller's path (a C string, or null: checked) and the environment made above.
     unsafe { check_exec(path, false, env) };
+    // SAFETY: libc's own function, called once with the caller's arguments unchanged.
     let r = unsafe { real!(posix_spawn: SpawnFn)(pid, path, actions, attr, argv, env) };
     if r == 0 {
+        // SAFETY: the caller's file actions, which posix_spawn has just read (null: checked).
         unsafe { report_spawn_opens(actions) };
         if !pid.is_null() {
             // SAFETY: posix_spawn wrote the child's pid there.
@@ -315,10 +339,14 @@ pub unsafe extern "C" fn posix_spawnp(
 ) -> c_int {
     let mut out = [ptr::null(); ENV_SLOTS];
     let mut preload = [0u8; 2 * PATH_MAX];
+    // SAFETY: the caller's environment (a NULL-terminated array, as exec requires, or null: checked); the copy is written into `out`, which outlives the exec call.
     let env = unsafe { fix_env(envp, &mut out, &mut preload) };
+    // SAFETY: the caller's path (a C string, or null: checked) and the environment made above.
     unsafe { check_exec(file, true, env) };
+    // SAFETY: libc's own function, called once with the caller's arguments unchanged.
     let r = unsafe { real!(posix_spawnp: SpawnFn)(pid, file, actions, attr, argv, env) };
     if r == 0 {
+        // SAFETY: the caller's file actions, which posix_spawn has just read (null: checked).
         unsafe { report_spawn_opens(actions) };
         if !pid.is_null() {
             // SAFETY: posix_spawn wrote the child's pid there.

@@ -103,6 +103,36 @@ macro_rules! real {
     }};
 }
 
+/// An exported hook of libc's `$name`, for the hooks of one shape: `let $v = $before;` (what
+/// must be looked at before the call, optional), the real function called once with the
+/// caller's arguments unchanged, then `$after` with its result `$r`, which is returned as it
+/// came. The safety reasoning is the same for every such hook, so it is written once, here.
+/// (Invoked with braces, `hook! { ... }`, which rustfmt leaves as written.)
+macro_rules! hook {
+    (fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty;
+     $(let $v:ident = $before:expr;)?
+     |$r:ident| $after:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            $(
+                // SAFETY: the caller's own arguments, as it hands them to libc: a path is a C
+                // string or null, and the shim's helpers read it only when it is not null.
+                let $v = unsafe { $before };
+            )?
+            // SAFETY: libc's function of this name and signature, called once with the
+            // caller's arguments unchanged: the caller's contract with libc is met as it was.
+            let $r = unsafe { real!($name: unsafe extern "C" fn($($ty),*) -> $ret)($($arg),*) };
+            // SAFETY: as above: the arguments are the caller's, and reports read a path only
+            // where the real call accepted it.
+            #[allow(unused_unsafe)]
+            unsafe {
+                $after
+            };
+            $r
+        }
+    };
+}
+
 mod loaded;
 
 // After `real!`: a macro is in scope only below its definition.

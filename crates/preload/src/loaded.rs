@@ -47,6 +47,7 @@ unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, size: usize, data: *mut
     }
     // SAFETY: stat into a zeroed struct, on the loader's NUL-terminated name.
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: stat of a C string (not null: checked) into a zeroed stat of ours.
     if unsafe { libc::stat(info.dlpi_name, &mut st) } != 0
         || st.st_mode & libc::S_IFMT != libc::S_IFREG
     {

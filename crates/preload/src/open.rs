@@ -7,183 +7,105 @@ use super::*;
 // `mode` is variadic in C; on the supported ABIs it arrives in the register a fixed third argument
 // would use, and it is only read by the kernel when O_CREAT/O_TMPFILE is set.
 
-#[no_mangle]
-pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
-    let seen = unsafe { seen_flags(libc::AT_FDCWD, path, flags) };
-    let fd = unsafe {
-        real!(open: unsafe extern "C" fn(*const c_char, c_int, c_uint) -> c_int)(path, flags, mode)
-    };
-    unsafe { after_open(libc::AT_FDCWD, path, seen, fd) };
-    fd
+hook! {
+    fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int;
+    let seen = seen_flags(libc::AT_FDCWD, path, flags);
+    |fd| after_open(libc::AT_FDCWD, path, seen, fd)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
-    let seen = unsafe { seen_flags(libc::AT_FDCWD, path, flags) };
-    let fd = unsafe {
-        real!(open64: unsafe extern "C" fn(*const c_char, c_int, c_uint) -> c_int)(
-            path, flags, mode,
-        )
-    };
-    unsafe { after_open(libc::AT_FDCWD, path, seen, fd) };
-    fd
+hook! {
+    fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int;
+    let seen = seen_flags(libc::AT_FDCWD, path, flags);
+    |fd| after_open(libc::AT_FDCWD, path, seen, fd)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
-    let seen = unsafe { seen_flags(libc::AT_FDCWD, path, flags) };
-    let fd = unsafe {
-        real!(__open_2: unsafe extern "C" fn(*const c_char, c_int) -> c_int)(path, flags)
-    };
-    unsafe { after_open(libc::AT_FDCWD, path, seen, fd) };
-    fd
+hook! {
+    fn __open_2(path: *const c_char, flags: c_int) -> c_int;
+    let seen = seen_flags(libc::AT_FDCWD, path, flags);
+    |fd| after_open(libc::AT_FDCWD, path, seen, fd)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
-    let seen = unsafe { seen_flags(libc::AT_FDCWD, path, flags) };
-    let fd = unsafe {
-        real!(__open64_2: unsafe extern "C" fn(*const c_char, c_int) -> c_int)(path, flags)
-    };
-    unsafe { after_open(libc::AT_FDCWD, path, seen, fd) };
-    fd
+hook! {
+    fn __open64_2(path: *const c_char, flags: c_int) -> c_int;
+    let seen = seen_flags(libc::AT_FDCWD, path, flags);
+    |fd| after_open(libc::AT_FDCWD, path, seen, fd)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn openat(
-    dirfd: c_int,
-    path: *const c_char,
-    flags: c_int,
-    mode: c_uint,
-) -> c_int {
-    let seen = unsafe { seen_flags(dirfd, path, flags) };
-    let fd = unsafe {
-        real!(openat: unsafe extern "C" fn(c_int, *const c_char, c_int, c_uint) -> c_int)(
-            dirfd, path, flags, mode,
-        )
-    };
-    unsafe { after_open(dirfd, path, seen, fd) };
-    fd
+hook! {
+    fn openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int;
+    let seen = seen_flags(dirfd, path, flags);
+    |fd| after_open(dirfd, path, seen, fd)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn openat64(
-    dirfd: c_int,
-    path: *const c_char,
-    flags: c_int,
-    mode: c_uint,
-) -> c_int {
-    let seen = unsafe { seen_flags(dirfd, path, flags) };
-    let fd = unsafe {
-        real!(openat64: unsafe extern "C" fn(c_int, *const c_char, c_int, c_uint) -> c_int)(
-            dirfd, path, flags, mode,
-        )
-    };
-    unsafe { after_open(dirfd, path, seen, fd) };
-    fd
+hook! {
+    fn openat64(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int;
+    let seen = seen_flags(dirfd, path, flags);
+    |fd| after_open(dirfd, path, seen, fd)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
-    let seen = unsafe { seen_flags(dirfd, path, flags) };
-    let fd = unsafe {
-        real!(__openat_2: unsafe extern "C" fn(c_int, *const c_char, c_int) -> c_int)(
-            dirfd, path, flags,
-        )
-    };
-    unsafe { after_open(dirfd, path, seen, fd) };
-    fd
+hook! {
+    fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int;
+    let seen = seen_flags(dirfd, path, flags);
+    |fd| after_open(dirfd, path, seen, fd)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
-    let seen = unsafe { seen_flags(dirfd, path, flags) };
-    let fd = unsafe {
-        real!(__openat64_2: unsafe extern "C" fn(c_int, *const c_char, c_int) -> c_int)(
-            dirfd, path, flags,
-        )
-    };
-    unsafe { after_open(dirfd, path, seen, fd) };
-    fd
+hook! {
+    fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int;
+    let seen = seen_flags(dirfd, path, flags);
+    |fd| after_open(dirfd, path, seen, fd)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn creat(path: *const c_char, mode: mode_t) -> c_int {
-    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC;
-    let seen = unsafe { seen_flags(libc::AT_FDCWD, path, flags) };
-    let fd =
-        unsafe { real!(creat: unsafe extern "C" fn(*const c_char, mode_t) -> c_int)(path, mode) };
-    unsafe { after_open(libc::AT_FDCWD, path, seen, fd) };
-    fd
+hook! {
+    fn creat(path: *const c_char, mode: mode_t) -> c_int;
+    let seen = seen_flags(libc::AT_FDCWD, path, CREAT_FLAGS);
+    |fd| after_open(libc::AT_FDCWD, path, seen, fd)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
-    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC;
-    let seen = unsafe { seen_flags(libc::AT_FDCWD, path, flags) };
-    let fd =
-        unsafe { real!(creat64: unsafe extern "C" fn(*const c_char, mode_t) -> c_int)(path, mode) };
-    unsafe { after_open(libc::AT_FDCWD, path, seen, fd) };
-    fd
+hook! {
+    fn creat64(path: *const c_char, mode: mode_t) -> c_int;
+    let seen = seen_flags(libc::AT_FDCWD, path, CREAT_FLAGS);
+    |fd| after_open(libc::AT_FDCWD, path, seen, fd)
 }
+
+/// `creat`'s flags: what the kernel opens it with.
+const CREAT_FLAGS: c_int = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC;
 
 // mkstemp and friends open through glibc's internal open, which no PLT hook sees.
 pub(super) const TEMP_FLAGS: c_int = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL;
 
-#[no_mangle]
-pub unsafe extern "C" fn mkstemp(template: *mut c_char) -> c_int {
-    let fd = unsafe { real!(mkstemp: unsafe extern "C" fn(*mut c_char) -> c_int)(template) };
-    unsafe { after_open(libc::AT_FDCWD, template, TEMP_FLAGS, fd) };
-    fd
+hook! {
+    fn mkstemp(template: *mut c_char) -> c_int;
+    |fd| after_open(libc::AT_FDCWD, template, TEMP_FLAGS, fd)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn mkstemp64(template: *mut c_char) -> c_int {
-    let fd = unsafe { real!(mkstemp64: unsafe extern "C" fn(*mut c_char) -> c_int)(template) };
-    unsafe { after_open(libc::AT_FDCWD, template, TEMP_FLAGS, fd) };
-    fd
+hook! {
+    fn mkstemp64(template: *mut c_char) -> c_int;
+    |fd| after_open(libc::AT_FDCWD, template, TEMP_FLAGS, fd)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn mkostemp(template: *mut c_char, flags: c_int) -> c_int {
-    let fd = unsafe {
-        real!(mkostemp: unsafe extern "C" fn(*mut c_char, c_int) -> c_int)(template, flags)
-    };
-    unsafe { after_open(libc::AT_FDCWD, template, TEMP_FLAGS | flags, fd) };
-    fd
+hook! {
+    fn mkostemp(template: *mut c_char, flags: c_int) -> c_int;
+    |fd| after_open(libc::AT_FDCWD, template, TEMP_FLAGS | flags, fd)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn mkostemp64(template: *mut c_char, flags: c_int) -> c_int {
-    let fd = unsafe {
-        real!(mkostemp64: unsafe extern "C" fn(*mut c_char, c_int) -> c_int)(template, flags)
-    };
-    unsafe { after_open(libc::AT_FDCWD, template, TEMP_FLAGS | flags, fd) };
-    fd
+hook! {
+    fn mkostemp64(template: *mut c_char, flags: c_int) -> c_int;
+    |fd| after_open(libc::AT_FDCWD, template, TEMP_FLAGS | flags, fd)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn mkstemps(template: *mut c_char, suffix: c_int) -> c_int {
-    let fd = unsafe {
-        real!(mkstemps: unsafe extern "C" fn(*mut c_char, c_int) -> c_int)(template, suffix)
-    };
-    unsafe { after_open(libc::AT_FDCWD, template, TEMP_FLAGS, fd) };
-    fd
+hook! {
+    fn mkstemps(template: *mut c_char, suffix: c_int) -> c_int;
+    |fd| after_open(libc::AT_FDCWD, template, TEMP_FLAGS, fd)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn mkostemps(template: *mut c_char, suffix: c_int, flags: c_int) -> c_int {
-    let fd = unsafe {
-        real!(mkostemps: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> c_int)(
-            template, suffix, flags,
-        )
-    };
-    unsafe { after_open(libc::AT_FDCWD, template, TEMP_FLAGS | flags, fd) };
-    fd
+hook! {
+    fn mkostemps(template: *mut c_char, suffix: c_int, flags: c_int) -> c_int;
+    |fd| after_open(libc::AT_FDCWD, template, TEMP_FLAGS | flags, fd)
 }
 
 /// open(2) flags equivalent to an fopen mode string.
 pub(super) unsafe fn fopen_flags(mode: *const c_char) -> c_int {
+    // SAFETY: a C string the caller passed (libc read it too), or null, which `cstr` checks.
     let m = unsafe { cstr(mode) };
     let plus = m.contains(&b'+');
     match (m.first(), plus) {
@@ -205,6 +127,7 @@ pub(super) unsafe fn before_fopen(path: *const c_char, mode: *const c_char) -> c
     if path.is_null() || mode.is_null() || !enabled() {
         return 0;
     }
+    // SAFETY: the caller's path, a C string or null (checked before it is read).
     unsafe { seen_flags(libc::AT_FDCWD, path, fopen_flags(mode)) }
 }
 
@@ -215,25 +138,32 @@ pub(super) unsafe fn after_fopen(path: *const c_char, seen: c_int, f: *mut FILE)
     let _errno = KeepErrno::new();
     // SAFETY: f is a stream fopen just returned.
     let fd = unsafe { libc::fileno(f) };
+    // SAFETY: the caller's path, as the open accepted it; a failed open (fd < 0) is checked.
     unsafe { after_open(libc::AT_FDCWD, path, seen, fd) };
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut FILE {
+    // SAFETY: the caller's path and mode, C strings or null (checked before they are read).
     let seen = unsafe { before_fopen(path, mode) };
+    // SAFETY: libc's own function, called once with the caller's arguments unchanged.
     let f = unsafe {
         real!(fopen: unsafe extern "C" fn(*const c_char, *const c_char) -> *mut FILE)(path, mode)
     };
+    // SAFETY: the caller's path, as fopen accepted it; a null stream is checked.
     unsafe { after_fopen(path, seen, f) };
     f
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut FILE {
+    // SAFETY: the caller's path and mode, C strings or null (checked before they are read).
     let seen = unsafe { before_fopen(path, mode) };
+    // SAFETY: libc's own function, called once with the caller's arguments unchanged.
     let f = unsafe {
         real!(fopen64: unsafe extern "C" fn(*const c_char, *const c_char) -> *mut FILE)(path, mode)
     };
+    // SAFETY: the caller's path, as fopen accepted it; a null stream is checked.
     unsafe { after_fopen(path, seen, f) };
     f
 }
@@ -244,13 +174,16 @@ pub unsafe extern "C" fn freopen(
     mode: *const c_char,
     s: *mut FILE,
 ) -> *mut FILE {
+    // SAFETY: the caller's path and mode, C strings or null (checked before they are read).
     let seen = unsafe { before_fopen(path, mode) };
+    // SAFETY: libc's own function, called once with the caller's arguments unchanged.
     let f = unsafe {
         real!(freopen: unsafe extern "C" fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE)(
             path, mode, s,
         )
     };
     if !path.is_null() {
+        // SAFETY: the caller's path, as fopen accepted it; a null stream is checked.
         unsafe { after_fopen(path, seen, f) };
     }
     f
@@ -262,13 +195,16 @@ pub unsafe extern "C" fn freopen64(
     mode: *const c_char,
     s: *mut FILE,
 ) -> *mut FILE {
+    // SAFETY: the caller's path and mode, C strings or null (checked before they are read).
     let seen = unsafe { before_fopen(path, mode) };
+    // SAFETY: libc's own function, called once with the caller's arguments unchanged.
     let f = unsafe {
         real!(freopen64: unsafe extern "C" fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE)(
             path, mode, s,
         )
     };
     if !path.is_null() {
+        // SAFETY: the caller's path, as fopen accepted it; a null stream is checked.
         unsafe { after_fopen(path, seen, f) };
     }
     f

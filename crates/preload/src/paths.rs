@@ -76,6 +76,7 @@ pub(super) unsafe fn seen_flags(dirfd: c_int, path: *const c_char, flags: c_int)
     };
     // SAFETY: fstatat into a zeroed struct, `path` the caller's C string.
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: newfstatat into a stat of ours; `path` is the caller's C string, not null (checked above).
     let r = unsafe { libc::syscall(libc::SYS_newfstatat, dirfd, path, &mut st, follow) };
     // SAFETY: this thread's errno.
     let err = unsafe { *libc::__errno_location() };
@@ -94,12 +95,16 @@ pub(super) unsafe fn after_open(dirfd: c_int, path: *const c_char, flags: c_int,
     let _errno = KeepErrno::new();
     // SAFETY: fstat into a zeroed struct.
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: fstat of an fd into a zeroed stat of ours.
     if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_mode & libc::S_IFMT != libc::S_IFREG {
         return;
     }
+    // SAFETY: a C string the caller passed (libc read it too), or null, which `cstr` checks.
     let p = unsafe { cstr(path) };
     let mut buf = [0u8; PATH_MAX];
+    // SAFETY: `base` reads the slice it is given and writes only into its own buffer.
     let b = unsafe { base(dirfd, p, &mut buf) };
+    // SAFETY: `send` copies the parts it is given (slices that live across the call) into the ring or a datagram.
     unsafe {
         send(
             Kind::Open,
@@ -116,9 +121,12 @@ pub(super) unsafe fn report_path(kind: Kind, dirfd: c_int, path: *const c_char) 
         return;
     }
     let _errno = KeepErrno::new();
+    // SAFETY: a C string the caller passed (libc read it too), or null, which `cstr` checks.
     let p = unsafe { cstr(path) };
     let mut buf = [0u8; PATH_MAX];
+    // SAFETY: `base` reads the slice it is given and writes only into its own buffer.
     let b = unsafe { base(dirfd, p, &mut buf) };
+    // SAFETY: `send` copies the parts it is given (slices that live across the call) into the ring or a datagram.
     unsafe { send(kind, 0, -1, WireStat::default(), [b, p, &[], &[]]) };
 }
 
@@ -133,9 +141,12 @@ pub(super) unsafe fn report_pair(
         return;
     }
     let _errno = KeepErrno::new();
+    // SAFETY: a C string the caller passed (libc read it too), or null, which `cstr` checks.
     let (a, b) = unsafe { (cstr(p1), cstr(p2)) };
     let mut buf1 = [0u8; PATH_MAX];
     let mut buf2 = [0u8; PATH_MAX];
+    // SAFETY: `base` reads the slice it is given and writes only into its own buffer.
     let (ba, bb) = unsafe { (base(fd1, a, &mut buf1), base(fd2, b, &mut buf2)) };
+    // SAFETY: `send` copies the parts it is given (slices that live across the call) into the ring or a datagram.
     unsafe { send(kind, 0, -1, WireStat::default(), [ba, a, bb, b]) };
 }

@@ -59,6 +59,7 @@ pub(super) unsafe fn vouch_for(child: pid_t) {
 
 #[no_mangle]
 pub unsafe extern "C" fn fork() -> pid_t {
+    // SAFETY: libc's own function, called once with the caller's arguments unchanged.
     let pid = unsafe { real!(fork: unsafe extern "C" fn() -> pid_t)() };
     if pid > 0 {
         // SAFETY: no preconditions.
@@ -70,6 +71,7 @@ pub unsafe extern "C" fn fork() -> pid_t {
         PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
         // SAFETY: no preconditions.
         let ppid = unsafe { libc::getppid() };
+        // SAFETY: `send` copies the parts it is given (slices that live across the call) into the ring or a datagram.
         unsafe { send(Kind::Fork, ppid as i64, -1, WireStat::default(), [&[]; 4]) };
     }
     pid
@@ -130,6 +132,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
         // Programs that close every fd would cut roar off; the socket is CLOEXEC anyway.
         return 0;
     }
+    // SAFETY: libc's own function, called once with the caller's arguments unchanged.
     unsafe { real!(close: unsafe extern "C" fn(c_int) -> c_int)(fd) }
 }
 
@@ -138,14 +141,17 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
     let f = real!(close_range: unsafe extern "C" fn(c_uint, c_uint, c_int) -> c_int);
     let sock = SOCK.load(Ordering::Relaxed);
     if sock < 0 || (sock as c_uint) < first || (sock as c_uint) > last {
+        // SAFETY: libc's close_range, with the caller's range split around the shim's socket.
         return unsafe { f(first, last, flags) };
     }
     let s = sock as c_uint;
     let mut r = 0;
     if s > first {
+        // SAFETY: libc's close_range, with the caller's range split around the shim's socket.
         r = unsafe { f(first, s - 1, flags) };
     }
     if r == 0 && s < last {
+        // SAFETY: libc's close_range, with the caller's range split around the shim's socket.
         r = unsafe { f(s + 1, last, flags) };
     }
     r
@@ -164,13 +170,17 @@ pub(super) unsafe fn vacate(newfd: c_int) {
 
 #[no_mangle]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    // SAFETY: `vacate` moves only the shim's own socket fd out of the way.
     unsafe { vacate(new) };
+    // SAFETY: libc's own function, called once with the caller's arguments unchanged.
     unsafe { real!(dup2: unsafe extern "C" fn(c_int, c_int) -> c_int)(old, new) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    // SAFETY: `vacate` moves only the shim's own socket fd out of the way.
     unsafe { vacate(new) };
+    // SAFETY: libc's own function, called once with the caller's arguments unchanged.
     unsafe { real!(dup3: unsafe extern "C" fn(c_int, c_int, c_int) -> c_int)(old, new, flags) }
 }
 
@@ -193,9 +203,11 @@ pub(super) static EXITED: AtomicBool = AtomicBool::new(false);
 /// destructor for a process that returns from `main` (libc's own call to `exit` passes no hook).
 pub(crate) unsafe fn report_exit(status: c_int) {
     if enabled() {
+        // SAFETY: `report` reads only what `dl_iterate_phdr` hands it, under the loader's lock.
         unsafe { loaded::report() };
         // A vfork child shares the flag with its parent: it reports without marking.
         if IN_VFORK.load(Ordering::Relaxed) || !EXITED.swap(true, Ordering::Relaxed) {
+            // SAFETY: `send` copies the parts it is given (slices that live across the call) into the ring or a datagram.
             unsafe { send(Kind::Exit, status as i64, -1, WireStat::default(), [&[]; 4]) };
         }
     }
@@ -203,18 +215,24 @@ pub(crate) unsafe fn report_exit(status: c_int) {
 
 #[no_mangle]
 pub unsafe extern "C" fn exit(status: c_int) -> ! {
+    // SAFETY: reports from the shim's own state; nothing of the caller's is read.
     unsafe { report_exit(status) };
+    // SAFETY: libc's own function, called once with the caller's arguments unchanged.
     unsafe { real!(exit: unsafe extern "C" fn(c_int) -> !)(status) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn _exit(status: c_int) -> ! {
+    // SAFETY: reports from the shim's own state; nothing of the caller's is read.
     unsafe { report_exit(status) };
+    // SAFETY: libc's own function, called once with the caller's arguments unchanged.
     unsafe { real!(_exit: unsafe extern "C" fn(c_int) -> !)(status) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
+    // SAFETY: reports from the shim's own state; nothing of the caller's is read.
     unsafe { report_exit(status) };
+    // SAFETY: libc's own function, called once with the caller's arguments unchanged.
     unsafe { real!(_Exit: unsafe extern "C" fn(c_int) -> !)(status) }
 }
