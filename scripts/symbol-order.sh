@@ -14,7 +14,9 @@ cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "symbol-order.sh: needs valgrind (apt-get install valgrind)" >&2; exit 1; }
 # The layout the profile is taken from does not matter: every function is named.
 cargo build --release -p roar-cli --locked
-roar=$PWD/target/release/roar
+target="${CARGO_TARGET_DIR:-$PWD/target}"
+case "$target" in /*) ;; *) target="$PWD/$target" ;; esac
+roar=$target/release/roar
 work=$(mktemp -d)
 trap 'pkill -f "__recorder $work" 2>/dev/null || true; rm -rf "$work"' EXIT
 cg() { valgrind --tool=callgrind --demangle=no --callgrind-out-file="$work/cg.%p" "$@" >/dev/null 2>&1 || true; }

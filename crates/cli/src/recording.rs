@@ -1,4 +1,4 @@
-//! Where `roar run` records its job: through the resident recorder (crates/cli/src/recorder.rs)
+//! Where `roar run` records its job: through the resident recorder (crates/recorder)
 //! while the job is small, else (or when the recorder cannot take it) through a writer of its own,
 //! opened on its own thread while the command runs.
 

@@ -1,5 +1,5 @@
 //! A [`JobRecord`] as bytes and back, losslessly: how `roar run` hands a job to the resident
-//! recorder (crates/cli/src/recorder.rs), which writes it with its long-lived [`crate::Writer`].
+//! recorder (crates/recorder), which writes it with its long-lived [`crate::Writer`].
 //!
 //! Both ends are the same build of roar (the recorder's address names the binary), so the format
 //! has no versions: fields in declaration order, integers little-endian, strings and paths as

@@ -1,4 +1,4 @@
-//! The resident recorder (crates/cli/src/recorder.rs): a job it records reads exactly as one its
+//! The resident recorder (crates/recorder): a job it records reads exactly as one its
 //! run records itself; a run whose recorder dies, goes away or cannot take the job still records
 //! it, once; a killed run's job reads `killed`; the recorder leaves with its store.
 
