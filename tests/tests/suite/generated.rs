@@ -1405,6 +1405,22 @@ fn shrunk_programs_the_generator_found_give_every_observer_the_same_record() {
                 Op::RenameDir { from: 1, to: 0 },
             ],
         },
+        // A rename between two names of one file (a link the job made) does nothing: the
+        // source name keeps its bytes, unread (seed 1796133588012499713, program 1264: every
+        // observer recorded an input the oracle did not).
+        Program {
+            before: vec![(d0g1, vec![b'a'; 10]), (d1g1, vec![b'b'; 10])],
+            ops: vec![
+                Op::Link {
+                    from: d1g1,
+                    to: d0g0,
+                },
+                Op::Rename {
+                    from: d1g1,
+                    to: d0g0,
+                },
+            ],
+        },
         // A directory moved onto the name of one the job removed, and back: the removed one's
         // file stays deleted (seed 1796095042051600215, program 68: every observer lost it).
         Program {

@@ -112,9 +112,27 @@ impl Rules {
     }
 
     /// Whether `a` and `b` are one file's names: a rename or exchange between them does nothing.
+    /// Known from the file each names (where an observer saw it) or from the links the job made
+    /// (`ln a b; mv a b` leaves both names: no observer reports a file for a name never opened).
     pub(super) fn one_file(&self, a: &Path, b: &Path) -> bool {
         let file = |p: &Path| self.state(p).and_then(|st| st.file.filter(|_| st.exists));
-        a == b || file(a).is_some_and(|f| file(b) == Some(f))
+        a == b
+            || file(a).is_some_and(|f| file(b) == Some(f))
+            || self
+                .link_group(a)
+                .is_some_and(|g| self.link_group(b) == Some(g))
+    }
+
+    /// The first name of the group of names the job linked that `p` belongs to, while `p` still
+    /// names that file (a name removed or renamed over leaves its group).
+    fn link_group(&self, p: &Path) -> Option<PathBuf> {
+        let st = self.state(p).filter(|st| st.exists)?;
+        match &st.alias_of {
+            Some(first) => Some(first.clone()),
+            None => {
+                (self.links.contains_key(p) && !self.detached.contains(p)).then(|| p.to_owned())
+            }
+        }
     }
 
     pub(super) fn rename_or_link(

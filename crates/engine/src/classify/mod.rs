@@ -1354,6 +1354,54 @@ mod tests {
         assert_eq!(at(f1), [(Role::Output, Version::Left)]);
     }
 
+    /// Found by the generator (seed 1796133588012499713, program 1264): `ln d1/g1 d0/g0; mv
+    /// d1/g1 d0/g0` — both names are one file, so the rename does nothing (rename(2)): `d1/g1`
+    /// still holds its bytes, unread, and `d0/g0` is the link's name (every observer but the
+    /// oracle recorded `d1/g1` consumed as an input). The same for an exchange of the two.
+    #[test]
+    fn a_rename_between_two_names_the_job_linked_does_nothing() {
+        let (a, b) = (Path::new("/d/d1/g1"), Path::new("/d/d0/g0"));
+        let link = Event::Link {
+            pid: 1,
+            from: a.to_owned(),
+            to: b.to_owned(),
+            ts_ns: 101,
+        };
+        let exchange = Event::Exchange {
+            pid: 1,
+            a: a.to_owned(),
+            b: b.to_owned(),
+            ts_ns: 102,
+        };
+        for second in [mv(a, b, 102), mv(b, a, 102), exchange] {
+            let c = classify(&[link.clone(), second.clone()], 100, &Ignore::new(&[]));
+            assert_eq!(roles_at(&c, a), [], "{second:?}");
+            assert_eq!(
+                roles_at(&c, b),
+                [(Role::Output, Version::Left)],
+                "{second:?}"
+            );
+        }
+        // Once the link's name was removed, a file made there is another file: the rename moves.
+        let c = classify(
+            &[
+                link.clone(),
+                Event::Unlink {
+                    pid: 1,
+                    path: b.to_owned(),
+                    ts_ns: 102,
+                },
+                open_as(b, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, 7, 103),
+                mv(a, b, 104),
+            ],
+            100,
+            &Ignore::new(&[]),
+        );
+        // (a pre-existing file moved away unread: consumed, its bytes now at `b`)
+        assert_eq!(roles_at(&c, a), [(Role::Input, Version::Prior)]);
+        assert_eq!(roles_at(&c, b), [(Role::Output, Version::Left)]);
+    }
+
     type Roles = Vec<(Role, Version)>;
 
     /// The records `c` gives the path `p`, in order.
