@@ -1421,6 +1421,21 @@ fn shrunk_programs_the_generator_found_give_every_observer_the_same_record() {
                 },
             ],
         },
+        // A link exchanged with another name: the other name takes the link's place among the
+        // file's names, so a write through it changes the link's source (seed
+        // 1796133588012499713, program 2534: every observer lost `f2`'s input and output).
+        Program {
+            before: vec![(2, vec![b'a'; 5000]), (d1g0, vec![b'b'; 5000])],
+            ops: vec![
+                Op::Link { from: 2, to: d1g1 },
+                Op::Exchange { a: d1g1, b: d1g0 },
+                Op::Mmap {
+                    name: d1g0,
+                    off: 5,
+                    byte: b'J',
+                },
+            ],
+        },
         // A directory moved onto the name of one the job removed, and back: the removed one's
         // file stays deleted (seed 1796095042051600215, program 68: every observer lost it).
         Program {

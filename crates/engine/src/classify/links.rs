@@ -312,6 +312,8 @@ impl Rules {
             self.moved_dir(&swap, b);
             return;
         }
+        // A name the job linked keeps its place among its file's names: under the other name.
+        let groups = [(self.group_of(a), a, b), (self.group_of(b), b, a)];
         // Each name now holds the other's content: each is made by the job, and each prior
         // content the job had not made is consumed, its bytes now at the other name. Content
         // that had landed at either name moves to the other.
@@ -361,6 +363,19 @@ impl Rules {
                 }
             }
         }
+        for (group, from, to) in groups {
+            if let Some((first, linked_prior)) = group {
+                self.renamed_in_group(&first, from, to, linked_prior);
+            }
+        }
+    }
+
+    /// The group of names the job linked that `p` belongs to (its first name), and whether the
+    /// file's bytes predate the job there.
+    fn group_of(&self, p: &Path) -> Option<(PathBuf, bool)> {
+        let st = self.state(p)?;
+        let first = self.link_group(p)?;
+        Some((first, st.linked_prior))
     }
 }
 

@@ -1402,6 +1402,39 @@ mod tests {
         assert_eq!(roles_at(&c, b), [(Role::Output, Version::Left)]);
     }
 
+    /// Found by the generator (seed 1796133588012499713, program 2534): `ln f2 d1/g1; exchange
+    /// d1/g1 d1/g0; mmap-write d1/g0` — the exchanged name takes the link's place: `d1/g0` now
+    /// names `f2`'s file, so the write through it keeps `f2`'s bytes (an input) and changes `f2`
+    /// (an output), as a rename of the link does.
+    #[test]
+    fn an_exchanged_link_is_still_a_name_of_its_file() {
+        let (f2, g1, g0) = (
+            Path::new("/d/f2"),
+            Path::new("/d/d1/g1"),
+            Path::new("/d/d1/g0"),
+        );
+        let events = [
+            Event::Link {
+                pid: 1,
+                from: f2.to_owned(),
+                to: g1.to_owned(),
+                ts_ns: 101,
+            },
+            Event::Exchange {
+                pid: 1,
+                a: g1.to_owned(),
+                b: g0.to_owned(),
+                ts_ns: 102,
+            },
+            open_as(g0, libc::O_RDWR, 7, 103),
+        ];
+        let c = classify(&events, 100, &Ignore::new(&[]));
+        assert_eq!(
+            roles_at(&c, f2),
+            [(Role::Input, Version::Prior), (Role::Output, Version::Left)]
+        );
+    }
+
     type Roles = Vec<(Role, Version)>;
 
     /// The records `c` gives the path `p`, in order.
