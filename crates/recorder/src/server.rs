@@ -72,7 +72,7 @@ impl Shared {
         if matches!(e, StoreError::SchemaChanged { .. }) {
             self.done.store(true, Ordering::SeqCst);
         }
-        causes(&e)
+        roar_store::error_chain(&e)
     }
 
     /// The machine the job ran on (CPU, memory, OS, GPUs): probed once per boot and host name.
@@ -320,18 +320,6 @@ fn record(
     writer
         .record(begun, &cache, job)
         .map_err(|e| shared.failed(e))
-}
-
-/// An error with its causes, one line (`a: b: c`), as roar prints errors.
-fn causes(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
 }
 
 #[cfg(test)]

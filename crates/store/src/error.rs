@@ -95,6 +95,22 @@ impl StoreError {
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
+/// An error with its causes on one line, `a: b: c`, as roar prints errors; a cause whose text
+/// the line already holds is not repeated (postgres and hyper errors repeat theirs).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let more = c.to_string();
+        if !s.contains(&more) {
+            s.push_str(": ");
+            s.push_str(&more);
+        }
+        cur = c.source();
+    }
+    s
+}
+
 /// Whether the directory holding `db` takes a new file.
 fn dir_writable(db: &std::path::Path) -> bool {
     // Root ignores mode bits, so the only honest test is to try: a probe file is created and

@@ -29,7 +29,7 @@ mod writer;
 pub use committer::Committer;
 pub use db::{open, SCHEMA_VERSION};
 pub use environment::{Environment, EnvironmentDetail, Gpu, Package, Runtime};
-pub use error::{Result, StoreError};
+pub use error::{error_chain, Result, StoreError};
 pub use held::DbStats;
 pub use lineage::{node_name, Dag, Edge, Lineage, Step, Version};
 pub use model::{

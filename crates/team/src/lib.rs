@@ -58,7 +58,7 @@ fn team_err(remote: &Remote, what: &str, e: impl std::fmt::Display) -> StoreErro
 /// reached.
 fn db_err(remote: &Remote, what: &str, e: postgres::Error) -> StoreError {
     let Some(db) = e.as_db_error() else {
-        return team_err(remote, what, with_causes(&e));
+        return team_err(remote, what, roar_store::error_chain(&e));
     };
     let role = postgres::Config::from_str(&remote.url)
         .ok()
@@ -82,21 +82,6 @@ fn db_err(remote: &Remote, what: &str, e: postgres::Error) -> StoreError {
         db.message(),
         db.code().code()
     ))
-}
-
-/// An error with its causes, `a: b: c` (postgres errors keep the why in their sources: the
-/// certificate a TLS handshake refused, the refused connection).
-fn with_causes(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let more = c.to_string();
-        if !s.contains(&more) {
-            s += &format!(": {more}");
-        }
-        cur = c.source();
-    }
-    s
 }
 
 impl Remote {
@@ -174,7 +159,7 @@ impl Remote {
             }
             _ => config.connect(postgres::NoTls),
         };
-        connected.map_err(|e| team_err(self, "cannot reach", with_causes(&e)))
+        connected.map_err(|e| team_err(self, "cannot reach", roar_store::error_chain(&e)))
     }
 }
 

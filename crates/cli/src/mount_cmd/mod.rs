@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use crate::entry::ExitCode;
 use crate::mount_served::{cpu_ms, requests_path, served_line, write_requests};
 use crate::mountinfo::{is_dead, is_roarfs_mount};
+use roar_store::error_chain;
 
 mod state;
 
@@ -297,16 +298,6 @@ fn foreground(
         ids.len()
     );
     Ok(ExitCode::SUCCESS)
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s += &format!(": {c}");
-        cur = c.source();
-    }
-    s
 }
 
 /// The project's mounts as their state files describe them, with how each one is doing.

@@ -122,16 +122,7 @@ pub(super) fn unavailable(msg: String) -> S3Error {
     e
 }
 
-pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}
+pub(super) use roar_store::error_chain;
 
 /// Error bodies are small XML documents; anything past this is not read.
 pub(super) const ERROR_BODY_LIMIT: usize = 64 << 10;
