@@ -49,13 +49,20 @@ pub struct Expand {
 }
 
 impl Expand {
+    /// Whether nothing is expanded: every directory of many outputs is one line, so a lineage
+    /// can count them rather than read each (`Outputs::Collapsed`).
+    pub fn collapses_all(&self) -> bool {
+        !self.all && self.dirs.is_empty()
+    }
+
     fn keeps(&self, dir: &str) -> bool {
         self.all || self.dirs.iter().any(|d| Path::new(dir).starts_with(d))
     }
 }
 
 /// The directories collapsed in this graph: those holding `COLLAPSE_AT` or more files of one
-/// role of one step.
+/// role of one step (a lineage read with `Outputs::Collapsed` counts such outputs in
+/// `output_dirs`).
 pub fn collapsed(steps: &[Step], expand: &Expand) -> HashSet<String> {
     let mut out = HashSet::new();
     for s in steps {
@@ -71,6 +78,7 @@ pub fn collapsed(steps: &[Step], expand: &Expand) -> HashSet<String> {
                     .map(|(d, _)| d.to_owned()),
             );
         }
+        out.extend(s.output_dirs.iter().map(|(d, _)| d.clone()));
     }
     out
 }
@@ -114,8 +122,17 @@ fn box_key(job: i64, step: Option<u32>) -> String {
     format!("j{}", roar_store::node_name(job, step))
 }
 
-fn items<'a>(edges: &'a [Edge], dirs: &HashSet<String>) -> Vec<Item<'a>> {
+/// A step's files as listed: each file not in a collapsed directory, then a line per collapsed
+/// directory and producer; `counted` are directories whose files were counted, not read.
+fn items<'a>(
+    edges: &'a [Edge],
+    counted: &'a [(String, usize)],
+    dirs: &HashSet<String>,
+) -> Vec<Item<'a>> {
     let mut groups: BTreeMap<(&str, Option<Node>), usize> = BTreeMap::new();
+    for (dir, n) in counted {
+        *groups.entry((dir.as_str(), None)).or_default() += n;
+    }
     let mut out = Vec::new();
     for e in edges {
         let d = parent(&e.path);
@@ -195,16 +212,28 @@ pub fn print_edge(out: &mut impl Write, arrow: &str, e: &Edge, root: &Path) -> s
     )
 }
 
+struct Listing<'a> {
+    arrow: &'a str,
+    edges: &'a [Edge],
+    counted: &'a [(String, usize)],
+    max: usize,
+    what: &'a str,
+}
+
 fn print_list(
     out: &mut impl Write,
-    arrow: &str,
-    edges: &[Edge],
+    list: Listing,
     dirs: &HashSet<String>,
-    max: usize,
-    what: &str,
     root: &Path,
 ) -> std::io::Result<()> {
-    let items = items(edges, dirs);
+    let Listing {
+        arrow,
+        edges,
+        counted,
+        max,
+        what,
+    } = list;
+    let items = items(edges, counted, dirs);
     for i in items.iter().take(max) {
         print_item(out, arrow, i, root)?;
     }
@@ -230,8 +259,22 @@ pub fn print_steps(
     let dirs = collapsed(steps, expand);
     for s in steps {
         writeln!(out, "{} {}", bold(&title(s.job_id, s.step)), label(s, root))?;
-        print_list(out, "<-", &s.inputs, &dirs, SHOWN_INPUTS, "inputs", root)?;
-        print_list(out, "->", &s.outputs, &dirs, SHOWN_OUTPUTS, "outputs", root)?;
+        let inputs = Listing {
+            arrow: "<-",
+            edges: &s.inputs,
+            counted: &[],
+            max: SHOWN_INPUTS,
+            what: "inputs",
+        };
+        print_list(out, inputs, &dirs, root)?;
+        let outputs = Listing {
+            arrow: "->",
+            edges: &s.outputs,
+            counted: &s.output_dirs,
+            max: SHOWN_OUTPUTS,
+            what: "outputs",
+        };
+        print_list(out, outputs, &dirs, root)?;
     }
     Ok(())
 }
@@ -278,7 +321,7 @@ pub fn dot(steps: &[Step], expand: &Expand, root: &Path) -> String {
                 s += &format!("  \"{up}\" -> \"{me}\" [style=dotted, arrowhead=none];\n");
             }
         }
-        for item in items(&st.inputs, &dirs) {
+        for item in items(&st.inputs, &[], &dirs) {
             let producer = match &item {
                 Item::File(e) => producer(e),
                 Item::Dir { producer, .. } => *producer,
@@ -303,7 +346,7 @@ pub fn dot(steps: &[Step], expand: &Expand, root: &Path) -> String {
                 }
             }
         }
-        for item in items(&st.outputs, &dirs) {
+        for item in items(&st.outputs, &st.output_dirs, &dirs) {
             let n = dot_node(
                 &mut s,
                 &mut declared,
@@ -351,4 +394,173 @@ fn dot_node(
         );
     }
     key
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsString;
+    use std::os::unix::ffi::OsStringExt;
+
+    use roar_store::ignore::Ignore;
+    use roar_store::{ContentHash, FileRecord, JobRecord, Ops, Outcome, Outputs, Role, Writer};
+
+    use super::*;
+
+    fn content(bytes: &[u8]) -> ContentHash {
+        ContentHash {
+            blake3: blake3::hash(bytes).to_hex().to_string(),
+            sha256: None,
+            size: bytes.len() as u64,
+        }
+    }
+
+    fn file(role: Role, path: Vec<u8>, hash: Option<ContentHash>) -> FileRecord {
+        FileRecord {
+            role,
+            path: PathBuf::from(OsString::from_vec(path)),
+            hash,
+            before: None,
+            ops: match role {
+                Role::Input => Ops::READ,
+                _ => Ops::WRITE | Ops::CREATE,
+            },
+            first_ns: None,
+            last_ns: None,
+            s3: None,
+        }
+    }
+
+    fn job(n: usize, files: Vec<FileRecord>) -> JobRecord {
+        JobRecord {
+            name: None,
+            argv: vec![OsString::from(format!("step-{n}"))],
+            cwd: PathBuf::from("/w"),
+            started_ns: 1_700_000_000_000_000_000 + n as i64 * 1_000_000,
+            ended_ns: Some(1_700_000_000_000_000_000 + n as i64 * 1_000_000 + 1),
+            outcome: Outcome::Exited(0),
+            incomplete: false,
+            backend: "test".into(),
+            git: None,
+            env: Default::default(),
+            host: None,
+            processes: vec![],
+            steps: Vec::new(),
+            files,
+            environment: None,
+            uid: None,
+            dist: None,
+        }
+    }
+
+    /// Seeded pipelines whose jobs write 0-14 files into each of a few directories (some of them
+    /// noise, one name not UTF-8, some outputs copies of an input) and read earlier outputs: a
+    /// lineage read with outputs collapsed lists exactly what reading every output lists, and
+    /// each directory it counted holds that many of the step's outputs. `ROAR_GRAPH_SEED`
+    /// replays a seed.
+    #[test]
+    fn a_listing_from_counted_outputs_is_the_listing_from_every_output() {
+        let seed = std::env::var("ROAR_GRAPH_SEED")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(20261201u64);
+        let mut x = seed | 1;
+        let mut rnd = move |n: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n as u64) as usize
+        };
+        let dirs: [&[u8]; 6] = [
+            b"/w/data",
+            b"/w/ckpt",
+            b"/w/pkg/__pycache__",
+            b"/usr/lib",
+            b"/w/odd\xff",
+            b"",
+        ];
+        for case in 0..30 {
+            let tmp = tempfile::tempdir().unwrap();
+            let db = tmp.path().join("roar.db");
+            roar_store::open(&db, true).unwrap();
+            let writer = Writer::start(&db).unwrap();
+            let mut made: Vec<(Vec<u8>, ContentHash)> = Vec::new();
+            let mut last = Vec::new();
+            for n in 0..1 + rnd(8) {
+                let mut files = Vec::new();
+                let mut read = Vec::new();
+                for _ in 0..rnd(4).min(made.len()) {
+                    let (p, h) = made[rnd(made.len())].clone();
+                    read.push(h.clone());
+                    files.push(file(Role::Input, p, Some(h)));
+                }
+                for d in dirs {
+                    for k in 0..[0, 1, 5, 6, 7, 14][rnd(6)] {
+                        let mut p = d.to_vec();
+                        p.extend_from_slice(format!("/f{n}-{k}.pyc").as_bytes());
+                        if rnd(3) > 0 {
+                            p.truncate(p.len() - 4);
+                        }
+                        let hash = match rnd(5) {
+                            0 if !read.is_empty() => Some(read[rnd(read.len())].clone()),
+                            1 => None,
+                            _ => Some(content(&p)),
+                        };
+                        if let Some(h) = &hash {
+                            made.push((p.clone(), h.clone()));
+                            last = p.clone();
+                        }
+                        files.push(file(Role::Output, p, hash));
+                    }
+                }
+                writer.record_job(job(n, files)).unwrap();
+            }
+            writer.flush().unwrap();
+            if last.is_empty() {
+                continue;
+            }
+            let mut store = Store::open(&db).unwrap();
+            store.hide(Some(Ignore::new(&[]))).unwrap();
+            let target = store
+                .version_at(Path::new(&OsString::from_vec(last)))
+                .unwrap();
+            let every = store.lineage_with(&target, Outputs::Every).unwrap();
+            let counted = store
+                .lineage_with(&target, Outputs::Collapsed { at: COLLAPSE_AT })
+                .unwrap();
+            let listing = |steps: &[Step]| {
+                let mut out = Vec::new();
+                print_steps(&mut out, steps, &Expand::default(), Path::new("/w")).unwrap();
+                String::from_utf8(out).unwrap()
+            };
+            assert_eq!(
+                listing(&counted.steps),
+                listing(&every.steps),
+                "case {case} (ROAR_GRAPH_SEED={seed})"
+            );
+            for (c, e) in counted.steps.iter().zip(&every.steps) {
+                let mut per_dir: HashMap<&str, usize> = HashMap::new();
+                for o in &e.outputs {
+                    *per_dir.entry(parent(&o.path)).or_default() += 1;
+                }
+                for (dir, n) in &c.output_dirs {
+                    assert_eq!(per_dir.get(dir.as_str()), Some(n), "case {case}: {dir}");
+                    assert!(*n >= COLLAPSE_AT);
+                }
+                let listed: Vec<&Edge> = e
+                    .outputs
+                    .iter()
+                    .filter(|o| per_dir[parent(&o.path)] < COLLAPSE_AT)
+                    .collect();
+                assert_eq!(
+                    serde_json::to_string(&c.outputs).unwrap(),
+                    serde_json::to_string(&listed).unwrap(),
+                    "case {case}"
+                );
+                assert_eq!(
+                    serde_json::to_string(&c.inputs).unwrap(),
+                    serde_json::to_string(&e.inputs).unwrap()
+                );
+            }
+        }
+    }
 }

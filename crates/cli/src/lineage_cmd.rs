@@ -5,7 +5,7 @@ use std::ffi::OsStr;
 use std::io::Write;
 use std::path::PathBuf;
 
-use roar_store::Step;
+use roar_store::{Outputs, Step};
 
 use crate::fmt::{self, bold, rel};
 use crate::graph::{self, Expand};
@@ -14,7 +14,15 @@ use crate::names::{open_with, resolve};
 pub fn lineage(what: &OsStr, all: bool, expand: &Expand, json: bool) -> anyhow::Result<()> {
     let (project, store) = open_with(all)?;
     let target = resolve(&store, what)?;
-    let lineage = store.lineage(&target)?;
+    // A listing collapses every directory of many outputs: those are counted, not read (at a
+    // team store's scale they are most of a lineage's rows). `--json` has everything.
+    let outputs = match json || !expand.collapses_all() {
+        true => Outputs::Every,
+        false => Outputs::Collapsed {
+            at: graph::COLLAPSE_AT,
+        },
+    };
+    let lineage = store.lineage_with(&target, outputs)?;
     if json {
         return fmt::print_json(&lineage);
     }
@@ -41,7 +49,8 @@ pub fn lineage(what: &OsStr, all: bool, expand: &Expand, json: bool) -> anyhow::
 pub fn inputs(what: &OsStr, all: bool, json: bool) -> anyhow::Result<()> {
     let (project, store) = open_with(all)?;
     let target = resolve(&store, what)?;
-    let lineage = store.lineage(&target)?;
+    // Only the root inputs are asked: no output is listed.
+    let lineage = store.lineage_with(&target, Outputs::Collapsed { at: 0 })?;
     if json {
         return fmt::print_json(&lineage.roots);
     }

@@ -2,8 +2,12 @@
 //!
 //! Glob syntax: `*` matches within one path component, `**` across components, `?` one byte.
 
+use std::collections::HashSet;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::OnceLock;
 
+use aho_corasick::{AhoCorasick, AhoCorasickKind};
 use memchr::memmem::Finder;
 
 /// Runtime noise: kernel filesystems, shared libraries and interpreters' own code and caches.
@@ -181,6 +185,139 @@ fn needle(glob: &[u8]) -> &[u8] {
     best
 }
 
+/// The compiled patterns, tried in turn for a process's first [`SEARCH_AFTER`] paths (a `roar
+/// run` of a small job: building the search below costs more than it saves), then through
+/// [`Search`]; both answer alike (tested on generated globs and paths).
+#[derive(Debug)]
+struct Index {
+    globs: Vec<Vec<u8>>,
+    patterns: Vec<Pattern>,
+    tried: AtomicUsize,
+    search: OnceLock<Search>,
+}
+
+/// Paths matched by trying every pattern before [`Search`] is built: its Aho-Corasick automaton
+/// costs ~0.3 ms to build and saves ~0.1-0.3 µs a path (bench/NOTES.md, session 49).
+const SEARCH_AFTER: usize = 2_000;
+
+/// The patterns arranged so that a path is tested only against those it could match. Two
+/// necessary conditions decide which: an absolute glob whose first component is literal
+/// (`/proc/**`, `/etc/hosts`) can only match a path under that component, and any other only a
+/// path holding its longest literal run ([`needle`]), all of which one Aho-Corasick pass finds;
+/// a literal glob is one lookup. A path under none of the anchors and holding none of the runs
+/// (most data files) costs a few short comparisons, a lookup and one scan.
+#[derive(Debug)]
+struct Search {
+    /// Patterns by the literal first component of their glob (a handful: compared in turn).
+    by_root: Vec<(Vec<u8>, Vec<usize>)>,
+    /// Literal globs without such a component (`/`).
+    exact: HashSet<Vec<u8>>,
+    /// The other patterns' literal runs; `needle_of[i]` are the patterns of run `i`.
+    needles: AhoCorasick,
+    needle_of: Vec<Vec<usize>>,
+    /// Patterns with no literal run at all (`**`): tried on every path.
+    always: Vec<usize>,
+}
+
+/// The first component of an absolute `glob` when it is literal and not the last (`proc` of
+/// `/proc/**`, `etc` of `/etc/hosts`): every path the glob matches begins with `/` it `/`.
+fn root_of(glob: &[u8]) -> Option<&[u8]> {
+    let rest = glob.strip_prefix(b"/")?;
+    let end = rest.iter().position(|&b| b == b'/')?;
+    let root = &rest[..end];
+    (!root.is_empty() && literal(root)).then_some(root)
+}
+
+/// A path's first component, when another follows it.
+fn path_root(path: &[u8]) -> Option<&[u8]> {
+    let rest = path.strip_prefix(b"/")?;
+    let end = memchr::memchr(b'/', rest)?;
+    Some(&rest[..end])
+}
+
+impl Index {
+    fn new<'a>(globs: impl Iterator<Item = &'a str>) -> Index {
+        let globs: Vec<Vec<u8>> = globs.map(|g| g.as_bytes().to_vec()).collect();
+        Index {
+            patterns: globs.iter().map(|g| Pattern::compile(g)).collect(),
+            globs,
+            tried: AtomicUsize::new(0),
+            search: OnceLock::new(),
+        }
+    }
+
+    fn matches(&self, p: &[u8]) -> bool {
+        if self.search.get().is_none() && self.tried.fetch_add(1, Relaxed) < SEARCH_AFTER {
+            return self.patterns.iter().any(|g| g.matches(p));
+        }
+        self.searched(p)
+    }
+
+    /// The answer through [`Search`], built now if it is not yet.
+    fn searched(&self, p: &[u8]) -> bool {
+        let s = self.search.get_or_init(|| Search::new(&self.globs));
+        let test = |ids: &[usize]| ids.iter().any(|&i| self.patterns[i].matches(p));
+        if let Some(root) = path_root(p) {
+            if let Some((_, ids)) = s.by_root.iter().find(|(r, _)| r == root) {
+                if test(ids) {
+                    return true;
+                }
+            }
+        }
+        (!s.exact.is_empty() && s.exact.contains(p))
+            || test(&s.always)
+            || s.needles
+                .find_overlapping_iter(p)
+                .any(|m| test(&s.needle_of[m.pattern().as_usize()]))
+    }
+}
+
+impl Search {
+    fn new(globs: &[Vec<u8>]) -> Search {
+        let mut by_root: Vec<(Vec<u8>, Vec<usize>)> = Vec::new();
+        let mut exact = HashSet::new();
+        let mut runs: Vec<Vec<u8>> = Vec::new();
+        let mut needle_of: Vec<Vec<usize>> = Vec::new();
+        let mut always = Vec::new();
+        for (i, g) in globs.iter().enumerate() {
+            if let Some(root) = root_of(g) {
+                match by_root.iter_mut().find(|(r, _)| r == root) {
+                    Some((_, ids)) => ids.push(i),
+                    None => by_root.push((root.to_vec(), vec![i])),
+                }
+                continue;
+            }
+            if literal(g) {
+                exact.insert(g.to_vec());
+                continue;
+            }
+            let run = needle(g);
+            if run.is_empty() {
+                always.push(i);
+                continue;
+            }
+            match runs.iter().position(|r| r == run) {
+                Some(k) => needle_of[k].push(i),
+                None => {
+                    runs.push(run.to_vec());
+                    needle_of.push(vec![i]);
+                }
+            }
+        }
+        let needles = AhoCorasick::builder()
+            .kind(Some(AhoCorasickKind::DFA))
+            .build(&runs)
+            .expect("a few short literal runs always build");
+        Search {
+            by_root,
+            exact,
+            needles,
+            needle_of,
+            always,
+        }
+    }
+}
+
 /// The paths a job's record leaves out: [`DEFAULT_IGNORES`] and the project's own. Compiled at
 /// the first match (or [`Ignore::compile`]), once for every clone: building the substring
 /// searchers (and, in a new process, detecting the CPU's features for them) is ~0.05 ms that
@@ -188,7 +325,7 @@ fn needle(glob: &[u8]) -> &[u8] {
 #[derive(Debug, Clone)]
 pub struct Ignore {
     extra: std::sync::Arc<[String]>,
-    patterns: std::sync::Arc<std::sync::OnceLock<Vec<Pattern>>>,
+    patterns: std::sync::Arc<OnceLock<Index>>,
 }
 
 impl Ignore {
@@ -204,21 +341,20 @@ impl Ignore {
         self.patterns();
     }
 
-    fn patterns(&self) -> &[Pattern] {
+    fn patterns(&self) -> &Index {
         self.patterns.get_or_init(|| {
-            DEFAULT_IGNORES
-                .iter()
-                .copied()
-                .chain(self.extra.iter().map(String::as_str))
-                .map(|g| Pattern::compile(g.as_bytes()))
-                .collect()
+            Index::new(
+                DEFAULT_IGNORES
+                    .iter()
+                    .copied()
+                    .chain(self.extra.iter().map(String::as_str)),
+            )
         })
     }
 
     pub fn is_ignored(&self, path: &Path) -> bool {
         use std::os::unix::ffi::OsStrExt;
-        let p = path.as_os_str().as_bytes();
-        self.patterns().iter().any(|g| g.matches(p))
+        self.patterns().matches(path.as_os_str().as_bytes())
     }
 }
 
@@ -350,6 +486,80 @@ mod tests {
                     compiled.matches(path.as_bytes()),
                     set.is_match(&path),
                     "case {case} (ROAR_GLOB_SEED={seed}): {glob:?} on {path:?}"
+                );
+            }
+        }
+    }
+
+    /// The index (anchors and literal runs) answers as trying every pattern does: generated
+    /// sets of globs (the built-in list's and random ones, anchored and not) on generated paths
+    /// made of the components both use. `ROAR_GLOB_SEED` replays a seed.
+    #[test]
+    fn the_index_answers_as_every_pattern_tried() {
+        let seed = std::env::var("ROAR_GLOB_SEED")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(20261201u64);
+        let mut x = seed | 1;
+        let mut rnd = |n: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n as u64) as usize
+        };
+        let names = [
+            "proc",
+            "etc",
+            "usr",
+            "lib",
+            "hosts",
+            "a",
+            "so",
+            "x.so.1",
+            "py3",
+            "site-packages",
+            ".cache",
+            "roar",
+            ".roar",
+            "memfd:x",
+            "tmp",
+            "",
+        ];
+        let globbed = ["**", "*", "*a", "so*", "a?", "?", "lib"];
+        for case in 0..2_000 {
+            let mut globs: Vec<String> = (0..rnd(6))
+                .map(|_| DEFAULT_IGNORES[rnd(DEFAULT_IGNORES.len())].to_string())
+                .collect();
+            for _ in 0..1 + rnd(5) {
+                let mut g = String::from(["/", "**/", "/", ""][rnd(4)]);
+                for i in 0..1 + rnd(4) {
+                    if i > 0 {
+                        g.push('/');
+                    }
+                    g.push_str(match rnd(2) {
+                        0 => names[rnd(names.len())],
+                        _ => globbed[rnd(globbed.len())],
+                    });
+                }
+                globs.push(g);
+            }
+            let index = Index::new(globs.iter().map(String::as_str));
+            for _ in 0..30 {
+                let mut path = String::new();
+                for _ in 0..rnd(6) {
+                    path.push('/');
+                    path.push_str(names[rnd(names.len())]);
+                }
+                let path = if path.is_empty() {
+                    "/".to_string()
+                } else {
+                    path
+                };
+                let every = index.patterns.iter().any(|g| g.matches(path.as_bytes()));
+                assert_eq!(
+                    index.searched(path.as_bytes()),
+                    every,
+                    "case {case} (ROAR_GLOB_SEED={seed}): {globs:?} on {path:?}"
                 );
             }
         }

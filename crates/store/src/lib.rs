@@ -31,7 +31,7 @@ pub use db::{open, SCHEMA_VERSION};
 pub use environment::{Environment, EnvironmentDetail, Gpu, Package, Runtime};
 pub use error::{error_chain, Result, StoreError};
 pub use held::DbStats;
-pub use lineage::{node_name, Dag, Edge, Lineage, Step, Version};
+pub use lineage::{node_name, Dag, Edge, Lineage, Outputs, Step, Version};
 pub use model::{
     argv_from_blob, argv_to_blob, now_ns, recorder_id, CacheEntry, ContentHash, Distributed,
     FileRecord, FileStat, GitState, JobRecord, Made, Ops, Outcome, PathUse, ProcessRecord,

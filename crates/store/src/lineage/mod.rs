@@ -61,6 +61,11 @@ pub struct Step {
     pub streams: Vec<crate::model::Stream>,
     pub inputs: Vec<Edge>,
     pub outputs: Vec<Edge>,
+    /// Outputs counted instead of listed, when the lineage was read with
+    /// [`Outputs::Collapsed`]: each directory holding that many or more of the step's outputs,
+    /// with how many (those outputs are not in `outputs`). Empty otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub output_dirs: Vec<(String, usize)>,
     /// Set on the project's whole graph by [`Dag::fold_reruns`]: a later run replaced what this
     /// step did and nothing still current needs it. Views show the latest runs by default.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -74,11 +79,25 @@ pub struct Step {
 }
 
 /// What a walk over the graph learns once and asks again and again: content no job ever wrote (a
-/// dataset every job reads), and which jobs have steps.
+/// dataset every job reads), and which jobs have steps; and how it reads a job's outputs.
 #[derive(Default)]
 struct Memo {
     never_made: HashSet<i64>,
     has_steps: HashMap<i64, bool>,
+    outputs: Outputs,
+}
+
+/// How a lineage reads each job's outputs. Its inputs are always read whole: they are the walk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Outputs {
+    /// Every output as an [`Edge`] with its content (`--json`, exports, `reproduce`).
+    #[default]
+    Every,
+    /// A directory holding `at` or more of a job's outputs as its count in
+    /// [`Step::output_dirs`], the others as edges: what a listing that collapses such
+    /// directories shows (`roar lineage`), without reading each of a dataset's 500 shards'
+    /// content — at a team store's scale most of a lineage's rows are such outputs.
+    Collapsed { at: usize },
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -224,6 +243,11 @@ impl Store {
     /// The jobs upstream of `target`, in the order they started, and the root inputs they start
     /// from.
     pub fn lineage(&self, target: &Version) -> Result<Lineage> {
+        self.lineage_with(target, Outputs::Every)
+    }
+
+    /// [`Store::lineage`], reading each job's outputs as `outputs` says.
+    pub fn lineage_with(&self, target: &Version, outputs: Outputs) -> Result<Lineage> {
         let walk = || -> rusqlite::Result<Lineage> {
             // One read transaction for the walk's thousands of statements (each would otherwise
             // take and drop the store's read lock); none if the caller holds one already.
@@ -234,7 +258,10 @@ impl Store {
             let mut steps: BTreeMap<Node, Step> = BTreeMap::new();
             let mut roots: BTreeMap<(String, String), Edge> = BTreeMap::new();
             let mut seen = HashSet::new();
-            let mut memo = Memo::default();
+            let mut memo = Memo {
+                outputs,
+                ..Memo::default()
+            };
             let mut queue = VecDeque::new();
             if let Some(node) = self.maker_node(target)? {
                 queue.push_back(node);
@@ -344,6 +371,7 @@ mod tests {
             streams: Vec::new(),
             inputs,
             outputs: outputs.iter().map(|p| edge(p, None)).collect(),
+            output_dirs: Vec::new(),
             superseded: false,
             earlier_runs: 0,
             labels: BTreeMap::new(),

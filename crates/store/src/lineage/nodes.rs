@@ -3,6 +3,38 @@
 
 use super::*;
 
+/// A path as read: text when it is UTF-8 (almost always: one allocation, no copy), else its
+/// bytes, which the lookups need, and their lossy text.
+enum ReadPath {
+    Text(String),
+    Bytes(Vec<u8>),
+}
+
+impl From<Vec<u8>> for ReadPath {
+    fn from(b: Vec<u8>) -> ReadPath {
+        match String::from_utf8(b) {
+            Ok(s) => ReadPath::Text(s),
+            Err(e) => ReadPath::Bytes(e.into_bytes()),
+        }
+    }
+}
+
+impl ReadPath {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            ReadPath::Text(s) => s.as_bytes(),
+            ReadPath::Bytes(b) => b,
+        }
+    }
+
+    fn into_text(self) -> String {
+        match self {
+            ReadPath::Text(s) => s,
+            ReadPath::Bytes(b) => lossy(&b),
+        }
+    }
+}
+
 impl Store {
     /// A lineage node: a whole job, or one of its steps.
     pub(super) fn node(&self, (job, seq): Node, memo: &mut Memo) -> rusqlite::Result<Step> {
@@ -134,6 +166,7 @@ impl Store {
                     streams: Vec::new(),
                     inputs: Vec::new(),
                     outputs: Vec::new(),
+                    output_dirs: Vec::new(),
                     superseded: false,
                     earlier_runs: 0,
                     labels: BTreeMap::new(),
@@ -149,48 +182,56 @@ impl Store {
             })
     }
 
-    /// One job with its non-temp files.
+    /// One job with its non-temp files, in the order of their paths' bytes.
     pub(super) fn step(&self, job_id: i64, memo: &mut Memo) -> rusqlite::Result<Step> {
         let mut step = self.job_header(job_id)?;
+        // Read as they lie and sorted here: SQLite's sorter cost more than the sort (a lineage
+        // reads every file of every job upstream: 80,000 rows at the team store's scale).
+        let every = memo.outputs == Outputs::Every;
         let mut stmt = self.conn.prepare_cached(
-            "SELECT f.role, f.path, f.artifact_id, a.blake3, a.sha256, a.size FROM job_files f
+            "SELECT f.role = 'input', f.path, f.artifact_id, a.blake3, a.sha256, a.size FROM job_files f
              LEFT JOIN artifacts a ON a.id = f.artifact_id
-             WHERE f.job_id = ?1 AND f.role != 'temp' AND NOT roar_noise(f.path)
-             ORDER BY f.path",
+             WHERE f.job_id = ?1 AND f.role != 'temp' AND (?2 OR f.role = 'input')
+               AND NOT roar_noise(f.path)",
         )?;
-        let rows = stmt
-            .query_map([job_id], |r| {
+        let mut rows = stmt
+            .query_map(params![job_id, every], |r| {
                 Ok((
-                    r.get::<_, String>(0)?,
-                    r.get_ref(1)?.as_bytes()?.to_vec(),
+                    r.get::<_, bool>(0)?,
+                    ReadPath::from(r.get_ref(1)?.as_bytes()?.to_vec()),
                     r.get::<_, Option<i64>>(2)?,
                     hash_from(r.get(3)?, r.get(4)?, r.get(5)?),
                 ))
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
-        for (role, path, artifact, hash) in rows {
+        rows.sort_by(|a, b| a.1.bytes().cmp(b.1.bytes()));
+        for (input, path, artifact, hash) in rows {
+            let producer = match (input, artifact) {
+                (true, Some(artifact)) => {
+                    self.producer_of(path.bytes(), artifact, job_id, step.started_ns, memo)?
+                }
+                _ => None,
+            };
             let mut edge = Edge {
-                path: lossy(&path),
+                path: path.into_text(),
                 hash,
                 producer: None,
                 producer_step: None,
                 copy_of: None,
             };
-            if role == "input" {
-                if let Some(artifact) = artifact {
-                    if let Some((job, copy_of)) =
-                        self.producer_of(&path, artifact, job_id, step.started_ns, memo)?
-                    {
-                        let at = copy_of.as_ref().map_or(&path[..], |c| c.as_bytes());
-                        edge.producer_step = self.producer_step(job, at, memo)?;
-                        edge.producer = Some(job);
-                        edge.copy_of = copy_of;
-                    }
-                }
-                step.inputs.push(edge);
-            } else {
-                step.outputs.push(edge);
+            if let Some((job, copy_of)) = producer {
+                let at = copy_of.as_deref().unwrap_or(&edge.path);
+                edge.producer_step = self.producer_step(job, at.as_bytes(), memo)?;
+                edge.producer = Some(job);
+                edge.copy_of = copy_of;
             }
+            match input {
+                true => step.inputs.push(edge),
+                false => step.outputs.push(edge),
+            }
+        }
+        if let Outputs::Collapsed { at } = memo.outputs {
+            self.collapsed_outputs(&mut step, at)?;
         }
         // An output with the bytes of one of the job's inputs elsewhere is a copy of it.
         let read: HashMap<&str, &str> = step
@@ -210,5 +251,73 @@ impl Store {
             o.copy_of = c;
         }
         Ok(step)
+    }
+
+    /// A job's outputs as [`Outputs::Collapsed`] reads them: each path's directory counted, the
+    /// first `at` paths of each kept; a directory that reached `at` becomes a count, the paths
+    /// of the others edges with their content (in the order of their paths' bytes).
+    fn collapsed_outputs(&self, step: &mut Step, at: usize) -> rusqlite::Result<()> {
+        #[derive(Default)]
+        struct Dir {
+            count: usize,
+            first: Vec<(Vec<u8>, Option<i64>)>,
+        }
+        let mut dirs: HashMap<Vec<u8>, Dir> = HashMap::new();
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT f.path, f.artifact_id FROM job_files f
+             WHERE f.job_id = ?1 AND f.role = 'output' AND NOT roar_noise(f.path)",
+        )?;
+        let mut rows = stmt.query([step.job_id])?;
+        while let Some(r) = rows.next()? {
+            let path = r.get_ref(0)?.as_bytes()?;
+            let dir = parent(path);
+            let d = match dirs.get_mut(dir) {
+                Some(d) => d,
+                None => dirs.entry(dir.to_vec()).or_default(),
+            };
+            d.count += 1;
+            if d.first.len() < at {
+                d.first.push((path.to_vec(), r.get(1)?));
+            }
+        }
+        let mut content = self
+            .conn
+            .prepare_cached("SELECT blake3, sha256, size FROM artifacts WHERE id = ?1")?;
+        for (dir, d) in dirs {
+            if d.count >= at {
+                step.output_dirs.push((lossy(&dir), d.count));
+                continue;
+            }
+            for (path, artifact) in d.first {
+                let hash = match artifact {
+                    Some(id) => content
+                        .query_row([id], |r| Ok(hash_from(r.get(0)?, r.get(1)?, r.get(2)?)))
+                        .optional()?
+                        .flatten(),
+                    None => None,
+                };
+                step.outputs.push(Edge {
+                    path: ReadPath::from(path).into_text(),
+                    hash,
+                    producer: None,
+                    producer_step: None,
+                    copy_of: None,
+                });
+            }
+        }
+        step.outputs
+            .sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
+        step.output_dirs.sort();
+        Ok(())
+    }
+}
+
+/// The directory of a path as the listings group it: up to its last `/` (`/` itself for a file
+/// at the root, nothing for a bare name).
+fn parent(path: &[u8]) -> &[u8] {
+    match memchr::memrchr(b'/', path) {
+        Some(0) => b"/",
+        Some(i) => &path[..i],
+        None => b"",
     }
 }
