@@ -26,7 +26,9 @@ pub fn lineage(what: &OsStr, all: bool, expand: &Expand, json: bool) -> anyhow::
     if json {
         return fmt::print_json(&lineage);
     }
-    let mut out = std::io::stdout().lock();
+    // Buffered: a team's lineage is a thousand lines, each a write of its own to a locked
+    // stdout otherwise.
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     writeln!(
         out,
         "{} {}  {}",
@@ -36,6 +38,7 @@ pub fn lineage(what: &OsStr, all: bool, expand: &Expand, json: bool) -> anyhow::
     )?;
     if lineage.steps.is_empty() {
         writeln!(out, "no recorded job made this content: it is a root input")?;
+        out.flush()?;
         return Ok(());
     }
     graph::print_steps(&mut out, &lineage.steps, expand, &project.root)?;
@@ -43,6 +46,7 @@ pub fn lineage(what: &OsStr, all: bool, expand: &Expand, json: bool) -> anyhow::
     for r in &lineage.roots {
         graph::print_edge(&mut out, "  ", r, &project.root)?;
     }
+    out.flush()?;
     Ok(())
 }
 
