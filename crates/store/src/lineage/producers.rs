@@ -79,6 +79,19 @@ impl Store {
         if memo.never_made.contains(&artifact) {
             return Ok(None);
         }
+        // Asked first, by content alone (one seek): the bound below reads every job that read
+        // these bytes here — 10,000 for a dataset every job reads — and is only needed when
+        // some job wrote them somewhere.
+        let written: bool = self
+            .conn
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM job_files WHERE artifact_id = ?1 AND role = 'output')",
+            )?
+            .query_row([artifact], |r| r.get(0))?;
+        if !written {
+            memo.never_made.insert(artifact);
+            return Ok(None);
+        }
         let first_read: Option<i64> = self
             .conn
             .prepare_cached(
