@@ -402,7 +402,7 @@ mod tests {
     use std::os::unix::ffi::OsStringExt;
 
     use roar_store::ignore::Ignore;
-    use roar_store::{ContentHash, FileRecord, JobRecord, Ops, Outcome, Outputs, Role, Writer};
+    use roar_store::{ContentHash, FileRecord, JobRecord, Ops, Outputs, Role, Writer};
 
     use super::*;
 
@@ -431,25 +431,9 @@ mod tests {
     }
 
     fn job(n: usize, files: Vec<FileRecord>) -> JobRecord {
-        JobRecord {
-            name: None,
-            argv: vec![OsString::from(format!("step-{n}"))],
-            cwd: PathBuf::from("/w"),
-            started_ns: 1_700_000_000_000_000_000 + n as i64 * 1_000_000,
-            ended_ns: Some(1_700_000_000_000_000_000 + n as i64 * 1_000_000 + 1),
-            outcome: Outcome::Exited(0),
-            incomplete: false,
-            backend: "test".into(),
-            git: None,
-            env: Default::default(),
-            host: None,
-            processes: vec![],
-            steps: Vec::new(),
-            files,
-            environment: None,
-            uid: None,
-            dist: None,
-        }
+        let argv = format!("step-{n}");
+        let started_ns = 1_700_000_000_000_000_000 + n as i64 * 1_000_000;
+        roar_store::testing::job(&[&argv], "/w", started_ns, files)
     }
 
     /// Seeded pipelines whose jobs write 0-14 files into each of a few directories (some of them
@@ -459,17 +443,9 @@ mod tests {
     /// replays a seed.
     #[test]
     fn a_listing_from_counted_outputs_is_the_listing_from_every_output() {
-        let seed = std::env::var("ROAR_GRAPH_SEED")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(20261201u64);
-        let mut x = seed | 1;
-        let mut rnd = move |n: usize| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % n as u64) as usize
-        };
+        let mut rng = roar_store::testing::Rng::from_env("ROAR_GRAPH_SEED", 20261201);
+        let seed = rng.seed();
+        let mut rnd = move |n: usize| rng.below(n);
         let dirs: [&[u8]; 6] = [
             b"/w/data",
             b"/w/ckpt",
@@ -543,7 +519,11 @@ mod tests {
                     *per_dir.entry(parent(&o.path)).or_default() += 1;
                 }
                 for (dir, n) in &c.output_dirs {
-                    assert_eq!(per_dir.get(dir.as_str()), Some(n), "case {case}: {dir}");
+                    assert_eq!(
+                        per_dir.get(dir.as_str()),
+                        Some(n),
+                        "case {case} (ROAR_GRAPH_SEED={seed}): {dir}"
+                    );
                     assert!(*n >= COLLAPSE_AT);
                 }
                 let listed: Vec<&Edge> = e
@@ -554,7 +534,7 @@ mod tests {
                 assert_eq!(
                     serde_json::to_string(&c.outputs).unwrap(),
                     serde_json::to_string(&listed).unwrap(),
-                    "case {case}"
+                    "case {case} (ROAR_GRAPH_SEED={seed})"
                 );
                 assert_eq!(
                     serde_json::to_string(&c.inputs).unwrap(),

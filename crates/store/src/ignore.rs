@@ -496,17 +496,9 @@ mod tests {
     /// made of the components both use. `ROAR_GLOB_SEED` replays a seed.
     #[test]
     fn the_index_answers_as_every_pattern_tried() {
-        let seed = std::env::var("ROAR_GLOB_SEED")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(20261201u64);
-        let mut x = seed | 1;
-        let mut rnd = |n: usize| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % n as u64) as usize
-        };
+        let mut rng = crate::testing::Rng::from_env("ROAR_GLOB_SEED", 20261201);
+        let seed = rng.seed();
+        let mut rnd = |n: usize| rng.below(n);
         let names = [
             "proc",
             "etc",

@@ -50,7 +50,63 @@ pub use writer::{
 /// Helpers for tests that need databases of an older schema.
 #[doc(hidden)]
 pub mod testing {
-    use std::path::Path;
+    use std::ffi::OsString;
+    use std::path::{Path, PathBuf};
+
+    use crate::{FileRecord, JobRecord, Outcome};
+
+    /// The seeded generator of the generated tests (xorshift64): the seed is `var`'s value when
+    /// it is set, to replay a failure, else `default`; a failure message prints [`Rng::seed`].
+    pub struct Rng {
+        seed: u64,
+        x: u64,
+    }
+
+    impl Rng {
+        pub fn from_env(var: &str, default: u64) -> Rng {
+            let seed = std::env::var(var)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(default);
+            Rng { seed, x: seed | 1 }
+        }
+
+        pub fn seed(&self) -> u64 {
+            self.seed
+        }
+
+        /// A number below `n`.
+        pub fn below(&mut self, n: usize) -> usize {
+            self.x ^= self.x << 13;
+            self.x ^= self.x >> 7;
+            self.x ^= self.x << 17;
+            (self.x % n as u64) as usize
+        }
+    }
+
+    /// A job of `argv` in `cwd` that started at `started_ns`, ran a second and exited 0, with
+    /// `files` and nothing else recorded: what tests that fill a store write.
+    pub fn job(argv: &[&str], cwd: &str, started_ns: i64, files: Vec<FileRecord>) -> JobRecord {
+        JobRecord {
+            name: None,
+            argv: argv.iter().map(OsString::from).collect(),
+            cwd: PathBuf::from(cwd),
+            started_ns,
+            ended_ns: Some(started_ns + 1_000_000_000),
+            outcome: Outcome::Exited(0),
+            incomplete: false,
+            backend: "test".into(),
+            git: None,
+            env: Default::default(),
+            host: None,
+            processes: vec![],
+            steps: Vec::new(),
+            files,
+            environment: None,
+            uid: None,
+            dist: None,
+        }
+    }
 
     /// Creates a database at `path` migrated only up to `version`.
     pub fn create_at_version(path: &Path, version: usize) -> crate::Result<rusqlite::Connection> {

@@ -1,36 +1,17 @@
 //! Store tests with no kernel features: migrations, refusal of bad databases, concurrent writers
 //! from several processes, hashing vectors and the hash cache, and the queries.
 
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use roar_store::hash::{hash_if_settled, hash_path, hash_paths, HashOptions, Kind, Prior, Settled};
 use roar_store::{
-    Checkpoints, Committer, ContentHash, FileRecord, JobRecord, Ops, Outcome, Role, Store,
-    StoreError, Writer, SCHEMA_VERSION,
+    Checkpoints, Committer, ContentHash, FileRecord, JobRecord, Ops, Role, Store, StoreError,
+    Writer, SCHEMA_VERSION,
 };
 
 fn job(argv: &[&str], files: Vec<FileRecord>) -> JobRecord {
-    JobRecord {
-        name: None,
-        argv: argv.iter().map(OsString::from).collect(),
-        cwd: PathBuf::from("/work"),
-        started_ns: 1_700_000_000_000_000_000,
-        ended_ns: Some(1_700_000_001_000_000_000),
-        outcome: Outcome::Exited(0),
-        incomplete: false,
-        backend: "test".into(),
-        git: None,
-        env: Default::default(),
-        host: None,
-        processes: vec![],
-        steps: Vec::new(),
-        files,
-        environment: None,
-        uid: None,
-        dist: None,
-    }
+    roar_store::testing::job(argv, "/work", 1_700_000_000_000_000_000, files)
 }
 
 fn file(role: Role, path: &str, content: &[u8]) -> FileRecord {
