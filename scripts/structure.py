@@ -181,7 +181,7 @@ def circles(uses):
 # The crates' layers (docs/ARCHITECTURE.md, "Invariants"): the roar crates each may depend on
 # (normal dependencies; dev-dependencies aside), and the outside crates only some may use.
 LAYERS = {
-    "cli": {"store", "env", "tracer", "engine", "wire", "roarfs", "archive", "gateway", "spin", "team", "recorder"},
+    "cli": {"store", "env", "tracer", "engine", "wire", "roarfs", "archive", "gateway", "spin", "team", "recorder", "ui"},
     "tracer": {"engine", "store", "spin", "archive", "wire"},
     "roarfs": {"tracer", "engine", "store", "archive", "spin"},
     "gateway": {"engine", "store", "env"},
@@ -190,6 +190,7 @@ LAYERS = {
     "fleet": {"store"},
     "team": {"store"},
     "recorder": {"store", "env", "tracer"},
+    "ui": {"store"},
     "store": set(),
     "archive": set(),
     "spin": set(),
@@ -198,7 +199,7 @@ LAYERS = {
 }
 ONLY_IN = {
     "postgres": {"team"},           # the team store alone talks to PostgreSQL
-    "tokio": {"cli", "gateway", "team"},
+    "tokio": {"gateway", "team", "ui"},
     "clap": {"cli", "fleet"},       # command lines: the binaries
     "anyhow": {"cli", "gateway"},   # library crates return their own error types
     "fuser": {"roarfs"},

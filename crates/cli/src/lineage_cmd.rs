@@ -87,7 +87,7 @@ pub fn dag(args: DagArgs, json: bool) -> anyhow::Result<()> {
         None => None,
     };
     if let Some(out) = &args.html {
-        crate::ui::page::write(&project, &store, target.as_ref(), out)?;
+        crate::page_data::write(&project, &store, target.as_ref(), out)?;
         if json {
             return fmt::print_json(&serde_json::json!({ "wrote": out }));
         }

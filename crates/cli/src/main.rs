@@ -31,6 +31,7 @@ mod mount_served;
 mod mountinfo;
 mod names;
 mod namespace;
+mod page_data;
 mod progress;
 mod query_cmd;
 mod recording;
@@ -48,7 +49,7 @@ mod show_print;
 mod status_cmd;
 mod step_argv;
 mod tracer_cmd;
-mod ui;
+mod ui_cmd;
 mod values;
 
 use std::ffi::OsString;
@@ -319,7 +320,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Unmount { dir, force } => return mount_cmd::unmount(&dir, force, json),
         Command::Config { command } => config_cmd::config(command, json)?,
         Command::Rm { jobs } => query_cmd::rm(&jobs, json)?,
-        Command::Ui { port } => ui::serve(port, json)?,
+        Command::Ui { port } => ui_cmd::serve(port, json)?,
         Command::Completions { shell } => commands::completions(shell)?,
         Command::Man => commands::man()?,
         Command::Tracer { command } => return tracer_cmd::tracer(command, json),

@@ -1,13 +1,11 @@
-//! `roar ui`: the lineage graph as a web page, served on 127.0.0.1 over the project's store.
+//! The server of `roar ui`: the page and its data on 127.0.0.1.
 //!
 //! Every request needs the random token printed in the URL (`?token=`, or `Authorization: Bearer`):
-//! the port is reachable by every local user, the store is not theirs to read. The API answers
-//! with the JSON of the matching command (`/api/dag` = `roar dag --json`, `/api/job/ID` = `roar
-//! show ID --json`, `/api/status` = `roar status --json`, `/api/diff?a=&b=` = `roar diff A B
-//! --json`); `/api/events` is a server-sent event stream that says when jobs were added, ended or
-//! removed, so the page redraws while it is open. The page itself is in `page.rs`.
-
-pub mod page;
+//! the port is reachable by every local user, the store is not theirs to read. `/` is the page;
+//! `/api/...` is answered by the [`Answers`] the server was given (`roar` answers each path with
+//! the JSON of the matching command); `/api/events` is a server-sent event stream that says when
+//! the revision the server was given to watch changed (jobs added, ended or removed), so the page
+//! redraws while it is open.
 
 use std::convert::Infallible;
 use std::net::Ipv4Addr;
@@ -18,119 +16,160 @@ use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
-use roar_store::{Project, Store};
 use tokio::sync::watch;
 
-/// How often the store is asked whether jobs changed (one aggregate query on the jobs table).
+/// How often the revision is asked for (`roar`: one aggregate query on the jobs table).
 const POLL: Duration = Duration::from_millis(500);
 /// A comment line on idle event streams, so closed pages are noticed and proxies keep them open.
 const HEARTBEAT: Duration = Duration::from_secs(15);
 
 type Body = BoxBody<Bytes, Infallible>;
 
+/// Why a path of the API has no answer: the request (400), nothing there (404), or the server's
+/// own failure (500). The message is the response's body.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// Why the server could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UiError(String);
+
+/// The query string of an API request.
+pub struct Params<'a>(Option<&'a str>);
+
+impl Params<'_> {
+    /// The value of `name`, decoded as a form encodes it; None when it is not there.
+    pub fn get(&self, name: &str) -> Option<String> {
+        query_param(self.0, name)
+    }
+}
+
+/// What answers the API: the JSON body for each `/api/...` path but `/api/events`. Called on a
+/// thread that may block.
+pub trait Answers: Send + Sync + 'static {
+    fn answer(&self, path: &str, params: &Params) -> Result<Vec<u8>, ApiError>;
+}
+
 struct State {
-    project: Project,
+    answers: Arc<dyn Answers>,
     token: String,
     /// The page, built once (its data is fetched).
     page: String,
     csp: String,
-    /// Bumped when the store's jobs change.
+    /// Bumped when the watched revision changes.
     revision: watch::Receiver<u64>,
 }
 
 /// 128 random bits, hex: the kernel's random source, as `getrandom(2)` gives it.
-fn token() -> anyhow::Result<String> {
+fn token() -> Result<String, UiError> {
     let mut buf = [0u8; 16];
     #[allow(unsafe_code)]
     // SAFETY: getrandom writes at most `buf.len()` bytes into the buffer we own.
     let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
-    anyhow::ensure!(
-        n == buf.len() as isize,
-        "cannot read random bytes for the access token: {}",
-        std::io::Error::last_os_error()
-    );
+    if n != buf.len() as isize {
+        return Err(UiError(format!(
+            "cannot read random bytes for the access token: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-pub fn serve(port: u16, json: bool) -> anyhow::Result<()> {
-    let project = crate::project()?;
-    // Fails here, with the store's own message, rather than on the first request.
-    drop(open(&project)?);
-    let root = project.root.to_string_lossy().into_owned();
-    let config = page::Config {
-        mode: "server",
-        root: &root,
-        collapse_at: crate::graph::COLLAPSE_AT,
-        generated_ns: None,
-    };
-    let page = page::html(&config, None)?;
-    // The page runs only its own inline code and talks only to this server; no one frames it.
-    let csp = format!("{}; frame-ancestors 'none'", page::csp(&config));
-    let token = token()?;
-    let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port)).map_err(|e| {
-        anyhow::anyhow!("cannot listen on 127.0.0.1:{port}: {e} (choose another with --port N, or --port 0 for any free port)")
-    })?;
-    listener.set_nonblocking(true)?;
-    let addr = listener.local_addr()?;
-    let url = format!("http://{addr}/?token={token}");
-    // Whoever started us may stop reading our output (a pipe closed): the server goes on.
-    let said = if json {
-        serde_json::to_string(&serde_json::json!({ "url": url, "port": addr.port() }))
-    } else {
-        Ok(format!("roar ui: open {url}\n(127.0.0.1 only; the token keeps other local users out; Ctrl-C stops)"))
-    }?;
-    {
-        use std::io::Write;
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{said}").and_then(|()| out.flush());
+/// A server listening on 127.0.0.1, not yet serving: its URL can be told first.
+pub struct Server {
+    listener: std::net::TcpListener,
+    addr: std::net::SocketAddr,
+    token: String,
+    page: String,
+    csp: String,
+}
+
+impl Server {
+    /// Listens on `port` (0: any free port) with a fresh token, the page built for `config`.
+    pub fn bind(port: u16, config: &crate::page::Config) -> Result<Server, UiError> {
+        let page = crate::page::html(config, None::<&()>);
+        // The page runs only its own inline code and talks only to this server; no one frames it.
+        let csp = format!("{}; frame-ancestors 'none'", crate::page::csp(config));
+        let token = token()?;
+        let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port)).map_err(|e| {
+            UiError(format!("cannot listen on 127.0.0.1:{port}: {e} (choose another with --port N, or --port 0 for any free port)"))
+        })?;
+        let io = |e: std::io::Error| UiError(format!("cannot listen on 127.0.0.1:{port}: {e}"));
+        listener.set_nonblocking(true).map_err(io)?;
+        let addr = listener.local_addr().map_err(io)?;
+        Ok(Server {
+            listener,
+            addr,
+            token,
+            page,
+            csp,
+        })
     }
 
-    let (tx, rx) = watch::channel(0u64);
-    let watcher = project.clone();
-    std::thread::Builder::new()
-        .name("roar-ui-watch".into())
-        .spawn(move || watch_store(&watcher, &tx))?;
-    let state = Arc::new(State {
-        project,
-        token,
-        page,
-        csp,
-        revision: rx,
-    });
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?
-        .block_on(async { accept(tokio::net::TcpListener::from_std(listener)?, state).await })
-}
+    /// The page's address, token included.
+    pub fn url(&self) -> String {
+        format!("http://{}/?token={}", self.addr, self.token)
+    }
 
-fn open(project: &Project) -> anyhow::Result<Store> {
-    let mut store = Store::open(&project.db_path())?;
-    let config = crate::config::Config::load(project)?;
-    store.hide(Some(roar_store::ignore::Ignore::new(&config.ignore)))?;
-    Ok(store)
-}
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
 
-/// Polls the jobs table's revision and publishes each change; ends when the server does.
-fn watch_store(project: &Project, tx: &watch::Sender<u64>) {
-    let Ok(store) = Store::open(&project.db_path()) else {
-        return;
-    };
-    let mut last = store.revision().ok();
-    let mut n = 0u64;
-    loop {
-        std::thread::sleep(POLL);
-        let now = store.revision().ok();
-        if now != last {
-            last = now;
-            n += 1;
-            if tx.send(n).is_err() {
-                return;
-            }
-        }
+    /// Serves until SIGINT. `revision` is asked every [`POLL`] on a thread of its own (it may
+    /// block); each change is an event to the open pages. It ends the thread by returning None.
+    pub fn run<R: PartialEq + Send + 'static>(
+        self,
+        answers: impl Answers,
+        mut revision: impl FnMut() -> Option<R> + Send + 'static,
+    ) -> Result<(), UiError> {
+        let (tx, rx) = watch::channel(0u64);
+        let spawned = std::thread::Builder::new()
+            .name("roar-ui-watch".into())
+            .spawn(move || {
+                let mut last = revision();
+                let mut n = 0u64;
+                loop {
+                    std::thread::sleep(POLL);
+                    let now = revision();
+                    if now != last {
+                        last = now;
+                        n += 1;
+                        if tx.send(n).is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        spawned.map_err(|e| UiError(format!("cannot start the watching thread: {e}")))?;
+        let state = Arc::new(State {
+            answers: Arc::new(answers),
+            token: self.token,
+            page: self.page,
+            csp: self.csp,
+            revision: rx,
+        });
+        let io = |e: std::io::Error| UiError(format!("roar ui: {e}"));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(io)?;
+        runtime
+            .block_on(async {
+                accept(tokio::net::TcpListener::from_std(self.listener)?, state).await
+            })
+            .map_err(io)
     }
 }
 
-async fn accept(listener: tokio::net::TcpListener, state: Arc<State>) -> anyhow::Result<()> {
+async fn accept(listener: tokio::net::TcpListener, state: Arc<State>) -> std::io::Result<()> {
     let shutdown = tokio::signal::ctrl_c();
     tokio::pin!(shutdown);
     loop {
@@ -255,76 +294,21 @@ async fn route(req: Request<Incoming>, state: Arc<State>) -> Response<Body> {
         }
         "/api/events" => events(state.revision.clone()),
         _ if path.starts_with("/api/") => {
-            let project = state.project.clone();
-            let answer =
-                tokio::task::spawn_blocking(move || api(&project, &path, query.as_deref())).await;
+            let answers = state.answers.clone();
+            let answer = tokio::task::spawn_blocking(move || {
+                answers.answer(&path, &Params(query.as_deref()))
+            })
+            .await;
             match answer {
                 Ok(Ok(json)) => with_type(json, "application/json"),
-                Ok(Err(e)) => {
-                    let status = match crate::exit_code(&e) {
-                        _ if e.is::<BadRequest>() => StatusCode::BAD_REQUEST,
-                        crate::exit::NOT_FOUND => StatusCode::NOT_FOUND,
-                        crate::exit::AMBIGUOUS => StatusCode::BAD_REQUEST,
-                        _ => StatusCode::INTERNAL_SERVER_ERROR,
-                    };
-                    text(status, &format!("{e:#}"))
-                }
+                Ok(Err(ApiError::BadRequest(e))) => text(StatusCode::BAD_REQUEST, &e),
+                Ok(Err(ApiError::NotFound(e))) => text(StatusCode::NOT_FOUND, &e),
+                Ok(Err(ApiError::Internal(e))) => text(StatusCode::INTERNAL_SERVER_ERROR, &e),
                 Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
             }
         }
         _ => text(StatusCode::NOT_FOUND, "no such page"),
     }
-}
-
-#[derive(Debug)]
-struct BadRequest(String);
-
-impl std::fmt::Display for BadRequest {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for BadRequest {}
-
-/// The JSON of the command each API path stands for.
-fn api(project: &Project, path: &str, query: Option<&str>) -> anyhow::Result<Vec<u8>> {
-    let store = open(project)?;
-    let json = match path {
-        "/api/dag" => json(&crate::graph::project_dag(&store)?),
-        "/api/status" => json(&crate::status_cmd::report(project, &store)?),
-        "/api/diff" => {
-            let arg = |n: &str| {
-                query_param(query, n).ok_or_else(|| {
-                    BadRequest(format!("/api/diff needs ?a=JOB&b=JOB ({n} is missing)"))
-                })
-            };
-            let (a, b) = (arg("a")?, arg("b")?);
-            json(&crate::diff_cmd::compare_in(
-                &store,
-                a.as_ref(),
-                b.as_ref(),
-            )?)
-        }
-        "/api/runs" => {
-            let job = query_param(query, "job")
-                .and_then(|j| j.parse::<i64>().ok())
-                .ok_or_else(|| BadRequest("/api/runs needs ?job=JOB".into()))?;
-            let runs = crate::runs_cmd::runs_of_job(&store, Some(&project.objects()), job)?;
-            let (name, runs) = runs.unwrap_or_default();
-            json(&serde_json::json!({ "name": name, "runs": runs }))
-        }
-        _ => match path.strip_prefix("/api/job/").map(str::parse::<i64>) {
-            Some(Ok(id)) => json(&store.job(id)?),
-            _ => return Err(crate::NotFound(format!("no API at {path}")).into()),
-        },
-    };
-    Ok(json)
-}
-
-/// JSON as every output writes it (`roar_store::quote::write_json`).
-fn json<T: serde::Serialize>(value: &T) -> Vec<u8> {
-    roar_store::quote::json_string(value).into_bytes()
 }
 
 /// `text/event-stream`: one `change` event per new revision of the jobs, a comment as heartbeat.
