@@ -6,8 +6,8 @@ use std::process::Command;
 
 use roar_store::hash::{hash_if_settled, hash_path, hash_paths, HashOptions, Kind, Prior, Settled};
 use roar_store::{
-    Checkpoints, Committer, ContentHash, FileRecord, JobRecord, Ops, Role, Store, StoreError,
-    Writer, SCHEMA_VERSION,
+    Checkpoints, Committer, ContentHash, FileRecord, JobRecord, Ops, Outputs, Role, Store,
+    StoreError, Writer, SCHEMA_VERSION,
 };
 
 fn job(argv: &[&str], files: Vec<FileRecord>) -> JobRecord {
@@ -959,4 +959,67 @@ fn a_committer_writes_each_callers_job_and_nothing_once_the_schema_moves_on() {
         other => panic!("expected SchemaChanged, got {other:?}"),
     }
     assert_eq!(count("SELECT count(*) FROM jobs"), 101, "nothing written");
+}
+
+/// A lineage reads each job's files by the range of row ids they were written in (a job's rows
+/// are written together), matching the job row by row inside it. Rows of jobs written at the same
+/// time can interleave: with every job's rows scattered among the others', the lineage is the
+/// same, both when every output is read and when a directory of many is counted.
+#[test]
+fn a_lineage_is_the_same_whichever_way_a_jobs_rows_lie() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = new_db(dir.path());
+    let writer = Writer::start(&db).unwrap();
+    let at = |s: i64, argv: &[&str], files| {
+        roar_store::testing::job(argv, "/work", s * 1_000_000_000_000, files)
+    };
+    let mut shards: Vec<FileRecord> = (0..9)
+        .map(|i| file(Role::Output, &format!("/w/data/s{i}"), &[i]))
+        .collect();
+    shards.push(file(Role::Input, "/w/raw.csv", b"raw"));
+    shards.push(file(Role::Output, "/w/meta.json", b"{}"));
+    writer.record_job(at(1, &["prep"], shards)).unwrap();
+    let mut read: Vec<FileRecord> = (0..9)
+        .map(|i| file(Role::Input, &format!("/w/data/s{i}"), &[i]))
+        .collect();
+    read.push(file(Role::Input, "/w/meta.json", b"{}"));
+    read.push(file(Role::Output, "/w/model.pt", b"weights"));
+    writer.record_job(at(2, &["train"], read)).unwrap();
+    writer
+        .record_job(at(
+            3,
+            &["eval"],
+            vec![
+                file(Role::Input, "/w/model.pt", b"weights"),
+                file(Role::Output, "/w/score", b"0.9"),
+            ],
+        ))
+        .unwrap();
+    drop(writer);
+    let lineages = || {
+        let store = Store::open(&db).unwrap();
+        let target = store.version_at(Path::new("/w/score")).unwrap();
+        [Outputs::Every, Outputs::Collapsed { at: 6 }]
+            .map(|o| serde_json::to_string(&store.lineage_with(&target, o).unwrap()).unwrap())
+    };
+    let as_written = lineages();
+    assert!(as_written[1].contains("/w/data"), "{}", as_written[1]);
+    // Every row id moved out of the way, then to (id * 7919) mod 100003: a bijection that
+    // scatters each job's rows among the others'.
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute_batch(
+        "UPDATE job_files SET id = id + 1000000;
+         UPDATE job_files SET id = ((id - 1000000) * 7919) % 100003;",
+    )
+    .unwrap();
+    let spread: i64 = conn
+        .query_row(
+            "SELECT MAX(n) FROM (SELECT MAX(id) - MIN(id) + 1 - COUNT(*) AS n FROM job_files GROUP BY job_id)",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(spread > 0, "the rows still lie together");
+    drop(conn);
+    assert_eq!(lineages(), as_written);
 }

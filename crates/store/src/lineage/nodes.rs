@@ -185,54 +185,32 @@ impl Store {
     /// One job with its non-temp files, in the order of their paths' bytes.
     pub(super) fn step(&self, job_id: i64, memo: &mut Memo) -> rusqlite::Result<Step> {
         let mut step = self.job_header(job_id)?;
-        // Read as they lie and sorted here: SQLite's sorter cost more than the sort (a lineage
-        // reads every file of every job upstream: 80,000 rows at the team store's scale).
-        let every = memo.outputs == Outputs::Every;
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT f.role = 'input', f.path, f.artifact_id, a.blake3, a.sha256, a.size FROM job_files f
-             LEFT JOIN artifacts a ON a.id = f.artifact_id
-             WHERE f.job_id = ?1 AND f.role != 'temp' AND (?2 OR f.role = 'input')
-               AND NOT roar_noise(f.path)",
-        )?;
-        let mut rows = stmt
-            .query_map(params![job_id, every], |r| {
-                Ok((
-                    r.get::<_, bool>(0)?,
-                    ReadPath::from(r.get_ref(1)?.as_bytes()?.to_vec()),
-                    r.get::<_, Option<i64>>(2)?,
-                    hash_from(r.get(3)?, r.get(4)?, r.get(5)?),
-                ))
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        rows.sort_by(|a, b| a.1.bytes().cmp(b.1.bytes()));
-        for (input, path, artifact, hash) in rows {
-            let producer = match (input, artifact) {
-                (true, Some(artifact)) => {
+        let (inputs, outputs) = match memo.outputs {
+            Outputs::Every => self.every_row(job_id)?,
+            Outputs::Collapsed { at } => {
+                let (inputs, dirs) = self.inputs_and_dirs(job_id, at)?;
+                self.collapsed_outputs(&mut step, dirs, at)?;
+                (inputs, Vec::new())
+            }
+        };
+        for (path, artifact, hash) in inputs {
+            let producer = match artifact {
+                Some(artifact) => {
                     self.producer_of(path.bytes(), artifact, job_id, step.started_ns, memo)?
                 }
-                _ => None,
+                None => None,
             };
-            let mut edge = Edge {
-                path: path.into_text(),
-                hash,
-                producer: None,
-                producer_step: None,
-                copy_of: None,
-            };
+            let mut edge = edge(path, hash);
             if let Some((job, copy_of)) = producer {
                 let at = copy_of.as_deref().unwrap_or(&edge.path);
                 edge.producer_step = self.producer_step(job, at.as_bytes(), memo)?;
                 edge.producer = Some(job);
                 edge.copy_of = copy_of;
             }
-            match input {
-                true => step.inputs.push(edge),
-                false => step.outputs.push(edge),
-            }
+            step.inputs.push(edge);
         }
-        if let Outputs::Collapsed { at } = memo.outputs {
-            self.collapsed_outputs(&mut step, at)?;
-        }
+        let outputs = outputs.into_iter().map(|(path, _, hash)| edge(path, hash));
+        step.outputs.extend(outputs);
         // An output with the bytes of one of the job's inputs elsewhere is a copy of it.
         let read: HashMap<&str, &str> = step
             .inputs
@@ -253,62 +231,164 @@ impl Store {
         Ok(step)
     }
 
-    /// A job's outputs as [`Outputs::Collapsed`] reads them: each path's directory counted, the
-    /// first `at` paths of each kept; a directory that reached `at` becomes a count, the paths
-    /// of the others edges with their content (in the order of their paths' bytes).
-    fn collapsed_outputs(&self, step: &mut Step, at: usize) -> rusqlite::Result<()> {
-        #[derive(Default)]
-        struct Dir {
-            count: usize,
-            first: Vec<(Vec<u8>, Option<i64>)>,
-        }
-        let mut dirs: HashMap<Vec<u8>, Dir> = HashMap::new();
+    /// The first and last row id of a job's files (None without files). A job's rows are
+    /// written together, so the range is short: a lineage reads every file of every job
+    /// upstream (80,000 rows at the team store's scale) in one pass over the rows as they lie,
+    /// not through the job's index and a seek into the table per row. The range only narrows
+    /// the scan: the job is still matched row by row.
+    fn row_range(&self, job_id: i64) -> rusqlite::Result<Option<(i64, i64)>> {
+        self.conn
+            // One aggregate per subquery: each is then one seek in the job's index, where
+            // both in one statement step through every row of the job.
+            .prepare_cached(
+                "SELECT (SELECT MIN(id) FROM job_files WHERE job_id = ?1),
+                        (SELECT MAX(id) FROM job_files WHERE job_id = ?1)",
+            )?
+            .query_row([job_id], |r| Ok(r.get::<_, Option<i64>>(0)?.zip(r.get(1)?)))
+    }
+
+    /// A job's inputs and outputs that are not noise, each with its content, each in the order
+    /// of their paths' bytes (sorted here: SQLite's sorter cost more than the sort).
+    fn every_row(&self, job_id: i64) -> rusqlite::Result<(Vec<Row>, Vec<Row>)> {
+        let Some((first, last)) = self.row_range(job_id)? else {
+            return Ok(Default::default());
+        };
         let mut stmt = self.conn.prepare_cached(
-            "SELECT f.path, f.artifact_id FROM job_files f
-             WHERE f.job_id = ?1 AND f.role = 'output' AND NOT roar_noise(f.path)",
+            "SELECT f.role = 'input', f.path, f.artifact_id, a.blake3, a.sha256, a.size FROM job_files f
+             LEFT JOIN artifacts a ON a.id = f.artifact_id
+             WHERE f.id BETWEEN ?2 AND ?3 AND +f.job_id = ?1 AND f.role != 'temp'
+               AND NOT roar_noise(f.path)",
         )?;
-        let mut rows = stmt.query([step.job_id])?;
+        let mut rows = stmt.query(params![job_id, first, last])?;
+        let (mut inputs, mut outputs) = (Vec::new(), Vec::new());
         while let Some(r) = rows.next()? {
-            let path = r.get_ref(0)?.as_bytes()?;
-            let dir = parent(path);
-            let d = match dirs.get_mut(dir) {
-                Some(d) => d,
-                None => dirs.entry(dir.to_vec()).or_default(),
-            };
-            d.count += 1;
-            if d.first.len() < at {
-                d.first.push((path.to_vec(), r.get(1)?));
+            let row = (
+                ReadPath::from(r.get_ref(1)?.as_bytes()?.to_vec()),
+                r.get(2)?,
+                hash_from(r.get(3)?, r.get(4)?, r.get(5)?),
+            );
+            match r.get::<_, bool>(0)? {
+                true => inputs.push(row),
+                false => outputs.push(row),
             }
         }
-        let mut content = self
-            .conn
-            .prepare_cached("SELECT blake3, sha256, size FROM artifacts WHERE id = ?1")?;
-        for (dir, d) in dirs {
+        inputs.sort_by(|a, b| a.0.bytes().cmp(b.0.bytes()));
+        outputs.sort_by(|a, b| a.0.bytes().cmp(b.0.bytes()));
+        Ok((inputs, outputs))
+    }
+
+    /// A job's inputs as [`Self::every_row`] reads them, and its outputs counted by directory,
+    /// the first `at` of each kept with its artifact: what [`Outputs::Collapsed`] shows, without
+    /// reading or copying the content of outputs it only counts.
+    fn inputs_and_dirs(&self, job_id: i64, at: usize) -> rusqlite::Result<(Vec<Row>, Dirs)> {
+        let mut dirs = Dirs::default();
+        let Some((first, last)) = self.row_range(job_id)? else {
+            return Ok((Vec::new(), dirs));
+        };
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT f.role = 'input', f.path, f.artifact_id FROM job_files f
+             WHERE f.id BETWEEN ?2 AND ?3 AND +f.job_id = ?1 AND f.role != 'temp'
+               AND NOT roar_noise(f.path)",
+        )?;
+        let mut rows = stmt.query(params![job_id, first, last])?;
+        let mut inputs = Vec::new();
+        while let Some(r) = rows.next()? {
+            let path = r.get_ref(1)?.as_bytes()?;
+            let artifact: Option<i64> = r.get(2)?;
+            match r.get::<_, bool>(0)? {
+                true => inputs.push((ReadPath::from(path.to_vec()), artifact, None)),
+                false => dirs.count(path, artifact, at),
+            }
+        }
+        dirs.close();
+        for (_, artifact, hash) in &mut inputs {
+            *hash = self.content(*artifact)?;
+        }
+        inputs.sort_by(|a, b| a.0.bytes().cmp(b.0.bytes()));
+        Ok((inputs, dirs))
+    }
+
+    /// The content an artifact id names.
+    fn content(&self, artifact: Option<i64>) -> rusqlite::Result<Option<ContentHash>> {
+        let Some(id) = artifact else {
+            return Ok(None);
+        };
+        self.conn
+            .prepare_cached("SELECT blake3, sha256, size FROM artifacts WHERE id = ?1")?
+            .query_row([id], |r| Ok(hash_from(r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()
+            .map(Option::flatten)
+    }
+
+    /// The outputs [`Self::inputs_and_dirs`] counted, as [`Outputs::Collapsed`] shows them: a
+    /// directory that reached `at` becomes a count, the paths of the others edges with their
+    /// content (in the order of their paths' bytes).
+    fn collapsed_outputs(&self, step: &mut Step, dirs: Dirs, at: usize) -> rusqlite::Result<()> {
+        for (dir, d) in dirs.done {
             if d.count >= at {
                 step.output_dirs.push((lossy(&dir), d.count));
                 continue;
             }
             for (path, artifact) in d.first {
-                let hash = match artifact {
-                    Some(id) => content
-                        .query_row([id], |r| Ok(hash_from(r.get(0)?, r.get(1)?, r.get(2)?)))
-                        .optional()?
-                        .flatten(),
-                    None => None,
-                };
-                step.outputs.push(Edge {
-                    path: ReadPath::from(path).into_text(),
-                    hash,
-                    producer: None,
-                    producer_step: None,
-                    copy_of: None,
-                });
+                let hash = self.content(artifact)?;
+                step.outputs.push(edge(ReadPath::from(path), hash));
             }
         }
         step.outputs
             .sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
         step.output_dirs.sort();
         Ok(())
+    }
+}
+
+/// A file row of a job: its path, artifact and content (when read).
+type Row = (ReadPath, Option<i64>, Option<ContentHash>);
+
+/// Outputs counted by directory, the first few of each kept.
+#[derive(Default)]
+struct Dirs {
+    done: HashMap<Vec<u8>, Dir>,
+    /// The directory of the rows counted last, not yet in `done`: rows come as they were
+    /// written, a directory's files mostly together, so a run of them is looked up once.
+    run: Option<(Vec<u8>, Dir)>,
+}
+
+#[derive(Default)]
+struct Dir {
+    count: usize,
+    first: Vec<(Vec<u8>, Option<i64>)>,
+}
+
+impl Dirs {
+    fn count(&mut self, path: &[u8], artifact: Option<i64>, at: usize) {
+        let dir = parent(path);
+        if self.run.as_ref().is_none_or(|(d, _)| d.as_slice() != dir) {
+            self.close();
+            let counted = self.done.remove(dir).unwrap_or_default();
+            self.run = Some((dir.to_vec(), counted));
+        }
+        let (_, d) = self.run.as_mut().expect("set above");
+        d.count += 1;
+        if d.first.len() < at {
+            d.first.push((path.to_vec(), artifact));
+        }
+    }
+
+    fn close(&mut self) {
+        if let Some((dir, counted)) = self.run.take() {
+            self.done.insert(dir, counted);
+        }
+    }
+}
+
+/// An edge to `path` with `hash`, its producer not yet looked up.
+fn edge(path: ReadPath, hash: Option<ContentHash>) -> Edge {
+    Edge {
+        path: path.into_text(),
+        hash,
+        producer: None,
+        producer_step: None,
+        copy_of: None,
     }
 }
 
