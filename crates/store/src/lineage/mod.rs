@@ -79,13 +79,20 @@ pub struct Step {
 }
 
 /// What a walk over the graph learns once and asks again and again: content no job ever wrote (a
-/// dataset every job reads), and which jobs have steps; and how it reads a job's outputs.
+/// dataset every job reads), which jobs have steps, who wrote each path read; and how it reads a
+/// job's outputs.
 #[derive(Default)]
 struct Memo {
     never_made: HashSet<i64>,
     has_steps: HashMap<i64, bool>,
+    /// Every job that wrote a path, by (path, content read there): whether it wrote that
+    /// content, when it started. Ranks of a run read the same files: asked once, not per reader.
+    writers: HashMap<(Vec<u8>, i64), Vec<Writer>>,
     outputs: Outputs,
 }
+
+/// A job that wrote a path: its id, whether it wrote the content asked about, when it started.
+type Writer = (i64, bool, i64);
 
 /// How a lineage reads each job's outputs. Its inputs are always read whole: they are the walk.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -55,18 +55,12 @@ impl Store {
     ) -> rusqlite::Result<Option<Producer>> {
         // The last writer of the path before the reader, one with these bytes first: a writer
         // with other bytes only means the path changed outside roar since (no producer).
-        let here: Option<(i64, bool)> = self
-            .conn
-            .prepare_cached(
-                "SELECT f.job_id, f.artifact_id IS ?2 AS same FROM job_files f
-                 JOIN jobs j ON j.id = f.job_id
-                 WHERE f.path = ?1 AND f.role = 'output' AND f.job_id != ?3 AND j.started_ns < ?4
-                 ORDER BY same DESC, j.started_ns DESC, f.job_id DESC LIMIT 1",
-            )?
-            .query_row(params![path, artifact, reader, before_ns], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
-            .optional()?;
+        let here = self
+            .writers_of(path, artifact, memo)?
+            .iter()
+            .filter(|&&(job, _, started)| job != reader && started < before_ns)
+            .max_by_key(|&&(job, same, started)| (same, started, job))
+            .map(|&(job, same, _)| (job, same));
         match here {
             Some((job, true)) => return Ok(Some((job, None))),
             Some((_, false)) => return Ok(None),
@@ -120,6 +114,33 @@ impl Store {
                 Ok(None)
             }
         }
+    }
+
+    /// Every job that wrote `path`, with whether it wrote `artifact` there and when it started:
+    /// read once per walk (a path read by a run's 64 ranks is looked up once), each reader then
+    /// picks its producer from the list.
+    fn writers_of<'m>(
+        &self,
+        path: &[u8],
+        artifact: i64,
+        memo: &'m mut Memo,
+    ) -> rusqlite::Result<&'m [Writer]> {
+        let key = (path.to_vec(), artifact);
+        if !memo.writers.contains_key(&key) {
+            let writers = self
+                .conn
+                .prepare_cached(
+                    "SELECT f.job_id, f.artifact_id IS ?2, j.started_ns FROM job_files f
+                     JOIN jobs j ON j.id = f.job_id
+                     WHERE f.path = ?1 AND f.role = 'output'",
+                )?
+                .query_map(params![path, artifact], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })?
+                .collect::<rusqlite::Result<Vec<Writer>>>()?;
+            memo.writers.insert(key.clone(), writers);
+        }
+        Ok(&memo.writers[&key])
     }
 
     /// The job that made `target` (see [`Store::lineage`]), if a recorded one did.
