@@ -6,7 +6,10 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::OnceLock;
 
-use aho_corasick::{AhoCorasick, AhoCorasickKind};
+use std::cell::RefCell;
+
+use aho_corasick::automaton::{Automaton, StateID};
+use aho_corasick::{dfa::DFA, Anchored, Input};
 use memchr::memmem::Finder;
 
 /// Runtime noise: kernel filesystems, shared libraries and interpreters' own code and caches.
@@ -204,16 +207,19 @@ const SEARCH_AFTER: usize = 2_000;
 /// (`/proc/**`, `/etc/hosts`) can only match a path under that component, and any other only a
 /// path holding its longest literal run ([`needle`]), all of which one Aho-Corasick pass finds;
 /// a literal glob is one lookup. A path under none of the anchors and holding none of the runs
-/// (most data files) costs a few short comparisons, a lookup and one scan.
+/// (most data files) costs two lookups and a scan of its name (its directory's scan is resumed
+/// from, [`Search::any_run`]).
 #[derive(Debug)]
 struct Search {
-    /// Patterns by the literal first component of their glob (a handful: compared in turn).
-    by_root: Vec<(Vec<u8>, Vec<usize>)>,
+    /// Which search this is, for [`RESUME`]'s entry (an address could be another's later).
+    id: usize,
+    /// Patterns by the literal first component of their glob: one lookup by the path's.
+    by_root: std::collections::HashMap<Vec<u8>, Vec<usize>, foldhash::fast::RandomState>,
     /// Literal globs without such a component (`/`), hashed with foldhash (SipHash was a fifth
     /// of a lineage's noise rule).
     exact: std::collections::HashSet<Vec<u8>, foldhash::fast::RandomState>,
     /// The other patterns' literal runs; `needle_of[i]` are the patterns of run `i`.
-    needles: AhoCorasick,
+    needles: DFA,
     needle_of: Vec<Vec<usize>>,
     /// Patterns with no literal run at all (`**`): tried on every path.
     always: Vec<usize>,
@@ -258,7 +264,7 @@ impl Index {
         let s = self.search.get_or_init(|| Search::new(&self.globs));
         let test = |ids: &[usize]| ids.iter().any(|&i| self.patterns[i].matches(p));
         if let Some(root) = path_root(p) {
-            if let Some((_, ids)) = s.by_root.iter().find(|(r, _)| r == root) {
+            if let Some(ids) = s.by_root.get(root) {
                 if test(ids) {
                     return true;
                 }
@@ -266,28 +272,75 @@ impl Index {
         }
         (!s.exact.is_empty() && s.exact.contains(p))
             || test(&s.always)
-            // Most paths hold no literal run at all: asked first, which the searcher's prefilter
-            // answers several bytes at a time, where the search for every run reports each.
-            || (s.needles.is_match(p)
+            // Most paths hold no literal run at all: asked first, where the search for every
+            // run reports each.
+            || (s.any_run(p)
                 && s.needles
-                    .find_overlapping_iter(p)
+                    .try_find_overlapping_iter(Input::new(p))
+                    .expect("an unanchored search of a DFA built for one")
                     .any(|m| test(&s.needle_of[m.pattern().as_usize()])))
     }
 }
 
+/// Every [`Search`] made so far: the next one's id.
+static SEARCHES: AtomicUsize = AtomicUsize::new(0);
+
+/// Where [`Search::any_run`] stood after a directory: the search (its id), the directory (to its
+/// last `/`), the automaton's state there and whether a run ended in it.
+type Resume = (usize, Vec<u8>, StateID, bool);
+
+thread_local! {
+    /// The directory [`Search::any_run`] was asked about last, on this thread.
+    static RESUME: RefCell<Option<Resume>> = const { RefCell::new(None) };
+}
+
 impl Search {
+    /// Whether any literal run occurs in `p`. Paths come by directory (a job's outputs, a
+    /// listing): the scan of the directory part is kept per thread and resumed from, so a
+    /// directory's files cost their names.
+    fn any_run(&self, p: &[u8]) -> bool {
+        let split = memchr::memrchr(b'/', p).map_or(0, |i| i + 1);
+        let (dir, name) = p.split_at(split);
+        let start = RESUME.with_borrow(|r| match r {
+            Some((id, d, sid, found)) if *id == self.id && d.as_slice() == dir => {
+                Some((*sid, *found))
+            }
+            _ => None,
+        });
+        let (sid, found) = match start {
+            Some(at) => at,
+            None => {
+                let begin = self
+                    .needles
+                    .start_state(Anchored::No)
+                    .expect("an unanchored start state");
+                let at = self.scan(begin, dir);
+                RESUME.set(Some((self.id, dir.to_vec(), at.0, at.1)));
+                at
+            }
+        };
+        found || self.scan(sid, name).1
+    }
+
+    /// The automaton's state after `bytes` from `sid`, and whether a run ended on the way.
+    fn scan(&self, mut sid: StateID, bytes: &[u8]) -> (StateID, bool) {
+        let mut found = false;
+        for &b in bytes {
+            sid = self.needles.next_state(Anchored::No, sid, b);
+            found |= self.needles.is_match(sid);
+        }
+        (sid, found)
+    }
+
     fn new(globs: &[Vec<u8>]) -> Search {
-        let mut by_root: Vec<(Vec<u8>, Vec<usize>)> = Vec::new();
+        let mut by_root = std::collections::HashMap::<_, Vec<usize>, _>::default();
         let mut exact = std::collections::HashSet::default();
         let mut runs: Vec<Vec<u8>> = Vec::new();
         let mut needle_of: Vec<Vec<usize>> = Vec::new();
         let mut always = Vec::new();
         for (i, g) in globs.iter().enumerate() {
             if let Some(root) = root_of(g) {
-                match by_root.iter_mut().find(|(r, _)| r == root) {
-                    Some((_, ids)) => ids.push(i),
-                    None => by_root.push((root.to_vec(), vec![i])),
-                }
+                by_root.entry(root.to_vec()).or_default().push(i);
                 continue;
             }
             if literal(g) {
@@ -307,11 +360,9 @@ impl Search {
                 }
             }
         }
-        let needles = AhoCorasick::builder()
-            .kind(Some(AhoCorasickKind::DFA))
-            .build(&runs)
-            .expect("a few short literal runs always build");
+        let needles = DFA::new(&runs).expect("a few short literal runs always build");
         Search {
+            id: SEARCHES.fetch_add(1, Relaxed),
             by_root,
             exact,
             needles,
@@ -538,24 +589,35 @@ mod tests {
                 }
                 globs.push(g);
             }
-            let index = Index::new(globs.iter().map(String::as_str));
-            for _ in 0..30 {
-                let mut path = String::new();
-                for _ in 0..rnd(6) {
-                    path.push('/');
-                    path.push_str(names[rnd(names.len())]);
+            // Two indexes asked in turn about the same paths: each search resumes only from
+            // where it stood itself.
+            let other: Vec<&str> = globs.iter().skip(1).map(String::as_str).collect();
+            let indexes = [
+                Index::new(globs.iter().map(String::as_str)),
+                Index::new(other.iter().copied()),
+            ];
+            // Paths by directory, a few names in each, as jobs' files come.
+            for _ in 0..10 {
+                let mut dir = String::new();
+                for _ in 0..rnd(5) {
+                    dir.push('/');
+                    dir.push_str(names[rnd(names.len())]);
                 }
-                let path = if path.is_empty() {
-                    "/".to_string()
-                } else {
-                    path
-                };
-                let every = index.patterns.iter().any(|g| g.matches(path.as_bytes()));
-                assert_eq!(
-                    index.searched(path.as_bytes()),
-                    every,
-                    "case {case} (ROAR_GLOB_SEED={seed}): {globs:?} on {path:?}"
-                );
+                for _ in 0..3 {
+                    let path = match rnd(4) {
+                        0 if dir.is_empty() => "/".to_string(),
+                        0 => dir.clone(),
+                        _ => format!("{dir}/{}", names[rnd(names.len())]),
+                    };
+                    for (i, index) in indexes.iter().enumerate() {
+                        let every = index.patterns.iter().any(|g| g.matches(path.as_bytes()));
+                        assert_eq!(
+                            index.searched(path.as_bytes()),
+                            every,
+                            "case {case} (ROAR_GLOB_SEED={seed}): index {i} of {globs:?} on {path:?}"
+                        );
+                    }
+                }
             }
         }
     }
