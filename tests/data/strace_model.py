@@ -133,6 +133,9 @@ class Model:
 
     def unbind(self, name, deleted=False, replaced=False):
         oid = self.names.pop(name, None)
+        # The job's binding of the name ends here: a file that comes to the name later by moving
+        # with its directory was not bound there by the job.
+        self.bound.discard(name)
         if oid is not None and replaced:
             o = self.objects[oid]
             if o["pre"] and name in o["pre_names"] and o["written"] and not o["read"]:

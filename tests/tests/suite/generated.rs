@@ -1451,6 +1451,21 @@ fn shrunk_programs_the_generator_found_give_every_observer_the_same_record() {
                 Op::RenameDir { from: 1, to: 0 },
             ],
         },
+        // A name the job bound and then deleted, where a file there before arrives later with
+        // its directory (moved onto the emptied one): not the job's output. The oracle kept the
+        // name as bound by the job (seed 5304127846756344154, program 5204); every observer
+        // recorded only the input.
+        Program {
+            before: vec![(d0g0, vec![b'a'; 10]), (d1g1, vec![b'b'])],
+            ops: vec![
+                Op::Rename {
+                    from: d0g0,
+                    to: d0g1,
+                },
+                Op::Unlink { name: d0g1 },
+                Op::RenameDir { from: 1, to: 0 },
+            ],
+        },
     ];
     // `ROAR_GEN_ONLY=N` runs the Nth alone (a program can pass alone and fail among others).
     let only: Vec<Program> = match std::env::var("ROAR_GEN_ONLY") {

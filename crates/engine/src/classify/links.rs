@@ -230,11 +230,7 @@ impl Rules {
     /// gone, so unknown. Renamed on from `from`, content that had landed there lands at `to`,
     /// unless the job wrote it where it lay.
     fn move_landed(&mut self, from: &Path, to: &Path, rename: bool, ignored_to: bool, ts: i64) {
-        if let Some(origin) = self.landed.remove(to) {
-            if let Some(st) = self.paths.state_mut(&origin) {
-                st.moved_to = None;
-            }
-        }
+        self.end_landing(to);
         if !rename {
             return;
         }
@@ -247,6 +243,43 @@ impl Rules {
             if kept {
                 self.landed.insert(to.to_owned(), origin);
             }
+        }
+    }
+
+    /// The name `at` no longer holds the file pre-existing content landed on (removed, renamed
+    /// over, refilled by a directory move): those bytes are gone, so unknown.
+    pub(super) fn end_landing(&mut self, at: &Path) {
+        if let Some(origin) = self.landed.remove(at) {
+            if let Some(st) = self.paths.state_mut(&origin) {
+                st.moved_to = None;
+            }
+        }
+    }
+
+    /// A directory moved `from -> to`: content that had landed below `to` is gone (the names
+    /// there hold what `from` held now); content that had landed below `from` lands below `to`.
+    pub(super) fn move_landings(&mut self, from: &Path, to: &Path) {
+        let below = |p: &Path, dir: &Path| p != dir && p.starts_with(dir);
+        let displaced: Vec<PathBuf> = (self.landed.keys())
+            .filter(|p| below(p, to))
+            .cloned()
+            .collect();
+        for at in displaced {
+            self.end_landing(&at);
+        }
+        let moving: Vec<PathBuf> = (self.landed.keys())
+            .filter(|p| below(p, from))
+            .cloned()
+            .collect();
+        for at in moving {
+            let origin = self.landed.remove(&at).expect("listed above");
+            let now = to.join(at.strip_prefix(from).expect("below `from`"));
+            if let Some(st) = self.paths.state_mut(&origin) {
+                if let Some((place, _)) = st.moved_to.as_mut() {
+                    *place = now.clone();
+                }
+            }
+            self.landed.insert(now, origin);
         }
     }
 

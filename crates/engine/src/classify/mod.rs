@@ -298,6 +298,7 @@ impl Rules {
                     st.file = None;
                 }
                 self.unname(path);
+                self.end_landing(path);
             }
             Event::Exchange { a, b, ts_ns, .. } => self.exchange(cx, a, b, *ts_ns),
             Event::Symlink { path, ts_ns, .. } => {
@@ -322,6 +323,7 @@ impl Rules {
     /// [`Rules::refilled_below`]).
     pub fn moved_dir(&mut self, from: &Path, to: &Path) {
         self.paths.move_children(from, to);
+        self.move_landings(from, to);
         // A fact about one of the moved files (a hash at its last writer's release) must reach
         // it under its new name.
         if self.files.is_some() {
@@ -660,6 +662,47 @@ mod tests {
         assert_eq!(
             landing(&[mv(&a, &t, 1), append, mv(&t, &d.join("u"), 3)], &a),
             None
+        );
+    }
+
+    #[test]
+    fn moved_content_deleted_where_it_landed_is_unknown_whatever_comes_there_later() {
+        let d = Path::new("/nonexistent-roar-test");
+        let (a, d0, d1) = (d.join("a"), d.join("d0"), d.join("d1"));
+        let rm = |path: PathBuf, ts_ns| Event::Unlink {
+            pid: 1,
+            path,
+            ts_ns,
+        };
+        // `mv a d0/t; rm d0/t; mv d1 d0`, a `d1/t` there before: a's bytes are gone, and what
+        // is at d0/t at the end is d1's file (seed 5304127846756344154, program 5204: the
+        // record gave a the hash of d1/t).
+        let touch = Event::Open {
+            pid: 1,
+            path: d1.join("u"),
+            flags: libc::O_RDONLY,
+            stat: None,
+            ts_ns: 3,
+        };
+        let events = [
+            mv(&a, &d0.join("t"), 1),
+            rm(d0.join("t"), 2),
+            touch,
+            mv(&d1, &d0, 4),
+        ];
+        assert_eq!(landing(&events, &a), None);
+        // Removed where it landed, even with nothing there later.
+        assert_eq!(landing(&events[..2], &a), None);
+    }
+
+    #[test]
+    fn moved_content_moves_on_with_its_directory() {
+        let d = Path::new("/nonexistent-roar-test");
+        let (a, d0, d9) = (d.join("a"), d.join("d0"), d.join("d9"));
+        // `mv a d0/t; mv d0 d9`: a's bytes are at d9/t.
+        assert_eq!(
+            landing(&[mv(&a, &d0.join("t"), 1), mv(&d0, &d9, 2)], &a),
+            Some(d9.join("t"))
         );
     }
 
