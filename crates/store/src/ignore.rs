@@ -2,11 +2,10 @@
 //!
 //! Glob syntax: `*` matches within one path component, `**` across components, `?` one byte.
 
+use std::cell::RefCell;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::OnceLock;
-
-use std::cell::RefCell;
 
 use aho_corasick::automaton::{Automaton, StateID};
 use aho_corasick::{dfa::DFA, Anchored, Input};
