@@ -314,7 +314,15 @@ impl Search {
                     .start_state(Anchored::No)
                     .expect("an unanchored start state");
                 let at = self.scan(begin, dir);
-                RESUME.set(Some((self.id, dir.to_vec(), at.0, at.1)));
+                // The buffer kept from the directory before: no allocation per directory.
+                RESUME.with_borrow_mut(|r| match r {
+                    Some((id, d, sid, found)) => {
+                        d.clear();
+                        d.extend_from_slice(dir);
+                        (*id, *sid, *found) = (self.id, at.0, at.1);
+                    }
+                    None => *r = Some((self.id, dir.to_vec(), at.0, at.1)),
+                });
                 at
             }
         };
