@@ -1495,7 +1495,16 @@ fn agree(all: &[Program], label: &str) {
             seen.entry(o).or_insert_with(|| {
                 let t = std::time::Instant::now();
                 let seen = run_all(o, all);
-                eprintln!("{o:?}: {:.1} s", t.elapsed().as_secs_f64());
+                // Said now: a disagreement found later stops the run before the check below.
+                let failed = wrong(&seen);
+                eprintln!(
+                    "{o:?}: {:.1} s, recorded hashes: {}",
+                    t.elapsed().as_secs_f64(),
+                    match failed.len() {
+                        0 => "every one the content of its version".to_owned(),
+                        n => format!("{n} programs with wrong ones: {failed:?}"),
+                    }
+                );
                 seen
             });
         }

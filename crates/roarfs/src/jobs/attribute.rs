@@ -117,9 +117,10 @@ fn is_roar_run(info: &ProcInfo) -> bool {
     argv.get(1).is_some_and(|a| a == "run")
 }
 
-/// The longest an orphan's first request waits for the kernel's word on its fork
-/// (`Jobs::birth_of`).
-const BIRTH_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+/// The longest an orphan's first request waits for the reader of the kernel's events to say
+/// whether its fork was seen (`Jobs::birth_of`): the reader answers as soon as it runs, so this
+/// bounds only a reader starved of a CPU (500 ms was exceeded once at a load of 4 on 2 cores).
+const BIRTH_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Jobs {
     /// The job of the calling thread `tid`, or None for processes the mount does not record
@@ -197,7 +198,10 @@ impl Jobs {
                 return;
             }
         };
-        let jobs = std::sync::Arc::downgrade(self);
+        if let Ok(poke) = events.poke() {
+            let _ = self.poke.set(poke);
+        }
+        let weak = std::sync::Arc::downgrade(self);
         self.inner
             .lock()
             .expect("jobs lock")
@@ -210,65 +214,21 @@ impl Jobs {
             .spawn(move || {
                 let mut buf = vec![0u8; 64 * 1024];
                 loop {
-                    let seen = events.wait(&mut buf);
-                    let Some(jobs) = jobs.upgrade() else { return };
-                    // Start times are clock ticks of CLOCK_BOOTTIME; exits are stamped with
-                    // CLOCK_MONOTONIC (they differ by the time the machine was suspended).
-                    let suspended = crate::sys::boottime_minus_monotonic_ns();
-                    let mut inner = jobs.inner.lock().expect("jobs lock");
-                    match seen {
-                        Ok(crate::sys::Exits::Seen {
-                            forks,
-                            exits,
-                            execs,
-                        }) => {
-                            for f in forks {
-                                let at = jobs.tick(f.at_ns, suspended);
-                                inner.births.forked(f.parent, f.child, at);
+                    let Some(jobs) = weak.upgrade() else { return };
+                    // The questions asked before this read are answered if it finds nothing.
+                    let asked = jobs.drains.asked();
+                    let seen = events.next(&mut buf);
+                    if let Ok(crate::sys::Exits::Drained) = seen {
+                        jobs.drains.drained(asked);
+                        drop(jobs);
+                        if let Err(e) = events.block() {
+                            if let Some(jobs) = weak.upgrade() {
+                                jobs.events_read(Err(e));
                             }
-                            for &(pid, at_ns) in &execs {
-                                inner.births.execd(pid, jobs.tick(at_ns, suspended));
-                            }
-                            for e in exits {
-                                let tick = jobs.tick(e.at_ns, suspended);
-                                inner.births.read(tick);
-                                let gone = inner
-                                    .by_tid
-                                    .get(&e.tid)
-                                    .copied()
-                                    .filter(|c| c.start as i64 <= tick);
-                                if let Some(c) = gone {
-                                    inner.by_tid.remove(&e.tid);
-                                    if let Some(job) = c.job.filter(|_| c.pid == e.tid) {
-                                        inner.exited(job, c.pid);
-                                    }
-                                }
-                            }
-                            drop(inner);
-                            for (pid, _) in execs {
-                                jobs.exec_seen(pid);
-                            }
-                        }
-                        // Exit events were lost (the kernel reports every process of the
-                        // machine: a busy one overflows the socket). What is lost is which
-                        // cached threads ended, not which still run: keep those /proc shows
-                        // alive with the same start time. Clearing the cache instead forgot a
-                        // job's members, and a forked worker outliving its root then had its
-                        // job recorded early and its later writes made a job of their own.
-                        Ok(crate::sys::Exits::Lost) => {
-                            inner.births.lost(jobs.now_tick());
-                            inner.by_tid.retain(|tid, c| {
-                                matches!(read_proc_stat(*tid), Ok(Some(p)) if p.start == c.start)
-                            })
-                        }
-                        Err(e) => {
-                            // Without events the cache cannot be trusted: back to /proc.
-                            jobs.exits_watched
-                                .store(false, std::sync::atomic::Ordering::Release);
-                            inner.by_tid.clear();
-                            tracing::error!("roarfs: process events stopped ({e}): attribution reads /proc per request");
                             return;
                         }
+                    } else if !jobs.events_read(seen) {
+                        return;
                     }
                 }
             });
@@ -276,6 +236,71 @@ impl Jobs {
             self.exits_watched
                 .store(false, std::sync::atomic::Ordering::Release);
         }
+    }
+
+    /// What the reader of process events read: false when the events stopped.
+    fn events_read(&self, seen: io::Result<crate::sys::Exits>) -> bool {
+        // Start times are clock ticks of CLOCK_BOOTTIME; exits are stamped with
+        // CLOCK_MONOTONIC (they differ by the time the machine was suspended).
+        let suspended = crate::sys::boottime_minus_monotonic_ns();
+        let mut inner = self.inner.lock().expect("jobs lock");
+        match seen {
+            Ok(crate::sys::Exits::Seen {
+                forks,
+                exits,
+                execs,
+            }) => {
+                for f in forks {
+                    let at = self.tick(f.at_ns, suspended);
+                    inner.births.forked(f.parent, f.child, at);
+                }
+                for &(pid, at_ns) in &execs {
+                    inner.births.execd(pid, self.tick(at_ns, suspended));
+                }
+                for e in exits {
+                    let tick = self.tick(e.at_ns, suspended);
+                    inner.births.read(tick);
+                    let gone = inner
+                        .by_tid
+                        .get(&e.tid)
+                        .copied()
+                        .filter(|c| c.start as i64 <= tick);
+                    if let Some(c) = gone {
+                        inner.by_tid.remove(&e.tid);
+                        if let Some(job) = c.job.filter(|_| c.pid == e.tid) {
+                            inner.exited(job, c.pid);
+                        }
+                    }
+                }
+                drop(inner);
+                for (pid, _) in execs {
+                    self.exec_seen(pid);
+                }
+            }
+            // Exit events were lost (the kernel reports every process of the machine: a busy
+            // one overflows the socket). What is lost is which cached threads ended, not which
+            // still run: keep those /proc shows alive with the same start time. Clearing the
+            // cache instead forgot a job's members, and a forked worker outliving its root then
+            // had its job recorded early and its later writes made a job of their own.
+            Ok(crate::sys::Exits::Lost) => {
+                inner.births.lost(self.now_tick());
+                inner.by_tid.retain(
+                    |tid, c| matches!(read_proc_stat(*tid), Ok(Some(p)) if p.start == c.start),
+                )
+            }
+            Ok(crate::sys::Exits::Drained) => {}
+            Err(e) => {
+                // Without events the cache cannot be trusted: back to /proc.
+                self.exits_watched
+                    .store(false, std::sync::atomic::Ordering::Release);
+                inner.by_tid.clear();
+                tracing::error!(
+                    "roarfs: process events stopped ({e}): attribution reads /proc per request"
+                );
+                return false;
+            }
+        }
+        true
     }
 
     /// Whether a thread of `key`'s job other than its root is still alive (a forked worker
@@ -383,22 +408,33 @@ impl Jobs {
         Ok(None)
     }
 
-    /// `cur`'s fork as the kernel reported it; with `wait`, waiting for the reader of its
-    /// events when it has not read that far yet — until it has (microseconds on an idle
-    /// machine), or at most `BIRTH_WAIT`: on a loaded machine the reader thread can be scheduled
-    /// tens of milliseconds late (20 ms was too short: the generator's daemons under a loaded
-    /// CI became jobs of their own), and only an orphan's first request ever waits.
+    /// `cur`'s fork as the kernel reported it; with `wait`, asking the reader of its events to
+    /// read everything queued and waiting until it has — microseconds on an idle machine, tens of
+    /// milliseconds behind a loaded one — and only then saying it will never be known (its fork
+    /// event was queued before it first ran, so before this request). `BIRTH_WAIT` bounds a
+    /// reader that is not scheduled at all. Only an orphan's first request ever waits.
     fn birth_of(&self, cur: &ProcInfo, wait: bool) -> Option<births::Birth> {
         let deadline = std::time::Instant::now() + BIRTH_WAIT;
+        let mut asked = None;
         while self
             .exits_watched
             .load(std::sync::atomic::Ordering::Acquire)
         {
+            // Answered before reading the births: what the answer covers is in them.
+            let answered = asked.is_some_and(|q| self.drains.answers(q));
             let known =
                 (self.inner.lock().expect("jobs lock").births).of(cur.pid, cur.start as i64);
             match known {
                 births::Known::Born(b) => return Some(b),
-                births::Known::NotYet if wait && std::time::Instant::now() < deadline => {
+                births::Known::NotYet
+                    if wait && !answered && std::time::Instant::now() < deadline =>
+                {
+                    if asked.is_none() {
+                        asked = Some(self.drains.ask());
+                        if let Some(poke) = self.poke.get() {
+                            poke.poke();
+                        }
+                    }
                     std::thread::sleep(std::time::Duration::from_micros(50))
                 }
                 _ => return None,
@@ -430,6 +466,60 @@ mod tests {
         child.kill().unwrap();
         child.wait().unwrap();
         assert_eq!(argv, ["sh", "-c", "read x", "sh", "", "x"]);
+    }
+
+    #[test]
+    fn once_the_reader_drains_after_a_process_ran_its_fork_has_been_read_needs_root() {
+        // What lets an orphan's request stop waiting as soon as the reader answers: the kernel
+        // queues a fork's event before the child first runs.
+        let events = match crate::sys::ExitEvents::open() {
+            Ok(e) => e,
+            Err(e) => {
+                assert!(
+                    std::env::var("CI").is_err(),
+                    "process events need CAP_NET_ADMIN under CI=true: {e}"
+                );
+                return;
+            }
+        };
+        let poke = events.poke().unwrap();
+        let drains = std::sync::Arc::new(births::Drains::default());
+        let forked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (d, f) = (drains.clone(), forked.clone());
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let asked = d.asked();
+                match events.next(&mut buf).unwrap() {
+                    crate::sys::Exits::Drained => {
+                        d.drained(asked);
+                        events.block().unwrap();
+                    }
+                    crate::sys::Exits::Seen { forks, .. } => {
+                        f.lock().unwrap().extend(forks.iter().map(|f| f.child))
+                    }
+                    crate::sys::Exits::Lost => f.lock().unwrap().push(-1),
+                }
+            }
+        });
+        for _ in 0..50 {
+            let mut child = std::process::Command::new("true").spawn().unwrap();
+            let pid = child.id() as i32;
+            child.wait().unwrap();
+            let q = drains.ask();
+            poke.poke();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !drains.answers(q) {
+                assert!(std::time::Instant::now() < deadline, "never answered");
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+            let forked = forked.lock().unwrap();
+            // Events lost to a busy machine (-1) prove nothing either way.
+            assert!(
+                forked.contains(&pid) || forked.contains(&-1),
+                "answered before reading the fork of {pid}"
+            );
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! matched to the process /proc shows now (a pid is reused only after its process is gone).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Births remembered at most: past this the oldest are forgotten all at once (and a process
 /// forked before then is attributed by /proc alone, as without events).
@@ -106,9 +107,60 @@ impl Births {
     }
 }
 
+/// A waiter's question to the reader of events — "have you read everything the kernel sent
+/// before now?" — and the reader's answer. A fork's event is queued before its child first
+/// runs, so once the reader has drained the socket after a request arrived, a birth still not
+/// known is never coming: a waiter learns it as soon as the reader catches up, not at a timeout.
+#[derive(Debug, Default)]
+pub(super) struct Drains {
+    asked: AtomicU64,
+    answered: AtomicU64,
+}
+
+impl Drains {
+    /// A new question (after the request it is about arrived): its number.
+    pub fn ask(&self) -> u64 {
+        self.asked.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// The reader, before a read that may find the socket empty: the questions it will answer.
+    pub fn asked(&self) -> u64 {
+        self.asked.load(Ordering::SeqCst)
+    }
+
+    /// The reader found the socket empty after reading the questions up to `asked`; every event
+    /// read before is in [`Births`] already.
+    pub fn drained(&self, asked: u64) {
+        self.answered.fetch_max(asked, Ordering::SeqCst);
+    }
+
+    /// Whether question `ask` was answered.
+    pub fn answers(&self, ask: u64) -> bool {
+        self.answered.load(Ordering::SeqCst) >= ask
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_question_is_answered_only_by_a_drain_that_began_after_it() {
+        let d = Drains::default();
+        let before = d.asked();
+        let q = d.ask();
+        assert!(!d.answers(q));
+        // A drain that began before the question says nothing about it.
+        d.drained(before);
+        assert!(!d.answers(q));
+        let q2 = d.ask();
+        let began = d.asked();
+        d.drained(began);
+        assert!(d.answers(q) && d.answers(q2));
+        // Answers never go back (a late reader of an older snapshot).
+        d.drained(before);
+        assert!(d.answers(q2));
+    }
 
     #[test]
     fn a_birth_is_matched_to_the_process_of_its_tick() {

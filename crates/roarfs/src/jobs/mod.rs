@@ -64,6 +64,9 @@ pub struct Jobs {
     /// Thread exits arrive from the kernel (see [`Jobs::watch_exits`]): a cached thread is
     /// alive, and its job is known without reading /proc.
     exits_watched: std::sync::atomic::AtomicBool,
+    /// Questions to the reader of those events, and what wakes it to answer.
+    drains: births::Drains,
+    poke: std::sync::OnceLock<crate::sys::Poke>,
     writer: Writer,
     boot_ns: i64,
     tick_ns: i64,
@@ -120,6 +123,8 @@ impl Jobs {
             ignore,
             inner: Mutex::new(Inner::default()),
             exits_watched: std::sync::atomic::AtomicBool::new(false),
+            drains: births::Drains::default(),
+            poke: std::sync::OnceLock::new(),
             writer,
             boot_ns: boot_ns(),
             tick_ns: 1_000_000_000 / hz,

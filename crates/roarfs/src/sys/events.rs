@@ -12,6 +12,20 @@ use super::check;
 /// CAP_NET_ADMIN.
 pub struct ExitEvents {
     sock: OwnedFd,
+    /// Written by a [`Poke`] to wake a reader blocked in [`ExitEvents::block`].
+    woken: OwnedFd,
+}
+
+/// Wakes the reader of [`ExitEvents`] (so that it reads what is queued and says so).
+pub struct Poke(OwnedFd);
+
+impl Poke {
+    pub fn poke(&self) {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: an 8-byte write from a live buffer to an eventfd we own. A full counter
+        // (EAGAIN) already wakes the reader.
+        unsafe { libc::write(self.0.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+    }
 }
 
 /// A thread's exit as the kernel reported it.
@@ -45,6 +59,8 @@ pub enum Exits {
     },
     /// Events were lost (the socket's buffer overflowed): any cached thread may have exited.
     Lost,
+    /// Nothing is queued: every event the kernel sent before this call was read.
+    Drained,
 }
 
 const CN_IDX_PROC: u32 = 1;
@@ -89,12 +105,62 @@ impl ExitEvents {
             if sent < 0 {
                 return Err(io::Error::last_os_error());
             }
-            Ok(ExitEvents { sock })
+            let woken = OwnedFd::from_raw_fd(check(libc::eventfd(
+                0,
+                libc::EFD_CLOEXEC | libc::EFD_NONBLOCK,
+            ))?);
+            Ok(ExitEvents { sock, woken })
         }
     }
 
-    /// Blocks until events arrive; returns the exits and execs among them.
+    /// What wakes this reader from [`ExitEvents::block`].
+    pub fn poke(&self) -> io::Result<Poke> {
+        Ok(Poke(self.woken.try_clone()?))
+    }
+
+    /// Blocks until events arrive; returns the forks, exits and execs among them.
     pub fn wait(&self, buf: &mut [u8]) -> io::Result<Exits> {
+        loop {
+            match self.next(buf)? {
+                Exits::Drained => self.block()?,
+                seen => return Ok(seen),
+            }
+        }
+    }
+
+    /// Blocks until events are queued or a [`Poke`] wakes the reader.
+    pub fn block(&self) -> io::Result<()> {
+        let mut fds = [
+            libc::pollfd {
+                fd: self.sock.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.woken.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: poll over a live array of two pollfds.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::Interrupted => Ok(()),
+                _ => Err(e),
+            };
+        }
+        if fds[1].revents & libc::POLLIN != 0 {
+            let mut count = [0u8; 8];
+            // SAFETY: an 8-byte read into a live buffer from an eventfd we own (it resets it).
+            unsafe { libc::read(self.woken.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
+        }
+        Ok(())
+    }
+
+    /// The events queued now, without blocking: [`Exits::Drained`] when there are none.
+    pub fn next(&self, buf: &mut [u8]) -> io::Result<Exits> {
         // SAFETY: sockaddr_nl is plain old data.
         let mut from: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
         let mut from_len = std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t;
@@ -104,7 +170,7 @@ impl ExitEvents {
                 self.sock.as_raw_fd(),
                 buf.as_mut_ptr().cast(),
                 buf.len(),
-                0,
+                libc::MSG_DONTWAIT,
                 (&mut from as *mut libc::sockaddr_nl).cast(),
                 &mut from_len,
             )
@@ -113,6 +179,13 @@ impl ExitEvents {
             let e = io::Error::last_os_error();
             return match e.raw_os_error() {
                 Some(libc::ENOBUFS) => Ok(Exits::Lost),
+                Some(libc::EAGAIN) => Ok(Exits::Drained),
+                // Not drained: nothing was read (the caller reads again).
+                Some(libc::EINTR) => Ok(Exits::Seen {
+                    forks: Vec::new(),
+                    exits: Vec::new(),
+                    execs: Vec::new(),
+                }),
                 _ => Err(e),
             };
         }

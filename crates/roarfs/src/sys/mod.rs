@@ -13,7 +13,7 @@ mod events;
 mod handle;
 mod procs;
 
-pub use events::{Exit, ExitEvents, Exits, Fork};
+pub use events::{Exit, ExitEvents, Exits, Fork, Poke};
 pub use handle::FileHandle;
 pub use procs::{
     block_signals, cwds_under, dead_stdin_pipe, processes_inside, terminate, wait_signal,
