@@ -256,7 +256,10 @@ impl Taking {
     /// Copies the first `len` bytes of `src` in the kernel (`copy_file_range`: no byte through
     /// this process), for a source whose hash is known already from the bytes written into it
     /// (the mount's write stream): the caller checks the source did not change around the copy
-    /// before it names the copy by that hash.
+    /// before it names the copy by that hash. Between two filesystems (a mount over a data
+    /// volume, the store on the project's disk: the kernel refuses with EXDEV unless both are
+    /// of one type that can copy), or where the kernel cannot copy between them, the bytes go
+    /// through this process.
     pub fn copy_from(&mut self, src: &File, len: u64) -> io::Result<()> {
         let mut off_in: libc::loff_t = 0;
         let mut off_out: libc::loff_t = 0;
@@ -282,12 +285,45 @@ impl Taking {
                 }
                 n if n < 0 => {
                     let e = io::Error::last_os_error();
-                    if e.kind() != io::ErrorKind::Interrupted {
-                        self.failed = true;
-                        return Err(e);
+                    match e.raw_os_error() {
+                        Some(libc::EINTR) => {}
+                        Some(libc::EXDEV | libc::EINVAL | libc::EOPNOTSUPP | libc::ENOSYS) => {
+                            return self.copy_through(src, off_in as u64, len);
+                        }
+                        _ => {
+                            self.failed = true;
+                            return Err(e);
+                        }
                     }
                 }
                 _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes `from..len` of `src` read and written here, to the same offsets.
+    fn copy_through(&mut self, src: &File, from: u64, len: u64) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = vec![0u8; (len - from).min(1 << 20) as usize];
+        let mut at = from;
+        while at < len {
+            let want = ((len - at) as usize).min(buf.len());
+            let n = match src.read_at(&mut buf[..want], at) {
+                Ok(0) => Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the file shrank",
+                )),
+                Ok(n) => self.file.as_file().write_all_at(&buf[..n], at).map(|()| n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
+                Err(e) => Err(e),
+            };
+            match n {
+                Ok(n) => at += n as u64,
+                Err(e) => {
+                    self.failed = true;
+                    return Err(e);
+                }
             }
         }
         Ok(())
@@ -324,5 +360,45 @@ impl Taking {
             }
             Err(e) => Err(e.error),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A source on another filesystem than the store (a mount over a data volume): the kernel
+    /// will not copy between them (EXDEV) and the bytes go through this process, all of them.
+    #[test]
+    fn a_copy_from_another_filesystem_is_kept_whole() {
+        let shm = Path::new("/dev/shm");
+        let store = tempfile::tempdir().unwrap();
+        let dev = |p: &Path| std::os::unix::fs::MetadataExt::dev(&std::fs::metadata(p).unwrap());
+        if !shm.is_dir() || dev(shm) == dev(store.path()) {
+            assert!(
+                std::env::var("CI").is_err(),
+                "no tmpfs at /dev/shm on another filesystem than {}",
+                store.path().display()
+            );
+            eprintln!("skipped: /dev/shm is not another filesystem here");
+            return;
+        }
+        let bytes: Vec<u8> = (0..3 << 20).map(|i: u32| (i * 7 % 251) as u8).collect();
+        let src = tempfile::NamedTempFile::new_in(shm).unwrap();
+        std::fs::write(src.path(), &bytes).unwrap();
+        let objects = Objects::at(store.path());
+        let hash = blake3::hash(&bytes).to_hex().to_string();
+        let mut taking = objects.begin().unwrap();
+        taking.copy_from(src.as_file(), bytes.len() as u64).unwrap();
+        taking.commit(&objects, &hash).unwrap();
+        assert!(objects.has(&hash));
+        assert!(std::fs::read(objects.path(&hash)).unwrap() == bytes);
+        // A source shorter than said is an error, and nothing is kept.
+        let mut taking = objects.begin().unwrap();
+        let e = taking
+            .copy_from(src.as_file(), bytes.len() as u64 + 1)
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        assert!(taking.commit(&objects, &"0".repeat(64)).is_err());
     }
 }

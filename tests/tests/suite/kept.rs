@@ -475,40 +475,68 @@ fn gc_at_no_grace_keeps_what_a_running_job_has_kept() {
 }
 
 /// Through `roar mount`, each version a job leaves is kept as the last writer lets go of it
-/// (streamed writes, and a rewrite in place that is hashed by reading), and comes back.
+/// (streamed writes, and a rewrite in place that is hashed by reading), and comes back — with the
+/// mounted directory on the project's filesystem, and on another one (a data volume: the kernel
+/// will not copy from it into the store, so the daemon copies; every version was silently lost
+/// there before).
 #[test]
 fn the_mount_keeps_the_versions_its_jobs_leave() {
     if !common::mount::require_fuse() {
         return;
     }
-    let mut m = common::mount::Mounted::new(|_| {});
-    assert!(m.run(&["sh", "-c", "echo one > out.txt"]).success());
-    assert!(m.run(&["sh", "-c", "echo two > out.txt"]).success());
-    // Not a write stream from offset 0: the daemon hashes it by reading, and keeps that read.
-    assert!(m
-        .run(&[
-            "python3",
-            "-c",
-            "f=open('out.txt','r+b'); f.seek(1); f.write(b'W'); f.close()"
-        ])
-        .success());
-    m.unmount();
-    for content in [&b"one\n"[..], b"two\n", b"tWo\n"] {
-        let h = blake3::hash(content).to_hex().to_string();
-        let blob = m.p.path().join(".roar/s3/blobs").join(&h[..2]).join(&h);
+    for other_fs in [false, true] {
+        /// Unmounts the tmpfs under the mount however the test ends (after the mount: declared
+        /// before it, dropped after it).
+        struct Tmpfs(Option<std::path::PathBuf>);
+        impl Drop for Tmpfs {
+            fn drop(&mut self) {
+                if let Some(dir) = &self.0 {
+                    let _ = Command::new("umount").arg("-l").arg(dir).status();
+                }
+            }
+        }
+        let mut tmpfs = Tmpfs(None);
+        let mut m = common::mount::Mounted::new(|data| {
+            if other_fs {
+                let mounted = Command::new("mount")
+                    .args(["-t", "tmpfs", "-o", "size=16m", "roar-test-volume"])
+                    .arg(data)
+                    .status()
+                    .unwrap();
+                assert!(mounted.success(), "mount -t tmpfs");
+                tmpfs.0 = Some(data.to_owned());
+            }
+        });
+        assert!(m.run(&["sh", "-c", "echo one > out.txt"]).success());
+        assert!(m.run(&["sh", "-c", "echo two > out.txt"]).success());
+        // Not a write stream from offset 0: the daemon hashes it by reading, and keeps that read.
+        assert!(m
+            .run(&[
+                "python3",
+                "-c",
+                "f=open('out.txt','r+b'); f.seek(1); f.write(b'W'); f.close()"
+            ])
+            .success());
+        m.unmount();
+        for content in [&b"one\n"[..], b"two\n", b"tWo\n"] {
+            let h = blake3::hash(content).to_hex().to_string();
+            let blob = m.p.path().join(".roar/s3/blobs").join(&h[..2]).join(&h);
+            assert_eq!(
+                std::fs::read(&blob).ok().as_deref(),
+                Some(content),
+                "{:?} kept (another filesystem: {other_fs})",
+                String::from_utf8_lossy(content)
+            );
+        }
+        let o = m.p.roar(["checkout", "data/out.txt~2", "-o", "first.txt"]);
+        assert!(o.status.success(), "{}", stderr(&o));
         assert_eq!(
-            std::fs::read(&blob).ok().as_deref(),
-            Some(content),
-            "{:?} kept",
-            String::from_utf8_lossy(content)
+            std::fs::read(m.p.path().join("first.txt")).unwrap(),
+            b"one\n"
         );
+        drop(m);
+        drop(tmpfs);
     }
-    let o = m.p.roar(["checkout", "data/out.txt~2", "-o", "first.txt"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(
-        std::fs::read(m.p.path().join("first.txt")).unwrap(),
-        b"one\n"
-    );
 }
 
 /// Through `roar mount`, inputs are kept by the rule `roar run` keeps by: a file git does not
