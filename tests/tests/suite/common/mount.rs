@@ -36,6 +36,24 @@ pub struct Mounted {
     pub p: Project,
     pub data: PathBuf,
     pub mounted: bool,
+    /// `data/` is a tmpfs of its own (`ROAR_TEST_DATA_FS=tmpfs`), unmounted on drop.
+    volume: bool,
+}
+
+/// With `ROAR_TEST_DATA_FS=tmpfs`, every mount test's `data/` is a filesystem of its own, as a
+/// data volume is (the store stays on the project's): what only same-filesystem operations
+/// between the two would get right shows up.
+fn data_on_a_volume(data: &Path) -> bool {
+    if std::env::var("ROAR_TEST_DATA_FS").as_deref() != Ok("tmpfs") {
+        return false;
+    }
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=512m", "roar-test-volume"])
+        .arg(data)
+        .status()
+        .unwrap();
+    assert!(mounted.success(), "mount -t tmpfs {}", data.display());
+    true
 }
 
 impl Mounted {
@@ -43,6 +61,7 @@ impl Mounted {
         let p = Project::new();
         let data = std::fs::canonicalize(p.path()).unwrap().join("data");
         std::fs::create_dir(&data).unwrap();
+        let volume = data_on_a_volume(&data);
         setup(&data);
         let out = p.roar(["mount", "data"]);
         assert!(out.status.success(), "roar mount: {}", stderr(&out));
@@ -50,6 +69,7 @@ impl Mounted {
             p,
             data,
             mounted: true,
+            volume,
         }
     }
 
@@ -58,6 +78,7 @@ impl Mounted {
         let p = Project::new();
         let data = std::fs::canonicalize(p.path()).unwrap().join("data");
         std::fs::create_dir(&data).unwrap();
+        let volume = data_on_a_volume(&data);
         setup(&data);
         let mut cmd = p.cmd(["mount", "data"]);
         adjust(&mut cmd);
@@ -67,6 +88,7 @@ impl Mounted {
             p,
             data,
             mounted: true,
+            volume,
         }
     }
 
@@ -156,6 +178,9 @@ impl Drop for Mounted {
     fn drop(&mut self) {
         if self.mounted {
             let _ = self.p.roar(["unmount", "data"]);
+        }
+        if self.volume {
+            let _ = Command::new("umount").arg("-l").arg(&self.data).status();
         }
     }
 }
