@@ -894,12 +894,11 @@ fn a_small_file_read_through_the_mount_is_cached_once() {
     });
     let under = under.unwrap();
     // On a memory filesystem (ROAR_TEST_DATA_FS=tmpfs) the pages are the file: none to drop.
-    // SAFETY: fstatfs into a zeroed statfs of the right type.
+    // SAFETY: statfs is plain old data.
     let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
-    assert_eq!(
-        unsafe { libc::fstatfs(std::os::fd::AsRawFd::as_raw_fd(&under), &mut fs) },
-        0
-    );
+    // SAFETY: fstatfs on an open directory into a live statfs.
+    let got = unsafe { libc::fstatfs(std::os::fd::AsRawFd::as_raw_fd(&under), &mut fs) };
+    assert_eq!(got, 0);
     if fs.f_type == libc::TMPFS_MAGIC {
         common::skip("a small file cached once: data/ is a tmpfs, whose pages are the file");
         return;
