@@ -69,13 +69,16 @@ const PROC_CN_MCAST_LISTEN: u32 = 1;
 const PROC_EVENT_FORK: u32 = 0x0000_0001;
 const PROC_EVENT_EXEC: u32 = 0x0000_0002;
 const PROC_EVENT_EXIT: u32 = 0x8000_0000;
+/// The socket's receive buffer: ~30,000 events waiting before any is lost.
+const EVENTS_BUFFER: libc::c_int = 32 << 20;
 /// sizeof(struct nlmsghdr) and sizeof(struct cn_msg).
 const NLMSG_HDR: usize = 16;
 const CN_MSG: usize = 20;
 
 impl ExitEvents {
     pub fn open() -> io::Result<ExitEvents> {
-        // SAFETY: plain socket/bind/send on a socket we own; the buffers are live locals.
+        // SAFETY: plain socket/setsockopt/bind/send on a socket we own; the buffers are live
+        // locals.
         unsafe {
             let fd = check(libc::socket(
                 libc::AF_NETLINK,
@@ -83,6 +86,25 @@ impl ExitEvents {
                 libc::NETLINK_CONNECTOR,
             ))?;
             let sock = OwnedFd::from_raw_fd(fd);
+            // The kernel sends every process's fork, exec and exit, each event its own buffer
+            // of ~1 KiB counted against the socket: the default 208 KiB holds ~200 of them, a
+            // few milliseconds of a busy machine's forks while the reader waits for a CPU, and
+            // events lost forget who forked whom (a daemon's double fork then left its job).
+            // Forced past rmem_max (this needs CAP_NET_ADMIN, as listening does); memory is
+            // taken only by events waiting.
+            let want: libc::c_int = EVENTS_BUFFER;
+            for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+                let set = libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    opt,
+                    (&want as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as u32,
+                );
+                if set == 0 {
+                    break;
+                }
+            }
             let mut addr: libc::sockaddr_nl = std::mem::zeroed();
             addr.nl_family = libc::AF_NETLINK as u16;
             addr.nl_groups = CN_IDX_PROC;
