@@ -27,7 +27,8 @@
 //! Programs run `ROAR_GEN_BATCH` (25) to a job, each in its own directory, and to a `strace` run
 //! of the oracle: a job's start, its record and the model's start are paid per batch, not per
 //! program; a program that disagrees is shrunk alone (it may agree alone and fail among the
-//! others of its batch: `ROAR_GEN_FROM=N`, a multiple of the batch size, replays from the Nth).
+//! others of its batch: `ROAR_GEN_FROM=N`, a multiple of the batch size, replays from the Nth;
+//! `ROAR_GEN_OBSERVERS=mount,mountlate,strace` only the pairs between those observers).
 
 use crate::common;
 
@@ -1488,6 +1489,16 @@ fn agree(all: &[Program], label: &str) {
             pairs.push((Observer::Mount, Observer::Strace));
             pairs.push((Observer::MountLate, Observer::Strace));
         }
+    }
+    // `ROAR_GEN_OBSERVERS=mount,strace` (names as printed, lower case) replays only the pairs
+    // between those: a long run's remainder on the observers it did not reach.
+    if let Ok(only) = std::env::var("ROAR_GEN_OBSERVERS") {
+        let named = |o: &Observer| {
+            let name = format!("{o:?}").to_lowercase();
+            only.split(',').any(|n| name == n || name == format!("run(\"{n}\")"))
+        };
+        pairs.retain(|(a, b)| named(a) && named(b));
+        assert!(!pairs.is_empty(), "ROAR_GEN_OBSERVERS={only}: no pair of observers left");
     }
     let mut seen: HashMap<Observer, Vec<Seen>> = HashMap::new();
     for &(a, b) in &pairs {
