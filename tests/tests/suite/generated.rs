@@ -1073,6 +1073,23 @@ fn generated_programs_give_every_observer_the_same_record() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
     let all = programs(count, seed);
+    // `ROAR_GEN_PRINT=707,6997` prints those programs (with what is there before the job) and
+    // runs nothing: what a failed run's shortened report left out.
+    if let Ok(which) = std::env::var("ROAR_GEN_PRINT") {
+        for i in which
+            .split(',')
+            .filter_map(|i| i.trim().parse::<usize>().ok())
+        {
+            let p = &all[i];
+            let before: Vec<_> = p
+                .before
+                .iter()
+                .map(|(n, c)| (file_name(*n), c.len()))
+                .collect();
+            eprintln!("program {i} ({before:?} before the job):\n{}", python(p));
+        }
+        return;
+    }
     agree(
         &all[from.min(all.len())..],
         &format!("seed {seed} (ROAR_GEN_SEED={seed}) from program {from}"),
@@ -1495,10 +1512,14 @@ fn agree(all: &[Program], label: &str) {
     if let Ok(only) = std::env::var("ROAR_GEN_OBSERVERS") {
         let named = |o: &Observer| {
             let name = format!("{o:?}").to_lowercase();
-            only.split(',').any(|n| name == n || name == format!("run(\"{n}\")"))
+            only.split(',')
+                .any(|n| name == n || name == format!("run(\"{n}\")"))
         };
         pairs.retain(|(a, b)| named(a) && named(b));
-        assert!(!pairs.is_empty(), "ROAR_GEN_OBSERVERS={only}: no pair of observers left");
+        assert!(
+            !pairs.is_empty(),
+            "ROAR_GEN_OBSERVERS={only}: no pair of observers left"
+        );
     }
     let mut seen: HashMap<Observer, Vec<Seen>> = HashMap::new();
     for &(a, b) in &pairs {

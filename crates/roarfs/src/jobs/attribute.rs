@@ -254,12 +254,11 @@ impl Jobs {
                     let at = self.tick(f.at_ns, suspended);
                     inner.births.forked(f.parent, f.child, at);
                 }
-                for &(pid, at_ns) in &execs {
-                    inner.births.execd(pid, self.tick(at_ns, suspended));
+                for &(pid, _) in &execs {
+                    inner.births.execd(pid);
                 }
                 for e in exits {
                     let tick = self.tick(e.at_ns, suspended);
-                    inner.births.read(tick);
                     let gone = inner
                         .by_tid
                         .get(&e.tid)
