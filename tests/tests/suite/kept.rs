@@ -534,8 +534,9 @@ fn the_mount_keeps_the_versions_its_jobs_leave() {
             std::fs::read(m.p.path().join("first.txt")).unwrap(),
             b"one\n"
         );
-        drop(m);
+        // The tmpfs first: the project's directory cannot be removed while data/ is mounted.
         drop(tmpfs);
+        drop(m);
     }
 }
 
