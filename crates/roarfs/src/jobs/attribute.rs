@@ -97,7 +97,19 @@ fn is_interactive_shell(info: &ProcInfo) -> bool {
 fn same_program_seen(a: i32, b: i32) -> Option<bool> {
     let exe = |pid: i32| std::fs::read_link(format!("/proc/{pid}/exe")).ok();
     let (ea, eb) = (exe(a)?, exe(b)?);
-    Some(ea == eb && cmdline_bytes(a).is_some_and(|c| Some(c) == cmdline_bytes(b)))
+    same_program(ea == eb, cmdline_bytes(a), cmdline_bytes(b))
+}
+
+/// [`same_program_seen`] from what /proc showed: whether the two exes were the same, then each
+/// command line. A process that exits between the reads shows its exe, then an empty command
+/// line (its memory is gone): that is not known, not a different program — taken as different,
+/// a daemon's middle process exiting at that moment made the daemon a job of its own.
+fn same_program(same_exe: bool, a: Option<Vec<u8>>, b: Option<Vec<u8>>) -> Option<bool> {
+    let shown = |c: Option<Vec<u8>>| c.filter(|c| !c.is_empty());
+    match (shown(a), shown(b)) {
+        (Some(a), Some(b)) => Some(same_exe && a == b),
+        _ => None,
+    }
 }
 
 fn cmdline_bytes(pid: i32) -> Option<Vec<u8>> {
@@ -448,6 +460,19 @@ impl Jobs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_command_line_gone_between_two_reads_is_not_known_rather_than_another_program() {
+        let argv = || Some(b"python3\0prog.py\0".to_vec());
+        assert_eq!(same_program(true, argv(), argv()), Some(true));
+        assert_eq!(same_program(false, argv(), argv()), Some(false));
+        let other = Some(b"python3\0other.py\0".to_vec());
+        assert_eq!(same_program(true, argv(), other), Some(false));
+        // Exited after its exe was read: no command line any more.
+        assert_eq!(same_program(true, argv(), Some(Vec::new())), None);
+        assert_eq!(same_program(true, Some(Vec::new()), Some(Vec::new())), None);
+        assert_eq!(same_program(true, None, argv()), None);
+    }
 
     #[test]
     fn reads_a_command_line_with_empty_arguments_exactly() {
