@@ -131,7 +131,7 @@ fn is_roar_run(info: &ProcInfo) -> bool {
 
 /// The longest an orphan's first request waits for the reader of the kernel's events to say
 /// whether its fork was seen (`Jobs::birth_of`): the reader answers as soon as it runs, so this
-/// bounds only a reader starved of a CPU (500 ms was exceeded once at a load of 4 on 2 cores).
+/// bounds only a reader starved of a CPU (it was the whole wait, 500 ms, before the reader answered).
 const BIRTH_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Jobs {
