@@ -2,7 +2,8 @@
 //! outputs interleaved run by run: `cargo run --release -p roar-store --example lineage_cost --
 //! STORE.db PATH [RUNS]`. Used to judge changes to the walk on a store `bench/team.sh` (or a dev
 //! fleet) left, a mirror `.roar/remotes/NAME.db` included. Each run opens the store afresh, as
-//! a command does.
+//! a command does. `ROAR_LINEAGE_COLLAPSED=1` times only the collapsed listing (what `roar
+//! lineage` prints), for a profiler.
 use std::path::Path;
 use std::time::Instant;
 
@@ -14,10 +15,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("usage: lineage_cost STORE.db PATH [RUNS]".into());
     };
     let runs: usize = rest.first().map_or(Ok(20), |r| r.parse())?;
-    let modes = [
+    let mut modes = vec![
         ("every output read", Outputs::Every),
         ("outputs collapsed at 6", Outputs::Collapsed { at: 6 }),
     ];
+    if std::env::var_os("ROAR_LINEAGE_COLLAPSED").is_some() {
+        modes.remove(0);
+    }
     let mut times = vec![Vec::new(); modes.len()];
     let mut shapes = vec![String::new(); modes.len()];
     for _ in 0..runs {

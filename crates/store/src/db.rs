@@ -272,6 +272,26 @@ pub fn open(path: &Path, create: bool) -> Result<Connection> {
     Ok(conn)
 }
 
+/// Another connection to a store already open (its schema checked, its WAL set up by the
+/// first): only what reading needs (see [`configure`] for why each setting).
+pub(crate) fn open_reader(path: &Path) -> rusqlite::Result<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(Duration::from_secs(30))?;
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+        true,
+    )?;
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+        true,
+    )?;
+    conn.execute_batch("PRAGMA temp_store = MEMORY; PRAGMA cache_size = -65536;")?;
+    Ok(conn)
+}
+
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(Duration::from_secs(30))?;
     // Every roar process is usually the store's only connection: without this, each one would

@@ -53,6 +53,7 @@ pub mod testing {
     use std::ffi::OsString;
     use std::path::{Path, PathBuf};
 
+    pub use crate::lineage::Walked;
     use crate::{FileRecord, JobRecord, Outcome};
 
     /// The seeded generator of the generated tests (xorshift64): the seed is `var`'s value when
@@ -106,6 +107,41 @@ pub mod testing {
             uid: None,
             dist: None,
         }
+    }
+
+    /// A file record of `role` at `path` holding `content` (read, or written and created).
+    pub fn file(role: crate::Role, path: &str, content: &[u8]) -> FileRecord {
+        FileRecord {
+            role,
+            path: PathBuf::from(path),
+            hash: Some(crate::ContentHash {
+                blake3: blake3::hash(content).to_hex().to_string(),
+                sha256: None,
+                size: content.len() as u64,
+            }),
+            before: None,
+            ops: if role == crate::Role::Input {
+                crate::Ops::READ
+            } else {
+                crate::Ops::WRITE | crate::Ops::CREATE
+            },
+            first_ns: None,
+            last_ns: None,
+            s3: None,
+        }
+    }
+
+    /// A lineage walk as [`crate::Store::lineage_with`] reads it, on the store's connection
+    /// alone or (`parallel`) with more connections for its wide levels, and whether it did.
+    pub fn lineage_walk(
+        store: &crate::Store,
+        target: &crate::Version,
+        outputs: crate::Outputs,
+        parallel: bool,
+    ) -> crate::Result<crate::lineage::Walked> {
+        store
+            .walk(target, outputs, parallel)
+            .map_err(|e| store.err(e))
     }
 
     /// Creates a database at `path` migrated only up to `version`.

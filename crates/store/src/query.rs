@@ -200,7 +200,11 @@ impl Store {
     /// ignore glob was added are shown as if it had applied. The rule is also the SQL function
     /// `roar_noise(path)`, so counts computed in SQL agree with the lists built here.
     pub fn hide(&mut self, noise: Option<Ignore>) -> Result<()> {
-        let noise = noise.map(Arc::new);
+        self.hide_shared(noise.map(Arc::new))
+    }
+
+    /// [`Store::hide`] with a rule another store of the same project uses too.
+    pub(crate) fn hide_shared(&mut self, noise: Option<Arc<Ignore>>) -> Result<()> {
         let f = noise.clone();
         self.conn
             .create_scalar_function(

@@ -5,34 +5,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use roar_store::hash::{hash_if_settled, hash_path, hash_paths, HashOptions, Kind, Prior, Settled};
+use roar_store::testing::file;
 use roar_store::{
-    Checkpoints, Committer, ContentHash, FileRecord, JobRecord, Ops, Outputs, Role, Store,
-    StoreError, Writer, SCHEMA_VERSION,
+    Checkpoints, Committer, ContentHash, FileRecord, JobRecord, Outputs, Role, Store, StoreError,
+    Writer, SCHEMA_VERSION,
 };
 
 fn job(argv: &[&str], files: Vec<FileRecord>) -> JobRecord {
     roar_store::testing::job(argv, "/work", 1_700_000_000_000_000_000, files)
-}
-
-fn file(role: Role, path: &str, content: &[u8]) -> FileRecord {
-    FileRecord {
-        role,
-        path: PathBuf::from(path),
-        hash: Some(ContentHash {
-            blake3: blake3::hash(content).to_hex().to_string(),
-            sha256: None,
-            size: content.len() as u64,
-        }),
-        before: None,
-        ops: if role == Role::Input {
-            Ops::READ
-        } else {
-            Ops::WRITE | Ops::CREATE
-        },
-        first_ns: None,
-        last_ns: None,
-        s3: None,
-    }
 }
 
 fn new_db(dir: &Path) -> PathBuf {

@@ -10,7 +10,7 @@
 //! The ranks of a distributed run are one computation: a rank in a lineage brings every other
 //! rank of its run with it (their inputs are the run's inputs).
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -23,6 +23,7 @@ use crate::query::{hash_from, Store};
 
 mod nodes;
 mod producers;
+mod workers;
 
 /// A job as lineage shows it.
 #[derive(Debug, Clone, Serialize)]
@@ -242,6 +243,16 @@ fn lossy(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// What a walk read: the lineage, None when it read with several connections and a commit came
+/// during it (their snapshots may differ); whether more than one connection read.
+pub struct Walked {
+    pub lineage: Option<Lineage>,
+    pub twinned: bool,
+}
+
+/// A walk's nodes and root inputs (by path and content).
+type Nodes = (BTreeMap<Node, Step>, BTreeMap<(String, String), Edge>);
+
 /// A producer as the lookups find it: the job, and where it wrote the content when that is not
 /// the location asked about.
 type Producer = (i64, Option<String>);
@@ -255,37 +266,88 @@ impl Store {
 
     /// [`Store::lineage`], reading each job's outputs as `outputs` says.
     pub fn lineage_with(&self, target: &Version, outputs: Outputs) -> Result<Lineage> {
-        let walk = || -> rusqlite::Result<Lineage> {
-            // One read transaction for the walk's thousands of statements (each would otherwise
-            // take and drop the store's read lock); none if the caller holds one already.
-            let _read = match self.conn.is_autocommit() {
-                true => Some(self.conn.unchecked_transaction()?),
-                false => None,
-            };
-            let mut steps: BTreeMap<Node, Step> = BTreeMap::new();
-            let mut roots: BTreeMap<(String, String), Edge> = BTreeMap::new();
-            let mut seen = HashSet::new();
-            let mut memo = Memo {
-                outputs,
-                ..Memo::default()
-            };
-            let mut queue = VecDeque::new();
-            if let Some(node) = self.maker_node(target)? {
-                queue.push_back(node);
-            }
-            while let Some(node) = queue.pop_front() {
-                if !seen.insert(node) {
-                    continue;
-                }
-                let step = self.node(node, &mut memo)?;
+        let read = |parallel| {
+            self.walk(target, outputs, parallel)
+                .map_err(|e| self.err(e))
+        };
+        match read(true)?.lineage {
+            Some(lineage) => Ok(lineage),
+            // A writer committed while several connections read (see `workers`).
+            None => Ok(read(false)?
+                .lineage
+                .expect("one connection reads one snapshot")),
+        }
+    }
+
+    /// The walk, level by level, on this connection alone or (`parallel`) with more for its
+    /// wide levels.
+    pub(crate) fn walk(
+        &self,
+        target: &Version,
+        outputs: Outputs,
+        parallel: bool,
+    ) -> rusqlite::Result<Walked> {
+        // One read transaction for the walk's thousands of statements (each would otherwise
+        // take and drop the store's read lock); none if the caller holds one already, and then
+        // one connection: the caller's snapshot may be older than another connection's.
+        let own = self.conn.is_autocommit();
+        let before = match parallel && own {
+            true => Some(workers::data_version(&self.conn)?),
+            false => None,
+        };
+        let read = match own {
+            true => Some(self.conn.unchecked_transaction()?),
+            false => None,
+        };
+        let mut readers = workers::Readers::new(self, outputs, before.is_some());
+        let walked = self.levels(target, &mut readers);
+        let twinned = readers.used_twins();
+        drop(readers);
+        if let Some(read) = read {
+            read.commit()?;
+        }
+        // Connections that read different snapshots can also fail (a producer one of them
+        // found that another cannot read): read again either way.
+        if twinned && before != Some(workers::data_version(&self.conn)?) {
+            return Ok(Walked {
+                lineage: None,
+                twinned,
+            });
+        }
+        let (steps, roots) = walked?;
+        // In the order they ran (the mount records a job when it ends, so ids can be out
+        // of order).
+        let mut steps: Vec<Step> = steps.into_values().collect();
+        steps.sort_by_key(|s| (s.started_ns, s.job_id, s.step));
+        let lineage = Lineage {
+            target: target.hash.clone(),
+            path: target.path.clone(),
+            steps,
+            roots: roots.into_values().collect(),
+        };
+        Ok(Walked {
+            lineage: Some(lineage),
+            twinned,
+        })
+    }
+
+    /// The nodes upstream of `target`, level by level (a level: the nodes the one before points
+    /// at), and the root inputs they start from.
+    fn levels(&self, target: &Version, readers: &mut workers::Readers) -> rusqlite::Result<Nodes> {
+        let mut steps: BTreeMap<Node, Step> = BTreeMap::new();
+        let mut roots: BTreeMap<(String, String), Edge> = BTreeMap::new();
+        let mut seen = HashSet::new();
+        let mut level: Vec<Node> = self.maker_node(target)?.into_iter().collect();
+        while !level.is_empty() {
+            level.retain(|&node| seen.insert(node));
+            let mut next = Vec::new();
+            for (node, step) in level.iter().zip(readers.nodes(&level)?) {
                 if step.dist.is_some() {
-                    for peer in self.run_peers(node.0)? {
-                        queue.push_back((peer, None));
-                    }
+                    next.extend(self.run_peers(node.0)?.into_iter().map(|peer| (peer, None)));
                 }
                 for input in &step.inputs {
                     match input.producer {
-                        Some(p) => queue.push_back((p, input.producer_step)),
+                        Some(p) => next.push((p, input.producer_step)),
                         None => {
                             let content = input.hash.as_ref().map(|h| h.blake3.clone());
                             roots
@@ -294,20 +356,11 @@ impl Store {
                         }
                     }
                 }
-                steps.insert(node, step);
+                steps.insert(*node, step);
             }
-            // In the order they ran (the mount records a job when it ends, so ids can be out
-            // of order).
-            let mut steps: Vec<Step> = steps.into_values().collect();
-            steps.sort_by_key(|s| (s.started_ns, s.job_id, s.step));
-            Ok(Lineage {
-                target: target.hash.clone(),
-                path: target.path.clone(),
-                steps,
-                roots: roots.into_values().collect(),
-            })
-        };
-        walk().map_err(|e| self.err(e))
+            level = next;
+        }
+        Ok((steps, roots))
     }
 
     /// Every job of the project in the order they started, with the producers of their inputs;
