@@ -84,13 +84,18 @@ pub struct Step {
 /// job's outputs.
 #[derive(Default)]
 struct Memo {
-    never_made: HashSet<i64>,
-    has_steps: HashMap<i64, bool>,
+    never_made: HashSet<i64, Fold>,
+    has_steps: HashMap<i64, bool, Fold>,
     /// Every job that wrote a path, by (path, content read there): whether it wrote that
     /// content, when it started. Ranks of a run read the same files: asked once, not per reader.
-    writers: HashMap<(Vec<u8>, i64), Vec<Writer>>,
+    /// By content, then path: looked up by the path's bytes, no key made.
+    writers: HashMap<i64, HashMap<Vec<u8>, Vec<Writer>, Fold>, Fold>,
     outputs: Outputs,
 }
+
+/// The walk's hash maps' hasher (SipHash was ~4 % of a team-scale walk's instructions; the keys
+/// are the store's own ids and paths).
+type Fold = foldhash::fast::RandomState;
 
 /// A job that wrote a path: its id, whether it wrote the content asked about, when it started.
 type Writer = (i64, bool, i64);
@@ -336,7 +341,7 @@ impl Store {
     fn levels(&self, target: &Version, readers: &mut workers::Readers) -> rusqlite::Result<Nodes> {
         let mut steps: BTreeMap<Node, Step> = BTreeMap::new();
         let mut roots: BTreeMap<(String, String), Edge> = BTreeMap::new();
-        let mut seen = HashSet::new();
+        let mut seen: HashSet<Node, Fold> = HashSet::default();
         let mut level: Vec<Node> = self.maker_node(target)?.into_iter().collect();
         while !level.is_empty() {
             level.retain(|&node| seen.insert(node));

@@ -125,8 +125,8 @@ impl Store {
         artifact: i64,
         memo: &'m mut Memo,
     ) -> rusqlite::Result<&'m [Writer]> {
-        let key = (path.to_vec(), artifact);
-        if !memo.writers.contains_key(&key) {
+        let known = memo.writers.entry(artifact).or_default();
+        if !known.contains_key(path) {
             let writers = self
                 .conn
                 .prepare_cached(
@@ -138,9 +138,9 @@ impl Store {
                     Ok((r.get(0)?, r.get(1)?, r.get(2)?))
                 })?
                 .collect::<rusqlite::Result<Vec<Writer>>>()?;
-            memo.writers.insert(key.clone(), writers);
+            known.insert(path.to_vec(), writers);
         }
-        Ok(&memo.writers[&key])
+        Ok(&known[path])
     }
 
     /// The job that made `target` (see [`Store::lineage`]), if a recorded one did.
