@@ -168,17 +168,6 @@ impl Jobs {
         if inner.by_tid.len() > 65_536 {
             inner.by_tid.clear();
         }
-        // The thread exited while it was attributed, and its exit was read already: nothing
-        // would ever remove its entry, and the cache is trusted without /proc while events are
-        // read — a later thread given the same id would be taken for this one, its files
-        // recorded in this job (a daemon's write, under load, in another program's job).
-        let exited = inner
-            .exited_uncached
-            .get(&tid)
-            .is_some_and(|&tick| me.start as i64 <= tick);
-        if exited {
-            return Ok(job);
-        }
         inner.by_tid.insert(
             tid,
             Cached {
@@ -287,18 +276,10 @@ impl Jobs {
                         .get(&e.tid)
                         .copied()
                         .filter(|c| c.start as i64 <= tick);
-                    match gone {
-                        Some(c) => {
-                            inner.by_tid.remove(&e.tid);
-                            if let Some(job) = c.job.filter(|_| c.pid == e.tid) {
-                                inner.exited(job, c.pid);
-                            }
-                        }
-                        None => {
-                            if inner.exited_uncached.len() >= 65_536 {
-                                inner.exited_uncached.clear();
-                            }
-                            inner.exited_uncached.insert(e.tid, tick);
+                    if let Some(c) = gone {
+                        inner.by_tid.remove(&e.tid);
+                        if let Some(job) = c.job.filter(|_| c.pid == e.tid) {
+                            inner.exited(job, c.pid);
                         }
                     }
                 }
@@ -638,63 +619,6 @@ mod tests {
             "exit stamped {} outside [{before}, {after}]",
             exit.at_ns
         );
-    }
-
-    /// A request being attributed while its thread exits, the exit read first: the thread is
-    /// not cached (nothing would remove it, and a later thread given its id would be taken for
-    /// it — with events read, the cache is trusted without /proc). A live thread is cached.
-    #[test]
-    fn a_thread_whose_exit_was_read_before_its_request_is_not_cached() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("roar.db");
-        roar_store::open(&db, true).unwrap();
-        let writer = roar_store::Writer::start(&db).unwrap();
-        let jobs = Jobs::new(writer, roar_store::ignore::Ignore::new(&[]));
-        jobs.exits_watched
-            .store(true, std::sync::atomic::Ordering::Release);
-        let mut gone = std::process::Command::new("true").spawn().unwrap();
-        let mut live = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .unwrap();
-        let (gone_pid, live_pid) = (gone.id() as i32, live.id() as i32);
-        // Exited, not reaped: /proc still shows it, as it does a caller exiting mid-request.
-        let zombie = || {
-            std::fs::read_to_string(format!("/proc/{gone_pid}/stat")).is_ok_and(|s| {
-                s.rsplit(')')
-                    .next()
-                    .is_some_and(|r| r.trim_start().starts_with('Z'))
-            })
-        };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !zombie() && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        assert!(zombie(), "`true` did not exit within 10 s");
-        let exit = crate::sys::Exit {
-            tid: gone_pid,
-            at_ns: crate::sys::monotonic_ns(),
-        };
-        jobs.events_read(Ok(crate::sys::Exits::Seen {
-            forks: Vec::new(),
-            exits: vec![exit],
-            execs: Vec::new(),
-        }));
-        jobs.job_of(gone_pid as u32).unwrap();
-        jobs.job_of(live_pid as u32).unwrap();
-        let inner = jobs.inner.lock().unwrap();
-        assert!(
-            !inner.by_tid.contains_key(&gone_pid),
-            "a thread whose exit was read is cached"
-        );
-        assert!(
-            inner.by_tid.contains_key(&live_pid),
-            "a live thread is not cached"
-        );
-        drop(inner);
-        live.kill().unwrap();
-        live.wait().unwrap();
-        gone.wait().unwrap();
     }
 
     #[test]

@@ -104,11 +104,6 @@ struct Inner {
     by_tid: HashMap<i32, Cached>,
     jobs: HashMap<JobKey, LiveJob>,
     births: births::Births,
-    /// Threads whose exit the event reader read while no entry of theirs was cached, with the
-    /// tick of the exit: a request of theirs still being attributed then (its caller read from
-    /// /proc before it exited) must not cache its thread, or the entry would outlive the thread
-    /// and be taken for whichever later thread gets its id (see `Jobs::job_of`).
-    exited_uncached: HashMap<i32, i64>,
 }
 
 fn boot_ns() -> i64 {
