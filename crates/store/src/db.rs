@@ -273,26 +273,28 @@ pub fn open(path: &Path, create: bool) -> Result<Connection> {
 }
 
 /// Another connection to a store already open (its schema checked, its WAL set up by the
-/// first): only what reading needs (see [`configure`] for why each setting).
+/// first): only what reading needs.
 pub(crate) fn open_reader(path: &Path) -> rusqlite::Result<Connection> {
     let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
-    conn.busy_timeout(Duration::from_secs(30))?;
-    conn.set_db_config(
-        rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
-        true,
-    )?;
-    conn.set_db_config(
-        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
-        true,
-    )?;
-    conn.execute_batch("PRAGMA temp_store = MEMORY; PRAGMA cache_size = -65536;")?;
+    configure_reading(&conn)?;
     Ok(conn)
 }
 
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
+    configure_reading(conn)?;
+    // journal_mode answers with a row, so it is read rather than executed.
+    let _mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+    conn.execute_batch(
+        "PRAGMA synchronous = NORMAL;
+         PRAGMA foreign_keys = ON;",
+    )
+}
+
+/// What every connection to a store needs, the first one and a lineage's extra readers alike.
+fn configure_reading(conn: &Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(Duration::from_secs(30))?;
     // Every roar process is usually the store's only connection: without this, each one would
     // checkpoint the WAL into the database (with an fsync) and delete it when it exits. Writers
@@ -310,12 +312,8 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
         rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
         true,
     )?;
-    // journal_mode answers with a row, so it is read rather than executed.
-    let _mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
     conn.execute_batch(
-        "PRAGMA synchronous = NORMAL;
-         PRAGMA foreign_keys = ON;
-         PRAGMA temp_store = MEMORY;
+        "PRAGMA temp_store = MEMORY;
          -- Index lookups on a store with millions of rows: keep more pages than the default 2 MiB.
          PRAGMA cache_size = -65536;",
     )
