@@ -16,6 +16,14 @@ pub(super) struct ProcInfo {
     pgid: i32,
     pub(super) start: u64,
     comm: String,
+    /// Its state letter: `Z` (zombie) or `X` (dead) once it has exited.
+    state: char,
+}
+
+impl ProcInfo {
+    fn exited(&self) -> bool {
+        matches!(self.state, 'Z' | 'X')
+    }
 }
 
 /// A process's stat line; `Ok(None)` when there is no such process (any more). Any other
@@ -41,6 +49,7 @@ fn parse_stat(pid: i32, s: &str) -> Option<ProcInfo> {
         pgid: stat.pgrp,
         start: stat.starttime,
         comm: stat.comm,
+        state: stat.state,
     })
 }
 
@@ -143,21 +152,19 @@ impl Jobs {
         if tid <= 0 {
             return Ok(None);
         }
-        if self
+        let watched = self
             .exits_watched
-            .load(std::sync::atomic::Ordering::Acquire)
-        {
-            if let Some(c) = self.inner.lock().expect("jobs lock").by_tid.get(&tid) {
-                return Ok(c.job);
-            }
+            .load(std::sync::atomic::Ordering::Acquire);
+        let cached = self.inner.lock().expect("jobs lock").by_tid.get(&tid).copied();
+        if let Some(c) = cached.filter(|c| watched && !c.exited) {
+            return Ok(c.job);
         }
         let Some(me) = read_proc_stat(tid)? else {
-            return Ok(None);
+            // An exited thread's own late request (its id not given to another yet).
+            return Ok(cached.filter(|c| c.exited).and_then(|c| c.job));
         };
-        if let Some(c) = self.inner.lock().expect("jobs lock").by_tid.get(&tid) {
-            if c.start == me.start {
-                return Ok(c.job);
-            }
+        if let Some(c) = cached.filter(|c| c.start == me.start) {
+            return Ok(c.job);
         }
         let pid = tgid(tid)?;
         let job = self.attribute(pid)?;
@@ -174,9 +181,36 @@ impl Jobs {
                 start: me.start,
                 job,
                 pid,
+                exited: false,
             },
         );
+        drop(inner);
+        if watched {
+            self.seen_alive_after_cached(tid, me.start);
+        }
         Ok(job)
+    }
+
+    /// Whether thread `tid`, just cached with start time `start`, is still alive; if not, its
+    /// entry is marked exited. While process events are read, a cached thread is trusted without
+    /// /proc until its exit's event removes it — but a thread that exited while its request was
+    /// attributed may have had that event read before its entry existed: nothing would remove
+    /// the entry, and after a pid wrap the thread given its id would be taken for this one (a
+    /// daemon's write recorded in an old program's job). The kernel marks a thread exited (`Z`,
+    /// `X`, or gone from /proc) before it queues the exit's event (`exit_notify` comes before
+    /// `proc_exit_connector`), and the entry was made before this read: a thread seen alive
+    /// here has its event still to come, and the reader will find the entry. A marked entry
+    /// still answers the thread's own late requests (queued readahead, a flush at exit) while
+    /// /proc shows it dead or no thread with its id; a thread with another start re-attributes.
+    /// An unreadable /proc (descriptors exhausted) is taken as not seen alive.
+    fn seen_alive_after_cached(&self, tid: i32, start: u64) {
+        let alive = matches!(read_proc_stat(tid), Ok(Some(p)) if p.start == start && !p.exited());
+        if !alive {
+            let mut inner = self.inner.lock().expect("jobs lock");
+            if let Some(c) = inner.by_tid.get_mut(&tid).filter(|c| c.start == start) {
+                c.exited = true;
+            }
+        }
     }
 
     /// The start-time clock's tick of a kernel event stamped `at_ns` (CLOCK_MONOTONIC), given
@@ -619,6 +653,73 @@ mod tests {
             "exit stamped {} outside [{before}, {after}]",
             exit.at_ns
         );
+    }
+
+    /// A request attributed while its thread exits, the exit's event read first: nothing will
+    /// remove the thread's entry, so it is marked and never trusted without /proc. It still
+    /// answers the dead thread's own requests; a thread with another start under its id is
+    /// attributed afresh. A live thread's entry is trusted.
+    #[test]
+    fn a_thread_cached_after_its_exit_was_read_is_not_taken_for_a_later_thread_with_its_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("roar.db");
+        roar_store::open(&db, true).unwrap();
+        let writer = roar_store::Writer::start(&db).unwrap();
+        let jobs = Jobs::new(writer, roar_store::ignore::Ignore::new(&[]));
+        jobs.exits_watched
+            .store(true, std::sync::atomic::Ordering::Release);
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        let mut live = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let (gone_pid, live_pid) = (gone.id() as i32, live.id() as i32);
+        // Exited, not reaped: /proc still shows it, as it does a caller exiting mid-request.
+        let zombie = || read_proc_stat(gone_pid).is_ok_and(|p| p.is_some_and(|p| p.exited()));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !zombie() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(zombie(), "`true` did not exit within 10 s");
+        // Its exit's event was read before its request (no entry then: nothing removed).
+        jobs.events_read(Ok(crate::sys::Exits::Seen {
+            forks: Vec::new(),
+            exits: vec![crate::sys::Exit {
+                tid: gone_pid,
+                at_ns: crate::sys::monotonic_ns(),
+            }],
+            execs: Vec::new(),
+        }));
+        let first = jobs.job_of(gone_pid as u32).unwrap();
+        let live_job = jobs.job_of(live_pid as u32).unwrap();
+        let entry = |tid: i32| jobs.inner.lock().unwrap().by_tid.get(&tid).copied();
+        assert!(entry(gone_pid).unwrap().exited, "the dead thread's entry is not marked");
+        assert!(!entry(live_pid).unwrap().exited, "a live thread's entry is marked");
+        assert_eq!(jobs.job_of(gone_pid as u32).unwrap(), first, "its own late request");
+        gone.wait().unwrap();
+        assert_eq!(jobs.job_of(gone_pid as u32).unwrap(), first, "reaped, id not reused");
+        // The id given to another thread (here: the live one's id, its entry made stale and
+        // marked as it would be): the new thread is attributed afresh, not given the old job.
+        let old = JobKey {
+            pid: 1,
+            start: 1,
+        };
+        let before = entry(live_pid).unwrap().start - 1;
+        let stale = |exited| Cached {
+            start: before,
+            job: Some(old),
+            pid: live_pid,
+            exited,
+        };
+        let marked = stale(true);
+        jobs.inner.lock().unwrap().by_tid.insert(live_pid, marked);
+        assert_eq!(jobs.job_of(live_pid as u32).unwrap(), live_job);
+        // Unmarked, the same entry is trusted: what the mark prevents.
+        let unmarked = stale(false);
+        jobs.inner.lock().unwrap().by_tid.insert(live_pid, unmarked);
+        assert_eq!(jobs.job_of(live_pid as u32).unwrap(), Some(old));
+        live.kill().unwrap();
+        live.wait().unwrap();
     }
 
     #[test]

@@ -97,6 +97,9 @@ struct Cached {
     job: Option<JobKey>,
     /// Its process (thread group).
     pid: i32,
+    /// It had exited when it was cached (see `Jobs::seen_alive_after_cached`): not trusted
+    /// without /proc.
+    exited: bool,
 }
 
 #[derive(Default)]
