@@ -155,7 +155,13 @@ impl Jobs {
         let watched = self
             .exits_watched
             .load(std::sync::atomic::Ordering::Acquire);
-        let cached = self.inner.lock().expect("jobs lock").by_tid.get(&tid).copied();
+        let cached = self
+            .inner
+            .lock()
+            .expect("jobs lock")
+            .by_tid
+            .get(&tid)
+            .copied();
         if let Some(c) = cached.filter(|c| watched && !c.exited) {
             return Ok(c.job);
         }
@@ -693,17 +699,28 @@ mod tests {
         let first = jobs.job_of(gone_pid as u32).unwrap();
         let live_job = jobs.job_of(live_pid as u32).unwrap();
         let entry = |tid: i32| jobs.inner.lock().unwrap().by_tid.get(&tid).copied();
-        assert!(entry(gone_pid).unwrap().exited, "the dead thread's entry is not marked");
-        assert!(!entry(live_pid).unwrap().exited, "a live thread's entry is marked");
-        assert_eq!(jobs.job_of(gone_pid as u32).unwrap(), first, "its own late request");
+        assert!(
+            entry(gone_pid).unwrap().exited,
+            "the dead thread's entry is not marked"
+        );
+        assert!(
+            !entry(live_pid).unwrap().exited,
+            "a live thread's entry is marked"
+        );
+        assert_eq!(
+            jobs.job_of(gone_pid as u32).unwrap(),
+            first,
+            "its own late request"
+        );
         gone.wait().unwrap();
-        assert_eq!(jobs.job_of(gone_pid as u32).unwrap(), first, "reaped, id not reused");
+        assert_eq!(
+            jobs.job_of(gone_pid as u32).unwrap(),
+            first,
+            "reaped, id not reused"
+        );
         // The id given to another thread (here: the live one's id, its entry made stale and
         // marked as it would be): the new thread is attributed afresh, not given the old job.
-        let old = JobKey {
-            pid: 1,
-            start: 1,
-        };
+        let old = JobKey { pid: 1, start: 1 };
         let before = entry(live_pid).unwrap().start - 1;
         let stale = |exited| Cached {
             start: before,
