@@ -645,6 +645,9 @@ enum Observer {
 struct Seen {
     files: Vec<(String, String)>,
     wrong: Vec<String>,
+    /// On the mount: what jobs of no batch (a process taken for a job of its own) recorded of
+    /// this program's files, and the daemon's warnings — said where the observers disagree.
+    strays: Vec<String>,
 }
 
 impl Seen {
@@ -761,7 +764,7 @@ fn oracle(programs: &[Program]) -> Vec<Seen> {
             files.sort();
             seen.push(Seen {
                 files,
-                wrong: Vec::new(),
+                ..Seen::default()
             });
         }
     }
@@ -807,6 +810,22 @@ fn run_traced(backend: &str, programs: &[Program]) -> Vec<Seen> {
     seen
 }
 
+/// What `jobs` recorded of the files in `dir`, a line per file with the job's command.
+fn strays(jobs: &[&serde_json::Value], dir: &Path) -> Vec<String> {
+    let mut lines = Vec::new();
+    for job in jobs {
+        let argv = job["argv"].to_string();
+        for f in job["files"].as_array().into_iter().flatten() {
+            let path = Path::new(f["path"].as_str().unwrap_or(""));
+            if let Ok(rel) = path.strip_prefix(dir) {
+                let role = f["role"].as_str().unwrap_or("");
+                lines.push(format!("job {argv}: {role} {}", rel.display()));
+            }
+        }
+    }
+    lines
+}
+
 /// The longest an access is recorded late on [`Observer::MountLate`], in ms.
 const RECORD_DELAY_MS: u32 = 3;
 
@@ -840,8 +859,18 @@ fn run_mounted(programs: &[Program], late: Option<u32>) -> Vec<Seen> {
     }
     m.unmount();
     let jobs = m.jobs();
+    let warnings = m.warnings();
     let drivers: Vec<PathBuf> = (0..programs.len())
         .map(|i| scripts.join(format!("batch_{}.sh", i / batch_size() * batch_size())))
+        .collect();
+    let of_no_batch: Vec<&serde_json::Value> = jobs
+        .iter()
+        .filter(|j| {
+            !j["argv"].as_array().is_some_and(|a| {
+                a.iter()
+                    .any(|x| drivers.iter().any(|d| x.as_str() == d.to_str()))
+            })
+        })
         .collect();
     before
         .iter()
@@ -856,7 +885,11 @@ fn run_mounted(programs: &[Program], late: Option<u32>) -> Vec<Seen> {
                         .is_some_and(|a| a.iter().any(|x| x.as_str() == drivers[i].to_str()))
                 })
                 .collect();
-            Seen::of(&mine, &m.data.join(format!("w{i}")), before)
+            let dir = m.data.join(format!("w{i}"));
+            let mut seen = Seen::of(&mine, &dir, before);
+            seen.strays = strays(&of_no_batch, &dir);
+            seen.strays.extend(warnings.iter().cloned());
+            seen
         })
         .collect()
 }
@@ -1555,6 +1588,11 @@ fn agree(all: &[Program], label: &str) {
             let again = differences(&run_all(a, one)[0], &run_all(b, one)[0]);
             // The program as generated too: shrunk, it may disagree another way.
             let text = python(&all[i]);
+            for (o, s) in [(a, &x[i]), (b, &y[i])] {
+                for line in &s.strays {
+                    eprintln!("{o:?}, outside the program's job: {line}");
+                }
+            }
             eprintln!(
                 "program {i} as generated ({:?} before the job):\n{}",
                 all[i]

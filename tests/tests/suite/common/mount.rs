@@ -114,6 +114,21 @@ impl Mounted {
         self.mounted = false;
     }
 
+    /// The daemon's log lines that warn or report errors.
+    pub fn warnings(&self) -> Vec<String> {
+        let dir = self.p.path().join(".roar/mounts");
+        let logs = std::fs::read_dir(dir).into_iter().flatten().flatten();
+        logs.filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+            .flat_map(|log| {
+                log.lines()
+                    .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+                    .map(|l| format!("daemon log: {l}"))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
     /// The daemon's pid, from `roar mount --list`.
     pub fn daemon_pid(&self) -> i32 {
         let list: serde_json::Value =
