@@ -648,6 +648,39 @@ struct Seen {
     /// On the mount: what jobs of no batch (a process taken for a job of its own) recorded of
     /// this program's files, and the daemon's warnings — said where the observers disagree.
     strays: Vec<String>,
+    /// The program's files after it ran (`path size hash`): where two observers disagree, a
+    /// difference here says an operation had another outcome, not that a record was lost.
+    end: Vec<String>,
+}
+
+/// The files under `dir`, each as `path size hash` (a symbolic link as `path -> target`).
+fn end_state(dir: &Path) -> Vec<String> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = e.path();
+            let rel = path
+                .strip_prefix(root)
+                .unwrap_or(&path)
+                .display()
+                .to_string();
+            match e.file_type() {
+                Ok(t) if t.is_dir() => walk(root, &path, out),
+                Ok(t) if t.is_symlink() => {
+                    let to = std::fs::read_link(&path).unwrap_or_default();
+                    out.push(format!("{rel} -> {}", to.display()));
+                }
+                _ => {
+                    let data = std::fs::read(&path).unwrap_or_default();
+                    let hash = blake3::hash(&data).to_hex();
+                    out.push(format!("{rel} {} {}", data.len(), &hash[..12]));
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
 }
 
 impl Seen {
@@ -764,6 +797,7 @@ fn oracle(programs: &[Program]) -> Vec<Seen> {
             files.sort();
             seen.push(Seen {
                 files,
+                end: end_state(&root.join(format!("w{j}"))),
                 ..Seen::default()
             });
         }
@@ -800,11 +834,10 @@ fn run_traced(backend: &str, programs: &[Program]) -> Vec<Seen> {
         assert!(out.status.success(), "{backend}: {}", stderr(&out));
         let job = p.last_job();
         for (j, before) in before.iter().enumerate() {
-            seen.push(Seen::of(
-                &[&job],
-                &root.join(format!("w{}", base + j)),
-                before,
-            ));
+            let dir = root.join(format!("w{}", base + j));
+            let mut one = Seen::of(&[&job], &dir, before);
+            one.end = end_state(&dir);
+            seen.push(one);
         }
     }
     seen
@@ -889,6 +922,7 @@ fn run_mounted(programs: &[Program], late: Option<u32>) -> Vec<Seen> {
             let mut seen = Seen::of(&mine, &dir, before);
             seen.strays = strays(&of_no_batch, &dir);
             seen.strays.extend(warnings.iter().cloned());
+            seen.end = end_state(&dir);
             seen
         })
         .collect()
@@ -1591,6 +1625,13 @@ fn agree(all: &[Program], label: &str) {
             for (o, s) in [(a, &x[i]), (b, &y[i])] {
                 for line in &s.strays {
                     eprintln!("{o:?}, outside the program's job: {line}");
+                }
+                for line in s
+                    .end
+                    .iter()
+                    .filter(|l| ![&x[i], &y[i]].iter().all(|t| t.end.contains(l)))
+                {
+                    eprintln!("{o:?}, files after the program, not the same under both: {line}");
                 }
             }
             eprintln!(
