@@ -53,6 +53,27 @@ fn parse_stat(pid: i32, s: &str) -> Option<ProcInfo> {
     })
 }
 
+/// `cur`'s parent process, read after `cur` was: None only at the top (pid 1's parent) or when
+/// `cur` itself has gone. A parent gone between the two reads (or its id given to another) (a daemon's middle process exiting
+/// while its child's request is attributed) was not the top: `cur` is read again, re-parented
+/// (to init or a subreaper), and its parent now is read. Taking the vanished parent for the top
+/// made such a daemon the root of a job of its own.
+fn parent_of(cur: &ProcInfo) -> io::Result<Option<ProcInfo>> {
+    let mut cur = cur.clone();
+    // Each retry follows one more re-parenting (an ancestor chain exiting while it is read).
+    for _ in 0..8 {
+        // A parent started after `cur` is another process given the gone parent's id.
+        if let Some(parent) = read_proc_stat(cur.ppid)?.filter(|p| p.start <= cur.start) {
+            return Ok(Some(parent));
+        }
+        match read_proc_stat(cur.pid)? {
+            Some(now) if now.start == cur.start && now.ppid != cur.ppid => cur = now,
+            _ => return Ok(None),
+        }
+    }
+    Ok(None)
+}
+
 /// The thread group (process) a thread id belongs to: FUSE reports the calling thread's id.
 fn tgid(tid: i32) -> io::Result<i32> {
     let status = match std::fs::read_to_string(format!("/proc/{tid}/status")) {
@@ -373,7 +394,7 @@ impl Jobs {
         if is_roar_run(&cur) {
             return Ok(None);
         }
-        while let Some(parent) = read_proc_stat(cur.ppid)? {
+        while let Some(parent) = parent_of(&cur)? {
             if is_roar_run(&parent) {
                 return Ok(None);
             }
@@ -392,7 +413,7 @@ impl Jobs {
                     if is_roar_run(&up) {
                         return Ok(None);
                     }
-                    match read_proc_stat(up.ppid)? {
+                    match parent_of(&up)? {
                         Some(p) => up = p,
                         None => break,
                     }
@@ -737,6 +758,30 @@ mod tests {
         assert_eq!(jobs.job_of(live_pid as u32).unwrap(), Some(old));
         live.kill().unwrap();
         live.wait().unwrap();
+    }
+
+    /// A process whose parent, as first read, is gone since: its parent now is found (a daemon's
+    /// middle process exiting while its child's request is attributed).
+    #[test]
+    fn a_parent_gone_between_two_reads_is_followed_to_the_one_that_adopted_the_process() {
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        let gone_pid = gone.id() as i32;
+        gone.wait().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let mut read = read_proc_stat(child.id() as i32).unwrap().unwrap();
+        // As read just before its parent exited and was reaped.
+        read.ppid = gone_pid;
+        let parent = parent_of(&read).unwrap().expect("its parent now");
+        assert_eq!(parent.pid, std::process::id() as i32);
+        // The top has no parent; a process gone itself has none to find.
+        let init = read_proc_stat(1).unwrap().unwrap();
+        assert!(parent_of(&init).unwrap().is_none());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(parent_of(&read).unwrap().is_none());
     }
 
     #[test]
