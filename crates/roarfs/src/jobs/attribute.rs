@@ -54,10 +54,10 @@ fn parse_stat(pid: i32, s: &str) -> Option<ProcInfo> {
 }
 
 /// `cur`'s parent process, read after `cur` was: None only at the top (pid 1's parent) or when
-/// `cur` itself has gone. A parent gone between the two reads (or its id given to another) (a daemon's middle process exiting
-/// while its child's request is attributed) was not the top: `cur` is read again, re-parented
-/// (to init or a subreaper), and its parent now is read. Taking the vanished parent for the top
-/// made such a daemon the root of a job of its own.
+/// `cur` itself has gone. A parent gone between the two reads, or whose id now shows another
+/// process (a daemon's middle process exiting while its child's request is attributed), was not
+/// the top: `cur` is read again, re-parented (to init or a subreaper), and its parent now is
+/// read. Taking the vanished parent for the top made such a daemon the root of a job of its own.
 fn parent_of(cur: &ProcInfo) -> io::Result<Option<ProcInfo>> {
     let mut cur = cur.clone();
     // Each retry follows one more re-parenting (an ancestor chain exiting while it is read).
