@@ -131,10 +131,13 @@ impl Server {
         mut revision: impl FnMut() -> Option<R> + Send + 'static,
     ) -> Result<(), UiError> {
         let (tx, rx) = watch::channel(0u64);
+        // The revision a change is a change from, read before anything is served: read on the
+        // watching thread, it could come after a page had opened its stream and the jobs had
+        // changed (a thread started late on a busy machine), and that change was never sent.
+        let mut last = revision();
         let spawned = std::thread::Builder::new()
             .name("roar-ui-watch".into())
             .spawn(move || {
-                let mut last = revision();
                 let mut n = 0u64;
                 loop {
                     std::thread::sleep(POLL);
