@@ -393,12 +393,7 @@ print(failed, ok)
             "{name} exists but is not recorded; outputs: {outputs:?}"
         );
     }
-    let log = std::fs::read_dir(m.p.path().join(".roar/mounts"))
-        .unwrap()
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
-        .map(|e| std::fs::read_to_string(e.path()).unwrap())
-        .collect::<String>();
+    let log = m.log();
     assert!(
         log.matches("cannot attribute").count() <= 1,
         "said once, not per request:\n{log}"
@@ -508,12 +503,7 @@ fn the_mount_log_does_not_grow_per_request_needs_root() {
     let status = m.run(&["python3", "-c", "for _ in range(500): open('x.txt').read()"]);
     assert!(status.success());
     m.unmount();
-    let log: String = std::fs::read_dir(m.p.path().join(".roar/mounts"))
-        .unwrap()
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
-        .map(|e| std::fs::read_to_string(e.path()).unwrap())
-        .collect();
+    let log = m.log();
     assert!(log.lines().count() < 20, "{log}");
     assert!(!log.contains("ioctl"), "{log}");
 }

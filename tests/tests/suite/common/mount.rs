@@ -114,18 +114,21 @@ impl Mounted {
         self.mounted = false;
     }
 
+    /// The daemon's log (every `.log` in the project's mount state).
+    pub fn log(&self) -> String {
+        let logs = std::fs::read_dir(self.p.path().join(".roar/mounts")).unwrap();
+        logs.flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+            .map(|e| std::fs::read_to_string(e.path()).unwrap())
+            .collect()
+    }
+
     /// The daemon's log lines that warn or report errors.
     pub fn warnings(&self) -> Vec<String> {
-        let dir = self.p.path().join(".roar/mounts");
-        let logs = std::fs::read_dir(dir).into_iter().flatten().flatten();
-        logs.filter(|e| e.path().extension().is_some_and(|x| x == "log"))
-            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-            .flat_map(|log| {
-                log.lines()
-                    .filter(|l| l.contains("WARN") || l.contains("ERROR"))
-                    .map(|l| format!("daemon log: {l}"))
-                    .collect::<Vec<_>>()
-            })
+        self.log()
+            .lines()
+            .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+            .map(|l| format!("daemon log: {l}"))
             .collect()
     }
 
