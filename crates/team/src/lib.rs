@@ -2,7 +2,8 @@
 //! that every query command can read (`--remote`). docs/SEMANTICS.md "The team store".
 //!
 //! - **Push** ([`push`]): each finished local job the remote does not hold yet is read whole
-//!   ([`local::read_job`]) and written in the remote's tables ([`write::write_jobs`]), a batch per
+//!   ([`local::read_job`], its file records as the team store's columns by [`files::read_batch`])
+//!   and written in the remote's tables ([`write::write_jobs`]), a batch per
 //!   transaction, keyed by the job's global `uid`: pushing twice, from two machines or from many
 //!   pushers at once stores every job exactly once. What a remote holds is remembered locally
 //!   (`pushed`), after the remote committed: a push cut short (the server stopped) is simply
@@ -18,6 +19,7 @@
 //! `sslmode=require` the connection is TLS and the server verified ([`tls`]).
 
 mod codec;
+mod files;
 mod local;
 mod read;
 mod schema;
@@ -251,10 +253,12 @@ pub fn push(db: &Path, remote: &Remote, host: Option<&str>) -> Result<Pushed> {
     let conn = roar_store::open(db, false)?;
     let mut client = remote.connect()?;
     open_schema(remote, &mut client)?;
+    let sql = write::Sql::prepare(&mut client).map_err(|e| db_err(remote, "cannot write to", e))?;
     let key = remote.key();
     let mut report = Pushed::default();
     let sqlite = |e: rusqlite::Error| StoreError::sqlite(db, e);
     let mut after = 0;
+    let mut contents = files::Contents::default();
     loop {
         let ids = local::unpushed(&conn, &key, after, PUSH_BATCH).map_err(sqlite)?;
         let Some(&last) = ids.last() else {
@@ -264,19 +268,20 @@ pub fn push(db: &Path, remote: &Remote, host: Option<&str>) -> Result<Pushed> {
         // The batch read in one read transaction (a lock of the WAL's index per statement was
         // a sixth of a pusher's time).
         let read = conn.unchecked_transaction().map_err(sqlite)?;
+        let files = files::read_batch(&read, &ids, &mut contents).map_err(sqlite)?;
         let mut jobs = Vec::with_capacity(ids.len());
-        for id in ids {
+        for (id, files) in ids.into_iter().zip(files) {
             if let Some(job) = local::read_job(&read, id).map_err(sqlite)? {
-                jobs.push(job);
+                jobs.push(write::Outgoing { job, files });
             }
         }
         read.commit().map_err(sqlite)?;
-        let new = write_with_retry(remote, &mut client, &jobs, host)?;
-        let uids: Vec<String> = jobs.iter().filter_map(|j| j.uid.clone()).collect();
+        let new = write_with_retry(remote, &mut client, &sql, &jobs, host)?;
+        let uids: Vec<String> = jobs.iter().filter_map(|o| o.job.uid.clone()).collect();
         local::mark_pushed(&conn, &key, &uids).map_err(sqlite)?;
         report.new += new;
         report.known += jobs.len() - new;
-        report.files += jobs.iter().map(|j| j.files.len()).sum::<usize>();
+        report.files += jobs.iter().map(|o| o.files.len()).sum::<usize>();
     }
 }
 
@@ -285,14 +290,15 @@ pub fn push(db: &Path, remote: &Remote, host: Option<&str>) -> Result<Pushed> {
 fn write_with_retry(
     remote: &Remote,
     client: &mut postgres::Client,
-    jobs: &[roar_store::JobRecord],
+    sql: &write::Sql,
+    jobs: &[write::Outgoing],
     host: Option<&str>,
 ) -> Result<usize> {
     let mut attempt = 0;
     loop {
         let result = (|| {
             let mut tx = client.transaction()?;
-            let n = write::write_jobs(&mut tx, jobs, host)?;
+            let n = write::write_jobs(&mut tx, sql, jobs, host)?;
             tx.commit()?;
             Ok::<_, postgres::Error>(n)
         })();

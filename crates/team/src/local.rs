@@ -8,8 +8,8 @@ use super::codec::{outcome, path, role};
 
 use roar_store::environment::{packages_of, runtime_of, Environment};
 use roar_store::{
-    argv_from_blob, ContentHash, Distributed, FileRecord, GitState, JobRecord, Ops, ProcessRecord,
-    Redirect, S3Object, StepContent, StepFile, StepRecord,
+    argv_from_blob, Distributed, GitState, JobRecord, Ops, ProcessRecord, Redirect, StepContent,
+    StepFile, StepRecord,
 };
 
 /// Finished jobs (not running, and with a uid) after job `after` that `remote` does not hold
@@ -47,7 +47,8 @@ pub(crate) fn mark_pushed(
     tx.commit()
 }
 
-/// Job `id` as a record, or None if it is gone.
+/// Job `id` as a record but for its file records (read for a whole batch by
+/// [`super::files::read_batch`]), or None if it is gone.
 pub(crate) fn read_job(conn: &Connection, id: i64) -> rusqlite::Result<Option<JobRecord>> {
     let head = conn
         .prepare_cached(
@@ -121,7 +122,6 @@ pub(crate) fn read_job(conn: &Connection, id: i64) -> rusqlite::Result<Option<Jo
             })
         })?
         .collect::<rusqlite::Result<_>>()?;
-    job.files = read_files(conn, id)?;
     job.steps = read_steps(conn, id)?;
     let diff = match job.git.as_ref().and_then(|g| g.diff.as_deref()) {
         Some(hash) => roar_store::environment::blob(conn, hash)?,
@@ -133,55 +133,6 @@ pub(crate) fn read_job(conn: &Connection, id: i64) -> rusqlite::Result<Option<Jo
         diff,
     });
     Ok(Some(job))
-}
-
-fn read_files(conn: &Connection, id: i64) -> rusqlite::Result<Vec<FileRecord>> {
-    let hash = |r: &rusqlite::Row, at: usize| -> rusqlite::Result<Option<ContentHash>> {
-        let blake3: Option<String> = r.get(at)?;
-        blake3
-            .map(|blake3| {
-                Ok(ContentHash {
-                    blake3,
-                    sha256: r.get(at + 1)?,
-                    size: r.get::<_, i64>(at + 2)? as u64,
-                })
-            })
-            .transpose()
-    };
-    conn.prepare_cached(
-        "SELECT f.role, f.kind, f.path, f.ops, f.first_ns, f.last_ns,
-                a.blake3, a.sha256, a.size, b.blake3, b.sha256, b.size,
-                o.bucket, o.key, o.version_id, o.etag, o.size, o.range
-         FROM job_files f
-         LEFT JOIN artifacts a ON a.id = f.artifact_id
-         LEFT JOIN artifacts b ON b.id = f.before_artifact_id
-         LEFT JOIN s3_objects o ON o.id = f.s3_object_id
-         WHERE f.job_id = ?1 ORDER BY f.id",
-    )?
-    .query_map([id], |r| {
-        let s3 = match r.get::<_, Option<String>>(12)? {
-            Some(bucket) => Some(S3Object {
-                bucket,
-                key: r.get(13)?,
-                version_id: r.get(14)?,
-                etag: r.get(15)?,
-                size: r.get::<_, Option<i64>>(16)?.map(|s| s as u64),
-                range: r.get(17)?,
-            }),
-            None => None,
-        };
-        Ok(FileRecord {
-            role: role(&r.get::<_, String>(0)?),
-            path: path(r.get(2)?),
-            hash: hash(r, 6)?,
-            before: hash(r, 9)?,
-            ops: Ops::parse(&r.get::<_, String>(3)?),
-            first_ns: r.get(4)?,
-            last_ns: r.get(5)?,
-            s3,
-        })
-    })?
-    .collect()
 }
 
 fn read_steps(conn: &Connection, id: i64) -> rusqlite::Result<Vec<StepRecord>> {

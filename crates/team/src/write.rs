@@ -9,29 +9,122 @@
 //! concurrent pushers never deadlock on them.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::unix::ffi::OsStrExt;
 
 use postgres::binary_copy::BinaryCopyInWriter;
-use postgres::types::{accepts, to_sql_checked, IsNull, ToSql, Type};
-use postgres::Transaction;
+use postgres::types::Type;
+use postgres::{Statement, Transaction};
 
-use super::codec::{bytes, role_code};
+use super::codec::bytes;
+use super::files::{Content, Files};
 use roar_store::environment::Package;
 use roar_store::{
-    argv_to_blob, ContentHash, Distributed, FileRecord, GitState, JobRecord, Outcome,
-    ProcessRecord, S3Object, StepFile, StepRecord,
+    argv_to_blob, Distributed, GitState, JobRecord, Outcome, ProcessRecord, S3Object, StepFile,
+    StepRecord,
 };
 
-/// Writes `jobs` (each with its uid) in one transaction; returns how many were new. Shared rows
+/// The statements a push runs for every batch, prepared once per connection: parsing and
+/// planning them again for each batch was a round trip and PostgreSQL's time on every
+/// transaction (bench/NOTES.md, session 54).
+pub(crate) struct Sql {
+    blobs: Statement,
+    packages: Statement,
+    jobs: Statement,
+    copy_files: Statement,
+    s3: Statement,
+    processes: Statement,
+    steps: Statement,
+    step_files: Statement,
+    job_packages: Statement,
+}
+
+impl Sql {
+    pub fn prepare(client: &mut postgres::Client) -> Result<Self, postgres::Error> {
+        Ok(Sql {
+            blobs: client.prepare(BLOBS)?,
+            packages: client.prepare(PACKAGES)?,
+            jobs: client.prepare(JOBS)?,
+            copy_files: client.prepare(COPY_FILES)?,
+            s3: client.prepare(S3)?,
+            processes: client.prepare(PROCESSES)?,
+            steps: client.prepare(STEPS)?,
+            step_files: client.prepare(STEP_FILES)?,
+            job_packages: client.prepare(JOB_PACKAGES)?,
+        })
+    }
+}
+
+const BLOBS: &str = "INSERT INTO blobs (blake3, data) VALUES ($1, $2) ON CONFLICT DO NOTHING";
+
+const PACKAGES: &str = "INSERT INTO packages (kind, name, version, installer, location, commit_id)
+     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
+     ORDER BY 1, 2, 3, 5, 6
+     ON CONFLICT DO NOTHING";
+
+const JOBS: &str =
+    "INSERT INTO jobs (pushed_from, uid, name, argv, cwd, started_ns, ended_ns, status,
+     exit_code, signal, incomplete, backend, git_commit, git_branch,
+     git_dirty, git_remote, git_diff, env, host, runtime, run_group, rank,
+     world_size, local_rank, node_rank)
+     SELECT $1::text, * FROM unnest($2::text[], $3::text[], $4::bytea[], $5::bytea[],
+     $6::bigint[], $7::bigint[], $8::text[], $9::int[], $10::int[], $11::bool[],
+     $12::text[], $13::text[], $14::text[], $15::bool[], $16::text[], $17::text[],
+     $18::text[], $19::text[], $20::text[], $21::text[], $22::int[], $23::int[],
+     $24::int[], $25::int[])
+     ON CONFLICT (uid) DO NOTHING RETURNING uid, seq";
+
+const COPY_FILES: &str =
+    "COPY job_file_lists (job_seq, paths, roles, ops, blake3, sha256, sizes, before_blake3,
+     before_sha256, before_sizes, first_ns, last_ns)
+     FROM STDIN BINARY";
+
+const S3: &str =
+    "INSERT INTO job_file_s3 (job_seq, ord, bucket, key, version_id, etag, size, range)
+     SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[],
+     $6::text[], $7::bigint[], $8::text[])";
+
+const PROCESSES: &str =
+    "INSERT INTO processes (job_seq, ord, pid, parent_pid, exe, argv, started_ns, ended_ns)
+     SELECT * FROM unnest($1::bigint[], $2::int[], $3::int[], $4::int[], $5::bytea[],
+     $6::bytea[], $7::bigint[], $8::bigint[])";
+
+const STEPS: &str = "INSERT INTO steps (job_seq, seq, parent_seq, pid, exe, argv, cwd, started_ns,
+     ended_ns, stdin, stdout, stderr, appends)
+     SELECT * FROM unnest($1::bigint[], $2::int[], $3::int[], $4::int[], $5::bytea[],
+     $6::bytea[], $7::bytea[], $8::bigint[], $9::bigint[],
+     $10::bytea[], $11::bytea[], $12::bytea[], $13::int[])";
+
+const STEP_FILES: &str =
+    "INSERT INTO step_files (job_seq, step_seq, ord, role, path, ops, from_seq, content,
+     first_ns, last_ns)
+     SELECT * FROM unnest($1::bigint[], $2::int[], $3::int[], $4::text[], $5::bytea[],
+     $6::text[], $7::int[], $8::text[], $9::bigint[], $10::bigint[])";
+
+const JOB_PACKAGES: &str = "INSERT INTO job_packages (job_seq, package_id)
+     SELECT u.job_seq, p.id FROM packages p
+     JOIN unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
+     AS u (job_seq, kind, name, version, location, commit_id)
+     USING (kind, name, version, location, commit_id)
+     ON CONFLICT DO NOTHING";
+
+/// A local job as a push sends it: its record, and its file records as the team store's columns
+/// (the record's `files` are not read).
+pub(crate) struct Outgoing {
+    pub job: JobRecord,
+    pub files: Files,
+}
+
+/// Writes `batch` (each job with its uid) in one transaction; returns how many were new. Shared rows
 /// go first, sorted, then each job and its own rows.
 pub(crate) fn write_jobs(
     tx: &mut Transaction,
-    jobs: &[JobRecord],
+    sql: &Sql,
+    batch: &[Outgoing],
     pushed_from: Option<&str>,
 ) -> Result<usize, postgres::Error> {
+    let jobs: Vec<&JobRecord> = batch.iter().map(|o| &o.job).collect();
     let mut packages = BTreeSet::new();
     let mut blobs = BTreeMap::new();
-    for job in jobs {
+    for job in &jobs {
         if let Some(env) = &job.environment {
             packages.extend(env.packages.iter());
             if let (Some(diff), Some(hash)) =
@@ -42,10 +135,7 @@ pub(crate) fn write_jobs(
         }
     }
     for (hash, data) in &blobs {
-        tx.execute(
-            "INSERT INTO blobs (blake3, data) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-            &[hash, data],
-        )?;
+        tx.execute(&sql.blobs, &[hash, data])?;
     }
     let pkg = |f: fn(&Package) -> String| packages.iter().map(|p| f(p)).collect::<Vec<_>>();
     let (kinds, names, versions, locations, commits) = (
@@ -57,19 +147,16 @@ pub(crate) fn write_jobs(
     );
     let installers: Vec<Option<&str>> = packages.iter().map(|p| p.installer.as_deref()).collect();
     tx.execute(
-        "INSERT INTO packages (kind, name, version, installer, location, commit_id)
-         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
-         ORDER BY 1, 2, 3, 5, 6
-         ON CONFLICT DO NOTHING",
+        &sql.packages,
         &[&kinds, &names, &versions, &installers, &locations, &commits],
     )?;
-    let seqs = insert_jobs(tx, jobs, pushed_from)?;
-    let new: Vec<(i64, &JobRecord)> = jobs
+    let seqs = insert_jobs(tx, sql, &jobs, pushed_from)?;
+    let new: Vec<(i64, &Outgoing)> = batch
         .iter()
-        .filter_map(|j| Some((*seqs.get(j.uid.as_deref()?)?, j)))
+        .filter_map(|o| Some((*seqs.get(o.job.uid.as_deref()?)?, o)))
         .collect();
     if !new.is_empty() {
-        insert_children(tx, &new)?;
+        insert_children(tx, sql, &new)?;
     }
     Ok(new.len())
 }
@@ -77,10 +164,12 @@ pub(crate) fn write_jobs(
 /// The jobs' rows, in one statement; the `seq` of each job the team store did not have, by uid.
 fn insert_jobs(
     tx: &mut Transaction,
-    jobs: &[JobRecord],
+    sql: &Sql,
+    jobs: &[&JobRecord],
     pushed_from: Option<&str>,
 ) -> Result<BTreeMap<String, i64>, postgres::Error> {
-    let col = |f: &dyn Fn(&JobRecord) -> Option<String>| jobs.iter().map(f).collect::<Vec<_>>();
+    let col =
+        |f: &dyn Fn(&JobRecord) -> Option<String>| jobs.iter().map(|j| f(j)).collect::<Vec<_>>();
     let int = |f: &dyn Fn(&Distributed) -> Option<u32>| {
         jobs.iter()
             .map(|j| j.dist.as_ref().and_then(f).map(|v| v as i32))
@@ -93,16 +182,7 @@ fn insert_jobs(
         _ => (None, None),
     };
     let rows = tx.query(
-        "INSERT INTO jobs (pushed_from, uid, name, argv, cwd, started_ns, ended_ns, status,
-                           exit_code, signal, incomplete, backend, git_commit, git_branch,
-                           git_dirty, git_remote, git_diff, env, host, runtime, run_group, rank,
-                           world_size, local_rank, node_rank)
-         SELECT $1::text, * FROM unnest($2::text[], $3::text[], $4::bytea[], $5::bytea[],
-                $6::bigint[], $7::bigint[], $8::text[], $9::int[], $10::int[], $11::bool[],
-                $12::text[], $13::text[], $14::text[], $15::bool[], $16::text[], $17::text[],
-                $18::text[], $19::text[], $20::text[], $21::text[], $22::int[], $23::int[],
-                $24::int[], $25::int[])
-         ON CONFLICT (uid) DO NOTHING RETURNING uid, seq",
+        &sql.jobs,
         &[
             &pushed_from,
             &col(&|j| j.uid.clone()),
@@ -164,12 +244,12 @@ fn numbered<'a, T>(
 /// The new jobs' file records: one row per job, an array per field (schema 3), by COPY in
 /// binary (measured in bench/NOTES.md against a row per record and dictionaries of paths and
 /// contents); the few S3 records' object fields beside them, by position.
-fn copy_files(tx: &mut Transaction, new: &[(i64, &JobRecord)]) -> Result<(), postgres::Error> {
-    let sink = tx.copy_in(
-        "COPY job_file_lists (job_seq, paths, roles, ops, blake3, sha256, sizes, before_blake3,
-                              before_sha256, before_sizes, first_ns, last_ns)
-         FROM STDIN BINARY",
-    )?;
+fn copy_files(
+    tx: &mut Transaction,
+    sql: &Sql,
+    new: &[(i64, &Outgoing)],
+) -> Result<(), postgres::Error> {
+    let sink = tx.copy_in(&sql.copy_files)?;
     let (bytes, ints) = (Type::BYTEA_ARRAY, Type::INT8_ARRAY);
     let types = [
         Type::INT8,
@@ -186,101 +266,61 @@ fn copy_files(tx: &mut Transaction, new: &[(i64, &JobRecord)]) -> Result<(), pos
         ints,
     ];
     let mut rows = BinaryCopyInWriter::new(sink, &types);
-    for &(seq, job) in new {
-        let files = &job.files;
-        let ints = |f: &dyn Fn(&FileRecord) -> Option<i64>| -> Vec<Option<i64>> {
-            files.iter().map(f).collect()
-        };
-        let (now, before) = (
-            Contents::of(files, |f| &f.hash),
-            Contents::of(files, |f| &f.before),
-        );
+    for &(seq, out) in new {
+        let files = &out.files;
+        let (now, before) = (Columns::of(&files.now), Columns::of(&files.before));
         rows.write(&[
             &seq,
-            &files
-                .iter()
-                .map(|f| f.path.as_os_str().as_bytes())
-                .collect::<Vec<_>>(),
-            &files.iter().map(|f| role_code(f.role)).collect::<Vec<_>>(),
-            &files
-                .iter()
-                .map(|f| i16::from(f.ops.bits()))
-                .collect::<Vec<_>>(),
+            &files.paths().collect::<Vec<_>>(),
+            &files.roles,
+            &files.ops,
             &now.blake3,
             &now.sha256,
             &now.sizes,
             &before.blake3,
             &before.sha256,
             &before.sizes,
-            &ints(&|f| f.first_ns),
-            &ints(&|f| f.last_ns),
+            &files.first_ns,
+            &files.last_ns,
         ])?;
     }
     rows.finish()?;
-    insert_s3_fields(tx, new)
+    insert_s3_fields(tx, sql, new)
 }
 
 /// One content field of a job's file records (what each had, or had before), as the arrays of
 /// schema 3.
-struct Contents<'a> {
-    blake3: Vec<Option<HashBytes<'a>>>,
-    sha256: Vec<Option<HashBytes<'a>>>,
+struct Columns<'a> {
+    blake3: Vec<Option<&'a [u8]>>,
+    sha256: Vec<Option<&'a [u8]>>,
     sizes: Vec<Option<i64>>,
 }
 
-impl<'a> Contents<'a> {
-    fn of(files: &'a [FileRecord], field: fn(&FileRecord) -> &Option<ContentHash>) -> Self {
-        let hashes: Vec<Option<&ContentHash>> = files.iter().map(|f| field(f).as_ref()).collect();
-        Contents {
-            blake3: hashes
+impl<'a> Columns<'a> {
+    fn of(contents: &'a [Option<Content>]) -> Self {
+        Columns {
+            blake3: contents
                 .iter()
-                .map(|h| Some(HashBytes(&h.as_ref()?.blake3)))
+                .map(|c| Some(&c.as_ref()?.blake3[..]))
                 .collect(),
-            sha256: hashes
+            sha256: contents
                 .iter()
-                .map(|h| Some(HashBytes(h.as_ref()?.sha256.as_deref()?)))
+                .map(|c| Some(&c.as_ref()?.sha256.as_ref()?[..]))
                 .collect(),
-            sizes: hashes
-                .iter()
-                .map(|h| Some(h.as_ref()?.size as i64))
-                .collect(),
+            sizes: contents.iter().map(|c| Some(c.as_ref()?.size)).collect(),
         }
     }
-}
-
-/// A content hash, held in hex by the local store, sent as its bytes (`bytea`); a hash that is
-/// not hex fails the push with the reason, as any value PostgreSQL cannot take.
-#[derive(Debug)]
-struct HashBytes<'a>(&'a str);
-
-impl ToSql for HashBytes<'_> {
-    fn to_sql(
-        &self,
-        ty: &Type,
-        out: &mut bytes::BytesMut,
-    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
-        let mut raw = [0u8; 32];
-        let raw = match hex::decode_to_slice(self.0, &mut raw) {
-            Ok(()) => &raw[..],
-            Err(_) => {
-                &hex::decode(self.0).map_err(|e| format!("content hash {:?}: {e}", self.0))?
-            }
-        };
-        raw.to_sql(ty, out)
-    }
-
-    accepts!(BYTEA);
-    to_sql_checked!();
 }
 
 /// The object fields of the new jobs' S3 records, by the record's position in its job.
 fn insert_s3_fields(
     tx: &mut Transaction,
-    new: &[(i64, &JobRecord)],
+    sql: &Sql,
+    new: &[(i64, &Outgoing)],
 ) -> Result<(), postgres::Error> {
-    let s3: Vec<(i64, i32, &S3Object)> = numbered(new, |j| &j.files)
-        .into_iter()
-        .filter_map(|(seq, i, f)| Some((seq, i, f.s3.as_ref()?)))
+    let s3: Vec<(i64, i32, &S3Object)> = new
+        .iter()
+        .flat_map(|&(seq, o)| o.files.s3.iter().map(move |(i, obj)| (seq, *i, obj)))
         .collect();
     if s3.is_empty() {
         return Ok(());
@@ -288,9 +328,7 @@ fn insert_s3_fields(
     let col =
         |f: &dyn Fn(&S3Object) -> Option<String>| s3.iter().map(|o| f(o.2)).collect::<Vec<_>>();
     tx.execute(
-        "INSERT INTO job_file_s3 (job_seq, ord, bucket, key, version_id, etag, size, range)
-         SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[],
-                              $6::text[], $7::bigint[], $8::text[])",
+        &sql.s3,
         &[
             &s3.iter().map(|o| o.0).collect::<Vec<_>>(),
             &s3.iter().map(|o| o.1).collect::<Vec<_>>(),
@@ -309,23 +347,27 @@ fn insert_s3_fields(
 
 /// The rows of the new jobs' processes, files, steps, step files and packages: one statement
 /// (or one COPY) per table for the whole batch.
-fn insert_children(tx: &mut Transaction, new: &[(i64, &JobRecord)]) -> Result<(), postgres::Error> {
-    insert_processes(tx, new)?;
-    copy_files(tx, new)?;
-    insert_steps(tx, new)?;
-    insert_packages(tx, new)
+fn insert_children(
+    tx: &mut Transaction,
+    sql: &Sql,
+    new: &[(i64, &Outgoing)],
+) -> Result<(), postgres::Error> {
+    copy_files(tx, sql, new)?;
+    let new: Vec<(i64, &JobRecord)> = new.iter().map(|&(seq, o)| (seq, &o.job)).collect();
+    insert_processes(tx, sql, &new)?;
+    insert_steps(tx, sql, &new)?;
+    insert_packages(tx, sql, &new)
 }
 
 /// The new jobs' processes, in one statement.
 fn insert_processes(
     tx: &mut Transaction,
+    sql: &Sql,
     new: &[(i64, &JobRecord)],
 ) -> Result<(), postgres::Error> {
     let procs: Vec<(i64, i32, &ProcessRecord)> = numbered(new, |j| &j.processes);
     tx.execute(
-        "INSERT INTO processes (job_seq, ord, pid, parent_pid, exe, argv, started_ns, ended_ns)
-         SELECT * FROM unnest($1::bigint[], $2::int[], $3::int[], $4::int[], $5::bytea[],
-                              $6::bytea[], $7::bigint[], $8::bigint[])",
+        &sql.processes,
         &[
             &procs.iter().map(|p| p.0).collect::<Vec<_>>(),
             &procs.iter().map(|p| p.1).collect::<Vec<_>>(),
@@ -347,7 +389,11 @@ fn insert_processes(
 }
 
 /// The new jobs' steps and their files, one statement each.
-fn insert_steps(tx: &mut Transaction, new: &[(i64, &JobRecord)]) -> Result<(), postgres::Error> {
+fn insert_steps(
+    tx: &mut Transaction,
+    sql: &Sql,
+    new: &[(i64, &JobRecord)],
+) -> Result<(), postgres::Error> {
     let steps: Vec<(i64, &StepRecord)> = new
         .iter()
         .flat_map(|(seq, j)| j.steps.iter().map(move |s| (*seq, s)))
@@ -369,11 +415,7 @@ fn insert_steps(tx: &mut Transaction, new: &[(i64, &JobRecord)]) -> Result<(), p
             })
             .collect();
         tx.execute(
-            "INSERT INTO steps (job_seq, seq, parent_seq, pid, exe, argv, cwd, started_ns,
-                                ended_ns, stdin, stdout, stderr, appends)
-             SELECT * FROM unnest($1::bigint[], $2::int[], $3::int[], $4::int[], $5::bytea[],
-                                  $6::bytea[], $7::bytea[], $8::bigint[], $9::bigint[],
-                                  $10::bytea[], $11::bytea[], $12::bytea[], $13::int[])",
+            &sql.steps,
             &[
                 &steps.iter().map(|s| s.0).collect::<Vec<_>>(),
                 &steps.iter().map(|s| s.1.seq as i32).collect::<Vec<_>>(),
@@ -409,10 +451,7 @@ fn insert_steps(tx: &mut Transaction, new: &[(i64, &JobRecord)]) -> Result<(), p
             })
             .collect();
         tx.execute(
-            "INSERT INTO step_files (job_seq, step_seq, ord, role, path, ops, from_seq, content,
-                                     first_ns, last_ns)
-             SELECT * FROM unnest($1::bigint[], $2::int[], $3::int[], $4::text[], $5::bytea[],
-                                  $6::text[], $7::int[], $8::text[], $9::bigint[], $10::bigint[])",
+            &sql.step_files,
             &[
                 &all.iter().map(|a| a.0).collect::<Vec<_>>(),
                 &all.iter().map(|a| a.1).collect::<Vec<_>>(),
@@ -435,7 +474,11 @@ fn insert_steps(tx: &mut Transaction, new: &[(i64, &JobRecord)]) -> Result<(), p
 }
 
 /// Which packages each new job ran with (the packages themselves are shared rows, written first).
-fn insert_packages(tx: &mut Transaction, new: &[(i64, &JobRecord)]) -> Result<(), postgres::Error> {
+fn insert_packages(
+    tx: &mut Transaction,
+    sql: &Sql,
+    new: &[(i64, &JobRecord)],
+) -> Result<(), postgres::Error> {
     let pkgs: Vec<(i64, &Package)> = new
         .iter()
         .flat_map(|(seq, j)| {
@@ -448,12 +491,7 @@ fn insert_packages(tx: &mut Transaction, new: &[(i64, &JobRecord)]) -> Result<()
     if !pkgs.is_empty() {
         let col = |f: fn(&Package) -> String| pkgs.iter().map(|p| f(p.1)).collect::<Vec<_>>();
         tx.execute(
-            "INSERT INTO job_packages (job_seq, package_id)
-             SELECT u.job_seq, p.id FROM packages p
-             JOIN unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
-                  AS u (job_seq, kind, name, version, location, commit_id)
-             USING (kind, name, version, location, commit_id)
-             ON CONFLICT DO NOTHING",
+            &sql.job_packages,
             &[
                 &pkgs.iter().map(|p| p.0).collect::<Vec<_>>(),
                 &col(|p| p.kind.clone()),
