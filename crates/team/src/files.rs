@@ -40,13 +40,28 @@ pub(crate) struct Files {
 }
 
 impl Files {
+    /// Room for `n` more records (a job's are read one at a time; growing a dozen columns
+    /// element by element was a tenth of a pusher's time).
+    fn reserve(&mut self, n: usize) {
+        self.paths.reserve(n * 64);
+        self.ends.reserve(n);
+        self.roles.reserve(n);
+        self.ops.reserve(n);
+        self.now.reserve(n);
+        self.before.reserve(n);
+        self.first_ns.reserve(n);
+        self.last_ns.reserve(n);
+    }
+
     pub fn len(&self) -> usize {
         self.ends.len()
     }
 
-    pub fn paths(&self) -> impl Iterator<Item = &[u8]> {
-        let starts = std::iter::once(0).chain(self.ends.iter().copied());
-        starts.zip(&self.ends).map(|(a, &b)| &self.paths[a..b])
+    pub fn paths(&self) -> impl ExactSizeIterator<Item = &[u8]> {
+        self.ends.iter().enumerate().map(|(i, &end)| {
+            let start = if i == 0 { 0 } else { self.ends[i - 1] };
+            &self.paths[start..end]
+        })
     }
 }
 
@@ -131,6 +146,9 @@ pub(crate) fn read_batch(
             continue;
         }
         let files = &mut out[at];
+        if files.ends.len() == files.ends.capacity() {
+            files.reserve(files.len().max(64));
+        }
         if let Some(object) = r.get::<_, Option<i64>>(8)? {
             files.s3.push((files.len() as i32, read_s3(conn, object)?));
         }

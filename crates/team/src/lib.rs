@@ -19,6 +19,7 @@
 //! `sslmode=require` the connection is TLS and the server verified ([`tls`]).
 
 mod codec;
+mod copy;
 mod files;
 mod local;
 mod read;

@@ -10,12 +10,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use postgres::binary_copy::BinaryCopyInWriter;
-use postgres::types::Type;
+use std::io::Write;
+
 use postgres::{Statement, Transaction};
 
 use super::codec::bytes;
-use super::files::{Content, Files};
+use super::copy::{CopyRows, Elem};
+use super::files::Files;
 use roar_store::environment::Package;
 use roar_store::{
     argv_to_blob, Distributed, GitState, JobRecord, Outcome, ProcessRecord, S3Object, StepFile,
@@ -249,66 +250,35 @@ fn copy_files(
     sql: &Sql,
     new: &[(i64, &Outgoing)],
 ) -> Result<(), postgres::Error> {
-    let sink = tx.copy_in(&sql.copy_files)?;
-    let (bytes, ints) = (Type::BYTEA_ARRAY, Type::INT8_ARRAY);
-    let types = [
-        Type::INT8,
-        bytes.clone(),
-        Type::CHAR_ARRAY,
-        Type::INT2_ARRAY,
-        bytes.clone(),
-        bytes.clone(),
-        ints.clone(),
-        bytes.clone(),
-        bytes,
-        ints.clone(),
-        ints.clone(),
-        ints,
-    ];
-    let mut rows = BinaryCopyInWriter::new(sink, &types);
+    let mut rows = CopyRows::new();
     for &(seq, out) in new {
-        let files = &out.files;
-        let (now, before) = (Columns::of(&files.now), Columns::of(&files.before));
-        rows.write(&[
-            &seq,
-            &files.paths().collect::<Vec<_>>(),
-            &files.roles,
-            &files.ops,
-            &now.blake3,
-            &now.sha256,
-            &now.sizes,
-            &before.blake3,
-            &before.sha256,
-            &before.sizes,
-            &files.first_ns,
-            &files.last_ns,
-        ])?;
+        let f = &out.files;
+        rows.row(12);
+        rows.int8(seq);
+        rows.array(Elem::Bytea, f.paths().map(Some));
+        rows.array(Elem::Char, f.roles.iter().map(|&r| Some(r)));
+        rows.array(Elem::Int2, f.ops.iter().map(|&o| Some(o)));
+        // blake3, sha256, sizes, then the same of the content before.
+        for contents in [&f.now, &f.before] {
+            let c = || contents.iter().map(Option::as_ref);
+            rows.array(Elem::Bytea, c().map(|c| Some(&c?.blake3[..])));
+            rows.array(Elem::Bytea, c().map(|c| Some(&c?.sha256.as_ref()?[..])));
+            rows.array(Elem::Int8, c().map(|c| Some(c?.size)));
+        }
+        rows.array(Elem::Int8, f.first_ns.iter().copied());
+        rows.array(Elem::Int8, f.last_ns.iter().copied());
     }
-    rows.finish()?;
+    let mut sink = tx.copy_in(&sql.copy_files)?;
+    sink.write_all(&rows.finish()).map_err(copy_error)?;
+    sink.finish()?;
     insert_s3_fields(tx, sql, new)
 }
 
-/// One content field of a job's file records (what each had, or had before), as the arrays of
-/// schema 3.
-struct Columns<'a> {
-    blake3: Vec<Option<&'a [u8]>>,
-    sha256: Vec<Option<&'a [u8]>>,
-    sizes: Vec<Option<i64>>,
-}
-
-impl<'a> Columns<'a> {
-    fn of(contents: &'a [Option<Content>]) -> Self {
-        Columns {
-            blake3: contents
-                .iter()
-                .map(|c| Some(&c.as_ref()?.blake3[..]))
-                .collect(),
-            sha256: contents
-                .iter()
-                .map(|c| Some(&c.as_ref()?.sha256.as_ref()?[..]))
-                .collect(),
-            sizes: contents.iter().map(|c| Some(c.as_ref()?.size)).collect(),
-        }
+/// The PostgreSQL error inside an error of postgres' COPY writer, which wraps its connection's.
+fn copy_error(e: std::io::Error) -> postgres::Error {
+    match e.into_inner().map(|e| e.downcast::<postgres::Error>()) {
+        Some(Ok(e)) => *e,
+        _ => unreachable!("postgres' CopyInWriter fails only with its connection's errors"),
     }
 }
 
