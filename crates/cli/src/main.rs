@@ -186,10 +186,12 @@ fn finish(result: anyhow::Result<ExitCode>) -> ExitCode {
         Ok(code) => code,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            // Whatever the message quotes (a path, an archive's bytes) acts on no terminal.
+            // Whatever the message quotes (a path, an archive's bytes) acts on no terminal; a
+            // cause that its error's own message already quotes is not said twice.
+            let chain: &(dyn std::error::Error + 'static) = e.as_ref();
             eprintln!(
                 "roar: error: {}",
-                roar_store::quote::visible(&format!("{e:#}"))
+                roar_store::quote::visible(&roar_store::error_chain(chain))
             );
             ExitCode::from(exit_code(&e))
         }
