@@ -69,9 +69,8 @@ push() {
     python3 -c "import sys; j, f, t = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[4]) - float(sys.argv[3]); print(f'  {sys.argv[5]:>2} concurrent pushers: {j:,} jobs, {f:,} file records in {t:.1f} s: {j / t:,.0f} jobs/s, {f / t:,.0f} file records/s')" \
         "$j" "$f" "$start" "$end" "$3"
 }
-# The simulator's 2.4 GB of stores are written back before the pushes are timed: pushed while
-# the kernel still flushed them, PostgreSQL's WAL flushes queued behind that writeback (session 54:
-# 64 pushers 4,484 jobs/s right after the fleet, 6,000-7,000 with the stores on disk).
+# The simulator's 2.4 GB of stores are written back before the pushes are timed, so that the
+# pushes do not share the disk with that writeback (PostgreSQL flushes its WAL at every commit).
 sync
 echo "== push (the schema is made by the first pusher)"
 HALF=$((NODES / 2))
