@@ -73,8 +73,8 @@ pub(crate) struct Contents {
 }
 
 impl Contents {
-    /// Past this many the memo starts again (an entry is ~90 bytes).
-    const MAX: usize = 500_000;
+    /// Past this many the memo starts again (an entry is ~100 bytes: ~10 MB at most).
+    const MAX: usize = 100_000;
 
     fn get(&mut self, conn: &Connection, id: Option<i64>) -> rusqlite::Result<Option<Content>> {
         let Some(id) = id else {
