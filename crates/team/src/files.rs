@@ -123,16 +123,38 @@ fn decode(column: usize, hex: &str) -> rusqlite::Result<[u8; 32]> {
     Ok(raw)
 }
 
-/// The file records of the jobs `ids` (ascending), by one statement: a job's in its order, for
-/// every id (none for a job without records).
+/// Jobs further apart than this are read by separate statements: a job that ran while many
+/// later ones were pushed leaves a gap in a batch's ids, and one range over it would read every
+/// record of the jobs in between only to skip them.
+const GAP: i64 = 16;
+
+/// The file records of the jobs `ids` (ascending), a statement per run of nearby ids: a job's in
+/// its order, for every id (none for a job without records).
 pub(crate) fn read_batch(
     conn: &Connection,
     ids: &[i64],
     contents: &mut Contents,
 ) -> rusqlite::Result<Vec<Files>> {
     let mut out: Vec<Files> = ids.iter().map(|_| Files::default()).collect();
+    let mut start = 0;
+    for end in 1..=ids.len() {
+        if end == ids.len() || ids[end] - ids[end - 1] > GAP {
+            read_range(conn, &ids[start..end], &mut out[start..end], contents)?;
+            start = end;
+        }
+    }
+    Ok(out)
+}
+
+/// The records of `ids` (ascending, nearby) into `out`, by one statement over their range.
+fn read_range(
+    conn: &Connection,
+    ids: &[i64],
+    out: &mut [Files],
+    contents: &mut Contents,
+) -> rusqlite::Result<()> {
     let (Some(&lo), Some(&hi)) = (ids.first(), ids.last()) else {
-        return Ok(out);
+        return Ok(());
     };
     let mut stmt = conn.prepare_cached(
         "SELECT job_id, role, path, ops, first_ns, last_ns, artifact_id, before_artifact_id,
@@ -170,7 +192,7 @@ pub(crate) fn read_batch(
         files.now.push(contents.get(conn, r.get(6)?)?);
         files.before.push(contents.get(conn, r.get(7)?)?);
     }
-    Ok(out)
+    Ok(())
 }
 
 /// An S3 record's object fields (None if their row is gone, as the join it replaced gave).
@@ -225,7 +247,7 @@ mod tests {
     }
 
     fn job(n: usize) -> roar_store::JobRecord {
-        use roar_store::{FileRecord, Ops, Outcome, Role};
+        use roar_store::{FileRecord, Ops, Role};
         let files = (0..4 + n)
             .map(|i| FileRecord {
                 role: [Role::Input, Role::Output, Role::Temp][i % 3],
@@ -251,23 +273,8 @@ mod tests {
             })
             .collect();
         roar_store::JobRecord {
-            name: None,
-            argv: vec!["x".into()],
-            cwd: "/".into(),
-            started_ns: n as i64,
-            ended_ns: Some(n as i64 + 1),
-            outcome: Outcome::Exited(0),
-            incomplete: false,
-            backend: "test".into(),
-            git: None,
-            env: Default::default(),
-            host: None,
-            processes: Vec::new(),
-            steps: Vec::new(),
-            files,
-            environment: None,
             uid: Some(format!("{n:032x}")),
-            dist: None,
+            ..roar_store::testing::job(&["x"], "/", n as i64, files)
         }
     }
 
@@ -303,7 +310,7 @@ mod tests {
     fn a_batch_reads_each_jobs_records_as_the_store_holds_them() {
         let dir = tempfile::tempdir().unwrap();
         let mut conn = roar_store::open(&dir.path().join("roar.db"), true).unwrap();
-        let jobs: Vec<_> = (1..=5).map(job).collect();
+        let jobs: Vec<_> = (1..=25).map(job).collect();
         roar_store::import_jobs(&mut conn, jobs.clone()).unwrap();
         let id = |n: usize| -> i64 {
             conn.query_row(
@@ -331,11 +338,13 @@ mod tests {
         .unwrap();
         conn.execute("DELETE FROM job_files WHERE id = ?1", [moved])
             .unwrap();
-        let ids = [id(1), id(2), id(3), id(5)];
+        // Job 4 left out, and a gap wider than GAP before job 25 (read by a statement of its own).
+        let ids = [id(1), id(2), id(3), id(5), id(25)];
+        assert!(id(25) - id(5) > GAP);
         let mut contents = Contents::default();
         let read = read_batch(&conn, &ids, &mut contents).unwrap();
-        assert_eq!(read.len(), 4);
-        for (files, n) in read.iter().zip([1, 2, 3, 5]) {
+        assert_eq!(read.len(), 5);
+        for (files, n) in read.iter().zip([1, 2, 3, 5, 25]) {
             let want = columns(&jobs[n - 1].files);
             let got: Vec<_> = files
                 .paths()

@@ -116,16 +116,25 @@ impl Mounted {
 
     /// The daemon's log (every `.log` in the project's mount state).
     pub fn log(&self) -> String {
-        let logs = std::fs::read_dir(self.p.path().join(".roar/mounts")).unwrap();
-        logs.flatten()
-            .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
-            .map(|e| std::fs::read_to_string(e.path()).unwrap())
-            .collect()
+        self.read_logs().expect("the mount's logs")
     }
 
-    /// The daemon's log lines that warn or report errors.
+    fn read_logs(&self) -> std::io::Result<String> {
+        let mut all = String::new();
+        for e in std::fs::read_dir(self.p.path().join(".roar/mounts"))? {
+            let path = e?.path();
+            if path.extension().is_some_and(|x| x == "log") {
+                all.push_str(&std::fs::read_to_string(path)?);
+            }
+        }
+        Ok(all)
+    }
+
+    /// The daemon's log lines that warn or report errors (none when there is no log to read:
+    /// this explains a failure, it must not replace it with its own).
     pub fn warnings(&self) -> Vec<String> {
-        self.log()
+        self.read_logs()
+            .unwrap_or_default()
             .lines()
             .filter(|l| l.contains("WARN") || l.contains("ERROR"))
             .map(|l| format!("daemon log: {l}"))
